@@ -1,0 +1,54 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let package = Package(
+    name: "authproxy",
+    platforms: [.macOS(.v13)],
+    products: [
+        .executable(name: "authproxy", targets: ["authproxy"]),
+        .library(name: "AuthProxyCore", targets: ["AuthProxyCore"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+    ],
+    targets: [
+        .systemLibrary(
+            name: "CCurl",
+            pkgConfig: "libcurl",
+            providers: [.apt(["libcurl4-openssl-dev"])]
+        ),
+        .systemLibrary(
+            name: "COpenSSL",
+            pkgConfig: "openssl",
+            providers: [.apt(["libssl-dev"])]
+        ),
+        .target(
+            name: "CAuthProxyShims",
+            dependencies: ["CCurl", "COpenSSL"]
+        ),
+        .target(
+            name: "AuthProxyCore",
+            dependencies: [
+                "CAuthProxyShims",
+                "CCurl",
+                "COpenSSL",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: [.enableUpcomingFeature("ExistentialAny")]
+        ),
+        .executableTarget(
+            name: "authproxy",
+            dependencies: [
+                "AuthProxyCore",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .testTarget(
+            name: "AuthProxyCoreTests",
+            dependencies: ["AuthProxyCore"]
+        ),
+    ],
+    swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,267 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Logging
+
+/// Reads `proxy.conf` (TOML) into a ``ProxyConfig``. Unknown keys, wrong types and bad values are errors
+/// that name the key and line. Any string may be written `"${ENV_NAME}"` or `"file:/path"` to take its value
+/// from the environment or from a file's trimmed contents (container secrets).
+public struct ConfigLoader {
+    public var environment: [String: String]
+
+    public init(environment: [String: String] = ConfigLoader.processEnvironment()) {
+        self.environment = environment
+    }
+
+    public func load(path: String) throws(ConfigError) -> ProxyConfig {
+        guard let text = readTextFile(path) else {
+            throw ConfigError(key: "", line: nil, "cannot read configuration file '\(path)': \(lastErrorString())")
+        }
+        return try parse(text)
+    }
+
+    public func parse(_ text: String) throws(ConfigError) -> ProxyConfig {
+        let root: TOMLTable
+        do {
+            root = try TOMLParser.parse(text)
+        } catch {
+            throw ConfigError(key: "", line: error.line, "TOML syntax error: \(error.message)")
+        }
+        var config = ProxyConfig()
+        var top = TableReader(root, path: "", env: environment)
+        if var proxy = try top.table("proxy") {
+            if let l = try proxy.stringArray("listen") {
+                guard !l.values.isEmpty else { throw ConfigError(key: "proxy.listen", line: l.line, "needs at least one address") }
+                config.listen = try l.values.map { (s: String) throws(ConfigError) -> ListenAddress in
+                    guard let a = ListenAddress.parse(s) else {
+                        throw ConfigError(key: "proxy.listen", line: l.line, "'\(s)' is not an address like 127.0.0.1:3128 or [::1]:3128")
+                    }
+                    return a
+                }
+            }
+            if let ports = try proxy.intArray("connect_ports", range: 1...65535) { config.connectPorts = Set(ports) }
+            if let u = try proxy.enumValue("unmatched", UnmatchedPolicy.self) { config.unmatched = u }
+            if let s = try proxy.string("state_dir") { config.stateDir = s }
+            if let t = try proxy.int("upstream_timeout_seconds", range: 1...86_400) { config.upstreamTimeoutSeconds = t }
+            if let t = try proxy.int("header_timeout_seconds", range: 1...3600) { config.headerTimeoutSeconds = t }
+            if let t = try proxy.int("idle_timeout_seconds", range: 1...86_400) { config.idleTimeoutSeconds = t }
+            if let t = try proxy.int("shutdown_grace_seconds", range: 0...3600) { config.shutdownGraceSeconds = t }
+            if let w = try proxy.int("workers", range: 1...64) { config.workers = w }
+            if let m = try proxy.int("max_connections", range: 1...1_000_000) { config.maxConnections = m }
+            try proxy.finish()
+        }
+        if var log = try top.table("log") {
+            if let l = try log.string("level") {
+                guard let level = Logger.Level(rawValue: l) else {
+                    throw ConfigError(key: "log.level", line: log.line(of: "level"),
+                        "'\(l)' is not one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", "))")
+                }
+                config.logLevel = level
+            }
+            if let f = try log.enumValue("format", LogFormat.self) { config.logFormat = f }
+            try log.finish()
+        }
+        if let entries = try top.tableArray("credential") {
+            var names = Set<String>()
+            for (index, var entry) in entries.enumerated() {
+                let credential = try parseCredential(&entry, index: index)
+                guard names.insert(credential.name).inserted else {
+                    throw ConfigError(key: entry.path + ".name", line: entry.line(of: "name"), "duplicate credential name '\(credential.name)'")
+                }
+                config.credentials.append(credential)
+            }
+        }
+        try top.finish()
+        return config
+    }
+
+    private func parseCredential(_ entry: inout TableReader, index: Int) throws(ConfigError) -> CredentialConfig {
+        guard let name = try entry.string("name"), !name.isEmpty else {
+            throw ConfigError(key: entry.path + ".name", line: entry.table.line, "every credential needs a name")
+        }
+        guard let type = try entry.string("type") else {
+            throw ConfigError(key: entry.path + ".type", line: entry.table.line, "credential '\(name)' needs a type")
+        }
+        guard let match = try entry.stringOrArray("match"), !match.values.isEmpty else {
+            throw ConfigError(key: entry.path + ".match", line: entry.table.line, "credential '\(name)' needs a match URL prefix")
+        }
+        let prefixes = try match.values.map { (s: String) throws(ConfigError) -> MatchPrefix in
+            guard let p = MatchPrefix.parse(s) else {
+                throw ConfigError(key: entry.path + ".match", line: match.line,
+                    "'\(s)' is not a URL prefix like https://host[:port][/path] (a leading *. matches subdomains)")
+            }
+            return p
+        }
+        // The credential types themselves (api-key, token, OAuth, network authentication) are not part of this
+        // build; refuse them instead of silently relaying without the credential the operator configured.
+        throw ConfigError(key: entry.path + ".type", line: entry.line(of: "type"),
+            "credential type '\(type)' of '\(name)' is not supported by this version of authproxy (matching \(prefixes.map(\.description).joined(separator: ", ")))")
+    }
+
+    public static func processEnvironment() -> [String: String] {
+        var env: [String: String] = [:]
+        var p = environ
+        while let entry = p.pointee {
+            let s = String(cString: entry)
+            if let eq = s.firstIndex(of: "=") { env[String(s[..<eq])] = String(s[s.index(after: eq)...]) }
+            p += 1
+        }
+        return env
+    }
+}
+
+/// Reads keys from one table, resolving secret references and remembering which keys were used so
+/// ``finish()`` can reject unknown ones.
+struct TableReader {
+    let table: TOMLTable
+    let path: String
+    let env: [String: String]
+    private var used: Set<String> = []
+
+    init(_ table: TOMLTable, path: String, env: [String: String]) {
+        self.table = table
+        self.path = path
+        self.env = env
+    }
+
+    func key(_ k: String) -> String { path.isEmpty ? k : "\(path).\(k)" }
+    func line(of k: String) -> Int? { table[k]?.line }
+
+    private mutating func node(_ k: String) -> TOMLNode? {
+        used.insert(k)
+        return table[k]
+    }
+
+    private func typeError(_ k: String, _ n: TOMLNode, expected: String) -> ConfigError {
+        ConfigError(key: key(k), line: n.line, "expected \(expected), found \(n.value.typeName)")
+    }
+
+    func resolve(_ raw: String, key k: String, line: Int) throws(ConfigError) -> String {
+        if raw.hasPrefix("${"), raw.hasSuffix("}"), raw.count > 3 {
+            let name = String(raw.dropFirst(2).dropLast())
+            guard let v = env[name] else {
+                throw ConfigError(key: key(k), line: line, "environment variable \(name) is not set")
+            }
+            return v
+        }
+        if raw.hasPrefix("file:") {
+            let path = String(raw.dropFirst(5))
+            guard let text = readTextFile(path) else {
+                throw ConfigError(key: key(k), line: line, "cannot read secret file '\(path)': \(lastErrorString())")
+            }
+            return String(text.trimmingHTTPWhitespace().trimmingCharacters(in: "\r\n \t"))
+        }
+        return raw
+    }
+
+    mutating func string(_ k: String) throws(ConfigError) -> String? {
+        guard let n = node(k) else { return nil }
+        guard case .string(let s) = n.value else { throw typeError(k, n, expected: "a string") }
+        return try resolve(s, key: k, line: n.line)
+    }
+
+    mutating func int(_ k: String, range: ClosedRange<Int>) throws(ConfigError) -> Int? {
+        guard let n = node(k) else { return nil }
+        guard case .integer(let v) = n.value else { throw typeError(k, n, expected: "an integer") }
+        guard range.contains(Int(v)) else {
+            throw ConfigError(key: key(k), line: n.line, "\(v) is outside \(range.lowerBound)…\(range.upperBound)")
+        }
+        return Int(v)
+    }
+
+    mutating func bool(_ k: String) throws(ConfigError) -> Bool? {
+        guard let n = node(k) else { return nil }
+        guard case .bool(let v) = n.value else { throw typeError(k, n, expected: "true or false") }
+        return v
+    }
+
+    mutating func enumValue<E: RawRepresentable & CaseIterable>(_ k: String, _: E.Type) throws(ConfigError) -> E?
+    where E.RawValue == String {
+        guard let s = try string(k) else { return nil }
+        guard let v = E(rawValue: s) else {
+            throw ConfigError(key: key(k), line: line(of: k),
+                "'\(s)' is not one of \(E.allCases.map { "\"\($0.rawValue)\"" }.joined(separator: ", "))")
+        }
+        return v
+    }
+
+    mutating func stringArray(_ k: String) throws(ConfigError) -> (values: [String], line: Int)? {
+        guard let n = node(k) else { return nil }
+        guard case .array(let items) = n.value else { throw typeError(k, n, expected: "an array of strings") }
+        var out: [String] = []
+        for item in items {
+            guard case .string(let s) = item.value else { throw typeError(k, item, expected: "an array of strings") }
+            out.append(try resolve(s, key: k, line: item.line))
+        }
+        return (out, n.line)
+    }
+
+    /// A string or an array of strings.
+    mutating func stringOrArray(_ k: String) throws(ConfigError) -> (values: [String], line: Int)? {
+        guard let n = table[k] else { return nil }
+        if case .string = n.value { return (try string(k).map { [$0] } ?? [], n.line) }
+        return try stringArray(k)
+    }
+
+    mutating func intArray(_ k: String, range: ClosedRange<Int>) throws(ConfigError) -> [Int]? {
+        guard let n = node(k) else { return nil }
+        guard case .array(let items) = n.value else { throw typeError(k, n, expected: "an array of integers") }
+        return try items.map { (item: TOMLNode) throws(ConfigError) -> Int in
+            guard case .integer(let v) = item.value else { throw typeError(k, item, expected: "an array of integers") }
+            guard range.contains(Int(v)) else {
+                throw ConfigError(key: key(k), line: item.line, "\(v) is outside \(range.lowerBound)…\(range.upperBound)")
+            }
+            return Int(v)
+        }
+    }
+
+    mutating func table(_ k: String) throws(ConfigError) -> TableReader? {
+        guard let n = node(k) else { return nil }
+        guard case .table(let t) = n.value else { throw typeError(k, n, expected: "a table ([\(key(k))])") }
+        return TableReader(t, path: key(k), env: env)
+    }
+
+    mutating func tableArray(_ k: String) throws(ConfigError) -> [TableReader]? {
+        guard let n = node(k) else { return nil }
+        guard case .array(let items) = n.value else { throw typeError(k, n, expected: "an array of tables ([[\(key(k))]])") }
+        return try items.enumerated().map { (i, item) throws(ConfigError) -> TableReader in
+            guard case .table(let t) = item.value else { throw typeError(k, item, expected: "a table") }
+            return TableReader(t, path: "\(key(k))[\(i)]", env: env)
+        }
+    }
+
+    /// Rejects keys nobody asked for: a typo must not silently fall back to a default.
+    func finish() throws(ConfigError) {
+        for (k, n) in table.entries where !used.contains(k) {
+            throw ConfigError(key: key(k), line: n.line, "unknown key")
+        }
+    }
+}
+
+extension Substring {
+    fileprivate func trimmingCharacters(in set: String) -> Substring {
+        var s = self
+        while let c = s.first, set.contains(c) { s.removeFirst() }
+        while let c = s.last, set.contains(c) { s.removeLast() }
+        return s
+    }
+}
+
+/// Reads a whole (small) text file, or nil with errno set.
+func readTextFile(_ path: String) -> String? {
+    let fd = open(path, O_RDONLY | O_CLOEXEC)
+    guard fd >= 0 else { return nil }
+    defer { close(fd) }
+    var bytes: [UInt8] = []
+    var chunk = [UInt8](repeating: 0, count: 16384)
+    while true {
+        let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+        if n < 0 { if errno == EINTR { continue }; return nil }
+        if n == 0 { break }
+        bytes.append(contentsOf: chunk[0..<n])
+        if bytes.count > 16 * 1024 * 1024 { errno = EFBIG; return nil }
+    }
+    return String(decoding: bytes, as: UTF8.self)
+}
+
+func lastErrorString() -> String { String(cString: strerror(errno)) }

@@ -1,0 +1,59 @@
+/// A URL prefix a credential applies to: scheme + host (a leading `*.` matches any subdomain) + optional
+/// port + optional path prefix that matches whole segments (`/arcgis` matches `/arcgis/rest/…`, not
+/// `/arcgisdata`).
+public struct MatchPrefix: Sendable, Equatable, CustomStringConvertible {
+    public var scheme: String
+    /// Lower-cased host; without the `*.` when ``wildcard`` is set.
+    public var host: String
+    public var wildcard: Bool
+    /// nil: the scheme's default port.
+    public var port: Int?
+    /// Normalised without a trailing slash; empty for "any path".
+    public var path: String
+
+    public var description: String {
+        let h = wildcard ? "*.\(host)" : (host.contains(":") ? "[\(host)]" : host)
+        return "\(scheme)://\(h)\(port.map { ":\($0)" } ?? "")\(path)"
+    }
+
+    public var effectivePort: Int { port ?? (scheme == "https" ? 443 : 80) }
+
+    /// How specific this prefix is, for longest-match selection.
+    public var specificity: Int { (wildcard ? 0 : 1000) + host.count + path.count * 10_000 }
+
+    public static func parse(_ text: String) -> MatchPrefix? {
+        guard let schemeEnd = text.firstRange(of: "://") else { return nil }
+        let scheme = text[..<schemeEnd.lowerBound].lowercased()
+        guard scheme == "http" || scheme == "https" else { return nil }
+        let rest = text[schemeEnd.upperBound...]
+        let slash = rest.firstIndex(of: "/") ?? rest.endIndex
+        var authority = rest[..<slash]
+        var path = String(rest[slash...])
+        if path.contains("?") || path.contains("#") { return nil }
+        while path.hasSuffix("/") { path.removeLast() }
+        var wildcard = false
+        if authority.hasPrefix("*.") {
+            wildcard = true
+            authority = authority.dropFirst(2)
+        }
+        guard let parsed = try? RequestHeadParser.parseAuthority(authority), let (host, port) = parsed as (String, Int?)?,
+            !host.contains("*")
+        else { return nil }
+        return MatchPrefix(scheme: scheme, host: host, wildcard: wildcard, port: port, path: path)
+    }
+
+    /// Whether a request for `target` falls under this prefix.
+    public func matches(_ target: URLTarget) -> Bool {
+        guard target.scheme == scheme, target.port == effectivePort else { return false }
+        if wildcard {
+            guard target.host.count > host.count + 1, target.host.hasSuffix("." + host) else { return false }
+        } else if target.host != host {
+            return false
+        }
+        if path.isEmpty { return true }
+        let p = target.path
+        guard p.hasPrefix(path) else { return false }
+        let after = p.dropFirst(path.count)
+        return after.isEmpty || after.hasPrefix("/")
+    }
+}

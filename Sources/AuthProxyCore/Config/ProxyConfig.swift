@@ -1,0 +1,48 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Logging
+
+/// What to do with a destination that no credential matches.
+public enum UnmatchedPolicy: String, Sendable, CaseIterable {
+    case relay
+    case deny
+}
+
+public enum LogFormat: String, Sendable, CaseIterable {
+    case text
+    case json
+}
+
+/// The validated contents of `proxy.conf`.
+public struct ProxyConfig: Sendable {
+    public var listen: [ListenAddress] = [ListenAddress(host: "127.0.0.1", port: 3128)]
+    public var connectPorts: Set<Int> = [443]
+    public var unmatched: UnmatchedPolicy = .relay
+    public var stateDir: String = "./state"
+    public var upstreamTimeoutSeconds: Int = 60
+    public var headerTimeoutSeconds: Int = 30
+    public var idleTimeoutSeconds: Int = 60
+    public var shutdownGraceSeconds: Int = 10
+    /// Event loops (each one serial queue and one libcurl multi handle); defaults to the number of cores.
+    public var workers: Int = defaultWorkerCount()
+    public var maxConnections: Int = 10_000
+    public var logLevel: Logger.Level = .info
+    public var logFormat: LogFormat = .text
+    public var credentials: [CredentialConfig] = []
+
+    public init() {}
+}
+
+/// One `[[credential]]` entry: its common shape. Each credential type validates its own fields.
+public struct CredentialConfig: Sendable {
+    public var name: String
+    public var type: String
+    public var match: [MatchPrefix]
+    public var line: Int
+}
+
+func defaultWorkerCount() -> Int {
+    let n = sysconf(Int32(_SC_NPROCESSORS_ONLN))
+    return max(1, min(Int(n), 64))
+}

@@ -1,0 +1,135 @@
+/// Decodes a chunked request body (RFC 9112 §7.1) incrementally and strictly: chunk sizes must be hex
+/// digits that fit in 63 bits, every line ends in CRLF, and trailer fields are read and discarded (they are
+/// hop-by-hop for a proxy that re-frames the body).
+public struct ChunkedDecoder: Sendable {
+    enum State: Sendable {
+        case size(digits: Int, value: Int64, inExtension: Bool)
+        case sizeLF
+        case data(remaining: Int64)
+        case dataCR
+        case dataLF
+        case trailerLineStart
+        case trailerLine(length: Int)
+        case trailerLF(endOfTrailers: Bool)
+        case done
+    }
+
+    private var state: State = .size(digits: 0, value: 0, inExtension: false)
+    private var trailerBytes = 0
+    /// The size of the chunk whose size line is being finished.
+    private var pendingSize: Int64 = 0
+
+    static let maxTrailerBytes = 64 * 1024
+    static let maxExtensionBytes = 4096
+
+    public init() {}
+
+    public var isDone: Bool { if case .done = state { return true } else { return false } }
+
+    /// Decodes from `input`, handing body bytes to `output` as contiguous runs. Returns how many input bytes
+    /// were consumed: fewer than offered only when the body ended (the rest belongs to the next request) or
+    /// when `limit` bytes of output have been produced.
+    public mutating func decode(
+        _ input: UnsafeRawBufferPointer, limit: Int, output: (UnsafeRawBufferPointer) -> Void
+    ) throws(HTTPParseError) -> Int {
+        var i = 0
+        var produced = 0
+        var extensionBytes = 0
+        while i < input.count {
+            let c = input[i]
+            switch state {
+            case .size(let digits, let value, let inExtension):
+                if inExtension {
+                    // Extensions are skipped (we re-frame the body), but must be printable and bounded.
+                    if c == 13 {
+                        state = .sizeLF
+                    } else if c == 10 || (c < 0x20 && c != 9) || c == 0x7f {
+                        throw .bad("invalid chunk extension")
+                    } else {
+                        extensionBytes += 1
+                        if extensionBytes > Self.maxExtensionBytes { throw .bad("chunk extension too long") }
+                    }
+                } else if let h = hexValue(c) {
+                    if digits >= 15 { throw .bad("chunk size too large") }
+                    state = .size(digits: digits + 1, value: value << 4 | Int64(h), inExtension: false)
+                } else if digits == 0 {
+                    throw .bad("invalid chunk size")
+                } else if c == 13 {
+                    pendingSize = value
+                    state = .sizeLF
+                } else if c == 59 /* ; */ || c == 32 || c == 9 {
+                    pendingSize = value
+                    state = .size(digits: digits, value: value, inExtension: true)
+                } else {
+                    throw .bad("invalid chunk size")
+                }
+                i += 1
+            case .sizeLF:
+                guard c == 10 else { throw .bad("chunk size line not ended by CRLF") }
+                i += 1
+                state = pendingSize == 0 ? .trailerLineStart : .data(remaining: pendingSize)
+            case .data(let remaining):
+                if produced >= limit { return i }
+                let n = Int(min(remaining, Int64(input.count - i), Int64(limit - produced)))
+                output(UnsafeRawBufferPointer(rebasing: input[i..<(i + n)]))
+                produced += n
+                i += n
+                state = remaining - Int64(n) == 0 ? .dataCR : .data(remaining: remaining - Int64(n))
+            case .dataCR:
+                guard c == 13 else { throw .bad("chunk data not followed by CRLF") }
+                i += 1
+                state = .dataLF
+            case .dataLF:
+                guard c == 10 else { throw .bad("chunk data not followed by CRLF") }
+                i += 1
+                state = .size(digits: 0, value: 0, inExtension: false)
+            case .trailerLineStart:
+                if c == 13 {
+                    state = .trailerLF(endOfTrailers: true)
+                } else if c == 10 {
+                    throw .bad("bare LF in chunked trailer")
+                } else {
+                    state = .trailerLine(length: 1)
+                }
+                try countTrailer()
+                i += 1
+            case .trailerLine(let length):
+                if c == 13 {
+                    state = .trailerLF(endOfTrailers: false)
+                } else if c == 10 {
+                    throw .bad("bare LF in chunked trailer")
+                } else {
+                    state = .trailerLine(length: length + 1)
+                }
+                try countTrailer()
+                i += 1
+            case .trailerLF(let endOfTrailers):
+                guard c == 10 else { throw .bad("bare CR in chunked trailer") }
+                i += 1
+                if endOfTrailers {
+                    state = .done
+                    return i
+                }
+                state = .trailerLineStart
+            case .done:
+                return i
+            }
+        }
+        return i
+    }
+
+    private mutating func countTrailer() throws(HTTPParseError) {
+        trailerBytes += 1
+        if trailerBytes > Self.maxTrailerBytes { throw HTTPParseError(status: 431, "chunked trailer too large") }
+    }
+}
+
+@inline(__always)
+private func hexValue(_ c: UInt8) -> UInt8? {
+    switch c {
+    case 0x30...0x39: return c - 0x30
+    case 0x41...0x46: return c - 0x41 + 10
+    case 0x61...0x66: return c - 0x61 + 10
+    default: return nil
+    }
+}

@@ -1,0 +1,85 @@
+/// An ordered list of header fields that keeps repeated fields (`Set-Cookie`) and their order.
+/// Names keep the case they arrived with; look-ups are case-insensitive.
+public struct HTTPHeaders: Sendable, Equatable, Sequence {
+    public private(set) var fields: [(name: String, value: String)] = []
+
+    public init() {}
+    public init(_ fields: [(String, String)]) {
+        self.fields = fields.map { (name: $0.0, value: $0.1) }
+    }
+
+    public static func == (lhs: HTTPHeaders, rhs: HTTPHeaders) -> Bool {
+        lhs.fields.elementsEqual(rhs.fields) { $0.name == $1.name && $0.value == $1.value }
+    }
+
+    public var count: Int { fields.count }
+
+    public mutating func add(name: String, value: String) {
+        fields.append((name: name, value: value))
+    }
+
+    public mutating func remove(name: String) {
+        fields.removeAll { $0.name.caseInsensitiveEquals(name) }
+    }
+
+    /// All values of `name`, in order.
+    public func values(_ name: String) -> [String] {
+        fields.compactMap { $0.name.caseInsensitiveEquals(name) ? $0.value : nil }
+    }
+
+    public func first(_ name: String) -> String? {
+        fields.first { $0.name.caseInsensitiveEquals(name) }?.value
+    }
+
+    public func contains(_ name: String) -> Bool {
+        fields.contains { $0.name.caseInsensitiveEquals(name) }
+    }
+
+    /// The comma-separated tokens of every `name` field, lower-cased and trimmed (for `Connection`,
+    /// `Transfer-Encoding`).
+    public func tokens(_ name: String) -> [String] {
+        values(name).flatMap { $0.split(separator: ",") }.map { $0.trimmingHTTPWhitespace().lowercased() }
+            .filter { !$0.isEmpty }
+    }
+
+    public func makeIterator() -> IndexingIterator<[(name: String, value: String)]> {
+        fields.makeIterator()
+    }
+
+    /// Fields that never cross a proxy (RFC 9110 §7.6.1), plus whatever `Connection` names.
+    static let hopByHop: Set<String> = [
+        "connection", "proxy-connection", "keep-alive", "proxy-authorization", "proxy-authenticate", "te",
+        "trailer", "upgrade", "transfer-encoding",
+    ]
+
+    /// A copy without hop-by-hop fields, including the ones listed in `Connection`.
+    public func removingHopByHop() -> HTTPHeaders {
+        let named = Set(tokens("connection")).union(tokens("proxy-connection"))
+        var out = HTTPHeaders()
+        out.fields.reserveCapacity(fields.count)
+        for f in fields {
+            let lower = f.name.lowercased()
+            if Self.hopByHop.contains(lower) || named.contains(lower) { continue }
+            out.fields.append(f)
+        }
+        return out
+    }
+}
+
+extension StringProtocol {
+    @inlinable
+    func caseInsensitiveEquals(_ other: some StringProtocol) -> Bool {
+        let a = self.utf8, b = other.utf8
+        guard a.count == b.count else { return false }
+        return zip(a, b).allSatisfy { x, y in
+            x == y || (x | 0x20 == y | 0x20 && (x | 0x20) >= 0x61 && (x | 0x20) <= 0x7a)
+        }
+    }
+
+    func trimmingHTTPWhitespace() -> Substring {
+        var s = Substring(self)
+        while let c = s.first, c == " " || c == "\t" { s.removeFirst() }
+        while let c = s.last, c == " " || c == "\t" { s.removeLast() }
+        return s
+    }
+}

@@ -1,0 +1,64 @@
+/// Where a request wants to go, by the three request-target forms a proxy sees (RFC 9112 §3.2).
+public enum RequestTarget: Sendable, Equatable {
+    /// `GET http://host:port/path?q HTTP/1.1`: a request to forward.
+    case absolute(URLTarget)
+    /// `CONNECT host:port HTTP/1.1`: a tunnel.
+    case authority(host: String, port: Int)
+    /// `GET /healthz HTTP/1.1`: addressed to the proxy itself.
+    case origin(path: String)
+}
+
+/// The parts of an absolute-form target. `host` has no brackets; `pathAndQuery` starts with `/`.
+public struct URLTarget: Sendable, Equatable {
+    public var scheme: String
+    public var host: String
+    public var port: Int
+    public var pathAndQuery: String
+
+    public init(scheme: String, host: String, port: Int, pathAndQuery: String) {
+        self.scheme = scheme
+        self.host = host
+        self.port = port
+        self.pathAndQuery = pathAndQuery
+    }
+
+    /// `host` as written in a URL (IPv6 literals in brackets).
+    public var urlHost: String { host.contains(":") ? "[\(host)]" : host }
+
+    public var isDefaultPort: Bool { (scheme == "http" && port == 80) || (scheme == "https" && port == 443) }
+
+    /// The URL handed to libcurl.
+    public var url: String {
+        isDefaultPort ? "\(scheme)://\(urlHost)\(pathAndQuery)" : "\(scheme)://\(urlHost):\(port)\(pathAndQuery)"
+    }
+
+    /// The path without the query string: what the access log may show.
+    public var path: Substring {
+        pathAndQuery.prefix { $0 != "?" }
+    }
+
+    /// `scheme://host:port` for logs and error messages.
+    public var origin: String { "\(scheme)://\(urlHost):\(port)" }
+}
+
+/// How the body of a request is delimited.
+public enum BodyFraming: Sendable, Equatable {
+    case none
+    case contentLength(Int64)
+    case chunked
+}
+
+/// A parsed and validated request head.
+public struct RequestHead: Sendable, Equatable {
+    public var method: String
+    public var target: RequestTarget
+    /// 0 for HTTP/1.0, 1 for HTTP/1.1.
+    public var minorVersion: Int
+    public var headers: HTTPHeaders
+    public var framing: BodyFraming
+    /// Whether the client wants the connection kept open after this exchange.
+    public var keepAlive: Bool
+    public var expectsContinue: Bool
+
+    public var isHead: Bool { method == "HEAD" }
+}

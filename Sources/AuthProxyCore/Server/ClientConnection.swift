@@ -1,0 +1,644 @@
+import Dispatch
+import Logging
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One client connection: reads requests, forwards them through libcurl or a CONNECT tunnel, and streams
+/// the answers back, one exchange at a time (bytes of pipelined requests wait in the input buffer).
+///
+/// Memory per connection is bounded: at most ``maxInput`` unparsed input bytes, ``maxBuffered`` request-body
+/// bytes waiting for libcurl, and ``maxBuffered`` response bytes waiting for the client. When a limit is
+/// reached the producer is paused (client reads suspended, or the libcurl transfer paused) until the other
+/// side catches up.
+///
+/// Confined to its loop's queue.
+final class ClientConnection: UpstreamTransferDelegate {
+    static let maxBuffered = 256 * 1024
+    static let maxInput = 80 * 1024
+    static let lingerNanos: UInt64 = 2_000_000_000
+
+    enum State {
+        case awaitingHead
+        case forwarding
+        case tunnel
+        /// Response sent, our side half-closed; discarding input until the client closes (lingering close,
+        /// so a client still sending does not get a reset that destroys the response).
+        case closing
+        case closed
+    }
+
+    let channel: SocketChannel
+    let peer: String
+    unowned let loop: EventLoop
+    private var context: ServerContext { loop.context }
+    private var logger: Logger { loop.context.logger }
+    private(set) var state: State = .awaitingHead
+    private var inbuf = ByteBuffer()
+    private var parser = RequestHeadParser()
+    private var exchanges = 0
+    private var lastProgress: UInt64
+    private var headStarted: UInt64? = nil
+    private var closingSince: UInt64 = 0
+    private var closeWhenDrained = false
+
+    // The exchange in progress.
+    private var head: RequestHead? = nil
+    private var exchangeStart: UInt64 = 0
+    private var keepAlive = true
+    private var transfer: UpstreamTransfer? = nil
+    private var tunnel: Tunnel? = nil
+    private var bodyRemaining: Int64 = 0
+    private var chunkDecoder: ChunkedDecoder? = nil
+    private var bodyComplete = true
+    private var bodyBuffer = ByteBuffer()
+    private var bodyBytesIn: Int64 = 0
+    private var sentContinue = false
+    private var curlReadPaused = false
+    private var curlWritePaused = false
+    private var responseStatus = 0
+    private var responseReason = ""
+    private var responseHeaders = HTTPHeaders()
+    private var responseHeadSent = false
+    private var responseChunked = false
+    private var responseNoBody = false
+    private var bodyBytesOut: Int64 = 0
+
+    init(fd: Int32, peer: String, loop: EventLoop) {
+        channel = SocketChannel(fd: fd, queue: loop.queue)
+        self.peer = peer
+        self.loop = loop
+        lastProgress = DispatchTime.now().uptimeNanoseconds
+    }
+
+    func start() {
+        channel.onReadable = { [unowned self] in self.readable() }
+        channel.onDrained = { [unowned self] in self.drained() }
+        channel.onWriteError = { [unowned self] _ in self.clientGone() }
+        channel.resumeReading()
+    }
+
+    // MARK: input
+
+    private func readable() {
+        if state == .tunnel {
+            tunnel?.clientReadable()
+            return
+        }
+        var eof = false
+        reading: while inbuf.count < Self.maxInput {
+            switch channel.read(into: loop.scratch) {
+            case .bytes(let n):
+                lastProgress = DispatchTime.now().uptimeNanoseconds
+                if state == .closing { continue }
+                inbuf.append(UnsafeRawBufferPointer(rebasing: loop.scratch[0..<n]))
+                if n < loop.scratch.count { break reading }
+            case .wouldBlock:
+                break reading
+            case .eof:
+                eof = true
+                break reading
+            case .error:
+                clientGone()
+                return
+            }
+        }
+        if eof {
+            clientGone()
+            return
+        }
+        process()
+        updateReadInterest()
+    }
+
+    private func updateReadInterest() {
+        guard state != .closed, state != .tunnel else { return }
+        if state == .closing || inbuf.count < Self.maxInput {
+            channel.resumeReading()
+        } else {
+            channel.pauseReading()
+        }
+    }
+
+    /// Parses and starts as many requests as the buffered input and the exchange in progress allow.
+    private func process() {
+        while true {
+            switch state {
+            case .awaitingHead:
+                if inbuf.isEmpty {
+                    headStarted = nil
+                    return
+                }
+                if headStarted == nil { headStarted = DispatchTime.now().uptimeNanoseconds }
+                let result = inbuf.withUnreadBytes { parser.parse($0) }
+                switch result {
+                case .needMore:
+                    return
+                case .failed(let e):
+                    parser.reset()
+                    inbuf.removeAll()
+                    head = nil
+                    exchangeStart = DispatchTime.now().uptimeNanoseconds
+                    respond(ErrorResponse.forParseError(e), close: true)
+                    return
+                case .complete(let h, let consumed):
+                    inbuf.consume(consumed)
+                    parser.reset()
+                    headStarted = nil
+                    begin(h)
+                }
+            case .forwarding:
+                pumpBody()
+                return
+            case .tunnel, .closing, .closed:
+                return
+            }
+        }
+    }
+
+    private func begin(_ h: RequestHead) {
+        exchanges += 1
+        head = h
+        exchangeStart = DispatchTime.now().uptimeNanoseconds
+        keepAlive = h.keepAlive && !loop.shuttingDown
+        bodyBytesIn = 0
+        bodyBytesOut = 0
+        responseStatus = 0
+        responseHeadSent = false
+        responseChunked = false
+        responseNoBody = false
+        sentContinue = false
+        curlReadPaused = false
+        curlWritePaused = false
+        switch h.framing {
+        case .none, .contentLength(0):
+            bodyComplete = true
+            chunkDecoder = nil
+        case .contentLength(let n):
+            bodyComplete = false
+            bodyRemaining = n
+            chunkDecoder = nil
+        case .chunked:
+            bodyComplete = false
+            chunkDecoder = ChunkedDecoder()
+        }
+        switch h.target {
+        case .origin(let path):
+            serveOwnEndpoint(path)
+        case .authority(let host, let port):
+            startTunnel(host: host, port: port)
+        case .absolute(let url):
+            if url.scheme == "http", context.ownAuthorities.contains("\(url.urlHost):\(url.port)") {
+                serveOwnEndpoint(url.pathAndQuery)
+            } else {
+                forward(url)
+            }
+        }
+    }
+
+    // MARK: the proxy's own endpoints
+
+    private func serveOwnEndpoint(_ target: String) {
+        // Own endpoints take no body; rather than read one, close after answering.
+        if !bodyComplete { keepAlive = false }
+        let path = target.prefix { $0 != "?" }
+        switch path {
+        case "/healthz":
+            guard head?.method == "GET" || head?.method == "HEAD" else {
+                respond(ErrorResponse(status: 405, message: "Method not allowed on /healthz"), close: false)
+                return
+            }
+            respondLocal(status: 200, contentType: "application/json", body: "{\"status\":\"ok\"}")
+        default:
+            respond(ErrorResponse(status: 404, message: "No such endpoint on this proxy: \(path.prefix(200))",
+                details: ["Send requests in absolute form (configure this address as HTTP_PROXY), or GET /healthz."]), close: false)
+        }
+    }
+
+    // MARK: forwarding through libcurl
+
+    private func forward(_ url: URLTarget) {
+        guard let h = head else { return }
+        if context.config.unmatched == .deny {
+            respond(ErrorResponse(status: 403, message: "Destination \(url.origin) is not allowed",
+                details: ["No credential matches it and [proxy] unmatched = \"deny\"."]), close: !bodyComplete)
+            return
+        }
+        var lines: [String] = []
+        lines.reserveCapacity(h.headers.count + 3)
+        var hasAccept = false
+        let named = Set(h.headers.tokens("connection")).union(h.headers.tokens("proxy-connection"))
+        for f in h.headers {
+            let lower = f.name.lowercased()
+            if HTTPHeaders.hopByHop.contains(lower) || named.contains(lower) { continue }
+            switch lower {
+            case "host", "content-length", "expect": continue
+            case "accept": hasAccept = true
+            default: break
+            }
+            lines.append(f.value.isEmpty ? "\(f.name);" : "\(f.name): \(f.value)")
+        }
+        lines.append("Via: \(context.viaValue)")
+        // Stop libcurl adding headers the client did not send.
+        lines.append("Expect:")
+        if !hasAccept { lines.append("Accept:") }
+        var bodyLength: Int64?
+        switch h.framing {
+        case .none: bodyLength = nil
+        case .contentLength(let n): bodyLength = (n == 0 && (h.method == "GET" || h.method == "HEAD")) ? nil : n
+        case .chunked: bodyLength = -1
+        }
+        if h.method == "HEAD" { bodyLength = nil }
+        state = .forwarding
+        let t = UpstreamTransfer(
+            multi: loop.multi,
+            request: UpstreamRequest(method: h.method, url: url.url, headerLines: lines, bodyLength: bodyLength,
+                timeoutSeconds: context.config.upstreamTimeoutSeconds),
+            destination: "\(url.urlHost):\(url.port)", delegate: self)
+        transfer = t
+        t.start()
+        pumpBody()
+    }
+
+    /// Moves request-body bytes from the input buffer to the body buffer libcurl reads from.
+    private func pumpBody() {
+        guard state == .forwarding, !bodyComplete else { return }
+        while bodyBuffer.count < Self.maxBuffered, !inbuf.isEmpty, !bodyComplete {
+            let space = Self.maxBuffered - bodyBuffer.count
+            if var decoder = chunkDecoder {
+                // Move the buffer out while the closure appends to it, so appending does not copy it.
+                var out = ByteBuffer()
+                swap(&out, &bodyBuffer)
+                let result: Result<Int, HTTPParseError> = inbuf.withUnreadBytes { bytes in
+                    do throws(HTTPParseError) {
+                        return .success(try decoder.decode(bytes, limit: space) { out.append($0) })
+                    } catch {
+                        return .failure(error)
+                    }
+                }
+                swap(&out, &bodyBuffer)
+                let consumed: Int
+                switch result {
+                case .success(let n): consumed = n
+                case .failure(let error):
+                    chunkDecoder = nil
+                    bodyFailed(error)
+                    return
+                }
+                inbuf.consume(consumed)
+                chunkDecoder = decoder
+                if decoder.isDone { bodyComplete = true }
+            } else {
+                let n = Int(min(bodyRemaining, Int64(min(inbuf.count, space))))
+                inbuf.withUnreadBytes { bodyBuffer.append(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+                inbuf.consume(n)
+                bodyRemaining -= Int64(n)
+                if bodyRemaining == 0 { bodyComplete = true }
+            }
+        }
+        if curlReadPaused, !bodyBuffer.isEmpty || bodyComplete {
+            curlReadPaused = false
+            transfer?.resume()
+        }
+    }
+
+    private func bodyFailed(_ e: HTTPParseError) {
+        transfer?.cancel()
+        transfer = nil
+        bodyComplete = false
+        if responseHeadSent {
+            close()
+        } else {
+            respond(ErrorResponse.forParseError(e), close: true)
+        }
+    }
+
+    func transferNeedsBody(_ buffer: UnsafeMutableRawBufferPointer) -> BodySupply {
+        if head?.expectsContinue == true, !sentContinue, !responseHeadSent {
+            sentContinue = true
+            channel.write("HTTP/1.1 100 Continue\r\n\r\n")
+        }
+        if bodyBuffer.isEmpty {
+            if bodyComplete { return .end }
+            curlReadPaused = true
+            return .pause
+        }
+        let n = min(buffer.count, bodyBuffer.count)
+        bodyBuffer.withUnreadBytes { buffer.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+        bodyBuffer.consume(n)
+        bodyBytesIn += Int64(n)
+        if !bodyComplete, !inbuf.isEmpty {
+            pumpBody()
+        }
+        updateReadInterest()
+        return .bytes(n)
+    }
+
+    func transferDidReceiveHeaderLine(_ raw: UnsafeRawBufferPointer) {
+        guard !responseHeadSent else { return }  // trailers of a chunked response: hop-by-hop, dropped
+        var end = raw.count
+        while end > 0, raw[end - 1] == 10 || raw[end - 1] == 13 { end -= 1 }
+        let line = UnsafeRawBufferPointer(rebasing: raw[0..<end])
+        if line.starts(with: "HTTP/".utf8) {
+            // "HTTP/1.1 200 OK": a new response (1xx ones come first and are not relayed).
+            let text = String(decoding: line, as: UTF8.self)
+            let parts = text.split(separator: " ", maxSplits: 2, omittingEmptySubsequences: false)
+            responseStatus = parts.count > 1 ? Int(parts[1]) ?? 502 : 502
+            responseReason = parts.count > 2 ? String(parts[2]) : reasonPhrase(responseStatus)
+            responseHeaders = HTTPHeaders()
+            return
+        }
+        if line.isEmpty {
+            if responseStatus >= 200 { commitResponseHead() }
+            return
+        }
+        if line[0] == 32 || line[0] == 9 {
+            // obs-fold from an old upstream: join to the previous field.
+            let more = String(decoding: line, as: UTF8.self).trimmingHTTPWhitespace()
+            if let last = responseHeaders.fields.last {
+                responseHeaders.remove(name: last.name)
+                responseHeaders.add(name: last.name, value: last.value + " " + more)
+            }
+            return
+        }
+        guard let colon = line.firstIndex(of: 58) else { return }
+        let name = String(decoding: line[0..<colon], as: UTF8.self)
+        let value = String(decoding: line[(colon + 1)...], as: UTF8.self).trimmingHTTPWhitespace()
+        responseHeaders.add(name: name, value: String(value))
+    }
+
+    private func commitResponseHead() {
+        guard !responseHeadSent, let h = head else { return }
+        responseHeadSent = true
+        let status = responseStatus
+        responseNoBody = h.isHead || status == 204 || status == 304 || status < 200
+        var out = responseHeaders.removingHopByHop()
+        let lengths = out.values("content-length")
+        out.remove(name: "content-length")
+        var length: Int64? = nil
+        if let first = lengths.first, lengths.allSatisfy({ $0 == first }), let n = Int64(first), n >= 0 { length = n }
+        if responseNoBody {
+            if let length, status != 204 { out.add(name: "Content-Length", value: String(length)) }
+        } else if let length {
+            out.add(name: "Content-Length", value: String(length))
+        } else if h.minorVersion >= 1 {
+            out.add(name: "Transfer-Encoding", value: "chunked")
+            responseChunked = true
+        } else {
+            keepAlive = false  // close-delimited for an HTTP/1.0 client
+        }
+        out.add(name: "Via", value: context.viaValue)
+        if !keepAlive {
+            out.add(name: "Connection", value: "close")
+        } else if h.minorVersion == 0 {
+            out.add(name: "Connection", value: "keep-alive")
+        }
+        var s = "HTTP/1.1 \(status) \(responseReason)\r\n"
+        for f in out { s += "\(f.name): \(f.value)\r\n" }
+        s += "\r\n"
+        channel.write(s)
+    }
+
+    func transferDidReceiveBody(_ bytes: UnsafeRawBufferPointer) -> BodyAcceptance {
+        if !responseHeadSent { commitResponseHead() }
+        if channel.failed || channel.isClosed { return .abort }
+        if responseNoBody { return .accepted }
+        if channel.pendingCount >= Self.maxBuffered {
+            curlWritePaused = true
+            return .pause
+        }
+        if responseChunked {
+            loop.writeChunk(bytes, to: channel)
+        } else {
+            channel.write(bytes)
+        }
+        bodyBytesOut += Int64(bytes.count)
+        return channel.failed ? .abort : .accepted
+    }
+
+    func transferDidFinish(error: UpstreamError?) {
+        transfer = nil
+        if let error {
+            if error.isClientSide || state == .closed {
+                close()
+                return
+            }
+            logger.warning("upstream failed", metadata: ["client": "\(peer)", "destination": "\(error.destination)",
+                "cause": "\(error.detail.isEmpty ? error.response.message : error.detail)"])
+            if responseHeadSent {
+                // Headers are out: the only honest signal left is to cut the connection (truncation).
+                logAccess()
+                close()
+            } else {
+                respond(error.response, close: !bodyComplete)
+                process()
+                updateReadInterest()
+            }
+            return
+        }
+        if !responseHeadSent {
+            if responseStatus < 200 { responseStatus = 502; responseReason = "Bad Gateway" }
+            commitResponseHead()
+        }
+        if responseChunked { channel.write("0\r\n\r\n") }
+        finishExchange()
+        process()
+        updateReadInterest()
+    }
+
+    // MARK: CONNECT
+
+    private func startTunnel(host: String, port: Int) {
+        guard context.config.connectPorts.contains(port) else {
+            respond(ErrorResponse(status: 403, message: "CONNECT to \(host):\(port) is not allowed",
+                details: ["Port \(port) is not in [proxy] connect_ports (\(context.config.connectPorts.sorted().map(String.init).joined(separator: ", ")))."]),
+                close: false)
+            return
+        }
+        if context.config.unmatched == .deny {
+            respond(ErrorResponse(status: 403, message: "Destination \(host):\(port) is not allowed",
+                details: ["No credential matches it and [proxy] unmatched = \"deny\"."]), close: false)
+            return
+        }
+        state = .tunnel
+        channel.pauseReading()
+        let t = Tunnel(connection: self, host: host, port: port, timeoutSeconds: context.config.upstreamTimeoutSeconds)
+        tunnel = t
+        t.start()
+    }
+
+    /// The upstream socket is connected: answer 200 and hand the bytes the client already sent to it.
+    func tunnelEstablished() -> ByteBuffer {
+        responseStatus = 200
+        channel.write("HTTP/1.1 200 Connection Established\r\nVia: \(context.viaValue)\r\n\r\n")
+        let early = inbuf
+        inbuf.removeAll()
+        return early
+    }
+
+    func tunnelFailed(_ e: ErrorResponse) {
+        tunnel = nil
+        state = .awaitingHead
+        respond(e, close: true)
+    }
+
+    func tunnelFinished(bytesUp: Int64, bytesDown: Int64) {
+        bodyBytesIn = bytesUp
+        bodyBytesOut = bytesDown
+        logAccess()
+        head = nil
+        tunnel = nil
+        close()
+    }
+
+    var tunnelReadLimit: Int { Self.maxBuffered }
+
+    // MARK: responses and the end of an exchange
+
+    private func respondLocal(status: Int, contentType: String, body: String, extraHeaders: String = "") {
+        responseStatus = status
+        let minor = head?.minorVersion ?? 1
+        var s = "HTTP/1.1 \(status) \(reasonPhrase(status))\r\nContent-Type: \(contentType)\r\nContent-Length: \(body.utf8.count)\r\n"
+        s += extraHeaders
+        if !keepAlive { s += "Connection: close\r\n" } else if minor == 0 { s += "Connection: keep-alive\r\n" }
+        s += "\r\n"
+        if head?.isHead != true {
+            s += body
+            bodyBytesOut = Int64(body.utf8.count)
+        }
+        responseHeadSent = true
+        channel.write(s)
+        finishExchange()
+    }
+
+    /// Answers with an ArcGIS-style JSON error.
+    private func respond(_ e: ErrorResponse, close: Bool) {
+        if close { keepAlive = false }
+        transfer?.cancel()
+        transfer = nil
+        respondLocal(status: e.status, contentType: "application/json; charset=utf-8", body: e.jsonBody)
+    }
+
+    private func finishExchange() {
+        logAccess()
+        head = nil
+        chunkDecoder = nil
+        bodyBuffer.removeAll()
+        if !keepAlive || !bodyComplete || loop.shuttingDown {
+            beginClosing()
+        } else {
+            state = .awaitingHead
+            lastProgress = DispatchTime.now().uptimeNanoseconds
+        }
+    }
+
+    private func logAccess() {
+        guard logger.logLevel <= .info else { return }
+        let method: String
+        let url: String
+        if let h = head {
+            method = h.method
+            switch h.target {
+            case .absolute(let u): url = "\(u.origin)\(u.path)"
+            case .authority(let host, let port): url = "\(host.contains(":") ? "[\(host)]" : host):\(port)"
+            case .origin(let p): url = String(p.prefix { $0 != "?" })
+            }
+        } else {
+            method = "-"
+            url = "-"
+        }
+        let ms = Double(DispatchTime.now().uptimeNanoseconds - exchangeStart) / 1_000_000
+        logger.info("access", metadata: [
+            "client": "\(peer)", "method": "\(method)", "url": "\(url)", "status": "\(responseStatus)",
+            "bytes_in": "\(bodyBytesIn)", "bytes_out": "\(bodyBytesOut)",
+            "duration_ms": "\(Double(Int(ms * 10)) / 10)", "credential": "-",
+        ])
+    }
+
+    /// Half-closes after the response is flushed, then discards input until the client closes or
+    /// ``lingerNanos`` pass.
+    private func beginClosing() {
+        state = .closing
+        closingSince = DispatchTime.now().uptimeNanoseconds
+        inbuf.removeAll()
+        channel.shutdownWriteWhenFlushed()
+        channel.resumeReading()
+    }
+
+    private func drained() {
+        lastProgress = DispatchTime.now().uptimeNanoseconds
+        switch state {
+        case .tunnel:
+            tunnel?.clientDrained()
+        case .forwarding:
+            if curlWritePaused, channel.pendingCount < Self.maxBuffered / 2 {
+                curlWritePaused = false
+                transfer?.resume()
+            }
+        default:
+            break
+        }
+    }
+
+    /// The client closed or reset its connection: cancel whatever is in flight.
+    private func clientGone() {
+        if state == .tunnel, let t = tunnel {
+            t.clientEOF()
+            return
+        }
+        if head != nil, state == .forwarding {
+            responseStatus = responseHeadSent ? responseStatus : 499
+            logAccess()
+        }
+        close()
+    }
+
+    func close() {
+        guard state != .closed else { return }
+        state = .closed
+        transfer?.cancel()
+        transfer = nil
+        tunnel?.close()
+        tunnel = nil
+        channel.close()
+        loop.connectionClosed(self)
+    }
+
+    func shutdownRequested() {
+        switch state {
+        case .awaitingHead where inbuf.isEmpty: close()
+        case .awaitingHead, .forwarding: keepAlive = false
+        default: break
+        }
+    }
+
+    func checkTimeouts(now: UInt64) {
+        let cfg = context.config
+        switch state {
+        case .awaitingHead:
+            if let started = headStarted {
+                if now - started > UInt64(cfg.headerTimeoutSeconds) * 1_000_000_000 {
+                    head = nil
+                    exchangeStart = now
+                    respond(ErrorResponse(status: 408, message: "Request header not received within \(cfg.headerTimeoutSeconds) s"), close: true)
+                }
+            } else {
+                let limit = exchanges == 0 ? cfg.headerTimeoutSeconds : cfg.idleTimeoutSeconds
+                if now - lastProgress > UInt64(limit) * 1_000_000_000 { close() }
+            }
+        case .forwarding:
+            // A client that stopped reading its response (or stopped sending its body) for the idle timeout.
+            if channel.pendingCount > 0 || (!bodyComplete && curlReadPaused),
+                now - lastProgress > UInt64(cfg.idleTimeoutSeconds) * 1_000_000_000
+            {
+                close()
+            }
+        case .tunnel:
+            tunnel?.checkTimeouts(now: now)
+        case .closing:
+            if now - closingSince > Self.lingerNanos { close() }
+        case .closed:
+            break
+        }
+    }
+}

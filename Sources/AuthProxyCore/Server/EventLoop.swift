@@ -1,0 +1,106 @@
+import Dispatch
+import Logging
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One serial queue with everything that runs on it: a libcurl multi handle, the client connections
+/// assigned to this loop, a read scratch buffer and a once-a-second timer that enforces timeouts.
+///
+/// All state is touched only on `queue` (`@unchecked Sendable` so other queues can hand it work).
+final class EventLoop: @unchecked Sendable {
+    let queue: DispatchQueue
+    let multi: CurlMulti
+    let context: ServerContext
+    /// Shared read buffer: every read on this loop lands here first, then is copied where it belongs.
+    let scratch: UnsafeMutableRawBufferPointer
+    /// Where a response chunk is framed before it is written.
+    let assembly: UnsafeMutableRawBufferPointer
+    private var connections: [ObjectIdentifier: ClientConnection] = [:]
+    private var sweeper: (any DispatchSourceTimer)?
+    private(set) var shuttingDown = false
+
+    init(index: Int, context: ServerContext) {
+        queue = DispatchQueue(label: "authproxy.loop.\(index)", qos: .userInitiated)
+        multi = CurlMulti(queue: queue)
+        self.context = context
+        scratch = .allocate(byteCount: 64 * 1024, alignment: 16)
+        assembly = .allocate(byteCount: 80 * 1024, alignment: 16)
+        let t = DispatchSource.makeTimerSource(queue: queue)
+        t.schedule(deadline: .now() + 1, repeating: 1, leeway: .milliseconds(100))
+        t.setEventHandler { [unowned self] in self.sweep() }
+        t.resume()
+        sweeper = t
+    }
+
+    var connectionCount: Int { connections.count }
+
+    /// Takes ownership of an accepted socket.
+    func adopt(fd: Int32, peer: String) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        if shuttingDown || connections.count >= context.maxConnectionsPerLoop {
+            Glibc.close(fd)
+            return
+        }
+        let c = ClientConnection(fd: fd, peer: peer, loop: self)
+        connections[ObjectIdentifier(c)] = c
+        c.start()
+    }
+
+    func connectionClosed(_ c: ClientConnection) {
+        connections.removeValue(forKey: ObjectIdentifier(c))
+    }
+
+    /// Stop taking new requests: idle connections close now, busy ones after their current exchange.
+    func beginShutdown() {
+        dispatchPrecondition(condition: .onQueue(queue))
+        shuttingDown = true
+        for c in Array(connections.values) { c.shutdownRequested() }
+    }
+
+    /// Closes whatever is still open (end of the grace period).
+    func closeAll() {
+        dispatchPrecondition(condition: .onQueue(queue))
+        for c in Array(connections.values) { c.close() }
+    }
+
+    private func sweep() {
+        let now = DispatchTime.now().uptimeNanoseconds
+        for c in Array(connections.values) { c.checkTimeouts(now: now) }
+    }
+}
+
+/// Settings every loop reads, fixed at start.
+struct ServerContext: Sendable {
+    let config: ProxyConfig
+    let logger: Logger
+    let maxConnectionsPerLoop: Int
+    /// `host:port` strings under which clients reach the proxy itself.
+    let ownAuthorities: Set<String>
+    let viaValue = "1.1 authproxy"
+}
+
+extension EventLoop {
+    /// Writes `bytes` as one chunk of a chunked body, in a single write when the socket takes it.
+    func writeChunk(_ bytes: UnsafeRawBufferPointer, to channel: SocketChannel) {
+        var header = String(bytes.count, radix: 16)
+        header += "\r\n"
+        let total = header.utf8.count + bytes.count + 2
+        if total <= assembly.count {
+            var off = 0
+            header.withUTF8 { h in
+                assembly.baseAddress!.copyMemory(from: h.baseAddress!, byteCount: h.count)
+                off = h.count
+            }
+            (assembly.baseAddress! + off).copyMemory(from: bytes.baseAddress!, byteCount: bytes.count)
+            off += bytes.count
+            assembly[off] = 13
+            assembly[off + 1] = 10
+            channel.write(UnsafeRawBufferPointer(rebasing: assembly[0..<total]))
+        } else {
+            channel.write(header)
+            channel.write(bytes)
+            channel.write("\r\n")
+        }
+    }
+}

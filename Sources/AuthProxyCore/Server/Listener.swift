@@ -1,0 +1,94 @@
+import CAuthProxyShims
+import Dispatch
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A non-blocking listening socket; accepted connections are handed round-robin to the event loops.
+final class Listener: @unchecked Sendable {
+    let address: ListenAddress
+    private let fd: Int32
+    private let source: any DispatchSourceRead
+    private let loops: [EventLoop]
+    private var next = 0
+    /// The port actually bound (differs from the configured one for port 0).
+    let boundPort: Int
+
+    init(address: ListenAddress, loops: [EventLoop], queue: DispatchQueue) throws(ServerError) {
+        self.address = address
+        self.loops = loops
+        let family = address.isIPv6 ? AF_INET6 : AF_INET
+        let fd = socket(family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw ServerError.listen(address, errno) }
+        var one: Int32 = 1
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
+        if address.isIPv6 { setsockopt(fd, Int32(IPPROTO_IPV6), IPV6_V6ONLY, &one, socklen_t(MemoryLayout<Int32>.size)) }
+        var storage = sockaddr_storage()
+        let len: socklen_t
+        if address.isIPv6 {
+            var sin6 = sockaddr_in6()
+            sin6.sin6_family = sa_family_t(AF_INET6)
+            sin6.sin6_port = in_port_t(UInt16(address.port).bigEndian)
+            inet_pton(AF_INET6, address.host, &sin6.sin6_addr)
+            withUnsafeMutableBytes(of: &storage) { $0.storeBytes(of: sin6, as: sockaddr_in6.self) }
+            len = socklen_t(MemoryLayout<sockaddr_in6>.size)
+        } else {
+            var sin = sockaddr_in()
+            sin.sin_family = sa_family_t(AF_INET)
+            sin.sin_port = in_port_t(UInt16(address.port).bigEndian)
+            inet_pton(AF_INET, address.host, &sin.sin_addr)
+            withUnsafeMutableBytes(of: &storage) { $0.storeBytes(of: sin, as: sockaddr_in.self) }
+            len = socklen_t(MemoryLayout<sockaddr_in>.size)
+        }
+        let rc = withUnsafePointer(to: &storage) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) } }
+        guard rc == 0, Glibc.listen(fd, 1024) == 0 else {
+            let e = errno
+            Glibc.close(fd)
+            throw ServerError.listen(address, e)
+        }
+        var bound = sockaddr_storage()
+        var blen = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        withUnsafeMutablePointer(to: &bound) { _ = $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &blen) } }
+        boundPort = Int(describePeer(bound).split(separator: ":").last.flatMap { Int($0) } ?? address.port)
+        self.fd = fd
+        source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
+        source.setEventHandler { [unowned self] in self.acceptAll() }
+        source.setCancelHandler { Glibc.close(fd) }
+    }
+
+    func start() { source.resume() }
+
+    /// Stops accepting; the socket is closed once the source is cancelled.
+    func stop() { source.cancel() }
+
+    private func acceptAll() {
+        for _ in 0..<64 {
+            var peer = sockaddr_storage()
+            var len = socklen_t(MemoryLayout<sockaddr_storage>.size)
+            let c = withUnsafeMutablePointer(to: &peer) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    ap_accept_nonblock(fd, $0, &len)
+                }
+            }
+            if c < 0 {
+                if errno == EINTR || errno == ECONNABORTED { continue }
+                return  // EAGAIN, or EMFILE: try again on the next readiness event
+            }
+            var one: Int32 = 1
+            setsockopt(c, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+            let loop = loops[next]
+            next = (next + 1) % loops.count
+            let name = describePeer(peer)
+            loop.queue.async { loop.adopt(fd: c, peer: name) }
+        }
+    }
+}
+
+/// Errors starting or running the server, with the address and cause.
+public struct ServerError: Error, CustomStringConvertible, Sendable {
+    public let description: String
+
+    static func listen(_ a: ListenAddress, _ err: Int32) -> ServerError {
+        ServerError(description: "cannot listen on \(a): \(String(cString: strerror(err)))")
+    }
+}

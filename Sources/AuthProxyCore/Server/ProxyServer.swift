@@ -1,0 +1,77 @@
+import CAuthProxyShims
+import Dispatch
+import Logging
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The proxy: listeners, event loops, and graceful shutdown.
+public final class ProxyServer: @unchecked Sendable {
+    private let config: ProxyConfig
+    private let logger: Logger
+    private var loops: [EventLoop] = []
+    private var listeners: [Listener] = []
+    private let acceptQueue = DispatchQueue(label: "authproxy.accept")
+
+    public init(config: ProxyConfig, logger: Logger) {
+        self.config = config
+        self.logger = logger
+    }
+
+    /// One-time process set-up: OpenSSL without its atexit handler, libcurl, and no SIGPIPE.
+    public static func initializeLibraries() {
+        signal(SIGPIPE, SIG_IGN)
+        if ap_global_init() != 0 { fatalError("curl_global_init failed") }
+    }
+
+    /// The ports actually bound, in `listen` order (useful with port 0).
+    public var boundPorts: [Int] { listeners.map(\.boundPort) }
+
+    public func start() throws(ServerError) {
+        var own: Set<String> = []
+        for a in config.listen {
+            let host = a.isIPv6 ? "[\(a.host)]" : a.host
+            own.insert("\(host):\(a.port)")
+            if a.host == "127.0.0.1" { own.insert("localhost:\(a.port)") }
+        }
+        let context = ServerContext(
+            config: config, logger: logger,
+            maxConnectionsPerLoop: max(1, config.maxConnections / config.workers), ownAuthorities: own)
+        loops = (0..<config.workers).map { EventLoop(index: $0, context: context) }
+        for a in config.listen {
+            let l = try Listener(address: a, loops: loops, queue: acceptQueue)
+            listeners.append(l)
+        }
+        for l in listeners {
+            l.start()
+            logger.notice("listening", metadata: ["address": "\(l.address.isIPv6 ? "[\(l.address.host)]" : l.address.host):\(l.boundPort)"])
+        }
+    }
+
+    /// Stops accepting, lets in-flight exchanges finish for up to `grace` seconds, then closes everything and
+    /// calls `done` (on a background queue).
+    public func shutdown(grace: Int, done: @escaping @Sendable () -> Void) {
+        for l in listeners { l.stop() }
+        for loop in loops { loop.queue.async { loop.beginShutdown() } }
+        let deadline = DispatchTime.now() + .seconds(grace)
+        poll(deadline: deadline, done: done)
+    }
+
+    private func poll(deadline: DispatchTime, done: @escaping @Sendable () -> Void) {
+        let remaining = loops.reduce(0) { n, loop in n + loop.queue.sync { loop.connectionCount } }
+        if remaining == 0 || DispatchTime.now() >= deadline {
+            if remaining > 0 {
+                logger.warning("grace period over, closing connections", metadata: ["open": "\(remaining)"])
+            }
+            for loop in loops {
+                loop.queue.sync {
+                    loop.closeAll()
+                    loop.multi.tearDown()
+                }
+            }
+            done()
+            return
+        }
+        DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(50)) { [self] in poll(deadline: deadline, done: done) }
+    }
+}

@@ -1,0 +1,36 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Whether `host` is a numeric IPv4 or IPv6 address.
+func isNumericAddress(_ host: String) -> Bool {
+    var v4 = in_addr()
+    var v6 = in6_addr()
+    return inet_pton(AF_INET, host, &v4) == 1 || inet_pton(AF_INET6, host, &v6) == 1
+}
+
+/// A peer address as `ip:port` (IPv6 in brackets), for logs.
+func describePeer(_ storage: sockaddr_storage) -> String {
+    var s = storage
+    var buf = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN) + 1)
+    switch Int32(s.ss_family) {
+    case AF_INET:
+        return withUnsafePointer(to: &s) {
+            $0.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { sin in
+                var addr = sin.pointee.sin_addr
+                inet_ntop(AF_INET, &addr, &buf, socklen_t(buf.count))
+                return "\(String(cString: buf)):\(UInt16(bigEndian: sin.pointee.sin_port))"
+            }
+        }
+    case AF_INET6:
+        return withUnsafePointer(to: &s) {
+            $0.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { sin in
+                var addr = sin.pointee.sin6_addr
+                inet_ntop(AF_INET6, &addr, &buf, socklen_t(buf.count))
+                return "[\(String(cString: buf))]:\(UInt16(bigEndian: sin.pointee.sin6_port))"
+            }
+        }
+    default:
+        return "unknown"
+    }
+}

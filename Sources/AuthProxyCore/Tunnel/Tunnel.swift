@@ -1,0 +1,230 @@
+import CAuthProxyShims
+import Dispatch
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A blind CONNECT tunnel: resolves and connects to `host:port`, then relays bytes both ways with bounded
+/// buffers (a side that cannot keep up pauses reading from the other) and half-close (EOF from one side is
+/// passed on as `shutdown(SHUT_WR)` to the other; the tunnel ends when both directions are done).
+///
+/// The interception of matched hosts (a later capability) replaces this relay with a TLS server; the
+/// connection only talks to it through ``clientReadable()``, ``clientDrained()``, ``clientEOF()``,
+/// ``checkTimeouts(now:)`` and ``close()``.
+///
+/// Confined to the connection's loop queue.
+final class Tunnel {
+    private unowned let connection: ClientConnection
+    private let host: String
+    private let port: Int
+    private let timeoutSeconds: Int
+    private var client: SocketChannel { connection.channel }
+    private var upstream: SocketChannel?
+    private var connectDeadline: UInt64 = 0
+    private var connected = false
+    private var closed = false
+    private var clientDone = false
+    private var upstreamDone = false
+    private var bytesUp: Int64 = 0
+    private var bytesDown: Int64 = 0
+    private var addresses: [(family: Int32, addr: sockaddr_storage, len: socklen_t)] = []
+    private let limit = ClientConnection.maxBuffered
+
+    init(connection: ClientConnection, host: String, port: Int, timeoutSeconds: Int) {
+        self.connection = connection
+        self.host = host
+        self.port = port
+        self.timeoutSeconds = timeoutSeconds
+    }
+
+    private var destination: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
+
+    func start() {
+        connectDeadline = DispatchTime.now().uptimeNanoseconds + UInt64(timeoutSeconds) * 1_000_000_000
+        let queue = connection.loop.queue
+        let host = host
+        let port = port
+        // getaddrinfo blocks: run it off the loop, come back with the answer.
+        nonisolated(unsafe) let me = self
+        DispatchQueue.global().async {
+            let result = resolve(host: host, port: port)
+            queue.async {
+                guard !me.closed else { return }
+                switch result {
+                case .success(let addrs):
+                    me.addresses = addrs
+                    me.tryNextAddress(lastError: ECONNREFUSED)
+                case .failure(let message):
+                    me.fail(ErrorResponse(status: 502, message: "Could not resolve host \(me.destination)", details: [message]))
+                }
+            }
+        }
+    }
+
+    private func tryNextAddress(lastError: Int32) {
+        guard !addresses.isEmpty else {
+            fail(ErrorResponse(status: 502, message: "Could not connect to \(destination): connection refused or unreachable",
+                details: [String(cString: strerror(lastError))]))
+            return
+        }
+        var a = addresses.removeFirst()
+        let fd = socket(a.family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else {
+            tryNextAddress(lastError: errno)
+            return
+        }
+        var one: Int32 = 1
+        setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+        let rc = withUnsafePointer(to: &a.addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, a.len) }
+        }
+        if rc != 0 && errno != EINPROGRESS {
+            let e = errno
+            Glibc.close(fd)
+            tryNextAddress(lastError: e)
+            return
+        }
+        let ch = SocketChannel(fd: fd, queue: connection.loop.queue)
+        upstream = ch
+        ch.awaitConnect { [unowned self] err in
+            guard !self.closed else { return }
+            if err != 0 {
+                ch.close()
+                self.upstream = nil
+                self.tryNextAddress(lastError: err)
+            } else {
+                self.established()
+            }
+        }
+    }
+
+    private func established() {
+        guard let up = upstream else { return }
+        connected = true
+        up.onReadable = { [unowned self] in self.upstreamReadable() }
+        up.onDrained = { [unowned self] in self.upstreamDrained() }
+        up.onWriteError = { [unowned self] _ in self.close(notify: true) }
+        let early = connection.tunnelEstablished()
+        if !early.isEmpty {
+            early.withUnreadBytes { up.write($0) }
+            bytesUp += Int64(early.count)
+        }
+        up.resumeReading()
+        client.resumeReading()
+    }
+
+    private func fail(_ e: ErrorResponse) {
+        guard !closed else { return }
+        closed = true
+        upstream?.close()
+        upstream = nil
+        connection.tunnelFailed(e)
+    }
+
+    /// Relays from `from` to `to` until `to` has `limit` bytes pending; returns true at EOF.
+    private func relay(from: SocketChannel, to: SocketChannel, count: inout Int64) -> (eof: Bool, error: Bool) {
+        let scratch = connection.loop.scratch
+        while to.pendingCount < limit {
+            switch from.read(into: scratch) {
+            case .bytes(let n):
+                to.write(UnsafeRawBufferPointer(rebasing: scratch[0..<n]))
+                count += Int64(n)
+                if to.failed { return (false, true) }
+            case .wouldBlock: return (false, false)
+            case .eof: return (true, false)
+            case .error: return (false, true)
+            }
+        }
+        from.pauseReading()
+        return (false, false)
+    }
+
+    func clientReadable() {
+        guard connected, let up = upstream, !clientDone else { return }
+        let r = relay(from: client, to: up, count: &bytesUp)
+        if r.error { close(notify: true); return }
+        if r.eof { clientEOF() }
+    }
+
+    private func upstreamReadable() {
+        guard let up = upstream, !upstreamDone else { return }
+        let r = relay(from: up, to: client, count: &bytesDown)
+        if r.error { close(notify: true); return }
+        if r.eof {
+            upstreamDone = true
+            up.pauseReading()
+            client.shutdownWriteWhenFlushed()
+            finishIfDone()
+        }
+    }
+
+    /// The client sent EOF (or its connection failed before the tunnel was up).
+    func clientEOF() {
+        guard connected, let up = upstream else {
+            close(notify: true)
+            return
+        }
+        clientDone = true
+        client.pauseReading()
+        up.shutdownWriteWhenFlushed()
+        finishIfDone()
+    }
+
+    func clientDrained() {
+        if !upstreamDone, let up = upstream, !up.isReading { up.resumeReading() }
+        finishIfDone()
+    }
+
+    private func upstreamDrained() {
+        if !clientDone, connected, !client.isReading { client.resumeReading() }
+        finishIfDone()
+    }
+
+    private func finishIfDone() {
+        guard clientDone, upstreamDone, client.pendingCount == 0, (upstream?.pendingCount ?? 0) == 0 else { return }
+        close(notify: true)
+    }
+
+    func checkTimeouts(now: UInt64) {
+        if !connected, !closed, now > connectDeadline {
+            fail(ErrorResponse(status: 504, message: "Upstream \(destination) did not accept a connection within \(timeoutSeconds) s"))
+        }
+    }
+
+    func close() { close(notify: false) }
+
+    private func close(notify: Bool) {
+        guard !closed else { return }
+        closed = true
+        upstream?.close()
+        upstream = nil
+        if notify { connection.tunnelFinished(bytesUp: bytesUp, bytesDown: bytesDown) }
+    }
+}
+
+enum ResolveResult: Sendable {
+    case success([(family: Int32, addr: sockaddr_storage, len: socklen_t)])
+    case failure(String)
+}
+
+/// Blocking name resolution (numeric hosts too), for the tunnel's own connects.
+func resolve(host: String, port: Int) -> ResolveResult {
+    var hints = addrinfo()
+    hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+    hints.ai_family = AF_UNSPEC
+    var res: UnsafeMutablePointer<addrinfo>? = nil
+    let rc = getaddrinfo(host, String(port), &hints, &res)
+    guard rc == 0, let first = res else { return .failure(String(cString: gai_strerror(rc))) }
+    defer { freeaddrinfo(first) }
+    var out: [(family: Int32, addr: sockaddr_storage, len: socklen_t)] = []
+    var p: UnsafeMutablePointer<addrinfo>? = first
+    while let ai = p {
+        var storage = sockaddr_storage()
+        withUnsafeMutableBytes(of: &storage) { dst in
+            dst.copyMemory(from: UnsafeRawBufferPointer(start: ai.pointee.ai_addr, count: Int(ai.pointee.ai_addrlen)))
+        }
+        out.append((ai.pointee.ai_family, storage, ai.pointee.ai_addrlen))
+        p = ai.pointee.ai_next
+    }
+    return out.isEmpty ? .failure("no addresses") : .success(out)
+}

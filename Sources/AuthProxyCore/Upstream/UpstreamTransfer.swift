@@ -1,0 +1,183 @@
+import CAuthProxyShims
+import CCurl
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What a transfer reports back, on the event loop's queue, from inside libcurl callbacks.
+protocol UpstreamTransferDelegate: AnyObject {
+    /// One raw header line from the upstream, CRLF included (status lines of every response, 1xx too).
+    func transferDidReceiveHeaderLine(_ line: UnsafeRawBufferPointer)
+    /// Body bytes. Return false to have libcurl keep them and pause until ``UpstreamTransfer/resume()``.
+    func transferDidReceiveBody(_ bytes: UnsafeRawBufferPointer) -> BodyAcceptance
+    /// Fill `buffer` with request-body bytes.
+    func transferNeedsBody(_ buffer: UnsafeMutableRawBufferPointer) -> BodySupply
+    /// The transfer ended; `error` is nil on success.
+    func transferDidFinish(error: UpstreamError?)
+}
+
+enum BodyAcceptance {
+    case accepted
+    case pause
+    /// The client is gone: abort the transfer.
+    case abort
+}
+
+enum BodySupply {
+    case bytes(Int)
+    case end
+    case pause
+    case abort
+}
+
+/// A request to send upstream: everything libcurl needs, already filtered for hop-by-hop fields.
+struct UpstreamRequest {
+    var method: String
+    var url: String
+    /// Header lines `Name: value` (libcurl syntax: `Name;` for an empty value).
+    var headerLines: [String]
+    /// nil: no body; -1: length unknown (sent chunked); otherwise the exact length.
+    var bodyLength: Int64?
+    var timeoutSeconds: Int
+}
+
+/// One libcurl easy handle doing one exchange with an upstream server.
+///
+/// Confined to its event loop's queue; libcurl calls back through the `Unmanaged` pointer stored as the
+/// handle's private data, so the transfer must stay alive until ``finished(_:)`` or ``cancel()``.
+final class UpstreamTransfer {
+    let multi: CurlMulti
+    private(set) var easy: UnsafeMutableRawPointer?
+    private var headers: UnsafeMutablePointer<curl_slist>?
+    private let errorBuffer = UnsafeMutablePointer<CChar>.allocate(capacity: Int(CURL_ERROR_SIZE) + 1)
+    private weak var delegate: (any UpstreamTransferDelegate)?
+    private var paused = false
+    let request: UpstreamRequest
+    /// Host and port for error messages.
+    let destination: String
+
+    init(multi: CurlMulti, request: UpstreamRequest, destination: String, delegate: any UpstreamTransferDelegate) {
+        self.multi = multi
+        self.request = request
+        self.destination = destination
+        self.delegate = delegate
+        errorBuffer[0] = 0
+    }
+
+    deinit {
+        if let headers { curl_slist_free_all(headers) }
+        errorBuffer.deallocate()
+    }
+
+    /// Configures a handle and adds it to the multi handle.
+    func start() {
+        let e = multi.makeEasyHandle()
+        easy = e
+        let me = Unmanaged.passUnretained(self).toOpaque()
+        ap_easy_setopt_ptr(e, CURLOPT_PRIVATE, me)
+        ap_easy_setopt_ptr(e, CURLOPT_URL, request.url)
+        ap_easy_setopt_ptr(e, CURLOPT_ERRORBUFFER, errorBuffer)
+        ap_easy_setopt_long(e, CURLOPT_NOSIGNAL, 1)
+        // Never take a proxy from the environment: clients point HTTP_PROXY at us.
+        ap_easy_setopt_ptr(e, CURLOPT_PROXY, "")
+        ap_easy_setopt_long(e, CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_1_1))
+        ap_easy_setopt_long(e, CURLOPT_HTTP_CONTENT_DECODING, 0)
+        ap_easy_setopt_long(e, CURLOPT_PATH_AS_IS, 1)
+        ap_easy_setopt_long(e, CURLOPT_BUFFERSIZE, 64 * 1024)
+        ap_easy_setopt_long(e, CURLOPT_CONNECTTIMEOUT, request.timeoutSeconds)
+        ap_easy_setopt_long(e, CURLOPT_LOW_SPEED_LIMIT, 1)
+        ap_easy_setopt_long(e, CURLOPT_LOW_SPEED_TIME, request.timeoutSeconds)
+        ap_easy_setopt_long(e, CURLOPT_TCP_KEEPALIVE, 1)
+        ap_easy_setopt_ptr(e, CURLOPT_CLOSESOCKETDATA, Unmanaged.passUnretained(multi).toOpaque())
+        ap_easy_setopt_closesocket_cb(e, CurlMulti.closeSocketCallback)
+        ap_easy_setopt_ptr(e, CURLOPT_HEADERDATA, me)
+        ap_easy_setopt_header_cb(e, transferHeaderCallback)
+        ap_easy_setopt_ptr(e, CURLOPT_WRITEDATA, me)
+        ap_easy_setopt_write_cb(e, transferWriteCallback)
+
+        switch request.method {
+        case "GET": break
+        case "HEAD": ap_easy_setopt_long(e, CURLOPT_NOBODY, 1)
+        default: ap_easy_setopt_ptr(e, CURLOPT_CUSTOMREQUEST, request.method)
+        }
+        if let length = request.bodyLength {
+            ap_easy_setopt_long(e, CURLOPT_UPLOAD, 1)
+            ap_easy_setopt_off(e, CURLOPT_INFILESIZE_LARGE, curl_off_t(length))
+            ap_easy_setopt_ptr(e, CURLOPT_READDATA, me)
+            ap_easy_setopt_read_cb(e, transferReadCallback)
+        }
+        var list: UnsafeMutablePointer<curl_slist>? = nil
+        for line in request.headerLines { list = curl_slist_append(list, line) }
+        headers = list
+        ap_easy_setopt_ptr(e, CURLOPT_HTTPHEADER, list)
+        multi.add(e)
+    }
+
+    /// Resumes a transfer paused by ``BodyAcceptance/pause`` or ``BodySupply/pause``.
+    func resume() {
+        guard paused, let easy else { return }
+        paused = false
+        multi.unpause(easy)
+    }
+
+    /// Aborts the transfer; no delegate call follows.
+    func cancel() {
+        delegate = nil
+        guard let e = easy else { return }
+        easy = nil
+        ap_easy_setopt_ptr(e, CURLOPT_PRIVATE, nil)
+        multi.cancel(e)
+    }
+
+    /// Called by ``CurlMulti`` when libcurl reports the transfer done.
+    func finished(_ code: CURLcode) {
+        easy = nil
+        let d = delegate
+        delegate = nil
+        d?.transferDidFinish(error: code == CURLE_OK ? nil : UpstreamError(code: code, detail: String(cString: errorBuffer), destination: destination, timeoutSeconds: request.timeoutSeconds))
+    }
+
+    fileprivate func header(_ p: UnsafeRawBufferPointer) -> Int {
+        guard let d = delegate else { return 0 }
+        d.transferDidReceiveHeaderLine(p)
+        return p.count
+    }
+
+    fileprivate func body(_ p: UnsafeRawBufferPointer) -> Int {
+        guard let d = delegate else { return 0 }
+        switch d.transferDidReceiveBody(p) {
+        case .accepted: return p.count
+        case .pause:
+            paused = true
+            return Int(CURL_WRITEFUNC_PAUSE)
+        case .abort: return 0
+        }
+    }
+
+    fileprivate func read(_ p: UnsafeMutableRawBufferPointer) -> Int {
+        guard let d = delegate else { return Int(CURL_READFUNC_ABORT) }
+        switch d.transferNeedsBody(p) {
+        case .bytes(let n): return n
+        case .end: return 0
+        case .pause:
+            paused = true
+            return Int(CURL_READFUNC_PAUSE)
+        case .abort: return Int(CURL_READFUNC_ABORT)
+        }
+    }
+}
+
+private func transferHeaderCallback(_ data: UnsafeMutablePointer<CChar>?, _ size: Int, _ n: Int, _ ud: UnsafeMutableRawPointer?) -> Int {
+    Unmanaged<UpstreamTransfer>.fromOpaque(ud!).takeUnretainedValue()
+        .header(UnsafeRawBufferPointer(start: data, count: size * n))
+}
+
+private func transferWriteCallback(_ data: UnsafeMutablePointer<CChar>?, _ size: Int, _ n: Int, _ ud: UnsafeMutableRawPointer?) -> Int {
+    Unmanaged<UpstreamTransfer>.fromOpaque(ud!).takeUnretainedValue()
+        .body(UnsafeRawBufferPointer(start: data, count: size * n))
+}
+
+private func transferReadCallback(_ data: UnsafeMutablePointer<CChar>?, _ size: Int, _ n: Int, _ ud: UnsafeMutableRawPointer?) -> Int {
+    Unmanaged<UpstreamTransfer>.fromOpaque(ud!).takeUnretainedValue()
+        .read(UnsafeMutableRawBufferPointer(start: data, count: size * n))
+}

@@ -1,0 +1,141 @@
+import ArgumentParser
+import AuthProxyCore
+import Dispatch
+import Logging
+#if canImport(Glibc)
+import Glibc
+#endif
+
+@main
+struct AuthProxyCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "authproxy",
+        abstract: "An authenticating HTTP forward proxy for ArcGIS and OGC services.",
+        version: "authproxy \(AuthProxyVersion.string)",
+        subcommands: [Serve.self, Check.self],
+        defaultSubcommand: Serve.self
+    )
+}
+
+struct ConfigOptions: ParsableArguments {
+    @Option(name: .shortAndLong, help: "Path to proxy.conf (TOML).")
+    var config: String = "proxy.conf"
+
+    /// Loads and validates the file; on error prints the problem and exits with status 2.
+    func load() throws -> ProxyConfig {
+        do {
+            return try ConfigLoader().load(path: config)
+        } catch {
+            printError("authproxy: \(config): \(error)")
+            throw ExitCode(2)
+        }
+    }
+}
+
+struct Serve: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Run the proxy (the default command).")
+
+    @OptionGroup var options: ConfigOptions
+
+    @Option(name: .long, help: "Address to listen on, e.g. 127.0.0.1:3128 or [::1]:3128 (repeatable; replaces [proxy] listen).")
+    var listen: [String] = []
+
+    @Option(name: .long, help: "Log format: text or json (overrides [log] format).")
+    var logFormat: String?
+
+    @Option(name: .long, help: "Log level: trace, debug, info, notice, warning, error, critical (overrides [log] level).")
+    var logLevel: String?
+
+    func run() throws {
+        var config = try options.load()
+        if !listen.isEmpty {
+            config.listen = try listen.map { s in
+                guard let a = ListenAddress.parse(s) else {
+                    printError("authproxy: --listen \(s): not an address like 127.0.0.1:3128 or [::1]:3128")
+                    throw ExitCode(2)
+                }
+                return a
+            }
+        }
+        if let f = logFormat {
+            guard let v = LogFormat(rawValue: f) else {
+                printError("authproxy: --log-format must be text or json")
+                throw ExitCode(2)
+            }
+            config.logFormat = v
+        }
+        if let l = logLevel {
+            guard let v = Logger.Level(rawValue: l) else {
+                printError("authproxy: --log-level must be one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", "))")
+                throw ExitCode(2)
+            }
+            config.logLevel = v
+        }
+        let level = config.logLevel
+        let format = config.logFormat
+        LoggingSystem.bootstrap { label in ProxyLogHandler(label: label, level: level, format: format) }
+        let logger = Logger(label: "authproxy")
+
+        ProxyServer.initializeLibraries()
+        let server = ProxyServer(config: config, logger: logger)
+        do {
+            try server.start()
+        } catch {
+            logger.critical("\(error)")
+            throw ExitCode(1)
+        }
+        logger.notice("authproxy started", metadata: ["version": "\(AuthProxyVersion.string)", "workers": "\(config.workers)"])
+
+        let grace = config.shutdownGraceSeconds
+        nonisolated(unsafe) var stopping = false
+        var sources: [any DispatchSourceSignal] = []
+        for sig in [SIGTERM, SIGINT] {
+            signal(sig, SIG_IGN)
+            let s = DispatchSource.makeSignalSource(signal: sig, queue: .main)
+            s.setEventHandler {
+                if stopping {
+                    logger.warning("second signal: exiting now")
+                    Glibc.exit(1)
+                }
+                stopping = true
+                logger.notice("shutting down", metadata: ["grace_seconds": "\(grace)"])
+                server.shutdown(grace: grace) {
+                    logger.notice("stopped")
+                    Glibc.exit(0)
+                }
+            }
+            s.resume()
+            sources.append(s)
+        }
+        withExtendedLifetime(sources) { dispatchMain() }
+    }
+}
+
+struct Check: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Validate the configuration and print a summary (no secrets); exit non-zero on error.")
+
+    @OptionGroup var options: ConfigOptions
+
+    func run() throws {
+        let c = try options.load()
+        print("configuration \(options.config) is valid")
+        print("  listen:                   \(c.listen.map(\.description).joined(separator: ", "))")
+        print("  connect_ports:            \(c.connectPorts.sorted().map(String.init).joined(separator: ", "))")
+        print("  unmatched:                \(c.unmatched.rawValue)")
+        print("  state_dir:                \(c.stateDir)")
+        print("  upstream_timeout_seconds: \(c.upstreamTimeoutSeconds)")
+        print("  header_timeout_seconds:   \(c.headerTimeoutSeconds)")
+        print("  idle_timeout_seconds:     \(c.idleTimeoutSeconds)")
+        print("  shutdown_grace_seconds:   \(c.shutdownGraceSeconds)")
+        print("  workers:                  \(c.workers)")
+        print("  max_connections:          \(c.maxConnections)")
+        print("  log:                      level=\(c.logLevel.rawValue) format=\(c.logFormat.rawValue)")
+        print("  credentials:              \(c.credentials.count)")
+    }
+}
+
+func printError(_ s: String) {
+    var line = s + "\n"
+    line.withUTF8 { _ = write(2, $0.baseAddress, $0.count) }
+}
