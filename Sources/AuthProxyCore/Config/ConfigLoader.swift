@@ -149,7 +149,7 @@ struct TableReader {
             guard let text = readTextFile(path) else {
                 throw ConfigError(key: key(k), line: line, "cannot read secret file '\(path)': \(lastErrorString())")
             }
-            return String(text.trimmingHTTPWhitespace().trimmingCharacters(in: "\r\n \t"))
+            return String(text.trimmingWhitespace())
         }
         return raw
     }
@@ -238,11 +238,11 @@ struct TableReader {
     }
 }
 
-extension Substring {
-    fileprivate func trimmingCharacters(in set: String) -> Substring {
-        var s = self
-        while let c = s.first, set.contains(c) { s.removeFirst() }
-        while let c = s.last, set.contains(c) { s.removeLast() }
+extension String {
+    fileprivate func trimmingWhitespace() -> Substring {
+        var s = Substring(self)
+        while let c = s.first, c.isWhitespace { s.removeFirst() }
+        while let c = s.last, c.isWhitespace { s.removeLast() }
         return s
     }
 }

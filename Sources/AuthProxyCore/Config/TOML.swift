@@ -247,14 +247,16 @@ public struct TOMLParser {
 
     private mutating func array() throws(TOMLError) -> TOMLValue {
         i += 1
+        let opened = line
         var items: [TOMLNode] = []
         while true {
             try skipBlank()
             if peek == 93 { i += 1; return .array(items) }
-            if atEnd { throw fail("unterminated array") }
+            if atEnd { throw TOMLError(line: opened, message: "array opened here is not closed with ']'") }
             let l = line
             items.append(TOMLNode(value: try value(), line: l))
             try skipBlank()
+            if atEnd { throw TOMLError(line: opened, message: "array opened here is not closed with ']'") }
             if peek == 44 { i += 1; continue }
             if peek == 93 { i += 1; return .array(items) }
             throw fail("expected ',' or ']' in array")

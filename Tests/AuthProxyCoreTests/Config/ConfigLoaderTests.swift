@@ -1,0 +1,173 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Testing
+
+@testable import AuthProxyCore
+
+@Suite struct ConfigLoaderTests {
+    let loader = ConfigLoader(environment: ["LISTEN": "127.0.0.1:9999", "EMPTY": ""])
+
+    @Test func defaults() throws {
+        let c = try loader.parse("")
+        #expect(c.listen == [ListenAddress(host: "127.0.0.1", port: 3128)])
+        #expect(c.connectPorts == [443])
+        #expect(c.unmatched == .relay)
+        #expect(c.upstreamTimeoutSeconds == 60)
+    }
+
+    @Test func fullProxySection() throws {
+        let c = try loader.parse("""
+            # comment
+            [proxy]
+            listen = ["127.0.0.1:3128", "[::1]:3129"]   # two
+            connect_ports = [443, 8443]
+            unmatched = "deny"
+            state_dir = "/var/lib/authproxy"
+            upstream_timeout_seconds = 5
+            header_timeout_seconds = 7
+            idle_timeout_seconds = 9
+            shutdown_grace_seconds = 0
+            workers = 3
+            [log]
+            level = "debug"
+            format = "json"
+            """)
+        #expect(c.listen == [ListenAddress(host: "127.0.0.1", port: 3128), ListenAddress(host: "::1", port: 3129)])
+        #expect(c.connectPorts == [443, 8443])
+        #expect(c.unmatched == .deny)
+        #expect(c.stateDir == "/var/lib/authproxy")
+        #expect(c.upstreamTimeoutSeconds == 5)
+        #expect(c.headerTimeoutSeconds == 7)
+        #expect(c.idleTimeoutSeconds == 9)
+        #expect(c.shutdownGraceSeconds == 0)
+        #expect(c.workers == 3)
+        #expect(c.logLevel == .debug)
+        #expect(c.logFormat == .json)
+    }
+
+    @Test func environmentAndFileSecrets() throws {
+        let c = try loader.parse("[proxy]\nlisten = [\"${LISTEN}\"]\n")
+        #expect(c.listen == [ListenAddress(host: "127.0.0.1", port: 9999)])
+        let path = "/tmp/authproxy-config-test-\(getpid())"
+        let fd = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0o600)
+        let text = "  /srv/state \n"
+        _ = text.withCString { write(fd, $0, strlen($0)) }
+        close(fd)
+        defer { unlink(path) }
+        let d = try loader.parse("[proxy]\nstate_dir = \"file:\(path)\"\n")
+        #expect(d.stateDir == "/srv/state")
+    }
+
+    /// Each bad file and what the error must name.
+    @Test(arguments: [
+        ("[proxy]\nlisten = \"127.0.0.1:3128\"\n", "proxy.listen", 2, "expected an array"),
+        ("[proxy]\nlisten = [\"nonsense\"]\n", "proxy.listen", 2, "not an address"),
+        ("[proxy]\n\nlisten = []\n", "proxy.listen", 3, "at least one"),
+        ("[proxy]\nlisen = [\"127.0.0.1:1\"]\n", "proxy.lisen", 2, "unknown key"),
+        ("[proxy]\nunmatched = \"allow\"\n", "proxy.unmatched", 2, "\"relay\", \"deny\""),
+        ("[proxy]\nconnect_ports = [443, 70000]\n", "proxy.connect_ports", 2, "outside"),
+        ("[proxy]\nupstream_timeout_seconds = \"60\"\n", "proxy.upstream_timeout_seconds", 2, "expected an integer"),
+        ("[proxy]\nlisten = [\"${NOPE}\"]\n", "proxy.listen", 2, "NOPE is not set"),
+        ("[proxy]\nstate_dir = \"file:/nonexistent/secret\"\n", "proxy.state_dir", 2, "cannot read secret file"),
+        ("[log]\nlevel = \"loud\"\n", "log.level", 2, "not one of"),
+        ("[log]\nformat = \"xml\"\n", "log.format", 2, "\"text\", \"json\""),
+        ("[logs]\n", "logs", 1, "unknown key"),
+        ("[proxy]\nlisten = [\"127.0.0.1:1\"\n", "", 2, "TOML syntax error"),
+        ("[proxy]\nworkers = 1\nworkers = 2\n", "", 3, "defined twice"),
+        ("[[credential]]\nname = \"a\"\ntype = \"api-key\"\nmatch = \"ftp://x\"\n", "credential[0].match", 4, "not a URL prefix"),
+        ("[[credential]]\ntype = \"api-key\"\n", "credential[0].name", 1, "needs a name"),
+    ])
+    func rejects(_ text: String, _ key: String, _ line: Int, _ fragment: String) {
+        do {
+            _ = try loader.parse(text)
+            Issue.record("accepted: \(text)")
+        } catch {
+            #expect(error.key == key)
+            #expect(error.line == line)
+            #expect(error.description.contains(fragment), "\(error)")
+        }
+    }
+
+    @Test func secretValuesAreNotEchoedInErrors() {
+        let l = ConfigLoader(environment: ["SECRET": "hunter2-not-an-address"])
+        do {
+            _ = try l.parse("[proxy]\nconnect_ports = \"${SECRET}\"\n")
+            Issue.record("accepted")
+        } catch {
+            #expect(!error.description.contains("hunter2"))
+        }
+    }
+}
+
+@Suite struct TOMLParserTests {
+    @Test func values() throws {
+        let t = try TOMLParser.parse("""
+            a = "x\\ty\\u00e9"
+            b = 'C:\\path'
+            c = 1_000
+            d = 0x1F
+            e = 3.5
+            f = true
+            g = 2026-11-21T10:00:00Z
+            h = [1, 2,
+                 3, ]  # trailing comma
+            i = { x = 1, y = "z" }
+            j = \"\"\"
+            line1
+            line2\"\"\"
+            k.l = 5
+            [[arr]]
+            n = 1
+            [[arr]]
+            n = 2
+            """)
+        guard case .string(let a) = t["a"]?.value else { Issue.record("a"); return }
+        #expect(a == "x\ty\u{e9}")
+        guard case .string(let b) = t["b"]?.value, case .integer(let c) = t["c"]?.value, case .integer(let d) = t["d"]?.value,
+            case .float(let e) = t["e"]?.value, case .bool(let f) = t["f"]?.value, case .datetime(let g) = t["g"]?.value,
+            case .array(let h) = t["h"]?.value, case .table(let i) = t["i"]?.value, case .string(let j) = t["j"]?.value,
+            case .table(let k) = t["k"]?.value, case .array(let arr) = t["arr"]?.value
+        else { Issue.record("types"); return }
+        #expect(b == "C:\\path")
+        #expect(c == 1000)
+        #expect(d == 31)
+        #expect(e == 3.5)
+        #expect(f)
+        #expect(g == "2026-11-21T10:00:00Z")
+        #expect(h.count == 3)
+        #expect(i["y"] != nil)
+        #expect(j == "line1\nline2")
+        #expect(k["l"]?.line == 14)
+        #expect(arr.count == 2)
+        #expect(arr[1].line == 17)
+    }
+
+    @Test(arguments: ["a = ", "a = \"open", "[t]\n[t]", "a = 1 b = 2", "a = [1 2]", "a = 07", "= 1"])
+    func rejects(_ text: String) {
+        #expect(throws: TOMLError.self) { try TOMLParser.parse(text) }
+    }
+}
+
+@Suite struct MatchPrefixTests {
+    @Test func segments() throws {
+        let p = try #require(MatchPrefix.parse("https://gis.example.com/arcgis/"))
+        let yes = URLTarget(scheme: "https", host: "gis.example.com", port: 443, pathAndQuery: "/arcgis/rest/services?f=json")
+        let exact = URLTarget(scheme: "https", host: "gis.example.com", port: 443, pathAndQuery: "/arcgis")
+        let sibling = URLTarget(scheme: "https", host: "gis.example.com", port: 443, pathAndQuery: "/arcgisdata/x")
+        let otherPort = URLTarget(scheme: "https", host: "gis.example.com", port: 8443, pathAndQuery: "/arcgis/x")
+        let otherScheme = URLTarget(scheme: "http", host: "gis.example.com", port: 443, pathAndQuery: "/arcgis/x")
+        #expect(p.matches(yes))
+        #expect(p.matches(exact))
+        #expect(!p.matches(sibling))
+        #expect(!p.matches(otherPort))
+        #expect(!p.matches(otherScheme))
+    }
+
+    @Test func wildcard() throws {
+        let p = try #require(MatchPrefix.parse("https://*.example.com"))
+        #expect(p.matches(URLTarget(scheme: "https", host: "a.b.example.com", port: 443, pathAndQuery: "/")))
+        #expect(!p.matches(URLTarget(scheme: "https", host: "example.com", port: 443, pathAndQuery: "/")))
+        #expect(!p.matches(URLTarget(scheme: "https", host: "badexample.com", port: 443, pathAndQuery: "/")))
+    }
+}
