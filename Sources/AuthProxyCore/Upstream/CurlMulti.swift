@@ -26,6 +26,9 @@ final class CurlMulti: @unchecked Sendable {
     private var depth = 0
     private var idleEasyHandles: [UnsafeMutableRawPointer] = []
     private var tornDown = false
+    /// Handles in the multi handle, and the object each one belongs to (so a deferred cancel never removes a
+    /// handle that was meanwhile finished, recycled and handed to another transfer).
+    private var active: [UnsafeMutableRawPointer: ObjectIdentifier] = [:]
 
     /// Handles kept for reuse (their buffers and settings are reset, the connection cache is the multi's).
     static let maxIdleEasyHandles = 256
@@ -67,32 +70,40 @@ final class CurlMulti: @unchecked Sendable {
         }
     }
 
-    func add(_ easy: UnsafeMutableRawPointer) {
+    func add(_ easy: UnsafeMutableRawPointer, owner: AnyObject) {
+        active[easy] = ObjectIdentifier(owner)
         depth += 1
         curl_multi_add_handle(handle, easy)
         depth -= 1
     }
 
-    /// Removes a transfer before it finished (the client went away). Deferred when inside libcurl.
-    func cancel(_ easy: UnsafeMutableRawPointer) {
+    /// Removes a transfer before it finished (the client went away). Deferred when inside libcurl; `owner`
+    /// (whose memory the handle's callbacks and error buffer point into) is kept alive until then.
+    func cancel(_ easy: UnsafeMutableRawPointer, owner: AnyObject) {
         if insideCurl {
             nonisolated(unsafe) let easy = easy
-            queue.async { [self] in cancel(easy) }
+            nonisolated(unsafe) let owner = owner
+            queue.async { [self] in withExtendedLifetime(owner) { cancel(easy, owner: owner) } }
             return
         }
+        guard active[easy] == ObjectIdentifier(owner) else { return }
+        active.removeValue(forKey: easy)
         depth += 1
         curl_multi_remove_handle(handle, easy)
         depth -= 1
         recycle(easy)
     }
 
-    /// Resumes a paused transfer. Deferred when inside libcurl (libcurl forbids it from callbacks).
-    func unpause(_ easy: UnsafeMutableRawPointer) {
+    /// Resumes a paused transfer. Deferred when inside libcurl (libcurl forbids it from callbacks); a no-op
+    /// when the handle no longer belongs to `owner`.
+    func unpause(_ easy: UnsafeMutableRawPointer, owner: AnyObject) {
         if insideCurl {
             nonisolated(unsafe) let easy = easy
-            queue.async { [self] in unpause(easy) }
+            nonisolated(unsafe) let owner = owner
+            queue.async { [self] in withExtendedLifetime(owner) { unpause(easy, owner: owner) } }
             return
         }
+        guard active[easy] == ObjectIdentifier(owner) else { return }
         depth += 1
         curl_easy_pause(easy, CURLPAUSE_CONT)
         depth -= 1
@@ -115,6 +126,7 @@ final class CurlMulti: @unchecked Sendable {
         var left: Int32 = 0
         while let msg = curl_multi_info_read(handle, &left) {
             guard msg.pointee.msg == CURLMSG_DONE, let easy = msg.pointee.easy_handle else { continue }
+            active.removeValue(forKey: easy)
             let result = msg.pointee.data.result
             var priv: UnsafeMutableRawPointer? = nil
             ap_easy_getinfo_ptr(easy, CURLINFO_PRIVATE, &priv)

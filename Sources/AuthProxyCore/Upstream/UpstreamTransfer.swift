@@ -110,14 +110,14 @@ final class UpstreamTransfer {
         for line in request.headerLines { list = curl_slist_append(list, line) }
         headers = list
         ap_easy_setopt_ptr(e, CURLOPT_HTTPHEADER, list)
-        multi.add(e)
+        multi.add(e, owner: self)
     }
 
     /// Resumes a transfer paused by ``BodyAcceptance/pause`` or ``BodySupply/pause``.
     func resume() {
         guard paused, let easy else { return }
         paused = false
-        multi.unpause(easy)
+        multi.unpause(easy, owner: self)
     }
 
     /// Aborts the transfer; no delegate call follows.
@@ -126,7 +126,7 @@ final class UpstreamTransfer {
         guard let e = easy else { return }
         easy = nil
         ap_easy_setopt_ptr(e, CURLOPT_PRIVATE, nil)
-        multi.cancel(e)
+        multi.cancel(e, owner: self)
     }
 
     /// Called by ``CurlMulti`` when libcurl reports the transfer done.

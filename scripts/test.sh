@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Runs the whole test suite: Swift unit tests, then end-to-end tests with the real binary, real clients
+# (curl, Python requests, GDAL ogrinfo) and test servers on loopback. Installs what it needs from Debian
+# packages and PyPI when missing (needs root or sudo). Used by .ci/run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+need=()
+for pkg in libcurl4-openssl-dev libssl-dev pkg-config curl openssl gdal-bin python3; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  echo "== installing ${need[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+python3 -c 'import requests, pytest' 2>/dev/null || python3 -m pip install -q requests pytest
+
+echo "== swift build"
+swift build --build-tests
+echo "== swift test (unit)"
+swift test --skip-build
+echo "== end-to-end (pytest)"
+AUTHPROXY_BIN="$PWD/.build/debug/authproxy" python3 -m pytest Tests/e2e -q -p no:cacheprovider
