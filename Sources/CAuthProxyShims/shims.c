@@ -13,6 +13,7 @@ CURLcode ap_easy_setopt_read_cb(CURL *easy, size_t (*cb)(char *, size_t, size_t,
 CURLcode ap_easy_setopt_seek_cb(CURL *easy, int (*cb)(void *, curl_off_t, int)) { return curl_easy_setopt(easy, CURLOPT_SEEKFUNCTION, cb); }
 CURLcode ap_easy_setopt_closesocket_cb(CURL *easy, int (*cb)(void *, curl_socket_t)) { return curl_easy_setopt(easy, CURLOPT_CLOSESOCKETFUNCTION, cb); }
 CURLcode ap_easy_setopt_sockopt_cb(CURL *easy, int (*cb)(void *, curl_socket_t, curlsocktype)) { return curl_easy_setopt(easy, CURLOPT_SOCKOPTFUNCTION, cb); }
+CURLcode ap_easy_setopt_opensocket_cb(CURL *easy, curl_socket_t (*cb)(void *, curlsocktype, struct curl_sockaddr *)) { return curl_easy_setopt(easy, CURLOPT_OPENSOCKETFUNCTION, cb); }
 CURLcode ap_easy_getinfo_long(CURL *easy, CURLINFO info, long *value) { return curl_easy_getinfo(easy, info, value); }
 CURLcode ap_easy_getinfo_ptr(CURL *easy, CURLINFO info, void **value) { return curl_easy_getinfo(easy, info, value); }
 

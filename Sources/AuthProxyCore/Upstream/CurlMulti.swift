@@ -18,7 +18,13 @@ final class CurlMulti: @unchecked Sendable {
     let handle: UnsafeMutableRawPointer
     let queue: DispatchQueue
     private var timer: (any DispatchSourceTimer)!
+    /// When the Dispatch timer will fire (uptime ns), `.max` when it is not armed.
+    private var armedDeadline: UInt64 = .max
+    /// A zero timeout is already queued.
+    private var immediatePending = false
     private var watches: [curl_socket_t: SocketWatch] = [:]
+    /// Sockets libcurl opened through ``openSocketCallback`` (and so will close through ``closeSocketCallback``).
+    private var opened: Set<curl_socket_t> = []
     /// Sources per descriptor not yet through their cancel handler.
     private var liveSources: [curl_socket_t: Int] = [:]
     /// Descriptors libcurl asked us to close while sources on them were still live.
@@ -44,7 +50,7 @@ final class CurlMulti: @unchecked Sendable {
         ap_multi_setopt_timer_cb(m, curlTimerCallback)
         ap_multi_setopt_long(m, CURLMOPT_MAXCONNECTS, 512)
         let t = DispatchSource.makeTimerSource(queue: queue)
-        t.setEventHandler { [unowned self] in self.socketAction(CURL_SOCKET_TIMEOUT, 0) }
+        t.setEventHandler { [unowned self] in self.timerFired() }
         t.schedule(deadline: .distantFuture)
         t.resume()
         timer = t
@@ -158,7 +164,13 @@ final class CurlMulti: @unchecked Sendable {
 
     fileprivate func socketCallback(_ fd: curl_socket_t, _ what: Int32) {
         if what == CURL_POLL_REMOVE {
-            watches.removeValue(forKey: fd)?.cancel()
+            // A socket we opened is closed through our close callback, so its sources can stay (suspended)
+            // for the next transfer on the same kept-alive connection instead of being rebuilt per request.
+            if opened.contains(fd) {
+                watches[fd]?.want(read: false, write: false)
+            } else {
+                watches.removeValue(forKey: fd)?.cancel()
+            }
             return
         }
         let watch: SocketWatch
@@ -171,18 +183,35 @@ final class CurlMulti: @unchecked Sendable {
         watch.want(read: what == CURL_POLL_IN || what == CURL_POLL_INOUT, write: what == CURL_POLL_OUT || what == CURL_POLL_INOUT)
     }
 
+    /// libcurl asks for a timeout on every socket action; re-arming a Dispatch timer each time costs a
+    /// wake-up of libdispatch's manager thread. So the timer is only moved earlier, never later: firing early
+    /// is harmless (libcurl finds nothing due and asks again), and "no timeout" (-1) just leaves it armed.
     fileprivate func timerCallback(_ ms: Int) {
-        if ms < 0 {
-            timer.schedule(deadline: .distantFuture)
-        } else if ms == 0 {
-            queue.async { [self] in socketAction(CURL_SOCKET_TIMEOUT, 0) }
-        } else {
-            timer.schedule(deadline: .now() + .milliseconds(ms))
+        if ms < 0 { return }
+        if ms == 0 {
+            guard !immediatePending else { return }
+            immediatePending = true
+            queue.async { [self] in
+                immediatePending = false
+                socketAction(CURL_SOCKET_TIMEOUT, 0)
+            }
+            return
         }
+        let deadline = DispatchTime.now().uptimeNanoseconds + UInt64(ms) * 1_000_000
+        if deadline < armedDeadline {
+            armedDeadline = deadline
+            timer.schedule(deadline: DispatchTime(uptimeNanoseconds: deadline), leeway: .milliseconds(1))
+        }
+    }
+
+    private func timerFired() {
+        armedDeadline = .max
+        socketAction(CURL_SOCKET_TIMEOUT, 0)
     }
 
     /// libcurl wants `fd` closed: now, or when the last source on it has been cancelled.
     fileprivate func closeSocket(_ fd: curl_socket_t) {
+        opened.remove(fd)
         if let w = watches.removeValue(forKey: fd) { w.cancel() }
         if (liveSources[fd] ?? 0) > 0 {
             closePending.insert(fd)
@@ -205,6 +234,17 @@ final class CurlMulti: @unchecked Sendable {
         if closePending.remove(fd) != nil { Glibc.close(fd) }
     }
 
+    fileprivate func socketOpened(_ fd: curl_socket_t) { opened.insert(fd) }
+
+    /// The open callback installed on every easy handle (`CURLOPT_OPENSOCKETFUNCTION`).
+    static let openSocketCallback: @convention(c) (UnsafeMutableRawPointer?, curlsocktype, UnsafeMutablePointer<curl_sockaddr>?) -> curl_socket_t = { clientp, _, address in
+        guard let address else { return CURL_SOCKET_BAD }
+        let fd = socket(address.pointee.family, address.pointee.socktype | Int32(SOCK_CLOEXEC.rawValue), address.pointee.protocol)
+        guard fd >= 0 else { return CURL_SOCKET_BAD }
+        if let clientp { Unmanaged<CurlMulti>.fromOpaque(clientp).takeUnretainedValue().socketOpened(fd) }
+        return fd
+    }
+
     /// The close callback installed on every easy handle (`CURLOPT_CLOSESOCKETFUNCTION`).
     static let closeSocketCallback: @convention(c) (UnsafeMutableRawPointer?, curl_socket_t) -> Int32 = { clientp, fd in
         guard let clientp else { return Glibc.close(fd) }
@@ -219,29 +259,41 @@ private final class SocketWatch {
     unowned let multi: CurlMulti
     private var read: (any DispatchSourceRead)?
     private var write: (any DispatchSourceWrite)?
+    /// Whether each source is resumed.
     private var readOn = false
     private var writeOn = false
+    /// Whether libcurl currently wants read events.
+    private var wantRead = false
 
     init(fd: curl_socket_t, multi: CurlMulti) {
         self.fd = fd
         self.multi = multi
     }
 
+    /// Read interest is dropped lazily: the source stays armed and is suspended only if an event arrives
+    /// that libcurl did not ask for. A kept-alive upstream connection is quiet between requests, so this saves
+    /// a suspend/resume pair (and a wake-up of libdispatch's manager thread) per request. Write sources fire
+    /// whenever the socket has room, so write interest is dropped at once.
     func want(read wantRead: Bool, write wantWrite: Bool) {
+        self.wantRead = wantRead
         if wantRead {
             if read == nil {
                 let s = DispatchSource.makeReadSource(fileDescriptor: fd, queue: multi.queue)
                 let fd = fd
                 let multi = multi
-                s.setEventHandler { multi.socketAction(fd, CURL_CSELECT_IN) }
+                s.setEventHandler { [unowned self] in
+                    if self.wantRead {
+                        multi.socketAction(fd, CURL_CSELECT_IN)
+                    } else if self.readOn {
+                        self.readOn = false
+                        self.read?.suspend()
+                    }
+                }
                 s.setCancelHandler { multi.sourceCancelled(fd) }
                 multi.sourceCreated(fd)
                 read = s
             }
             if !readOn { readOn = true; read!.resume() }
-        } else if readOn {
-            readOn = false
-            read!.suspend()
         }
         if wantWrite {
             if write == nil {

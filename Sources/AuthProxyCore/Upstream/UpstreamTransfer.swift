@@ -88,6 +88,8 @@ final class UpstreamTransfer {
         ap_easy_setopt_long(e, CURLOPT_LOW_SPEED_LIMIT, 1)
         ap_easy_setopt_long(e, CURLOPT_LOW_SPEED_TIME, request.timeoutSeconds)
         ap_easy_setopt_long(e, CURLOPT_TCP_KEEPALIVE, 1)
+        ap_easy_setopt_ptr(e, CURLOPT_OPENSOCKETDATA, Unmanaged.passUnretained(multi).toOpaque())
+        ap_easy_setopt_opensocket_cb(e, CurlMulti.openSocketCallback)
         ap_easy_setopt_ptr(e, CURLOPT_CLOSESOCKETDATA, Unmanaged.passUnretained(multi).toOpaque())
         ap_easy_setopt_closesocket_cb(e, CurlMulti.closeSocketCallback)
         ap_easy_setopt_ptr(e, CURLOPT_HEADERDATA, me)
