@@ -47,21 +47,37 @@ public struct HTTPHeaders: Sendable, Equatable, Sequence {
     }
 
     /// Fields that never cross a proxy (RFC 9110 §7.6.1), plus whatever `Connection` names.
-    static let hopByHop: Set<String> = [
+    static let hopByHop: [String] = [
         "connection", "proxy-connection", "keep-alive", "proxy-authorization", "proxy-authenticate", "te",
         "trailer", "upgrade", "transfer-encoding",
     ]
 
+    /// The field names the `Connection`/`Proxy-Connection` fields list (lower-cased); usually none.
+    public func connectionNamedFields() -> [String] {
+        var named: [String] = []
+        for f in fields where f.name.caseInsensitiveEquals("connection") || f.name.caseInsensitiveEquals("proxy-connection") {
+            for t in f.value.split(separator: ",") {
+                let token = t.trimmingHTTPWhitespace()
+                if !token.isEmpty { named.append(token.lowercased()) }
+            }
+        }
+        return named
+    }
+
+    /// Whether `name` is hop-by-hop, given the names listed in `Connection`. Allocation-free: it runs for
+    /// every header of every request and response.
+    static func isHopByHop(_ name: String, named: [String]) -> Bool {
+        for h in hopByHop where name.caseInsensitiveEquals(h) { return true }
+        for n in named where name.caseInsensitiveEquals(n) { return true }
+        return false
+    }
+
     /// A copy without hop-by-hop fields, including the ones listed in `Connection`.
     public func removingHopByHop() -> HTTPHeaders {
-        let named = Set(tokens("connection")).union(tokens("proxy-connection"))
+        let named = connectionNamedFields()
         var out = HTTPHeaders()
-        out.fields.reserveCapacity(fields.count)
-        for f in fields {
-            let lower = f.name.lowercased()
-            if Self.hopByHop.contains(lower) || named.contains(lower) { continue }
-            out.fields.append(f)
-        }
+        out.fields.reserveCapacity(fields.count + 3)
+        for f in fields where !Self.isHopByHop(f.name, named: named) { out.fields.append(f) }
         return out
     }
 }

@@ -193,12 +193,19 @@ public struct RequestHeadParser: Sendable {
         }
         if t.hasPrefix("/") { return .origin(path: t) }
         if t == "*" && method == "OPTIONS" { return .origin(path: t) }
-        guard let schemeEnd = t.firstRange(of: "://") else { throw HTTPParseError.bad("invalid request target") }
-        let scheme = t[..<schemeEnd.lowerBound].lowercased()
-        guard scheme == "http" || scheme == "https" else {
-            throw HTTPParseError.bad("unsupported URL scheme '\(scheme.prefix(16))'")
+        let scheme: String
+        var rest: Substring
+        if t.utf8.count > 7, t.prefix(7).caseInsensitiveEquals("http://") {
+            scheme = "http"
+            rest = t.dropFirst(7)
+        } else if t.utf8.count > 8, t.prefix(8).caseInsensitiveEquals("https://") {
+            scheme = "https"
+            rest = t.dropFirst(8)
+        } else if let colon = t.firstIndex(of: ":") {
+            throw HTTPParseError.bad("unsupported URL scheme '\(t[..<colon].prefix(16))'")
+        } else {
+            throw HTTPParseError.bad("invalid request target")
         }
-        var rest = t[schemeEnd.upperBound...]
         if let hash = rest.firstIndex(of: "#") { rest = rest[..<hash] }
         let authorityEnd = rest.firstIndex { $0 == "/" || $0 == "?" } ?? rest.endIndex
         guard let (host, port) = try parseAuthority(rest[..<authorityEnd]) else {

@@ -59,7 +59,10 @@ final class ClientConnection: UpstreamTransferDelegate {
     private var responseStatus = 0
     private var responseReason = ""
     private var responseHeaders = HTTPHeaders()
+    /// The response head is decided (status and framing fixed). It reaches the socket with the first body
+    /// bytes or at the end (``heldHead``), so a small response costs one `send` and one wake-up of the client.
     private var responseHeadSent = false
+    private var heldHead: String? = nil
     private var responseChunked = false
     private var responseNoBody = false
     private var bodyBytesOut: Int64 = 0
@@ -165,6 +168,7 @@ final class ClientConnection: UpstreamTransferDelegate {
         bodyBytesOut = 0
         responseStatus = 0
         responseHeadSent = false
+        heldHead = nil
         responseChunked = false
         responseNoBody = false
         sentContinue = false
@@ -227,15 +231,15 @@ final class ClientConnection: UpstreamTransferDelegate {
         var lines: [String] = []
         lines.reserveCapacity(h.headers.count + 3)
         var hasAccept = false
-        let named = Set(h.headers.tokens("connection")).union(h.headers.tokens("proxy-connection"))
+        let named = h.headers.connectionNamedFields()
         for f in h.headers {
-            let lower = f.name.lowercased()
-            if HTTPHeaders.hopByHop.contains(lower) || named.contains(lower) { continue }
-            switch lower {
-            case "host", "content-length", "expect": continue
-            case "accept": hasAccept = true
-            default: break
+            if HTTPHeaders.isHopByHop(f.name, named: named) { continue }
+            if f.name.caseInsensitiveEquals("host") || f.name.caseInsensitiveEquals("content-length")
+                || f.name.caseInsensitiveEquals("expect")
+            {
+                continue
             }
+            if f.name.caseInsensitiveEquals("accept") { hasAccept = true }
             lines.append(f.value.isEmpty ? "\(f.name);" : "\(f.name): \(f.value)")
         }
         lines.append("Via: \(context.viaValue)")
@@ -306,9 +310,10 @@ final class ClientConnection: UpstreamTransferDelegate {
         transfer?.cancel()
         transfer = nil
         bodyComplete = false
-        if responseHeadSent {
+        if responseHeadSent && heldHead == nil {
             close()
         } else {
+            heldHead = nil
             respond(ErrorResponse.forParseError(e), close: true)
         }
     }
@@ -396,7 +401,18 @@ final class ClientConnection: UpstreamTransferDelegate {
         var s = "HTTP/1.1 \(status) \(responseReason)\r\n"
         for f in out { s += "\(f.name): \(f.value)\r\n" }
         s += "\r\n"
-        channel.write(s)
+        heldHead = s
+    }
+
+    /// Writes the held response head, if any, followed by `tail`.
+    private func flushHead(then tail: String = "") {
+        if var h = heldHead {
+            heldHead = nil
+            h += tail
+            channel.write(h)
+        } else if !tail.isEmpty {
+            channel.write(tail)
+        }
     }
 
     func transferDidReceiveBody(_ bytes: UnsafeRawBufferPointer) -> BodyAcceptance {
@@ -407,11 +423,8 @@ final class ClientConnection: UpstreamTransferDelegate {
             curlWritePaused = true
             return .pause
         }
-        if responseChunked {
-            loop.writeChunk(bytes, to: channel)
-        } else {
-            channel.write(bytes)
-        }
+        loop.writeBody(bytes, head: heldHead, chunked: responseChunked, to: channel)
+        heldHead = nil
         bodyBytesOut += Int64(bytes.count)
         return channel.failed ? .abort : .accepted
     }
@@ -425,11 +438,13 @@ final class ClientConnection: UpstreamTransferDelegate {
             }
             logger.warning("upstream failed", metadata: ["client": "\(peer)", "destination": "\(error.destination)",
                 "cause": "\(error.detail.isEmpty ? error.response.message : error.detail)"])
-            if responseHeadSent {
+            if responseHeadSent && heldHead == nil {
                 // Headers are out: the only honest signal left is to cut the connection (truncation).
                 logAccess()
                 close()
             } else {
+                heldHead = nil
+                responseHeadSent = false
                 respond(error.response, close: !bodyComplete)
                 process()
                 updateReadInterest()
@@ -440,7 +455,7 @@ final class ClientConnection: UpstreamTransferDelegate {
             if responseStatus < 200 { responseStatus = 502; responseReason = "Bad Gateway" }
             commitResponseHead()
         }
-        if responseChunked { channel.write("0\r\n\r\n") }
+        flushHead(then: responseChunked ? "0\r\n\r\n" : "")
         finishExchange()
         process()
         updateReadInterest()

@@ -81,26 +81,37 @@ struct ServerContext: Sendable {
 }
 
 extension EventLoop {
-    /// Writes `bytes` as one chunk of a chunked body, in a single write when the socket takes it.
-    func writeChunk(_ bytes: UnsafeRawBufferPointer, to channel: SocketChannel) {
-        var header = String(bytes.count, radix: 16)
-        header += "\r\n"
-        let total = header.utf8.count + bytes.count + 2
-        if total <= assembly.count {
-            var off = 0
-            header.withUTF8 { h in
-                assembly.baseAddress!.copyMemory(from: h.baseAddress!, byteCount: h.count)
-                off = h.count
-            }
-            (assembly.baseAddress! + off).copyMemory(from: bytes.baseAddress!, byteCount: bytes.count)
-            off += bytes.count
+    /// Writes response body bytes, preceded by the held response `head` if there is one and framed as a
+    /// chunk when `chunked`, in a single write when it fits the assembly buffer.
+    func writeBody(_ bytes: UnsafeRawBufferPointer, head: String?, chunked: Bool, to channel: SocketChannel) {
+        var prefix = head ?? ""
+        if chunked {
+            prefix += String(bytes.count, radix: 16)
+            prefix += "\r\n"
+        }
+        let suffix = chunked ? 2 : 0
+        let total = prefix.utf8.count + bytes.count + suffix
+        guard total <= assembly.count else {
+            channel.write(prefix)
+            channel.write(bytes)
+            if chunked { channel.write("\r\n") }
+            return
+        }
+        if prefix.isEmpty {
+            channel.write(bytes)
+            return
+        }
+        var off = 0
+        prefix.withUTF8 { h in
+            assembly.baseAddress!.copyMemory(from: h.baseAddress!, byteCount: h.count)
+            off = h.count
+        }
+        (assembly.baseAddress! + off).copyMemory(from: bytes.baseAddress!, byteCount: bytes.count)
+        off += bytes.count
+        if chunked {
             assembly[off] = 13
             assembly[off + 1] = 10
-            channel.write(UnsafeRawBufferPointer(rebasing: assembly[0..<total]))
-        } else {
-            channel.write(header)
-            channel.write(bytes)
-            channel.write("\r\n")
         }
+        channel.write(UnsafeRawBufferPointer(rebasing: assembly[0..<total]))
     }
 }
