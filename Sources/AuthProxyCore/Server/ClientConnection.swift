@@ -1,3 +1,5 @@
+import CAuthProxyShims
+import CCurl
 import Dispatch
 import Logging
 #if canImport(Glibc)
@@ -66,6 +68,9 @@ final class ClientConnection: UpstreamTransferDelegate {
     private var responseChunked = false
     private var responseNoBody = false
     private var bodyBytesOut: Int64 = 0
+    /// Last time the upstream sent or took bytes, for the stall timeout (`upstream_timeout_seconds`). Time
+    /// when the transfer is paused for the client's sake does not count against the upstream.
+    private var lastUpstreamProgress: UInt64 = 0
 
     init(fd: Int32, peer: String, loop: EventLoop) {
         channel = SocketChannel(fd: fd, queue: loop.queue)
@@ -260,6 +265,7 @@ final class ClientConnection: UpstreamTransferDelegate {
                 timeoutSeconds: context.config.upstreamTimeoutSeconds),
             destination: "\(url.urlHost):\(url.port)", delegate: self)
         transfer = t
+        lastUpstreamProgress = DispatchTime.now().uptimeNanoseconds
         t.start()
         pumpBody()
     }
@@ -302,6 +308,7 @@ final class ClientConnection: UpstreamTransferDelegate {
         }
         if curlReadPaused, !bodyBuffer.isEmpty || bodyComplete {
             curlReadPaused = false
+            lastUpstreamProgress = DispatchTime.now().uptimeNanoseconds
             transfer?.resume()
         }
     }
@@ -329,6 +336,7 @@ final class ClientConnection: UpstreamTransferDelegate {
             return .pause
         }
         let n = min(buffer.count, bodyBuffer.count)
+        lastUpstreamProgress = DispatchTime.now().uptimeNanoseconds
         bodyBuffer.withUnreadBytes { buffer.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
         bodyBuffer.consume(n)
         bodyBytesIn += Int64(n)
@@ -340,6 +348,7 @@ final class ClientConnection: UpstreamTransferDelegate {
     }
 
     func transferDidReceiveHeaderLine(_ raw: UnsafeRawBufferPointer) {
+        lastUpstreamProgress = DispatchTime.now().uptimeNanoseconds
         guard !responseHeadSent else { return }  // trailers of a chunked response: hop-by-hop, dropped
         var end = raw.count
         while end > 0, raw[end - 1] == 10 || raw[end - 1] == 13 { end -= 1 }
@@ -416,6 +425,7 @@ final class ClientConnection: UpstreamTransferDelegate {
     }
 
     func transferDidReceiveBody(_ bytes: UnsafeRawBufferPointer) -> BodyAcceptance {
+        lastUpstreamProgress = DispatchTime.now().uptimeNanoseconds
         if !responseHeadSent { commitResponseHead() }
         if channel.failed || channel.isClosed { return .abort }
         if responseNoBody { return .accepted }
@@ -588,6 +598,7 @@ final class ClientConnection: UpstreamTransferDelegate {
         case .forwarding:
             if curlWritePaused, channel.pendingCount < Self.maxBuffered / 2 {
                 curlWritePaused = false
+                lastUpstreamProgress = DispatchTime.now().uptimeNanoseconds
                 transfer?.resume()
             }
         default:
@@ -647,6 +658,17 @@ final class ClientConnection: UpstreamTransferDelegate {
                 now - lastProgress > UInt64(cfg.idleTimeoutSeconds) * 1_000_000_000
             {
                 close()
+                return
+            }
+            // An upstream that sent and took nothing for the upstream timeout while we were ready for it.
+            // (libcurl's low-speed check averages over a window, so a stall after a trickle would be cut late.)
+            if let t = transfer, !curlWritePaused, !curlReadPaused,
+                now - lastUpstreamProgress > UInt64(cfg.upstreamTimeoutSeconds) * 1_000_000_000
+            {
+                t.cancel()
+                transferDidFinish(error: UpstreamError(code: CURLE_OPERATION_TIMEDOUT,
+                    detail: "no data from the upstream for \(cfg.upstreamTimeoutSeconds) s",
+                    destination: t.destination, timeoutSeconds: cfg.upstreamTimeoutSeconds))
             }
         case .tunnel:
             tunnel?.checkTimeouts(now: now)

@@ -85,8 +85,6 @@ final class UpstreamTransfer {
         ap_easy_setopt_long(e, CURLOPT_PATH_AS_IS, 1)
         ap_easy_setopt_long(e, CURLOPT_BUFFERSIZE, 64 * 1024)
         ap_easy_setopt_long(e, CURLOPT_CONNECTTIMEOUT, request.timeoutSeconds)
-        ap_easy_setopt_long(e, CURLOPT_LOW_SPEED_LIMIT, 1)
-        ap_easy_setopt_long(e, CURLOPT_LOW_SPEED_TIME, request.timeoutSeconds)
         ap_easy_setopt_long(e, CURLOPT_TCP_KEEPALIVE, 1)
         ap_easy_setopt_ptr(e, CURLOPT_OPENSOCKETDATA, Unmanaged.passUnretained(multi).toOpaque())
         ap_easy_setopt_opensocket_cb(e, CurlMulti.openSocketCallback)

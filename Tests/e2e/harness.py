@@ -1,0 +1,360 @@
+"""Helpers for driving the authproxy binary from the e2e tests."""
+
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO_ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+DEFAULT_BIN = os.path.join(REPO_ROOT, ".build", "debug", "authproxy")
+
+PROXY_ENV_VARS = ("http_proxy", "https_proxy", "all_proxy", "no_proxy", "ftp_proxy")
+
+STARTUP_TIMEOUT = 15.0
+
+
+def proxy_bin():
+    return os.environ.get("AUTHPROXY_BIN") or DEFAULT_BIN
+
+
+def clean_env(extra=None):
+    """os.environ without *_proxy variables (so curl/GDAL/requests never bypass
+    or chain proxies behind our back), plus extra."""
+    env = {k: v for k, v in os.environ.items() if k.lower() not in PROXY_ENV_VARS}
+    if extra:
+        env.update(extra)
+    return env
+
+
+def free_port(host="127.0.0.1"):
+    fam = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(fam, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def closed_port(host="127.0.0.1"):
+    """A port on which nothing listens (bound then released)."""
+    return free_port(host)
+
+
+def ipv6_available():
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+def hostport(host, port):
+    return ("[%s]:%d" % (host, port)) if ":" in host else ("%s:%d" % (host, port))
+
+
+# ---------------------------------------------------------------------------
+# Config rendering
+# ---------------------------------------------------------------------------
+
+def _toml_value(v):
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)  # TOML basic strings are compatible for our inputs
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise TypeError(v)
+
+
+def render_config(proxy, log):
+    out = ["[proxy]"]
+    for k, v in proxy.items():
+        if v is not None:
+            out.append("%s = %s" % (k, _toml_value(v)))
+    out.append("")
+    out.append("[log]")
+    for k, v in log.items():
+        if v is not None:
+            out.append("%s = %s" % (k, _toml_value(v)))
+    return "\n".join(out) + "\n"
+
+
+def default_proxy_section(port, state_dir):
+    return {
+        "listen": ["127.0.0.1:%d" % port],
+        "connect_ports": [443],
+        "unmatched": "relay",
+        "state_dir": state_dir,
+        "upstream_timeout_seconds": 30,
+        "header_timeout_seconds": 10,
+        "idle_timeout_seconds": 60,
+        "shutdown_grace_seconds": 3,
+    }
+
+
+def default_log_section():
+    return {"level": "info", "format": "text"}
+
+
+# ---------------------------------------------------------------------------
+# /proc helpers
+# ---------------------------------------------------------------------------
+
+def proc_status(pid):
+    """Memory figures from /proc/PID/status in bytes (VmRSS, VmHWM, ...)."""
+    out = {}
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            v = v.strip()
+            if v.endswith(" kB"):
+                out[k] = int(v[:-3]) * 1024
+    return out
+
+
+def rss(pid):
+    return proc_status(pid)["VmRSS"]
+
+
+def hwm(pid):
+    return proc_status(pid)["VmHWM"]
+
+
+MB = 1024 * 1024
+
+
+# ---------------------------------------------------------------------------
+# Proxy process
+# ---------------------------------------------------------------------------
+
+class ProxyStartError(Exception):
+    pass
+
+
+class Proxy:
+    """A running authproxy process."""
+
+    def __init__(self, binary, config_path, log_path, host, port, env=None,
+                 args=None, healthz=True):
+        self.binary = binary
+        self.config_path = config_path
+        self.log_path = log_path
+        self.host = host
+        self.port = port
+        self.env = env
+        self.args = args or ["serve", "--config", config_path]
+        self._healthz = healthz
+        self.proc = None
+        self._logf = None
+
+    # -- identity ------------------------------------------------------------
+    @property
+    def authority(self):
+        return hostport(self.host, self.port)
+
+    @property
+    def url(self):
+        return "http://%s" % self.authority
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    @property
+    def proxies(self):
+        """For requests: proxies=proxy.proxies."""
+        return {"http": self.url, "https": self.url}
+
+    # -- lifecycle -----------------------------------------------------------
+    def start(self, timeout=STARTUP_TIMEOUT):
+        self._logf = open(self.log_path, "ab")
+        self.proc = subprocess.Popen([self.binary] + self.args,
+                                     stdin=subprocess.DEVNULL,
+                                     stdout=self._logf, stderr=self._logf,
+                                     env=self.env if self.env is not None else clean_env(),
+                                     start_new_session=True)
+        if self._healthz:
+            self.wait_ready(timeout)
+        return self
+
+    def wait_ready(self, timeout=STARTUP_TIMEOUT, host=None, port=None):
+        host = host or self.host
+        port = port or self.port
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise ProxyStartError("authproxy exited with %s during startup; log:\n%s"
+                                      % (self.proc.returncode, self.log_text()[-4000:]))
+            try:
+                status, body = healthz(host, port, timeout=1.0)
+                if status == 200:
+                    return
+                last = "status %s body %r" % (status, body)
+            except OSError as e:
+                last = repr(e)
+            time.sleep(0.05)
+        raise ProxyStartError("authproxy not ready on %s within %.0fs (last: %s); log:\n%s"
+                              % (hostport(host, port), timeout, last, self.log_text()[-4000:]))
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, sig):
+        self.signalled = True
+        self.proc.send_signal(sig)
+
+    def unexpected_exit(self):
+        """Exit code if the process died on its own (not via stop()/signal())."""
+        if self.proc is None or getattr(self, "signalled", False) or getattr(self, "stopping", False):
+            return None
+        return self.proc.poll()
+
+    def stop(self, grace=15.0):
+        """SIGTERM, wait, then SIGKILL.  Returns the exit code."""
+        if self.proc is None:
+            return None
+        self.stopping = True
+        if self.proc.poll() is None:
+            try:
+                self.proc.send_signal(signal.SIGTERM)
+                self.proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        if self._logf:
+            self._logf.close()
+            self._logf = None
+        return self.proc.returncode
+
+    # -- observation ---------------------------------------------------------
+    def log_text(self):
+        try:
+            with open(self.log_path, "rb") as f:
+                return f.read().decode("utf-8", "replace")
+        except FileNotFoundError:
+            return ""
+
+    def log_lines(self):
+        return [l for l in self.log_text().splitlines() if l.strip()]
+
+    def wait_for_log(self, pred, timeout=3.0):
+        """Wait until some log line satisfies pred (callable or regex string)."""
+        if isinstance(pred, str):
+            rx = re.compile(pred)
+            pred_fn = lambda l: rx.search(l)  # noqa: E731
+        else:
+            pred_fn = pred
+        deadline = time.monotonic() + timeout
+        while True:
+            hits = [l for l in self.log_lines() if pred_fn(l)]
+            if hits or time.monotonic() >= deadline:
+                return hits
+            time.sleep(0.05)
+
+    def rss(self):
+        return rss(self.pid)
+
+    def hwm(self):
+        return hwm(self.pid)
+
+
+def healthz(host, port, timeout=2.0):
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        conn.request("GET", "/healthz")
+        r = conn.getresponse()
+        return r.status, r.read()
+    finally:
+        conn.close()
+
+
+def run_cli(args, timeout=30, env=None):
+    """Run the binary with args; returns CompletedProcess (text)."""
+    return subprocess.run([proxy_bin()] + list(args), capture_output=True, text=True,
+                          timeout=timeout, env=env if env is not None else clean_env(),
+                          stdin=subprocess.DEVNULL)
+
+
+# ---------------------------------------------------------------------------
+# Assertions
+# ---------------------------------------------------------------------------
+
+def assert_error_json(status, headers_get, body, expected_status):
+    """Check the proxy's own error format.  headers_get: callable(name) -> value."""
+    assert status == expected_status, "expected %d, got %d; body=%r" % (expected_status, status, body[:500])
+    ctype = headers_get("Content-Type") or ""
+    assert ctype.split(";")[0].strip().lower() == "application/json", "Content-Type=%r" % ctype
+    doc = json.loads(body.decode() if isinstance(body, bytes) else body)
+    assert isinstance(doc, dict) and isinstance(doc.get("error"), dict), doc
+    err = doc["error"]
+    assert err.get("code") == expected_status, doc
+    assert isinstance(err.get("message"), str) and err["message"], doc
+    assert isinstance(err.get("details", []), list), doc
+    return err
+
+
+def parse_kv(line):
+    """key=value pairs of a text log line (values without spaces, or "quoted")."""
+    out = {}
+    for m in re.finditer(r'([A-Za-z_][\w.\-]*)=("(?:[^"\\]|\\.)*"|\S*)', line):
+        v = m.group(2)
+        if v.startswith('"') and v.endswith('"') and len(v) >= 2:
+            v = v[1:-1]
+        out[m.group(1)] = v
+    return out
+
+
+def flatten(obj, prefix=""):
+    """Flatten nested dicts: {"a": {"b": 1}} -> {"a.b": 1, "b": 1} (leaf names too)."""
+    out = {}
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if isinstance(v, dict):
+                out.update(flatten(v, prefix + k + "."))
+            else:
+                out[prefix + k] = v
+                out.setdefault(k, v)
+    return out
+
+
+def access_lines_text(proxy):
+    return [l for l in proxy.log_lines() if re.search(r"\baccess\b", l) and "method=" in l]
+
+
+# ---------------------------------------------------------------------------
+# Request helpers
+# ---------------------------------------------------------------------------
+
+def proxied_conn(proxy, timeout=10.0):
+    """http.client connection to the proxy; request absolute URLs on it."""
+    return http.client.HTTPConnection(proxy.host, proxy.port, timeout=timeout)
+
+
+def fetch(proxy, method, url, headers=None, body=None, timeout=10.0):
+    """One request through the proxy on a fresh connection -> (response, body bytes)."""
+    conn = proxied_conn(proxy, timeout)
+    try:
+        conn.request(method, url, body=body, headers=headers or {})
+        r = conn.getresponse()
+        data = r.read()
+        return r, data
+    finally:
+        conn.close()
+
+
+def joined(values):
+    return ", ".join(values)
+
+
+def curl(*args, timeout=60, env=None):
+    """Run curl (never honouring *_proxy env vars) -> CompletedProcess (bytes)."""
+    cmd = ["curl", "-sS", "--noproxy", "", "--max-time", str(int(timeout) - 2)] + list(args)
+    return subprocess.run(cmd, capture_output=True, timeout=timeout,
+                          env=env if env is not None else clean_env(), stdin=subprocess.DEVNULL)
