@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
 need=()
-for pkg in libcurl4-openssl-dev libssl-dev pkg-config curl openssl gdal-bin python3; do
+for pkg in libcurl4-openssl-dev libssl-dev pkg-config curl openssl gdal-bin python3 iproute2 util-linux; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -1,5 +1,6 @@
 """CLI: --version, check, config errors, ${ENV} / file: resolution."""
 
+import os
 import re
 import subprocess
 
@@ -151,3 +152,11 @@ def test_listen_from_file(proxy_factory, origin, tmp_path):
     p = proxy_factory(raw_config=text, ready_port=port)
     r, _ = harness.fetch(p, "GET", origin.url + "/json")
     assert r.status == 200
+
+
+def test_shipped_example_config_is_valid():
+    """proxy.conf.example is what the README's run command and the Dockerfile use."""
+    example = os.path.join(os.path.dirname(__file__), "..", "..", "proxy.conf.example")
+    r = harness.run_cli(["check", "--config", example])
+    assert r.returncode == 0, r.stderr
+    assert "127.0.0.1:3128" in r.stdout

@@ -2,6 +2,8 @@
 origin-form endpoints."""
 
 import json
+import subprocess
+import shutil
 import os
 import time
 
@@ -99,16 +101,48 @@ def test_upstream_refused_502_with_requests(proxy, session):
     harness.assert_error_json(r.status_code, r.headers.get, r.content, 502)
 
 
-@pytest.mark.skipif(os.environ.get("AUTHPROXY_E2E_DNS") != "1",
-                    reason="DNS failure test sends a query to the system resolver; "
-                           "set AUTHPROXY_E2E_DNS=1 to enable")
-def test_dns_failure_502(proxy):
+def _netns_available():
+    if shutil.which("unshare") is None or shutil.which("ip") is None:
+        return False
+    r = subprocess.run(["unshare", "-n", "true"], capture_output=True)
+    return r.returncode == 0
+
+
+_DNS_SCRIPT = r"""
+set -e
+ip link set lo up
+"$BIN" serve --config "$CONF" 2>"$LOG" &
+pid=$!
+for i in $(seq 1 100); do
+  curl -s --noproxy '*' -o /dev/null "http://127.0.0.1:$PORT/healthz" && break
+  sleep 0.1
+done
+curl -s --noproxy '' -x "http://127.0.0.1:$PORT" -o "$OUT" -w '%{http_code}' "http://$HOST/arcgis/rest/info?f=json" > "$CODE" || true
+kill -TERM $pid
+wait $pid || true
+"""
+
+
+@pytest.mark.skipif(not _netns_available(), reason="needs unshare -n (root) to isolate DNS from the network")
+def test_dns_failure_502(tmp_path):
+    """The proxy runs in a private network namespace that has only loopback, so the failing name lookup
+    cannot reach any resolver: no traffic leaves the machine."""
     host = "authproxy-e2e-does-not-exist.invalid"
-    c, r = _send_and_read(proxy, request_bytes("GET", "http://%s:80/" % host, [("Host", host)]),
-                          timeout=20)
-    c.close()
-    err = harness.assert_error_json(r.status, r.get, r.body, 502)
+    port = harness.free_port()
+    conf = tmp_path / "proxy.conf"
+    conf.write_text(harness.render_config(harness.default_proxy_section(port, str(tmp_path / "state")),
+                                          harness.default_log_section()))
+    env = harness.clean_env({"BIN": harness.proxy_bin(), "CONF": str(conf), "LOG": str(tmp_path / "log"),
+                             "PORT": str(port), "HOST": host, "OUT": str(tmp_path / "body"),
+                             "CODE": str(tmp_path / "code")})
+    subprocess.run(["unshare", "-n", "bash", "-c", _DNS_SCRIPT], env=env, timeout=60, check=True)
+    code = (tmp_path / "code").read_text()
+    body = (tmp_path / "body").read_bytes()
+    assert code == "502", (code, body, (tmp_path / "log").read_text()[-2000:])
+    err = json.loads(body)["error"]
+    assert err["code"] == 502
     assert host in err["message"], err
+    assert "f=json" not in err["message"] + " ".join(err.get("details", []))
 
 
 def test_upstream_stall_504(proxy_factory, origin):

@@ -1,0 +1,38 @@
+# syntax=docker/dockerfile:1
+# Multi-stage build: compile a release binary with the official Swift image, run it on slim Debian.
+# Both stages are Debian 12 (bookworm), so the runtime's libcurl4/libssl3 match what the build linked.
+
+FROM swift:6.1-bookworm AS build
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libcurl4-openssl-dev libssl-dev pkg-config \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY Package.swift ./
+COPY Sources ./Sources
+RUN swift build -c release --product authproxy --static-swift-stdlib \
+ && install -D -m 0755 "$(swift build -c release --show-bin-path)/authproxy" /out/authproxy
+
+FROM debian:bookworm-slim
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libcurl4 libssl3 ca-certificates curl \
+ && rm -rf /var/lib/apt/lists/* \
+ && useradd --system --uid 10001 --home-dir /var/lib/authproxy --shell /usr/sbin/nologin authproxy \
+ && install -d -o authproxy -g authproxy -m 0700 /var/lib/authproxy \
+ && install -d -m 0755 /etc/authproxy
+COPY --from=build /out/authproxy /usr/local/bin/authproxy
+# The example configuration, made container-friendly: listen on all interfaces, state in the volume, JSON logs.
+COPY proxy.conf.example /etc/authproxy/proxy.conf
+RUN sed -i \
+      -e 's|^listen = \["127.0.0.1:3128"\]|listen = ["0.0.0.0:3128"]|' \
+      -e 's|^state_dir = "./state"|state_dir = "/var/lib/authproxy"|' \
+      -e 's|^format = "text"|format = "json"|' \
+      /etc/authproxy/proxy.conf \
+ && /usr/local/bin/authproxy check --config /etc/authproxy/proxy.conf
+USER authproxy
+VOLUME ["/var/lib/authproxy"]
+EXPOSE 3128
+STOPSIGNAL SIGTERM
+HEALTHCHECK --interval=30s --timeout=3s --start-period=5s --retries=3 \
+  CMD curl -fsS --noproxy '*' http://127.0.0.1:3128/healthz || exit 1
+ENTRYPOINT ["/usr/local/bin/authproxy"]
+CMD ["serve", "--config", "/etc/authproxy/proxy.conf"]
