@@ -48,6 +48,13 @@ public struct ConfigLoader {
             if let t = try proxy.int("shutdown_grace_seconds", range: 0...3600) { config.shutdownGraceSeconds = t }
             if let w = try proxy.int("workers", range: 1...64) { config.workers = w }
             if let m = try proxy.int("max_connections", range: 1...1_000_000) { config.maxConnections = m }
+            if let k = try proxy.string("state_key") {
+                guard k.utf8.count >= 16 else {
+                    throw ConfigError(key: "proxy.state_key", line: proxy.line(of: "state_key"), "must be at least 16 characters (use a long random secret)")
+                }
+                config.stateKey = k
+            }
+            if let m = try proxy.int("max_replay_bytes", range: 0...(1 << 40)) { config.maxReplayBytes = Int64(m) }
             try proxy.finish()
         }
         if var log = try top.table("log") {
@@ -75,7 +82,7 @@ public struct ConfigLoader {
         return config
     }
 
-    private func parseCredential(_ entry: inout TableReader, index: Int) throws(ConfigError) -> CredentialConfig {
+    private func parseCredential(_ entry: inout TableReader, index: Int) throws(ConfigError) -> Credential {
         guard let name = try entry.string("name"), !name.isEmpty else {
             throw ConfigError(key: entry.path + ".name", line: entry.table.line, "every credential needs a name")
         }
@@ -92,10 +99,80 @@ public struct ConfigLoader {
             }
             return p
         }
-        // The credential types themselves (api-key, token, OAuth, network authentication) are not part of this
-        // build; refuse them instead of silently relaying without the credential the operator configured.
-        throw ConfigError(key: entry.path + ".type", line: entry.line(of: "type"),
-            "credential type '\(type)' of '\(name)' is not supported by this version of authproxy (matching \(prefixes.map(\.description).joined(separator: ", ")))")
+        let placement = try entry.enumValue("token_placement", TokenPlacement.self) ?? .param
+        let override = try entry.bool("override_client_token") ?? false
+
+        func required(_ key: String) throws(ConfigError) -> String {
+            guard let v = try entry.string(key), !v.isEmpty else {
+                throw ConfigError(key: entry.path + "." + key, line: entry.table.line,
+                    "credential '\(name)' of type \(type) needs \(key)")
+            }
+            return v
+        }
+        func url(_ key: String, required isRequired: Bool) throws(ConfigError) -> String? {
+            guard let v = isRequired ? try required(key) : try entry.string(key) else { return nil }
+            guard let u = HTTPURL.parse(v) else {
+                throw ConfigError(key: entry.path + "." + key, line: entry.line(of: key), "'\(v)' is not an http(s) URL")
+            }
+            return u.withoutTrailingSlash
+        }
+        let kind: Credential.Kind
+        switch type {
+        case "api-key":
+            kind = .apiKey(key: try required("key"))
+        case "token":
+            let token = try required("token")
+            let referer = try entry.string("referer")
+            var expires: Int64? = nil
+            if let n = entry.table["expires"] {
+                let text: String
+                switch n.value {
+                case .datetime(let d):
+                    entry.markUsed("expires")
+                    text = d
+                case .string: text = try entry.string("expires") ?? ""
+                default:
+                    throw ConfigError(key: entry.path + ".expires", line: n.line, "expected an RFC 3339 date-time")
+                }
+                guard let ms = parseRFC3339(text) else {
+                    throw ConfigError(key: entry.path + ".expires", line: n.line, "'\(text)' is not an RFC 3339 date-time like 2026-12-31T23:59:00Z")
+                }
+                expires = ms
+            }
+            kind = .token(token: token, referer: referer, expires: expires)
+        case "arcgis-token":
+            let referer = try entry.string("referer")
+            let client = try entry.string("client") ?? (referer == nil ? "requestip" : "referer")
+            guard ["referer", "requestip", "ip"].contains(client) else {
+                throw ConfigError(key: entry.path + ".client", line: entry.line(of: "client"), "'\(client)' is not one of \"referer\", \"requestip\", \"ip\"")
+            }
+            if client == "referer" && referer == nil {
+                throw ConfigError(key: entry.path + ".referer", line: entry.table.line, "client = \"referer\" needs a referer")
+            }
+            kind = .arcgisToken(ArcGISTokenSettings(
+                username: try required("username"), password: try required("password"),
+                tokenURL: try url("token_url", required: false), referer: referer,
+                expirationMinutes: try entry.int("expiration_minutes", range: 1...525_600), client: client))
+        case "oauth-app":
+            kind = .oauthApp(OAuthAppSettings(
+                clientID: try required("client_id"), clientSecret: try required("client_secret"),
+                portalURL: try url("portal_url", required: true)!,
+                expirationMinutes: try entry.int("expiration_minutes", range: 1...20_160)))
+        case "oauth-user":
+            let redirect = try required("redirect_uri")
+            guard redirect == "urn:ietf:wg:oauth:2.0:oob" || HTTPURL.parse(redirect) != nil else {
+                throw ConfigError(key: entry.path + ".redirect_uri", line: entry.line(of: "redirect_uri"),
+                    "'\(redirect)' is neither an http(s) URL nor urn:ietf:wg:oauth:2.0:oob")
+            }
+            kind = .oauthUser(OAuthUserSettings(
+                clientID: try required("client_id"), portalURL: try url("portal_url", required: true)!, redirectURI: redirect))
+        default:
+            throw ConfigError(key: entry.path + ".type", line: entry.line(of: "type"),
+                "credential type '\(type)' of '\(name)' is not supported (supported: api-key, token, arcgis-token, oauth-app, oauth-user)")
+        }
+        try entry.finish()
+        return Credential(name: name, kind: kind, match: prefixes, placement: placement, overrideClientToken: override,
+            line: entry.table.line)
     }
 
     public static func processEnvironment() -> [String: String] {
@@ -126,6 +203,8 @@ struct TableReader {
 
     func key(_ k: String) -> String { path.isEmpty ? k : "\(path).\(k)" }
     func line(of k: String) -> Int? { table[k]?.line }
+
+    mutating func markUsed(_ k: String) { used.insert(k) }
 
     private mutating func node(_ k: String) -> TOMLNode? {
         used.insert(k)

@@ -31,17 +31,13 @@ public struct ProxyConfig: Sendable {
     public var maxConnections: Int = 10_000
     public var logLevel: Logger.Level = .info
     public var logFormat: LogFormat = .text
-    public var credentials: [CredentialConfig] = []
+    public var credentials: [Credential] = []
+    /// Key material for encrypting the token state file (AES-256-GCM); nil: the file is stored in clear.
+    public var stateKey: String? = nil
+    /// Largest request body kept for replaying a request after a token rejection (memory, then a temp file).
+    public var maxReplayBytes: Int64 = 100 * 1024 * 1024
 
     public init() {}
-}
-
-/// One `[[credential]]` entry: its common shape. Each credential type validates its own fields.
-public struct CredentialConfig: Sendable {
-    public var name: String
-    public var type: String
-    public var match: [MatchPrefix]
-    public var line: Int
 }
 
 func defaultWorkerCount() -> Int {

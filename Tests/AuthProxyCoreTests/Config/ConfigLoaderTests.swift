@@ -77,6 +77,7 @@ import Testing
         ("[proxy]\nworkers = 1\nworkers = 2\n", "", 3, "defined twice"),
         ("[[credential]]\nname = \"a\"\ntype = \"api-key\"\nmatch = \"ftp://x\"\n", "credential[0].match", 4, "not a URL prefix"),
         ("[[credential]]\ntype = \"api-key\"\n", "credential[0].name", 1, "needs a name"),
+        ("[proxy]\nstate_key = \"short\"\n", "proxy.state_key", 2, "at least 16"),
     ])
     func rejects(_ text: String, _ key: String, _ line: Int, _ fragment: String) {
         do {

@@ -1,0 +1,90 @@
+/// Where an injected token goes.
+public enum TokenPlacement: String, Sendable, CaseIterable {
+    /// `token` query parameter for GET/HEAD/DELETE, form field for urlencoded bodies, query parameter otherwise.
+    case param
+    /// `X-Esri-Authorization: Bearer …`: keeps tokens out of URLs and logs of intermediate servers.
+    case header
+}
+
+/// One `[[credential]]` entry, validated. Token-type credentials put an ArcGIS token or API key on the
+/// requests they match.
+public struct Credential: Sendable {
+    public enum Kind: Sendable, Equatable {
+        /// A permanent API key, injected as is.
+        case apiKey(key: String)
+        /// A pregenerated token; `expires` in milliseconds since the epoch.
+        case token(token: String, referer: String?, expires: Int64?)
+        /// `generateToken` with a username and password.
+        case arcgisToken(ArcGISTokenSettings)
+        /// OAuth 2.0 client-credentials grant.
+        case oauthApp(OAuthAppSettings)
+        /// OAuth 2.0 refresh-token grant, with a refresh token obtained by `authproxy login`.
+        case oauthUser(OAuthUserSettings)
+
+        public var typeName: String {
+            switch self {
+            case .apiKey: return "api-key"
+            case .token: return "token"
+            case .arcgisToken: return "arcgis-token"
+            case .oauthApp: return "oauth-app"
+            case .oauthUser: return "oauth-user"
+            }
+        }
+    }
+
+    public var name: String
+    public var kind: Kind
+    public var match: [MatchPrefix]
+    public var placement: TokenPlacement
+    public var overrideClientToken: Bool
+    public var line: Int
+
+    /// Whether tokens come from a token service (and so can be refreshed after a 498/499).
+    public var isRefreshable: Bool {
+        switch kind {
+        case .apiKey, .token: return false
+        case .arcgisToken, .oauthApp, .oauthUser: return true
+        }
+    }
+
+    /// Every setting, secrets included, as one string: hashed, it binds cached tokens to the exact credential
+    /// that produced them, so a changed password or client secret never reuses an old token.
+    var identityMaterial: String {
+        var s = "\(name)\u{0}\(kind.typeName)\u{0}\(match.map(\.description).joined(separator: ","))\u{0}"
+        switch kind {
+        case .apiKey(let key): s += key
+        case .token(let t, let r, let e): s += "\(t)\u{0}\(r ?? "")\u{0}\(e ?? 0)"
+        case .arcgisToken(let a):
+            s += "\(a.username)\u{0}\(a.password)\u{0}\(a.tokenURL ?? "")\u{0}\(a.referer ?? "")\u{0}\(a.expirationMinutes ?? 0)\u{0}\(a.client)"
+        case .oauthApp(let o): s += "\(o.clientID)\u{0}\(o.clientSecret)\u{0}\(o.portalURL)\u{0}\(o.expirationMinutes ?? 0)"
+        case .oauthUser(let o): s += "\(o.clientID)\u{0}\(o.portalURL)\u{0}\(o.redirectURI)"
+        }
+        return s
+    }
+}
+
+public struct ArcGISTokenSettings: Sendable, Equatable {
+    public var username: String
+    public var password: String
+    /// nil: discovered from `<server root>/rest/info?f=json`.
+    public var tokenURL: String?
+    public var referer: String?
+    /// nil: the server's `shortLivedTokenValidity`.
+    public var expirationMinutes: Int?
+    /// `client` field of generateToken: "referer" (default when a referer is set) or "requestip".
+    public var client: String
+}
+
+public struct OAuthAppSettings: Sendable, Equatable {
+    public var clientID: String
+    public var clientSecret: String
+    /// The portal root, e.g. `https://www.arcgis.com` or `https://host/portal`.
+    public var portalURL: String
+    public var expirationMinutes: Int?
+}
+
+public struct OAuthUserSettings: Sendable, Equatable {
+    public var clientID: String
+    public var portalURL: String
+    public var redirectURI: String
+}

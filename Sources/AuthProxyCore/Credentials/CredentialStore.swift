@@ -1,0 +1,27 @@
+/// The configured credentials and the matching rule: for a request URL, the credential with the longest
+/// matching prefix wins; ties go to the one written first in the file.
+public struct CredentialStore: Sendable {
+    public let credentials: [Credential]
+
+    public init(_ credentials: [Credential]) {
+        self.credentials = credentials
+    }
+
+    public var isEmpty: Bool { credentials.isEmpty }
+
+    /// The token-type credential for `target`, if any.
+    public func tokenCredential(for target: URLTarget) -> Credential? {
+        var best: (credential: Credential, score: Int)? = nil
+        for c in credentials {
+            for p in c.match where p.matches(target) {
+                let score = p.specificity
+                if best == nil || score > best!.score { best = (c, score) }
+            }
+        }
+        return best?.credential
+    }
+
+    public func credential(named name: String) -> Credential? {
+        credentials.first { $0.name == name }
+    }
+}

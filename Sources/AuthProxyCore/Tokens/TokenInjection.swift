@@ -1,0 +1,107 @@
+/// How a token goes into a request: pure functions over the request's URL, headers and (small, buffered)
+/// urlencoded form body. A request never carries two tokens: injecting removes any token the client sent.
+public enum TokenInjection {
+    /// Whether the client already sent a token of its own: a `token` query parameter (or form field, when
+    /// the form is given), `X-Esri-Authorization`, or `Authorization: Bearer`.
+    public static func clientHasToken(pathAndQuery: String, headers: HTTPHeaders, form: [UInt8]? = nil) -> Bool {
+        if headers.contains("x-esri-authorization") { return true }
+        if headers.values("authorization").contains(where: { $0.lowercased().hasPrefix("bearer ") }) { return true }
+        if let q = query(of: pathAndQuery), hasTokenField(Array(q.utf8)) { return true }
+        if let form, hasTokenField(form) { return true }
+        return false
+    }
+
+    /// Whether the request body is an urlencoded form (the one body a token can go into).
+    public static func isForm(_ headers: HTTPHeaders) -> Bool {
+        headers.first("content-type")?.lowercased().hasPrefix("application/x-www-form-urlencoded") == true
+    }
+
+    public enum Site: Equatable, Sendable {
+        case query
+        case form
+        case header
+    }
+
+    /// Where the token goes for this request.
+    public static func site(placement: TokenPlacement, method: String, isForm: Bool) -> Site {
+        if placement == .header { return .header }
+        switch method {
+        case "GET", "HEAD", "DELETE": return .query
+        default: return isForm ? .form : .query
+        }
+    }
+
+    /// The request with `token` applied at `site`; every client token is removed first.
+    public static func apply(
+        token: String, site: Site, pathAndQuery: String, headers: HTTPHeaders, form: [UInt8]?
+    ) -> (pathAndQuery: String, headers: HTTPHeaders, form: [UInt8]?) {
+        var h = headers
+        h.remove(name: "x-esri-authorization")
+        let bearer = h.values("authorization").contains { $0.lowercased().hasPrefix("bearer ") }
+        if bearer { h.remove(name: "authorization") }
+        var path = removingTokenField(fromURL: pathAndQuery)
+        var body = form.map(removingTokenField)
+        switch site {
+        case .header:
+            h.add(name: "X-Esri-Authorization", value: "Bearer \(token)")
+        case .query:
+            path += (path.contains("?") ? (path.hasSuffix("?") || path.hasSuffix("&") ? "" : "&") : "?")
+            path += "token=" + percentEncoded(token)
+        case .form:
+            var b = body ?? []
+            if !b.isEmpty, b.last != UInt8(ascii: "&") { b.append(UInt8(ascii: "&")) }
+            b.append(contentsOf: Array(("token=" + percentEncoded(token)).utf8))
+            body = b
+        }
+        return (path, h, body)
+    }
+
+    static func query(of pathAndQuery: String) -> Substring? {
+        guard let q = pathAndQuery.firstIndex(of: "?") else { return nil }
+        return pathAndQuery[pathAndQuery.index(after: q)...]
+    }
+
+    /// Whether an `a=1&b=2` sequence has a `token` field.
+    static func hasTokenField(_ bytes: [UInt8]) -> Bool {
+        bytes.split(separator: UInt8(ascii: "&"), omittingEmptySubsequences: true).contains { isTokenField($0) }
+    }
+
+    private static func isTokenField(_ field: ArraySlice<UInt8>) -> Bool {
+        let name = field.prefix { $0 != UInt8(ascii: "=") }
+        return String(decoding: name, as: UTF8.self).lowercased() == "token"
+    }
+
+    static func removingTokenField(_ bytes: [UInt8]) -> [UInt8] {
+        let kept = bytes.split(separator: UInt8(ascii: "&"), omittingEmptySubsequences: true).filter { !isTokenField($0) }
+        return Array(kept.joined(separator: [UInt8(ascii: "&")]))
+    }
+
+    static func removingTokenField(fromURL pathAndQuery: String) -> String {
+        guard let q = pathAndQuery.firstIndex(of: "?") else { return pathAndQuery }
+        let path = pathAndQuery[..<q]
+        let rest = removingTokenField(Array(pathAndQuery[pathAndQuery.index(after: q)...].utf8))
+        return rest.isEmpty ? String(path) : String(path) + "?" + String(decoding: rest, as: UTF8.self)
+    }
+
+    /// Percent-encodes everything but RFC 3986 unreserved characters.
+    public static func percentEncoded(_ s: String) -> String {
+        var out = ""
+        out.reserveCapacity(s.utf8.count)
+        for b in s.utf8 {
+            switch b {
+            case 0x30...0x39, 0x41...0x5a, 0x61...0x7a, UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"),
+                UInt8(ascii: "~"):
+                out.unicodeScalars.append(Unicode.Scalar(b))
+            default:
+                let hex = String(b, radix: 16, uppercase: true)
+                out += "%" + (hex.count == 1 ? "0" : "") + hex
+            }
+        }
+        return out
+    }
+
+    /// `application/x-www-form-urlencoded` encoding of a field list (for token-service requests).
+    public static func formEncoded(_ fields: [(String, String)]) -> String {
+        fields.map { "\(percentEncoded($0.0))=\(percentEncoded($0.1))" }.joined(separator: "&")
+    }
+}

@@ -1,0 +1,126 @@
+/// Recognises an ArcGIS "token invalid/expired" (498) or "token required" (499) answer in every form
+/// servers use: HTTP status 498/499; a JSON body `{"error":{"code":498,…}}` with any spacing (usually with
+/// HTTP 200); the same wrapped in a JSONP callback; the HTML "Invalid Token" page of tile endpoints.
+/// HTTP 403 (with GWM_0003) means "no permission" and is never a token error.
+public enum TokenRejection {
+    /// How much of a body is examined at most.
+    public static let lookAhead = 64 * 1024
+
+    /// Whether a response of this content type may carry a token error in its body (and so must be held back
+    /// for inspection).
+    public static func mayCarryError(contentType: String?) -> Bool {
+        guard let ct = contentType?.lowercased() else { return true }
+        return ct.contains("json") || ct.contains("javascript") || ct.hasPrefix("text/") || ct.contains("html")
+    }
+
+    /// Whether the status alone says so.
+    public static func isRejection(status: Int) -> Bool { status == 498 || status == 499 }
+
+    /// Whether `body` (the first bytes of the response) is a token error.
+    public static func isRejection(status: Int, contentType: String?, body: some Collection<UInt8>) -> Bool {
+        if isRejection(status: status) { return true }
+        if status == 403 { return false }
+        guard mayCarryError(contentType: contentType) else { return false }
+        let bytes = Array(body.prefix(lookAhead))
+        if let code = errorCode(bytes), code == 498 || code == 499 { return true }
+        let ct = contentType?.lowercased() ?? ""
+        if ct.contains("html") || bytes.first(where: { !isSpace($0) }) == UInt8(ascii: "<") {
+            let text = String(decoding: bytes, as: UTF8.self).lowercased()
+            return text.contains("invalid token") || text.contains("token required")
+        }
+        return false
+    }
+
+    /// The `error.code` of a body that *is* an ArcGIS error object (optionally JSONP-wrapped), else nil.
+    /// Only a top-level `{"error":{…}}` counts, so a feature attribute named `code` never matches.
+    static func errorCode(_ b: [UInt8]) -> Int? {
+        var i = 0
+        skipSpace(b, &i)
+        // JSONP: identifier characters, then '('.
+        if i < b.count, b[i] != UInt8(ascii: "{") {
+            while i < b.count, isIdentifier(b[i]) { i += 1 }
+            skipSpace(b, &i)
+            guard i < b.count, b[i] == UInt8(ascii: "(") else { return nil }
+            i += 1
+            skipSpace(b, &i)
+        }
+        guard expect(b, &i, "{"), expectString(b, &i, "error"), expect(b, &i, ":"), expect(b, &i, "{") else { return nil }
+        // Walk the members of the error object looking for "code": <int>.
+        while i < b.count {
+            skipSpace(b, &i)
+            guard i < b.count, b[i] == UInt8(ascii: "\"") else { return nil }
+            let key = readString(b, &i)
+            guard expect(b, &i, ":") else { return nil }
+            skipSpace(b, &i)
+            if key == "code" {
+                var n = 0
+                var digits = 0
+                while i < b.count, b[i] >= 48, b[i] <= 57, digits < 6 {
+                    n = n * 10 + Int(b[i] - 48)
+                    digits += 1
+                    i += 1
+                }
+                return digits > 0 ? n : nil
+            }
+            skipValue(b, &i)
+            skipSpace(b, &i)
+            guard i < b.count, b[i] == UInt8(ascii: ",") else { return nil }
+            i += 1
+        }
+        return nil
+    }
+
+    /// Skips one JSON value (string, number, literal, or a nested object/array).
+    private static func skipValue(_ b: [UInt8], _ i: inout Int) {
+        guard i < b.count else { return }
+        if b[i] == UInt8(ascii: "\"") {
+            _ = readString(b, &i)
+            return
+        }
+        if b[i] == UInt8(ascii: "{") || b[i] == UInt8(ascii: "[") {
+            var depth = 0
+            while i < b.count {
+                switch b[i] {
+                case UInt8(ascii: "\""): _ = readString(b, &i); continue
+                case UInt8(ascii: "{"), UInt8(ascii: "["): depth += 1
+                case UInt8(ascii: "}"), UInt8(ascii: "]"):
+                    depth -= 1
+                    if depth == 0 { i += 1; return }
+                default: break
+                }
+                i += 1
+            }
+            return
+        }
+        while i < b.count, b[i] != UInt8(ascii: ","), b[i] != UInt8(ascii: "}"), !isSpace(b[i]) { i += 1 }
+    }
+
+    private static func isSpace(_ c: UInt8) -> Bool { c == 32 || c == 9 || c == 10 || c == 13 }
+    private static func isIdentifier(_ c: UInt8) -> Bool {
+        (c >= 48 && c <= 57) || (c >= 65 && c <= 90) || (c >= 97 && c <= 122) || c == 95 || c == 36 || c == 46
+    }
+    private static func skipSpace(_ b: [UInt8], _ i: inout Int) { while i < b.count, isSpace(b[i]) { i += 1 } }
+    private static func expect(_ b: [UInt8], _ i: inout Int, _ c: Character) -> Bool {
+        skipSpace(b, &i)
+        guard i < b.count, b[i] == c.asciiValue! else { return false }
+        i += 1
+        return true
+    }
+    private static func expectString(_ b: [UInt8], _ i: inout Int, _ s: String) -> Bool {
+        skipSpace(b, &i)
+        guard i < b.count, b[i] == UInt8(ascii: "\"") else { return false }
+        return readString(b, &i) == s
+    }
+    /// Reads a JSON string starting at the opening quote (escapes kept raw; enough for key comparison).
+    private static func readString(_ b: [UInt8], _ i: inout Int) -> String {
+        i += 1
+        let start = i
+        while i < b.count, b[i] != UInt8(ascii: "\"") {
+            if b[i] == UInt8(ascii: "\\") { i += 1 }
+            i += 1
+        }
+        let s = String(decoding: b[start..<min(i, b.count)], as: UTF8.self)
+        i += 1
+        return s
+    }
+}

@@ -1,0 +1,191 @@
+import Testing
+
+@testable import AuthProxyCore
+
+@Suite struct TokenRejectionTests {
+    private func check(_ status: Int, _ ct: String?, _ body: String) -> Bool {
+        TokenRejection.isRejection(status: status, contentType: ct, body: Array(body.utf8))
+    }
+
+    @Test(arguments: [
+        (200, "application/json", #"{"error":{"code":498,"message":"Invalid token.","details":[]}}"#),
+        (200, "application/json", #"{"error":{"code":499,"message":"Token Required","messageCode":"GWM_0003","details":[]}}"#),
+        (200, "application/json", "{ \"error\" : {\n \"code\" : 498 ,\n \"message\" : \"Invalid token.\" } }"),
+        (200, "text/plain", #"  {"error":{"message":"Invalid token.","details":["x"],"code":498}}"#),
+        (200, "text/javascript", #"cb({"error":{"code":498,"message":"Invalid token.","details":[]}});"#),
+        (200, "application/javascript", "dojo_request_script_callbacks.dojo_request_script0 ( {\"error\": {\"code\": 499}})"),
+        (200, "text/html", "<html><body><h1>Invalid Token</h1></body></html>"),
+        (498, "application/json", "{}"),
+        (499, nil, ""),
+    ])
+    func detects(_ status: Int, _ ct: String?, _ body: String) {
+        #expect(check(status, ct, body), "\(body)")
+    }
+
+    @Test(arguments: [
+        (403, "application/json", #"{"error":{"code":403,"message":"You do not have permissions","messageCode":"GWM_0003","details":[]}}"#),
+        (200, "application/json", #"{"features":[{"attributes":{"code":498}}],"error":{"code":498}}"#),
+        (200, "application/json", #"{"error":{"code":400,"message":"Unable to complete operation.","details":["code 498"]}}"#),
+        (200, "image/png", "Invalid Token"),
+        (200, "application/json", #"{"error":{"details":{"code":498},"code":500}}"#),
+        (200, "text/html", "<html>ok</html>"),
+    ])
+    func ignores(_ status: Int, _ ct: String?, _ body: String) {
+        #expect(!check(status, ct, body), "\(body)")
+    }
+}
+
+@Suite struct TokenInjectionTests {
+    @Test func queryPlacementReplacesClientToken() {
+        let r = TokenInjection.apply(token: "new/tok+en", site: .query, pathAndQuery: "/a/query?f=json&token=old&Token=x",
+            headers: HTTPHeaders([("X-Esri-Authorization", "Bearer c")]), form: nil)
+        #expect(r.pathAndQuery == "/a/query?f=json&token=new%2Ftok%2Ben")
+        #expect(!r.headers.contains("x-esri-authorization"))
+    }
+
+    @Test func queryPlacementWithoutQuery() {
+        #expect(TokenInjection.apply(token: "t", site: .query, pathAndQuery: "/x", headers: HTTPHeaders(), form: nil).pathAndQuery == "/x?token=t")
+        #expect(TokenInjection.apply(token: "t", site: .query, pathAndQuery: "/x?token=a", headers: HTTPHeaders(), form: nil).pathAndQuery == "/x?token=t")
+    }
+
+    @Test func headerPlacement() {
+        let r = TokenInjection.apply(token: "t", site: .header, pathAndQuery: "/x?token=a&f=json",
+            headers: HTTPHeaders([("Authorization", "Bearer z"), ("Accept", "*/*")]), form: nil)
+        #expect(r.pathAndQuery == "/x?f=json")
+        #expect(r.headers.values("x-esri-authorization") == ["Bearer t"])
+        #expect(!r.headers.contains("authorization"))
+    }
+
+    @Test func formPlacement() {
+        let r = TokenInjection.apply(token: "t", site: .form, pathAndQuery: "/q", headers: HTTPHeaders(),
+            form: Array("where=1%3D1&token=old&f=json".utf8))
+        #expect(String(decoding: r.form!, as: UTF8.self) == "where=1%3D1&f=json&token=t")
+        #expect(r.pathAndQuery == "/q")
+    }
+
+    @Test func siteChoice() {
+        #expect(TokenInjection.site(placement: .param, method: "GET", isForm: false) == .query)
+        #expect(TokenInjection.site(placement: .param, method: "DELETE", isForm: true) == .query)
+        #expect(TokenInjection.site(placement: .param, method: "POST", isForm: true) == .form)
+        #expect(TokenInjection.site(placement: .param, method: "POST", isForm: false) == .query)
+        #expect(TokenInjection.site(placement: .header, method: "GET", isForm: false) == .header)
+    }
+
+    @Test func clientTokenDetection() {
+        #expect(TokenInjection.clientHasToken(pathAndQuery: "/x?f=json&token=abc", headers: HTTPHeaders()))
+        #expect(!TokenInjection.clientHasToken(pathAndQuery: "/x?f=json&tokens=abc&mytoken=1", headers: HTTPHeaders()))
+        #expect(TokenInjection.clientHasToken(pathAndQuery: "/x", headers: HTTPHeaders([("authorization", "Bearer q")])))
+        #expect(!TokenInjection.clientHasToken(pathAndQuery: "/x", headers: HTTPHeaders([("Authorization", "Basic q")])))
+        #expect(TokenInjection.clientHasToken(pathAndQuery: "/x", headers: HTTPHeaders(), form: Array("a=1&token=z".utf8)))
+    }
+}
+
+@Suite struct CredentialStoreTests {
+    private func cred(_ name: String, _ match: [String]) -> Credential {
+        Credential(name: name, kind: .apiKey(key: name), match: match.compactMap(MatchPrefix.parse), placement: .param,
+            overrideClientToken: false, line: 1)
+    }
+
+    @Test func longestPrefixWinsTiesFirst() {
+        let store = CredentialStore([
+            cred("broad", ["https://gis.example.com"]),
+            cred("arcgis", ["https://gis.example.com/arcgis"]),
+            cred("arcgis-dup", ["https://gis.example.com/arcgis"]),
+            cred("wild", ["https://*.example.com/arcgis/rest"]),
+        ])
+        func pick(_ url: String) -> String? {
+            guard case .absolute(let t)? = try? RequestHeadParser.parseTarget(method: "GET", url) else { return nil }
+            return store.tokenCredential(for: t)?.name
+        }
+        // The longer path prefix wins even over an exact host (then exact beats wildcard, then host length).
+        #expect(pick("https://gis.example.com/arcgis/rest/services") == "wild")
+        #expect(pick("https://gis.example.com/arcgis/admin") == "arcgis")
+        #expect(pick("https://gis.example.com/portal/home") == "broad")
+        #expect(pick("https://other.example.com/arcgis/rest/info") == "wild")
+        #expect(pick("https://other.example.com/arcgis/x") == nil)
+        #expect(pick("http://gis.example.com/arcgis/rest") == nil)
+        #expect(pick("https://gis.example.com:8443/arcgis") == nil)
+        #expect(pick("https://gis.example.com/arcgisdata") == "broad")
+    }
+}
+
+@Suite struct CredentialConfigTests {
+    let loader = ConfigLoader(environment: ["KEY": "secret-api-key"])
+
+    @Test func parsesEveryType() throws {
+        let c = try loader.parse("""
+            [[credential]]
+            name = "key"
+            type = "api-key"
+            key = "${KEY}"
+            match = "https://services.arcgis.com"
+            [[credential]]
+            name = "pre"
+            type = "token"
+            token = "abc"
+            referer = "https://app.example.com"
+            expires = 2030-01-01T00:00:00Z
+            match = ["https://gis.example.com/arcgis"]
+            token_placement = "header"
+            override_client_token = true
+            [[credential]]
+            name = "gen"
+            type = "arcgis-token"
+            username = "u"
+            password = "p"
+            match = "https://gis2.example.com/arcgis"
+            [[credential]]
+            name = "app"
+            type = "oauth-app"
+            client_id = "id"
+            client_secret = "s"
+            portal_url = "https://www.arcgis.com/"
+            match = "https://www.arcgis.com/sharing"
+            [[credential]]
+            name = "user"
+            type = "oauth-user"
+            client_id = "id"
+            portal_url = "https://host/portal"
+            redirect_uri = "urn:ietf:wg:oauth:2.0:oob"
+            match = "https://host/portal"
+            """)
+        #expect(c.credentials.map(\.kind.typeName) == ["api-key", "token", "arcgis-token", "oauth-app", "oauth-user"])
+        #expect(c.credentials[0].kind == .apiKey(key: "secret-api-key"))
+        #expect(c.credentials[1].kind == .token(token: "abc", referer: "https://app.example.com", expires: 1_893_456_000_000))
+        #expect(c.credentials[1].placement == .header)
+        #expect(c.credentials[1].overrideClientToken)
+        guard case .arcgisToken(let a) = c.credentials[2].kind, case .oauthApp(let o) = c.credentials[3].kind else {
+            Issue.record("kinds")
+            return
+        }
+        #expect(a.client == "requestip")
+        #expect(o.portalURL == "https://www.arcgis.com")
+    }
+
+    @Test(arguments: [
+        ("[[credential]]\nname = \"a\"\ntype = \"api-key\"\nmatch = \"https://h\"\n", "credential[0].key", "needs key"),
+        ("[[credential]]\nname = \"a\"\ntype = \"api-key\"\nkey = \"k\"\nkee = 1\nmatch = \"https://h\"\n", "credential[0].kee", "unknown key"),
+        ("[[credential]]\nname = \"a\"\ntype = \"magic\"\nmatch = \"https://h\"\n", "credential[0].type", "not supported"),
+        ("[[credential]]\nname = \"a\"\ntype = \"token\"\ntoken = \"t\"\nexpires = \"tomorrow\"\nmatch = \"https://h\"\n", "credential[0].expires", "RFC 3339"),
+        ("[[credential]]\nname = \"a\"\ntype = \"oauth-app\"\nclient_id = \"i\"\nclient_secret = \"s\"\nportal_url = \"ftp://x\"\nmatch = \"https://h\"\n", "credential[0].portal_url", "not an http(s) URL"),
+        ("[[credential]]\nname = \"a\"\ntype = \"api-key\"\nkey = \"k\"\nmatch = \"https://h\"\n[[credential]]\nname = \"a\"\ntype = \"api-key\"\nkey = \"k\"\nmatch = \"https://h\"\n", "credential[1].name", "duplicate"),
+    ])
+    func rejects(_ text: String, _ key: String, _ fragment: String) {
+        do {
+            _ = try loader.parse(text)
+            Issue.record("accepted")
+        } catch {
+            #expect(error.key == key, "\(error)")
+            #expect(error.description.contains(fragment), "\(error)")
+            #expect(!error.description.contains("secret-api-key"))
+        }
+    }
+
+    @Test func rfc3339() {
+        #expect(parseRFC3339("1970-01-01T00:00:00Z") == 0)
+        #expect(parseRFC3339("1970-01-01T01:00:00+01:00") == 0)
+        #expect(parseRFC3339("1970-01-01T00:00:01.5Z") == 1500)
+        #expect(parseRFC3339("1970-01-01T00:00:01.123456Z") == 1123)
+        #expect(parseRFC3339("1970-01-01 00:00:00") == nil)
+    }
+}
