@@ -131,7 +131,12 @@ struct Check: ParsableCommand {
         print("  workers:                  \(c.workers)")
         print("  max_connections:          \(c.maxConnections)")
         print("  log:                      level=\(c.logLevel.rawValue) format=\(c.logFormat.rawValue)")
+        print("  state_key:                \(c.stateKey == nil ? "not set (token state stored in clear)" : "set")")
+        print("  max_replay_bytes:         \(c.maxReplayBytes)")
         print("  credentials:              \(c.credentials.count)")
+        for cred in c.credentials {
+            print("    - \(cred.name) (\(cred.kind.typeName), token_placement=\(cred.placement.rawValue)\(cred.overrideClientToken ? ", override_client_token" : "")): \(cred.match.map(\.description).joined(separator: ", "))")
+        }
     }
 }
 

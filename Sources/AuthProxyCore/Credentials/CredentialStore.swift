@@ -21,6 +21,18 @@ public struct CredentialStore: Sendable {
         return best?.credential
     }
 
+    /// Whether any credential's prefix covers `host:port` over https (for CONNECT).
+    public func matchesHost(_ host: String, port: Int) -> Bool {
+        let target = URLTarget(scheme: "https", host: host, port: port, pathAndQuery: "/")
+        return credentials.contains { c in
+            c.match.contains { p in
+                var hostOnly = p
+                hostOnly.path = ""
+                return hostOnly.matches(target)
+            }
+        }
+    }
+
     public func credential(named name: String) -> Credential? {
         credentials.first { $0.name == name }
     }

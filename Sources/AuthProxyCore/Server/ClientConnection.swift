@@ -68,6 +68,28 @@ final class ClientConnection: UpstreamTransferDelegate {
     private var responseChunked = false
     private var responseNoBody = false
     private var bodyBytesOut: Int64 = 0
+    // Credentials (token-type) applied to the exchange in progress.
+    /// Counts exchanges, so an answer from the token service for an earlier exchange is ignored.
+    private var exchangeSerial = 0
+    private var credential: Credential? = nil
+    private var injectedToken: IssuedToken? = nil
+    private var tokenSite: TokenInjection.Site = .query
+    /// 1 for the first try, 2 for the one retry after a token rejection.
+    private var attempt = 1
+    /// The response is held (head and up to ``TokenRejection/lookAhead`` body bytes) to look for a token error.
+    private var sniffing = false
+    private var holding = false
+    private var sniffBuffer: [UInt8] = []
+    /// A copy of the streamed request body for the retry; `replayOffset` is how much of it the current
+    /// transfer has read.
+    private var replay: ReplayBuffer? = nil
+    private var replayOffset: Int64 = 0
+    /// An urlencoded form body collected whole (to put the token into it), and how much was sent.
+    private var collectingForm = false
+    private var formBody: [UInt8]? = nil
+    private var formOffset = 0
+    private var originalURL: URLTarget? = nil
+
     /// Last time the upstream sent or took bytes, for the stall timeout (`upstream_timeout_seconds`). Time
     /// when the transfer is paused for the client's sake does not count against the upstream.
     private var lastUpstreamProgress: UInt64 = 0
@@ -166,6 +188,7 @@ final class ClientConnection: UpstreamTransferDelegate {
 
     private func begin(_ h: RequestHead) {
         exchanges += 1
+        credential = nil
         head = h
         exchangeStart = DispatchTime.now().uptimeNanoseconds
         keepAlive = h.keepAlive && !loop.shuttingDown
@@ -228,16 +251,127 @@ final class ClientConnection: UpstreamTransferDelegate {
 
     private func forward(_ url: URLTarget) {
         guard let h = head else { return }
-        if context.config.unmatched == .deny {
-            respond(ErrorResponse(status: 403, message: "Destination \(url.origin) is not allowed",
-                details: ["No credential matches it and [proxy] unmatched = \"deny\"."]), close: !bodyComplete)
+        state = .forwarding
+        exchangeSerial &+= 1
+        credential = nil
+        injectedToken = nil
+        attempt = 1
+        sniffing = false
+        holding = false
+        sniffBuffer = []
+        replay = nil
+        replayOffset = 0
+        formBody = nil
+        formOffset = 0
+        collectingForm = false
+        originalURL = url
+        guard let c = context.credentials.tokenCredential(for: url) else {
+            if context.config.unmatched == .deny {
+                respond(ErrorResponse(status: 403, message: "Destination \(url.origin) is not allowed",
+                    details: ["No credential matches it and [proxy] unmatched = \"deny\"."]), close: !bodyComplete)
+                return
+            }
+            startTransfer(url: url, headers: h.headers)
             return
         }
+        if !c.overrideClientToken, TokenInjection.clientHasToken(pathAndQuery: url.pathAndQuery, headers: h.headers) {
+            // The client authenticates itself: leave its token alone and do not retry.
+            startTransfer(url: url, headers: h.headers)
+            return
+        }
+        credential = c
+        tokenSite = TokenInjection.site(placement: c.placement, method: h.method, isForm: TokenInjection.isForm(h.headers))
+        if tokenSite == .form {
+            if case .contentLength(let n) = h.framing, n <= Int64(Self.maxFormBytes) {
+                // The token goes into the form: collect it whole first (small by nature), then inject.
+                collectingForm = true
+                formBody = []
+                formBody!.reserveCapacity(Int(n))
+                if bodyComplete { formCollected() } else { pumpBody() }
+                return
+            }
+            tokenSite = .query  // a large or chunked form keeps streaming; the token goes into the URL
+        }
+        if c.isRefreshable, h.framing != .none, h.framing != .contentLength(0) {
+            replay = ReplayBuffer(limit: context.config.maxReplayBytes, directory: context.config.stateDir)
+        }
+        obtainToken()
+    }
+
+    /// Form bodies up to this size are collected to carry the token; larger ones get it in the URL.
+    static let maxFormBytes = 1024 * 1024
+
+    /// The collected form is complete: check for a client token in it, then get ours.
+    private func formCollected() {
+        collectingForm = false
+        guard let c = credential, let h = head, let url = originalURL else { return }
+        if !c.overrideClientToken, TokenInjection.clientHasToken(pathAndQuery: url.pathAndQuery, headers: h.headers, form: formBody) {
+            credential = nil
+            startTransfer(url: url, headers: h.headers)
+            return
+        }
+        obtainToken()
+    }
+
+    private func obtainToken() {
+        guard let c = credential, let url = originalURL, let tokens = context.tokens else { return }
+        if let t = tokens.cachedToken(for: c, target: url) {
+            tokenReady(.success(t))
+            return
+        }
+        let serial = exchangeSerial
+        let queue = loop.queue
+        nonisolated(unsafe) let me = self
+        tokens.token(for: c, target: url) { result in
+            queue.async {
+                guard me.state == .forwarding, me.exchangeSerial == serial else { return }
+                me.tokenReady(result)
+            }
+        }
+    }
+
+    private func tokenReady(_ result: Result<IssuedToken, TokenError>) {
+        guard let c = credential, let h = head, let url = originalURL else { return }
+        switch result {
+        case .failure(let e):
+            respond(e.response, close: !bodyComplete)
+            process()
+            updateReadInterest()
+        case .success(let t):
+            if t.ssl && url.scheme == "http" {
+                respond(ErrorResponse(status: 502, message: "Credential '\(c.name)': its token may only be sent over https",
+                    details: ["The token service marked the token ssl:true; request \(url.origin) over https (or set upgrade_to_https when available)."]),
+                    close: !bodyComplete)
+                return
+            }
+            injectedToken = t
+            let applied = TokenInjection.apply(token: t.value, site: tokenSite, pathAndQuery: url.pathAndQuery,
+                headers: h.headers, form: tokenSite == .form ? formBody : nil)
+            var headers = applied.headers
+            if let r = t.referer {
+                headers.remove(name: "referer")
+                headers.add(name: "Referer", value: r)
+            }
+            if tokenSite == .form { formBody = applied.form }
+            var target = url
+            target.pathAndQuery = applied.pathAndQuery
+            // Responses are inspected for token errors when a retry (or a clear error) can follow.
+            switch c.kind {
+            case .apiKey: sniffing = false
+            default: sniffing = true
+            }
+            startTransfer(url: target, headers: headers)
+        }
+    }
+
+    /// Starts the libcurl transfer for the current request with `headers` (hop-by-hop fields are removed here).
+    private func startTransfer(url: URLTarget, headers: HTTPHeaders) {
+        guard let h = head else { return }
         var lines: [String] = []
-        lines.reserveCapacity(h.headers.count + 3)
+        lines.reserveCapacity(headers.count + 3)
         var hasAccept = false
-        let named = h.headers.connectionNamedFields()
-        for f in h.headers {
+        let named = headers.connectionNamedFields()
+        for f in headers {
             if HTTPHeaders.isHopByHop(f.name, named: named) { continue }
             if f.name.caseInsensitiveEquals("host") || f.name.caseInsensitiveEquals("content-length")
                 || f.name.caseInsensitiveEquals("expect")
@@ -252,10 +386,14 @@ final class ClientConnection: UpstreamTransferDelegate {
         lines.append("Expect:")
         if !hasAccept { lines.append("Accept:") }
         var bodyLength: Int64?
-        switch h.framing {
-        case .none: bodyLength = nil
-        case .contentLength(let n): bodyLength = (n == 0 && (h.method == "GET" || h.method == "HEAD")) ? nil : n
-        case .chunked: bodyLength = -1
+        if let form = formBody {
+            bodyLength = Int64(form.count)
+        } else {
+            switch h.framing {
+            case .none: bodyLength = nil
+            case .contentLength(let n): bodyLength = (n == 0 && (h.method == "GET" || h.method == "HEAD")) ? nil : n
+            case .chunked: bodyLength = -1
+            }
         }
         if h.method == "HEAD" { bodyLength = nil }
         state = .forwarding
@@ -270,9 +408,114 @@ final class ClientConnection: UpstreamTransferDelegate {
         pumpBody()
     }
 
+    /// At the end of the response head: a token error by status, a body to hold and inspect, or nothing to see.
+    private func decideSniffing() {
+        if TokenRejection.isRejection(status: responseStatus) {
+            holding = true
+            if !tokenRejected() { sniffing = false }
+            return
+        }
+        let length = responseHeaders.first("content-length").flatMap { Int64($0) }
+        if responseNoBody || !TokenRejection.mayCarryError(contentType: responseHeaders.first("content-type"))
+            || (length ?? 0) > Int64(TokenRejection.lookAhead)
+        {
+            sniffing = false
+            return
+        }
+        holding = true
+    }
+
+    /// The upstream rejected the injected token (498/499 in any form). Returns true when the proxy takes over
+    /// (a retry with a fresh token and the replayed body, or a clear error for a pregenerated token); false
+    /// when the rejection is relayed as is (the held response is released and the transfer goes on).
+    @discardableResult
+    private func tokenRejected() -> Bool {
+        guard let c = credential, let url = originalURL else { return false }
+        if let t = injectedToken { context.tokens?.invalidate(c, target: url, value: t.value) }
+        var reason: String? = nil
+        var explain = false
+        if !c.isRefreshable {
+            if case .token = c.kind { explain = true } else { reason = "credential type \(c.kind.typeName) cannot be refreshed" }
+        } else if attempt > 1 {
+            reason = "rejected again after a refresh"
+        } else if let r = replay, r.overflowed {
+            reason = r.failure ?? "the request body is larger than max_replay_bytes (\(context.config.maxReplayBytes)) and cannot be replayed"
+        }
+        if let reason {
+            logger.warning("token rejected, relaying the rejection", metadata: ["credential": "\(c.name)",
+                "url": "\(url.origin)\(url.path)", "status": "\(responseStatus)", "reason": "\(reason)"])
+            releaseHeldResponse()
+            return false
+        }
+        // Stop the transfer now; answer or retry on the next turn of the loop (starting a transfer or
+        // answering from inside a libcurl callback is not allowed).
+        transfer?.cancel()
+        transfer = nil
+        heldHead = nil
+        responseHeadSent = false
+        holding = false
+        sniffBuffer = []
+        let serial = exchangeSerial
+        let explainInstead = explain
+        nonisolated(unsafe) let me = self
+        loop.queue.async {
+            guard me.state == .forwarding, me.exchangeSerial == serial else { return }
+            if explainInstead {
+                me.respond(ErrorResponse(status: 502,
+                    message: "Credential '\(c.name)': the upstream rejected its pregenerated token (expired or revoked)",
+                    details: ["Generate a new token, put it in proxy.conf and restart authproxy."]), close: !me.bodyComplete)
+                me.process()
+                me.updateReadInterest()
+            } else {
+                me.retryWithFreshToken()
+            }
+        }
+        return true
+    }
+
+    private func retryWithFreshToken() {
+        guard let c = credential, let url = originalURL else { return }
+        logger.info("token rejected, refreshing and retrying", metadata: ["credential": "\(c.name)", "url": "\(url.origin)\(url.path)"])
+        attempt = 2
+        responseStatus = 0
+        responseHeaders = HTTPHeaders()
+        replayOffset = 0
+        formOffset = 0
+        curlReadPaused = false
+        curlWritePaused = false
+        obtainToken()
+    }
+
+    /// Stops holding: the held head and body go to the client, and the transfer streams on.
+    private func releaseHeldResponse() {
+        holding = false
+        sniffing = false
+        let held = sniffBuffer
+        sniffBuffer = []
+        if held.isEmpty {
+            if transfer == nil { return }
+            flushHead()
+        } else {
+            held.withUnsafeBytes { loop.writeBody($0, head: heldHead, chunked: responseChunked, to: channel) }
+            heldHead = nil
+            bodyBytesOut += Int64(held.count)
+        }
+    }
+
     /// Moves request-body bytes from the input buffer to the body buffer libcurl reads from.
     private func pumpBody() {
         guard state == .forwarding, !bodyComplete else { return }
+        if collectingForm {
+            let n = Int(min(bodyRemaining, Int64(inbuf.count)))
+            inbuf.withUnreadBytes { formBody!.append(contentsOf: UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+            inbuf.consume(n)
+            bodyRemaining -= Int64(n)
+            if bodyRemaining == 0 {
+                bodyComplete = true
+                formCollected()
+            }
+            return
+        }
         while bodyBuffer.count < Self.maxBuffered, !inbuf.isEmpty, !bodyComplete {
             let space = Self.maxBuffered - bodyBuffer.count
             if var decoder = chunkDecoder {
@@ -330,16 +573,35 @@ final class ClientConnection: UpstreamTransferDelegate {
             sentContinue = true
             channel.write("HTTP/1.1 100 Continue\r\n\r\n")
         }
+        lastUpstreamProgress = DispatchTime.now().uptimeNanoseconds
+        if let form = formBody {
+            let n = min(buffer.count, form.count - formOffset)
+            if n == 0 { return .end }
+            form.withUnsafeBytes { buffer.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[formOffset..<(formOffset + n)])) }
+            formOffset += n
+            if attempt == 1 { bodyBytesIn += Int64(n) }
+            return .bytes(n)
+        }
+        if let r = replay, replayOffset < r.count {
+            // A retry: first the bytes the rejected attempt already sent.
+            let n = r.read(at: replayOffset, into: buffer)
+            if n <= 0 { return .abort }
+            replayOffset += Int64(n)
+            return .bytes(n)
+        }
         if bodyBuffer.isEmpty {
             if bodyComplete { return .end }
             curlReadPaused = true
             return .pause
         }
         let n = min(buffer.count, bodyBuffer.count)
-        lastUpstreamProgress = DispatchTime.now().uptimeNanoseconds
         bodyBuffer.withUnreadBytes { buffer.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
         bodyBuffer.consume(n)
         bodyBytesIn += Int64(n)
+        if let r = replay {
+            r.append(UnsafeRawBufferPointer(buffer.baseAddress.map { UnsafeRawBufferPointer(start: $0, count: n) }!))
+            replayOffset = r.count
+        }
         if !bodyComplete, !inbuf.isEmpty {
             pumpBody()
         }
@@ -363,7 +625,10 @@ final class ClientConnection: UpstreamTransferDelegate {
             return
         }
         if line.isEmpty {
-            if responseStatus >= 200 { commitResponseHead() }
+            if responseStatus >= 200 {
+                commitResponseHead()
+                if sniffing { decideSniffing() }
+            }
             return
         }
         if line[0] == 32 || line[0] == 9 {
@@ -427,6 +692,14 @@ final class ClientConnection: UpstreamTransferDelegate {
     func transferDidReceiveBody(_ bytes: UnsafeRawBufferPointer) -> BodyAcceptance {
         lastUpstreamProgress = DispatchTime.now().uptimeNanoseconds
         if !responseHeadSent { commitResponseHead() }
+        if holding {
+            if sniffBuffer.count + bytes.count <= TokenRejection.lookAhead {
+                sniffBuffer.append(contentsOf: bytes)
+                return .accepted
+            }
+            // Token errors are small: a body this large is the real answer.
+            releaseHeldResponse()
+        }
         if channel.failed || channel.isClosed { return .abort }
         if responseNoBody { return .accepted }
         if channel.pendingCount >= Self.maxBuffered {
@@ -465,6 +738,14 @@ final class ClientConnection: UpstreamTransferDelegate {
             if responseStatus < 200 { responseStatus = 502; responseReason = "Bad Gateway" }
             commitResponseHead()
         }
+        if holding {
+            if TokenRejection.isRejection(status: responseStatus, contentType: responseHeaders.first("content-type"), body: sniffBuffer),
+                tokenRejected()
+            {
+                return
+            }
+            if holding { releaseHeldResponse() }
+        }
         flushHead(then: responseChunked ? "0\r\n\r\n" : "")
         finishExchange()
         process()
@@ -480,7 +761,7 @@ final class ClientConnection: UpstreamTransferDelegate {
                 close: false)
             return
         }
-        if context.config.unmatched == .deny {
+        if context.config.unmatched == .deny, !context.credentials.matchesHost(host, port: port) {
             respond(ErrorResponse(status: 403, message: "Destination \(host):\(port) is not allowed",
                 details: ["No credential matches it and [proxy] unmatched = \"deny\"."]), close: false)
             return
@@ -576,7 +857,7 @@ final class ClientConnection: UpstreamTransferDelegate {
         logger.info("access", metadata: [
             "client": "\(peer)", "method": "\(method)", "url": "\(url)", "status": "\(responseStatus)",
             "bytes_in": "\(bodyBytesIn)", "bytes_out": "\(bodyBytesOut)",
-            "duration_ms": "\(Double(Int(ms * 10)) / 10)", "credential": "-",
+            "duration_ms": "\(Double(Int(ms * 10)) / 10)", "credential": "\(credential?.name ?? "-")",
         ])
     }
 

@@ -77,6 +77,9 @@ struct ServerContext: Sendable {
     let maxConnectionsPerLoop: Int
     /// `host:port` strings under which clients reach the proxy itself.
     let ownAuthorities: Set<String>
+    let credentials: CredentialStore
+    /// nil when no token-type credential is configured.
+    let tokens: TokenService?
     let viaValue = "1.1 authproxy"
 }
 

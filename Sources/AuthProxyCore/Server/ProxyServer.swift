@@ -12,6 +12,7 @@ public final class ProxyServer: @unchecked Sendable {
     private var loops: [EventLoop] = []
     private var listeners: [Listener] = []
     private let acceptQueue = DispatchQueue(label: "authproxy.accept")
+    private var tokens: TokenService?
 
     public init(config: ProxyConfig, logger: Logger) {
         self.config = config
@@ -34,9 +35,22 @@ public final class ProxyServer: @unchecked Sendable {
             own.insert("\(host):\(a.port)")
             if a.host == "127.0.0.1" { own.insert("localhost:\(a.port)") }
         }
+        var tokens: TokenService? = nil
+        if !config.credentials.isEmpty {
+            let service = TokenService(credentials: config.credentials, stateDir: config.stateDir, stateKey: config.stateKey,
+                timeoutSeconds: config.upstreamTimeoutSeconds, logger: logger)
+            do {
+                try service.loadState()
+            } catch {
+                throw ServerError(description: "cannot load token state: \(error)")
+            }
+            tokens = service
+        }
+        self.tokens = tokens
         let context = ServerContext(
             config: config, logger: logger,
-            maxConnectionsPerLoop: max(1, config.maxConnections / config.workers), ownAuthorities: own)
+            maxConnectionsPerLoop: max(1, config.maxConnections / config.workers), ownAuthorities: own,
+            credentials: CredentialStore(config.credentials), tokens: tokens)
         loops = (0..<config.workers).map { EventLoop(index: $0, context: context) }
         for a in config.listen {
             let l = try Listener(address: a, loops: loops, queue: acceptQueue)

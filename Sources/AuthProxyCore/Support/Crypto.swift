@@ -1,0 +1,83 @@
+import COpenSSL
+
+/// The few primitives the token state needs, from OpenSSL's libcrypto.
+enum Crypto {
+    static func sha256(_ bytes: [UInt8]) -> [UInt8] {
+        var out = [UInt8](repeating: 0, count: 32)
+        var len: UInt32 = 0
+        bytes.withUnsafeBytes { b in
+            _ = EVP_Digest(b.baseAddress, b.count, &out, &len, EVP_sha256(), nil)
+        }
+        return out
+    }
+
+    static func sha256Hex(_ s: String) -> String { hex(sha256(Array(s.utf8))) }
+
+    static func hex(_ bytes: [UInt8]) -> String {
+        let digits = Array("0123456789abcdef".utf8)
+        var out = [UInt8]()
+        out.reserveCapacity(bytes.count * 2)
+        for b in bytes {
+            out.append(digits[Int(b >> 4)])
+            out.append(digits[Int(b & 15)])
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    static func random(_ n: Int) -> [UInt8] {
+        var out = [UInt8](repeating: 0, count: n)
+        precondition(RAND_bytes(&out, Int32(n)) == 1, "RAND_bytes failed")
+        return out
+    }
+
+    /// PBKDF2-HMAC-SHA256 → a 32-byte key.
+    static func deriveKey(secret: String, salt: [UInt8], iterations: Int32 = 200_000) -> [UInt8] {
+        var key = [UInt8](repeating: 0, count: 32)
+        let s = Array(secret.utf8)
+        s.withUnsafeBufferPointer { sp in
+            _ = sp.baseAddress!.withMemoryRebound(to: CChar.self, capacity: s.count) { cp in
+                PKCS5_PBKDF2_HMAC(cp, Int32(s.count), salt, Int32(salt.count), iterations, EVP_sha256(), 32, &key)
+            }
+        }
+        return key
+    }
+
+    /// AES-256-GCM: returns iv (12) + tag (16) + ciphertext.
+    static func seal(_ plain: [UInt8], key: [UInt8]) -> [UInt8]? {
+        guard let ctx = EVP_CIPHER_CTX_new() else { return nil }
+        defer { EVP_CIPHER_CTX_free(ctx) }
+        let iv = random(12)
+        var out = [UInt8](repeating: 0, count: plain.count + 16)
+        var len: Int32 = 0
+        var total: Int32 = 0
+        guard EVP_EncryptInit_ex(ctx, EVP_aes_256_gcm(), nil, key, iv) == 1,
+            EVP_EncryptUpdate(ctx, &out, &len, plain, Int32(plain.count)) == 1
+        else { return nil }
+        total = len
+        let ok = out.withUnsafeMutableBufferPointer { EVP_EncryptFinal_ex(ctx, $0.baseAddress! + Int(total), &len) }
+        guard ok == 1 else { return nil }
+        total += len
+        var tag = [UInt8](repeating: 0, count: 16)
+        guard EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, 16, &tag) == 1 else { return nil }
+        return iv + tag + Array(out[0..<Int(total)])
+    }
+
+    /// The inverse of ``seal(_:key:)``; nil when the key is wrong or the data was altered.
+    static func open(_ sealed: [UInt8], key: [UInt8]) -> [UInt8]? {
+        guard sealed.count >= 28, let ctx = EVP_CIPHER_CTX_new() else { return nil }
+        defer { EVP_CIPHER_CTX_free(ctx) }
+        let iv = Array(sealed[0..<12])
+        var tag = Array(sealed[12..<28])
+        let cipher = Array(sealed[28...])
+        var out = [UInt8](repeating: 0, count: cipher.count + 16)
+        var len: Int32 = 0
+        guard EVP_DecryptInit_ex(ctx, EVP_aes_256_gcm(), nil, key, iv) == 1,
+            EVP_DecryptUpdate(ctx, &out, &len, cipher, Int32(cipher.count)) == 1,
+            EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, 16, &tag) == 1
+        else { return nil }
+        let total = len
+        let ok = out.withUnsafeMutableBufferPointer { EVP_DecryptFinal_ex(ctx, $0.baseAddress! + Int(total), &len) }
+        guard ok == 1 else { return nil }
+        return Array(out[0..<Int(total + len)])
+    }
+}

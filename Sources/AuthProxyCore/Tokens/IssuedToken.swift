@@ -1,0 +1,42 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A token ready to put on requests.
+public struct IssuedToken: Sendable, Equatable, Codable {
+    public var value: String
+    /// Milliseconds since the epoch; nil: never expires (API keys).
+    public var expires: Int64?
+    /// Milliseconds since the epoch when it was obtained (for the refresh margin).
+    public var issued: Int64
+    /// `ssl: true`: must only be sent over https.
+    public var ssl: Bool
+    /// The referer the token is bound to, sent with every request.
+    public var referer: String?
+
+    /// Refresh this long before expiry: 5 minutes, or 10 % of the lifetime if that is smaller.
+    public var refreshMargin: Int64 {
+        guard let expires else { return 0 }
+        return min(5 * 60 * 1000, max(0, (expires - issued) / 10))
+    }
+
+    public func isExpired(at now: Int64) -> Bool { expires.map { now >= $0 } ?? false }
+    public func needsRefresh(at now: Int64) -> Bool { expires.map { now >= $0 - refreshMargin } ?? false }
+}
+
+/// A token could not be had: the client gets a 502 naming the credential and the token service's message.
+public struct TokenError: Error, Sendable, Equatable {
+    public var credential: String
+    public var message: String
+    public var details: [String] = []
+
+    var response: ErrorResponse {
+        ErrorResponse(status: 502, message: "Credential '\(credential)': \(message)", details: details)
+    }
+}
+
+func nowMillis() -> Int64 {
+    var ts = timespec()
+    clock_gettime(CLOCK_REALTIME, &ts)
+    return Int64(ts.tv_sec) * 1000 + Int64(ts.tv_nsec / 1_000_000)
+}

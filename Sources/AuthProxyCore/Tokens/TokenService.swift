@@ -1,0 +1,493 @@
+import Dispatch
+import Foundation
+import Logging
+import Synchronization
+
+/// Obtains, caches, refreshes and persists tokens for every token-type credential.
+///
+/// - One token request per cache key at a time (single flight): requests that need the same token wait for
+///   the one in flight.
+/// - After a failure the key backs off (1 s doubling to 60 s); requests meanwhile get the last error at once.
+/// - A token within its refresh margin is still handed out while a background refresh runs.
+/// - Keys are `credential|server root`: a federated server gets its own token, exchanged from the portal
+///   token (cached under `credential|portal root`).
+///
+/// Token work runs on the service's own queue with its own libcurl multi handle; event loops read valid
+/// tokens through a lock-protected snapshot (``cachedToken(for:key:)``) without a thread hop.
+public final class TokenService: @unchecked Sendable {
+    let queue = DispatchQueue(label: "authproxy.tokens")
+    private let multi: CurlMulti
+    private let logger: Logger
+    private let timeoutSeconds: Int
+    private let stateFile: TokenStateFile
+    /// Valid tokens by key: what event loops read.
+    private let snapshot = Mutex<[String: IssuedToken]>([:])
+
+    // Confined to `queue`.
+    private var entries: [String: Entry] = [:]
+    private var infos: [String: InfoEntry] = [:]
+    private var refreshTokens: [String: TokenStateFile.StoredRefreshToken] = [:]
+    private var fingerprints: [String: String] = [:]
+
+    public typealias Completion = @Sendable (Result<IssuedToken, TokenError>) -> Void
+
+    struct Entry {
+        var credential: String
+        var fingerprint: String
+        var token: IssuedToken?
+        var inFlight = false
+        var waiters: [Completion] = []
+        var failures = 0
+        var retryAt: Int64 = 0
+        var lastError: TokenError?
+    }
+
+    struct ServerInfo {
+        var tokenServicesURL: String?
+        var owningSystemURL: String?
+        var shortLivedTokenValidity: Int?
+    }
+
+    struct InfoEntry {
+        var info: ServerInfo?
+        var fetchedAt: Int64 = 0
+        var waiters: [(Result<ServerInfo, TokenError>) -> Void] = []
+    }
+
+    public init(credentials: [Credential], stateDir: String, stateKey: String?, timeoutSeconds: Int, logger: Logger) {
+        multi = CurlMulti(queue: queue)
+        self.logger = logger
+        self.timeoutSeconds = timeoutSeconds
+        stateFile = TokenStateFile(directory: stateDir, secret: stateKey)
+        for c in credentials { fingerprints[c.name] = Crypto.sha256Hex(c.identityMaterial) }
+    }
+
+    /// Loads saved tokens that still belong to an unchanged credential. Call once before serving.
+    public func loadState() throws(StateError) {
+        let contents = try stateFile.load()
+        var restored = 0
+        queue.sync {
+            for t in contents.tokens where fingerprints[t.credential] == t.fingerprint {
+                entries[t.key] = Entry(credential: t.credential, fingerprint: t.fingerprint, token: t.token)
+                restored += 1
+            }
+            for r in contents.refreshTokens where fingerprints[r.credential] == r.fingerprint {
+                refreshTokens[r.credential] = r
+            }
+            publish()
+        }
+        if restored > 0 { logger.notice("restored tokens from state", metadata: ["count": "\(restored)", "file": "\(stateFile.path)"]) }
+    }
+
+    /// The cache key of a request to `target` under credential `c`.
+    public static func key(for c: Credential, target: URLTarget) -> String {
+        "\(c.name)|\(ServerRoot.normalized(ServerRoot.of(target).root))"
+    }
+
+    /// A token usable right now without waiting, if there is one. A token inside its refresh margin is
+    /// returned and a background refresh is started.
+    public func cachedToken(for c: Credential, target: URLTarget) -> IssuedToken? {
+        switch c.kind {
+        case .apiKey(let key):
+            return IssuedToken(value: key, expires: nil, issued: 0, ssl: false, referer: nil)
+        case .token(let t, let referer, let expires):
+            guard !(expires.map { nowMillis() >= $0 } ?? false) else { return nil }
+            return IssuedToken(value: t, expires: expires, issued: 0, ssl: false, referer: referer)
+        default:
+            break
+        }
+        let key = Self.key(for: c, target: target)
+        guard let t = snapshot.withLock({ $0[key] }) else { return nil }
+        let now = nowMillis()
+        if t.isExpired(at: now) { return nil }
+        if t.needsRefresh(at: now) {
+            queue.async { [self] in acquire(c, target: target, forceRefresh: true) { _ in } }
+        }
+        return t
+    }
+
+    /// Gets a token for a request to `target`, waiting for a token request when needed. `completion` runs on
+    /// the service queue.
+    public func token(for c: Credential, target: URLTarget, completion: @escaping Completion) {
+        switch c.kind {
+        case .apiKey, .token:
+            if let t = cachedToken(for: c, target: target) {
+                completion(.success(t))
+            } else {
+                completion(.failure(TokenError(credential: c.name,
+                    message: "the pregenerated token has expired; put a new token in proxy.conf and restart")))
+            }
+            return
+        default:
+            queue.async { [self] in acquire(c, target: target, forceRefresh: false, completion: completion) }
+        }
+    }
+
+    /// The upstream rejected `value` (498/499): forget it so the next request gets a fresh one. A token
+    /// already replaced by another request's refresh is left alone.
+    public func invalidate(_ c: Credential, target: URLTarget, value: String) {
+        let key = Self.key(for: c, target: target)
+        queue.async { [self] in
+            guard entries[key]?.token?.value == value else { return }
+            entries[key]?.token = nil
+            publish()
+        }
+    }
+
+    // MARK: - single flight
+
+    private func acquire(_ c: Credential, target: URLTarget, forceRefresh: Bool, completion: @escaping Completion) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        let (root, isPortal) = ServerRoot.of(target)
+        acquire(c, root: root, isPortal: isPortal, forceRefresh: forceRefresh, completion: completion)
+    }
+
+    private func acquire(_ c: Credential, root: String, isPortal: Bool, forceRefresh: Bool, completion: @escaping Completion) {
+        let key = "\(c.name)|\(ServerRoot.normalized(root))"
+        let fingerprint = fingerprints[c.name] ?? ""
+        var e = entries[key] ?? Entry(credential: c.name, fingerprint: fingerprint)
+        let now = nowMillis()
+        if let t = e.token, !t.isExpired(at: now), !(forceRefresh && t.needsRefresh(at: now)) {
+            completion(.success(t))
+            return
+        }
+        if forceRefresh, e.token != nil, e.inFlight { return }  // a background refresh is already running
+        e.waiters.append(completion)
+        if e.inFlight {
+            entries[key] = e
+            return
+        }
+        if e.retryAt > now, let err = e.lastError {
+            // Backing off after a failure: answer at once instead of hammering the token service.
+            let waiters = e.waiters
+            e.waiters = []
+            entries[key] = e
+            for w in waiters { w(.failure(err)) }
+            return
+        }
+        e.inFlight = true
+        entries[key] = e
+        fetch(c, root: root, isPortal: isPortal) { [self] result in
+            guard var e = entries[key] else { return }
+            e.inFlight = false
+            let waiters = e.waiters
+            e.waiters = []
+            switch result {
+            case .success(let t):
+                e.token = t
+                e.failures = 0
+                e.lastError = nil
+                entries[key] = e
+                publish()
+                persist()
+                logger.info("token obtained", metadata: ["credential": "\(c.name)", "root": "\(root)",
+                    "expires_in_s": "\(t.expires.map { ($0 - nowMillis()) / 1000 } ?? -1)"])
+            case .failure(let err):
+                e.failures += 1
+                let backoff = Int64(min(60, 1 << min(e.failures - 1, 6))) * 1000
+                e.retryAt = nowMillis() + backoff
+                e.lastError = err
+                // A token that is only due for refresh stays usable until it really expires.
+                if let t = e.token, t.isExpired(at: nowMillis()) { e.token = nil }
+                entries[key] = e
+                publish()
+                logger.warning("token request failed", metadata: ["credential": "\(c.name)", "root": "\(root)",
+                    "cause": "\(err.message)", "retry_in_s": "\(backoff / 1000)"])
+            }
+            for w in waiters {
+                switch result {
+                case .success(let t): w(.success(t))
+                case .failure(let err): w(e.token.map { .success($0) } ?? .failure(err))
+                }
+            }
+        }
+    }
+
+    private func publish() {
+        var valid: [String: IssuedToken] = [:]
+        let now = nowMillis()
+        for (k, e) in entries { if let t = e.token, !t.isExpired(at: now) { valid[k] = t } }
+        snapshot.withLock { $0 = valid }
+    }
+
+    private func persist() {
+        var contents = (try? stateFile.load()) ?? TokenStateFile.Contents()
+        let now = nowMillis()
+        let ours = entries.compactMap { (k, e) -> TokenStateFile.StoredToken? in
+            guard let t = e.token, !t.isExpired(at: now) else { return nil }
+            return TokenStateFile.StoredToken(key: k, credential: e.credential, fingerprint: e.fingerprint, token: t)
+        }
+        let keys = Set(ours.map(\.key))
+        contents.tokens = contents.tokens.filter { !keys.contains($0.key) && fingerprints[$0.credential] == $0.fingerprint } + ours
+        contents.tokens.sort { $0.key < $1.key }
+        for (name, r) in refreshTokens {
+            contents.refreshTokens.removeAll { $0.credential == name }
+            contents.refreshTokens.append(r)
+        }
+        do {
+            try stateFile.save(contents)
+        } catch {
+            logger.error("cannot save token state", metadata: ["cause": "\(error)"])
+        }
+    }
+
+    // MARK: - fetching, per credential type
+
+    private func fetch(_ c: Credential, root: String, isPortal: Bool, done: @escaping (Result<IssuedToken, TokenError>) -> Void) {
+        switch c.kind {
+        case .apiKey, .token:
+            done(.failure(TokenError(credential: c.name, message: "not a refreshable credential")))
+        case .arcgisToken(let s):
+            generateWithPassword(c, s, root: root, isPortal: isPortal, done: done)
+        case .oauthApp(let o):
+            let portal = o.portalURL
+            if isPortal || ServerRoot.same(root, portal) {
+                clientCredentials(c, o, done: done)
+            } else {
+                viaPortal(c, portal: portal, root: root, done: done)
+            }
+        case .oauthUser(let o):
+            if isPortal || ServerRoot.same(root, o.portalURL) {
+                refreshGrant(c, o, done: done)
+            } else {
+                viaPortal(c, portal: o.portalURL, root: root, done: done)
+            }
+        }
+    }
+
+    /// A server root under an OAuth credential: the portal token, exchanged for a server token when the server
+    /// says it is federated with that portal.
+    private func viaPortal(_ c: Credential, portal: String, root: String, done: @escaping (Result<IssuedToken, TokenError>) -> Void) {
+        serverInfo(c, root: root) { [self] info in
+            // The completion runs on the service queue (token requests complete there).
+            nonisolated(unsafe) let done = done
+            acquire(c, root: portal, isPortal: true, forceRefresh: false) { [self] portalResult in
+                switch portalResult {
+                case .failure(let e): done(.failure(e))
+                case .success(let portalToken):
+                    if case .success(let i) = info, let owner = i.owningSystemURL, ServerRoot.same(owner, portal) {
+                        exchange(c, portalToken: portalToken, portal: portal, serverRoot: root, done: done)
+                    } else {
+                        done(.success(portalToken))  // not federated (e.g. hosted services): use the portal token
+                    }
+                }
+            }
+        }
+    }
+
+    private func generateWithPassword(_ c: Credential, _ s: ArcGISTokenSettings, root: String, isPortal: Bool,
+        done: @escaping (Result<IssuedToken, TokenError>) -> Void)
+    {
+        let proceed: (ServerInfo?) -> Void = { [self] info in
+            let tokenURL: String
+            if let u = s.tokenURL {
+                tokenURL = u
+            } else if isPortal {
+                tokenURL = ServerRoot.sharingRest(root) + "/generateToken"
+            } else if let u = info?.tokenServicesURL {
+                tokenURL = u
+            } else if let owner = info?.owningSystemURL {
+                tokenURL = ServerRoot.sharingRest(owner) + "/generateToken"
+            } else {
+                done(.failure(TokenError(credential: c.name,
+                    message: "\(root)/rest/info does not name a token service; set token_url")))
+                return
+            }
+            var fields = [("username", s.username), ("password", s.password), ("client", s.client)]
+            if let r = s.referer, s.client == "referer" { fields.append(("referer", r)) }
+            if let m = s.expirationMinutes ?? info?.shortLivedTokenValidity { fields.append(("expiration", String(m))) }
+            fields.append(("f", "json"))
+            post(c, url: tokenURL, fields: fields) { [self] result in
+                switch result {
+                case .failure(let e): done(.failure(e))
+                case .success(let json):
+                    guard var t = parseGenerateToken(c, json, service: tokenURL, done: done) else { return }
+                    t.referer = s.client == "referer" ? s.referer : nil
+                    // A portal token for a server federated with that portal is exchanged for a server token.
+                    let portalRoot = tokenURL.lowercased().firstRange(of: "/sharing/").map { String(tokenURL[..<$0.lowerBound]) }
+                    if !isPortal, let portalRoot, let owner = info?.owningSystemURL, ServerRoot.same(owner, portalRoot) {
+                        exchange(c, portalToken: t, portal: portalRoot, serverRoot: root, done: done)
+                    } else {
+                        done(.success(t))
+                    }
+                }
+            }
+        }
+        if s.tokenURL != nil && s.expirationMinutes != nil || isPortal {
+            proceed(nil)
+        } else {
+            serverInfo(c, root: root) { info in
+                if case .failure(let e) = info, s.tokenURL == nil {
+                    done(.failure(e))
+                    return
+                }
+                proceed(try? info.get())
+            }
+        }
+    }
+
+    private func clientCredentials(_ c: Credential, _ o: OAuthAppSettings, done: @escaping (Result<IssuedToken, TokenError>) -> Void) {
+        var fields = [("grant_type", "client_credentials"), ("client_id", o.clientID), ("client_secret", o.clientSecret)]
+        if let m = o.expirationMinutes { fields.append(("expiration", String(m))) }
+        fields.append(("f", "json"))
+        let url = ServerRoot.sharingRest(o.portalURL) + "/oauth2/token"
+        post(c, url: url, fields: fields) { [self] result in
+            switch result {
+            case .failure(let e): done(.failure(e))
+            case .success(let json): if let t = parseOAuth(c, json, service: url, done: done) { done(.success(t)) }
+            }
+        }
+    }
+
+    private func refreshGrant(_ c: Credential, _ o: OAuthUserSettings, done: @escaping (Result<IssuedToken, TokenError>) -> Void) {
+        if refreshTokens[c.name] == nil, let contents = try? stateFile.load() {
+            // `authproxy login` may have stored one since start-up.
+            for r in contents.refreshTokens where r.credential == c.name && r.fingerprint == fingerprints[c.name] {
+                refreshTokens[c.name] = r
+            }
+        }
+        guard let refresh = refreshTokens[c.name] else {
+            done(.failure(TokenError(credential: c.name,
+                message: "no refresh token yet: run `authproxy login --config <file> --credential \(c.name)`")))
+            return
+        }
+        let url = ServerRoot.sharingRest(o.portalURL) + "/oauth2/token"
+        post(c, url: url, fields: [("grant_type", "refresh_token"), ("client_id", o.clientID),
+            ("refresh_token", refresh.refreshToken), ("f", "json")]) { [self] result in
+            switch result {
+            case .failure(let e): done(.failure(e))
+            case .success(let json): if let t = parseOAuth(c, json, service: url, done: done) { done(.success(t)) }
+            }
+        }
+    }
+
+    /// Federation: a portal token → a token for `serverRoot` (portal `generateToken` with `token` + `serverUrl`).
+    private func exchange(_ c: Credential, portalToken: IssuedToken, portal: String, serverRoot: String,
+        done: @escaping (Result<IssuedToken, TokenError>) -> Void)
+    {
+        let url = ServerRoot.sharingRest(portal) + "/generateToken"
+        post(c, url: url, fields: [("token", portalToken.value), ("serverUrl", serverRoot), ("f", "json")]) { [self] result in
+            switch result {
+            case .failure(let e): done(.failure(e))
+            case .success(let json):
+                if var t = parseGenerateToken(c, json, service: url, done: done) {
+                    t.referer = portalToken.referer
+                    done(.success(t))
+                }
+            }
+        }
+    }
+
+    // MARK: - rest/info discovery
+
+    private func serverInfo(_ c: Credential, root: String, done: @escaping (Result<ServerInfo, TokenError>) -> Void) {
+        let key = ServerRoot.normalized(root)
+        var e = infos[key] ?? InfoEntry()
+        if let info = e.info, nowMillis() - e.fetchedAt < 10 * 60 * 1000 {
+            done(.success(info))
+            return
+        }
+        e.waiters.append(done)
+        infos[key] = e
+        guard e.waiters.count == 1 else { return }
+        let url = root + "/rest/info?f=json"
+        let f = HTTPFetch(multi: multi, method: "GET", url: url, form: nil, timeoutSeconds: timeoutSeconds) { [self] result in
+            var e = infos[key] ?? InfoEntry()
+            let waiters = e.waiters
+            e.waiters = []
+            let outcome: Result<ServerInfo, TokenError>
+            switch result {
+            case .failure(let err):
+                outcome = .failure(TokenError(credential: c.name, message: "cannot read \(root)/rest/info: \(err.message)"))
+            case .success(let r):
+                if let json = try? JSONSerialization.jsonObject(with: Data(r.body)) as? [String: Any], json["error"] == nil {
+                    let auth = json["authInfo"] as? [String: Any]
+                    let info = ServerInfo(
+                        tokenServicesURL: auth?["tokenServicesUrl"] as? String,
+                        owningSystemURL: json["owningSystemUrl"] as? String,
+                        shortLivedTokenValidity: (auth?["shortLivedTokenValidity"] as? NSNumber)?.intValue)
+                    e.info = info
+                    e.fetchedAt = nowMillis()
+                    outcome = .success(info)
+                } else {
+                    outcome = .failure(TokenError(credential: c.name,
+                        message: "\(root)/rest/info answered HTTP \(r.status) without server information"))
+                }
+            }
+            infos[key] = e
+            for w in waiters { w(outcome) }
+        }
+        f.start()
+    }
+
+    // MARK: - token service calls
+
+    private func post(_ c: Credential, url: String, fields: [(String, String)],
+        done: @escaping (Result<[String: Any], TokenError>) -> Void)
+    {
+        let f = HTTPFetch(multi: multi, method: "POST", url: url, form: fields, timeoutSeconds: timeoutSeconds) { result in
+            switch result {
+            case .failure(let err):
+                done(.failure(TokenError(credential: c.name, message: "token service \(Self.redacted(url)) failed: \(err.message)")))
+            case .success(let r):
+                guard let json = try? JSONSerialization.jsonObject(with: Data(r.body)) as? [String: Any] else {
+                    done(.failure(TokenError(credential: c.name,
+                        message: "token service \(Self.redacted(url)) answered HTTP \(r.status) without JSON")))
+                    return
+                }
+                if let err = json["error"] {
+                    let e = err as? [String: Any]
+                    let message = (e?["message"] as? String) ?? (e?["error_description"] as? String) ?? (err as? String) ?? "error"
+                    let details = (e?["details"] as? [Any])?.compactMap { $0 as? String } ?? []
+                    done(.failure(TokenError(credential: c.name,
+                        message: "token service \(Self.redacted(url)) refused: \(message)", details: details)))
+                    return
+                }
+                done(.success(json))
+            }
+        }
+        f.start()
+    }
+
+    private func parseGenerateToken(_ c: Credential, _ json: [String: Any], service: String,
+        done: (Result<IssuedToken, TokenError>) -> Void) -> IssuedToken?
+    {
+        guard let value = json["token"] as? String, !value.isEmpty else {
+            done(.failure(TokenError(credential: c.name, message: "token service \(Self.redacted(service)) returned no token")))
+            return nil
+        }
+        let expires = (json["expires"] as? NSNumber)?.int64Value
+        return IssuedToken(value: value, expires: expires, issued: nowMillis(), ssl: (json["ssl"] as? Bool) ?? false, referer: nil)
+    }
+
+    private func parseOAuth(_ c: Credential, _ json: [String: Any], service: String,
+        done: (Result<IssuedToken, TokenError>) -> Void) -> IssuedToken?
+    {
+        guard let value = json["access_token"] as? String, !value.isEmpty else {
+            done(.failure(TokenError(credential: c.name, message: "token service \(Self.redacted(service)) returned no access_token")))
+            return nil
+        }
+        let now = nowMillis()
+        let expiresIn = (json["expires_in"] as? NSNumber)?.int64Value
+        return IssuedToken(value: value, expires: expiresIn.map { now + $0 * 1000 }, issued: now,
+            ssl: (json["ssl"] as? Bool) ?? false, referer: nil)
+    }
+
+    /// A URL without its query string, for messages.
+    static func redacted(_ url: String) -> String { String(url.prefix { $0 != "?" }) }
+
+    // MARK: - login / sign-out support
+
+    /// Stores a refresh token obtained by `authproxy login` (used by the CLI, which runs no event loop).
+    public func storeRefreshToken(_ c: Credential, refreshToken: String, expires: Int64?, username: String?) throws(StateError) {
+        var contents = try stateFile.load()
+        contents.refreshTokens.removeAll { $0.credential == c.name }
+        contents.refreshTokens.append(TokenStateFile.StoredRefreshToken(credential: c.name,
+            fingerprint: fingerprints[c.name] ?? "", refreshToken: refreshToken, expires: expires, username: username))
+        try stateFile.save(contents)
+    }
+
+    /// The libcurl multi handle token requests run on (the CLI drives login/sign-out requests with it).
+    var fetchMulti: CurlMulti { multi }
+    var state: TokenStateFile { stateFile }
+}
