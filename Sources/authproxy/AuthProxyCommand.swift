@@ -1,6 +1,7 @@
 import ArgumentParser
 import AuthProxyCore
 import Dispatch
+import Foundation
 import Logging
 #if canImport(Glibc)
 import Glibc
@@ -12,7 +13,7 @@ struct AuthProxyCommand: ParsableCommand {
         commandName: "authproxy",
         abstract: "An authenticating HTTP forward proxy for ArcGIS and OGC services.",
         version: "authproxy \(AuthProxyVersion.string)",
-        subcommands: [Serve.self, Check.self],
+        subcommands: [Serve.self, Check.self, Login.self, SignOutCommand.self],
         defaultSubcommand: Serve.self
     )
 }
@@ -143,4 +144,77 @@ struct Check: ParsableCommand {
 func printError(_ s: String) {
     var line = s + "\n"
     line.withUTF8 { _ = write(2, $0.baseAddress, $0.count) }
+}
+
+struct Login: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Sign in for an oauth-user credential (authorization code + PKCE) and store its refresh token.")
+
+    @OptionGroup var options: ConfigOptions
+
+    @Option(name: .long, help: "Name of the oauth-user credential.")
+    var credential: String
+
+    @Option(name: .long, help: "Seconds to wait for the browser redirect.")
+    var timeout: Int = 300
+
+    func run() throws {
+        let config = try options.load()
+        guard let c = config.credentials.first(where: { $0.name == credential }) else {
+            printError("authproxy: no credential named '\(credential)' in \(options.config)")
+            throw ExitCode(2)
+        }
+        ProxyServer.initializeLibraries()
+        do {
+            let login = try OAuthLogin(credential: c)
+            print("Open this URL in a browser and sign in:\n\n  \(login.authorizeURL)\n")
+            let code: String
+            if let port = login.loopbackPort {
+                print("Waiting for the redirect on http://127.0.0.1:\(port)/ …")
+                let target = try LoopbackRedirect.awaitRequest(port: port, timeoutSeconds: timeout)
+                code = try login.code(fromCallback: target)
+            } else {
+                print("Paste the authorization code shown by the portal, then press Enter:")
+                guard let line = readLine(strippingNewline: true), !line.trimmingCharacters(in: .whitespaces).isEmpty else {
+                    printError("authproxy: no code entered")
+                    throw ExitCode(1)
+                }
+                code = line.trimmingCharacters(in: .whitespaces)
+            }
+            let fetch = SyncFetch(timeoutSeconds: config.upstreamTimeoutSeconds)
+            let grant = try login.exchange(code: code, fetch: fetch)
+            let service = TokenService(credentials: config.credentials, stateDir: config.stateDir, stateKey: config.stateKey,
+                timeoutSeconds: config.upstreamTimeoutSeconds, logger: Logger(label: "authproxy.login"))
+            try service.storeRefreshToken(c, refreshToken: grant.refreshToken, expires: grant.refreshExpires, username: grant.username)
+            print("Signed in\(grant.username.map { " as \($0)" } ?? ""); refresh token stored for credential '\(c.name)'.")
+            print("A running proxy picks it up with its next request for this credential.")
+        } catch let e as StateError {
+            printError("authproxy: login failed: \(e)")
+            throw ExitCode(1)
+        }
+    }
+}
+
+struct SignOutCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "signout",
+        abstract: "Revoke OAuth tokens at the portal and delete cached tokens (all credentials, or one).")
+
+    @OptionGroup var options: ConfigOptions
+
+    @Option(name: .long, help: "Only this credential.")
+    var credential: String?
+
+    func run() throws {
+        let config = try options.load()
+        ProxyServer.initializeLibraries()
+        do {
+            for line in try SignOut.run(config: config, credentialName: credential, fetch: SyncFetch(timeoutSeconds: config.upstreamTimeoutSeconds)) {
+                print(line)
+            }
+        } catch {
+            printError("authproxy: signout failed: \(error)")
+            throw ExitCode(1)
+        }
+    }
 }

@@ -1,0 +1,43 @@
+/// `authproxy signout`: revokes OAuth tokens at their portal and deletes cached tokens from the state file.
+public enum SignOut {
+    /// Returns one line per action taken (for the CLI to print). Revocation failures are reported but do not
+    /// stop the local deletion.
+    public static func run(config: ProxyConfig, credentialName: String?, fetch: SyncFetch) throws(StateError) -> [String] {
+        let selected = config.credentials.filter { credentialName == nil || $0.name == credentialName }
+        if let n = credentialName, selected.isEmpty { throw StateError("no credential named '\(n)' in the configuration") }
+        let file = TokenStateFile(directory: config.stateDir, secret: config.stateKey)
+        var contents = try file.load()
+        var report: [String] = []
+        let names = Set(selected.map(\.name))
+        for c in selected {
+            let portal: String
+            let clientID: String
+            switch c.kind {
+            case .oauthApp(let o): portal = o.portalURL; clientID = o.clientID
+            case .oauthUser(let o): portal = o.portalURL; clientID = o.clientID
+            default: continue
+            }
+            for r in contents.refreshTokens where r.credential == c.name {
+                do {
+                    try revokeToken(portalURL: portal, clientID: clientID, token: r.refreshToken, hint: "refresh_token", fetch: fetch)
+                    report.append("\(c.name): refresh token revoked at \(portal)")
+                } catch {
+                    report.append("\(c.name): could not revoke the refresh token: \(error)")
+                }
+            }
+            for t in contents.tokens where t.credential == c.name {
+                do {
+                    try revokeToken(portalURL: portal, clientID: clientID, token: t.token.value, hint: "access_token", fetch: fetch)
+                } catch {
+                    report.append("\(c.name): could not revoke a cached access token: \(error)")
+                }
+            }
+        }
+        let before = contents.tokens.count + contents.refreshTokens.count
+        contents.tokens.removeAll { names.contains($0.credential) }
+        contents.refreshTokens.removeAll { names.contains($0.credential) }
+        try file.save(contents)
+        report.append("deleted \(before - contents.tokens.count - contents.refreshTokens.count) cached token(s) from \(file.path)")
+        return report
+    }
+}

@@ -1,0 +1,45 @@
+import Dispatch
+
+/// Blocking HTTP requests for the command-line tools (`login`, `signout`), which run no event loop: a
+/// private libcurl multi handle on its own queue, waited on with a semaphore.
+public final class SyncFetch: @unchecked Sendable {
+    private let queue = DispatchQueue(label: "authproxy.cli-fetch")
+    private let multi: CurlMulti
+    private let timeoutSeconds: Int
+
+    public init(timeoutSeconds: Int = 30) {
+        self.timeoutSeconds = timeoutSeconds
+        multi = CurlMulti(queue: queue)
+    }
+
+    deinit {
+        let m = multi
+        queue.sync { m.tearDown() }
+    }
+
+    public struct Response: Sendable {
+        public var status: Int
+        public var body: [UInt8]
+        public var text: String { String(decoding: body, as: UTF8.self) }
+    }
+
+    /// POSTs an urlencoded form; throws a message on transport failure.
+    public func post(_ url: String, form: [(String, String)]) throws(StateError) -> Response {
+        let done = DispatchSemaphore(value: 0)
+        nonisolated(unsafe) var outcome: Result<HTTPFetch.Response, HTTPFetch.FetchError>? = nil
+        let multi = multi
+        let timeout = timeoutSeconds
+        queue.async {
+            let f = HTTPFetch(multi: multi, method: "POST", url: url, form: form, timeoutSeconds: timeout) { r in
+                outcome = r
+                done.signal()
+            }
+            f.start()
+        }
+        done.wait()
+        switch outcome! {
+        case .success(let r): return Response(status: r.status, body: r.body)
+        case .failure(let e): throw StateError("\(TokenService.redacted(url)): \(e.message)")
+        }
+    }
+}
