@@ -46,6 +46,7 @@ public struct ConfigLoader {
             if let t = try proxy.int("header_timeout_seconds", range: 1...3600) { config.headerTimeoutSeconds = t }
             if let t = try proxy.int("idle_timeout_seconds", range: 1...86_400) { config.idleTimeoutSeconds = t }
             if let t = try proxy.int("shutdown_grace_seconds", range: 0...3600) { config.shutdownGraceSeconds = t }
+            if let t = try proxy.int("tunnel_idle_timeout_seconds", range: 1...86_400) { config.tunnelIdleTimeoutSeconds = t }
             if let w = try proxy.int("workers", range: 1...64) { config.workers = w }
             if let m = try proxy.int("max_connections", range: 1...1_000_000) { config.maxConnections = m }
             if let k = try proxy.string("state_key") {

@@ -24,6 +24,8 @@ public struct ProxyConfig: Sendable {
     public var headerTimeoutSeconds: Int = 30
     public var idleTimeoutSeconds: Int = 60
     public var shutdownGraceSeconds: Int = 10
+    /// A CONNECT tunnel in which nothing moved for this long is closed.
+    public var tunnelIdleTimeoutSeconds: Int = 600
     /// Event loops (each one serial queue and one libcurl multi handle); defaults to twice the number of cores,
     /// because libdispatch on Linux hands every socket event from its manager thread to a worker thread, and
     /// more queues let those hand-offs overlap (measured: 2 loops ≈ 18k req/s, 4 loops ≈ 25k on 2 cores).

@@ -43,6 +43,8 @@ final class ClientConnection: UpstreamTransferDelegate {
     private var headStarted: UInt64? = nil
     private var closingSince: UInt64 = 0
     private var closeWhenDrained = false
+    /// The client shut down its sending side after a complete request: answer it, then close.
+    private var clientHalfClosed = false
 
     // The exchange in progress.
     private var head: RequestHead? = nil
@@ -94,6 +96,11 @@ final class ClientConnection: UpstreamTransferDelegate {
     /// when the transfer is paused for the client's sake does not count against the upstream.
     private var lastUpstreamProgress: UInt64 = 0
 
+    deinit {
+        // Backstop: a transfer must never outlive the connection whose memory its callbacks use.
+        transfer?.cancel()
+    }
+
     init(fd: Int32, peer: String, loop: EventLoop) {
         channel = SocketChannel(fd: fd, queue: loop.queue)
         self.peer = peer
@@ -133,16 +140,17 @@ final class ClientConnection: UpstreamTransferDelegate {
                 return
             }
         }
+        // Requests that arrived with the EOF are still served (a client may half-close after sending).
+        process()
         if eof {
-            clientGone()
+            clientEOF()
             return
         }
-        process()
         updateReadInterest()
     }
 
     private func updateReadInterest() {
-        guard state != .closed, state != .tunnel else { return }
+        guard state != .closed, state != .tunnel, !clientHalfClosed else { return }
         if state == .closing || inbuf.count < Self.maxInput {
             channel.resumeReading()
         } else {
@@ -154,6 +162,8 @@ final class ClientConnection: UpstreamTransferDelegate {
     private func process() {
         while true {
             switch state {
+            case .closed:
+                return
             case .awaitingHead:
                 if inbuf.isEmpty {
                     headStarted = nil
@@ -180,7 +190,7 @@ final class ClientConnection: UpstreamTransferDelegate {
             case .forwarding:
                 pumpBody()
                 return
-            case .tunnel, .closing, .closed:
+            case .tunnel, .closing:
                 return
             }
         }
@@ -265,6 +275,11 @@ final class ClientConnection: UpstreamTransferDelegate {
         formOffset = 0
         collectingForm = false
         originalURL = url
+        if hasBody(h) {
+            // A copy of the first bytes of every body, so libcurl can rewind when a kept-alive upstream
+            // connection turns out dead; a credential that may retry replaces it with a larger one.
+            replay = ReplayBuffer(limit: Int64(ReplayBuffer.memoryLimit), directory: context.config.stateDir)
+        }
         guard let c = context.credentials.tokenCredential(for: url) else {
             if context.config.unmatched == .deny {
                 respond(ErrorResponse(status: 403, message: "Destination \(url.origin) is not allowed",
@@ -292,10 +307,14 @@ final class ClientConnection: UpstreamTransferDelegate {
             }
             tokenSite = .query  // a large or chunked form keeps streaming; the token goes into the URL
         }
-        if c.isRefreshable, h.framing != .none, h.framing != .contentLength(0) {
+        if c.isRefreshable, hasBody(h) {
             replay = ReplayBuffer(limit: context.config.maxReplayBytes, directory: context.config.stateDir)
         }
         obtainToken()
+    }
+
+    private func hasBody(_ h: RequestHead) -> Bool {
+        h.framing != .none && h.framing != .contentLength(0) && h.method != "HEAD"
     }
 
     /// Form bodies up to this size are collected to carry the token; larger ones get it in the URL.
@@ -366,7 +385,7 @@ final class ClientConnection: UpstreamTransferDelegate {
 
     /// Starts the libcurl transfer for the current request with `headers` (hop-by-hop fields are removed here).
     private func startTransfer(url: URLTarget, headers: HTTPHeaders) {
-        guard let h = head else { return }
+        guard state != .closed, let h = head else { return }
         var lines: [String] = []
         lines.reserveCapacity(headers.count + 3)
         var hasAccept = false
@@ -609,6 +628,16 @@ final class ClientConnection: UpstreamTransferDelegate {
         return .bytes(n)
     }
 
+    func transferRewindBody() -> Bool {
+        if formBody != nil {
+            formOffset = 0
+            return true
+        }
+        guard let r = replay, !r.overflowed else { return bodyBytesIn == 0 && bodyBuffer.isEmpty }
+        replayOffset = 0
+        return true
+    }
+
     func transferDidReceiveHeaderLine(_ raw: UnsafeRawBufferPointer) {
         lastUpstreamProgress = DispatchTime.now().uptimeNanoseconds
         guard !responseHeadSent else { return }  // trailers of a chunked response: hop-by-hop, dropped
@@ -655,7 +684,12 @@ final class ClientConnection: UpstreamTransferDelegate {
         let lengths = out.values("content-length")
         out.remove(name: "content-length")
         var length: Int64? = nil
-        if let first = lengths.first, lengths.allSatisfy({ $0 == first }), let n = Int64(first), n >= 0 { length = n }
+        // With Transfer-Encoding the upstream's Content-Length is meaningless (libcurl de-chunks the body).
+        if !responseHeaders.contains("transfer-encoding"), let first = lengths.first, lengths.allSatisfy({ $0 == first }),
+            let n = Int64(first), n >= 0
+        {
+            length = n
+        }
         if responseNoBody {
             if let length, status != 204 { out.add(name: "Content-Length", value: String(length)) }
         } else if let length {
@@ -768,7 +802,8 @@ final class ClientConnection: UpstreamTransferDelegate {
         }
         state = .tunnel
         channel.pauseReading()
-        let t = Tunnel(connection: self, host: host, port: port, timeoutSeconds: context.config.upstreamTimeoutSeconds)
+        let t = Tunnel(connection: self, host: host, port: port, timeoutSeconds: context.config.upstreamTimeoutSeconds,
+            idleTimeoutSeconds: context.config.tunnelIdleTimeoutSeconds)
         tunnel = t
         t.start()
     }
@@ -826,11 +861,13 @@ final class ClientConnection: UpstreamTransferDelegate {
     }
 
     private func finishExchange() {
+        // A write may have failed while answering: a closed connection stays closed.
+        guard state != .closed else { return }
         logAccess()
         head = nil
         chunkDecoder = nil
         bodyBuffer.removeAll()
-        if !keepAlive || !bodyComplete || loop.shuttingDown {
+        if !keepAlive || !bodyComplete || loop.shuttingDown || clientHalfClosed {
             beginClosing()
         } else {
             state = .awaitingHead
@@ -887,6 +924,24 @@ final class ClientConnection: UpstreamTransferDelegate {
         }
     }
 
+    /// The client sent EOF. It may only have half-closed (shutdown after sending its request), so a complete
+    /// request still gets its response; anything incomplete is abandoned. A client that is really gone shows
+    /// up as a failed write, which cancels the transfer.
+    private func clientEOF() {
+        switch state {
+        case .tunnel:
+            tunnel?.clientEOF()
+        case .forwarding where bodyComplete && !collectingForm:
+            keepAlive = false
+            clientHalfClosed = true
+            channel.pauseReading()
+        case .closing where channel.pendingCount > 0:
+            channel.pauseReading()  // the rest of the response is still going out; the linger check closes
+        default:
+            clientGone()
+        }
+    }
+
     /// The client closed or reset its connection: cancel whatever is in flight.
     private func clientGone() {
         if state == .tunnel, let t = tunnel {
@@ -935,9 +990,12 @@ final class ClientConnection: UpstreamTransferDelegate {
             }
         case .forwarding:
             // A client that stopped reading its response (or stopped sending its body) for the idle timeout.
+            let progress = max(lastProgress, channel.lastSendProgress)
             if channel.pendingCount > 0 || (!bodyComplete && curlReadPaused),
-                now - lastProgress > UInt64(cfg.idleTimeoutSeconds) * 1_000_000_000
+                now - progress > UInt64(cfg.idleTimeoutSeconds) * 1_000_000_000
             {
+                logger.warning("client stalled, closing", metadata: ["client": "\(peer)", "idle_timeout_seconds": "\(cfg.idleTimeoutSeconds)"])
+                if head != nil { logAccess() }
                 close()
                 return
             }
@@ -954,7 +1012,12 @@ final class ClientConnection: UpstreamTransferDelegate {
         case .tunnel:
             tunnel?.checkTimeouts(now: now)
         case .closing:
-            if now - closingSince > Self.lingerNanos { close() }
+            if channel.pendingCount > 0 {
+                // Still sending the last response: only a client that stopped reading is cut off.
+                if now - max(closingSince, channel.lastSendProgress) > UInt64(cfg.idleTimeoutSeconds) * 1_000_000_000 { close() }
+            } else if now - max(closingSince, channel.lastSendProgress) > Self.lingerNanos {
+                close()
+            }
         case .closed:
             break
         }

@@ -8,7 +8,8 @@ import Glibc
 final class Listener: @unchecked Sendable {
     let address: ListenAddress
     private let fd: Int32
-    private let source: any DispatchSourceRead
+    private var source: (any DispatchSourceRead)?
+    private let queue: DispatchQueue
     private let loops: [EventLoop]
     private var next = 0
     /// The port actually bound (differs from the configured one for port 0).
@@ -51,15 +52,34 @@ final class Listener: @unchecked Sendable {
         withUnsafeMutablePointer(to: &bound) { _ = $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &blen) } }
         boundPort = Int(describePeer(bound).split(separator: ":").last.flatMap { Int($0) } ?? address.port)
         self.fd = fd
-        source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
-        source.setEventHandler { [unowned self] in self.acceptAll() }
-        source.setCancelHandler { Glibc.close(fd) }
+        self.queue = queue
     }
 
-    func start() { source.resume() }
+    deinit {
+        // Never started (a later listener failed): no source owns the socket yet.
+        if source == nil { Glibc.close(fd) }
+    }
+
+    /// The accept source is created here, not in `init`, so a listener that never starts leaves no inactive
+    /// Dispatch source behind (releasing one crashes).
+    func start() {
+        let s = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
+        let fd = fd
+        s.setEventHandler { [unowned self] in self.acceptAll() }
+        s.setCancelHandler { Glibc.close(fd) }
+        source = s
+        s.resume()
+    }
 
     /// Stops accepting; the socket is closed once the source is cancelled.
-    func stop() { source.cancel() }
+    func stop() {
+        queue.async { [self] in
+            if paused { source?.resume(); paused = false }
+            source?.cancel()
+        }
+    }
+
+    private var paused = false
 
     private func acceptAll() {
         for _ in 0..<64 {
@@ -72,7 +92,18 @@ final class Listener: @unchecked Sendable {
             }
             if c < 0 {
                 if errno == EINTR || errno == ECONNABORTED { continue }
-                return  // EAGAIN, or EMFILE: try again on the next readiness event
+                if errno == EMFILE || errno == ENFILE {
+                    // Out of descriptors: the pending connection keeps the socket readable, so stop looking for
+                    // a moment instead of spinning.
+                    if !paused, let s = source {
+                        paused = true
+                        s.suspend()
+                        queue.asyncAfter(deadline: .now() + .milliseconds(100)) { [self] in
+                            if paused { paused = false; source?.resume() }
+                        }
+                    }
+                }
+                return  // EAGAIN: wait for the next readiness event
             }
             var one: Int32 = 1
             setsockopt(c, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))

@@ -37,6 +37,8 @@ final class SocketChannel: @unchecked Sendable {
     private var onConnected: ((Int32) -> Void)?
 
     var lowWater = 64 * 1024
+    /// When a send last moved bytes (uptime ns): a slow but steady reader is not idle.
+    private(set) var lastSendProgress: UInt64 = 0
     private var wasAboveLowWater = false
 
     init(fd: Int32, queue: DispatchQueue) {
@@ -190,6 +192,7 @@ final class SocketChannel: @unchecked Sendable {
             if n < 0 || isClosed { return }
             if n == 0 { break }
             pending.consume(n)
+            lastSendProgress = DispatchTime.now().uptimeNanoseconds
         }
         if pending.isEmpty {
             if writeResumed {

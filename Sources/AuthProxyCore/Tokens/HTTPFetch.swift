@@ -78,6 +78,11 @@ final class HTTPFetch: UpstreamTransferDelegate {
         return .bytes(n)
     }
 
+    func transferRewindBody() -> Bool {
+        sent = 0
+        return true
+    }
+
     func transferDidFinish(error: UpstreamError?) {
         let done = completion
         completion = nil

@@ -18,6 +18,8 @@ final class Tunnel {
     private let host: String
     private let port: Int
     private let timeoutSeconds: Int
+    private let idleTimeoutSeconds: Int
+    private var lastActivity: UInt64 = 0
     private var client: SocketChannel { connection.channel }
     private var upstream: SocketChannel?
     private var connectDeadline: UInt64 = 0
@@ -30,11 +32,12 @@ final class Tunnel {
     private var addresses: [(family: Int32, addr: sockaddr_storage, len: socklen_t)] = []
     private let limit = ClientConnection.maxBuffered
 
-    init(connection: ClientConnection, host: String, port: Int, timeoutSeconds: Int) {
+    init(connection: ClientConnection, host: String, port: Int, timeoutSeconds: Int, idleTimeoutSeconds: Int) {
         self.connection = connection
         self.host = host
         self.port = port
         self.timeoutSeconds = timeoutSeconds
+        self.idleTimeoutSeconds = idleTimeoutSeconds
     }
 
     private var destination: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
@@ -101,6 +104,7 @@ final class Tunnel {
     private func established() {
         guard let up = upstream else { return }
         connected = true
+        lastActivity = DispatchTime.now().uptimeNanoseconds
         up.onReadable = { [unowned self] in self.upstreamReadable() }
         up.onDrained = { [unowned self] in self.upstreamDrained() }
         up.onWriteError = { [unowned self] _ in self.close(notify: true) }
@@ -129,6 +133,7 @@ final class Tunnel {
             case .bytes(let n):
                 to.write(UnsafeRawBufferPointer(rebasing: scratch[0..<n]))
                 count += Int64(n)
+                lastActivity = DispatchTime.now().uptimeNanoseconds
                 if to.failed { return (false, true) }
             case .wouldBlock: return (false, false)
             case .eof: return (true, false)
@@ -188,6 +193,12 @@ final class Tunnel {
     func checkTimeouts(now: UInt64) {
         if !connected, !closed, now > connectDeadline {
             fail(ErrorResponse(status: 504, message: "Upstream \(destination) did not accept a connection within \(timeoutSeconds) s"))
+        }
+        // A tunnel where nothing moved either way (or a half-closed one whose other side never finishes).
+        if connected, !closed, now - max(lastActivity, client.lastSendProgress, upstream?.lastSendProgress ?? 0)
+            > UInt64(idleTimeoutSeconds) * 1_000_000_000
+        {
+            close(notify: true)
         }
     }
 

@@ -177,7 +177,7 @@ final class CurlMulti: @unchecked Sendable {
         if let w = watches[fd] {
             watch = w
         } else {
-            watch = SocketWatch(fd: fd, multi: self)
+            watch = SocketWatch(fd: fd, multi: self, owned: opened.contains(fd))
             watches[fd] = watch
         }
         watch.want(read: what == CURL_POLL_IN || what == CURL_POLL_INOUT, write: what == CURL_POLL_OUT || what == CURL_POLL_INOUT)
@@ -207,6 +207,11 @@ final class CurlMulti: @unchecked Sendable {
     private func timerFired() {
         armedDeadline = .max
         socketAction(CURL_SOCKET_TIMEOUT, 0)
+        // libcurl does not repeat a timeout it already reported (and we may have skipped it because an
+        // earlier one was armed): ask for the next one explicitly.
+        var ms = -1
+        curl_multi_timeout(handle, &ms)
+        if ms >= 0 { timerCallback(ms) }
     }
 
     /// libcurl wants `fd` closed: now, or when the last source on it has been cancelled.
@@ -256,6 +261,12 @@ final class CurlMulti: @unchecked Sendable {
 /// The Dispatch sources libcurl asked for on one socket.
 private final class SocketWatch {
     let fd: curl_socket_t
+    /// The descriptor the Dispatch sources watch: `fd` itself for sockets we opened (and so close ourselves,
+    /// after the sources are cancelled), a `dup` for the others (libcurl's resolver socketpair is closed
+    /// directly by libcurl, right after REMOVE: watching a private duplicate keeps a reused descriptor number
+    /// from ever meeting a stale registration).
+    let sourceFD: Int32
+    private let owned: Bool
     unowned let multi: CurlMulti
     private var read: (any DispatchSourceRead)?
     private var write: (any DispatchSourceWrite)?
@@ -264,10 +275,28 @@ private final class SocketWatch {
     private var writeOn = false
     /// Whether libcurl currently wants read events.
     private var wantRead = false
+    private var liveDupSources = 0
 
-    init(fd: curl_socket_t, multi: CurlMulti) {
+    init(fd: curl_socket_t, multi: CurlMulti, owned: Bool) {
         self.fd = fd
         self.multi = multi
+        let d = owned ? -1 : dup(fd)
+        self.owned = owned || d < 0
+        sourceFD = owned || d < 0 ? fd : d
+    }
+
+    private func sourceCreated() {
+        if owned { multi.sourceCreated(fd) } else { liveDupSources += 1 }
+    }
+
+    /// A cancel handler ran.
+    private func sourceGone() {
+        if owned {
+            multi.sourceCancelled(fd)
+        } else {
+            liveDupSources -= 1
+            if liveDupSources == 0 { Glibc.close(sourceFD) }
+        }
     }
 
     /// Read interest is dropped lazily: the source stays armed and is suspended only if an event arrives
@@ -278,7 +307,7 @@ private final class SocketWatch {
         self.wantRead = wantRead
         if wantRead {
             if read == nil {
-                let s = DispatchSource.makeReadSource(fileDescriptor: fd, queue: multi.queue)
+                let s = DispatchSource.makeReadSource(fileDescriptor: sourceFD, queue: multi.queue)
                 let fd = fd
                 let multi = multi
                 s.setEventHandler { [unowned self] in
@@ -289,20 +318,20 @@ private final class SocketWatch {
                         self.read?.suspend()
                     }
                 }
-                s.setCancelHandler { multi.sourceCancelled(fd) }
-                multi.sourceCreated(fd)
+                s.setCancelHandler { [self] in self.sourceGone() }
+                sourceCreated()
                 read = s
             }
             if !readOn { readOn = true; read!.resume() }
         }
         if wantWrite {
             if write == nil {
-                let s = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: multi.queue)
+                let s = DispatchSource.makeWriteSource(fileDescriptor: sourceFD, queue: multi.queue)
                 let fd = fd
                 let multi = multi
                 s.setEventHandler { multi.socketAction(fd, CURL_CSELECT_OUT) }
-                s.setCancelHandler { multi.sourceCancelled(fd) }
-                multi.sourceCreated(fd)
+                s.setCancelHandler { [self] in self.sourceGone() }
+                sourceCreated()
                 write = s
             }
             if !writeOn { writeOn = true; write!.resume() }
@@ -313,6 +342,7 @@ private final class SocketWatch {
     }
 
     func cancel() {
+        if !owned, read == nil, write == nil, sourceFD >= 0 { Glibc.close(sourceFD) }
         if let r = read {
             r.cancel()
             if !readOn { r.resume() }

@@ -12,6 +12,8 @@ protocol UpstreamTransferDelegate: AnyObject {
     func transferDidReceiveBody(_ bytes: UnsafeRawBufferPointer) -> BodyAcceptance
     /// Fill `buffer` with request-body bytes.
     func transferNeedsBody(_ buffer: UnsafeMutableRawBufferPointer) -> BodySupply
+    /// libcurl wants to send the request body again from the start; false if that is impossible.
+    func transferRewindBody() -> Bool
     /// The transfer ended; `error` is nil on success.
     func transferDidFinish(error: UpstreamError?)
 }
@@ -96,8 +98,9 @@ final class UpstreamTransfer {
         ap_easy_setopt_write_cb(e, transferWriteCallback)
 
         switch request.method {
-        case "GET": break
         case "HEAD": ap_easy_setopt_long(e, CURLOPT_NOBODY, 1)
+        // UPLOAD alone would make libcurl send PUT: name the method whenever there is a body.
+        case "GET" where request.bodyLength == nil: break
         default: ap_easy_setopt_ptr(e, CURLOPT_CUSTOMREQUEST, request.method)
         }
         if let length = request.bodyLength {
@@ -105,6 +108,9 @@ final class UpstreamTransfer {
             ap_easy_setopt_off(e, CURLOPT_INFILESIZE_LARGE, curl_off_t(length))
             ap_easy_setopt_ptr(e, CURLOPT_READDATA, me)
             ap_easy_setopt_read_cb(e, transferReadCallback)
+            // libcurl rewinds to resend a body on a fresh connection (a kept-alive one turned out dead).
+            ap_easy_setopt_ptr(e, CURLOPT_SEEKDATA, me)
+            ap_easy_setopt_seek_cb(e, transferSeekCallback)
         }
         var list: UnsafeMutablePointer<curl_slist>? = nil
         for line in request.headerLines { list = curl_slist_append(list, line) }
@@ -137,6 +143,10 @@ final class UpstreamTransfer {
         d?.transferDidFinish(error: code == CURLE_OK ? nil : UpstreamError(code: code, detail: String(cString: errorBuffer), destination: destination, timeoutSeconds: request.timeoutSeconds))
     }
 
+    fileprivate func rewind() -> Bool {
+        delegate?.transferRewindBody() ?? false
+    }
+
     fileprivate func header(_ p: UnsafeRawBufferPointer) -> Int {
         guard let d = delegate else { return 0 }
         d.transferDidReceiveHeaderLine(p)
@@ -165,6 +175,12 @@ final class UpstreamTransfer {
         case .abort: return Int(CURL_READFUNC_ABORT)
         }
     }
+}
+
+private func transferSeekCallback(_ ud: UnsafeMutableRawPointer?, _ offset: curl_off_t, _ origin: Int32) -> Int32 {
+    let t = Unmanaged<UpstreamTransfer>.fromOpaque(ud!).takeUnretainedValue()
+    guard offset == 0, origin == SEEK_SET, t.rewind() else { return Int32(CURL_SEEKFUNC_CANTSEEK) }
+    return Int32(CURL_SEEKFUNC_OK)
 }
 
 private func transferHeaderCallback(_ data: UnsafeMutablePointer<CChar>?, _ size: Int, _ n: Int, _ ud: UnsafeMutableRawPointer?) -> Int {
