@@ -160,3 +160,26 @@ def test_shipped_example_config_is_valid():
     r = harness.run_cli(["check", "--config", example])
     assert r.returncode == 0, r.stderr
     assert "127.0.0.1:3128" in r.stdout
+
+
+def test_example_credentials_are_valid_when_uncommented(tmp_path):
+    """Every commented [[credential]] example in proxy.conf.example is a working configuration."""
+    example = os.path.join(os.path.dirname(__file__), "..", "..", "proxy.conf.example")
+    lines = []
+    keys = ("[[credential]]", "name ", "type ", "key ", "match ", "token ", "referer ", "expires ", "username ",
+            "password ", "client_id ", "client_secret ", "portal_url ", "redirect_uri ", "expiration_minutes ",
+            "token_url ")
+    secret = tmp_path / "token.txt"
+    secret.write_text("pregenerated-token\n")
+    for line in open(example):
+        if line.startswith("# ") and line[2:].startswith(keys):
+            line = line[2:]
+        lines.append(line.replace("file:/run/secrets/arcgis-token", "file:%s" % secret))
+    conf = tmp_path / "uncommented.conf"
+    conf.write_text("".join(lines))
+    env = harness.clean_env({"ARCGIS_API_KEY": "k", "GIS_PASSWORD": "p", "ARCGIS_CLIENT_SECRET": "s"})
+    r = harness.run_cli(["check", "--config", str(conf)], env=env)
+    assert r.returncode == 0, r.stderr
+    assert "credentials:              5" in r.stdout, r.stdout
+    for secret_value in ("pregenerated-token", "${GIS_PASSWORD}"):
+        assert secret_value not in r.stdout
