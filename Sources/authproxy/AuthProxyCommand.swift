@@ -167,14 +167,15 @@ struct Login: ParsableCommand {
         ProxyServer.initializeLibraries()
         do {
             let login = try OAuthLogin(credential: c)
-            print("Open this URL in a browser and sign in:\n\n  \(login.authorizeURL)\n")
+            let listener = try login.loopbackPort.map { (port: Int) throws(StateError) in try LoopbackRedirect(port: port) }
+            printNow("Open this URL in a browser and sign in:\n\n  \(login.authorizeURL)\n")
             let code: String
-            if let port = login.loopbackPort {
-                print("Waiting for the redirect on http://127.0.0.1:\(port)/ …")
-                let target = try LoopbackRedirect.awaitRequest(port: port, timeoutSeconds: timeout)
+            if let listener, let port = login.loopbackPort {
+                printNow("Waiting for the redirect on http://127.0.0.1:\(port)/ …")
+                let target = try listener.awaitRequest(timeoutSeconds: timeout)
                 code = try login.code(fromCallback: target)
             } else {
-                print("Paste the authorization code shown by the portal, then press Enter:")
+                printNow("Paste the authorization code shown by the portal, then press Enter:")
                 guard let line = readLine(strippingNewline: true), !line.trimmingCharacters(in: .whitespaces).isEmpty else {
                     printError("authproxy: no code entered")
                     throw ExitCode(1)
@@ -183,11 +184,10 @@ struct Login: ParsableCommand {
             }
             let fetch = SyncFetch(timeoutSeconds: config.upstreamTimeoutSeconds)
             let grant = try login.exchange(code: code, fetch: fetch)
-            let service = TokenService(credentials: config.credentials, stateDir: config.stateDir, stateKey: config.stateKey,
-                timeoutSeconds: config.upstreamTimeoutSeconds, logger: Logger(label: "authproxy.login"))
-            try service.storeRefreshToken(c, refreshToken: grant.refreshToken, expires: grant.refreshExpires, username: grant.username)
-            print("Signed in\(grant.username.map { " as \($0)" } ?? ""); refresh token stored for credential '\(c.name)'.")
-            print("A running proxy picks it up with its next request for this credential.")
+            try TokenService.storeRefreshToken(c, config: config, refreshToken: grant.refreshToken,
+                expires: grant.refreshExpires, username: grant.username)
+            printNow("Signed in\(grant.username.map { " as \($0)" } ?? ""); refresh token stored for credential '\(c.name)'.")
+            printNow("A running proxy picks it up with its next request for this credential.")
         } catch let e as StateError {
             printError("authproxy: login failed: \(e)")
             throw ExitCode(1)
@@ -217,4 +217,10 @@ struct SignOutCommand: ParsableCommand {
             throw ExitCode(1)
         }
     }
+}
+
+/// Writes a line to stdout at once (unbuffered): `login` output must reach a pipe before it blocks.
+func printNow(_ s: String) {
+    var line = s + "\n"
+    line.withUTF8 { _ = write(1, $0.baseAddress, $0.count) }
 }

@@ -106,7 +106,7 @@ def proxy_factory(proxy_binary, tmp_path, request):
     counter = [0]
 
     def make(proxy=None, log=None, env=None, raw_config=None, host="127.0.0.1",
-             healthz=True, args=None, ready_host=None, ready_port=None):
+             healthz=True, args=None, ready_host=None, ready_port=None, extra_config=""):
         last_err = None
         for attempt in range(3):
             counter[0] += 1
@@ -122,6 +122,7 @@ def proxy_factory(proxy_binary, tmp_path, request):
             for k, v in (log or {}).items():
                 lsec[k] = v
             text = raw_config if raw_config is not None else harness.render_config(psec, lsec)
+            text += extra_config
             cfg = tmp_path / ("authproxy%d.toml" % n)
             cfg.write_text(text)
             logp = tmp_path / ("authproxy%d.log" % n)

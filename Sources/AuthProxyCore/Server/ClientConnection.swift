@@ -482,7 +482,7 @@ final class ClientConnection: UpstreamTransferDelegate {
             if explainInstead {
                 me.respond(ErrorResponse(status: 502,
                     message: "Credential '\(c.name)': the upstream rejected its pregenerated token (expired or revoked)",
-                    details: ["Generate a new token, put it in proxy.conf and restart authproxy."]), close: !me.bodyComplete)
+                    details: ["Renew it: generate a new token, put it in proxy.conf and restart authproxy."]), close: !me.bodyComplete)
                 me.process()
                 me.updateReadInterest()
             } else {

@@ -29,6 +29,8 @@ public struct TokenError: Error, Sendable, Equatable {
     public var credential: String
     public var message: String
     public var details: [String] = []
+    /// A local condition (nothing was asked of a token service): no backoff.
+    public var local = false
 
     var response: ErrorResponse {
         ErrorResponse(status: 502, message: "Credential '\(credential)': \(message)", details: details)

@@ -4,11 +4,14 @@ import Glibc
 
 /// The loopback listener `authproxy login` uses to receive the OAuth redirect: it accepts one request on
 /// 127.0.0.1:PORT, answers with a short page, and returns the request target (`/callback?code=…&state=…`).
-public enum LoopbackRedirect {
-    public static func awaitRequest(port: Int, timeoutSeconds: Int) throws(StateError) -> String {
+public final class LoopbackRedirect {
+    private let fd: Int32
+
+    /// Binds 127.0.0.1:`port` now, so the listener is up before the user is sent to the portal.
+    public init(port: Int) throws(StateError) {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw StateError("cannot create a socket: \(lastErrorString())") }
-        defer { close(fd) }
+        self.fd = fd
         var one: Int32 = 1
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
         var sin = sockaddr_in()
@@ -16,7 +19,17 @@ public enum LoopbackRedirect {
         sin.sin_port = in_port_t(UInt16(port).bigEndian)
         inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr)
         let rc = withUnsafePointer(to: &sin) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-        guard rc == 0, listen(fd, 4) == 0 else { throw StateError("cannot listen on 127.0.0.1:\(port): \(lastErrorString())") }
+        guard rc == 0, listen(fd, 4) == 0 else {
+            let message = "cannot listen on 127.0.0.1:\(port): \(lastErrorString())"
+            close(fd)
+            throw StateError(message)
+        }
+    }
+
+    deinit { close(fd) }
+
+    /// Waits for the redirect request and returns its target.
+    public func awaitRequest(timeoutSeconds: Int) throws(StateError) -> String {
         let deadline = time(nil) + time_t(timeoutSeconds)
         while true {
             var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)

@@ -183,8 +183,8 @@ public final class TokenService: @unchecked Sendable {
                 logger.info("token obtained", metadata: ["credential": "\(c.name)", "root": "\(root)",
                     "expires_in_s": "\(t.expires.map { ($0 - nowMillis()) / 1000 } ?? -1)"])
             case .failure(let err):
-                e.failures += 1
-                let backoff = Int64(min(60, 1 << min(e.failures - 1, 6))) * 1000
+                e.failures += err.local ? 0 : 1
+                let backoff = err.local ? 0 : Int64(min(60, 1 << min(e.failures - 1, 6))) * 1000
                 e.retryAt = nowMillis() + backoff
                 e.lastError = err
                 // A token that is only due for refresh stays usable until it really expires.
@@ -348,7 +348,7 @@ public final class TokenService: @unchecked Sendable {
         }
         guard let refresh = refreshTokens[c.name] else {
             done(.failure(TokenError(credential: c.name,
-                message: "no refresh token yet: run `authproxy login --config <file> --credential \(c.name)`")))
+                message: "no refresh token yet: run `authproxy login --config <file> --credential \(c.name)`", local: true)))
             return
         }
         let url = ServerRoot.sharingRest(o.portalURL) + "/oauth2/token"
@@ -478,16 +478,16 @@ public final class TokenService: @unchecked Sendable {
 
     // MARK: - login / sign-out support
 
-    /// Stores a refresh token obtained by `authproxy login` (used by the CLI, which runs no event loop).
-    public func storeRefreshToken(_ c: Credential, refreshToken: String, expires: Int64?, username: String?) throws(StateError) {
-        var contents = try stateFile.load()
+    /// Stores a refresh token obtained by `authproxy login`, bound to the credential's current settings.
+    public static func storeRefreshToken(_ c: Credential, config: ProxyConfig, refreshToken: String, expires: Int64?,
+        username: String?) throws(StateError)
+    {
+        let file = TokenStateFile(directory: config.stateDir, secret: config.stateKey)
+        var contents = try file.load()
         contents.refreshTokens.removeAll { $0.credential == c.name }
         contents.refreshTokens.append(TokenStateFile.StoredRefreshToken(credential: c.name,
-            fingerprint: fingerprints[c.name] ?? "", refreshToken: refreshToken, expires: expires, username: username))
-        try stateFile.save(contents)
+            fingerprint: Crypto.sha256Hex(c.identityMaterial), refreshToken: refreshToken, expires: expires, username: username))
+        try file.save(contents)
     }
 
-    /// The libcurl multi handle token requests run on (the CLI drives login/sign-out requests with it).
-    var fetchMulti: CurlMulti { multi }
-    var state: TokenStateFile { stateFile }
 }

@@ -267,7 +267,9 @@ private final class SocketWatch {
     /// from ever meeting a stale registration).
     let sourceFD: Int32
     private let owned: Bool
-    unowned let multi: CurlMulti
+    /// Strong: a cancel handler may run after `tearDown` dropped the last other reference to the multi
+    /// handle (the cycle multi → watches → watch → multi is broken when the watch is removed).
+    let multi: CurlMulti
     private var read: (any DispatchSourceRead)?
     private var write: (any DispatchSourceWrite)?
     /// Whether each source is resumed.
