@@ -127,6 +127,8 @@ public final class TokenService: @unchecked Sendable {
     /// already replaced by another request's refresh is left alone.
     public func invalidate(_ c: Credential, target: URLTarget, value: String) {
         let key = Self.key(for: c, target: target)
+        // Out of the snapshot at once, so the retry that follows cannot pick the rejected token up again.
+        snapshot.withLock { if $0[key]?.value == value { $0[key] = nil } }
         queue.async { [self] in
             guard entries[key]?.token?.value == value else { return }
             entries[key]?.token = nil
