@@ -3,6 +3,12 @@
 #include "CAuthProxyShims.h"
 #include <openssl/crypto.h>
 #include <openssl/ssl.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/ec.h>
+#include <openssl/x509v3.h>
+#include <openssl/rand.h>
+#include <openssl/bn.h>
 
 CURLcode ap_easy_setopt_long(CURL *easy, CURLoption option, long value) { return curl_easy_setopt(easy, option, value); }
 CURLcode ap_easy_setopt_ptr(CURL *easy, CURLoption option, const void *value) { return curl_easy_setopt(easy, option, value); }
@@ -33,3 +39,62 @@ const char *ap_curl_version(void) { return curl_version(); }
 int ap_accept_nonblock(int fd, struct sockaddr *addr, unsigned int *len) {
     return accept4(fd, addr, (socklen_t *)len, SOCK_NONBLOCK | SOCK_CLOEXEC);
 }
+
+long ap_ssl_ctx_set_min_proto(SSL_CTX *ctx, int version) { return SSL_CTX_set_min_proto_version(ctx, version); }
+long ap_ssl_ctx_set_mode(SSL_CTX *ctx, long mode) { return SSL_CTX_set_mode(ctx, mode); }
+void ap_ssl_ctx_harden(SSL_CTX *ctx) {
+    SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_CIPHER_SERVER_PREFERENCE);
+}
+EVP_PKEY *ap_ec_p256_keygen(void) { return EVP_EC_gen("P-256"); }
+int ap_bio_pending(BIO *bio) { return BIO_pending(bio); }
+
+int ap_x509_add_ext(X509 *cert, X509 *issuer, int nid, const char *value) {
+    X509V3_CTX ctx;
+    X509V3_set_ctx_nodb(&ctx);
+    X509V3_set_ctx(&ctx, issuer ? issuer : cert, cert, NULL, NULL, 0);
+    X509_EXTENSION *ext = X509V3_EXT_conf_nid(NULL, &ctx, nid, value);
+    if (!ext) return 0;
+    int ok = X509_add_ext(cert, ext, -1);
+    X509_EXTENSION_free(ext);
+    return ok;
+}
+
+int ap_x509_set_validity(X509 *cert, long notBeforeOffset, long notAfterOffset) {
+    return X509_gmtime_adj(X509_getm_notBefore(cert), notBeforeOffset) != NULL
+        && X509_gmtime_adj(X509_getm_notAfter(cert), notAfterOffset) != NULL;
+}
+
+int ap_x509_set_random_serial(X509 *cert) {
+    unsigned char bytes[16];
+    if (RAND_bytes(bytes, sizeof bytes) != 1) return 0;
+    bytes[0] &= 0x7f; /* positive */
+    BIGNUM *bn = BN_bin2bn(bytes, sizeof bytes, NULL);
+    if (!bn) return 0;
+    int ok = BN_to_ASN1_INTEGER(bn, X509_get_serialNumber(cert)) != NULL;
+    BN_free(bn);
+    return ok;
+}
+
+int ap_x509_set_names(X509 *cert, const char *subjectCN, const char *subjectO, X509 *issuer) {
+    X509_NAME *name = X509_NAME_new();
+    if (!name) return 0;
+    if (subjectO && !X509_NAME_add_entry_by_txt(name, "O", MBSTRING_UTF8, (const unsigned char *)subjectO, -1, -1, 0)) { X509_NAME_free(name); return 0; }
+    if (subjectCN && !X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_UTF8, (const unsigned char *)subjectCN, -1, -1, 0)) { X509_NAME_free(name); return 0; }
+    int ok = X509_set_subject_name(cert, name);
+    ok = ok && X509_set_issuer_name(cert, issuer ? X509_get_subject_name(issuer) : name);
+    X509_NAME_free(name);
+    return ok;
+}
+
+int ap_ssl_last_error(char *buf, int len) {
+    unsigned long e = ERR_peek_last_error();
+    if (buf && len > 0) {
+        buf[0] = 0;
+        if (e) ERR_error_string_n(e, buf, (size_t)len);
+    }
+    ERR_clear_error();
+    return e ? ERR_GET_REASON(e) : 0;
+}
+int ap_ssl_reason_unknown_ca(void) { return SSL_R_TLSV1_ALERT_UNKNOWN_CA; }
+int ap_ssl_reason_bad_certificate(void) { return SSL_R_SSLV3_ALERT_BAD_CERTIFICATE; }
+int ap_ssl_reason_certificate_unknown(void) { return SSL_R_SSLV3_ALERT_CERTIFICATE_UNKNOWN; }

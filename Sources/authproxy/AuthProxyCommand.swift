@@ -13,7 +13,7 @@ struct AuthProxyCommand: ParsableCommand {
         commandName: "authproxy",
         abstract: "An authenticating HTTP forward proxy for ArcGIS and OGC services.",
         version: "authproxy \(AuthProxyVersion.string)",
-        subcommands: [Serve.self, Check.self, Login.self, SignOutCommand.self],
+        subcommands: [Serve.self, Check.self, Login.self, SignOutCommand.self, CA.self],
         defaultSubcommand: Serve.self
     )
 }
@@ -21,6 +21,12 @@ struct AuthProxyCommand: ParsableCommand {
 struct ConfigOptions: ParsableArguments {
     @Option(name: .shortAndLong, help: "Path to proxy.conf (TOML).")
     var config: String = "proxy.conf"
+
+    static func load(_ path: String) throws -> ProxyConfig {
+        var o = ConfigOptions()
+        o.config = path
+        return try o.load()
+    }
 
     /// Loads and validates the file; on error prints the problem and exits with status 2.
     func load() throws -> ProxyConfig {
@@ -223,4 +229,101 @@ struct SignOutCommand: ParsableCommand {
 func printNow(_ s: String) {
     var line = s + "\n"
     line.withUTF8 { _ = write(1, $0.baseAddress, $0.count) }
+}
+
+struct CA: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "ca", abstract: "Manage the CA that signs certificates for intercepted HTTPS hosts.",
+        subcommands: [CAInit.self, CAExport.self])
+}
+
+struct CAInit: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "init", abstract: "Create DIR/ca.pem and DIR/ca.key (EC P-256).")
+
+    @Option(name: .long, help: "Directory for ca.pem and ca.key.")
+    var dir: String
+
+    @Flag(name: .long, help: "Add X.509 Name Constraints limiting the CA to the hosts the configuration matches.")
+    var constrain = false
+
+    @Option(name: .shortAndLong, help: "proxy.conf whose credential hosts --constrain permits.")
+    var config: String?
+
+    func run() throws {
+        ProxyServer.initializeLibraries()
+        var permitted: [String]? = nil
+        if constrain {
+            guard let path = config else {
+                printError("authproxy: --constrain needs --config to know which hosts to permit")
+                throw ExitCode(2)
+            }
+            let cfg = try ConfigOptions.load(path)
+            let hosts = cfg.credentials.flatMap { $0.match.map { $0.wildcard ? "*." + $0.host : $0.host } }
+            guard !hosts.isEmpty else {
+                printError("authproxy: \(path) has no credentials, so --constrain would permit nothing")
+                throw ExitCode(2)
+            }
+            permitted = hosts
+        }
+        do {
+            let ca = try CertificateAuthority.create(commonName: "authproxy interception CA", permitted: permitted)
+            let paths = try ca.write(toDirectory: dir)
+            print("Wrote \(paths.cert) (certificate) and \(paths.key) (private key, mode 0600).")
+            if let permitted {
+                print("The CA is name-constrained to: \(Set(permitted).sorted().joined(separator: ", "))")
+            }
+            print(trustInstructions(paths.cert))
+        } catch {
+            printError("authproxy: \(error)")
+            throw ExitCode(1)
+        }
+    }
+}
+
+struct CAExport: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "export", abstract: "Print the CA certificate (PEM).")
+
+    @Option(name: .long, help: "Directory holding ca.pem.")
+    var dir: String?
+
+    @Option(name: .shortAndLong, help: "proxy.conf whose [tls] ca_cert to print.")
+    var config: String?
+
+    func run() throws {
+        let path: String
+        if let dir {
+            path = dir + "/ca.pem"
+        } else if let config, let cert = try ConfigOptions.load(config).tls.caCert {
+            path = cert
+        } else {
+            printError("authproxy: give --dir DIR or --config FILE (with [tls] ca_cert)")
+            throw ExitCode(2)
+        }
+        guard let text = try? String(contentsOfFile: path, encoding: .utf8), text.contains("BEGIN CERTIFICATE") else {
+            printError("authproxy: cannot read a certificate from \(path)")
+            throw ExitCode(1)
+        }
+        print(text, terminator: text.hasSuffix("\n") ? "" : "\n")
+    }
+}
+
+func trustInstructions(_ cert: String) -> String {
+    """
+
+    Make clients trust it (only clients that go through this proxy need it):
+      curl / libcurl:      export CURL_CA_BUNDLE=\(cert)         (or curl --cacert \(cert))
+      Python requests:     export REQUESTS_CA_BUNDLE=\(cert)
+      GDAL / QGIS:         export GDAL_CURL_CA_BUNDLE=\(cert)    (or CURL_CA_BUNDLE)
+      OpenSSL-based tools: export SSL_CERT_FILE=\(cert)
+      Node.js:             export NODE_EXTRA_CA_CERTS=\(cert)
+      Debian/Ubuntu:       cp \(cert) /usr/local/share/ca-certificates/authproxy.crt && update-ca-certificates
+      Windows / ArcGIS Pro: certutil -addstore -f Root ca.pem   (or import it in the
+                           "Trusted Root Certification Authorities" store with certmgr.msc)
+    Note: those bundle variables replace the default CA list for that client; append the system bundle if the
+    client also talks to hosts the proxy does not intercept.
+    Then set in proxy.conf:
+      [tls]
+      ca_cert = "\(cert)"
+      ca_key  = "\((cert as NSString).deletingLastPathComponent)/ca.key"
+    """
 }

@@ -69,6 +69,15 @@ public struct ConfigLoader {
             if let f = try log.enumValue("format", LogFormat.self) { config.logFormat = f }
             try log.finish()
         }
+        if var tls = try top.table("tls") {
+            config.tls.caCert = try tls.string("ca_cert")
+            config.tls.caKey = try tls.string("ca_key")
+            if let i = try tls.enumValue("intercept", TLSConfig.Intercept.self) { config.tls.intercept = i }
+            if (config.tls.caCert == nil) != (config.tls.caKey == nil) {
+                throw ConfigError(key: "tls", line: tls.table.line, "ca_cert and ca_key go together")
+            }
+            try tls.finish()
+        }
         if let entries = try top.tableArray("credential") {
             var names = Set<String>()
             for (index, var entry) in entries.enumerated() {
@@ -102,6 +111,7 @@ public struct ConfigLoader {
         }
         let placement = try entry.enumValue("token_placement", TokenPlacement.self) ?? .param
         let override = try entry.bool("override_client_token") ?? false
+        let upgrade = try entry.bool("upgrade_to_https") ?? false
 
         func required(_ key: String) throws(ConfigError) -> String {
             guard let v = try entry.string(key), !v.isEmpty else {
@@ -167,13 +177,31 @@ public struct ConfigLoader {
             }
             kind = .oauthUser(OAuthUserSettings(
                 clientID: try required("client_id"), portalURL: try url("portal_url", required: true)!, redirectURI: redirect))
+        case "server-trust":
+            let caFile = try entry.string("ca_file")
+            let pin = try entry.string("pinned_public_key")
+            let insecure = try entry.bool("insecure") ?? false
+            if let caFile, access(caFile, R_OK) != 0 {
+                throw ConfigError(key: entry.path + ".ca_file", line: entry.line(of: "ca_file"), "cannot read '\(caFile)': \(lastErrorString())")
+            }
+            if let pin, !pin.hasPrefix("sha256//") {
+                throw ConfigError(key: entry.path + ".pinned_public_key", line: entry.line(of: "pinned_public_key"),
+                    "expected sha256//<base64 of the SHA-256 of the public key>")
+            }
+            guard [caFile != nil, pin != nil, insecure].filter({ $0 }).count == 1 else {
+                throw ConfigError(key: entry.path, line: entry.table.line,
+                    "a server-trust credential needs exactly one of ca_file, pinned_public_key, insecure = true")
+            }
+            kind = .serverTrust(ServerTrustSettings(caFile: caFile, pinnedPublicKey: pin, insecure: insecure))
         default:
             throw ConfigError(key: entry.path + ".type", line: entry.line(of: "type"),
-                "credential type '\(type)' of '\(name)' is not supported (supported: api-key, token, arcgis-token, oauth-app, oauth-user)")
+                "credential type '\(type)' of '\(name)' is not supported (supported: api-key, token, arcgis-token, oauth-app, oauth-user, server-trust)")
         }
         try entry.finish()
-        return Credential(name: name, kind: kind, match: prefixes, placement: placement, overrideClientToken: override,
+        var credential = Credential(name: name, kind: kind, match: prefixes, placement: placement, overrideClientToken: override,
             line: entry.table.line)
+        credential.upgradeToHTTPS = upgrade
+        return credential
     }
 
     public static func processEnvironment() -> [String: String] {

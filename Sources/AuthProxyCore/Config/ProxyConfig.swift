@@ -34,12 +34,30 @@ public struct ProxyConfig: Sendable {
     public var logLevel: Logger.Level = .info
     public var logFormat: LogFormat = .text
     public var credentials: [Credential] = []
+    /// `[tls]`: the interception CA; nil paths: no interception.
+    public var tls = TLSConfig()
     /// Key material for encrypting the token state file (AES-256-GCM); nil: the file is stored in clear.
     public var stateKey: String? = nil
     /// Largest request body kept for replaying a request after a token rejection (memory, then a temp file).
     public var maxReplayBytes: Int64 = 100 * 1024 * 1024
 
     public init() {}
+}
+
+/// `[tls]` section.
+public struct TLSConfig: Sendable {
+    public enum Intercept: String, Sendable, CaseIterable {
+        /// Intercept CONNECT to hosts some credential matches.
+        case matched
+        /// Never intercept: every CONNECT is a blind tunnel.
+        case none
+    }
+
+    public var caCert: String? = nil
+    public var caKey: String? = nil
+    public var intercept: Intercept = .matched
+
+    public var enabled: Bool { caCert != nil && caKey != nil && intercept == .matched }
 }
 
 func defaultWorkerCount() -> Int {

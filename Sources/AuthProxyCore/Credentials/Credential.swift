@@ -20,6 +20,8 @@ public struct Credential: Sendable {
         case oauthApp(OAuthAppSettings)
         /// OAuth 2.0 refresh-token grant, with a refresh token obtained by `authproxy login`.
         case oauthUser(OAuthUserSettings)
+        /// How to verify the TLS certificate of matched upstreams (a network-type credential).
+        case serverTrust(ServerTrustSettings)
 
         public var typeName: String {
             switch self {
@@ -28,7 +30,14 @@ public struct Credential: Sendable {
             case .arcgisToken: return "arcgis-token"
             case .oauthApp: return "oauth-app"
             case .oauthUser: return "oauth-user"
+            case .serverTrust: return "server-trust"
             }
+        }
+
+        /// Token-type credentials put a token on requests; the others act on the connection.
+        public var isToken: Bool {
+            if case .serverTrust = self { return false }
+            return true
         }
     }
 
@@ -37,12 +46,14 @@ public struct Credential: Sendable {
     public var match: [MatchPrefix]
     public var placement: TokenPlacement
     public var overrideClientToken: Bool
+    /// Send matched `http://` requests upstream over https (the zero-setup alternative to interception).
+    public var upgradeToHTTPS: Bool = false
     public var line: Int
 
     /// Whether tokens come from a token service (and so can be refreshed after a 498/499).
     public var isRefreshable: Bool {
         switch kind {
-        case .apiKey, .token: return false
+        case .apiKey, .token, .serverTrust: return false
         case .arcgisToken, .oauthApp, .oauthUser: return true
         }
     }
@@ -58,6 +69,7 @@ public struct Credential: Sendable {
             s += "\(a.username)\u{0}\(a.password)\u{0}\(a.tokenURL ?? "")\u{0}\(a.referer ?? "")\u{0}\(a.expirationMinutes ?? 0)\u{0}\(a.client)"
         case .oauthApp(let o): s += "\(o.clientID)\u{0}\(o.clientSecret)\u{0}\(o.portalURL)\u{0}\(o.expirationMinutes ?? 0)"
         case .oauthUser(let o): s += "\(o.clientID)\u{0}\(o.portalURL)\u{0}\(o.redirectURI)"
+        case .serverTrust(let t): s += "\(t.caFile ?? "")\u{0}\(t.pinnedPublicKey ?? "")\u{0}\(t.insecure)"
         }
         return s
     }
@@ -87,4 +99,14 @@ public struct OAuthUserSettings: Sendable, Equatable {
     public var clientID: String
     public var portalURL: String
     public var redirectURI: String
+}
+
+public struct ServerTrustSettings: Sendable, Equatable {
+    /// Extra CA bundle (PEM) trusted for matched hosts, in addition to the system CAs.
+    public var caFile: String?
+    /// `sha256//<base64>` of the upstream's public key; the pin replaces chain verification (self-signed
+    /// servers), the host name is still checked.
+    public var pinnedPublicKey: String?
+    /// No verification at all (logged as a warning at start).
+    public var insecure: Bool
 }

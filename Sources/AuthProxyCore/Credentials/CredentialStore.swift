@@ -11,14 +11,34 @@ public struct CredentialStore: Sendable {
 
     /// The token-type credential for `target`, if any.
     public func tokenCredential(for target: URLTarget) -> Credential? {
+        best(for: target) { $0.kind.isToken }
+    }
+
+    /// The server-trust credential for `target`, if any.
+    public func trust(for target: URLTarget) -> ServerTrustSettings? {
+        guard case .serverTrust(let t)? = best(for: target, where: { !$0.kind.isToken })?.kind else { return nil }
+        return t
+    }
+
+    /// Whether a credential that matches `target` asks for `http://` to go upstream over https.
+    public func upgradesToHTTPS(_ target: URLTarget) -> Bool {
+        credentials.contains { c in c.upgradeToHTTPS && c.match.contains { $0.matches(target) } }
+    }
+
+    private func best(for target: URLTarget, where include: (Credential) -> Bool) -> Credential? {
         var best: (credential: Credential, score: Int)? = nil
-        for c in credentials {
+        for c in credentials where include(c) {
             for p in c.match where p.matches(target) {
                 let score = p.specificity
                 if best == nil || score > best!.score { best = (c, score) }
             }
         }
         return best?.credential
+    }
+
+    /// Whether any credential (of any type) matches `target`.
+    public func matchesAny(_ target: URLTarget) -> Bool {
+        credentials.contains { c in c.match.contains { $0.matches(target) } }
     }
 
     /// Whether any credential's prefix covers `host:port` over https (for CONNECT).

@@ -43,6 +43,11 @@ final class ClientConnection: UpstreamTransferDelegate {
     private var headStarted: UInt64? = nil
     private var closingSince: UInt64 = 0
     private var closeWhenDrained = false
+    /// TLS with the client after an intercepted CONNECT, and the host:port the tunnel was opened to (every
+    /// request on it goes there, over https).
+    private var tls: TLSSession? = nil
+    private var intercept: (host: String, port: Int)? = nil
+    private var tlsPullScheduled = false
     /// The client shut down its sending side after a complete request: answer it, then close.
     private var clientHalfClosed = false
 
@@ -91,6 +96,8 @@ final class ClientConnection: UpstreamTransferDelegate {
     private var formBody: [UInt8]? = nil
     private var formOffset = 0
     private var originalURL: URLTarget? = nil
+    /// Where the request goes: the client's URL, or its https form under `upgrade_to_https`.
+    private var upstreamURL: URLTarget? = nil
 
     /// Last time the upstream sent or took bytes, for the stall timeout (`upstream_timeout_seconds`). Time
     /// when the transfer is paused for the client's sake does not count against the upstream.
@@ -123,12 +130,13 @@ final class ClientConnection: UpstreamTransferDelegate {
             return
         }
         var eof = false
-        reading: while inbuf.count < Self.maxInput {
+        reading: while inbuf.count < Self.maxInput, (tls?.bufferedCiphertext ?? 0) < Self.maxInput {
             switch channel.read(into: loop.scratch) {
             case .bytes(let n):
                 lastProgress = DispatchTime.now().uptimeNanoseconds
                 if state == .closing { continue }
-                inbuf.append(UnsafeRawBufferPointer(rebasing: loop.scratch[0..<n]))
+                let bytes = UnsafeRawBufferPointer(rebasing: loop.scratch[0..<n])
+                if let tls { tls.feed(bytes) } else { inbuf.append(bytes) }
                 if n < loop.scratch.count { break reading }
             case .wouldBlock:
                 break reading
@@ -140,6 +148,13 @@ final class ClientConnection: UpstreamTransferDelegate {
                 return
             }
         }
+        if tls != nil, state != .closing {
+            switch pullTLS() {
+            case .closed: return
+            case .eof: eof = true
+            case .ok: break
+            }
+        }
         // Requests that arrived with the EOF are still served (a client may half-close after sending).
         process()
         if eof {
@@ -149,12 +164,93 @@ final class ClientConnection: UpstreamTransferDelegate {
         updateReadInterest()
     }
 
+    private enum TLSPull { case ok, eof, closed }
+
+    /// Advances the TLS handshake and decrypts buffered input into `inbuf` (up to its limit).
+    private func pullTLS() -> TLSPull {
+        guard let tls else { return .ok }
+        if !tls.handshakeDone {
+            switch tls.handshake() {
+            case .needMore:
+                flushTLS()
+                return .ok
+            case .failed(let message, let untrusted):
+                flushTLS()  // the alert
+                if untrusted {
+                    logger.warning("client did not trust the authproxy CA", metadata: ["client": "\(peer)",
+                        "host": "\(tls.servedName ?? tls.fallbackHost)", "cause": "\(message)",
+                        "hint": "make the client trust the CA in [tls] ca_cert"])
+                } else {
+                    logger.warning("TLS handshake with client failed", metadata: ["client": "\(peer)",
+                        "host": "\(tls.servedName ?? tls.fallbackHost)", "cause": "\(message)"])
+                }
+                close()
+                return .closed
+            case .done:
+                flushTLS()
+            }
+        }
+        while inbuf.count < Self.maxInput {
+            switch tls.read(into: loop.scratch) {
+            case .bytes(let n):
+                inbuf.append(UnsafeRawBufferPointer(rebasing: loop.scratch[0..<n]))
+            case .wantMore:
+                flushTLS()
+                return .ok
+            case .closed:
+                return .eof
+            case .failed(let message):
+                logger.warning("TLS error from client", metadata: ["client": "\(peer)", "cause": "\(message)"])
+                close()
+                return .closed
+            }
+        }
+        return .ok
+    }
+
+    private func flushTLS() {
+        tls?.drain { channel.write($0) }
+    }
+
+    /// Writes to the client: through TLS when the connection is intercepted.
+    private func send(_ bytes: UnsafeRawBufferPointer) {
+        guard let tls else {
+            channel.write(bytes)
+            return
+        }
+        guard !channel.isClosed, tls.write(bytes) else { return }
+        flushTLS()
+    }
+
+    private func send(_ string: String) {
+        var s = string
+        s.withUTF8 { send(UnsafeRawBufferPointer($0)) }
+    }
+
     private func updateReadInterest() {
         guard state != .closed, state != .tunnel, !clientHalfClosed else { return }
-        if state == .closing || inbuf.count < Self.maxInput {
+        if state == .closing || (inbuf.count < Self.maxInput && (tls?.bufferedCiphertext ?? 0) < Self.maxInput) {
             channel.resumeReading()
         } else {
             channel.pauseReading()
+        }
+        // Decrypted-but-unread input does not make the socket readable again: pull it when there is room.
+        if let tls, tls.handshakeDone, tls.hasBufferedInput, inbuf.count < Self.maxInput, !tlsPullScheduled {
+            tlsPullScheduled = true
+            nonisolated(unsafe) let me = self
+            loop.queue.async {
+                me.tlsPullScheduled = false
+                guard me.state != .closed, me.state != .closing else { return }
+                switch me.pullTLS() {
+                case .closed: return
+                case .eof:
+                    me.process()
+                    me.clientEOF()
+                case .ok:
+                    me.process()
+                    me.updateReadInterest()
+                }
+            }
         }
     }
 
@@ -224,6 +320,20 @@ final class ClientConnection: UpstreamTransferDelegate {
             bodyComplete = false
             chunkDecoder = ChunkedDecoder()
         }
+        if let ic = intercept {
+            // Inside an intercepted tunnel every request goes to the CONNECT host, over https.
+            switch h.target {
+            case .origin(let path):
+                head?.target = .absolute(URLTarget(scheme: "https", host: ic.host, port: ic.port, pathAndQuery: path == "*" ? "/" : path))
+            case .absolute(let u) where u.scheme == "https" && u.host == ic.host && u.port == ic.port:
+                break
+            default:
+                respond(ErrorResponse(status: 400, message: "Requests inside a tunnel to \(ic.host):\(ic.port) must be for that host"), close: true)
+                return
+            }
+            if case .absolute(let u)? = head?.target { forward(u) }
+            return
+        }
         switch h.target {
         case .origin(let path):
             serveOwnEndpoint(path)
@@ -275,23 +385,28 @@ final class ClientConnection: UpstreamTransferDelegate {
         formOffset = 0
         collectingForm = false
         originalURL = url
+        upstreamURL = url
+        if url.scheme == "http", context.credentials.upgradesToHTTPS(url) {
+            // upgrade_to_https: the client speaks plain http to us, we speak https upstream.
+            upstreamURL = URLTarget(scheme: "https", host: url.host, port: url.port == 80 ? 443 : url.port, pathAndQuery: url.pathAndQuery)
+        }
         if hasBody(h) {
             // A copy of the first bytes of every body, so libcurl can rewind when a kept-alive upstream
             // connection turns out dead; a credential that may retry replaces it with a larger one.
             replay = ReplayBuffer(limit: Int64(ReplayBuffer.memoryLimit), directory: context.config.stateDir)
         }
         guard let c = context.credentials.tokenCredential(for: url) else {
-            if context.config.unmatched == .deny {
+            if context.config.unmatched == .deny, !context.credentials.matchesAny(url) {
                 respond(ErrorResponse(status: 403, message: "Destination \(url.origin) is not allowed",
                     details: ["No credential matches it and [proxy] unmatched = \"deny\"."]), close: !bodyComplete)
                 return
             }
-            startTransfer(url: url, headers: h.headers)
+            startTransfer(url: upstreamURL!, headers: h.headers)
             return
         }
         if !c.overrideClientToken, TokenInjection.clientHasToken(pathAndQuery: url.pathAndQuery, headers: h.headers) {
             // The client authenticates itself: leave its token alone and do not retry.
-            startTransfer(url: url, headers: h.headers)
+            startTransfer(url: upstreamURL!, headers: h.headers)
             return
         }
         credential = c
@@ -326,7 +441,7 @@ final class ClientConnection: UpstreamTransferDelegate {
         guard let c = credential, let h = head, let url = originalURL else { return }
         if !c.overrideClientToken, TokenInjection.clientHasToken(pathAndQuery: url.pathAndQuery, headers: h.headers, form: formBody) {
             credential = nil
-            startTransfer(url: url, headers: h.headers)
+            startTransfer(url: upstreamURL ?? url, headers: h.headers)
             return
         }
         obtainToken()
@@ -357,7 +472,8 @@ final class ClientConnection: UpstreamTransferDelegate {
             process()
             updateReadInterest()
         case .success(let t):
-            if t.ssl && url.scheme == "http" {
+            let upstream = upstreamURL ?? url
+            if t.ssl && upstream.scheme == "http" {
                 respond(ErrorResponse(status: 502, message: "Credential '\(c.name)': its token may only be sent over https",
                     details: ["The token service marked the token ssl:true; request \(url.origin) over https (or set upgrade_to_https when available)."]),
                     close: !bodyComplete)
@@ -372,7 +488,7 @@ final class ClientConnection: UpstreamTransferDelegate {
                 headers.add(name: "Referer", value: r)
             }
             if tokenSite == .form { formBody = applied.form }
-            var target = url
+            var target = upstream
             target.pathAndQuery = applied.pathAndQuery
             // Responses are inspected for token errors when a retry (or a clear error) can follow.
             switch c.kind {
@@ -416,10 +532,14 @@ final class ClientConnection: UpstreamTransferDelegate {
         }
         if h.method == "HEAD" { bodyLength = nil }
         state = .forwarding
+        var request = UpstreamRequest(method: h.method, url: url.url, headerLines: lines, bodyLength: bodyLength,
+            timeoutSeconds: context.config.upstreamTimeoutSeconds)
+        if !context.credentials.isEmpty {
+            request.trust = context.credentials.trust(for: url) ?? originalURL.flatMap { context.credentials.trust(for: $0) }
+        }
         let t = UpstreamTransfer(
             multi: loop.multi,
-            request: UpstreamRequest(method: h.method, url: url.url, headerLines: lines, bodyLength: bodyLength,
-                timeoutSeconds: context.config.upstreamTimeoutSeconds),
+            request: request,
             destination: "\(url.urlHost):\(url.port)", delegate: self)
         transfer = t
         lastUpstreamProgress = DispatchTime.now().uptimeNanoseconds
@@ -515,7 +635,7 @@ final class ClientConnection: UpstreamTransferDelegate {
             if transfer == nil { return }
             flushHead()
         } else {
-            held.withUnsafeBytes { loop.writeBody($0, head: heldHead, chunked: responseChunked, to: channel) }
+            held.withUnsafeBytes { loop.writeBody($0, head: heldHead, chunked: responseChunked) { send($0) } }
             heldHead = nil
             bodyBytesOut += Int64(held.count)
         }
@@ -590,7 +710,7 @@ final class ClientConnection: UpstreamTransferDelegate {
     func transferNeedsBody(_ buffer: UnsafeMutableRawBufferPointer) -> BodySupply {
         if head?.expectsContinue == true, !sentContinue, !responseHeadSent {
             sentContinue = true
-            channel.write("HTTP/1.1 100 Continue\r\n\r\n")
+            send("HTTP/1.1 100 Continue\r\n\r\n")
         }
         lastUpstreamProgress = DispatchTime.now().uptimeNanoseconds
         if let form = formBody {
@@ -717,9 +837,9 @@ final class ClientConnection: UpstreamTransferDelegate {
         if var h = heldHead {
             heldHead = nil
             h += tail
-            channel.write(h)
+            send(h)
         } else if !tail.isEmpty {
-            channel.write(tail)
+            send(tail)
         }
     }
 
@@ -740,7 +860,7 @@ final class ClientConnection: UpstreamTransferDelegate {
             curlWritePaused = true
             return .pause
         }
-        loop.writeBody(bytes, head: heldHead, chunked: responseChunked, to: channel)
+        loop.writeBody(bytes, head: heldHead, chunked: responseChunked) { send($0) }
         heldHead = nil
         bodyBytesOut += Int64(bytes.count)
         return channel.failed ? .abort : .accepted
@@ -800,12 +920,45 @@ final class ClientConnection: UpstreamTransferDelegate {
                 details: ["No credential matches it and [proxy] unmatched = \"deny\"."]), close: false)
             return
         }
+        if context.credentials.matchesHost(host, port: port) {
+            if let server = context.tlsServer {
+                startInterception(server: server, host: host, port: port)
+                return
+            }
+            if context.notices.first("\(host):\(port)") {
+                logger.warning("CONNECT to a matched host relayed blindly: credentials cannot be applied without [tls] interception",
+                    metadata: ["host": "\(host):\(port)", "hint": "run `authproxy ca init` and configure [tls], or use upgrade_to_https"])
+            }
+        }
         state = .tunnel
         channel.pauseReading()
         let t = Tunnel(connection: self, host: host, port: port, timeoutSeconds: context.config.upstreamTimeoutSeconds,
             idleTimeoutSeconds: context.config.tunnelIdleTimeoutSeconds)
         tunnel = t
         t.start()
+    }
+
+    /// CONNECT to a matched host: answer 200, then speak TLS to the client with a minted certificate and handle
+    /// the requests inside like any other (credentials, retries, streaming).
+    private func startInterception(server: TLSServer, host: String, port: Int) {
+        guard let session = TLSSession(server: server, host: host) else {
+            respond(ErrorResponse(status: 500, message: "Cannot start TLS for \(host):\(port)"), close: true)
+            return
+        }
+        responseStatus = 200
+        channel.write("HTTP/1.1 200 Connection Established\r\nVia: \(context.viaValue)\r\n\r\n")
+        logAccess()
+        head = nil
+        tls = session
+        intercept = (host, port)
+        state = .awaitingHead
+        lastProgress = DispatchTime.now().uptimeNanoseconds
+        if !inbuf.isEmpty {
+            // A client may send its ClientHello right behind the CONNECT.
+            inbuf.withUnreadBytes { session.feed($0) }
+            inbuf.removeAll()
+            if case .closed = pullTLS() { return }
+        }
     }
 
     /// The upstream socket is connected: answer 200 and hand the bytes the client already sent to it.
@@ -848,7 +1001,7 @@ final class ClientConnection: UpstreamTransferDelegate {
             bodyBytesOut = Int64(body.utf8.count)
         }
         responseHeadSent = true
-        channel.write(s)
+        send(s)
         finishExchange()
     }
 
@@ -904,6 +1057,10 @@ final class ClientConnection: UpstreamTransferDelegate {
         state = .closing
         closingSince = DispatchTime.now().uptimeNanoseconds
         inbuf.removeAll()
+        if let tls {
+            tls.shutdown()
+            flushTLS()
+        }
         channel.shutdownWriteWhenFlushed()
         channel.resumeReading()
     }

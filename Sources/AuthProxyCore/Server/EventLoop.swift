@@ -80,13 +80,17 @@ struct ServerContext: Sendable {
     let credentials: CredentialStore
     /// nil when no token-type credential is configured.
     let tokens: TokenService?
+    /// nil when interception is off (no `[tls]` CA).
+    let tlsServer: TLSServer?
+    /// Hosts already reported as "matched but not interceptable" (logged once each).
+    let notices: OnceSet
     let viaValue = "1.1 authproxy"
 }
 
 extension EventLoop {
     /// Writes response body bytes, preceded by the held response `head` if there is one and framed as a
     /// chunk when `chunked`, in a single write when it fits the assembly buffer.
-    func writeBody(_ bytes: UnsafeRawBufferPointer, head: String?, chunked: Bool, to channel: SocketChannel) {
+    func writeBody(_ bytes: UnsafeRawBufferPointer, head: String?, chunked: Bool, sink: (UnsafeRawBufferPointer) -> Void) {
         var prefix = head ?? ""
         if chunked {
             prefix += String(bytes.count, radix: 16)
@@ -95,13 +99,16 @@ extension EventLoop {
         let suffix = chunked ? 2 : 0
         let total = prefix.utf8.count + bytes.count + suffix
         guard total <= assembly.count else {
-            channel.write(prefix)
-            channel.write(bytes)
-            if chunked { channel.write("\r\n") }
+            prefix.withUTF8 { sink(UnsafeRawBufferPointer($0)) }
+            sink(bytes)
+            if chunked {
+                var crlf = "\r\n"
+                crlf.withUTF8 { sink(UnsafeRawBufferPointer($0)) }
+            }
             return
         }
         if prefix.isEmpty {
-            channel.write(bytes)
+            sink(bytes)
             return
         }
         var off = 0
@@ -115,6 +122,15 @@ extension EventLoop {
             assembly[off] = 13
             assembly[off + 1] = 10
         }
-        channel.write(UnsafeRawBufferPointer(rebasing: assembly[0..<total]))
+        sink(UnsafeRawBufferPointer(rebasing: assembly[0..<total]))
     }
+}
+
+/// A set shared by all loops, to log something once per key.
+final class OnceSet: @unchecked Sendable {
+    private var seen: Set<String> = []
+    private let lock = Lock()
+
+    /// True the first time `key` is seen.
+    func first(_ key: String) -> Bool { lock.withLock { seen.insert(key).inserted } }
 }

@@ -47,10 +47,26 @@ public final class ProxyServer: @unchecked Sendable {
             tokens = service
         }
         self.tokens = tokens
+        var tlsServer: TLSServer? = nil
+        if config.tls.enabled, let certPath = config.tls.caCert, let keyPath = config.tls.caKey {
+            do {
+                let ca = try CertificateAuthority.load(certPath: certPath, keyPath: keyPath)
+                tlsServer = try TLSServer(minter: LeafMinter(ca: ca, logger: logger))
+            } catch {
+                throw ServerError(description: "cannot set up HTTPS interception: \(error)")
+            }
+            logger.notice("HTTPS interception on for matched hosts", metadata: ["ca": "\(certPath)"])
+        }
+        for c in config.credentials {
+            if case .serverTrust(let t) = c.kind, t.insecure {
+                logger.warning("TLS verification is OFF for matched hosts (server-trust insecure = true)",
+                    metadata: ["credential": "\(c.name)", "match": "\(c.match.map(\.description).joined(separator: ","))"])
+            }
+        }
         let context = ServerContext(
             config: config, logger: logger,
             maxConnectionsPerLoop: max(1, config.maxConnections / config.workers), ownAuthorities: own,
-            credentials: CredentialStore(config.credentials), tokens: tokens)
+            credentials: CredentialStore(config.credentials), tokens: tokens, tlsServer: tlsServer, notices: OnceSet())
         loops = (0..<config.workers).map { EventLoop(index: $0, context: context) }
         for a in config.listen {
             let l = try Listener(address: a, loops: loops, queue: acceptQueue)

@@ -25,7 +25,13 @@ struct UpstreamError: Error {
             return ErrorResponse(status: 504, message: "Upstream \(destination) did not respond within \(timeoutSeconds) s", details: details)
         case CURLE_GOT_NOTHING:
             return ErrorResponse(status: 502, message: "Upstream \(destination) closed the connection without a response", details: details)
-        case CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_CONNECT_ERROR, CURLE_SSL_CERTPROBLEM, CURLE_SSL_CACERT_BADFILE:
+        case CURLE_PEER_FAILED_VERIFICATION:
+            return ErrorResponse(status: 502,
+                message: "The TLS certificate of \(destination) could not be verified; if it is an internal or self-signed certificate, add a server-trust credential for it",
+                details: details)
+        case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
+            return ErrorResponse(status: 502, message: "The public key of \(destination) does not match the pinned_public_key of its server-trust credential", details: details)
+        case CURLE_SSL_CONNECT_ERROR, CURLE_SSL_CERTPROBLEM, CURLE_SSL_CACERT_BADFILE:
             return ErrorResponse(status: 502, message: "TLS handshake with \(destination) failed", details: details)
         default:
             return ErrorResponse(status: 502, message: "Upstream \(destination) failed: \(String(cString: curl_easy_strerror(code)))", details: details)

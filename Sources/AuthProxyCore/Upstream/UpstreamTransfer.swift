@@ -41,6 +41,8 @@ struct UpstreamRequest {
     /// nil: no body; -1: length unknown (sent chunked); otherwise the exact length.
     var bodyLength: Int64?
     var timeoutSeconds: Int
+    /// How to verify the upstream's certificate beyond the system CAs (a server-trust credential).
+    var trust: ServerTrustSettings? = nil
 }
 
 /// One libcurl easy handle doing one exchange with an upstream server.
@@ -111,6 +113,22 @@ final class UpstreamTransfer {
             // libcurl rewinds to resend a body on a fresh connection (a kept-alive one turned out dead).
             ap_easy_setopt_ptr(e, CURLOPT_SEEKDATA, me)
             ap_easy_setopt_seek_cb(e, transferSeekCallback)
+        }
+        if let trust = request.trust {
+            if let ca = trust.caFile {
+                // Added to the system CAs (CAPATH), not instead of them.
+                ap_easy_setopt_ptr(e, CURLOPT_CAINFO, ca)
+                ap_easy_setopt_ptr(e, CURLOPT_CAPATH, "/etc/ssl/certs")
+            }
+            if let pin = trust.pinnedPublicKey {
+                // The pin is the check for a self-signed server; the host name is still verified.
+                ap_easy_setopt_ptr(e, CURLOPT_PINNEDPUBLICKEY, pin)
+                ap_easy_setopt_long(e, CURLOPT_SSL_VERIFYPEER, 0)
+            }
+            if trust.insecure {
+                ap_easy_setopt_long(e, CURLOPT_SSL_VERIFYPEER, 0)
+                ap_easy_setopt_long(e, CURLOPT_SSL_VERIFYHOST, 0)
+            }
         }
         var list: UnsafeMutablePointer<curl_slist>? = nil
         for line in request.headerLines { list = curl_slist_append(list, line) }

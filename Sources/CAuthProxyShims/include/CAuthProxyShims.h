@@ -34,4 +34,30 @@ int ap_accept_nonblock(int fd, struct sockaddr *addr, unsigned int *len);
 /// Reads the libcurl version string and feature bits.
 const char *ap_curl_version(void);
 
+
+/* OpenSSL macros and multi-step helpers (libssl/libcrypto 3.0). */
+typedef struct ssl_ctx_st SSL_CTX;
+typedef struct x509_st X509;
+typedef struct evp_pkey_st EVP_PKEY;
+typedef struct bio_st BIO;
+
+long ap_ssl_ctx_set_min_proto(SSL_CTX *ctx, int version);
+long ap_ssl_ctx_set_mode(SSL_CTX *ctx, long mode);
+/// No renegotiation, server cipher preference, no session tickets kept across restarts.
+void ap_ssl_ctx_harden(SSL_CTX *ctx);
+/// A new EC P-256 key, or NULL.
+EVP_PKEY *ap_ec_p256_keygen(void);
+int ap_bio_pending(BIO *bio);
+/// Adds an X.509v3 extension given in OpenSSL's config syntax (e.g. "critical,CA:TRUE,pathlen:0").
+int ap_x509_add_ext(X509 *cert, X509 *issuer, int nid, const char *value);
+/// notBefore = now + notBeforeOffset, notAfter = now + notAfterOffset (seconds).
+int ap_x509_set_validity(X509 *cert, long notBeforeOffset, long notAfterOffset);
+int ap_x509_set_random_serial(X509 *cert);
+int ap_x509_set_names(X509 *cert, const char *subjectCN, const char *subjectO, X509 *issuer);
+/// Writes the last OpenSSL error (and clears the queue) into buf; returns the reason code.
+int ap_ssl_last_error(char *buf, int len);
+int ap_ssl_reason_unknown_ca(void);
+int ap_ssl_reason_bad_certificate(void);
+int ap_ssl_reason_certificate_unknown(void);
+
 #endif

@@ -1,0 +1,17 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A plain mutex for state that holds C pointers (which `Synchronization.Mutex`'s region checks reject).
+final class Lock: @unchecked Sendable {
+    private var mutex = pthread_mutex_t()
+
+    init() { pthread_mutex_init(&mutex, nil) }
+    deinit { pthread_mutex_destroy(&mutex) }
+
+    func withLock<T>(_ body: () throws -> T) rethrows -> T {
+        pthread_mutex_lock(&mutex)
+        defer { pthread_mutex_unlock(&mutex) }
+        return try body()
+    }
+}

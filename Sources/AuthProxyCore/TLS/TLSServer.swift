@@ -1,0 +1,168 @@
+import CAuthProxyShims
+import COpenSSL
+import Logging
+
+/// The TLS server side of interception: one SSL_CTX (TLS 1.2 and 1.3, ALPN `http/1.1` only, so a client
+/// that would prefer h2 falls back politely) whose certificate callback picks the minted leaf for the SNI
+/// name (or the CONNECT host when the client sends no SNI) at handshake time.
+public final class TLSServer: @unchecked Sendable {
+    /// SSL_CTX*, configured once in `init` and then only read (OpenSSL contexts are safe to share).
+    let ctx: OpaquePointer
+    let minter: LeafMinter
+
+    public init(minter: LeafMinter) throws(TLSError) {
+        guard let ctx = SSL_CTX_new(TLS_server_method()) else { throw TLSError("SSL_CTX_new failed: \(openSSLError())") }
+        self.ctx = ctx
+        self.minter = minter
+        _ = ap_ssl_ctx_set_min_proto(ctx, TLS1_2_VERSION)
+        _ = ap_ssl_ctx_set_mode(ctx, Int(SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_ENABLE_PARTIAL_WRITE))
+        ap_ssl_ctx_harden(ctx)
+        SSL_CTX_set_cert_cb(ctx, tlsCertCallback, Unmanaged.passUnretained(self).toOpaque())
+        SSL_CTX_set_alpn_select_cb(ctx, tlsALPNCallback, nil)
+    }
+
+    deinit { SSL_CTX_free(ctx) }
+
+    /// Installs the leaf for this handshake. Returns 1 on success.
+    fileprivate func selectCertificate(_ ssl: OpaquePointer) -> Int32 {
+        guard let raw = SSL_get_ex_data(ssl, 0) else { return 0 }
+        let session = Unmanaged<TLSSession>.fromOpaque(raw).takeUnretainedValue()
+        var name = session.fallbackHost
+        if let sni = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name) {
+            let s = String(cString: sni)
+            if !s.isEmpty { name = s }
+        }
+        session.servedName = name
+        guard let leaf = minter.leaf(for: name) else { return 0 }
+        defer { X509_free(leaf) }
+        guard SSL_use_certificate(ssl, leaf) == 1, SSL_use_PrivateKey(ssl, minter.key) == 1 else { return 0 }
+        return 1
+    }
+}
+
+private func tlsCertCallback(_ ssl: OpaquePointer?, _ arg: UnsafeMutableRawPointer?) -> Int32 {
+    guard let ssl, let arg else { return 0 }
+    return Unmanaged<TLSServer>.fromOpaque(arg).takeUnretainedValue().selectCertificate(ssl)
+}
+
+/// Picks `http/1.1` from the client's ALPN list, or no ALPN at all (never h2).
+private func tlsALPNCallback(
+    _ ssl: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafePointer<UInt8>?>?, _ outlen: UnsafeMutablePointer<UInt8>?,
+    _ input: UnsafePointer<UInt8>?, _ inlen: UInt32, _ arg: UnsafeMutableRawPointer?
+) -> Int32 {
+    guard let input, let out, let outlen else { return SSL_TLSEXT_ERR_NOACK }
+    let want = Array("http/1.1".utf8)
+    var i = 0
+    let n = Int(inlen)
+    while i < n {
+        let len = Int(input[i])
+        if len == want.count, i + 1 + len <= n, (0..<len).allSatisfy({ input[i + 1 + $0] == want[$0] }) {
+            out.pointee = input + i + 1
+            outlen.pointee = UInt8(len)
+            return SSL_TLSEXT_ERR_OK
+        }
+        i += 1 + len
+    }
+    return SSL_TLSEXT_ERR_NOACK
+}
+
+/// One client TLS session over memory BIOs: the connection feeds it ciphertext read from the socket, takes
+/// plaintext out, and writes the ciphertext it produces. Keeping OpenSSL off the socket keeps the Dispatch
+/// source logic identical for plain and TLS clients.
+final class TLSSession {
+    let ssl: OpaquePointer
+    private let rbio: OpaquePointer
+    private let wbio: OpaquePointer
+    /// Certificate name when the client sends no SNI (the CONNECT host).
+    let fallbackHost: String
+    /// The name the leaf was minted for.
+    var servedName: String?
+    private(set) var handshakeDone = false
+
+    init?(server: TLSServer, host: String) {
+        guard let ssl = SSL_new(server.ctx), let r = BIO_new(BIO_s_mem()), let w = BIO_new(BIO_s_mem()) else { return nil }
+        self.ssl = ssl
+        rbio = r
+        wbio = w
+        fallbackHost = host
+        SSL_set_bio(ssl, r, w)
+        SSL_set_accept_state(ssl)
+        SSL_set_ex_data(ssl, 0, Unmanaged.passUnretained(self).toOpaque())
+    }
+
+    deinit { SSL_free(ssl) }
+
+    func feed(_ bytes: UnsafeRawBufferPointer) {
+        guard !bytes.isEmpty else { return }
+        _ = BIO_write(rbio, bytes.baseAddress, Int32(bytes.count))
+    }
+
+    var bufferedCiphertext: Int { Int(ap_bio_pending(rbio)) }
+    var hasBufferedInput: Bool { SSL_pending(ssl) > 0 || bufferedCiphertext > 0 }
+
+    enum HandshakeResult {
+        case needMore
+        case done
+        /// `untrusted`: the client refused our certificate (it does not trust the authproxy CA).
+        case failed(String, untrusted: Bool)
+    }
+
+    func handshake() -> HandshakeResult {
+        let r = SSL_do_handshake(ssl)
+        if r == 1 {
+            handshakeDone = true
+            return .done
+        }
+        let e = SSL_get_error(ssl, r)
+        if e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE { return .needMore }
+        var buf = [CChar](repeating: 0, count: 256)
+        let reason = ap_ssl_last_error(&buf, Int32(buf.count))
+        let untrusted = reason == ap_ssl_reason_unknown_ca() || reason == ap_ssl_reason_bad_certificate()
+            || reason == ap_ssl_reason_certificate_unknown()
+        let message = String(cString: buf)
+        return .failed(message.isEmpty ? "TLS handshake failed (error \(e))" : message, untrusted: untrusted)
+    }
+
+    enum ReadResult {
+        case bytes(Int)
+        case wantMore
+        case closed
+        case failed(String)
+    }
+
+    func read(into buffer: UnsafeMutableRawBufferPointer) -> ReadResult {
+        let r = SSL_read(ssl, buffer.baseAddress, Int32(buffer.count))
+        if r > 0 { return .bytes(Int(r)) }
+        switch SSL_get_error(ssl, r) {
+        case SSL_ERROR_WANT_READ, SSL_ERROR_WANT_WRITE: return .wantMore
+        case SSL_ERROR_ZERO_RETURN: return .closed
+        default: return .failed(openSSLError())
+        }
+    }
+
+    /// Encrypts `bytes` into the outgoing buffer (a memory BIO takes everything).
+    func write(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        var off = 0
+        while off < bytes.count {
+            let r = SSL_write(ssl, bytes.baseAddress! + off, Int32(min(bytes.count - off, 1 << 30)))
+            if r <= 0 { return false }
+            off += Int(r)
+        }
+        return true
+    }
+
+    /// Hands the ciphertext produced so far to `sink`.
+    func drain(_ sink: (UnsafeRawBufferPointer) -> Void) {
+        var chunk = [UInt8](repeating: 0, count: 32 * 1024)
+        while ap_bio_pending(wbio) > 0 {
+            let n = chunk.withUnsafeMutableBytes { BIO_read(wbio, $0.baseAddress, Int32($0.count)) }
+            if n <= 0 { return }
+            chunk.withUnsafeBytes { sink(UnsafeRawBufferPointer(rebasing: $0[0..<Int(n)])) }
+        }
+    }
+
+    /// Queues a close_notify.
+    func shutdown() {
+        if handshakeDone { _ = SSL_shutdown(ssl) }
+    }
+}
