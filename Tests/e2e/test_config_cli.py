@@ -168,18 +168,19 @@ def test_example_credentials_are_valid_when_uncommented(tmp_path):
     lines = []
     keys = ("[[credential]]", "name ", "type ", "key ", "match ", "token ", "referer ", "expires ", "username ",
             "password ", "client_id ", "client_secret ", "portal_url ", "redirect_uri ", "expiration_minutes ",
-            "token_url ")
+            "token_url ", "ca_file ")
     secret = tmp_path / "token.txt"
     secret.write_text("pregenerated-token\n")
     for line in open(example):
         if line.startswith("# ") and line[2:].startswith(keys):
             line = line[2:]
-        lines.append(line.replace("file:/run/secrets/arcgis-token", "file:%s" % secret))
+        lines.append(line.replace("file:/run/secrets/arcgis-token", "file:%s" % secret)
+                     .replace("/etc/authproxy/internal-ca.pem", str(secret)))
     conf = tmp_path / "uncommented.conf"
     conf.write_text("".join(lines))
     env = harness.clean_env({"ARCGIS_API_KEY": "k", "GIS_PASSWORD": "p", "ARCGIS_CLIENT_SECRET": "s"})
     r = harness.run_cli(["check", "--config", str(conf)], env=env)
     assert r.returncode == 0, r.stderr
-    assert "credentials:              5" in r.stdout, r.stdout
+    assert "credentials:              6" in r.stdout, r.stdout
     for secret_value in ("pregenerated-token", "${GIS_PASSWORD}"):
         assert secret_value not in r.stdout
