@@ -6,3 +6,4 @@
 #include <openssl/x509v3.h>
 #include <openssl/pem.h>
 #include <openssl/rand.h>
+#include <openssl/pkcs12.h>

@@ -88,6 +88,14 @@ public struct ConfigLoader {
                 config.credentials.append(credential)
             }
         }
+        let principals = Set(config.credentials.compactMap { c -> String? in
+            if case .kerberos(let k) = c.kind { return k.principal }
+            return nil
+        })
+        if principals.count > 1 {
+            throw ConfigError(key: "credential", line: nil,
+                "only one Kerberos identity per proxy process is supported (GSS-API's credential cache is process-wide); found \(principals.sorted().joined(separator: ", "))")
+        }
         try top.finish()
         return config
     }
@@ -193,9 +201,46 @@ public struct ConfigLoader {
                     "a server-trust credential needs exactly one of ca_file, pinned_public_key, insecure = true")
             }
             kind = .serverTrust(ServerTrustSettings(caFile: caFile, pinnedPublicKey: pin, insecure: insecure))
+        case "password":
+            var schemes = Set(PasswordScheme.allCases)
+            if let list = try entry.stringArray("schemes") {
+                schemes = []
+                for s in list.values {
+                    guard let scheme = PasswordScheme(rawValue: s.lowercased()) else {
+                        throw ConfigError(key: entry.path + ".schemes", line: list.line, "'\(s)' is not one of basic, digest, ntlm")
+                    }
+                    schemes.insert(scheme)
+                }
+                if schemes.isEmpty { throw ConfigError(key: entry.path + ".schemes", line: list.line, "needs at least one scheme") }
+            }
+            kind = .password(PasswordSettings(username: try required("username"), password: try required("password"),
+                domain: try entry.string("domain"), schemes: schemes,
+                allowBasicOverHTTP: try entry.bool("allow_basic_over_http") ?? false))
+        case "kerberos":
+            let principal = try required("principal")
+            let keytab = try entry.string("keytab")
+            let password = try entry.string("password")
+            guard (keytab == nil) != (password == nil) else {
+                throw ConfigError(key: entry.path, line: entry.table.line, "a kerberos credential needs exactly one of keytab or password")
+            }
+            if let keytab, access(keytab, R_OK) != 0 {
+                throw ConfigError(key: entry.path + ".keytab", line: entry.line(of: "keytab"), "cannot read '\(keytab)': \(lastErrorString())")
+            }
+            kind = .kerberos(KerberosSettings(principal: principal, keytab: keytab, password: password))
+        case "certificate":
+            let s = ClientCertificateSettings(file: try entry.string("file"), password: try entry.string("password"),
+                cert: try entry.string("cert"), key: try entry.string("key"), keyPassword: try entry.string("key_password"))
+            guard (s.file != nil) != (s.cert != nil || s.key != nil) else {
+                throw ConfigError(key: entry.path, line: entry.table.line,
+                    "a certificate credential needs file (+ password) for PKCS#12, or cert + key (+ key_password) for PEM")
+            }
+            if let problem = ClientCertificateCheck.validate(s) {
+                throw ConfigError(key: entry.path + (s.file != nil ? ".file" : ".cert"), line: entry.line(of: s.file != nil ? "file" : "cert"), problem)
+            }
+            kind = .certificate(s)
         default:
             throw ConfigError(key: entry.path + ".type", line: entry.line(of: "type"),
-                "credential type '\(type)' of '\(name)' is not supported (supported: api-key, token, arcgis-token, oauth-app, oauth-user, server-trust)")
+                "credential type '\(type)' of '\(name)' is not supported (supported: api-key, token, arcgis-token, oauth-app, oauth-user, server-trust, password, kerberos, certificate)")
         }
         try entry.finish()
         var credential = Credential(name: name, kind: kind, match: prefixes, placement: placement, overrideClientToken: override,

@@ -22,6 +22,12 @@ public struct Credential: Sendable {
         case oauthUser(OAuthUserSettings)
         /// How to verify the TLS certificate of matched upstreams (a network-type credential).
         case serverTrust(ServerTrustSettings)
+        /// Answers the upstream's 401 with Basic, Digest or NTLM (network type).
+        case password(PasswordSettings)
+        /// Negotiate (SPNEGO/Kerberos) with a ticket the proxy obtains itself (network type).
+        case kerberos(KerberosSettings)
+        /// A client certificate for mutual TLS (network type).
+        case certificate(ClientCertificateSettings)
 
         public var typeName: String {
             switch self {
@@ -31,13 +37,18 @@ public struct Credential: Sendable {
             case .oauthApp: return "oauth-app"
             case .oauthUser: return "oauth-user"
             case .serverTrust: return "server-trust"
+            case .password: return "password"
+            case .kerberos: return "kerberos"
+            case .certificate: return "certificate"
             }
         }
 
         /// Token-type credentials put a token on requests; the others act on the connection.
         public var isToken: Bool {
-            if case .serverTrust = self { return false }
-            return true
+            switch self {
+            case .apiKey, .token, .arcgisToken, .oauthApp, .oauthUser: return true
+            case .serverTrust, .password, .kerberos, .certificate: return false
+            }
         }
     }
 
@@ -53,7 +64,7 @@ public struct Credential: Sendable {
     /// Whether tokens come from a token service (and so can be refreshed after a 498/499).
     public var isRefreshable: Bool {
         switch kind {
-        case .apiKey, .token, .serverTrust: return false
+        case .apiKey, .token, .serverTrust, .password, .kerberos, .certificate: return false
         case .arcgisToken, .oauthApp, .oauthUser: return true
         }
     }
@@ -70,6 +81,9 @@ public struct Credential: Sendable {
         case .oauthApp(let o): s += "\(o.clientID)\u{0}\(o.clientSecret)\u{0}\(o.portalURL)\u{0}\(o.expirationMinutes ?? 0)"
         case .oauthUser(let o): s += "\(o.clientID)\u{0}\(o.portalURL)\u{0}\(o.redirectURI)"
         case .serverTrust(let t): s += "\(t.caFile ?? "")\u{0}\(t.pinnedPublicKey ?? "")\u{0}\(t.insecure)"
+        case .password(let pw): s += "\(pw.username)\u{0}\(pw.password)\u{0}\(pw.domain ?? "")"
+        case .kerberos(let k): s += "\(k.principal)\u{0}\(k.keytab ?? "")\u{0}\(k.password ?? "")"
+        case .certificate(let c): s += "\(c.file ?? "")\u{0}\(c.cert ?? "")\u{0}\(c.key ?? "")"
         }
         return s
     }
@@ -109,4 +123,38 @@ public struct ServerTrustSettings: Sendable, Equatable {
     public var pinnedPublicKey: String?
     /// No verification at all (logged as a warning at start).
     public var insecure: Bool
+}
+
+/// HTTP authentication schemes a `password` credential may use.
+public enum PasswordScheme: String, Sendable, CaseIterable {
+    case basic, digest, ntlm
+}
+
+public struct PasswordSettings: Sendable, Equatable {
+    public var username: String
+    public var password: String
+    /// NTLM domain: the user is sent as `DOMAIN\user`.
+    public var domain: String?
+    public var schemes: Set<PasswordScheme>
+    /// Basic sends the password in clear: only over https unless this is set.
+    public var allowBasicOverHTTP: Bool
+
+    /// The user name as libcurl should send it.
+    public var curlUser: String { domain.map { "\($0)\\\(username)" } ?? username }
+}
+
+public struct KerberosSettings: Sendable, Equatable {
+    public var principal: String
+    public var keytab: String?
+    public var password: String?
+}
+
+public struct ClientCertificateSettings: Sendable, Equatable {
+    /// PKCS#12 (.p12/.pfx) file, with `password`.
+    public var file: String?
+    public var password: String?
+    /// Or PEM certificate and key, with an optional key password.
+    public var cert: String?
+    public var key: String?
+    public var keyPassword: String?
 }

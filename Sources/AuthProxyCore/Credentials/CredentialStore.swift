@@ -14,9 +14,25 @@ public struct CredentialStore: Sendable {
         best(for: target) { $0.kind.isToken }
     }
 
+    /// The network-type credentials for `target`: within each type the longest match wins, and the types
+    /// combine (a host can take a server-trust, a certificate and a password credential at once).
+    public func network(for target: URLTarget) -> NetworkAuth {
+        var n = NetworkAuth()
+        if case .password(let s)? = best(for: target, where: { if case .password = $0.kind { true } else { false } })?.kind { n.password = s }
+        if let c = best(for: target, where: { if case .password = $0.kind { true } else { false } }) { n.passwordName = c.name }
+        if case .kerberos(let s)? = best(for: target, where: { if case .kerberos = $0.kind { true } else { false } })?.kind { n.kerberos = s }
+        if let c = best(for: target, where: { if case .certificate = $0.kind { true } else { false } }), case .certificate(let s) = c.kind {
+            n.certificate = s
+            n.certificateName = c.name
+        }
+        n.trust = trust(for: target)
+        return n
+    }
+
     /// The server-trust credential for `target`, if any.
     public func trust(for target: URLTarget) -> ServerTrustSettings? {
-        guard case .serverTrust(let t)? = best(for: target, where: { !$0.kind.isToken })?.kind else { return nil }
+        guard case .serverTrust(let t)? = best(for: target, where: { if case .serverTrust = $0.kind { true } else { false } })?.kind
+        else { return nil }
         return t
     }
 
@@ -56,4 +72,17 @@ public struct CredentialStore: Sendable {
     public func credential(named name: String) -> Credential? {
         credentials.first { $0.name == name }
     }
+}
+
+/// The network authentication that applies to one request.
+public struct NetworkAuth: Sendable, Equatable {
+    public var password: PasswordSettings? = nil
+    public var passwordName: String? = nil
+    public var kerberos: KerberosSettings? = nil
+    public var certificate: ClientCertificateSettings? = nil
+    public var certificateName: String? = nil
+    public var trust: ServerTrustSettings? = nil
+
+    /// Whether an upstream 401 may be answered by libcurl (so intermediate 401s are not the final answer).
+    public var answersChallenges: Bool { password != nil || kerberos != nil }
 }

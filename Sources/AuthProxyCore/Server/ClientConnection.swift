@@ -98,6 +98,8 @@ final class ClientConnection: UpstreamTransferDelegate {
     private var originalURL: URLTarget? = nil
     /// Where the request goes: the client's URL, or its https form under `upgrade_to_https`.
     private var upstreamURL: URLTarget? = nil
+    /// Network-type credentials for the exchange (matched on the upstream URL, then the client's).
+    private var networkAuth = NetworkAuth()
 
     /// Last time the upstream sent or took bytes, for the stall timeout (`upstream_timeout_seconds`). Time
     /// when the transfer is paused for the client's sake does not count against the upstream.
@@ -390,10 +392,17 @@ final class ClientConnection: UpstreamTransferDelegate {
             // upgrade_to_https: the client speaks plain http to us, we speak https upstream.
             upstreamURL = URLTarget(scheme: "https", host: url.host, port: url.port == 80 ? 443 : url.port, pathAndQuery: url.pathAndQuery)
         }
+        networkAuth = NetworkAuth()
+        if !context.credentials.isEmpty {
+            networkAuth = context.credentials.network(for: upstreamURL!)
+            if networkAuth == NetworkAuth(), upstreamURL != url { networkAuth = context.credentials.network(for: url) }
+        }
         if hasBody(h) {
-            // A copy of the first bytes of every body, so libcurl can rewind when a kept-alive upstream
-            // connection turns out dead; a credential that may retry replaces it with a larger one.
-            replay = ReplayBuffer(limit: Int64(ReplayBuffer.memoryLimit), directory: context.config.stateDir)
+            // A copy of the body so libcurl can rewind: when a kept-alive upstream connection turns out dead
+            // (first MiB), or for multi-round-trip authentication (NTLM, Digest, Negotiate), up to
+            // max_replay_bytes. A token credential that may retry replaces it with a larger one.
+            let limit = networkAuth.answersChallenges ? context.config.maxReplayBytes : Int64(ReplayBuffer.memoryLimit)
+            replay = ReplayBuffer(limit: limit, directory: context.config.stateDir)
         }
         guard let c = context.credentials.tokenCredential(for: url) else {
             if context.config.unmatched == .deny, !context.credentials.matchesAny(url) {
@@ -534,9 +543,7 @@ final class ClientConnection: UpstreamTransferDelegate {
         state = .forwarding
         var request = UpstreamRequest(method: h.method, url: url.url, headerLines: lines, bodyLength: bodyLength,
             timeoutSeconds: context.config.upstreamTimeoutSeconds)
-        if !context.credentials.isEmpty {
-            request.trust = context.credentials.trust(for: url) ?? originalURL.flatMap { context.credentials.trust(for: $0) }
-        }
+        request.network = networkAuth
         let t = UpstreamTransfer(
             multi: loop.multi,
             request: request,
@@ -774,7 +781,9 @@ final class ClientConnection: UpstreamTransferDelegate {
             return
         }
         if line.isEmpty {
-            if responseStatus >= 200 {
+            // With a password/Kerberos credential, libcurl answers a 401 itself and the next status line starts
+            // the real response: a 401 is only final if a body (or the end) follows.
+            if responseStatus >= 200, !(networkAuth.answersChallenges && (responseStatus == 401 || responseStatus == 407)) {
                 commitResponseHead()
                 if sniffing { decideSniffing() }
             }
@@ -891,6 +900,10 @@ final class ClientConnection: UpstreamTransferDelegate {
         if !responseHeadSent {
             if responseStatus < 200 { responseStatus = 502; responseReason = "Bad Gateway" }
             commitResponseHead()
+        }
+        if responseStatus == 401, networkAuth.answersChallenges, let url = upstreamURL {
+            logger.warning("upstream refused the network credential", metadata: ["url": "\(url.origin)\(url.path)",
+                "credential": "\(networkAuth.passwordName ?? "kerberos")"])
         }
         if holding {
             if TokenRejection.isRejection(status: responseStatus, contentType: responseHeaders.first("content-type"), body: sniffBuffer),

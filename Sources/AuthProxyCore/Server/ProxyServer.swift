@@ -13,6 +13,7 @@ public final class ProxyServer: @unchecked Sendable {
     private var listeners: [Listener] = []
     private let acceptQueue = DispatchQueue(label: "authproxy.accept")
     private var tokens: TokenService?
+    private var kerberos: KerberosTickets?
 
     public init(config: ProxyConfig, logger: Logger) {
         self.config = config
@@ -56,6 +57,15 @@ public final class ProxyServer: @unchecked Sendable {
                 throw ServerError(description: "cannot set up HTTPS interception: \(error)")
             }
             logger.notice("HTTPS interception on for matched hosts", metadata: ["ca": "\(certPath)"])
+        }
+        let kerberos = config.credentials.compactMap { c -> KerberosSettings? in
+            if case .kerberos(let k) = c.kind { return k }
+            return nil
+        }
+        if let first = kerberos.first {  // the config loader allows one principal only
+            let tickets = KerberosTickets(settings: first, stateDir: config.stateDir, logger: logger)
+            try tickets.start()
+            self.kerberos = tickets
         }
         for c in config.credentials {
             if case .serverTrust(let t) = c.kind, t.insecure {

@@ -237,7 +237,7 @@ public final class TokenService: @unchecked Sendable {
 
     private func fetch(_ c: Credential, root: String, isPortal: Bool, done: @escaping (Result<IssuedToken, TokenError>) -> Void) {
         switch c.kind {
-        case .apiKey, .token, .serverTrust:
+        case .apiKey, .token, .serverTrust, .password, .kerberos, .certificate:
             done(.failure(TokenError(credential: c.name, message: "not a refreshable credential")))
         case .arcgisToken(let s):
             generateWithPassword(c, s, root: root, isPortal: isPortal, done: done)

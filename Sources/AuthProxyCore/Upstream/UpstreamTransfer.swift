@@ -41,8 +41,8 @@ struct UpstreamRequest {
     /// nil: no body; -1: length unknown (sent chunked); otherwise the exact length.
     var bodyLength: Int64?
     var timeoutSeconds: Int
-    /// How to verify the upstream's certificate beyond the system CAs (a server-trust credential).
-    var trust: ServerTrustSettings? = nil
+    /// Network-type credentials for this request (server trust, password, Kerberos, client certificate).
+    var network = NetworkAuth()
 }
 
 /// One libcurl easy handle doing one exchange with an upstream server.
@@ -114,7 +114,8 @@ final class UpstreamTransfer {
             ap_easy_setopt_ptr(e, CURLOPT_SEEKDATA, me)
             ap_easy_setopt_seek_cb(e, transferSeekCallback)
         }
-        if let trust = request.trust {
+        applyNetworkAuth(e)
+        if let trust = request.network.trust {
             if let ca = trust.caFile {
                 // Added to the system CAs (CAPATH), not instead of them.
                 ap_easy_setopt_ptr(e, CURLOPT_CAINFO, ca)
@@ -135,6 +136,46 @@ final class UpstreamTransfer {
         headers = list
         ap_easy_setopt_ptr(e, CURLOPT_HTTPHEADER, list)
         multi.add(e, owner: self)
+    }
+
+    /// libcurl's CURLAUTH_* bits (macros with casts that Swift does not import).
+    static let authBasic = 1, authDigest = 2, authNegotiate = 4, authNTLM = 8
+
+    /// Password, Kerberos and client-certificate settings. Negotiate is offered only with a Kerberos identity:
+    /// against a server offering Negotiate + NTLM, libcurl would otherwise pick Negotiate and fail instead of
+    /// using NTLM.
+    private func applyNetworkAuth(_ e: UnsafeMutableRawPointer) {
+        let n = request.network
+        var mask = 0
+        if let pw = n.password {
+            if pw.schemes.contains(.basic) && (request.url.hasPrefix("https:") || pw.allowBasicOverHTTP) { mask |= Self.authBasic }
+            if pw.schemes.contains(.digest) { mask |= Self.authDigest }
+            if pw.schemes.contains(.ntlm) { mask |= Self.authNTLM }
+            if mask != 0 {
+                ap_easy_setopt_ptr(e, CURLOPT_USERNAME, pw.curlUser)
+                ap_easy_setopt_ptr(e, CURLOPT_PASSWORD, pw.password)
+            }
+        }
+        if n.kerberos != nil {
+            mask |= Self.authNegotiate
+            if n.password == nil {
+                // GSS-API takes the identity from the credential cache; libcurl still wants a (blank) user.
+                ap_easy_setopt_ptr(e, CURLOPT_USERPWD, ":")
+            }
+        }
+        if mask != 0 { ap_easy_setopt_long(e, CURLOPT_HTTPAUTH, mask) }
+        if let c = n.certificate {
+            if let file = c.file {
+                ap_easy_setopt_ptr(e, CURLOPT_SSLCERT, file)
+                ap_easy_setopt_ptr(e, CURLOPT_SSLCERTTYPE, "P12")
+                if let pw = c.password { ap_easy_setopt_ptr(e, CURLOPT_KEYPASSWD, pw) }
+            } else if let cert = c.cert, let key = c.key {
+                ap_easy_setopt_ptr(e, CURLOPT_SSLCERT, cert)
+                ap_easy_setopt_ptr(e, CURLOPT_SSLCERTTYPE, "PEM")
+                ap_easy_setopt_ptr(e, CURLOPT_SSLKEY, key)
+                if let pw = c.keyPassword { ap_easy_setopt_ptr(e, CURLOPT_KEYPASSWD, pw) }
+            }
+        }
     }
 
     /// Resumes a transfer paused by ``BodyAcceptance/pause`` or ``BodySupply/pause``.
