@@ -188,7 +188,7 @@ struct Login: ParsableCommand {
                 }
                 code = line.trimmingCharacters(in: .whitespaces)
             }
-            let fetch = SyncFetch(timeoutSeconds: config.upstreamTimeoutSeconds)
+            let fetch = SyncFetch(timeoutSeconds: config.upstreamTimeoutSeconds, credentials: config.credentials)
             let grant = try login.exchange(code: code, fetch: fetch)
             try TokenService.storeRefreshToken(c, config: config, refreshToken: grant.refreshToken,
                 expires: grant.refreshExpires, username: grant.username)
@@ -215,7 +215,7 @@ struct SignOutCommand: ParsableCommand {
         let config = try options.load()
         ProxyServer.initializeLibraries()
         do {
-            for line in try SignOut.run(config: config, credentialName: credential, fetch: SyncFetch(timeoutSeconds: config.upstreamTimeoutSeconds)) {
+            for line in try SignOut.run(config: config, credentialName: credential, fetch: SyncFetch(timeoutSeconds: config.upstreamTimeoutSeconds, credentials: config.credentials)) {
                 print(line)
             }
         } catch {

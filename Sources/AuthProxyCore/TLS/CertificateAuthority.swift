@@ -101,7 +101,11 @@ public final class CertificateAuthority: @unchecked Sendable {
 
     /// Writes `ca.pem` (0644) and `ca.key` (0600) into `dir`, refusing to overwrite an existing CA.
     public func write(toDirectory dir: String) throws(TLSError) -> (cert: String, key: String) {
-        mkdir(dir, 0o700)
+        var partial = dir.hasPrefix("/") ? "" : "."
+        for part in dir.split(separator: "/") {
+            partial += "/" + part
+            mkdir(partial, 0o700)
+        }
         let certPath = dir + "/ca.pem"
         let keyPath = dir + "/ca.key"
         if access(certPath, F_OK) == 0 || access(keyPath, F_OK) == 0 {

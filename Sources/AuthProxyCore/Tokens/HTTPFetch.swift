@@ -28,9 +28,13 @@ final class HTTPFetch: UpstreamTransferDelegate {
         let message: String
     }
 
+    /// Server trust and network credentials for the request (token services behind an internal CA or IWA).
+    private let network: NetworkAuth
+
     init(multi: CurlMulti, method: String, url: String, form: [(String, String)]?, timeoutSeconds: Int,
-        completion: @escaping (Result<Response, FetchError>) -> Void)
+        network: NetworkAuth = NetworkAuth(), completion: @escaping (Result<Response, FetchError>) -> Void)
     {
+        self.network = network
         self.multi = multi
         self.method = method
         self.url = url
@@ -44,10 +48,12 @@ final class HTTPFetch: UpstreamTransferDelegate {
         var lines = ["Accept: application/json", "Expect:", "User-Agent: authproxy/\(AuthProxyVersion.string)"]
         if method == "POST" { lines.append("Content-Type: application/x-www-form-urlencoded") }
         let destination = HTTPURL.parse(url).map { "\($0.target.urlHost):\($0.target.port)" } ?? url
+        var request = UpstreamRequest(method: method, url: url, headerLines: lines,
+            bodyLength: method == "POST" ? Int64(form.count) : nil, timeoutSeconds: timeoutSeconds)
+        request.network = network
         let t = UpstreamTransfer(
             multi: multi,
-            request: UpstreamRequest(method: method, url: url, headerLines: lines,
-                bodyLength: method == "POST" ? Int64(form.count) : nil, timeoutSeconds: timeoutSeconds),
+            request: request,
             destination: destination, delegate: self)
         transfer = t
         t.start()

@@ -6,9 +6,12 @@ public final class SyncFetch: @unchecked Sendable {
     private let queue = DispatchQueue(label: "authproxy.cli-fetch")
     private let multi: CurlMulti
     private let timeoutSeconds: Int
+    private let store: CredentialStore
 
-    public init(timeoutSeconds: Int = 30) {
+    /// `credentials`: their server-trust (and other network) settings apply to the portal requests.
+    public init(timeoutSeconds: Int = 30, credentials: [Credential] = []) {
         self.timeoutSeconds = timeoutSeconds
+        store = CredentialStore(credentials)
         multi = CurlMulti(queue: queue)
     }
 
@@ -29,8 +32,9 @@ public final class SyncFetch: @unchecked Sendable {
         nonisolated(unsafe) var outcome: Result<HTTPFetch.Response, HTTPFetch.FetchError>? = nil
         let multi = multi
         let timeout = timeoutSeconds
+        let network = HTTPURL.parse(url).map { store.network(for: $0.target) } ?? NetworkAuth()
         queue.async {
-            let f = HTTPFetch(multi: multi, method: "POST", url: url, form: form, timeoutSeconds: timeout) { r in
+            let f = HTTPFetch(multi: multi, method: "POST", url: url, form: form, timeoutSeconds: timeout, network: network) { r in
                 outcome = r
                 done.signal()
             }

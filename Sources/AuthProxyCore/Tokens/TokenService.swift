@@ -28,6 +28,8 @@ public final class TokenService: @unchecked Sendable {
     private var infos: [String: InfoEntry] = [:]
     private var refreshTokens: [String: TokenStateFile.StoredRefreshToken] = [:]
     private var fingerprints: [String: String] = [:]
+    /// Network credentials (server trust above all) for the token service and `rest/info` requests.
+    private let store: CredentialStore
 
     public typealias Completion = @Sendable (Result<IssuedToken, TokenError>) -> Void
 
@@ -60,6 +62,11 @@ public final class TokenService: @unchecked Sendable {
         self.timeoutSeconds = timeoutSeconds
         stateFile = TokenStateFile(directory: stateDir, secret: stateKey)
         for c in credentials { fingerprints[c.name] = Crypto.sha256Hex(c.identityMaterial) }
+        store = CredentialStore(credentials)
+    }
+
+    private func network(for url: String) -> NetworkAuth {
+        HTTPURL.parse(url).map { store.network(for: $0.target) } ?? NetworkAuth()
     }
 
     /// Loads saved tokens that still belong to an unchanged credential. Call once before serving.
@@ -393,7 +400,8 @@ public final class TokenService: @unchecked Sendable {
         infos[key] = e
         guard e.waiters.count == 1 else { return }
         let url = root + "/rest/info?f=json"
-        let f = HTTPFetch(multi: multi, method: "GET", url: url, form: nil, timeoutSeconds: timeoutSeconds) { [self] result in
+        let f = HTTPFetch(multi: multi, method: "GET", url: url, form: nil, timeoutSeconds: timeoutSeconds,
+            network: network(for: url)) { [self] result in
             var e = infos[key] ?? InfoEntry()
             let waiters = e.waiters
             e.waiters = []
@@ -427,7 +435,8 @@ public final class TokenService: @unchecked Sendable {
     private func post(_ c: Credential, url: String, fields: [(String, String)],
         done: @escaping (Result<[String: Any], TokenError>) -> Void)
     {
-        let f = HTTPFetch(multi: multi, method: "POST", url: url, form: fields, timeoutSeconds: timeoutSeconds) { result in
+        let f = HTTPFetch(multi: multi, method: "POST", url: url, form: fields, timeoutSeconds: timeoutSeconds,
+            network: network(for: url)) { result in
             switch result {
             case .failure(let err):
                 done(.failure(TokenError(credential: c.name, message: "token service \(Self.redacted(url)) failed: \(err.message)")))
