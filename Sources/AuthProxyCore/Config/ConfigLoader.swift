@@ -213,8 +213,13 @@ public struct ConfigLoader {
                 }
                 if schemes.isEmpty { throw ConfigError(key: entry.path + ".schemes", line: list.line, "needs at least one scheme") }
             }
+            let domain = try entry.string("domain")
+            if domain != nil, entry.table["schemes"] == nil {
+                // libcurl sends one user name for every scheme: DOMAIN\user is only right for NTLM.
+                schemes = [.ntlm]
+            }
             kind = .password(PasswordSettings(username: try required("username"), password: try required("password"),
-                domain: try entry.string("domain"), schemes: schemes,
+                domain: domain, schemes: schemes,
                 allowBasicOverHTTP: try entry.bool("allow_basic_over_http") ?? false))
         case "kerberos":
             let principal = try required("principal")

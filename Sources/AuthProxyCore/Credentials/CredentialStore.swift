@@ -83,6 +83,14 @@ public struct NetworkAuth: Sendable, Equatable {
     public var certificateName: String? = nil
     public var trust: ServerTrustSettings? = nil
 
+    /// Takes each type `other` has and this one lacks.
+    mutating func fill(from other: NetworkAuth) {
+        if password == nil { password = other.password; passwordName = other.passwordName }
+        if kerberos == nil { kerberos = other.kerberos }
+        if certificate == nil { certificate = other.certificate; certificateName = other.certificateName }
+        if trust == nil { trust = other.trust }
+    }
+
     /// Whether an upstream 401 may be answered by libcurl (so intermediate 401s are not the final answer).
     public var answersChallenges: Bool { password != nil || kerberos != nil }
 }

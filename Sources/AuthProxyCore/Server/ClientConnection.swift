@@ -395,7 +395,10 @@ final class ClientConnection: UpstreamTransferDelegate {
         networkAuth = NetworkAuth()
         if !context.credentials.isEmpty {
             networkAuth = context.credentials.network(for: upstreamURL!)
-            if networkAuth == NetworkAuth(), upstreamURL != url { networkAuth = context.credentials.network(for: url) }
+            if upstreamURL != url {
+                // upgrade_to_https: a credential may be written for the client's http:// URL or the https one.
+                networkAuth.fill(from: context.credentials.network(for: url))
+            }
         }
         if hasBody(h) {
             // A copy of the body so libcurl can rewind: when a kept-alive upstream connection turns out dead

@@ -1,0 +1,212 @@
+"""Network authentication through the real binary against real servers (Tests/e2e/netauth: Apache httpd with
+Basic, Digest, NTLM via gss-ntlmssp, Kerberos via an MIT KDC, an IIS-like Negotiate+NTLM vhost, and mutual
+TLS). Clients know nothing about authentication: the proxy answers every challenge."""
+import hashlib
+import os
+import subprocess
+import threading
+
+import pytest
+
+import harness
+from netauth.fixtures import netauth_big_file, netauth_rig  # noqa: F401  (fixtures)
+from test_credentials import cred, via
+
+
+def _user(r):
+    return r.headers.get("X-Remote-User")
+
+
+def test_basic_digest_ntlm_with_right_and_wrong_password(proxy_factory, netauth_rig, session):
+    rig = netauth_rig
+    good = (cred("basic", "password", rig.basic.url, username="alice", password="alice-pw", allow_basic_over_http=True)
+            + cred("digest", "password", rig.digest.url, username="alice", password="alice-pw")
+            + cred("ntlm", "password", rig.ntlm.url, username="alice", password="alice-pw", domain="TESTDOM"))
+    p = proxy_factory(extra_config=good)
+    for vhost, user in ((rig.basic, "alice"), (rig.digest, "alice"), (rig.ntlm, "TESTDOM\\alice")):
+        r = via(p, session, "GET", vhost.url + "secret")
+        assert r.status_code == 200, (vhost.url, r.status_code, r.text[:200])
+        assert _user(r) == user
+    assert "alice-pw" not in p.log_text()
+
+    bad = (cred("basic", "password", rig.basic.url, username="alice", password="WRONG", allow_basic_over_http=True)
+           + cred("ntlm-wrong", "password", rig.ntlm.url, username="alice", password="WRONG", domain="TESTDOM"))
+    q = proxy_factory(extra_config=bad)
+    for vhost in (rig.basic, rig.ntlm):
+        r = via(q, session, "GET", vhost.url + "secret")
+        assert r.status_code == 401, (vhost.url, r.status_code)
+        assert r.headers.get("WWW-Authenticate")
+    assert q.wait_for_log(lambda l: "upstream refused the network credential" in l and "ntlm-wrong" in l)
+    assert "WRONG" not in q.log_text()
+
+
+def test_basic_is_not_sent_over_http_by_default(proxy_factory, netauth_rig, session):
+    """Basic would put the password on the wire in clear: over http it needs allow_basic_over_http."""
+    rig = netauth_rig
+    p = proxy_factory(extra_config=cred("basic", "password", rig.basic.url, username="alice", password="alice-pw"))
+    r = via(p, session, "GET", rig.basic.url + "secret?marker=nobasic")
+    assert r.status_code == 401
+    lines = [l for l in rig.apache.access_log_lines() if "marker=nobasic" in l]
+    assert lines and all('auth="Basic' not in l for l in lines), lines
+
+
+def test_no_credential_passes_the_challenge_through(proxy_factory, netauth_rig, session):
+    rig = netauth_rig
+    p = proxy_factory()
+    r = via(p, session, "GET", rig.iis.url + "secret")
+    assert r.status_code == 401
+    offers = r.raw.headers.getlist("WWW-Authenticate") if hasattr(r.raw.headers, "getlist") else [r.headers["WWW-Authenticate"]]
+    assert any(o.startswith("Negotiate") for o in offers) and any(o.startswith("NTLM") for o in offers), offers
+
+
+def test_iis_like_negotiate_plus_ntlm_falls_back_to_ntlm(proxy_factory, netauth_rig, session):
+    rig = netauth_rig
+    p = proxy_factory(extra_config=cred("iwa", "password", rig.iis.url, username="alice", password="alice-pw", domain="TESTDOM"))
+    r = via(p, session, "GET", rig.iis.url + "secret")
+    assert r.status_code == 200, r.text[:200]
+    assert _user(r) == "TESTDOM\\alice"
+    assert r.headers.get("X-Auth-Type") == "NTLM"
+
+
+@pytest.mark.parametrize("mode", ["keytab", "password"])
+def test_kerberos_negotiate(proxy_factory, netauth_rig, session, mode, tmp_path):
+    rig = netauth_rig
+    extra = {"keytab": rig.realm.client_keytab} if mode == "keytab" else {"password": "alice-pw"}
+    p = proxy_factory(proxy={"state_dir": str(tmp_path / "krb")},
+                      env={"KRB5_CONFIG": rig.realm.krb5_config},
+                      extra_config=cred("krb", "kerberos", rig.kerberos.url, principal=rig.realm.principal, **extra))
+    r = via(p, session, "GET", rig.kerberos.url + "secret")
+    assert r.status_code == 200, (r.status_code, p.log_text()[-1500:])
+    assert _user(r) == rig.realm.principal
+    assert r.headers.get("X-Auth-Type") == "Negotiate"
+    assert os.path.exists(tmp_path / "krb" / "krb5cc_authproxy")
+
+
+def test_two_kerberos_identities_are_refused(netauth_rig, tmp_path):
+    rig = netauth_rig
+    conf = tmp_path / "k.conf"
+    conf.write_text(cred("a", "kerberos", rig.kerberos.url, principal="alice@NETAUTH.TEST", password="x")
+                    + cred("b", "kerberos", rig.iis.url, principal="bob@NETAUTH.TEST", password="y"))
+    r = harness.run_cli(["check", "--config", str(conf)])
+    assert r.returncode != 0 and "one Kerberos identity" in r.stderr
+
+
+@pytest.mark.parametrize("scheme", ["ntlm", "digest"])
+def test_20mb_post_survives_the_handshake(proxy_factory, netauth_rig, netauth_big_file, session, scheme):
+    rig = netauth_rig
+    vhost = getattr(rig, scheme)
+    extra = {"domain": "TESTDOM"} if scheme == "ntlm" else {}
+    p = proxy_factory(extra_config=cred("pw", "password", vhost.url, username="alice", password="alice-pw", **extra))
+    path, size, sha = netauth_big_file
+
+    def gen():
+        with open(path, "rb") as f:
+            while True:
+                b = f.read(1 << 20)
+                if not b:
+                    return
+                yield b
+
+    r = via(p, session, "POST", vhost.url + "upload", data=gen(), timeout=120,
+            headers={"Content-Type": "application/octet-stream"})
+    assert r.status_code == 200, r.text[:300]
+    assert int(r.headers["X-Body-Size"]) == size
+    assert r.headers["X-Body-Sha256"] == sha
+
+
+def test_two_ntlm_identities_never_mix(proxy_factory, netauth_rig):
+    rig = netauth_rig
+    p = proxy_factory(extra_config=cred("a", "password", rig.ntlm.url + "alice", username="alice", password="alice-pw", domain="TESTDOM")
+                      + cred("b", "password", rig.ntlm.url + "bob", username="bob", password="bob-pw", domain="TESTDOM"))
+    wrong = []
+    lock = threading.Lock()
+
+    def worker(k):
+        import requests
+        s = requests.Session()
+        s.trust_env = False
+        for i in range(15):
+            who = ("alice", "bob", "nobody")[(k + i) % 3]
+            r = s.get(rig.ntlm.url + "%s/x" % who, proxies=p.proxies, timeout=30)
+            got = r.headers.get("X-Remote-User")
+            expected = {"alice": "TESTDOM\\alice", "bob": "TESTDOM\\bob", "nobody": None}[who]
+            ok = (r.status_code == 200 and got == expected) if expected else (r.status_code == 401 and got is None)
+            if not ok:
+                with lock:
+                    wrong.append((who, r.status_code, got))
+        s.close()
+
+    ts = [threading.Thread(target=worker, args=(k,)) for k in range(6)]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+    assert not wrong, wrong[:10]
+
+
+def test_token_and_ntlm_on_the_same_url(proxy_factory, netauth_rig, session):
+    rig = netauth_rig
+    p = proxy_factory(extra_config=cred("iwa", "password", rig.ntlm.url, username="alice", password="alice-pw", domain="TESTDOM")
+                      + cred("key", "api-key", rig.ntlm.url, key="APIKEY1"))
+    r = via(p, session, "GET", rig.ntlm.url + "arcgis/rest/info?f=json")
+    assert r.status_code == 200
+    assert _user(r) == "TESTDOM\\alice"
+    assert "token=APIKEY1" in r.json()["path"]
+
+
+def _mtls_conf(rig, certificate_fields, match_host="localhost"):
+    m = rig.mtls
+    return (cred("trust", "server-trust", "https://%s:%d" % (match_host, m.port), ca_file=rig.pki.server_ca)
+            + cred("pki", "certificate", "http://%s:%d" % (match_host, m.port), upgrade_to_https=True, **certificate_fields))
+
+
+def test_client_certificates_pem_and_p12(proxy_factory, netauth_rig, session):
+    rig = netauth_rig
+    m = rig.mtls
+    p = proxy_factory(extra_config=_mtls_conf(rig, {"cert": rig.pki.alice_cert, "key": rig.pki.alice_key}))
+    r = via(p, session, "GET", "http://localhost:%d/secret" % m.port)
+    assert r.status_code == 200, r.text[:300]
+    assert "CN=alice" in r.headers["X-Client-Subject"]
+    q = proxy_factory(extra_config=_mtls_conf(rig, {"file": rig.pki.bob_p12, "password": rig.pki.bob_p12_password}))
+    r = via(q, session, "GET", "http://localhost:%d/secret" % m.port)
+    assert r.status_code == 200, r.text[:300]
+    assert "CN=bob" in r.headers["X-Client-Subject"]
+    e = proxy_factory(extra_config=_mtls_conf(rig, {"cert": rig.pki.alice_cert, "key": rig.pki.alice_key_encrypted,
+                                                    "key_password": rig.pki.alice_key_password}))
+    assert via(e, session, "GET", "http://localhost:%d/secret" % m.port).status_code == 200
+
+
+def test_host_without_certificate_credential_gets_none(proxy_factory, netauth_rig, session):
+    rig = netauth_rig
+    m = rig.mtls
+    # The certificate applies to localhost only; 127.0.0.1 (same server) is trusted but gets no certificate.
+    conf = _mtls_conf(rig, {"cert": rig.pki.alice_cert, "key": rig.pki.alice_key}) + cred(
+        "trust127", "server-trust", "https://127.0.0.1:%d" % m.port, ca_file=rig.pki.server_ca) + cred(
+        "up127", "server-trust", "http://127.0.0.1:%d" % m.port, ca_file=rig.pki.server_ca, upgrade_to_https=True)
+    p = proxy_factory(extra_config=conf)
+    r = via(p, session, "GET", "http://127.0.0.1:%d/secret" % m.port)
+    assert r.status_code == 502, r.text[:300]
+    assert via(p, session, "GET", "http://localhost:%d/secret" % m.port).status_code == 200
+
+
+def test_client_certificate_through_interception(proxy_factory, netauth_rig, tmp_path):
+    rig = netauth_rig
+    m = rig.mtls
+    ca_dir = tmp_path / "ca"
+    subprocess.run([harness.proxy_bin(), "ca", "init", "--dir", str(ca_dir)], check=True, capture_output=True)
+    conf = (cred("trust", "server-trust", "https://localhost:%d" % m.port, ca_file=rig.pki.server_ca)
+            + cred("pki", "certificate", "https://localhost:%d" % m.port, file=rig.pki.bob_p12, password=rig.pki.bob_p12_password)
+            + '\n[tls]\nca_cert = "%s/ca.pem"\nca_key = "%s/ca.key"\n' % (ca_dir, ca_dir))
+    p = proxy_factory(proxy={"connect_ports": [443, m.port]}, extra_config=conf)
+    c = harness.curl("-x", p.url, "--cacert", str(ca_dir / "ca.pem"), "-D", "-", "-o", "/dev/null",
+                     "https://localhost:%d/secret" % m.port)
+    assert c.returncode == 0, c.stderr
+    assert b"CN=bob" in c.stdout
+
+
+def test_bad_p12_password_fails_check_naming_the_file(netauth_rig, tmp_path):
+    rig = netauth_rig
+    conf = tmp_path / "bad.conf"
+    conf.write_text(cred("pki", "certificate", "https://localhost:1", file=rig.pki.bob_p12, password="not-the-password"))
+    r = harness.run_cli(["check", "--config", str(conf)])
+    assert r.returncode != 0
+    assert rig.pki.bob_p12 in r.stderr and "wrong password" in r.stderr
+    assert "not-the-password" not in r.stderr + r.stdout
