@@ -602,3 +602,15 @@ def test_ca_init_and_export(proxy_binary, tmp_path):
     nc = harness.run_cli(["ca", "init", "--dir", str(tmp_path / "nc"), "--constrain"])
     assert nc.returncode != 0
     assert not os.path.exists(tmp_path / "nc" / "ca.key")
+
+
+def test_upstream_tls_failure_does_not_break_the_client_session(proxy_factory, ca, origin_factory, certs, session):
+    """libcurl's failed upstream handshake leaves errors in the thread's OpenSSL error queue; the client's
+    TLS session on the same event loop must not mistake them for its own (it used to be dropped)."""
+    b = origin_factory(tls=certs["b"])
+    p = proxy_factory(proxy={"connect_ports": [443, b.port], "workers": 1},
+                      extra_config=tls_section(ca) + cred("kb", "api-key", lh(b), key="KEY-B"))
+    for _ in range(5):  # the same pooled tunnel each time
+        r = session.get(lh(b) + "/echo?f=json", proxies=p.proxies, verify=ca.cert, timeout=T)
+        harness.assert_error_json(r.status_code, r.headers.get, r.content, 502)
+    assert "TLS error from client" not in p.log_text()

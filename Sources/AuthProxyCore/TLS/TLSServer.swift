@@ -108,6 +108,9 @@ final class TLSSession {
     }
 
     func handshake() -> HandshakeResult {
+        // The thread's error queue is shared with libcurl's own TLS work on this loop: SSL_get_error is only
+        // reliable when the queue is empty before the call.
+        ERR_clear_error()
         let r = SSL_do_handshake(ssl)
         if r == 1 {
             handshakeDone = true
@@ -131,6 +134,7 @@ final class TLSSession {
     }
 
     func read(into buffer: UnsafeMutableRawBufferPointer) -> ReadResult {
+        ERR_clear_error()
         let r = SSL_read(ssl, buffer.baseAddress, Int32(buffer.count))
         if r > 0 { return .bytes(Int(r)) }
         switch SSL_get_error(ssl, r) {
@@ -143,6 +147,7 @@ final class TLSSession {
     /// Encrypts `bytes` into the outgoing buffer (a memory BIO takes everything).
     func write(_ bytes: UnsafeRawBufferPointer) -> Bool {
         var off = 0
+        ERR_clear_error()
         while off < bytes.count {
             let r = SSL_write(ssl, bytes.baseAddress! + off, Int32(min(bytes.count - off, 1 << 30)))
             if r <= 0 { return false }
@@ -163,6 +168,9 @@ final class TLSSession {
 
     /// Queues a close_notify.
     func shutdown() {
-        if handshakeDone { _ = SSL_shutdown(ssl) }
+        if handshakeDone {
+            ERR_clear_error()
+            _ = SSL_shutdown(ssl)
+        }
     }
 }

@@ -1,3 +1,4 @@
+import CAuthProxyShims
 #if canImport(Glibc)
 import Glibc
 #endif
