@@ -18,6 +18,8 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 python3 -c 'import requests, pytest' 2>/dev/null || python3 -m pip install -q requests pytest
 
+echo "== swift build (release: what the run command builds)"
+swift build -c release --product authproxy
 echo "== swift build"
 swift build --build-tests
 echo "== swift test (unit)"
