@@ -14,7 +14,7 @@ RUN swift build -c release --product authproxy --static-swift-stdlib \
 
 FROM debian:bookworm-slim
 RUN apt-get update \
- && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libcurl4 libssl3 ca-certificates curl \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libcurl4 libssl3 ca-certificates curl krb5-user \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --home-dir /var/lib/authproxy --shell /usr/sbin/nologin authproxy \
  && install -d -o authproxy -g authproxy -m 0700 /var/lib/authproxy \
