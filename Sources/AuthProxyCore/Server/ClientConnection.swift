@@ -42,7 +42,6 @@ final class ClientConnection: UpstreamTransferDelegate {
     private var lastProgress: UInt64
     private var headStarted: UInt64? = nil
     private var closingSince: UInt64 = 0
-    private var closeWhenDrained = false
     /// TLS with the client after an intercepted CONNECT, and the host:port the tunnel was opened to (every
     /// request on it goes there, over https).
     private var tls: TLSSession? = nil
@@ -1000,8 +999,6 @@ final class ClientConnection: UpstreamTransferDelegate {
         tunnel = nil
         close()
     }
-
-    var tunnelReadLimit: Int { Self.maxBuffered }
 
     // MARK: responses and the end of an exchange
 

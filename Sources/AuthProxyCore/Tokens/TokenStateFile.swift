@@ -105,10 +105,6 @@ public struct TokenStateFile: Sendable {
             throw StateError("cannot replace \(path): \(lastErrorString())")
         }
     }
-
-    public func delete() {
-        unlink(path)
-    }
 }
 
 public struct StateError: Error, Sendable, CustomStringConvertible {
