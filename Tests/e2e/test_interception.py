@@ -614,3 +614,24 @@ def test_upstream_tls_failure_does_not_break_the_client_session(proxy_factory, c
         r = session.get(lh(b) + "/echo?f=json", proxies=p.proxies, verify=ca.cert, timeout=T)
         harness.assert_error_json(r.status_code, r.headers.get, r.content, 502)
     assert "TLS error from client" not in p.log_text()
+
+
+def test_matched_host_without_tls_section_is_tunnelled_and_logged_once(proxy_factory, origin_factory, certs, session):
+    o = origin_factory(tls=certs["a"])
+    p = proxy_factory(proxy={"connect_ports": [443, o.port]}, extra_config=cred("k", "api-key", lh(o), key="K"))
+    for _ in range(3):
+        r = session.get(lh(o) + "/echo?f=json", proxies=p.proxies, verify=certs["a"][0], timeout=T)
+        assert r.status_code == 200
+        assert "token" not in query_of(r)  # blind: the client talked TLS to the origin itself
+    notices = [l for l in p.log_lines() if "credentials cannot be applied without [tls]" in l]
+    assert len(notices) == 1, notices
+
+
+def test_http2_is_refused_politely(proxy_factory, ca, origin_factory, certs):
+    o = origin_factory(tls=certs["a"])
+    p = proxy_factory(proxy={"connect_ports": [443, o.port]},
+                      extra_config=tls_section(ca) + cred("ta", "server-trust", lh(o), ca_file=certs["a"][0]))
+    c = harness.curl("--http2", "-x", p.url, "--cacert", ca.cert, "-o", "/dev/null", "-w", "%{http_version} %{http_code}",
+                     lh(o) + "/json")
+    assert c.returncode == 0, c.stderr
+    assert c.stdout == b"1.1 200", c.stdout
