@@ -430,3 +430,93 @@ def test_login_and_signout(proxy_factory, federation, session, tmp_path):
     assert portal.stats()["revocations"] >= 1
     contents = json.loads((state / "tokens.json").read_text())
     assert contents["refreshTokens"] == [] and all(t["credential"] != "me" for t in contents["tokens"])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Review findings (each failed before its fix)
+# ---------------------------------------------------------------------------------------------------------
+
+def _tiny_server(handler_fn):
+    import socket as _s
+    srv = _s.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(16)
+    seen = []
+
+    def loop():
+        while True:
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                return
+            threading.Thread(target=handler_fn, args=(c, seen), daemon=True).start()
+
+    threading.Thread(target=loop, daemon=True).start()
+    return srv, srv.getsockname()[1], seen
+
+
+def test_discovered_token_service_on_another_host_is_not_trusted(proxy_factory, session):
+    """rest/info is the server's word: a password never goes to a token service on another host."""
+    def collector(c, seen):
+        seen.append(c.recv(65536))
+        c.close()
+
+    col, col_port, got = _tiny_server(collector)
+
+    def info(c, seen):
+        c.recv(65536)
+        body = json.dumps({"currentVersion": 11.1, "authInfo": {"isTokenBasedSecurity": True,
+                          "tokenServicesUrl": "http://localhost:%d/collect" % col_port}}).encode()
+        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
+                  % (len(body), body))
+        c.close()
+
+    srv, port, _ = _tiny_server(info)
+    p = proxy_factory(extra_config=cred("gis", "arcgis-token", "http://127.0.0.1:%d/arcgis" % port,
+                                        username="alice", password="S3cret-pw"))
+    r = via(p, session, "GET", "http://127.0.0.1:%d/arcgis/rest/services/x/FeatureServer/0/query?f=json" % port)
+    err = harness.assert_error_json(r.status_code, r.headers.get, r.content, 502)
+    assert "token_url" in err["message"], err
+    time.sleep(0.3)
+    assert got == [], got
+    srv.close()
+    col.close()
+
+
+def test_hanging_token_service_fails_in_bounded_time(proxy_factory, session):
+    def hang(c, seen):
+        seen.append(1)
+        time.sleep(30)
+        c.close()
+
+    srv, port, _ = _tiny_server(hang)
+    p = proxy_factory(proxy={"upstream_timeout_seconds": 2},
+                      extra_config=cred("gis", "arcgis-token", "http://127.0.0.1:%d/arcgis" % port, username="alice",
+                                        password="pw", token_url="http://127.0.0.1:%d/arcgis/tokens/generateToken" % port,
+                                        expiration_minutes=60))
+    t0 = time.time()
+    r = via(p, session, "GET", "http://127.0.0.1:%d/arcgis/rest/services/x/query?f=json" % port, timeout=20)
+    assert time.time() - t0 < 8
+    harness.assert_error_json(r.status_code, r.headers.get, r.content, 502)
+    srv.close()
+
+
+def test_expect_continue_for_a_collected_form(proxy_factory, origin):
+    import socket as _s
+    p = proxy_factory(extra_config=cred("k", "api-key", origin.url, key="K"))
+    body = b"where=1%3D1&f=json"
+    s = _s.create_connection((p.host, p.port), timeout=5)
+    s.sendall(b"POST " + origin.url.encode() + b"/echo HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\n"
+              b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body))
+    first = s.recv(100)
+    assert first.startswith(b"HTTP/1.1 100 Continue"), first
+    s.sendall(body)
+    rest = b""
+    while b"\r\n\r\n" not in rest or not rest.rstrip().endswith(b"}"):
+        d = s.recv(65536)
+        if not d:
+            break
+        rest += d
+    s.close()
+    assert b" 200 " in rest.split(b"\r\n")[0] or b" 200 " in rest, rest[:200]
+    assert hashlib.sha256(body + b"&token=K").hexdigest().encode() in rest

@@ -635,3 +635,24 @@ def test_http2_is_refused_politely(proxy_factory, ca, origin_factory, certs):
                      lh(o) + "/json")
     assert c.returncode == 0, c.stderr
     assert c.stdout == b"1.1 200", c.stdout
+
+
+def test_upgrade_to_https_gets_its_token_over_https(proxy_factory, certs):
+    """With upgrade_to_https the password goes to the token service over https too (the https-only ArcGIS
+    test server would not answer plain http at all)."""
+    srv = ArcGISServer(role="server", tls=certs["a"], host="127.0.0.1")
+    srv.httpd.base_url = "https://localhost:%d" % srv.port
+    srv.start()
+    try:
+        root_http = "http://localhost:%d/arcgis" % srv.port
+        p = proxy_factory(extra_config=cred("gis", "arcgis-token", root_http, username="alice", password="alice-pass",
+                                            upgrade_to_https=True)
+                          + cred("ta", "server-trust", "https://localhost:%d" % srv.port, ca_file=certs["a"][0]))
+        s = requests.Session()
+        s.trust_env = False
+        r = s.get(root_http + "/rest/services/Secure/Points/FeatureServer/0/query?f=json", proxies=p.proxies, timeout=T)
+        assert r.status_code == 200, r.text[:300]
+        assert len(r.json()["features"]) == 3
+        assert srv.stats()["tokens_issued"].get("generate_password") == 1
+    finally:
+        srv.stop()

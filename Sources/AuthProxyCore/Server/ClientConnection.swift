@@ -428,6 +428,10 @@ final class ClientConnection: UpstreamTransferDelegate {
                 collectingForm = true
                 formBody = []
                 formBody!.reserveCapacity(Int(n))
+                if h.expectsContinue, !sentContinue {
+                    sentContinue = true
+                    send("HTTP/1.1 100 Continue\r\n\r\n")
+                }
                 if bodyComplete { formCollected() } else { pumpBody() }
                 return
             }
@@ -459,7 +463,9 @@ final class ClientConnection: UpstreamTransferDelegate {
     }
 
     private func obtainToken() {
-        guard let c = credential, let url = originalURL, let tokens = context.tokens else { return }
+        // The token service is reached through the URL the request really goes to (https under
+        // upgrade_to_https), so a password never travels to an http:// token service the client named.
+        guard let c = credential, let url = upstreamURL ?? originalURL, let tokens = context.tokens else { return }
         if let t = tokens.cachedToken(for: c, target: url) {
             tokenReady(.success(t))
             return
@@ -579,7 +585,7 @@ final class ClientConnection: UpstreamTransferDelegate {
     @discardableResult
     private func tokenRejected() -> Bool {
         guard let c = credential, let url = originalURL else { return false }
-        if let t = injectedToken { context.tokens?.invalidate(c, target: url, value: t.value) }
+        if let t = injectedToken { context.tokens?.invalidate(c, target: upstreamURL ?? url, value: t.value) }
         var reason: String? = nil
         var explain = false
         if !c.isRefreshable {
@@ -1033,6 +1039,9 @@ final class ClientConnection: UpstreamTransferDelegate {
         head = nil
         chunkDecoder = nil
         bodyBuffer.removeAll()
+        replay = nil  // closes (and so frees) a spill file at once, not at the next request
+        formBody = nil
+        collectingForm = false
         if !keepAlive || !bodyComplete || loop.shuttingDown || clientHalfClosed {
             beginClosing()
         } else {
@@ -1161,7 +1170,7 @@ final class ClientConnection: UpstreamTransferDelegate {
         case .forwarding:
             // A client that stopped reading its response (or stopped sending its body) for the idle timeout.
             let progress = max(lastProgress, channel.lastSendProgress)
-            if channel.pendingCount > 0 || (!bodyComplete && curlReadPaused),
+            if channel.pendingCount > 0 || (!bodyComplete && (curlReadPaused || collectingForm)),
                 now - progress > UInt64(cfg.idleTimeoutSeconds) * 1_000_000_000
             {
                 logger.warning("client stalled, closing", metadata: ["client": "\(peer)", "idle_timeout_seconds": "\(cfg.idleTimeoutSeconds)"])

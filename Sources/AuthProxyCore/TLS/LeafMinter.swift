@@ -13,13 +13,15 @@ public final class LeafMinter: @unchecked Sendable {
     private let logger: Logger
     private let capacity: Int
     private struct Cache {
-        var leaves: [String: (cert: OpaquePointer, used: UInt64)] = [:]
+        var leaves: [String: (cert: OpaquePointer, used: UInt64, minted: Int64)] = [:]
         var clock: UInt64 = 0
         var minted = 0
     }
     private var cache = Cache()
     private let lock = Lock()
     static let validitySeconds = 30 * 86400
+    /// A cached leaf is re-minted this long after it was made, well before it expires.
+    static let renewAfterMillis: Int64 = 25 * 86400 * 1000
 
     public init(ca: CertificateAuthority, logger: Logger, capacity: Int = 1000) throws(TLSError) {
         guard let k = ap_ec_p256_keygen() else { throw TLSError("cannot generate the leaf key") }
@@ -40,10 +42,14 @@ public final class LeafMinter: @unchecked Sendable {
     /// The leaf for `host` (X509*, with a reference the caller must free).
     func leaf(for host: String) -> OpaquePointer? {
         let name = host.lowercased()
+        // The name goes into an X.509 extension string: refuse anything but a host name or an IP literal.
+        guard !name.isEmpty, name.utf8.count <= 253,
+            name.utf8.allSatisfy({ isRegNameChar($0) && $0 != UInt8(ascii: "%") }) || isNumericAddress(name)
+        else { return nil }
         if let cert = lock.withLock({ () -> OpaquePointer? in
-            guard let l = cache.leaves[name] else { return nil }
+            guard let l = cache.leaves[name], nowMillis() - l.minted < Self.renewAfterMillis else { return nil }
             cache.clock += 1
-            cache.leaves[name] = (l.cert, cache.clock)
+            cache.leaves[name] = (l.cert, cache.clock, l.minted)
             X509_up_ref(l.cert)
             return l.cert
         }) {
@@ -54,18 +60,20 @@ public final class LeafMinter: @unchecked Sendable {
             return nil
         }
         return lock.withLock { () -> OpaquePointer in
-            if let existing = cache.leaves[name] {  // another loop minted it meanwhile
+            if let existing = cache.leaves[name], nowMillis() - existing.minted < Self.renewAfterMillis {
+                // another loop minted it meanwhile
                 X509_free(fresh)
                 X509_up_ref(existing.cert)
                 return existing.cert
             }
+            if let old = cache.leaves.removeValue(forKey: name) { X509_free(old.cert) }
             cache.minted += 1
             cache.clock += 1
             if cache.leaves.count >= capacity, let oldest = cache.leaves.min(by: { $0.value.used < $1.value.used }) {
                 X509_free(oldest.value.cert)
                 cache.leaves.removeValue(forKey: oldest.key)
             }
-            cache.leaves[name] = (fresh, cache.clock)
+            cache.leaves[name] = (fresh, cache.clock, nowMillis())
             X509_up_ref(fresh)
             logger.info("minted certificate", metadata: ["host": "\(name)", "minted_total": "\(cache.minted)"])
             return fresh

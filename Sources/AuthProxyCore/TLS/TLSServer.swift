@@ -32,8 +32,9 @@ public final class TLSServer: @unchecked Sendable {
             let s = String(cString: sni)
             if !s.isEmpty { name = s }
         }
+        // An SNI that is not a valid host name gets the CONNECT host's certificate (the client will reject it).
+        guard let leaf = minter.leaf(for: name) ?? minter.leaf(for: session.fallbackHost) else { return 0 }
         session.servedName = name
-        guard let leaf = minter.leaf(for: name) else { return 0 }
         defer { X509_free(leaf) }
         guard SSL_use_certificate(ssl, leaf) == 1, SSL_use_PrivateKey(ssl, minter.key) == 1 else { return 0 }
         return 1

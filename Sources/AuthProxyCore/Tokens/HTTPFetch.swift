@@ -51,6 +51,9 @@ final class HTTPFetch: UpstreamTransferDelegate {
         var request = UpstreamRequest(method: method, url: url, headerLines: lines,
             bodyLength: method == "POST" ? Int64(form.count) : nil, timeoutSeconds: timeoutSeconds)
         request.network = network
+        // A token service that accepts and never answers must not hold its credential (and every request
+        // waiting on it) forever.
+        request.totalTimeoutSeconds = timeoutSeconds
         let t = UpstreamTransfer(
             multi: multi,
             request: request,

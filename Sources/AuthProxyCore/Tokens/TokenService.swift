@@ -30,6 +30,7 @@ public final class TokenService: @unchecked Sendable {
     private var fingerprints: [String: String] = [:]
     /// Network credentials (server trust above all) for the token service and `rest/info` requests.
     private let store: CredentialStore
+    private let oauthUsers: Set<String>
 
     public typealias Completion = @Sendable (Result<IssuedToken, TokenError>) -> Void
 
@@ -63,6 +64,7 @@ public final class TokenService: @unchecked Sendable {
         stateFile = TokenStateFile(directory: stateDir, secret: stateKey)
         for c in credentials { fingerprints[c.name] = Crypto.sha256Hex(c.identityMaterial) }
         store = CredentialStore(credentials)
+        oauthUsers = Set(credentials.compactMap { c in if case .oauthUser = c.kind { c.name } else { nil } })
     }
 
     private func network(for url: String) -> NetworkAuth {
@@ -137,9 +139,14 @@ public final class TokenService: @unchecked Sendable {
         // Out of the snapshot at once, so the retry that follows cannot pick the rejected token up again.
         snapshot.withLock { if $0[key]?.value == value { $0[key] = nil } }
         queue.async { [self] in
-            guard entries[key]?.token?.value == value else { return }
-            entries[key]?.token = nil
-            publish()
+            // Every key holding that value: a portal token used as is for a non-federated server is also
+            // cached under the portal's key, which must not hand it out again.
+            var changed = false
+            for (k, e) in entries where e.credential == c.name && e.token?.value == value {
+                entries[k]?.token = nil
+                changed = true
+            }
+            if changed { publish() }
         }
     }
 
@@ -212,6 +219,11 @@ public final class TokenService: @unchecked Sendable {
         }
     }
 
+    private func dropToken(_ c: Credential, value: String) {
+        for (k, e) in entries where e.credential == c.name && e.token?.value == value { entries[k]?.token = nil }
+        publish()
+    }
+
     private func publish() {
         var valid: [String: IssuedToken] = [:]
         let now = nowMillis()
@@ -222,6 +234,12 @@ public final class TokenService: @unchecked Sendable {
     private func persist() {
         var contents = (try? stateFile.load()) ?? TokenStateFile.Contents()
         let now = nowMillis()
+        // `authproxy signout` removed the refresh token of a named user: drop that user's tokens here too.
+        let signedOut = oauthUsers.filter { name in !contents.refreshTokens.contains { $0.credential == name } }
+        if !signedOut.isEmpty {
+            for (k, e) in entries where signedOut.contains(e.credential) { entries[k]?.token = nil }
+            publish()
+        }
         let ours = entries.compactMap { (k, e) -> TokenStateFile.StoredToken? in
             guard let t = e.token, !t.isExpired(at: now) else { return nil }
             return TokenStateFile.StoredToken(key: k, credential: e.credential, fingerprint: e.fingerprint, token: t)
@@ -229,10 +247,7 @@ public final class TokenService: @unchecked Sendable {
         let keys = Set(ours.map(\.key))
         contents.tokens = contents.tokens.filter { !keys.contains($0.key) && fingerprints[$0.credential] == $0.fingerprint } + ours
         contents.tokens.sort { $0.key < $1.key }
-        for (name, r) in refreshTokens {
-            contents.refreshTokens.removeAll { $0.credential == name }
-            contents.refreshTokens.append(r)
-        }
+        // Refresh tokens in the file are left as they are (see refreshGrant).
         do {
             try stateFile.save(contents)
         } catch {
@@ -275,7 +290,10 @@ public final class TokenService: @unchecked Sendable {
                 case .failure(let e): done(.failure(e))
                 case .success(let portalToken):
                     if case .success(let i) = info, let owner = i.owningSystemURL, ServerRoot.same(owner, portal) {
-                        exchange(c, portalToken: portalToken, portal: portal, serverRoot: root, done: done)
+                        exchange(c, portalToken: portalToken, portal: portal, serverRoot: root) { [self] result in
+                            if case .failure = result { dropToken(c, value: portalToken.value) }
+                            done(result)
+                        }
                     } else {
                         done(.success(portalToken))  // not federated (e.g. hosted services): use the portal token
                     }
@@ -293,10 +311,15 @@ public final class TokenService: @unchecked Sendable {
                 tokenURL = u
             } else if isPortal {
                 tokenURL = ServerRoot.sharingRest(root) + "/generateToken"
-            } else if let u = info?.tokenServicesURL {
+            } else if let u = info?.tokenServicesURL ?? info?.owningSystemURL.map({ ServerRoot.sharingRest($0) + "/generateToken" }) {
+                // rest/info is the server's word: never send a password to another host, or over http when
+                // the server itself is https, on its say-so alone.
+                guard Self.isSafeTokenService(u, for: root) else {
+                    done(.failure(TokenError(credential: c.name,
+                        message: "\(root)/rest/info names the token service \(Self.redacted(u)) on another host or without https; set token_url to trust it")))
+                    return
+                }
                 tokenURL = u
-            } else if let owner = info?.owningSystemURL {
-                tokenURL = ServerRoot.sharingRest(owner) + "/generateToken"
             } else {
                 done(.failure(TokenError(credential: c.name,
                     message: "\(root)/rest/info does not name a token service; set token_url")))
@@ -349,8 +372,10 @@ public final class TokenService: @unchecked Sendable {
     }
 
     private func refreshGrant(_ c: Credential, _ o: OAuthUserSettings, done: @escaping (Result<IssuedToken, TokenError>) -> Void) {
-        if refreshTokens[c.name] == nil, let contents = try? stateFile.load() {
-            // `authproxy login` may have stored one since start-up.
+        // The file is the authority on refresh tokens (`authproxy login` writes them, `signout` removes them):
+        // read it for every refresh grant (rare), so a new login or a sign-out takes effect at once.
+        refreshTokens[c.name] = nil
+        if let contents = try? stateFile.load() {
             for r in contents.refreshTokens where r.credential == c.name && r.fingerprint == fingerprints[c.name] {
                 refreshTokens[c.name] = r
             }
@@ -482,6 +507,14 @@ public final class TokenService: @unchecked Sendable {
         let expiresIn = (json["expires_in"] as? NSNumber)?.int64Value
         return IssuedToken(value: value, expires: expiresIn.map { now + $0 * 1000 }, issued: now,
             ssl: (json["ssl"] as? Bool) ?? false, referer: nil)
+    }
+
+    /// A discovered token service is trusted only on the server's own host, and not over http for an https
+    /// server.
+    static func isSafeTokenService(_ url: String, for root: String) -> Bool {
+        guard let u = HTTPURL.parse(url), let r = HTTPURL.parse(root) else { return false }
+        if r.target.scheme == "https" && u.target.scheme != "https" { return false }
+        return u.target.host == r.target.host
     }
 
     /// A URL without its query string, for messages.

@@ -43,6 +43,8 @@ struct UpstreamRequest {
     var timeoutSeconds: Int
     /// Network-type credentials for this request (server trust, password, Kerberos, client certificate).
     var network = NetworkAuth()
+    /// A limit on the whole exchange (the proxy's own requests); client requests use the stall check instead.
+    var totalTimeoutSeconds: Int? = nil
 }
 
 /// One libcurl easy handle doing one exchange with an upstream server.
@@ -89,6 +91,7 @@ final class UpstreamTransfer {
         ap_easy_setopt_long(e, CURLOPT_PATH_AS_IS, 1)
         ap_easy_setopt_long(e, CURLOPT_BUFFERSIZE, 64 * 1024)
         ap_easy_setopt_long(e, CURLOPT_CONNECTTIMEOUT, request.timeoutSeconds)
+        if let total = request.totalTimeoutSeconds { ap_easy_setopt_long(e, CURLOPT_TIMEOUT, total) }
         ap_easy_setopt_long(e, CURLOPT_TCP_KEEPALIVE, 1)
         ap_easy_setopt_ptr(e, CURLOPT_OPENSOCKETDATA, Unmanaged.passUnretained(multi).toOpaque())
         ap_easy_setopt_opensocket_cb(e, CurlMulti.openSocketCallback)
