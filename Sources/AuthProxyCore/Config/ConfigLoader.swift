@@ -49,6 +49,15 @@ public struct ConfigLoader {
             if let t = try proxy.int("tunnel_idle_timeout_seconds", range: 1...86_400) { config.tunnelIdleTimeoutSeconds = t }
             if let w = try proxy.int("workers", range: 1...64) { config.workers = w }
             if let m = try proxy.int("max_connections", range: 1...1_000_000) { config.maxConnections = m }
+            if let o = try proxy.stringArray("allowed_origins") {
+                for origin in o.values where origin != "*" {
+                    guard let u = HTTPURL.parse(origin), u.target.pathAndQuery == "/", !origin.hasSuffix("/") else {
+                        throw ConfigError(key: "proxy.allowed_origins", line: o.line,
+                            "'\(origin)' is not an origin like https://maps.example.com (scheme, host, optional port; no path)")
+                    }
+                }
+                config.allowedOrigins = o.values
+            }
             if let k = try proxy.string("state_key") {
                 guard k.utf8.count >= 16 else {
                     throw ConfigError(key: "proxy.state_key", line: proxy.line(of: "state_key"), "must be at least 16 characters (use a long random secret)")

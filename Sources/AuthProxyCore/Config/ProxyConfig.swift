@@ -31,6 +31,8 @@ public struct ProxyConfig: Sendable {
     /// more queues let those hand-offs overlap (measured: 2 loops ≈ 18k req/s, 4 loops ≈ 25k on 2 cores).
     public var workers: Int = defaultWorkerCount()
     public var maxConnections: Int = 10_000
+    /// Web app origins that may use the `/proxy?<url>` endpoint (ArcGIS JS `proxyUrl`); empty: endpoint off.
+    public var allowedOrigins: [String] = []
     public var logLevel: Logger.Level = .info
     public var logFormat: LogFormat = .text
     public var credentials: [Credential] = []

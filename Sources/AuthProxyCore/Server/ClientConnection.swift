@@ -74,6 +74,8 @@ final class ClientConnection: UpstreamTransferDelegate {
     private var responseChunked = false
     private var responseNoBody = false
     private var bodyBytesOut: Int64 = 0
+    /// The browser origin a `/proxy` exchange answers to (CORS), nil otherwise.
+    private var corsOrigin: String? = nil
     // Credentials (token-type) applied to the exchange in progress.
     /// Counts exchanges, so an answer from the token service for an earlier exchange is ignored.
     private var exchangeSerial = 0
@@ -296,6 +298,7 @@ final class ClientConnection: UpstreamTransferDelegate {
     private func begin(_ h: RequestHead) {
         exchanges += 1
         credential = nil
+        corsOrigin = nil
         head = h
         exchangeStart = DispatchTime.now().uptimeNanoseconds
         keepAlive = h.keepAlive && !loop.shuttingDown
@@ -352,9 +355,13 @@ final class ClientConnection: UpstreamTransferDelegate {
     // MARK: the proxy's own endpoints
 
     private func serveOwnEndpoint(_ target: String) {
-        // Own endpoints take no body; rather than read one, close after answering.
-        if !bodyComplete { keepAlive = false }
         let path = target.prefix { $0 != "?" }
+        if path == "/proxy" {
+            serveProxyEndpoint(target)  // forwards the body like any proxied request
+            return
+        }
+        // The other endpoints take no body; rather than read one, close after answering.
+        if !bodyComplete { keepAlive = false }
         switch path {
         case "/healthz":
             guard head?.method == "GET" || head?.method == "HEAD" else {
@@ -366,6 +373,44 @@ final class ClientConnection: UpstreamTransferDelegate {
             respond(ErrorResponse(status: 404, message: "No such endpoint on this proxy: \(path.prefix(200))",
                 details: ["Send requests in absolute form (configure this address as HTTP_PROXY), or GET /healthz."]), close: false)
         }
+    }
+
+    /// The ArcGIS Maps SDK for JavaScript `proxyUrl` form: `GET /proxy?https://server/path?query`. Browsers
+    /// cannot be pointed at a forward proxy per request, so web apps send their requests here. Any web page
+    /// could otherwise make the browser spend the proxy's credentials, so the endpoint only exists with
+    /// `[proxy] allowed_origins`, and a request from another origin is refused.
+    private func serveProxyEndpoint(_ target: String) {
+        guard let h = head else { return }
+        let allowed = context.config.allowedOrigins
+        guard !allowed.isEmpty else {
+            respond(ErrorResponse(status: 404, message: "The /proxy endpoint is off",
+                details: ["Set [proxy] allowed_origins to the web app origins that may use it."]), close: false)
+            return
+        }
+        let origin = h.headers.first("origin")
+        if let origin, !allowed.contains("*"), !allowed.contains(origin) {
+            respond(ErrorResponse(status: 403, message: "Origin \(origin.prefix(200)) may not use this proxy",
+                details: ["It is not in [proxy] allowed_origins."]), close: false)
+            return
+        }
+        corsOrigin = origin
+        if h.method == "OPTIONS", h.headers.contains("access-control-request-method") {
+            // CORS preflight, answered here (the upstream never sees it).
+            var extra = "Access-Control-Allow-Methods: GET, POST, HEAD, OPTIONS\r\nAccess-Control-Max-Age: 600\r\n"
+            if let wanted = h.headers.first("access-control-request-headers") {
+                extra += "Access-Control-Allow-Headers: \(wanted.filter { $0 != "\r" && $0 != "\n" })\r\n"
+            }
+            respondLocal(status: 204, contentType: "text/plain", body: "", extraHeaders: extra)
+            return
+        }
+        guard let q = target.firstIndex(of: "?"),
+            case .absolute(let url)? = try? RequestHeadParser.parseTarget(method: h.method, String(target[target.index(after: q)...]))
+        else {
+            respond(ErrorResponse(status: 400, message: "Expected /proxy?<http(s) URL>"), close: false)
+            return
+        }
+        head?.target = .absolute(url)
+        forward(url)
     }
 
     // MARK: forwarding through libcurl
@@ -838,6 +883,11 @@ final class ClientConnection: UpstreamTransferDelegate {
             keepAlive = false  // close-delimited for an HTTP/1.0 client
         }
         out.add(name: "Via", value: context.viaValue)
+        if let o = corsOrigin {
+            out.remove(name: "access-control-allow-origin")
+            out.add(name: "Access-Control-Allow-Origin", value: o)
+            out.add(name: "Vary", value: "Origin")
+        }
         if !keepAlive {
             out.add(name: "Connection", value: "close")
         } else if h.minorVersion == 0 {
@@ -1013,6 +1063,7 @@ final class ClientConnection: UpstreamTransferDelegate {
         let minor = head?.minorVersion ?? 1
         var s = "HTTP/1.1 \(status) \(reasonPhrase(status))\r\nContent-Type: \(contentType)\r\nContent-Length: \(body.utf8.count)\r\n"
         s += extraHeaders
+        if let o = corsOrigin { s += "Access-Control-Allow-Origin: \(o)\r\nVary: Origin\r\n" }
         if !keepAlive { s += "Connection: close\r\n" } else if minor == 0 { s += "Connection: keep-alive\r\n" }
         s += "\r\n"
         if head?.isHead != true {
