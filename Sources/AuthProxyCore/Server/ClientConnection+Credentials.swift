@@ -1,0 +1,251 @@
+import CAuthProxyShims
+import CCurl
+import Dispatch
+import Logging
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Token-type credentials on a forwarded request: matching, token injection, and the one retry after a
+/// token rejection (with the request body replayed).
+extension ClientConnection {
+    func forward(_ url: URLTarget) {
+        guard let h = head else { return }
+        state = .forwarding
+        exchangeSerial &+= 1
+        credential = nil
+        injectedToken = nil
+        attempt = 1
+        sniffing = false
+        holding = false
+        sniffBuffer = []
+        replay = nil
+        replayOffset = 0
+        formBody = nil
+        formOffset = 0
+        collectingForm = false
+        originalURL = url
+        upstreamURL = url
+        if url.scheme == "http", context.credentials.upgradesToHTTPS(url) {
+            // upgrade_to_https: the client speaks plain http to us, we speak https upstream.
+            upstreamURL = URLTarget(scheme: "https", host: url.host, port: url.port == 80 ? 443 : url.port, pathAndQuery: url.pathAndQuery)
+        }
+        networkAuth = NetworkAuth()
+        if !context.credentials.isEmpty {
+            networkAuth = context.credentials.network(for: upstreamURL!)
+            if upstreamURL != url {
+                // upgrade_to_https: a credential may be written for the client's http:// URL or the https one.
+                networkAuth.fill(from: context.credentials.network(for: url))
+            }
+        }
+        if hasBody(h) {
+            // A copy of the body so libcurl can rewind: when a kept-alive upstream connection turns out dead
+            // (first MiB), or for multi-round-trip authentication (NTLM, Digest, Negotiate), up to
+            // max_replay_bytes. A token credential that may retry replaces it with a larger one.
+            let limit = networkAuth.answersChallenges ? context.config.maxReplayBytes : Int64(ReplayBuffer.memoryLimit)
+            replay = ReplayBuffer(limit: limit, directory: context.config.stateDir)
+        }
+        guard let c = context.credentials.tokenCredential(for: url) else {
+            if context.config.unmatched == .deny, !context.credentials.matchesAny(url) {
+                respond(ErrorResponse(status: 403, message: "Destination \(url.origin) is not allowed",
+                    details: ["No credential matches it and [proxy] unmatched = \"deny\"."]), close: !bodyComplete)
+                return
+            }
+            startTransfer(url: upstreamURL!, headers: h.headers)
+            return
+        }
+        if !c.overrideClientToken, TokenInjection.clientHasToken(pathAndQuery: url.pathAndQuery, headers: h.headers) {
+            // The client authenticates itself: leave its token alone and do not retry.
+            startTransfer(url: upstreamURL!, headers: h.headers)
+            return
+        }
+        credential = c
+        tokenSite = TokenInjection.site(placement: c.placement, method: h.method, isForm: TokenInjection.isForm(h.headers))
+        if tokenSite == .form {
+            if case .contentLength(let n) = h.framing, n <= Int64(Self.maxFormBytes) {
+                // The token goes into the form: collect it whole first (small by nature), then inject.
+                collectingForm = true
+                formBody = []
+                formBody!.reserveCapacity(Int(n))
+                if h.expectsContinue, !sentContinue {
+                    sentContinue = true
+                    send("HTTP/1.1 100 Continue\r\n\r\n")
+                }
+                if bodyComplete { formCollected() } else { pumpBody() }
+                return
+            }
+            tokenSite = .query  // a large or chunked form keeps streaming; the token goes into the URL
+        }
+        if c.isRefreshable, hasBody(h) {
+            replay = ReplayBuffer(limit: context.config.maxReplayBytes, directory: context.config.stateDir)
+        }
+        obtainToken()
+    }
+
+    func hasBody(_ h: RequestHead) -> Bool {
+        h.framing != .none && h.framing != .contentLength(0) && h.method != "HEAD"
+    }
+
+    /// Form bodies up to this size are collected to carry the token; larger ones get it in the URL.
+    static let maxFormBytes = 1024 * 1024
+
+    /// The collected form is complete: check for a client token in it, then get ours.
+    func formCollected() {
+        collectingForm = false
+        guard let c = credential, let h = head, let url = originalURL else { return }
+        if !c.overrideClientToken, TokenInjection.clientHasToken(pathAndQuery: url.pathAndQuery, headers: h.headers, form: formBody) {
+            credential = nil
+            startTransfer(url: upstreamURL ?? url, headers: h.headers)
+            return
+        }
+        obtainToken()
+    }
+
+    func obtainToken() {
+        // The token service is reached through the URL the request really goes to (https under
+        // upgrade_to_https), so a password never travels to an http:// token service the client named.
+        guard let c = credential, let url = upstreamURL ?? originalURL, let tokens = context.tokens else { return }
+        if let t = tokens.cachedToken(for: c, target: url) {
+            tokenReady(.success(t))
+            return
+        }
+        let serial = exchangeSerial
+        let queue = loop.queue
+        nonisolated(unsafe) let me = self
+        tokens.token(for: c, target: url) { result in
+            queue.async {
+                guard me.state == .forwarding, me.exchangeSerial == serial else { return }
+                me.tokenReady(result)
+            }
+        }
+    }
+
+    func tokenReady(_ result: Result<IssuedToken, TokenError>) {
+        guard let c = credential, let h = head, let url = originalURL else { return }
+        switch result {
+        case .failure(let e):
+            respond(e.response, close: !bodyComplete)
+            process()
+            updateReadInterest()
+        case .success(let t):
+            let upstream = upstreamURL ?? url
+            if t.ssl && upstream.scheme == "http" {
+                respond(ErrorResponse(status: 502, message: "Credential '\(c.name)': its token may only be sent over https",
+                    details: ["The token service marked the token ssl:true; request \(url.origin) over https (or set upgrade_to_https when available)."]),
+                    close: !bodyComplete)
+                return
+            }
+            injectedToken = t
+            let applied = TokenInjection.apply(token: t.value, site: tokenSite, pathAndQuery: url.pathAndQuery,
+                headers: h.headers, form: tokenSite == .form ? formBody : nil)
+            var headers = applied.headers
+            if let r = t.referer {
+                headers.remove(name: "referer")
+                headers.add(name: "Referer", value: r)
+            }
+            if tokenSite == .form { formBody = applied.form }
+            var target = upstream
+            target.pathAndQuery = applied.pathAndQuery
+            // Responses are inspected for token errors when a retry (or a clear error) can follow.
+            switch c.kind {
+            case .apiKey: sniffing = false
+            default: sniffing = true
+            }
+            startTransfer(url: target, headers: headers)
+        }
+    }
+
+    /// At the end of the response head: a token error by status, a body to hold and inspect, or nothing to see.
+    func decideSniffing() {
+        if TokenRejection.isRejection(status: responseStatus) {
+            holding = true
+            if !tokenRejected() { sniffing = false }
+            return
+        }
+        let length = responseHeaders.first("content-length").flatMap { Int64($0) }
+        if responseNoBody || !TokenRejection.mayCarryError(contentType: responseHeaders.first("content-type"))
+            || (length ?? 0) > Int64(TokenRejection.lookAhead)
+        {
+            sniffing = false
+            return
+        }
+        holding = true
+    }
+
+    /// The upstream rejected the injected token (498/499 in any form). Returns true when the proxy takes over
+    /// (a retry with a fresh token and the replayed body, or a clear error for a pregenerated token); false
+    /// when the rejection is relayed as is (the held response is released and the transfer goes on).
+    @discardableResult
+    func tokenRejected() -> Bool {
+        guard let c = credential, let url = originalURL else { return false }
+        if let t = injectedToken { context.tokens?.invalidate(c, target: upstreamURL ?? url, value: t.value) }
+        var reason: String? = nil
+        var explain = false
+        if !c.isRefreshable {
+            if case .token = c.kind { explain = true } else { reason = "credential type \(c.kind.typeName) cannot be refreshed" }
+        } else if attempt > 1 {
+            reason = "rejected again after a refresh"
+        } else if let r = replay, r.overflowed {
+            reason = r.failure ?? "the request body is larger than max_replay_bytes (\(context.config.maxReplayBytes)) and cannot be replayed"
+        }
+        if let reason {
+            logger.warning("token rejected, relaying the rejection", metadata: ["credential": "\(c.name)",
+                "url": "\(url.origin)\(url.path)", "status": "\(responseStatus)", "reason": "\(reason)"])
+            releaseHeldResponse()
+            return false
+        }
+        // Stop the transfer now; answer or retry on the next turn of the loop (starting a transfer or
+        // answering from inside a libcurl callback is not allowed).
+        transfer?.cancel()
+        transfer = nil
+        heldHead = nil
+        responseHeadSent = false
+        holding = false
+        sniffBuffer = []
+        let serial = exchangeSerial
+        let explainInstead = explain
+        nonisolated(unsafe) let me = self
+        loop.queue.async {
+            guard me.state == .forwarding, me.exchangeSerial == serial else { return }
+            if explainInstead {
+                me.respond(ErrorResponse(status: 502,
+                    message: "Credential '\(c.name)': the upstream rejected its pregenerated token (expired or revoked)",
+                    details: ["Renew it: generate a new token, put it in proxy.conf and restart authproxy."]), close: !me.bodyComplete)
+                me.process()
+                me.updateReadInterest()
+            } else {
+                me.retryWithFreshToken()
+            }
+        }
+        return true
+    }
+
+    func retryWithFreshToken() {
+        guard let c = credential, let url = originalURL else { return }
+        logger.info("token rejected, refreshing and retrying", metadata: ["credential": "\(c.name)", "url": "\(url.origin)\(url.path)"])
+        attempt = 2
+        responseStatus = 0
+        responseHeaders = HTTPHeaders()
+        replayOffset = 0
+        formOffset = 0
+        curlReadPaused = false
+        curlWritePaused = false
+        obtainToken()
+    }
+
+    /// Stops holding: the held head and body go to the client, and the transfer streams on.
+    func releaseHeldResponse() {
+        holding = false
+        sniffing = false
+        let held = sniffBuffer
+        sniffBuffer = []
+        if held.isEmpty {
+            if transfer == nil { return }
+            flushHead()
+        } else {
+            held.withUnsafeBytes { loop.writeBody($0, head: heldHead, chunked: responseChunked) { send($0) } }
+            heldHead = nil
+            bodyBytesOut += Int64(held.count)
+        }
+    }
+}

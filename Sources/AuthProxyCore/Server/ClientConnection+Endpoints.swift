@@ -1,0 +1,69 @@
+import CAuthProxyShims
+import CCurl
+import Dispatch
+import Logging
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The proxy's own endpoints: `/healthz` and the ArcGIS JS `proxyUrl` form (`/proxy?<url>`).
+extension ClientConnection {
+    func serveOwnEndpoint(_ target: String) {
+        let path = target.prefix { $0 != "?" }
+        if path == "/proxy" {
+            serveProxyEndpoint(target)  // forwards the body like any proxied request
+            return
+        }
+        // The other endpoints take no body; rather than read one, close after answering.
+        if !bodyComplete { keepAlive = false }
+        switch path {
+        case "/healthz":
+            guard head?.method == "GET" || head?.method == "HEAD" else {
+                respond(ErrorResponse(status: 405, message: "Method not allowed on /healthz"), close: false)
+                return
+            }
+            respondLocal(status: 200, contentType: "application/json", body: "{\"status\":\"ok\"}")
+        default:
+            respond(ErrorResponse(status: 404, message: "No such endpoint on this proxy: \(path.prefix(200))",
+                details: ["Send requests in absolute form (configure this address as HTTP_PROXY), or GET /healthz."]), close: false)
+        }
+    }
+
+    /// The ArcGIS Maps SDK for JavaScript `proxyUrl` form: `GET /proxy?https://server/path?query`. Browsers
+    /// cannot be pointed at a forward proxy per request, so web apps send their requests here. Any web page
+    /// could otherwise make the browser spend the proxy's credentials, so the endpoint only exists with
+    /// `[proxy] allowed_origins`, and a request from another origin is refused.
+    func serveProxyEndpoint(_ target: String) {
+        guard let h = head else { return }
+        let allowed = context.config.allowedOrigins
+        guard !allowed.isEmpty else {
+            respond(ErrorResponse(status: 404, message: "The /proxy endpoint is off",
+                details: ["Set [proxy] allowed_origins to the web app origins that may use it."]), close: false)
+            return
+        }
+        let origin = h.headers.first("origin")
+        if let origin, !allowed.contains("*"), !allowed.contains(origin) {
+            respond(ErrorResponse(status: 403, message: "Origin \(origin.prefix(200)) may not use this proxy",
+                details: ["It is not in [proxy] allowed_origins."]), close: false)
+            return
+        }
+        corsOrigin = origin
+        if h.method == "OPTIONS", h.headers.contains("access-control-request-method") {
+            // CORS preflight, answered here (the upstream never sees it).
+            var extra = "Access-Control-Allow-Methods: GET, POST, HEAD, OPTIONS\r\nAccess-Control-Max-Age: 600\r\n"
+            if let wanted = h.headers.first("access-control-request-headers") {
+                extra += "Access-Control-Allow-Headers: \(wanted.filter { $0 != "\r" && $0 != "\n" })\r\n"
+            }
+            respondLocal(status: 204, contentType: "text/plain", body: "", extraHeaders: extra)
+            return
+        }
+        guard let q = target.firstIndex(of: "?"),
+            case .absolute(let url)? = try? RequestHeadParser.parseTarget(method: h.method, String(target[target.index(after: q)...]))
+        else {
+            respond(ErrorResponse(status: 400, message: "Expected /proxy?<http(s) URL>"), close: false)
+            return
+        }
+        head?.target = .absolute(url)
+        forward(url)
+    }
+}

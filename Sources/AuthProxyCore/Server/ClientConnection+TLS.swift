@@ -1,0 +1,96 @@
+import CAuthProxyShims
+import CCurl
+import Dispatch
+import Logging
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Intercepted CONNECT tunnels: TLS with the client over memory BIOs on the same socket sources.
+extension ClientConnection {
+    enum TLSPull { case ok, eof, closed }
+
+    /// Advances the TLS handshake and decrypts buffered input into `inbuf` (up to its limit).
+    func pullTLS() -> TLSPull {
+        guard let tls else { return .ok }
+        if !tls.handshakeDone {
+            switch tls.handshake() {
+            case .needMore:
+                flushTLS()
+                return .ok
+            case .failed(let message, let untrusted):
+                flushTLS()  // the alert
+                if untrusted {
+                    logger.warning("client did not trust the authproxy CA", metadata: ["client": "\(peer)",
+                        "host": "\(tls.servedName ?? tls.fallbackHost)", "cause": "\(message)",
+                        "hint": "make the client trust the CA in [tls] ca_cert"])
+                } else {
+                    logger.warning("TLS handshake with client failed", metadata: ["client": "\(peer)",
+                        "host": "\(tls.servedName ?? tls.fallbackHost)", "cause": "\(message)"])
+                }
+                close()
+                return .closed
+            case .done:
+                flushTLS()
+            }
+        }
+        while inbuf.count < Self.maxInput {
+            switch tls.read(into: loop.scratch) {
+            case .bytes(let n):
+                inbuf.append(UnsafeRawBufferPointer(rebasing: loop.scratch[0..<n]))
+            case .wantMore:
+                flushTLS()
+                return .ok
+            case .closed:
+                return .eof
+            case .failed(let message):
+                logger.warning("TLS error from client", metadata: ["client": "\(peer)", "cause": "\(message)"])
+                close()
+                return .closed
+            }
+        }
+        return .ok
+    }
+
+    func flushTLS() {
+        tls?.drain { channel.write($0) }
+    }
+
+    /// Writes to the client: through TLS when the connection is intercepted.
+    func send(_ bytes: UnsafeRawBufferPointer) {
+        guard let tls else {
+            channel.write(bytes)
+            return
+        }
+        guard !channel.isClosed, tls.write(bytes) else { return }
+        flushTLS()
+    }
+
+    func send(_ string: String) {
+        var s = string
+        s.withUTF8 { send(UnsafeRawBufferPointer($0)) }
+    }
+
+    /// CONNECT to a matched host: answer 200, then speak TLS to the client with a minted certificate and handle
+    /// the requests inside like any other (credentials, retries, streaming).
+    func startInterception(server: TLSServer, host: String, port: Int) {
+        guard let session = TLSSession(server: server, host: host) else {
+            respond(ErrorResponse(status: 500, message: "Cannot start TLS for \(host):\(port)"), close: true)
+            return
+        }
+        responseStatus = 200
+        channel.write("HTTP/1.1 200 Connection Established\r\nVia: \(context.viaValue)\r\n\r\n")
+        logAccess()
+        head = nil
+        tls = session
+        intercept = (host, port)
+        state = .awaitingHead
+        lastProgress = DispatchTime.now().uptimeNanoseconds
+        if !inbuf.isEmpty {
+            // A client may send its ClientHello right behind the CONNECT.
+            inbuf.withUnreadBytes { session.feed($0) }
+            inbuf.removeAll()
+            if case .closed = pullTLS() { return }
+        }
+    }
+}
