@@ -38,11 +38,9 @@ done
 [[ "$DURATION" =~ ^[0-9]+$ && "$DURATION" -ge 1 ]] || { echo "--duration must be a positive integer" >&2; exit 2; }
 [[ "$WARMUP" =~ ^[0-9]+$ ]] || { echo "--warmup must be a non-negative integer" >&2; exit 2; }
 
-log() { printf '[bench-https %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
-
-# Never let an ambient proxy configuration redirect our loopback traffic.
-unset http_proxy https_proxy HTTP_PROXY HTTPS_PROXY all_proxy ALL_PROXY no_proxy NO_PROXY
+BENCH_TAG="bench-https"
+# shellcheck source=bench/lib.sh
+source "$BENCH_DIR/lib.sh"
 
 # --------------------------------------------------------------------------
 # 1. Packages
@@ -55,85 +53,25 @@ command -v curl     >/dev/null 2>&1 || need_pkgs+=(curl)
 command -v python3  >/dev/null 2>&1 || need_pkgs+=(python3)
 command -v cc       >/dev/null 2>&1 || need_pkgs+=(gcc libc6-dev)
 [[ -f /usr/include/openssl/ssl.h ]] || need_pkgs+=(libssl-dev)
-if [[ ${#need_pkgs[@]} -gt 0 ]]; then
-    log "installing missing packages: ${need_pkgs[*]}"
-    SUDO=()
-    if [[ $EUID -ne 0 ]]; then
-        command -v sudo >/dev/null 2>&1 || die "need root or sudo to install ${need_pkgs[*]}"
-        SUDO=(sudo)
-    fi
-    apt_install() {
-        "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
-            apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends "${need_pkgs[@]}"
-    }
-    if ! apt_install; then
-        "${SUDO[@]}" apt-get -o DPkg::Lock::Timeout=600 update
-        apt_install
-    fi
-fi
+install_missing "${need_pkgs[@]}"
 export PATH="$PATH:/usr/sbin:/sbin"
 
 # --------------------------------------------------------------------------
 # authproxy binary
 # --------------------------------------------------------------------------
-if [[ -z "$AUTHPROXY_BIN" ]]; then
-    AUTHPROXY_BIN="$REPO_ROOT/.build/release/authproxy"
-    if [[ ! -x "$AUTHPROXY_BIN" ]]; then
-        log "building authproxy (swift build -c release)"
-        (cd "$REPO_ROOT" && swift build -c release)
-    fi
-fi
-[[ -x "$AUTHPROXY_BIN" ]] || die "authproxy binary not found or not executable: $AUTHPROXY_BIN"
-AUTHPROXY_BIN="$(cd "$(dirname "$AUTHPROXY_BIN")" && pwd)/$(basename "$AUTHPROXY_BIN")"
+resolve_authproxy
 
 # --------------------------------------------------------------------------
 # 2. Temp dir, ports, cleanup
 # --------------------------------------------------------------------------
 TMP="$(mktemp -d /tmp/authproxy-bench-https.XXXXXX)"
 chmod 755 "$TMP"
-PIDS=()
-
-cleanup() {
-    local rc=$?
-    trap - EXIT INT TERM
-    local pid
-    for pid in "${PIDS[@]}"; do
-        kill -TERM "$pid" 2>/dev/null || true
-    done
-    for pid in "${PIDS[@]}"; do
-        for _ in $(seq 1 50); do
-            kill -0 "$pid" 2>/dev/null || break
-            sleep 0.1
-        done
-        if kill -0 "$pid" 2>/dev/null; then
-            kill -KILL "$pid" 2>/dev/null || true
-        fi
-        wait "$pid" 2>/dev/null || true
-    done
-    if [[ $rc -ne 0 && -d "$TMP" ]]; then
-        log "failed (rc=$rc); last lines of server logs:"
-        local f
-        for f in "$TMP"/*.log; do
-            [[ -s "$f" ]] || continue
-            echo "---- $f" >&2
-            tail -n 15 "$f" >&2 || true
-        done
-    fi
-    rm -rf "$TMP"
-    exit "$rc"
-}
+LOG_GLOBS=('*.log')
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-read -r P_ORIGIN P_AUTH P_MITM P_NGINX < <(python3 -c '
-import socket
-ss = []
-for _ in range(4):
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); ss.append(s)
-print(" ".join(str(s.getsockname()[1]) for s in ss))
-for s in ss: s.close()
-')
+read -r P_ORIGIN P_AUTH P_MITM P_NGINX < <(free_ports 4)
 # Forward proxies are asked to CONNECT to localhost:ORIGIN (the name in the origin's
 # certificate and in authproxy's credential match). It must resolve to 127.0.0.1 only,
 # since the origin listens there and nothing else may be contacted.
@@ -276,16 +214,6 @@ cp "$BENCH_DIR/mitm_addon.py" "$TMP/mitm_addon.py"
 # --------------------------------------------------------------------------
 # Start servers
 # --------------------------------------------------------------------------
-declare -A PID_OF
-
-start_bg() { # name logfile cmd...
-    local name="$1" logf="$2"; shift 2
-    "$@" >"$logf" 2>&1 &
-    local pid=$!
-    PIDS+=("$pid")
-    PID_OF[$name]=$pid
-}
-
 # curl to a TLS server on 127.0.0.1 by the name localhost, either directly or via a forward proxy.
 # curl_https PROXY_PORT|- CAFILE PORT PATH [curl args...]
 curl_https() {
@@ -417,35 +345,6 @@ for entry in "${TARGETS[@]}"; do
     (IFS=$'\t'; echo "${row[*]}") >> "$RESULTS"
 done
 
-# Peak RSS (VmHWM), summed over each server's process tree (master + workers).
-peak_rss_mb() { # pid -> MB
-    python3 - "$1" <<'PY'
-import os, sys
-root = int(sys.argv[1])
-children = {}
-for d in os.listdir("/proc"):
-    if not d.isdigit(): continue
-    try:
-        with open(f"/proc/{d}/stat") as f:
-            s = f.read()
-        ppid = int(s[s.rindex(")") + 2:].split()[1])
-        children.setdefault(ppid, []).append(int(d))
-    except (OSError, ValueError):
-        pass
-total, stack = 0, [root]
-while stack:
-    p = stack.pop()
-    stack.extend(children.get(p, []))
-    try:
-        with open(f"/proc/{p}/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    total += int(line.split()[1])
-    except OSError:
-        pass
-print("%.1f" % (total / 1024) if total else "n/a")
-PY
-}
 RSS="$TMP/rss.tsv"
 : > "$RSS"
 for name in origin authproxy mitmproxy nginx-tls; do
@@ -455,7 +354,6 @@ done
 # --------------------------------------------------------------------------
 # 4. Report
 # --------------------------------------------------------------------------
-ver() { "$@" 2>&1 | head -n1 | tr -d '\r' || true; }
 META="$TMP/meta.txt"
 {
     echo "date=$(date -u '+%Y-%m-%d %H:%M UTC')"

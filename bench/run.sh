@@ -42,11 +42,9 @@ done
 [[ "$DURATION" =~ ^[0-9]+$ && "$DURATION" -ge 1 ]] || { echo "--duration must be a positive integer" >&2; exit 2; }
 [[ "$WARMUP" =~ ^[0-9]+$ ]] || { echo "--warmup must be a non-negative integer" >&2; exit 2; }
 
-log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
-
-# Never let an ambient proxy configuration redirect our loopback traffic.
-unset http_proxy https_proxy HTTP_PROXY HTTPS_PROXY all_proxy ALL_PROXY no_proxy NO_PROXY
+BENCH_TAG="bench"
+# shellcheck source=bench/lib.sh
+source "$BENCH_DIR/lib.sh"
 
 # --------------------------------------------------------------------------
 # 1. Packages
@@ -58,37 +56,14 @@ command -v squid   >/dev/null 2>&1 || [[ -x /usr/sbin/squid   ]] || need_pkgs+=(
 command -v wrk     >/dev/null 2>&1 || need_pkgs+=(wrk)
 command -v curl    >/dev/null 2>&1 || need_pkgs+=(curl)
 command -v python3 >/dev/null 2>&1 || need_pkgs+=(python3)
-if [[ ${#need_pkgs[@]} -gt 0 ]]; then
-    log "installing missing packages: ${need_pkgs[*]}"
-    SUDO=()
-    if [[ $EUID -ne 0 ]]; then
-        command -v sudo >/dev/null 2>&1 || die "need root or sudo to install ${need_pkgs[*]}"
-        SUDO=(sudo)
-    fi
-    apt_install() {
-        "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
-            apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends "${need_pkgs[@]}"
-    }
-    if ! apt_install; then
-        "${SUDO[@]}" apt-get -o DPkg::Lock::Timeout=600 update
-        apt_install
-    fi
-fi
+install_missing "${need_pkgs[@]}"
 export PATH="$PATH:/usr/sbin:/sbin"
 
 # --------------------------------------------------------------------------
 # authproxy binary
 # --------------------------------------------------------------------------
 if [[ $SKIP_AUTHPROXY -eq 0 ]]; then
-    if [[ -z "$AUTHPROXY_BIN" ]]; then
-        AUTHPROXY_BIN="$REPO_ROOT/.build/release/authproxy"
-        if [[ ! -x "$AUTHPROXY_BIN" ]]; then
-            log "building authproxy (swift build -c release)"
-            (cd "$REPO_ROOT" && swift build -c release)
-        fi
-    fi
-    [[ -x "$AUTHPROXY_BIN" ]] || die "authproxy binary not found or not executable: $AUTHPROXY_BIN"
-    AUTHPROXY_BIN="$(cd "$(dirname "$AUTHPROXY_BIN")" && pwd)/$(basename "$AUTHPROXY_BIN")"
+    resolve_authproxy
 fi
 
 # --------------------------------------------------------------------------
@@ -96,49 +71,12 @@ fi
 # --------------------------------------------------------------------------
 TMP="$(mktemp -d /tmp/authproxy-bench.XXXXXX)"
 chmod 755 "$TMP"
-PIDS=()
-
-cleanup() {
-    local rc=$?
-    trap - EXIT INT TERM
-    local pid
-    for pid in "${PIDS[@]}"; do
-        kill -TERM "$pid" 2>/dev/null || true
-    done
-    for pid in "${PIDS[@]}"; do
-        for _ in $(seq 1 50); do
-            kill -0 "$pid" 2>/dev/null || break
-            sleep 0.1
-        done
-        if kill -0 "$pid" 2>/dev/null; then
-            kill -KILL "$pid" 2>/dev/null || true
-        fi
-        wait "$pid" 2>/dev/null || true
-    done
-    if [[ $rc -ne 0 && -d "$TMP" ]]; then
-        log "failed (rc=$rc); last lines of server logs:"
-        local f
-        for f in "$TMP"/*.log "$TMP"/squid/*.log; do
-            [[ -s "$f" ]] || continue
-            echo "---- $f" >&2
-            tail -n 15 "$f" >&2 || true
-        done
-    fi
-    rm -rf "$TMP"
-    exit "$rc"
-}
+LOG_GLOBS=('*.log' 'squid/*.log')
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-read -r P_ORIGIN P_HAPROXY P_NGINX P_SQUID P_AUTH < <(python3 -c '
-import socket
-ss = []
-for _ in range(5):
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); ss.append(s)
-print(" ".join(str(s.getsockname()[1]) for s in ss))
-for s in ss: s.close()
-')
+read -r P_ORIGIN P_HAPROXY P_NGINX P_SQUID P_AUTH < <(free_ports 5)
 ORIGIN="127.0.0.1:$P_ORIGIN"
 log "tmp=$TMP ports: origin=$P_ORIGIN haproxy=$P_HAPROXY nginx-relay=$P_NGINX squid=$P_SQUID authproxy=$P_AUTH"
 
@@ -298,16 +236,6 @@ fi
 # --------------------------------------------------------------------------
 # Start servers
 # --------------------------------------------------------------------------
-declare -A PID_OF
-
-start_bg() { # name logfile cmd...
-    local name="$1" logf="$2"; shift 2
-    "$@" >"$logf" 2>&1 &
-    local pid=$!
-    PIDS+=("$pid")
-    PID_OF[$name]=$pid
-}
-
 wait_http() { # name url [proxy]
     local name="$1" url="$2" proxy="${3:-}" code=""
     local args=(-s -o /dev/null -w '%{http_code}' --max-time 1)
@@ -462,35 +390,6 @@ for entry in "${TARGETS[@]}"; do
         "$name" "$rps50" "$p50_50" "$p99_50" "$rps1" "$p50_1" "$p99_1" "$mbps" "$errs" >> "$RESULTS"
 done
 
-# Peak RSS (VmHWM), summed over each server's process tree (master + workers).
-peak_rss_mb() { # pid -> MB
-    python3 - "$1" <<'PY'
-import os, sys
-root = int(sys.argv[1])
-children = {}
-for d in os.listdir("/proc"):
-    if not d.isdigit(): continue
-    try:
-        with open(f"/proc/{d}/stat") as f:
-            s = f.read()
-        ppid = int(s[s.rindex(")") + 2:].split()[1])
-        children.setdefault(ppid, []).append(int(d))
-    except (OSError, ValueError):
-        pass
-total, stack = 0, [root]
-while stack:
-    p = stack.pop()
-    stack.extend(children.get(p, []))
-    try:
-        with open(f"/proc/{p}/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    total += int(line.split()[1])
-    except OSError:
-        pass
-print("%.1f" % (total / 1024) if total else "n/a")
-PY
-}
 RSS="$TMP/rss.tsv"
 : > "$RSS"
 for name in origin authproxy haproxy nginx-relay squid; do
@@ -504,7 +403,6 @@ done
 # --------------------------------------------------------------------------
 # 4. Report
 # --------------------------------------------------------------------------
-ver() { "$@" 2>&1 | head -n1 | tr -d '\r' || true; }
 META="$TMP/meta.txt"
 {
     echo "date=$(date -u '+%Y-%m-%d %H:%M UTC')"

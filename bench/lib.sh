@@ -1,0 +1,126 @@
+# Shared plumbing of bench/run.sh and bench/https.sh (sourced, not run). The sourcing script sets
+# BENCH_TAG (log prefix), REPO_ROOT, TMP and LOG_GLOBS (server logs, relative to TMP, shown when a run fails).
+
+log() { printf '[%s %s] %s\n' "$BENCH_TAG" "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+ver() { "$@" 2>&1 | head -n1 | tr -d '\r' || true; }
+
+# Never let an ambient proxy configuration redirect our loopback traffic.
+unset http_proxy https_proxy HTTP_PROXY HTTPS_PROXY all_proxy ALL_PROXY no_proxy NO_PROXY
+
+# install_missing PKG... : apt-get install (as root or with sudo) the Debian packages given.
+install_missing() {
+    [[ $# -gt 0 ]] || return 0
+    log "installing missing packages: $*"
+    local sudo=()
+    if [[ $EUID -ne 0 ]]; then
+        command -v sudo >/dev/null 2>&1 || die "need root or sudo to install $*"
+        sudo=(sudo)
+    fi
+    if ! "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
+        apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends "$@"; then
+        "${sudo[@]}" apt-get -o DPkg::Lock::Timeout=600 update
+        "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
+            apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends "$@"
+    fi
+}
+
+# resolve_authproxy: AUTHPROXY_BIN (default .build/release/authproxy, built if absent) as an absolute path.
+resolve_authproxy() {
+    if [[ -z "$AUTHPROXY_BIN" ]]; then
+        AUTHPROXY_BIN="$REPO_ROOT/.build/release/authproxy"
+        if [[ ! -x "$AUTHPROXY_BIN" ]]; then
+            log "building authproxy (swift build -c release)"
+            (cd "$REPO_ROOT" && swift build -c release)
+        fi
+    fi
+    [[ -x "$AUTHPROXY_BIN" ]] || die "authproxy binary not found or not executable: $AUTHPROXY_BIN"
+    AUTHPROXY_BIN="$(cd "$(dirname "$AUTHPROXY_BIN")" && pwd)/$(basename "$AUTHPROXY_BIN")"
+}
+
+# free_ports N: N free loopback ports on one line.
+free_ports() {
+    python3 -c '
+import socket, sys
+ss = []
+for _ in range(int(sys.argv[1])):
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); ss.append(s)
+print(" ".join(str(s.getsockname()[1]) for s in ss))
+for s in ss: s.close()
+' "$1"
+}
+
+PIDS=()
+declare -A PID_OF
+
+start_bg() { # name logfile cmd...
+    local name="$1" logf="$2"; shift 2
+    "$@" >"$logf" 2>&1 &
+    local pid=$!
+    PIDS+=("$pid")
+    PID_OF[$name]=$pid
+}
+
+# Stops every server started with start_bg, shows their logs on failure, removes TMP.
+cleanup() {
+    local rc=$?
+    trap - EXIT INT TERM
+    local pid
+    for pid in "${PIDS[@]}"; do
+        kill -TERM "$pid" 2>/dev/null || true
+    done
+    for pid in "${PIDS[@]}"; do
+        for _ in $(seq 1 50); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.1
+        done
+        if kill -0 "$pid" 2>/dev/null; then
+            kill -KILL "$pid" 2>/dev/null || true
+        fi
+        wait "$pid" 2>/dev/null || true
+    done
+    if [[ $rc -ne 0 && -d "$TMP" ]]; then
+        log "failed (rc=$rc); last lines of server logs:"
+        local f
+        local g
+        for g in "${LOG_GLOBS[@]}"; do
+            for f in "$TMP"/$g; do
+                [[ -s "$f" ]] || continue
+                echo "---- $f" >&2
+                tail -n 15 "$f" >&2 || true
+            done
+        done
+    fi
+    rm -rf "$TMP"
+    exit "$rc"
+}
+
+# Peak RSS (VmHWM), summed over each server's process tree (master + workers).
+peak_rss_mb() { # pid -> MB
+    python3 - "$1" <<'PY'
+import os, sys
+root = int(sys.argv[1])
+children = {}
+for d in os.listdir("/proc"):
+    if not d.isdigit(): continue
+    try:
+        with open(f"/proc/{d}/stat") as f:
+            s = f.read()
+        ppid = int(s[s.rindex(")") + 2:].split()[1])
+        children.setdefault(ppid, []).append(int(d))
+    except (OSError, ValueError):
+        pass
+total, stack = 0, [root]
+while stack:
+    p = stack.pop()
+    stack.extend(children.get(p, []))
+    try:
+        with open(f"/proc/{p}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    total += int(line.split()[1])
+    except OSError:
+        pass
+print("%.1f" % (total / 1024) if total else "n/a")
+PY
+}
