@@ -72,6 +72,21 @@ def _toml_value(v):
     raise TypeError(v)
 
 
+def cred(name, type_, match, **fields):
+    """One [[credential]] entry in TOML (strings JSON-quoted, so backslashes in DOMAIN\\user survive)."""
+    lines = ["", "[[credential]]", 'name = "%s"' % name, 'type = "%s"' % type_]
+    m = match if isinstance(match, list) else [match]
+    lines.append("match = [%s]" % ", ".join(json.dumps(x) for x in m))
+    for k, v in fields.items():
+        if isinstance(v, bool):
+            lines.append("%s = %s" % (k, "true" if v else "false"))
+        elif isinstance(v, int):
+            lines.append("%s = %d" % (k, v))
+        else:
+            lines.append("%s = %s" % (k, json.dumps(v)))
+    return "\n".join(lines) + "\n"
+
+
 def render_config(proxy, log):
     out = ["[proxy]"]
     for k, v in proxy.items():

@@ -13,21 +13,10 @@ import pytest
 import requests
 
 import harness
+from harness import cred
 from arcgis import ArcGISServer, federate
 
 
-def cred(name, type_, match, **fields):
-    lines = ["", "[[credential]]", 'name = "%s"' % name, 'type = "%s"' % type_]
-    m = match if isinstance(match, list) else [match]
-    lines.append("match = [%s]" % ", ".join('"%s"' % x for x in m))
-    for k, v in fields.items():
-        if isinstance(v, bool):
-            lines.append("%s = %s" % (k, "true" if v else "false"))
-        elif isinstance(v, int):
-            lines.append("%s = %d" % (k, v))
-        else:
-            lines.append('%s = "%s"' % (k, v))
-    return "\n".join(lines) + "\n"
 
 
 def target_query(entry):

@@ -23,6 +23,7 @@ import pytest
 import requests
 
 import harness
+from harness import cred
 from arcgis import ArcGISServer
 from httpraw import RawConn, request_bytes, wait_until
 from origin import iter_pattern, pattern_sha256
@@ -35,19 +36,6 @@ T = 30  # default per-request timeout (s)
 # helpers
 # ---------------------------------------------------------------------------------------------------------
 
-def cred(name, type_, match, **fields):
-    """One [[credential]] entry (same form as test_credentials.cred)."""
-    lines = ["", "[[credential]]", 'name = "%s"' % name, 'type = "%s"' % type_]
-    m = match if isinstance(match, list) else [match]
-    lines.append("match = [%s]" % ", ".join('"%s"' % x for x in m))
-    for k, v in fields.items():
-        if isinstance(v, bool):
-            lines.append("%s = %s" % (k, "true" if v else "false"))
-        elif isinstance(v, int):
-            lines.append("%s = %d" % (k, v))
-        else:
-            lines.append("%s = %s" % (k, json.dumps(v)))
-    return "\n".join(lines) + "\n"
 
 
 class CA:

@@ -10,7 +10,8 @@ import pytest
 
 import harness
 from netauth.fixtures import netauth_big_file, netauth_rig  # noqa: F401  (fixtures)
-from test_credentials import cred, via
+from harness import cred
+from test_credentials import via
 
 
 def _user(r):

@@ -3,7 +3,8 @@ import json
 import urllib.parse
 
 import harness
-from test_credentials import cred, via
+from harness import cred
+from test_credentials import via
 
 APP = "http://maps.example.test:8080"
 
