@@ -18,14 +18,20 @@ public struct CredentialStore: Sendable {
     /// combine (a host can take a server-trust, a certificate and a password credential at once).
     public func network(for target: URLTarget) -> NetworkAuth {
         var n = NetworkAuth()
-        if case .password(let s)? = best(for: target, where: { if case .password = $0.kind { true } else { false } })?.kind { n.password = s }
-        if let c = best(for: target, where: { if case .password = $0.kind { true } else { false } }) { n.passwordName = c.name }
-        if case .kerberos(let s)? = best(for: target, where: { if case .kerberos = $0.kind { true } else { false } })?.kind { n.kerberos = s }
-        if let c = best(for: target, where: { if case .certificate = $0.kind { true } else { false } }), case .certificate(let s) = c.kind {
-            n.certificate = s
-            n.certificateName = c.name
+        for c in [
+            best(for: target) { if case .password = $0.kind { true } else { false } },
+            best(for: target) { if case .kerberos = $0.kind { true } else { false } },
+            best(for: target) { if case .certificate = $0.kind { true } else { false } },
+            best(for: target) { if case .serverTrust = $0.kind { true } else { false } },
+        ] {
+            switch c?.kind {
+            case .password(let s)?: n.password = s; n.passwordName = c?.name
+            case .kerberos(let s)?: n.kerberos = s
+            case .certificate(let s)?: n.certificate = s; n.certificateName = c?.name
+            case .serverTrust(let s)?: n.trust = s
+            default: break
+            }
         }
-        n.trust = trust(for: target)
         return n
     }
 
