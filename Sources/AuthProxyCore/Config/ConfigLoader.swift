@@ -49,6 +49,12 @@ public struct ConfigLoader {
             if let t = try proxy.int("tunnel_idle_timeout_seconds", range: 1...86_400) { config.tunnelIdleTimeoutSeconds = t }
             if let w = try proxy.int("workers", range: 1...64) { config.workers = w }
             if let m = try proxy.int("max_connections", range: 1...1_000_000) { config.maxConnections = m }
+            if let m = try proxy.int("max_connections_per_client", range: 1...1_000_000) { config.maxConnectionsPerClient = m }
+            if let blocks = try proxy.addressBlocks("allow_clients") {
+                config.allowClients = blocks
+                config.allowClientsSet = true
+            }
+            if let blocks = try proxy.addressBlocks("deny_destinations") { config.denyDestinations = blocks }
             if let o = try proxy.stringArray("allowed_origins") {
                 for origin in o.values where origin != "*" {
                     guard let u = HTTPURL.parse(origin), u.target.pathAndQuery == "/", !origin.hasSuffix("/") else {
@@ -97,6 +103,9 @@ public struct ConfigLoader {
                 config.credentials.append(credential)
             }
         }
+        if let entries = try top.tableArray("client") {
+            config.clients = try parseClients(entries, credentials: config.credentials)
+        }
         let principals = Set(config.credentials.compactMap { c -> String? in
             if case .kerberos(let k) = c.kind { return k.principal }
             return nil
@@ -106,7 +115,45 @@ public struct ConfigLoader {
                 "only one Kerberos identity per proxy process is supported (GSS-API's credential cache is process-wide); found \(principals.sorted().joined(separator: ", "))")
         }
         try top.finish()
+        if let problem = config.openRelayProblem {
+            throw ConfigError(key: "proxy.listen", line: root["proxy"].flatMap { n in
+                if case .table(let t) = n.value { return t["listen"]?.line ?? n.line } else { return n.line }
+            }, problem)
+        }
         return config
+    }
+
+    /// `[[client]]`: users of the proxy (Proxy-Authorization: Basic) and the credentials each may use.
+    private func parseClients(_ entries: [TableReader], credentials: [Credential]) throws(ConfigError) -> [ProxyClient] {
+        var names = Set<String>()
+        let known = Set(credentials.map(\.name))
+        var out: [ProxyClient] = []
+        for var entry in entries {
+            guard let name = try entry.string("name"), !name.isEmpty else {
+                throw ConfigError(key: entry.path + ".name", line: entry.table.line, "every client needs a name")
+            }
+            guard !name.contains(":"), name.utf8.allSatisfy({ $0 > 0x20 && $0 != 0x7f }) else {
+                throw ConfigError(key: entry.path + ".name", line: entry.line(of: "name"),
+                    "client name '\(name)' may not contain ':', spaces or control characters (Basic authentication)")
+            }
+            guard names.insert(name).inserted else {
+                throw ConfigError(key: entry.path + ".name", line: entry.line(of: "name"), "duplicate client name '\(name)'")
+            }
+            guard let password = try entry.string("password"), !password.isEmpty else {
+                throw ConfigError(key: entry.path + ".password", line: entry.table.line, "client '\(name)' needs a password")
+            }
+            var scope: [String]? = nil
+            if let list = try entry.stringArray("credentials") {
+                for c in list.values where !known.contains(c) {
+                    throw ConfigError(key: entry.path + ".credentials", line: list.line,
+                        "client '\(name)' names credential '\(c)', which is not defined")
+                }
+                scope = list.values
+            }
+            try entry.finish()
+            out.append(ProxyClient(name: name, password: password, credentials: scope))
+        }
+        return out
     }
 
     private func parseCredential(_ entry: inout TableReader, index: Int) throws(ConfigError) -> Credential {
@@ -129,6 +176,17 @@ public struct ConfigLoader {
         let placement = try entry.enumValue("token_placement", TokenPlacement.self) ?? .param
         let override = try entry.bool("override_client_token") ?? false
         let upgrade = try entry.bool("upgrade_to_https") ?? false
+        let allowJSONP = try entry.bool("allow_jsonp") ?? false
+        var rateLimit: RateLimit? = nil
+        if var r = try entry.table("rate_limit") {
+            guard let n = try r.int("requests", range: 1...10_000_000), let per = try r.int("per_seconds", range: 1...86_400)
+            else {
+                throw ConfigError(key: entry.path + ".rate_limit", line: r.table.line,
+                    "needs requests and per_seconds, e.g. rate_limit = { requests = 600, per_seconds = 60 }")
+            }
+            try r.finish()
+            rateLimit = RateLimit(requests: n, perSeconds: per)
+        }
 
         func required(_ key: String) throws(ConfigError) -> String {
             guard let v = try entry.string(key), !v.isEmpty else {
@@ -260,6 +318,8 @@ public struct ConfigLoader {
         var credential = Credential(name: name, kind: kind, match: prefixes, placement: placement, overrideClientToken: override,
             line: entry.table.line)
         credential.upgradeToHTTPS = upgrade
+        credential.rateLimit = rateLimit
+        credential.allowJSONP = allowJSONP
         return credential
     }
 
@@ -361,6 +421,17 @@ struct TableReader {
             out.append(try resolve(s, key: k, line: item.line))
         }
         return (out, n.line)
+    }
+
+    /// An array of CIDR blocks (`"10.0.0.0/8"`, `"::1/128"`, or a bare address).
+    mutating func addressBlocks(_ k: String) throws(ConfigError) -> [AddressBlock]? {
+        guard let list = try stringArray(k) else { return nil }
+        return try list.values.map { (s: String) throws(ConfigError) -> AddressBlock in
+            guard let b = AddressBlock.parse(s) else {
+                throw ConfigError(key: key(k), line: list.line, "'\(s)' is not a CIDR block like 10.42.0.0/16 or fd00::/8")
+            }
+            return b
+        }
     }
 
     /// A string or an array of strings.

@@ -31,6 +31,16 @@ public struct ProxyConfig: Sendable {
     /// more queues let those hand-offs overlap (measured: 2 loops ≈ 18k req/s, 4 loops ≈ 25k on 2 cores).
     public var workers: Int = defaultWorkerCount()
     public var maxConnections: Int = 10_000
+    /// Connections one client address may hold; nil: a quarter of ``maxConnections``.
+    public var maxConnectionsPerClient: Int? = nil
+    /// Client addresses whose connections are served; others are closed right after accept.
+    public var allowClients: [AddressBlock] = AddressBlock.loopback
+    /// Whether `allow_clients` was written in the file (an explicit choice, even if it equals the default).
+    public var allowClientsSet = false
+    /// Destinations refused (403) after DNS resolution, for relayed requests and tunnels alike.
+    public var denyDestinations: [AddressBlock] = AddressBlock.defaultDenied
+    /// `[[client]]` entries; when any exists every request needs `Proxy-Authorization`.
+    public var clients: [ProxyClient] = []
     /// Web app origins that may use the `/proxy?<url>` endpoint (ArcGIS JS `proxyUrl`); empty: endpoint off.
     public var allowedOrigins: [String] = []
     public var logLevel: Logger.Level = .info
@@ -44,6 +54,24 @@ public struct ProxyConfig: Sendable {
     public var maxReplayBytes: Int64 = 100 * 1024 * 1024
 
     public init() {}
+
+    public var effectiveMaxConnectionsPerClient: Int { maxConnectionsPerClient ?? max(1, maxConnections / 4) }
+
+    /// Why this configuration would be an open relay, or nil: a listener on a non-loopback address with
+    /// neither `allow_clients` nor `[[client]]` lets every neighbour on the network spend the credentials and
+    /// reach the host's loopback services. `serve` and `check` refuse it.
+    public var openRelayProblem: String? {
+        let exposed = listen.filter { a in
+            guard let ip = IPAddress.parse(a.host) else { return true }
+            return !AddressBlock.loopback.contains(ip)
+        }
+        guard !exposed.isEmpty, !allowClientsSet, clients.isEmpty else { return nil }
+        return "listening on \(exposed.map(\.description).joined(separator: ", ")), which is not a loopback address, "
+            + "with neither [proxy] allow_clients nor any [[client]] configured: every host that can reach it could use "
+            + "every credential (an open relay). Set [proxy] allow_clients to the networks that may use the proxy "
+            + "(e.g. allow_clients = [\"10.42.0.0/16\"]), and/or add [[client]] entries (name, password) so clients "
+            + "must send Proxy-Authorization."
+    }
 }
 
 /// `[tls]` section.

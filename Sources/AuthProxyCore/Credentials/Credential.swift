@@ -59,6 +59,10 @@ public struct Credential: Sendable {
     public var overrideClientToken: Bool
     /// Send matched `http://` requests upstream over https (the zero-setup alternative to interception).
     public var upgradeToHTTPS: Bool = false
+    /// Requests each client may send through this credential (`rate_limit`); nil: unlimited.
+    public var rateLimit: RateLimit? = nil
+    /// Whether JSONP (`callback=`) answers may be read through the `/proxy` endpoint with this credential.
+    public var allowJSONP: Bool = false
     public var line: Int
 
     /// Whether tokens come from a token service (and so can be refreshed after a 498/499).

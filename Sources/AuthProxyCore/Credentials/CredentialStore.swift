@@ -18,12 +18,7 @@ public struct CredentialStore: Sendable {
     /// combine (a host can take a server-trust, a certificate and a password credential at once).
     public func network(for target: URLTarget) -> NetworkAuth {
         var n = NetworkAuth()
-        for c in [
-            best(for: target) { if case .password = $0.kind { true } else { false } },
-            best(for: target) { if case .kerberos = $0.kind { true } else { false } },
-            best(for: target) { if case .certificate = $0.kind { true } else { false } },
-            best(for: target) { if case .serverTrust = $0.kind { true } else { false } },
-        ] {
+        for c in networkCredentials(for: target) {
             switch c?.kind {
             case .password(let s)?: n.password = s; n.passwordName = c?.name
             case .kerberos(let s)?: n.kerberos = s
@@ -33,6 +28,31 @@ public struct CredentialStore: Sendable {
             }
         }
         return n
+    }
+
+    private func networkCredentials(for target: URLTarget) -> [Credential?] {
+        [
+            best(for: target) { if case .password = $0.kind { true } else { false } },
+            best(for: target) { if case .kerberos = $0.kind { true } else { false } },
+            best(for: target) { if case .certificate = $0.kind { true } else { false } },
+            best(for: target) { if case .serverTrust = $0.kind { true } else { false } },
+        ]
+    }
+
+    /// Every credential that applies to a request for `target`: the token-type one and each network type's.
+    public func applicable(for target: URLTarget) -> [Credential] {
+        ([tokenCredential(for: target)] + networkCredentials(for: target)).compactMap { $0 }
+    }
+
+    /// Whether some credential's prefix is on `target`'s scheme, host and port (whatever its path).
+    public func matchesOrigin(_ target: URLTarget) -> Bool {
+        credentials.contains { c in
+            c.match.contains { p in
+                var hostOnly = p
+                hostOnly.path = ""
+                return hostOnly.matches(target)
+            }
+        }
     }
 
     /// The server-trust credential for `target`, if any.
@@ -65,14 +85,7 @@ public struct CredentialStore: Sendable {
 
     /// Whether any credential's prefix covers `host:port` over https (for CONNECT).
     public func matchesHost(_ host: String, port: Int) -> Bool {
-        let target = URLTarget(scheme: "https", host: host, port: port, pathAndQuery: "/")
-        return credentials.contains { c in
-            c.match.contains { p in
-                var hostOnly = p
-                hostOnly.path = ""
-                return hostOnly.matches(target)
-            }
-        }
+        matchesOrigin(URLTarget(scheme: "https", host: host, port: port, pathAndQuery: "/"))
     }
 
     public func credential(named name: String) -> Credential? {

@@ -1,0 +1,41 @@
+/// Who may use the proxy and how much, built once from the configuration and shared by the listeners and every
+/// event loop: the client address allow-list, proxy authentication, per-client credential scopes, rate limits,
+/// connection limits and denied destinations. Immutable apart from the limiters, which lock internally.
+final class AccessControl: Sendable {
+    let allowClients: [AddressBlock]
+    let denyDestinations: [AddressBlock]
+    let authenticator: ProxyAuthenticator
+    let connections: ConnectionLimiter
+    let rateLimiter = RateLimiter()
+    let throttle = LogThrottle()
+    /// Every credential; what clients without a scope use.
+    let all: CredentialStore
+    private let scoped: [String: CredentialStore]
+    /// Whether any credential has a `rate_limit` (so the per-request check can be skipped when none does).
+    let hasRateLimits: Bool
+
+    init(config: ProxyConfig) {
+        allowClients = config.allowClients
+        denyDestinations = config.denyDestinations
+        authenticator = ProxyAuthenticator(config.clients)
+        connections = ConnectionLimiter(total: config.maxConnections, perClient: config.effectiveMaxConnectionsPerClient)
+        all = CredentialStore(config.credentials)
+        var scoped: [String: CredentialStore] = [:]
+        for c in config.clients {
+            if let names = c.credentials {
+                scoped[c.name] = CredentialStore(config.credentials.filter { names.contains($0.name) })
+            }
+        }
+        self.scoped = scoped
+        hasRateLimits = config.credentials.contains { $0.rateLimit != nil }
+    }
+
+    /// The credentials `client` may use: its scope, or all of them.
+    func store(for client: ProxyClient?) -> CredentialStore {
+        guard let client else { return all }
+        return scoped[client.name] ?? all
+    }
+
+    /// Whether a destination address is refused by `deny_destinations`.
+    func isDenied(_ address: IPAddress) -> Bool { denyDestinations.contains(address) }
+}

@@ -1,0 +1,48 @@
+import Synchronization
+
+/// Counts open client connections for the whole process and per client address, so `max_connections` holds
+/// across all event loops and one address cannot take more than `max_connections_per_client` of them.
+public final class ConnectionLimiter: Sendable {
+    public let total: Int
+    public let perClient: Int
+
+    private struct State {
+        var open = 0
+        var byClient: [IPAddress: Int] = [:]
+    }
+
+    private let state = Mutex(State())
+
+    public init(total: Int, perClient: Int) {
+        self.total = total
+        self.perClient = perClient
+    }
+
+    public enum Refusal: Sendable, Equatable {
+        case total
+        case perClient
+    }
+
+    /// Takes a slot for `client`, or says which limit is reached.
+    public func acquire(_ client: IPAddress) -> Refusal? {
+        state.withLock { s in
+            if s.open >= total { return .total }
+            let n = s.byClient[client, default: 0]
+            if n >= perClient { return .perClient }
+            s.open += 1
+            s.byClient[client] = n + 1
+            return nil
+        }
+    }
+
+    /// Gives back a slot taken by ``acquire(_:)``.
+    public func release(_ client: IPAddress) {
+        state.withLock { s in
+            s.open -= 1
+            let n = s.byClient[client, default: 1] - 1
+            if n <= 0 { s.byClient.removeValue(forKey: client) } else { s.byClient[client] = n }
+        }
+    }
+
+    public var openCount: Int { state.withLock { $0.open } }
+}

@@ -1,0 +1,107 @@
+/// The path a server will really serve, for credential matching: a credential for `/arcgis` must not go
+/// with `/arcgis/../other`, `/arcgis/%2e%2e/other` or `/arcgis/..;/other`, which servers resolve outside
+/// `/arcgis`.
+///
+/// Percent-encoded unreserved characters (RFC 3986 §2.3, `.` included) are decoded and dot-segments removed
+/// (§5.2.4). Paths whose meaning differs between servers are reported as ambiguous instead of guessed: an
+/// encoded slash (`%2F`), a backslash (IIS reads it as `/`), a dot-segment with path parameters (`..;`, which
+/// Tomcat resolves as `..`), and empty segments mixed with dot-segments (`//..`, which servers that merge
+/// slashes resolve differently).
+public enum PathNormalizer {
+    public enum Result: Sendable, Equatable {
+        case normal(String)
+        case ambiguous(String)
+    }
+
+    public static func normalize(_ path: Substring) -> Result {
+        // Fast path: nothing to decode or resolve (the common case costs one scan).
+        var needsWork = false
+        for c in path.utf8 {
+            if c == UInt8(ascii: "%") || c == UInt8(ascii: ".") || c == UInt8(ascii: "\\") || c == UInt8(ascii: ";") {
+                needsWork = true
+                break
+            }
+        }
+        if !needsWork { return .normal(String(path)) }
+
+        var decoded: [UInt8] = []
+        decoded.reserveCapacity(path.utf8.count)
+        let u = Array(path.utf8)
+        var i = 0
+        while i < u.count {
+            let c = u[i]
+            if c == UInt8(ascii: "\\") { return .ambiguous("backslash in path") }
+            if c == UInt8(ascii: "%"), i + 2 < u.count, let hi = hexValue(u[i + 1]), let lo = hexValue(u[i + 2]) {
+                let b = hi << 4 | lo
+                if b == UInt8(ascii: "/") || b == UInt8(ascii: "\\") { return .ambiguous("encoded slash in path") }
+                if isUnreserved(b) {
+                    decoded.append(b)
+                } else {
+                    // Kept encoded, with upper-case hex so equal paths compare equal.
+                    decoded.append(UInt8(ascii: "%"))
+                    decoded.append(upperHex(hi))
+                    decoded.append(upperHex(lo))
+                }
+                i += 3
+                continue
+            }
+            decoded.append(c)
+            i += 1
+        }
+
+        let segments = decoded.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false).dropFirst()
+        var hasDot = false
+        var hasEmpty = false
+        for (n, s) in segments.enumerated() {
+            let name = s.prefix { $0 != UInt8(ascii: ";") }
+            let isDot = name.elementsEqual([46]) || name.elementsEqual([46, 46])
+            if isDot {
+                hasDot = true
+                if name.count != s.count { return .ambiguous("dot-segment with parameters in path") }
+            }
+            if s.isEmpty && n < segments.count - 1 { hasEmpty = true }
+        }
+        if hasDot && hasEmpty { return .ambiguous("empty and dot-segments in path") }
+        guard hasDot else { return .normal(String(decoding: decoded, as: UTF8.self)) }
+
+        var out: [ArraySlice<UInt8>] = []
+        let last = segments.count - 1
+        for (n, s) in segments.enumerated() {
+            if s.elementsEqual([46]) {
+                if n == last { out.append([]) }
+            } else if s.elementsEqual([46, 46]) {
+                if !out.isEmpty { out.removeLast() }
+                if n == last { out.append([]) }
+            } else {
+                out.append(s)
+            }
+        }
+        var result: [UInt8] = []
+        for s in out {
+            result.append(UInt8(ascii: "/"))
+            result.append(contentsOf: s)
+        }
+        if result.isEmpty { result = [UInt8(ascii: "/")] }
+        return .normal(String(decoding: result, as: UTF8.self))
+    }
+
+    private static func hexValue(_ c: UInt8) -> UInt8? {
+        switch c {
+        case 48...57: return c - 48
+        case 65...70: return c - 55
+        case 97...102: return c - 87
+        default: return nil
+        }
+    }
+
+    private static func upperHex(_ v: UInt8) -> UInt8 { v < 10 ? 48 + v : 55 + v }
+
+    static func isUnreserved(_ b: UInt8) -> Bool {
+        switch b {
+        case 0x30...0x39, 0x41...0x5a, 0x61...0x7a, UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"),
+            UInt8(ascii: "~"):
+            return true
+        default: return false
+        }
+    }
+}

@@ -1,0 +1,60 @@
+import Testing
+
+@testable import AuthProxyCore
+
+@Suite struct PathNormalizerTests {
+    @Test(arguments: [
+        ("/arcgis/rest/services", "/arcgis/rest/services"),
+        ("/arcgis/../other", "/other"),
+        ("/arcgis/%2e%2e/other", "/other"),
+        ("/arcgis/%2E%2E/other", "/other"),
+        ("/arcgis/.%2e/other", "/other"),
+        ("/arcgis/./rest/./x", "/arcgis/rest/x"),
+        ("/arcgis/rest/..", "/arcgis/"),
+        ("/arcgis/rest/.", "/arcgis/rest/"),
+        ("/../../etc", "/etc"),
+        ("/%61rcgis/rest", "/arcgis/rest"),
+        ("/arcgis/a%20b", "/arcgis/a%20b"),
+        ("/arcgis/a%3fb", "/arcgis/a%3Fb"),
+        ("/arcgis/", "/arcgis/"),
+        ("/", "/"),
+        ("/a;b/c", "/a;b/c"),
+        ("/arcgis/...", "/arcgis/..."),
+    ])
+    func normalizes(path: String, expected: String) {
+        #expect(PathNormalizer.normalize(Substring(path)) == .normal(expected))
+    }
+
+    @Test(arguments: [
+        "/arcgis/%2E%2E%2Fother", "/arcgis%2fother", "/arcgis/..;/other", "/arcgis/.;x/other",
+        "/arcgis\\..\\other", "/arcgis/%5c..", "/arcgis//../other",
+    ])
+    func ambiguous(path: String) {
+        guard case .ambiguous = PathNormalizer.normalize(Substring(path)) else {
+            Issue.record("\(path) should be ambiguous")
+            return
+        }
+    }
+
+    @Test func matchingUsesNormalizedPaths() throws {
+        let p = try #require(MatchPrefix.parse("http://h/arcgis"))
+        for (raw, expected) in [("/arcgis/rest", true), ("/arcgis/../other", false), ("/arcgis/%2e%2e/other", false), ("/x/../arcgis/y", true)] {
+            guard case .normal(let n) = PathNormalizer.normalize(Substring(raw)) else {
+                Issue.record("\(raw)")
+                continue
+            }
+            #expect(p.matches(URLTarget(scheme: "http", host: "h", port: 80, pathAndQuery: n)) == expected, "\(raw)")
+        }
+    }
+
+    @Test func encodedTokenFieldNamesAreRecognised() {
+        let h = HTTPHeaders()
+        #expect(TokenInjection.clientHasToken(pathAndQuery: "/x", headers: h, form: Array("%74oken=abc&f=json".utf8)))
+        #expect(TokenInjection.clientHasToken(pathAndQuery: "/x?%54OKEN=abc", headers: h))
+        #expect(!TokenInjection.clientHasToken(pathAndQuery: "/x?tokens=abc", headers: h))
+        let applied = TokenInjection.apply(token: "T", site: .form, pathAndQuery: "/x", headers: h, form: Array("%74oken=client&f=json".utf8))
+        #expect(applied.form.map { String(decoding: $0, as: UTF8.self) } == "f=json&token=T")
+        #expect(TokenInjection.queryHasField("/q?f=json&%63allback=x", "callback"))
+        #expect(!TokenInjection.queryHasField("/q?f=json&callbacks=x", "callback"))
+    }
+}
