@@ -20,6 +20,8 @@ CURLcode ap_easy_setopt_seek_cb(CURL *easy, int (*cb)(void *, curl_off_t, int)) 
 CURLcode ap_easy_setopt_closesocket_cb(CURL *easy, int (*cb)(void *, curl_socket_t)) { return curl_easy_setopt(easy, CURLOPT_CLOSESOCKETFUNCTION, cb); }
 CURLcode ap_easy_setopt_sockopt_cb(CURL *easy, int (*cb)(void *, curl_socket_t, curlsocktype)) { return curl_easy_setopt(easy, CURLOPT_SOCKOPTFUNCTION, cb); }
 CURLcode ap_easy_setopt_opensocket_cb(CURL *easy, curl_socket_t (*cb)(void *, curlsocktype, struct curl_sockaddr *)) { return curl_easy_setopt(easy, CURLOPT_OPENSOCKETFUNCTION, cb); }
+CURLcode ap_easy_setopt_prereq_cb(CURL *easy, int (*cb)(void *, char *, char *, int, int)) { return curl_easy_setopt(easy, CURLOPT_PREREQFUNCTION, cb); }
+const struct sockaddr *ap_curl_sockaddr_addr(const struct curl_sockaddr *a) { return &a->addr; }
 CURLcode ap_easy_getinfo_long(CURL *easy, CURLINFO info, long *value) { return curl_easy_getinfo(easy, info, value); }
 CURLcode ap_easy_getinfo_ptr(CURL *easy, CURLINFO info, void **value) { return curl_easy_getinfo(easy, info, value); }
 

@@ -64,6 +64,10 @@ struct Serve: ParsableCommand {
                 return a
             }
         }
+        if let problem = config.openRelayProblem {
+            printError("authproxy: \(problem)")
+            throw ExitCode(2)
+        }
         if let f = logFormat {
             guard let v = LogFormat(rawValue: f) else {
                 printError("authproxy: --log-format must be text or json")
@@ -136,13 +140,17 @@ struct Check: ParsableCommand {
         print("  idle_timeout_seconds:     \(c.idleTimeoutSeconds)")
         print("  shutdown_grace_seconds:   \(c.shutdownGraceSeconds)")
         print("  workers:                  \(c.workers)")
-        print("  max_connections:          \(c.maxConnections)")
+        print("  max_connections:          \(c.maxConnections) (per client address: \(c.effectiveMaxConnectionsPerClient))")
+        print("  allow_clients:            \(c.allowClients.map(\.description).joined(separator: ", "))\(c.allowClientsSet ? "" : " (default)")")
+        print("  deny_destinations:        \(c.denyDestinations.isEmpty ? "none" : c.denyDestinations.map(\.description).joined(separator: ", "))")
+        print("  proxy authentication:     \(c.clients.isEmpty ? "off" : "\(c.clients.count) client(s): " + c.clients.map { cl in cl.name + (cl.credentials.map { " [\($0.joined(separator: ", "))]" } ?? "") }.joined(separator: "; "))")
         print("  log:                      level=\(c.logLevel.rawValue) format=\(c.logFormat.rawValue)")
         print("  state_key:                \(c.stateKey == nil ? "not set (token state stored in clear)" : "set")")
         print("  max_replay_bytes:         \(c.maxReplayBytes)")
         print("  credentials:              \(c.credentials.count)")
         for cred in c.credentials {
-            print("    - \(cred.name) (\(cred.kind.typeName), token_placement=\(cred.placement.rawValue)\(cred.overrideClientToken ? ", override_client_token" : "")): \(cred.match.map(\.description).joined(separator: ", "))")
+            let limit = cred.rateLimit.map { ", rate_limit=\($0.requests)/\($0.perSeconds)s" } ?? ""
+            print("    - \(cred.name) (\(cred.kind.typeName), token_placement=\(cred.placement.rawValue)\(cred.overrideClientToken ? ", override_client_token" : "")\(limit)): \(cred.match.map(\.description).joined(separator: ", "))")
         }
     }
 }

@@ -270,7 +270,8 @@ func isTokenChar(_ c: UInt8) -> Bool {
 func isRegNameChar(_ c: UInt8) -> Bool {
     switch c {
     case 0x30...0x39, 0x41...0x5a, 0x61...0x7a: return true
-    case UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"), UInt8(ascii: "%"): return true
+    // No '%': libcurl would decode `127%2e0%2e0%2e1` and connect somewhere other than what matching saw.
+    case UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"): return true
     default: return false
     }
 }

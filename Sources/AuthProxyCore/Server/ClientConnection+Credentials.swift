@@ -26,17 +26,42 @@ extension ClientConnection {
         collectingForm = false
         originalURL = url
         upstreamURL = url
-        if url.scheme == "http", context.credentials.upgradesToHTTPS(url) {
+        let store = credentials
+        // Credentials are matched on the path the server will resolve, not the raw text: `/arcgis/%2e%2e/x`
+        // must not carry the `/arcgis` token.
+        var match = url
+        if !store.isEmpty {
+            switch PathNormalizer.normalize(url.path) {
+            case .normal(let p):
+                if p != url.path { match.pathAndQuery = p + url.pathAndQuery.dropFirst(url.path.utf8.count) }
+            case .ambiguous(let why):
+                if store.matchesOrigin(url) {
+                    respond(ErrorResponse(status: 400, message: "Bad request: \(why)",
+                        details: ["Requests to a host with credentials need an unambiguous path: a server could resolve this one outside the credential's prefix."]),
+                        close: !bodyComplete)
+                    return
+                }
+            }
+        }
+        if url.scheme == "http", store.upgradesToHTTPS(match) {
             // upgrade_to_https: the client speaks plain http to us, we speak https upstream.
             upstreamURL = URLTarget(scheme: "https", host: url.host, port: url.port == 80 ? 443 : url.port, pathAndQuery: url.pathAndQuery)
         }
+        var upstreamMatch = match
+        if let u = upstreamURL, u != url {
+            upstreamMatch = URLTarget(scheme: u.scheme, host: u.host, port: u.port, pathAndQuery: match.pathAndQuery)
+        }
         networkAuth = NetworkAuth()
-        if !context.credentials.isEmpty {
-            networkAuth = context.credentials.network(for: upstreamURL!)
-            if upstreamURL != url {
+        if !store.isEmpty {
+            networkAuth = store.network(for: upstreamMatch)
+            if upstreamMatch != match {
                 // upgrade_to_https: a credential may be written for the client's http:// URL or the https one.
-                networkAuth.fill(from: context.credentials.network(for: url))
+                networkAuth.fill(from: store.network(for: match))
             }
+        }
+        if context.access.hasRateLimits, let limited = rateLimited(store: store, targets: [match, upstreamMatch]) {
+            respond(limited.error, close: !bodyComplete, extraHeaders: "Retry-After: \(limited.retryAfter)\r\n")
+            return
         }
         if hasBody(h) {
             // A copy of the body so libcurl can rewind: when a kept-alive upstream connection turns out dead
@@ -45,8 +70,8 @@ extension ClientConnection {
             let limit = networkAuth.answersChallenges ? context.config.maxReplayBytes : Int64(ReplayBuffer.memoryLimit)
             replay = ReplayBuffer(limit: limit, directory: context.config.stateDir)
         }
-        guard let c = context.credentials.tokenCredential(for: url) else {
-            if context.config.unmatched == .deny, !context.credentials.matchesAny(url) {
+        guard let c = store.tokenCredential(for: match) else {
+            if context.config.unmatched == .deny, !store.matchesAny(match) {
                 respond(ErrorResponse(status: 403, message: "Destination \(url.origin) is not allowed",
                     details: ["No credential matches it and [proxy] unmatched = \"deny\"."]), close: !bodyComplete)
                 return
@@ -80,6 +105,28 @@ extension ClientConnection {
             replay = ReplayBuffer(limit: context.config.maxReplayBytes, directory: context.config.stateDir)
         }
         obtainToken()
+    }
+
+    /// `rate_limit`: spends one request of this client (its `[[client]]` name, else its address) from every
+    /// applicable credential's bucket; the first one empty answers 429 and the upstream is not contacted.
+    func rateLimited(store: CredentialStore, targets: [URLTarget]) -> (error: ErrorResponse, retryAfter: Int)? {
+        var seen = Set<String>()
+        let who = client.map { "user:\($0.name)" } ?? "address:\(address)"
+        let now = DispatchTime.now().uptimeNanoseconds
+        for target in targets {
+            for c in store.applicable(for: target) where seen.insert(c.name).inserted {
+                guard let limit = c.rateLimit else { continue }
+                if case .limited(let wait) = context.access.rateLimiter.take(credential: c.name, client: who, limit: limit, now: now) {
+                    if let held = context.access.throttle.admit("rate:\(c.name)", now: now) {
+                        logger.warning("rate limit exceeded", metadata: ["credential": "\(c.name)", "client": "\(client?.name ?? "\(address)")",
+                            "limit": "\(limit.requests)/\(limit.perSeconds)s", "refused_since_last_report": "\(held)"])
+                    }
+                    return (ErrorResponse(status: 429, message: "Rate limit of credential '\(c.name)' exceeded: \(limit.requests) requests per \(limit.perSeconds) s",
+                        details: ["Retry after \(wait) s."]), wait)
+                }
+            }
+        }
+        return nil
     }
 
     func hasBody(_ h: RequestHead) -> Bool {

@@ -41,10 +41,17 @@ extension ClientConnection {
                 details: ["Set [proxy] allowed_origins to the web app origins that may use it."]), close: false)
             return
         }
+        // The requesting web app: its Origin, or the origin of its Referer when a browser sends no Origin
+        // (`<script src>` and `<img>` GETs). A request with neither could come from any page: refused.
         let origin = h.headers.first("origin")
-        if let origin, !allowed.contains("*"), !allowed.contains(origin) {
-            respond(ErrorResponse(status: 403, message: "Origin \(origin.prefix(200)) may not use this proxy",
-                details: ["It is not in [proxy] allowed_origins."]), close: false)
+        guard let requester = origin ?? h.headers.first("referer").flatMap(Self.webOrigin(of:)) else {
+            respond(ErrorResponse(status: 403, message: "The /proxy endpoint needs an Origin or Referer header",
+                details: ["Only the web apps in [proxy] allowed_origins may use it."]), close: !bodyComplete)
+            return
+        }
+        if !allowed.contains("*"), !allowed.contains(where: { $0.lowercased() == requester.lowercased() }) {
+            respond(ErrorResponse(status: 403, message: "Origin \(requester.prefix(200)) may not use this proxy",
+                details: ["It is not in [proxy] allowed_origins."]), close: !bodyComplete)
             return
         }
         corsOrigin = origin
@@ -63,7 +70,22 @@ extension ClientConnection {
             respond(ErrorResponse(status: 400, message: "Expected /proxy?<http(s) URL>"), close: false)
             return
         }
+        if TokenInjection.queryHasField(url.pathAndQuery, "callback"),
+            !credentials.applicable(for: url).contains(where: \.allowJSONP)
+        {
+            // JSONP is read with <script src>, which any page can include: a secured answer would leak to it.
+            respond(ErrorResponse(status: 403, message: "JSONP (callback=) is not allowed through the /proxy endpoint",
+                details: ["Set allow_jsonp = true on the credential matching \(url.origin) if a web app really needs JSONP."]),
+                close: !bodyComplete)
+            return
+        }
         head?.target = .absolute(url)
         forward(url)
+    }
+
+    /// `scheme://host[:port]` of a URL (the port only when not the scheme's default), as browsers write origins.
+    static func webOrigin(of url: String) -> String? {
+        guard let u = HTTPURL.parse(url)?.target else { return nil }
+        return u.isDefaultPort ? "\(u.scheme)://\(u.urlHost)" : "\(u.scheme)://\(u.urlHost):\(u.port)"
     }
 }

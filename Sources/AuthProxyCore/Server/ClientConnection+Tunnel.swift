@@ -12,15 +12,16 @@ extension ClientConnection {
         guard context.config.connectPorts.contains(port) else {
             respond(ErrorResponse(status: 403, message: "CONNECT to \(host):\(port) is not allowed",
                 details: ["Port \(port) is not in [proxy] connect_ports (\(context.config.connectPorts.sorted().map(String.init).joined(separator: ", ")))."]),
-                close: false)
+                close: true)  // after any refused CONNECT: bytes meant for the tunnel must never be read as requests
             return
         }
-        if context.config.unmatched == .deny, !context.credentials.matchesHost(host, port: port) {
+        let matched = credentials.matchesHost(host, port: port)
+        if context.config.unmatched == .deny, !matched {
             respond(ErrorResponse(status: 403, message: "Destination \(host):\(port) is not allowed",
-                details: ["No credential matches it and [proxy] unmatched = \"deny\"."]), close: false)
+                details: ["No credential matches it and [proxy] unmatched = \"deny\"."]), close: true)
             return
         }
-        if context.credentials.matchesHost(host, port: port) {
+        if matched {
             if let server = context.tlsServer {
                 startInterception(server: server, host: host, port: port)
                 return

@@ -45,6 +45,7 @@ extension ClientConnection {
         var request = UpstreamRequest(method: h.method, url: url.url, headerLines: lines, bodyLength: bodyLength,
             timeoutSeconds: context.config.upstreamTimeoutSeconds)
         request.network = networkAuth
+        request.denyDestinations = context.access.denyDestinations
         let t = UpstreamTransfer(
             multi: loop.multi,
             request: request,

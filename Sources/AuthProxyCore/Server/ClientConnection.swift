@@ -32,6 +32,16 @@ final class ClientConnection: UpstreamTransferDelegate {
 
     let channel: SocketChannel
     let peer: String
+    /// The client's IP address (rate limits and connection limits are per address when there is no user).
+    let address: IPAddress
+    /// The `[[client]]` the current request authenticated as (for a TLS-intercepted tunnel: the one that
+    /// opened it); nil without proxy authentication.
+    var client: ProxyClient? = nil
+    /// The last `Proxy-Authorization` value that verified on this connection, so a keep-alive client repeating
+    /// it costs no hashing.
+    var verifiedAuthorization: String? = nil
+    /// The credentials the current client may use (its `[[client]]` scope, or all).
+    var credentials: CredentialStore
     unowned let loop: EventLoop
     var context: ServerContext { loop.context }
     var logger: Logger { loop.context.logger }
@@ -111,10 +121,12 @@ final class ClientConnection: UpstreamTransferDelegate {
         transfer?.cancel()
     }
 
-    init(fd: Int32, peer: String, loop: EventLoop) {
+    init(fd: Int32, peer: String, address: IPAddress, loop: EventLoop) {
         channel = SocketChannel(fd: fd, queue: loop.queue)
         self.peer = peer
+        self.address = address
         self.loop = loop
+        credentials = loop.context.access.all
         lastProgress = DispatchTime.now().uptimeNanoseconds
     }
 
@@ -261,6 +273,7 @@ final class ClientConnection: UpstreamTransferDelegate {
             bodyComplete = false
             chunkDecoder = ChunkedDecoder()
         }
+        guard authorize(h) else { return }
         if let ic = intercept {
             // Inside an intercepted tunnel every request goes to the CONNECT host, over https.
             switch h.target {
@@ -289,6 +302,37 @@ final class ClientConnection: UpstreamTransferDelegate {
         }
     }
 
+    /// Proxy authentication (`[[client]]`): true when the request may go on, as `client` with its credential
+    /// scope; otherwise it has been answered with 407. `/healthz` needs none (liveness probes), and requests
+    /// inside an intercepted tunnel act for the client that opened it.
+    func authorize(_ h: RequestHead) -> Bool {
+        let auth = context.access.authenticator
+        guard auth.isRequired, intercept == nil else { return true }
+        if case .origin(let p) = h.target, p.prefix(while: { $0 != "?" }) == "/healthz" { return true }
+        let presented = h.headers.first("proxy-authorization")
+        if let presented, presented == verifiedAuthorization, client != nil { return true }
+        if let c = auth.authenticate(presented) {
+            client = c
+            credentials = context.access.store(for: c)
+            verifiedAuthorization = presented
+            return true
+        }
+        client = nil
+        verifiedAuthorization = nil
+        if presented != nil {
+            logger.warning("proxy authentication failed", metadata: ["client": "\(peer)"])
+        }
+        // A refused CONNECT closes (bytes meant for the tunnel must not be read as requests), and so does a
+        // request whose body was not read.
+        var close = !bodyComplete
+        if case .authority = h.target { close = true }
+        respond(ErrorResponse(status: 407, message: "Proxy authentication required",
+            details: ["Send Proxy-Authorization: Basic with the name and password of a [[client]] of this proxy "
+                + "(curl --proxy-user, or http://name:password@host:port as the proxy URL)."]),
+            close: close, extraHeaders: "Proxy-Authenticate: Basic realm=\"authproxy\"\r\n")
+        return false
+    }
+
     // MARK: responses and the end of an exchange
 
     func respondLocal(status: Int, contentType: String, body: String, extraHeaders: String = "") {
@@ -309,11 +353,11 @@ final class ClientConnection: UpstreamTransferDelegate {
     }
 
     /// Answers with an ArcGIS-style JSON error.
-    func respond(_ e: ErrorResponse, close: Bool) {
+    func respond(_ e: ErrorResponse, close: Bool, extraHeaders: String = "") {
         if close { keepAlive = false }
         transfer?.cancel()
         transfer = nil
-        respondLocal(status: e.status, contentType: "application/json; charset=utf-8", body: e.jsonBody)
+        respondLocal(status: e.status, contentType: "application/json; charset=utf-8", body: e.jsonBody, extraHeaders: extraHeaders)
     }
 
     func finishExchange() {
@@ -354,6 +398,7 @@ final class ClientConnection: UpstreamTransferDelegate {
             "client": "\(peer)", "method": "\(method)", "url": "\(url)", "status": "\(responseStatus)",
             "bytes_in": "\(bodyBytesIn)", "bytes_out": "\(bodyBytesOut)",
             "duration_ms": "\(Double(Int(ms * 10)) / 10)", "credential": "\(credential?.name ?? "-")",
+            "user": "\(client?.name ?? "-")",
         ])
     }
 

@@ -35,20 +35,24 @@ final class EventLoop: @unchecked Sendable {
 
     var connectionCount: Int { connections.count }
 
-    /// Takes ownership of an accepted socket.
-    func adopt(fd: Int32, peer: String) {
+    /// Takes ownership of an accepted socket, which holds a slot of ``AccessControl/connections`` for
+    /// `address` (given back when the connection closes).
+    func adopt(fd: Int32, peer: String, address: IPAddress) {
         dispatchPrecondition(condition: .onQueue(queue))
-        if shuttingDown || connections.count >= context.maxConnectionsPerLoop {
+        if shuttingDown {
             Glibc.close(fd)
+            context.access.connections.release(address)
             return
         }
-        let c = ClientConnection(fd: fd, peer: peer, loop: self)
+        let c = ClientConnection(fd: fd, peer: peer, address: address, loop: self)
         connections[ObjectIdentifier(c)] = c
         c.start()
     }
 
     func connectionClosed(_ c: ClientConnection) {
-        connections.removeValue(forKey: ObjectIdentifier(c))
+        if connections.removeValue(forKey: ObjectIdentifier(c)) != nil {
+            context.access.connections.release(c.address)
+        }
     }
 
     /// Stop taking new requests: idle connections close now, busy ones after their current exchange.
@@ -74,10 +78,10 @@ final class EventLoop: @unchecked Sendable {
 struct ServerContext: Sendable {
     let config: ProxyConfig
     let logger: Logger
-    let maxConnectionsPerLoop: Int
+    /// Client allow-list, proxy authentication, scopes, rate and connection limits, denied destinations.
+    let access: AccessControl
     /// `host:port` strings under which clients reach the proxy itself.
     let ownAuthorities: Set<String>
-    let credentials: CredentialStore
     /// nil when no token-type credential is configured.
     let tokens: TokenService?
     /// nil when interception is off (no `[tls]` CA).

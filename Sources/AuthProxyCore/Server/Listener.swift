@@ -1,10 +1,14 @@
 import CAuthProxyShims
 import Dispatch
+import Logging
 #if canImport(Glibc)
 import Glibc
 #endif
 
-/// A non-blocking listening socket; accepted connections are handed round-robin to the event loops.
+/// A non-blocking listening socket; accepted connections are checked against `allow_clients` and the
+/// connection limits, then handed round-robin to the event loops.
+///
+/// Confined to its accept queue (`@unchecked Sendable` so the Dispatch source handler may capture it).
 final class Listener: @unchecked Sendable {
     let address: ListenAddress
     private let fd: Int32
@@ -12,12 +16,16 @@ final class Listener: @unchecked Sendable {
     private let queue: DispatchQueue
     private let loops: [EventLoop]
     private var next = 0
+    private let access: AccessControl
+    private let logger: Logger
     /// The port actually bound (differs from the configured one for port 0).
     let boundPort: Int
 
-    init(address: ListenAddress, loops: [EventLoop], queue: DispatchQueue) throws(ServerError) {
+    init(address: ListenAddress, loops: [EventLoop], queue: DispatchQueue, access: AccessControl, logger: Logger) throws(ServerError) {
         self.address = address
         self.loops = loops
+        self.access = access
+        self.logger = logger
         let family = address.isIPv6 ? AF_INET6 : AF_INET
         let fd = socket(family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw ServerError.listen(address, errno) }
@@ -105,13 +113,41 @@ final class Listener: @unchecked Sendable {
                 }
                 return  // EAGAIN: wait for the next readiness event
             }
+            guard let ip = IPAddress(peer) else {
+                Glibc.close(c)
+                continue
+            }
+            if !access.allowClients.contains(ip) {
+                // Closed before a byte is read: the client learns nothing, and spends nothing.
+                Glibc.close(c)
+                refused("client address not in [proxy] allow_clients", ip)
+                continue
+            }
+            if let refusal = access.connections.acquire(ip) {
+                Glibc.close(c)
+                switch refusal {
+                case .total: refused("max_connections (\(access.connections.total)) reached", ip)
+                case .perClient: refused("max_connections_per_client (\(access.connections.perClient)) reached for this address", ip)
+                }
+                continue
+            }
             var one: Int32 = 1
             setsockopt(c, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
             let loop = loops[next]
             next = (next + 1) % loops.count
             let name = describePeer(peer)
-            loop.queue.async { loop.adopt(fd: c, peer: name) }
+            loop.queue.async { loop.adopt(fd: c, peer: name, address: ip) }
         }
+    }
+}
+
+extension Listener {
+    /// Logs a refused connection, at most once per 10 s per reason (with the number held back meanwhile).
+    private func refused(_ reason: String, _ ip: IPAddress) {
+        guard let held = access.throttle.admit(reason, now: DispatchTime.now().uptimeNanoseconds) else { return }
+        var meta: Logger.Metadata = ["client": "\(ip)", "reason": "\(reason)"]
+        if held > 0 { meta["refused_since_last_report"] = "\(held)" }
+        logger.warning("connection refused", metadata: meta)
     }
 }
 

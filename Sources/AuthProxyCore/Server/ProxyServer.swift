@@ -73,13 +73,13 @@ public final class ProxyServer: @unchecked Sendable {
                     metadata: ["credential": "\(c.name)", "match": "\(c.match.map(\.description).joined(separator: ","))"])
             }
         }
+        let access = AccessControl(config: config)
         let context = ServerContext(
-            config: config, logger: logger,
-            maxConnectionsPerLoop: max(1, config.maxConnections / config.workers), ownAuthorities: own,
-            credentials: CredentialStore(config.credentials), tokens: tokens, tlsServer: tlsServer, notices: OnceSet())
+            config: config, logger: logger, access: access, ownAuthorities: own,
+            tokens: tokens, tlsServer: tlsServer, notices: OnceSet())
         loops = (0..<config.workers).map { EventLoop(index: $0, context: context) }
         for a in config.listen {
-            let l = try Listener(address: a, loops: loops, queue: acceptQueue)
+            let l = try Listener(address: a, loops: loops, queue: acceptQueue, access: access, logger: logger)
             listeners.append(l)
         }
         for l in listeners {

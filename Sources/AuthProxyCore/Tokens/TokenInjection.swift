@@ -66,9 +66,48 @@ public enum TokenInjection {
         bytes.split(separator: UInt8(ascii: "&"), omittingEmptySubsequences: true).contains { isTokenField($0) }
     }
 
+    /// Whether a field is named `token`, compared after percent-decoding (`%74oken` is `token` to the server).
     private static func isTokenField(_ field: ArraySlice<UInt8>) -> Bool {
-        let name = field.prefix { $0 != UInt8(ascii: "=") }
-        return String(decoding: name, as: UTF8.self).lowercased() == "token"
+        fieldNameIs(field, "token")
+    }
+
+    /// Whether a `name=value` field's decoded name equals `wanted` (ASCII, case-insensitive).
+    static func fieldNameIs(_ field: ArraySlice<UInt8>, _ wanted: String) -> Bool {
+        let name = percentDecoded(field.prefix { $0 != UInt8(ascii: "=") })
+        return String(decoding: name, as: UTF8.self).lowercased() == wanted
+    }
+
+    /// `%XX` and `+` decoding of a query or form component (invalid escapes are kept as they are).
+    static func percentDecoded(_ bytes: some Collection<UInt8>) -> [UInt8] {
+        let u = Array(bytes)
+        guard u.contains(UInt8(ascii: "%")) || u.contains(UInt8(ascii: "+")) else { return u }
+        var out: [UInt8] = []
+        out.reserveCapacity(u.count)
+        var i = 0
+        func hex(_ c: UInt8) -> UInt8? {
+            switch c {
+            case 48...57: return c - 48
+            case 65...70: return c - 55
+            case 97...102: return c - 87
+            default: return nil
+            }
+        }
+        while i < u.count {
+            if u[i] == UInt8(ascii: "%"), i + 2 < u.count, let h = hex(u[i + 1]), let l = hex(u[i + 2]) {
+                out.append(h << 4 | l)
+                i += 3
+            } else {
+                out.append(u[i] == UInt8(ascii: "+") ? 32 : u[i])
+                i += 1
+            }
+        }
+        return out
+    }
+
+    /// Whether the query of `pathAndQuery` has a field whose decoded name is `name`.
+    public static func queryHasField(_ pathAndQuery: String, _ name: String) -> Bool {
+        guard let q = query(of: pathAndQuery) else { return false }
+        return Array(q.utf8).split(separator: UInt8(ascii: "&"), omittingEmptySubsequences: true).contains { fieldNameIs($0, name) }
     }
 
     static func removingTokenField(_ bytes: [UInt8]) -> [UInt8] {

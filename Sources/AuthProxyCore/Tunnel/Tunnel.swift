@@ -55,7 +55,15 @@ final class Tunnel {
                 guard !me.closed else { return }
                 switch result {
                 case .success(let addrs):
-                    me.addresses = addrs
+                    // deny_destinations is checked on the resolved addresses, so a name that resolves (or is
+                    // rebound) into a denied block is refused like the literal address.
+                    let access = me.connection.context.access
+                    me.addresses = addrs.filter { a in IPAddress(a.addr).map { !access.isDenied($0) } ?? false }
+                    if me.addresses.isEmpty, let first = addrs.first, let ip = IPAddress(first.addr) {
+                        me.fail(ErrorResponse(status: 403, message: "Destination \(me.destination) is not allowed",
+                            details: ["It resolves to \(ip), which [proxy] deny_destinations refuses."]))
+                        return
+                    }
                     me.tryNextAddress(lastError: ECONNREFUSED)
                 case .failure(let message):
                     me.fail(ErrorResponse(status: 502, message: "Could not resolve host \(me.destination)", details: [message]))

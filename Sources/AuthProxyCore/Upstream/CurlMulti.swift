@@ -36,6 +36,21 @@ final class CurlMulti: @unchecked Sendable {
     /// handle that was meanwhile finished, recycled and handed to another transfer).
     private var active: [UnsafeMutableRawPointer: ObjectIdentifier] = [:]
 
+    /// Pooled connections by address, and back: a connection is entered the first time a transfer on it ends
+    /// (so before its first reuse), and removed when libcurl closes it.
+    private var pooled: [ConnectionKey: curl_socket_t] = [:]
+    private var pooledKeys: [curl_socket_t: ConnectionKey] = [:]
+    /// Connections found holding unread bytes before reuse (for tests and logs).
+    private(set) var staleDiscarded = 0
+
+    /// Both ends of a TCP connection, as libcurl names them to the pre-request callback.
+    struct ConnectionKey: Hashable {
+        var local: String
+        var localPort: Int
+        var remote: String
+        var remotePort: Int
+    }
+
     /// Handles kept for reuse (their buffers and settings are reset, the connection cache is the multi's).
     static let maxIdleEasyHandles = 256
 
@@ -168,6 +183,10 @@ final class CurlMulti: @unchecked Sendable {
             // for the next transfer on the same kept-alive connection instead of being rebuilt per request.
             if opened.contains(fd) {
                 watches[fd]?.want(read: false, write: false)
+                if pooledKeys[fd] == nil, let key = Self.connectionKey(fd) {
+                    pooled[key] = fd
+                    pooledKeys[fd] = key
+                }
             } else {
                 watches.removeValue(forKey: fd)?.cancel()
             }
@@ -214,9 +233,53 @@ final class CurlMulti: @unchecked Sendable {
         if ms >= 0 { timerCallback(ms) }
     }
 
+    /// Called before a request is sent on the connection `key`. A connection back from the pool must be exactly
+    /// as the last response left it: bytes waiting on it (a late body after a HEAD or 204 answer, anything after
+    /// a complete response) would be read as the next client's response, and every later response on it would
+    /// be shifted by one, across clients. libcurl's own liveness check counts readable data as alive, so the
+    /// socket is peeked here; a stale one is shut down, which makes libcurl's send or read fail at once and
+    /// retry the request on a fresh connection.
+    func discardIfStale(_ key: ConnectionKey) {
+        guard let fd = pooled[key] else { return }  // a new connection
+        var byte: UInt8 = 0
+        let n = recv(fd, &byte, 1, Int32(MSG_PEEK | MSG_DONTWAIT))
+        if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) { return }
+        staleDiscarded += 1
+        Glibc.shutdown(fd, Int32(SHUT_RDWR))
+        pooled.removeValue(forKey: key)
+        pooledKeys.removeValue(forKey: fd)
+    }
+
+    private static func connectionKey(_ fd: curl_socket_t) -> ConnectionKey? {
+        var local = sockaddr_storage()
+        var remote = sockaddr_storage()
+        var llen = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        var rlen = llen
+        let ok = withUnsafeMutablePointer(to: &local) { l in
+            withUnsafeMutablePointer(to: &remote) { r in
+                l.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &llen) } == 0
+                    && r.withMemoryRebound(to: sockaddr.self, capacity: 1) { getpeername(fd, $0, &rlen) } == 0
+            }
+        }
+        guard ok, let lip = IPAddress(local), let rip = IPAddress(remote) else { return nil }
+        return ConnectionKey(local: lip.description, localPort: port(local), remote: rip.description, remotePort: port(remote))
+    }
+
+    private static func port(_ s: sockaddr_storage) -> Int {
+        var s = s
+        let family = Int32(s.ss_family)
+        return withUnsafePointer(to: &s) { p in
+            if family == AF_INET6 {
+                return Int(p.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { UInt16(bigEndian: $0.pointee.sin6_port) })
+            }
+            return Int(p.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { UInt16(bigEndian: $0.pointee.sin_port) })
+        }
+    }
+
     /// libcurl wants `fd` closed: now, or when the last source on it has been cancelled.
     fileprivate func closeSocket(_ fd: curl_socket_t) {
         opened.remove(fd)
+        if let key = pooledKeys.removeValue(forKey: fd) { pooled.removeValue(forKey: key) }
         if let w = watches.removeValue(forKey: fd) { w.cancel() }
         if (liveSources[fd] ?? 0) > 0 {
             closePending.insert(fd)
@@ -239,16 +302,8 @@ final class CurlMulti: @unchecked Sendable {
         if closePending.remove(fd) != nil { Glibc.close(fd) }
     }
 
-    fileprivate func socketOpened(_ fd: curl_socket_t) { opened.insert(fd) }
-
-    /// The open callback installed on every easy handle (`CURLOPT_OPENSOCKETFUNCTION`).
-    static let openSocketCallback: @convention(c) (UnsafeMutableRawPointer?, curlsocktype, UnsafeMutablePointer<curl_sockaddr>?) -> curl_socket_t = { clientp, _, address in
-        guard let address else { return CURL_SOCKET_BAD }
-        let fd = socket(address.pointee.family, address.pointee.socktype | Int32(SOCK_CLOEXEC.rawValue), address.pointee.protocol)
-        guard fd >= 0 else { return CURL_SOCKET_BAD }
-        if let clientp { Unmanaged<CurlMulti>.fromOpaque(clientp).takeUnretainedValue().socketOpened(fd) }
-        return fd
-    }
+    /// A socket libcurl opened through a transfer's open callback (and so will close through ours).
+    func socketOpened(_ fd: curl_socket_t) { opened.insert(fd) }
 
     /// The close callback installed on every easy handle (`CURLOPT_CLOSESOCKETFUNCTION`).
     static let closeSocketCallback: @convention(c) (UnsafeMutableRawPointer?, curl_socket_t) -> Int32 = { clientp, fd in

@@ -8,6 +8,8 @@ struct UpstreamError: Error {
     let detail: String
     let destination: String
     let timeoutSeconds: Int
+    /// Set when libcurl's only addresses were refused by `deny_destinations`.
+    var deniedAddress: IPAddress? = nil
 
     /// The client hung up or its body could not be read: nobody to answer.
     var isClientSide: Bool {
@@ -16,6 +18,10 @@ struct UpstreamError: Error {
 
     var response: ErrorResponse {
         let details = detail.isEmpty ? [] : [detail]
+        if let ip = deniedAddress, code == CURLE_COULDNT_CONNECT {
+            return ErrorResponse(status: 403, message: "Destination \(destination) is not allowed",
+                details: ["It resolves to \(ip), which [proxy] deny_destinations refuses."])
+        }
         switch code {
         case CURLE_COULDNT_RESOLVE_HOST:
             return ErrorResponse(status: 502, message: "Could not resolve host \(destination)", details: details)

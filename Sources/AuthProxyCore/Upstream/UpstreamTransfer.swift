@@ -45,6 +45,9 @@ struct UpstreamRequest {
     var network = NetworkAuth()
     /// A limit on the whole exchange (the proxy's own requests); client requests use the stall check instead.
     var totalTimeoutSeconds: Int? = nil
+    /// Addresses never connected to (`deny_destinations`), checked on each resolved address as libcurl opens
+    /// the socket, so neither a host name nor DNS rebinding gets around it.
+    var denyDestinations: [AddressBlock] = []
 }
 
 /// One libcurl easy handle doing one exchange with an upstream server.
@@ -61,6 +64,8 @@ final class UpstreamTransfer {
     let request: UpstreamRequest
     /// Host and port for error messages.
     let destination: String
+    /// A resolved address libcurl wanted to connect to and `deny_destinations` refused.
+    private(set) var deniedAddress: IPAddress? = nil
 
     init(multi: CurlMulti, request: UpstreamRequest, destination: String, delegate: any UpstreamTransferDelegate) {
         self.multi = multi
@@ -93,8 +98,10 @@ final class UpstreamTransfer {
         ap_easy_setopt_long(e, CURLOPT_CONNECTTIMEOUT, request.timeoutSeconds)
         if let total = request.totalTimeoutSeconds { ap_easy_setopt_long(e, CURLOPT_TIMEOUT, total) }
         ap_easy_setopt_long(e, CURLOPT_TCP_KEEPALIVE, 1)
-        ap_easy_setopt_ptr(e, CURLOPT_OPENSOCKETDATA, Unmanaged.passUnretained(multi).toOpaque())
-        ap_easy_setopt_opensocket_cb(e, CurlMulti.openSocketCallback)
+        ap_easy_setopt_ptr(e, CURLOPT_OPENSOCKETDATA, me)
+        ap_easy_setopt_opensocket_cb(e, transferOpenSocketCallback)
+        ap_easy_setopt_ptr(e, CURLOPT_PREREQDATA, me)
+        ap_easy_setopt_prereq_cb(e, transferPrereqCallback)
         ap_easy_setopt_ptr(e, CURLOPT_CLOSESOCKETDATA, Unmanaged.passUnretained(multi).toOpaque())
         ap_easy_setopt_closesocket_cb(e, CurlMulti.closeSocketCallback)
         ap_easy_setopt_ptr(e, CURLOPT_HEADERDATA, me)
@@ -202,7 +209,25 @@ final class UpstreamTransfer {
         easy = nil
         let d = delegate
         delegate = nil
-        d?.transferDidFinish(error: code == CURLE_OK ? nil : UpstreamError(code: code, detail: String(cString: errorBuffer), destination: destination, timeoutSeconds: request.timeoutSeconds))
+        var error: UpstreamError? = nil
+        if code != CURLE_OK {
+            error = UpstreamError(code: code, detail: String(cString: errorBuffer), destination: destination,
+                timeoutSeconds: request.timeoutSeconds, deniedAddress: deniedAddress)
+        }
+        d?.transferDidFinish(error: error)
+    }
+
+    /// `CURLOPT_OPENSOCKETFUNCTION`: refuses denied destinations, opens the socket, and registers it with the
+    /// multi handle (which closes it only after its Dispatch sources are gone).
+    fileprivate func openSocket(_ address: UnsafePointer<curl_sockaddr>) -> curl_socket_t {
+        if !request.denyDestinations.isEmpty, let ip = IPAddress(ap_curl_sockaddr_addr(address)), request.denyDestinations.contains(ip) {
+            deniedAddress = ip
+            return CURL_SOCKET_BAD
+        }
+        let fd = socket(address.pointee.family, address.pointee.socktype | Int32(SOCK_CLOEXEC.rawValue), address.pointee.protocol)
+        guard fd >= 0 else { return CURL_SOCKET_BAD }
+        multi.socketOpened(fd)
+        return fd
     }
 
     fileprivate func rewind() -> Bool {
@@ -237,6 +262,20 @@ final class UpstreamTransfer {
         case .abort: return Int(CURL_READFUNC_ABORT)
         }
     }
+}
+
+private func transferOpenSocketCallback(_ ud: UnsafeMutableRawPointer?, _ purpose: curlsocktype, _ address: UnsafeMutablePointer<curl_sockaddr>?) -> curl_socket_t {
+    guard let ud, let address else { return CURL_SOCKET_BAD }
+    return Unmanaged<UpstreamTransfer>.fromOpaque(ud).takeUnretainedValue().openSocket(address)
+}
+
+/// `CURLOPT_PREREQFUNCTION`: the connection is chosen (new or from the pool) and the request not yet sent.
+private func transferPrereqCallback(_ ud: UnsafeMutableRawPointer?, _ primaryIP: UnsafeMutablePointer<CChar>?,
+    _ localIP: UnsafeMutablePointer<CChar>?, _ primaryPort: Int32, _ localPort: Int32) -> Int32 {
+    guard let ud, let primaryIP, let localIP else { return Int32(CURL_PREREQFUNC_OK) }
+    Unmanaged<UpstreamTransfer>.fromOpaque(ud).takeUnretainedValue().multi.discardIfStale(
+        CurlMulti.ConnectionKey(local: String(cString: localIP), localPort: Int(localPort), remote: String(cString: primaryIP), remotePort: Int(primaryPort)))
+    return Int32(CURL_PREREQFUNC_OK)
 }
 
 private func transferSeekCallback(_ ud: UnsafeMutableRawPointer?, _ offset: curl_off_t, _ origin: Int32) -> Int32 {

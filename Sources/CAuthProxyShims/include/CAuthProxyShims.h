@@ -16,6 +16,9 @@ CURLcode ap_easy_setopt_seek_cb(CURL *easy, int (*cb)(void *, curl_off_t, int));
 CURLcode ap_easy_setopt_closesocket_cb(CURL *easy, int (*cb)(void *, curl_socket_t));
 CURLcode ap_easy_setopt_sockopt_cb(CURL *easy, int (*cb)(void *, curl_socket_t, curlsocktype));
 CURLcode ap_easy_setopt_opensocket_cb(CURL *easy, curl_socket_t (*cb)(void *, curlsocktype, struct curl_sockaddr *));
+CURLcode ap_easy_setopt_prereq_cb(CURL *easy, int (*cb)(void *, char *, char *, int, int));
+/* The socket address inside a curl_sockaddr (sizeof(struct sockaddr) is too small for IPv6 in Swift's view). */
+const struct sockaddr *ap_curl_sockaddr_addr(const struct curl_sockaddr *a);
 CURLcode ap_easy_getinfo_long(CURL *easy, CURLINFO info, long *value);
 CURLcode ap_easy_getinfo_ptr(CURL *easy, CURLINFO info, void **value);
 
