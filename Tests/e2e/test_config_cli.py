@@ -2,6 +2,7 @@
 
 import os
 import re
+import shutil
 import subprocess
 
 import pytest
@@ -168,22 +169,49 @@ def test_example_credentials_are_valid_when_uncommented(tmp_path):
     lines = []
     keys = ("[[credential]]", "name ", "type ", "key ", "match ", "token ", "referer ", "expires ", "username ",
             "password ", "client_id ", "client_secret ", "portal_url ", "redirect_uri ", "expiration_minutes ",
-            "token_url ", "ca_file ")
+            "token_url ", "ca_file ", "rate_limit ", "[[client]]", "credentials ")
     secret = tmp_path / "token.txt"
     secret.write_text("pregenerated-token\n")
     network = False
     for line in open(example):
         # Network credentials need real files (keytab, .p12): the token and trust examples are checked here.
         network = network or line.startswith("# Network authentication")
+        if line.startswith("# Users of the proxy"):
+            network = False  # the [[client]] examples are checked too
         if not network and line.startswith("# ") and line[2:].startswith(keys):
             line = line[2:]
         lines.append(line.replace("file:/run/secrets/arcgis-token", "file:%s" % secret)
-                     .replace("/etc/authproxy/internal-ca.pem", str(secret)))
+                     .replace("/etc/authproxy/internal-ca.pem", str(secret))
+                     .replace("file:/run/secrets/ops-proxy-password", "file:%s" % secret))
     conf = tmp_path / "uncommented.conf"
     conf.write_text("".join(lines))
-    env = harness.clean_env({"ARCGIS_API_KEY": "k", "GIS_PASSWORD": "p", "ARCGIS_CLIENT_SECRET": "s"})
+    env = harness.clean_env({"ARCGIS_API_KEY": "k", "GIS_PASSWORD": "p", "ARCGIS_CLIENT_SECRET": "s",
+                             "TEAM_A_PROXY_PASSWORD": "pw"})
     r = harness.run_cli(["check", "--config", str(conf)], env=env)
     assert r.returncode == 0, r.stderr
     assert "credentials:              6" in r.stdout, r.stdout
+    assert "rate_limit=600/60s" in r.stdout, r.stdout
+    assert "2 client(s): team-a [location-services, enterprise]; ops" in r.stdout, r.stdout
     for secret_value in ("pregenerated-token", "${GIS_PASSWORD}"):
         assert secret_value not in r.stdout
+
+
+def test_dockerfile_config_is_valid_and_not_an_open_relay(tmp_path):
+    """The image's config is proxy.conf.example edited by the Dockerfile's sed expressions: apply the same
+    expressions here (no Docker engine needed) and check the result, and that the listen edit alone would be
+    refused as an open relay."""
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    dockerfile = open(os.path.join(root, "Dockerfile")).read()
+    exprs = re.findall(r"-e '([^']+)'", dockerfile)
+    assert any("allow_clients" in e for e in exprs) and any("0.0.0.0:3128" in e for e in exprs), exprs
+    conf = tmp_path / "proxy.conf"
+    shutil.copy(os.path.join(root, "proxy.conf.example"), conf)
+    subprocess.run(["sed", "-i"] + [a for e in exprs for a in ("-e", e)] + [str(conf)], check=True)
+    r = harness.run_cli(["check", "--config", str(conf)])
+    assert r.returncode == 0, r.stderr
+    assert "0.0.0.0:3128" in r.stdout and "172.16.0.0/12" in r.stdout, r.stdout
+    listen_only = tmp_path / "listen-only.conf"
+    shutil.copy(os.path.join(root, "proxy.conf.example"), listen_only)
+    subprocess.run(["sed", "-i", "-e", [e for e in exprs if "0.0.0.0:3128" in e][0], str(listen_only)], check=True)
+    r = harness.run_cli(["check", "--config", str(listen_only)])
+    assert r.returncode == 2 and "open relay" in r.stderr, (r.returncode, r.stderr)
