@@ -33,7 +33,9 @@ extension ClientConnection {
         if !store.isEmpty {
             switch PathNormalizer.normalize(url.path) {
             case .normal(let p):
-                if p != url.path { match.pathAndQuery = p + url.pathAndQuery.dropFirst(url.path.utf8.count) }
+                if p != url.path {
+                    match.pathAndQuery = url.pathAndQuery.firstIndex(of: "?").map { p + url.pathAndQuery[$0...] } ?? p
+                }
             case .ambiguous(let why):
                 if store.matchesOrigin(url) {
                     respond(ErrorResponse(status: 400, message: "Bad request: \(why)",

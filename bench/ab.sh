@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# A/B: two authproxy binaries, interleaved, on the same single core, relaying a 2 KB JSON from a local nginx
+# with an api-key credential injecting a token into every request.
+#
+#   bash bench/ab.sh OLD_BINARY NEW_BINARY [--rounds N] [--duration SECONDS] [--connections C]
+#
+# Each round runs wrk (c50, then c1) through A, then through B; the proxy is pinned to core 0, nginx and wrk
+# to core 1. Prints req/s, CPU µs per request (utime+stime of the proxy from /proc over the run, divided by
+# the requests wrk completed) and c1 latency per round, then the medians. Listens on 127.0.0.1 only.
+set -euo pipefail
+
+[[ $# -ge 2 ]] || { sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+A_BIN="$(readlink -f "$1")"; B_BIN="$(readlink -f "$2")"; shift 2
+ROUNDS=3; DURATION=8; CONNS=50
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --rounds) ROUNDS="$2"; shift 2 ;;
+        --duration) DURATION="$2"; shift 2 ;;
+        --connections) CONNS="$2"; shift 2 ;;
+        *) echo "unknown argument: $1" >&2; exit 2 ;;
+    esac
+done
+for t in wrk nginx taskset python3; do
+    command -v "$t" >/dev/null 2>&1 || [[ -x "/usr/sbin/$t" ]] || { echo "needs $t (apt-get install wrk nginx-light util-linux)" >&2; exit 2; }
+done
+export PATH="$PATH:/usr/sbin"
+
+TMP="$(mktemp -d)"; chmod 755 "$TMP"
+PIDS=()
+cleanup() { for p in "${PIDS[@]:-}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$TMP"; }
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+ORIGIN_PORT=$(free_port)
+mkdir -p "$TMP/www"
+python3 -c 'import json; print(json.dumps({"features":[{"attributes":{"OBJECTID":i,"NAME":"feature-%d"%i},"geometry":{"x":i*1.5,"y":i*2.5}} for i in range(24)]}))' | head -c 2048 > "$TMP/www/small.json"
+cat > "$TMP/nginx.conf" <<EOF
+worker_processes 1;
+daemon off;
+pid $TMP/nginx.pid;
+error_log $TMP/nginx.err;
+events { worker_connections 4096; }
+http { access_log off; keepalive_requests 1000000;
+  server { listen 127.0.0.1:$ORIGIN_PORT; root $TMP/www; } }
+EOF
+taskset -c 1 nginx -c "$TMP/nginx.conf" & PIDS+=($!)
+
+start_proxy() {  # binary port -> pid
+    local bin="$1" port="$2" dir="$TMP/p$2"
+    mkdir -p "$dir/state"
+    cat > "$dir/proxy.conf" <<EOF
+[proxy]
+listen = ["127.0.0.1:$port"]
+state_dir = "$dir/state"
+[log]
+level = "warning"
+[[credential]]
+name = "bench"
+type = "api-key"
+key = "BENCHKEY0123456789"
+match = "http://127.0.0.1:$ORIGIN_PORT"
+EOF
+    taskset -c 0 "$bin" serve --config "$dir/proxy.conf" > "$dir/log" 2>&1 &
+    echo $!
+}
+A_PORT=$(free_port); B_PORT=$(free_port)
+A_PID=$(start_proxy "$A_BIN" "$A_PORT"); PIDS+=("$A_PID")
+B_PID=$(start_proxy "$B_BIN" "$B_PORT"); PIDS+=("$B_PID")
+for port in $A_PORT $B_PORT; do
+    for _ in $(seq 1 100); do curl -s --noproxy '*' -o /dev/null "http://127.0.0.1:$port/healthz" && break; sleep 0.1; done
+done
+URL="http://127.0.0.1:$ORIGIN_PORT/small.json?f=json"
+curl -sf -x "http://127.0.0.1:$A_PORT" "$URL" -o /dev/null && curl -sf -x "http://127.0.0.1:$B_PORT" "$URL" -o /dev/null
+
+TICK=$(getconf CLK_TCK)
+cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
+# Routes wrk through the proxy: absolute-form requests to the proxy's port.
+cat > "$TMP/proxy.lua" <<EOF
+request = function() return wrk.format("GET", "$URL", {["Host"]="127.0.0.1:$ORIGIN_PORT"}) end
+EOF
+run() {  # pid port conns -> "reqs_per_s cpu_us_per_req p50_us p99_us"
+    local pid="$1" port="$2" c="$3" t0 t1 out reqs rps p50 p99
+    t0=$(cpu_ticks "$pid")
+    out=$(taskset -c 1 wrk -t1 -c"$c" -d"${DURATION}s" --latency -s "$TMP/proxy.lua" "http://127.0.0.1:$port" 2>&1)
+    t1=$(cpu_ticks "$pid")
+    reqs=$(awk '/requests in/ {print $1}' <<<"$out")
+    rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
+    p50=$(awk '$1=="50%" {print $2}' <<<"$out")
+    p99=$(awk '$1=="99%" {print $2}' <<<"$out")
+    python3 - "$rps" "$reqs" "$t0" "$t1" "$TICK" "$p50" "$p99" <<'PY'
+import sys
+rps, reqs, t0, t1, tick, p50, p99 = sys.argv[1:]
+def us(s):
+    for suf, m in (("us", 1), ("ms", 1e3), ("s", 1e6)):
+        if s.endswith(suf): return float(s[:-len(suf)]) * m
+    return float(s)
+print("%.0f %.1f %.0f %.0f" % (float(rps), (int(t1) - int(t0)) * 1e6 / int(tick) / max(1, int(reqs)), us(p50), us(p99)))
+PY
+}
+printf "%-6s %-2s %10s %12s %10s %10s %10s\n" round AB "req/s c$CONNS" "CPU us/req" "c1 req/s" "c1 p50 us" "c1 p99 us"
+: > "$TMP/results"
+for r in $(seq 1 "$ROUNDS"); do
+    for ab in A B; do
+        if [[ $ab == A ]]; then pid=$A_PID; port=$A_PORT; else pid=$B_PID; port=$B_PORT; fi
+        read -r rps cpu _ _ <<<"$(run "$pid" "$port" "$CONNS")"
+        read -r rps1 _ p50 p99 <<<"$(run "$pid" "$port" 1)"
+        printf "%-6s %-2s %10s %12s %10s %10s %10s\n" "$r" "$ab" "$rps" "$cpu" "$rps1" "$p50" "$p99"
+        echo "$ab $rps $cpu $rps1 $p50 $p99" >> "$TMP/results"
+    done
+done
+echo "medians (A = $A_BIN, B = $B_BIN):"
+python3 - "$TMP/results" <<'PY'
+import statistics, sys
+rows = [l.split() for l in open(sys.argv[1])]
+for ab in "AB":
+    cols = list(zip(*[[float(x) for x in r[1:]] for r in rows if r[0] == ab]))
+    m = [statistics.median(c) for c in cols]
+    print("  %s: %.0f req/s, %.1f CPU us/req, c1 %.0f req/s p50 %.0f us p99 %.0f us" % (ab, *m))
+PY
