@@ -144,7 +144,7 @@ def test_curl_proxy_user(authed, origin):
     assert query_of({"target": info["target"]})["token"] == ["KEY-A"]
     # Proxy-Authorization is never forwarded.
     assert not header_values(info, "proxy-authorization"), info["headers"]
-    lines = [l for l in harness.access_lines_text(authed) if "/echo" in l]
+    lines = authed.wait_for_log(lambda l: " access " in l and "/echo" in l)
     assert lines and "user=alice" in lines[-1], lines
 
 
@@ -169,7 +169,7 @@ def test_gdal_proxy_user(authed, origin):
     bad = subprocess.run(["ogrinfo", "-ro", "-al", "-so", url], capture_output=True, text=True, timeout=60,
                          env=harness.clean_env(base))
     assert bad.returncode != 0
-    assert "user=ops" in authed.log_text()
+    assert authed.wait_for_log("user=ops")
 
 
 def test_scoped_client_cannot_use_another_teams_credential(authed, origin, session):

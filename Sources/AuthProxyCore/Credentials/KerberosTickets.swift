@@ -5,6 +5,9 @@ import Logging
 /// Obtains and renews the Kerberos ticket for a `kerberos` credential, into a private credential cache under
 /// the state directory. GSS-API (which libcurl uses for Negotiate) reads the cache named by `KRB5CCNAME`, a
 /// process-wide setting: so one Kerberos identity per proxy process is supported.
+///
+/// Ownership: `start()` runs once before serving; afterwards only its private `queue` (the renewal timer)
+/// touches mutable state.
 final class KerberosTickets: @unchecked Sendable {
     let settings: KerberosSettings
     let cache: String

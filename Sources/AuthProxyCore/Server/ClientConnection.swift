@@ -131,6 +131,7 @@ final class ClientConnection: UpstreamTransferDelegate {
     }
 
     func start() {
+        assertOnQueue(loop.queue)
         channel.onReadable = { [unowned self] in self.readable() }
         channel.onDrained = { [unowned self] in self.drained() }
         channel.onWriteError = { [unowned self] _ in self.clientGone() }
@@ -140,6 +141,7 @@ final class ClientConnection: UpstreamTransferDelegate {
     // MARK: input
 
     func readable() {
+        assertOnQueue(loop.queue)
         if state == .tunnel {
             tunnel?.clientReadable()
             return
@@ -483,6 +485,7 @@ final class ClientConnection: UpstreamTransferDelegate {
     }
 
     func checkTimeouts(now: UInt64) {
+        assertOnQueue(loop.queue)
         let cfg = context.config
         switch state {
         case .awaitingHead:

@@ -131,6 +131,8 @@ extension EventLoop {
 }
 
 /// A set shared by all loops, to log something once per key.
+///
+/// Ownership: every access goes through `lock`.
 final class OnceSet: @unchecked Sendable {
     private var seen: Set<String> = []
     private let lock = Lock()

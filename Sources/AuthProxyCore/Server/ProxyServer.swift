@@ -6,6 +6,10 @@ import Glibc
 #endif
 
 /// The proxy: listeners, event loops, and graceful shutdown.
+///
+/// Ownership: `start()` runs once on the caller's thread before any other use; after that its stored
+/// properties are only read (`shutdown` reads them from the signal queue and hands all work to each loop's
+/// own queue), so sharing it across queues is safe.
 public final class ProxyServer: @unchecked Sendable {
     private let config: ProxyConfig
     private let logger: Logger

@@ -60,12 +60,14 @@ final class SocketChannel: @unchecked Sendable {
     var pendingCount: Int { pending.count }
 
     func resumeReading() {
+        assertOnQueue(queue)
         guard !isClosed, !readResumed else { return }
         readResumed = true
         readSource.resume()
     }
 
     func pauseReading() {
+        assertOnQueue(queue)
         guard !isClosed, readResumed else { return }
         readResumed = false
         readSource.suspend()
@@ -82,6 +84,7 @@ final class SocketChannel: @unchecked Sendable {
 
     /// One `read(2)` into `buffer`.
     func read(into buffer: UnsafeMutableRawBufferPointer) -> ReadResult {
+        assertOnQueue(queue)
         while true {
             let n = Glibc.read(fd, buffer.baseAddress, buffer.count)
             if n > 0 { return .bytes(n) }
@@ -96,6 +99,7 @@ final class SocketChannel: @unchecked Sendable {
 
     /// Queues `bytes` and writes what the socket takes now.
     func write(_ bytes: UnsafeRawBufferPointer) {
+        assertOnQueue(queue)
         guard !isClosed, !failed, !bytes.isEmpty else { return }
         if pending.isEmpty {
             let n = send(bytes)
@@ -136,6 +140,7 @@ final class SocketChannel: @unchecked Sendable {
 
     /// Cancels both sources; the descriptor is closed when both cancel handlers have run.
     func close() {
+        assertOnQueue(queue)
         guard !isClosed else { return }
         isClosed = true
         onReadable = nil

@@ -2,6 +2,9 @@ import Dispatch
 
 /// Blocking HTTP requests for the command-line tools (`login`, `signout`), which run no event loop: a
 /// private libcurl multi handle on its own queue, waited on with a semaphore.
+///
+/// Ownership: all libcurl work runs on `queue`; callers only block on the semaphore and read the result the
+/// queue wrote before signalling it.
 public final class SyncFetch: @unchecked Sendable {
     private let queue = DispatchQueue(label: "authproxy.cli-fetch")
     private let multi: CurlMulti

@@ -92,6 +92,7 @@ final class CurlMulti: @unchecked Sendable {
     }
 
     func add(_ easy: UnsafeMutableRawPointer, owner: AnyObject) {
+        assertOnQueue(queue)
         active[easy] = ObjectIdentifier(owner)
         depth += 1
         curl_multi_add_handle(handle, easy)
@@ -101,6 +102,7 @@ final class CurlMulti: @unchecked Sendable {
     /// Removes a transfer before it finished (the client went away). Deferred when inside libcurl; `owner`
     /// (whose memory the handle's callbacks and error buffer point into) is kept alive until then.
     func cancel(_ easy: UnsafeMutableRawPointer, owner: AnyObject) {
+        assertOnQueue(queue)
         if insideCurl {
             nonisolated(unsafe) let easy = easy
             nonisolated(unsafe) let owner = owner
@@ -118,6 +120,7 @@ final class CurlMulti: @unchecked Sendable {
     /// Resumes a paused transfer. Deferred when inside libcurl (libcurl forbids it from callbacks); a no-op
     /// when the handle no longer belongs to `owner`.
     func unpause(_ easy: UnsafeMutableRawPointer, owner: AnyObject) {
+        assertOnQueue(queue)
         if insideCurl {
             nonisolated(unsafe) let easy = easy
             nonisolated(unsafe) let owner = owner
@@ -134,6 +137,7 @@ final class CurlMulti: @unchecked Sendable {
     // MARK: driving
 
     func socketAction(_ fd: curl_socket_t, _ mask: Int32) {
+        assertOnQueue(queue)
         guard !tornDown else { return }
         var running: Int32 = 0
         depth += 1
@@ -165,6 +169,7 @@ final class CurlMulti: @unchecked Sendable {
     /// Cancels the timer and every source, then cleans up the multi handle (which re-enters the socket and
     /// close callbacks). Must run on `queue` before the last reference goes away.
     func tearDown() {
+        assertOnQueue(queue)
         guard !tornDown else { return }
         tornDown = true
         timer.cancel()
@@ -240,6 +245,7 @@ final class CurlMulti: @unchecked Sendable {
     /// socket is peeked here; a stale one is shut down, which makes libcurl's send or read fail at once and
     /// retry the request on a fresh connection.
     func discardIfStale(_ key: ConnectionKey) {
+        assertOnQueue(queue)
         guard let fd = pooled[key] else { return }  // a new connection
         var byte: UInt8 = 0
         let n = recv(fd, &byte, 1, Int32(MSG_PEEK | MSG_DONTWAIT))

@@ -82,6 +82,7 @@ final class UpstreamTransfer {
 
     /// Configures a handle and adds it to the multi handle.
     func start() {
+        assertOnQueue(multi.queue)
         let e = multi.makeEasyHandle()
         easy = e
         let me = Unmanaged.passUnretained(self).toOpaque()
@@ -190,6 +191,7 @@ final class UpstreamTransfer {
 
     /// Resumes a transfer paused by ``BodyAcceptance/pause`` or ``BodySupply/pause``.
     func resume() {
+        assertOnQueue(multi.queue)
         guard paused, let easy else { return }
         paused = false
         multi.unpause(easy, owner: self)
@@ -197,6 +199,7 @@ final class UpstreamTransfer {
 
     /// Aborts the transfer; no delegate call follows.
     func cancel() {
+        assertOnQueue(multi.queue)
         delegate = nil
         guard let e = easy else { return }
         easy = nil
