@@ -262,10 +262,11 @@ def _hold(proxy, source):
 
 def test_max_connections_is_global_and_per_client(proxy_factory):
     p = proxy_factory(proxy={"workers": 2, "max_connections": 10, "max_connections_per_client": 9})
+    time.sleep(0.5)  # the harness's readiness probe (from 127.0.0.1) has closed and given its slot back
     held = []
     try:
         for _ in range(9):
-            s, ok = _hold(p, "127.0.0.1")
+            s, ok = _hold(p, "127.0.0.5")
             assert ok
             held.append(s)
         # The tenth connection (another address) is served although both loops hold connections.
@@ -279,7 +280,7 @@ def test_max_connections_is_global_and_per_client(proxy_factory):
         held.pop().close()
         held.pop().close()
         # Over the per-client limit, while the total has room.
-        s, ok = _hold(p, "127.0.0.1")
+        s, ok = _hold(p, "127.0.0.5")
         held.append(s)
         assert not ok
         assert p.wait_for_log("max_connections_per_client")
@@ -287,7 +288,7 @@ def test_max_connections_is_global_and_per_client(proxy_factory):
         for s in held:
             s.close()
     time.sleep(0.5)
-    s, ok = _hold(p, "127.0.0.1")
+    s, ok = _hold(p, "127.0.0.5")
     s.close()
     assert ok, "slots were not given back"
 
@@ -298,7 +299,7 @@ def test_default_per_client_limit_is_a_quarter(proxy_factory):
     try:
         results = []
         for _ in range(3):
-            s, ok = _hold(p, "127.0.0.1")
+            s, ok = _hold(p, "127.0.0.6")
             held.append(s)
             results.append(ok)
         assert results == [True, True, False], results
