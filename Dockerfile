@@ -20,13 +20,13 @@ RUN apt-get update \
  && install -d -o authproxy -g authproxy -m 0700 /var/lib/authproxy \
  && install -d -m 0755 /etc/authproxy
 COPY --from=build /out/authproxy /usr/local/bin/authproxy
-# The example configuration, made container-friendly: listen on all interfaces but serve only loopback (a
-# sidecar in the same pod) and the private container networks Docker and Kubernetes use, state in the
-# volume, JSON logs. Narrow allow_clients to your network, or add [[client]] entries, in your own config.
+# The example configuration, made container-friendly: listen on all interfaces but serve only loopback, which
+# is what a sidecar in the same pod (or network namespace) uses; state in the volume, JSON logs. To share the
+# proxy, mount a config that names the clients' network in allow_clients and/or adds [[client]] entries.
 COPY proxy.conf.example /etc/authproxy/proxy.conf
 RUN sed -i \
       -e 's|^listen = \["127.0.0.1:3128"\]|listen = ["0.0.0.0:3128"]|' \
-      -e 's|^# allow_clients = .*|allow_clients = ["127.0.0.0/8", "::1/128", "10.0.0.0/8", "172.16.0.0/12"]|' \
+      -e 's|^# allow_clients = .*|allow_clients = ["127.0.0.0/8", "::1/128"]|' \
       -e 's|^state_dir = "./state"|state_dir = "/var/lib/authproxy"|' \
       -e 's|^format = "text"|format = "json"|' \
       /etc/authproxy/proxy.conf \

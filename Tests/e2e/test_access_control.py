@@ -79,7 +79,7 @@ def test_default_allows_loopback_only_and_says_so(proxy_factory, tmp_path):
     r = harness.run_cli(["check", "--config", str(conf)])
     assert r.returncode == 0, r.stderr
     assert "127.0.0.0/8, ::1/128 (default)" in r.stdout, r.stdout
-    assert "169.254.0.0/16, fe80::/10" in r.stdout
+    assert "169.254.0.0/16, fe80::/10, fd00:ec2::254/128, 100.100.100.200/32" in r.stdout
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -262,7 +262,7 @@ def _hold(proxy, source):
 
 def test_max_connections_is_global_and_per_client(proxy_factory):
     p = proxy_factory(proxy={"workers": 2, "max_connections": 10, "max_connections_per_client": 9})
-    time.sleep(0.5)  # the harness's readiness probe (from 127.0.0.1) has closed and given its slot back
+    time.sleep(1.5)  # the harness's readiness probe (from 127.0.0.1) has closed and given its slot back
     held = []
     try:
         for _ in range(9):
@@ -287,9 +287,13 @@ def test_max_connections_is_global_and_per_client(proxy_factory):
     finally:
         for s in held:
             s.close()
-    time.sleep(0.5)
-    s, ok = _hold(p, "127.0.0.5")
-    s.close()
+    deadline = time.monotonic() + 10
+    while True:
+        s, ok = _hold(p, "127.0.0.5")
+        s.close()
+        if ok or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     assert ok, "slots were not given back"
 
 

@@ -209,7 +209,7 @@ def test_dockerfile_config_is_valid_and_not_an_open_relay(tmp_path):
     subprocess.run(["sed", "-i"] + [a for e in exprs for a in ("-e", e)] + [str(conf)], check=True)
     r = harness.run_cli(["check", "--config", str(conf)])
     assert r.returncode == 0, r.stderr
-    assert "0.0.0.0:3128" in r.stdout and "172.16.0.0/12" in r.stdout, r.stdout
+    assert "0.0.0.0:3128" in r.stdout and "allow_clients:            127.0.0.0/8, ::1/128\n" in r.stdout, r.stdout
     listen_only = tmp_path / "listen-only.conf"
     shutil.copy(os.path.join(root, "proxy.conf.example"), listen_only)
     subprocess.run(["sed", "-i", "-e", [e for e in exprs if "0.0.0.0:3128" in e][0], str(listen_only)], check=True)

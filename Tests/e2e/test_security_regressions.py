@@ -130,6 +130,23 @@ def test_late_bytes_on_a_pooled_connection_never_reach_another_client(proxy_fact
     assert len(set(bodies)) == 12, "a response was delivered twice: %r" % bodies
 
 
+@pytest.mark.parametrize("trigger", ["HEAD", "/204", "/304"])
+def test_next_client_inside_the_late_bytes_window_gets_its_own_answer(proxy_factory, late_backend, trigger):
+    """The next client arrives 50 ms after the bodiless answer, before the late bytes (300 ms): a peek before
+    reuse cannot see them yet, so such connections must not be pooled at all."""
+    p = proxy_factory(proxy={"workers": 1})
+    method = "HEAD" if trigger == "HEAD" else "GET"
+    path = "/head" if trigger == "HEAD" else trigger
+    for _ in range(3):
+        harness.fetch(p, method, late_backend.url + path)
+        time.sleep(0.05)
+        r, body = harness.fetch(p, "GET", late_backend.url + "/victim")
+        assert r.status == 200 and body.startswith(b"REAL-"), body
+        time.sleep(0.4)
+        r, body = harness.fetch(p, "GET", late_backend.url + "/victim2")
+        assert r.status == 200 and body.startswith(b"REAL-"), body
+
+
 def test_pipelined_requests_on_one_client_connection_stay_in_step(proxy_factory, late_backend):
     p = proxy_factory(proxy={"workers": 1})
     harness.fetch(p, "HEAD", late_backend.url + "/head")
@@ -180,6 +197,19 @@ def test_proxy_endpoint_refuses_jsonp_unless_the_credential_allows_it(js_proxy, 
     assert r.status_code == 200
 
 
+def test_jsonp_permission_is_not_borrowed_through_dot_segments(proxy_factory, origin, session):
+    p = proxy_factory(proxy={"allowed_origins": [APP]}, extra_config=(
+        cred("public", "api-key", origin.url + "/public", key="PUBLICKEY", allow_jsonp=True)
+        + cred("secure", "api-key", origin.url + "/secure", key="SECUREKEY")))
+    r = session.get(p.url + "/proxy?" + origin.url + "/public/q?f=json&callback=cb", timeout=10, headers={"Origin": APP})
+    assert r.status_code == 404  # allowed: the origin's own answer for /public/q
+    for path in ["/public/../secure/q", "/public/%2e%2e/secure/q"]:
+        r = session.get(p.url + "/proxy?" + origin.url + path + "?f=json&callback=steal", timeout=10,
+                        headers={"Origin": APP})
+        harness.assert_error_json(r.status_code, r.headers.get, r.content, 403)
+    assert not [e for e in origin.request_log() if "steal" in e["target"]]
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Dot-segments and encoded slashes must not carry a token out of its prefix
 # ---------------------------------------------------------------------------------------------------------
@@ -187,7 +217,9 @@ def test_proxy_endpoint_refuses_jsonp_unless_the_credential_allows_it(js_proxy, 
 @pytest.mark.parametrize("path,outcome", [
     ("/arcgis/rest/info", "token"),
     ("/arcgis/./rest/info", "token"),
-    ("/other/../arcgis/rest", "token"),
+    # The raw text is outside the prefix: a front end routing on it would serve /other. No token either way.
+    ("/other/../arcgis/rest", "none"),
+    ("/other/%2e%2e/arcgis/rest", "none"),
     ("/arcgis/../other", "none"),
     ("/arcgis/%2e%2e/other", "none"),
     ("/arcgis/%2E%2E/other", "none"),
@@ -227,6 +259,12 @@ def test_ambiguous_paths_to_unmatched_hosts_pass_through(proxy_factory, origin):
 # ---------------------------------------------------------------------------------------------------------
 # Percent signs in host names
 # ---------------------------------------------------------------------------------------------------------
+
+def test_fragment_in_request_target_is_rejected(proxy, origin):
+    out = raw_exchange(proxy, b"GET " + origin.url.encode() + b"/other/x#/../../json HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert out.startswith(b"HTTP/1.1 400"), out[:300]
+    assert not origin.request_log()
+
 
 @pytest.mark.parametrize("authority", ["127%2e0%2e0%2e1:{port}", "127.0.0.%31:{port}", "%6cocalhost:{port}"])
 def test_percent_in_host_is_rejected(proxy, origin, authority):

@@ -38,8 +38,14 @@ public struct AddressBlock: Sendable, Equatable, CustomStringConvertible {
 
     /// Loopback clients: the default of `allow_clients`.
     public static let loopback: [AddressBlock] = [parse("127.0.0.0/8")!, parse("::1/128")!]
-    /// Link-local and cloud metadata addresses: the default of `deny_destinations`.
-    public static let defaultDenied: [AddressBlock] = [parse("169.254.0.0/16")!, parse("fe80::/10")!]
+    /// Every address: `allow_clients` when `[[client]]` entries exist and `allow_clients` is not set.
+    public static let everywhere: [AddressBlock] = [parse("0.0.0.0/0")!, parse("::/0")!]
+
+    /// Link-local and cloud metadata addresses: the default of `deny_destinations` (169.254.169.254 for most
+    /// clouds, AWS's IPv6 `fd00:ec2::254`, Alibaba's `100.100.100.200`).
+    public static let defaultDenied: [AddressBlock] = [
+        parse("169.254.0.0/16")!, parse("fe80::/10")!, parse("fd00:ec2::254/128")!, parse("100.100.100.200/32")!,
+    ]
 }
 
 extension Array where Element == AddressBlock {

@@ -35,6 +35,15 @@ public struct IPAddress: Sendable, Hashable, CustomStringConvertible {
         return nil
     }
 
+    /// Parses a NUL-terminated numeric address without building a Swift string (libcurl callbacks).
+    static func parse(cString text: UnsafePointer<CChar>) -> IPAddress? {
+        var v4 = in_addr()
+        if inet_pton(AF_INET, text, &v4) == 1 { return IPAddress(v4: v4) }
+        var v6 = in6_addr()
+        if inet_pton(AF_INET6, text, &v6) == 1 { return IPAddress(v6: v6) }
+        return nil
+    }
+
     init(v4: in_addr) {
         let a = UInt32(bigEndian: v4.s_addr)
         bytes = (0, 0xffff_0000_0000 | UInt64(a))

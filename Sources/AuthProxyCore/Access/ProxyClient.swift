@@ -33,6 +33,7 @@ public struct ProxyClient: Sendable {
 public struct ProxyAuthenticator: Sendable {
     public let clients: [ProxyClient]
     private let byName: [String: Int]
+    private let decoy = ProxyClient(name: "", password: "", credentials: nil)
 
     public init(_ clients: [ProxyClient]) {
         self.clients = clients
@@ -47,7 +48,12 @@ public struct ProxyAuthenticator: Sendable {
     /// The client a `Proxy-Authorization` value authenticates, or nil (missing, malformed, unknown user or
     /// wrong password: the caller answers 407 without saying which).
     public func authenticate(_ header: String?) -> ProxyClient? {
-        guard let header, let (user, password) = Self.basicCredentials(header), let i = byName[user] else { return nil }
+        guard let header, let (user, password) = Self.basicCredentials(header) else { return nil }
+        guard let i = byName[user] else {
+            // Hash anyway, so an unknown name takes as long as a wrong password (no user-name probing).
+            _ = decoy.verify(password: password)
+            return nil
+        }
         let c = clients[i]
         return c.verify(password: password) ? c : nil
     }

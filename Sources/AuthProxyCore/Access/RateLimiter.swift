@@ -27,7 +27,11 @@ public final class RateLimiter: Sendable {
             if now &- s.lastSweep > Self.sweepInterval || s.buckets.count >= Self.maxBuckets {
                 s.lastSweep = now
                 s.buckets = s.buckets.filter { !$0.value.isFull(now: now) }
-                if s.buckets.count >= Self.maxBuckets { s.buckets.removeAll(keepingCapacity: true) }
+                if s.buckets.count >= Self.maxBuckets {
+                    // Still full of active clients: forget the least recently used half, not everyone's.
+                    let keep = s.buckets.sorted { $0.value.lastUsed > $1.value.lastUsed }.prefix(Self.maxBuckets / 2)
+                    s.buckets = Dictionary(uniqueKeysWithValues: keep.map { ($0.key, $0.value) })
+                }
             }
             let key = Key(credential: credential, client: client)
             var bucket = s.buckets[key] ?? TokenBucket(limit: limit, now: now)

@@ -42,6 +42,9 @@ public struct TokenBucket: Sendable, Equatable {
         return .limited(retryAfterSeconds: max(1, Int(wait.rounded(.up))))
     }
 
+    /// When the bucket was last used.
+    public var lastUsed: UInt64 { updated }
+
     /// Whether the bucket is back to full (and so can be forgotten).
     public func isFull(now: UInt64) -> Bool {
         var copy = self

@@ -105,6 +105,10 @@ public struct ConfigLoader {
         }
         if let entries = try top.tableArray("client") {
             config.clients = try parseClients(entries, credentials: config.credentials)
+            if !config.clients.isEmpty, !config.allowClientsSet {
+                // Proxy authentication is the access control: every address may try (allow_clients narrows it).
+                config.allowClients = AddressBlock.everywhere
+            }
         }
         let principals = Set(config.credentials.compactMap { c -> String? in
             if case .kerberos(let k) = c.kind { return k.principal }

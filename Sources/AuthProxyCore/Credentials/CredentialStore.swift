@@ -102,6 +102,20 @@ public struct NetworkAuth: Sendable, Equatable {
     public var certificateName: String? = nil
     public var trust: ServerTrustSettings? = nil
 
+    /// Keeps only what `other` has too: for a path whose raw and normalised forms differ, a network
+    /// credential applies only when both forms select it.
+    func keepingShared(with other: NetworkAuth) -> NetworkAuth {
+        var n = NetworkAuth()
+        if password == other.password && passwordName == other.passwordName { n.password = password; n.passwordName = passwordName }
+        if kerberos == other.kerberos { n.kerberos = kerberos }
+        if certificate == other.certificate && certificateName == other.certificateName {
+            n.certificate = certificate
+            n.certificateName = certificateName
+        }
+        if trust == other.trust { n.trust = trust }
+        return n
+    }
+
     /// Takes each type `other` has and this one lacks.
     mutating func fill(from other: NetworkAuth) {
         if password == nil { password = other.password; passwordName = other.passwordName }

@@ -37,6 +37,13 @@ public struct URLTarget: Sendable, Equatable {
         pathAndQuery.prefix { $0 != "?" }
     }
 
+    /// The same URL with another path (the query is kept).
+    public func replacingPath(_ path: String) -> URLTarget {
+        var t = self
+        t.pathAndQuery = pathAndQuery.firstIndex(of: "?").map { path + pathAndQuery[$0...] } ?? path
+        return t
+    }
+
     /// `scheme://host:port` for logs and error messages.
     public var origin: String { "\(scheme)://\(urlHost):\(port)" }
 }

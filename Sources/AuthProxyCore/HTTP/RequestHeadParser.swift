@@ -191,6 +191,9 @@ public struct RequestHeadParser: Sendable {
             }
             return .authority(host: host, port: port)
         }
+        // A fragment never belongs in a request-target (RFC 9112 §3.2); libcurl would drop it after matching
+        // had seen the path behind it (`/other/x#/../../secure` inside an intercepted tunnel).
+        if t.contains("#") { throw HTTPParseError.bad("fragment ('#') in request target") }
         if t.hasPrefix("/") { return .origin(path: t) }
         if t == "*" && method == "OPTIONS" { return .origin(path: t) }
         let scheme: String
@@ -206,7 +209,6 @@ public struct RequestHeadParser: Sendable {
         } else {
             throw HTTPParseError.bad("invalid request target")
         }
-        if let hash = rest.firstIndex(of: "#") { rest = rest[..<hash] }
         let authorityEnd = rest.firstIndex { $0 == "/" || $0 == "?" } ?? rest.endIndex
         guard let (host, port) = try parseAuthority(rest[..<authorityEnd]) else {
             throw HTTPParseError.bad("invalid host in request target")

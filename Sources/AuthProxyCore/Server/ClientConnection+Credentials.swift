@@ -27,14 +27,17 @@ extension ClientConnection {
         originalURL = url
         upstreamURL = url
         let store = credentials
-        // Credentials are matched on the path the server will resolve, not the raw text: `/arcgis/%2e%2e/x`
-        // must not carry the `/arcgis` token.
+        // Credentials are matched on the path the server will resolve: `/arcgis/%2e%2e/x` must not carry the
+        // `/arcgis` token. The path goes upstream as written, and a front end may route on that raw text, so
+        // when the two differ a credential applies only if both select it (`raw` is set then).
         var match = url
+        var raw: URLTarget? = nil
         if !store.isEmpty {
             switch PathNormalizer.normalize(url.path) {
             case .normal(let p):
                 if p != url.path {
-                    match.pathAndQuery = url.pathAndQuery.firstIndex(of: "?").map { p + url.pathAndQuery[$0...] } ?? p
+                    match = url.replacingPath(p)
+                    raw = url
                 }
             case .ambiguous(let why):
                 if store.matchesOrigin(url) {
@@ -55,10 +58,10 @@ extension ClientConnection {
         }
         networkAuth = NetworkAuth()
         if !store.isEmpty {
-            networkAuth = store.network(for: upstreamMatch)
-            if upstreamMatch != match {
-                // upgrade_to_https: a credential may be written for the client's http:// URL or the https one.
-                networkAuth.fill(from: store.network(for: match))
+            networkAuth = network(store, upstreamMatch, match)
+            if let raw {
+                let u = upstreamURL ?? raw
+                networkAuth = networkAuth.keepingShared(with: network(store, u, raw))
             }
         }
         if context.access.hasRateLimits, let limited = rateLimited(store: store, targets: [match, upstreamMatch]) {
@@ -72,7 +75,9 @@ extension ClientConnection {
             let limit = networkAuth.answersChallenges ? context.config.maxReplayBytes : Int64(ReplayBuffer.memoryLimit)
             replay = ReplayBuffer(limit: limit, directory: context.config.stateDir)
         }
-        guard let c = store.tokenCredential(for: match) else {
+        var selected = store.tokenCredential(for: match)
+        if let raw, let s = selected, store.tokenCredential(for: raw)?.name != s.name { selected = nil }
+        guard let c = selected else {
             if context.config.unmatched == .deny, !store.matchesAny(match) {
                 respond(ErrorResponse(status: 403, message: "Destination \(url.origin) is not allowed",
                     details: ["No credential matches it and [proxy] unmatched = \"deny\"."]), close: !bodyComplete)
@@ -107,6 +112,14 @@ extension ClientConnection {
             replay = ReplayBuffer(limit: context.config.maxReplayBytes, directory: context.config.stateDir)
         }
         obtainToken()
+    }
+
+    /// The network credentials for the upstream URL, completed by those written for the client's URL
+    /// (under upgrade_to_https a credential may name either).
+    private func network(_ store: CredentialStore, _ upstream: URLTarget, _ client: URLTarget) -> NetworkAuth {
+        var n = store.network(for: upstream)
+        if upstream != client { n.fill(from: store.network(for: client)) }
+        return n
     }
 
     /// `rate_limit`: spends one request of this client (its `[[client]]` name, else its address) from every

@@ -70,9 +70,7 @@ extension ClientConnection {
             respond(ErrorResponse(status: 400, message: "Expected /proxy?<http(s) URL>"), close: false)
             return
         }
-        if TokenInjection.queryHasField(url.pathAndQuery, "callback"),
-            !credentials.applicable(for: url).contains(where: \.allowJSONP)
-        {
+        if TokenInjection.queryHasField(url.pathAndQuery, "callback"), !jsonpAllowed(url) {
             // JSONP is read with <script src>, which any page can include: a secured answer would leak to it.
             respond(ErrorResponse(status: 403, message: "JSONP (callback=) is not allowed through the /proxy endpoint",
                 details: ["Set allow_jsonp = true on the credential matching \(url.origin) if a web app really needs JSONP."]),
@@ -81,6 +79,18 @@ extension ClientConnection {
         }
         head?.target = .absolute(url)
         forward(url)
+    }
+
+    /// JSONP may pass only when every credential that would authenticate the request, selected by the raw
+    /// path or the normalised one (`/public/../secure`), allows it, and there is at least one.
+    func jsonpAllowed(_ url: URLTarget) -> Bool {
+        var targets = [url]
+        if case .normal(let p) = PathNormalizer.normalize(url.path), p != url.path { targets.append(url.replacingPath(p)) }
+        let applied = targets.flatMap { credentials.applicable(for: $0) }.filter { c in
+            if case .serverTrust = c.kind { return false }  // trust settings authenticate nobody
+            return true
+        }
+        return !applied.isEmpty && applied.allSatisfy(\.allowJSONP)
     }
 
     /// `scheme://host[:port]` of a URL (the port only when not the scheme's default), as browsers write origins.

@@ -321,8 +321,8 @@ final class ClientConnection: UpstreamTransferDelegate {
         }
         client = nil
         verifiedAuthorization = nil
-        if presented != nil {
-            logger.warning("proxy authentication failed", metadata: ["client": "\(peer)"])
+        if presented != nil, let held = context.access.throttle.admit("proxy-auth", now: DispatchTime.now().uptimeNanoseconds) {
+            logger.warning("proxy authentication failed", metadata: ["client": "\(peer)", "failed_since_last_report": "\(held)"])
         }
         // A refused CONNECT closes (bytes meant for the tunnel must not be read as requests), and so does a
         // request whose body was not read.

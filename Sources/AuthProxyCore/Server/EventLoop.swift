@@ -137,6 +137,11 @@ final class OnceSet: @unchecked Sendable {
     private var seen: Set<String> = []
     private let lock = Lock()
 
+    /// Keys remembered at most (a client can make up host names without end); past it, nothing more is logged.
+    static let limit = 10_000
+
     /// True the first time `key` is seen.
-    func first(_ key: String) -> Bool { lock.withLock { seen.insert(key).inserted } }
+    func first(_ key: String) -> Bool {
+        lock.withLock { seen.count < Self.limit && seen.insert(key).inserted }
+    }
 }

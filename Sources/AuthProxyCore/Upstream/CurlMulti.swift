@@ -45,9 +45,9 @@ final class CurlMulti: @unchecked Sendable {
 
     /// Both ends of a TCP connection, as libcurl names them to the pre-request callback.
     struct ConnectionKey: Hashable {
-        var local: String
+        var local: IPAddress
         var localPort: Int
-        var remote: String
+        var remote: IPAddress
         var remotePort: Int
     }
 
@@ -268,7 +268,7 @@ final class CurlMulti: @unchecked Sendable {
             }
         }
         guard ok, let lip = IPAddress(local), let rip = IPAddress(remote) else { return nil }
-        return ConnectionKey(local: lip.description, localPort: port(local), remote: rip.description, remotePort: port(remote))
+        return ConnectionKey(local: lip, localPort: port(local), remote: rip, remotePort: port(remote))
     }
 
     private static func port(_ s: sockaddr_storage) -> Int {

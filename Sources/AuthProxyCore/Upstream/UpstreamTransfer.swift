@@ -66,6 +66,10 @@ final class UpstreamTransfer {
     let destination: String
     /// A resolved address libcurl wanted to connect to and `deny_destinations` refused.
     private(set) var deniedAddress: IPAddress? = nil
+    /// Whether some resolved address was allowed (then a failure is the network's, not the policy's).
+    private var openedAny = false
+    /// Status of the response head being read (1xx heads included).
+    private var status = 0
 
     init(multi: CurlMulti, request: UpstreamRequest, destination: String, delegate: any UpstreamTransferDelegate) {
         self.multi = multi
@@ -111,7 +115,10 @@ final class UpstreamTransfer {
         ap_easy_setopt_write_cb(e, transferWriteCallback)
 
         switch request.method {
-        case "HEAD": ap_easy_setopt_long(e, CURLOPT_NOBODY, 1)
+        case "HEAD":
+            ap_easy_setopt_long(e, CURLOPT_NOBODY, 1)
+            // Bytes after a HEAD answer can't be told from a late body: never pool the connection.
+            ap_easy_setopt_long(e, CURLOPT_FORBID_REUSE, 1)
         // UPLOAD alone would make libcurl send PUT: name the method whenever there is a body.
         case "GET" where request.bodyLength == nil: break
         default: ap_easy_setopt_ptr(e, CURLOPT_CUSTOMREQUEST, request.method)
@@ -215,7 +222,7 @@ final class UpstreamTransfer {
         var error: UpstreamError? = nil
         if code != CURLE_OK {
             error = UpstreamError(code: code, detail: String(cString: errorBuffer), destination: destination,
-                timeoutSeconds: request.timeoutSeconds, deniedAddress: deniedAddress)
+                timeoutSeconds: request.timeoutSeconds, deniedAddress: openedAny ? nil : deniedAddress)
         }
         d?.transferDidFinish(error: error)
     }
@@ -227,6 +234,7 @@ final class UpstreamTransfer {
             deniedAddress = ip
             return CURL_SOCKET_BAD
         }
+        openedAny = true
         let fd = socket(address.pointee.family, address.pointee.socktype | Int32(SOCK_CLOEXEC.rawValue), address.pointee.protocol)
         guard fd >= 0 else { return CURL_SOCKET_BAD }
         multi.socketOpened(fd)
@@ -239,6 +247,14 @@ final class UpstreamTransfer {
 
     fileprivate func header(_ p: UnsafeRawBufferPointer) -> Int {
         guard let d = delegate else { return 0 }
+        if p.count >= 12, p.starts(with: "HTTP/".utf8) {
+            status = Int(p[9] &- 48) * 100 + Int(p[10] &- 48) * 10 + Int(p[11] &- 48)
+        } else if p.count <= 2, status == 204 || status == 304, let easy {
+            // A bodiless answer: late bytes after it (a body it should not have) could only be caught by the
+            // peek before reuse if they arrived in time. Closing costs one connection per 204/304 and leaves
+            // no window for one client's response to reach another.
+            ap_easy_setopt_long(easy, CURLOPT_FORBID_REUSE, 1)
+        }
         d.transferDidReceiveHeaderLine(p)
         return p.count
     }
@@ -275,9 +291,12 @@ private func transferOpenSocketCallback(_ ud: UnsafeMutableRawPointer?, _ purpos
 /// `CURLOPT_PREREQFUNCTION`: the connection is chosen (new or from the pool) and the request not yet sent.
 private func transferPrereqCallback(_ ud: UnsafeMutableRawPointer?, _ primaryIP: UnsafeMutablePointer<CChar>?,
     _ localIP: UnsafeMutablePointer<CChar>?, _ primaryPort: Int32, _ localPort: Int32) -> Int32 {
-    guard let ud, let primaryIP, let localIP else { return Int32(CURL_PREREQFUNC_OK) }
+    // Parsed, not compared as text: libcurl may write an address as `::ffff:1.2.3.4` where the socket says 1.2.3.4.
+    guard let ud, let primaryIP, let localIP, let remote = IPAddress.parse(cString: primaryIP),
+        let local = IPAddress.parse(cString: localIP)
+    else { return Int32(CURL_PREREQFUNC_OK) }
     Unmanaged<UpstreamTransfer>.fromOpaque(ud).takeUnretainedValue().multi.discardIfStale(
-        CurlMulti.ConnectionKey(local: String(cString: localIP), localPort: Int(localPort), remote: String(cString: primaryIP), remotePort: Int(primaryPort)))
+        CurlMulti.ConnectionKey(local: local, localPort: Int(localPort), remote: remote, remotePort: Int(primaryPort)))
     return Int32(CURL_PREREQFUNC_OK)
 }
 

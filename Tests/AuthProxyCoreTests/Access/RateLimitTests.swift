@@ -43,6 +43,20 @@ import Testing
         #expect(r.count == 1)
     }
 
+    @Test func atTheCapTheLeastRecentlyUsedAreForgottenNotEveryone() {
+        let r = RateLimiter()
+        let limit = RateLimit(requests: 1, perSeconds: 3600)
+        #expect(r.take(credential: "c", client: "early", limit: limit, now: 0) == .allowed)
+        for i in 0..<(RateLimiter.maxBuckets - 2) {
+            _ = r.take(credential: "c", client: "c\(i)", limit: limit, now: UInt64(i + 1))
+        }
+        // The most recent client is still limited after the cap forced an eviction.
+        #expect(r.take(credential: "c", client: "recent", limit: limit, now: 200_000) == .allowed)
+        #expect(r.take(credential: "c", client: "recent", limit: limit, now: 200_001) != .allowed)
+        #expect(r.take(credential: "c", client: "c\(RateLimiter.maxBuckets - 3)", limit: limit, now: 200_002) != .allowed)
+        #expect(r.count <= RateLimiter.maxBuckets / 2 + 2)
+    }
+
     @Test func connectionLimits() throws {
         let l = ConnectionLimiter(total: 3, perClient: 2)
         let a = try #require(IPAddress.parse("127.0.0.1"))

@@ -77,6 +77,13 @@ import Testing
         }
     }
 
+    @Test func clientsAloneOpenEveryAddressToAuthentication() throws {
+        let c = try loader.parse("[proxy]\nlisten = [\"0.0.0.0:3128\"]\n[[client]]\nname = \"a\"\npassword = \"x\"\n")
+        #expect(c.allowClients == AddressBlock.everywhere)
+        let narrowed = try loader.parse("[proxy]\nallow_clients = [\"10.0.0.0/8\"]\n[[client]]\nname = \"a\"\npassword = \"x\"\n")
+        #expect(narrowed.allowClients.map(\.description) == ["10.0.0.0/8"])
+    }
+
     @Test func exposedListenerWithAccessControlIsAccepted() throws {
         _ = try loader.parse("[proxy]\nlisten = [\"0.0.0.0:3128\"]\nallow_clients = [\"10.0.0.0/8\"]\n")
         _ = try loader.parse("[proxy]\nlisten = [\"0.0.0.0:3128\"]\n[[client]]\nname = \"a\"\npassword = \"x\"\n")

@@ -27,6 +27,14 @@ private func status(_ text: String) -> Int? {
         #expect(h.framing == .none)
     }
 
+    @Test func fragmentsAndPercentHostsAreRefused() {
+        for text in ["GET /a#b HTTP/1.1\r\nHost: x\r\n\r\n", "GET /x#/../../secure HTTP/1.1\r\nHost: x\r\n\r\n",
+                     "GET http://h/a#b HTTP/1.1\r\n\r\n", "GET http://127%2e0%2e0%2e1/ HTTP/1.1\r\n\r\n",
+                     "CONNECT h%6fst:443 HTTP/1.1\r\n\r\n"] {
+            #expect(status(text) == 400, "\(text)")
+        }
+    }
+
     @Test func absoluteFormDefaults() throws {
         let h = try #require(head("GET https://h?x=1 HTTP/1.1\r\n\r\n"))
         #expect(h.target == .absolute(URLTarget(scheme: "https", host: "h", port: 443, pathAndQuery: "/?x=1")))
