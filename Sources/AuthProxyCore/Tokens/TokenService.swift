@@ -28,6 +28,9 @@ public final class TokenService: @unchecked Sendable {
     private var infos: [String: InfoEntry] = [:]
     private var refreshTokens: [String: TokenStateFile.StoredRefreshToken] = [:]
     private var fingerprints: [String: String] = [:]
+    /// The state file version last read or written by this process (see ``reloadIfChanged()``).
+    private var fileStamp: TokenStateFile.Stamp?
+    private var watcher: (any DispatchSourceTimer)?
     /// Network credentials (server trust above all) for the token service and `rest/info` requests.
     private let store: CredentialStore
     private let oauthUsers: Set<String>
@@ -72,10 +75,22 @@ public final class TokenService: @unchecked Sendable {
     }
 
     /// Loads saved tokens that still belong to an unchanged credential. Call once before serving.
+    ///
+    /// A damaged file is renamed aside (with a warning) and serving starts empty; a wrong `state_key` or an
+    /// unreadable file throws, so the proxy never starts with a state it would overwrite.
     public func loadState() throws(StateError) {
-        let contents = try stateFile.load()
+        var contents: TokenStateFile.Contents
+        do throws(StateError) {
+            contents = try stateFile.withLock { () throws(StateError) in try stateFile.load() }
+        } catch where error.kind == .damaged {
+            let aside = try stateFile.withLock { () throws(StateError) in try stateFile.quarantine() }
+            logger.warning("token state file is damaged: renamed it aside and starting without saved tokens",
+                metadata: ["file": "\(stateFile.path)", "renamed_to": "\(aside)", "cause": "\(error)"])
+            contents = TokenStateFile.Contents()
+        }
         var restored = 0
         queue.sync {
+            fileStamp = stateFile.stamp()
             for t in contents.tokens where fingerprints[t.credential] == t.fingerprint {
                 entries[t.key] = Entry(credential: t.credential, fingerprint: t.fingerprint, token: t.token)
                 restored += 1
@@ -84,8 +99,62 @@ public final class TokenService: @unchecked Sendable {
                 refreshTokens[r.credential] = r
             }
             publish()
+            startWatching()
         }
         if restored > 0 { logger.notice("restored tokens from state", metadata: ["count": "\(restored)", "file": "\(stateFile.path)"]) }
+    }
+
+    /// Checks the state file once a second: `authproxy login` and `signout` (other processes) change it,
+    /// and a running proxy must follow without a restart.
+    private func startWatching() {
+        dispatchPrecondition(condition: .onQueue(queue))
+        let t = DispatchSource.makeTimerSource(queue: queue)
+        t.schedule(deadline: .now() + 1, repeating: 1, leeway: .milliseconds(200))
+        t.setEventHandler { [weak self] in self?.reloadIfChanged() }
+        t.resume()
+        watcher = t
+    }
+
+    /// Re-reads the state file when another process replaced it: new or removed refresh tokens take effect
+    /// (the access tokens of a user who signed out or signed in again are dropped), and tokens another proxy
+    /// saved for keys this one has none for are adopted.
+    func reloadIfChanged() {
+        dispatchPrecondition(condition: .onQueue(queue))
+        let stamp = stateFile.stamp()
+        guard stamp != fileStamp else { return }
+        fileStamp = stamp
+        let contents: TokenStateFile.Contents
+        do {
+            contents = try stateFile.load()
+        } catch {
+            logger.error("cannot re-read the token state file changed by another process; keeping the tokens in memory",
+                metadata: ["file": "\(stateFile.path)", "cause": "\(error)"])
+            return
+        }
+        var current: [String: TokenStateFile.StoredRefreshToken] = [:]
+        for r in contents.refreshTokens where fingerprints[r.credential] == r.fingerprint { current[r.credential] = r }
+        var changed = false
+        for name in oauthUsers where current[name]?.refreshToken != refreshTokens[name]?.refreshToken {
+            // Signed out, or signed in again (perhaps as another user): tokens from the old grant must go.
+            for (k, e) in entries where e.credential == name && e.token != nil {
+                entries[k]?.token = nil
+                changed = true
+            }
+            logger.notice(current[name] == nil ? "refresh token removed by another process" : "new refresh token from another process",
+                metadata: ["credential": "\(name)"])
+        }
+        refreshTokens = current
+        let now = nowMillis()
+        for t in contents.tokens where fingerprints[t.credential] == t.fingerprint && !t.token.isExpired(at: now) {
+            if oauthUsers.contains(t.credential), current[t.credential] == nil { continue }
+            if entries[t.key]?.token == nil {
+                var e = entries[t.key] ?? Entry(credential: t.credential, fingerprint: t.fingerprint)
+                e.token = t.token
+                entries[t.key] = e
+                changed = true
+            }
+        }
+        if changed { publish() }
     }
 
     /// The cache key of a request to `target` under credential `c`.
@@ -231,27 +300,33 @@ public final class TokenService: @unchecked Sendable {
         snapshot.withLock { $0 = valid }
     }
 
+    /// Saves the valid tokens (read-modify-write under the file lock, so a concurrent `login` or `signout`
+    /// is never undone). A file that cannot be read is not overwritten.
     private func persist() {
-        var contents = (try? stateFile.load()) ?? TokenStateFile.Contents()
+        reloadIfChanged()  // a sign-out that just happened must not be written back
         let now = nowMillis()
-        // `authproxy signout` removed the refresh token of a named user: drop that user's tokens here too.
-        let signedOut = oauthUsers.filter { name in !contents.refreshTokens.contains { $0.credential == name } }
-        if !signedOut.isEmpty {
-            for (k, e) in entries where signedOut.contains(e.credential) { entries[k]?.token = nil }
-            publish()
-        }
         let ours = entries.compactMap { (k, e) -> TokenStateFile.StoredToken? in
             guard let t = e.token, !t.isExpired(at: now) else { return nil }
             return TokenStateFile.StoredToken(key: k, credential: e.credential, fingerprint: e.fingerprint, token: t)
         }
         let keys = Set(ours.map(\.key))
-        contents.tokens = contents.tokens.filter { !keys.contains($0.key) && fingerprints[$0.credential] == $0.fingerprint } + ours
-        contents.tokens.sort { $0.key < $1.key }
-        // Refresh tokens in the file are left as they are (see refreshGrant).
+        let fingerprints = fingerprints
+        let oauthUsers = oauthUsers
         do {
-            try stateFile.save(contents)
+            let result = try stateFile.update { (contents: inout TokenStateFile.Contents) throws(StateError) in
+                // A user signed out between our last look and the lock: do not write their tokens back.
+                let signedIn = Set(contents.refreshTokens.map(\.credential))
+                let mine = ours.filter { !oauthUsers.contains($0.credential) || signedIn.contains($0.credential) }
+                contents.tokens = contents.tokens.filter { !keys.contains($0.key) && fingerprints[$0.credential] == $0.fingerprint } + mine
+                contents.tokens.sort { $0.key < $1.key }
+                // Refresh tokens in the file are left as they are (`login` and `signout` own them).
+            }
+            fileStamp = result.stamp
+            if let aside = result.quarantined {
+                logger.warning("token state file was damaged: renamed it aside", metadata: ["file": "\(stateFile.path)", "renamed_to": "\(aside)"])
+            }
         } catch {
-            logger.error("cannot save token state", metadata: ["cause": "\(error)"])
+            logger.error("cannot save token state; the file is left as it is", metadata: ["cause": "\(error)"])
         }
     }
 
@@ -373,13 +448,8 @@ public final class TokenService: @unchecked Sendable {
 
     private func refreshGrant(_ c: Credential, _ o: OAuthUserSettings, done: @escaping (Result<IssuedToken, TokenError>) -> Void) {
         // The file is the authority on refresh tokens (`authproxy login` writes them, `signout` removes them):
-        // read it for every refresh grant (rare), so a new login or a sign-out takes effect at once.
-        refreshTokens[c.name] = nil
-        if let contents = try? stateFile.load() {
-            for r in contents.refreshTokens where r.credential == c.name && r.fingerprint == fingerprints[c.name] {
-                refreshTokens[c.name] = r
-            }
-        }
+        // look at it before every refresh grant (rare), so a new login or a sign-out takes effect at once.
+        reloadIfChanged()
         guard let refresh = refreshTokens[c.name] else {
             done(.failure(TokenError(credential: c.name,
                 message: "no refresh token yet: run `authproxy login --config <file> --credential \(c.name)`", local: true)))
@@ -522,16 +592,21 @@ public final class TokenService: @unchecked Sendable {
 
     // MARK: - login / sign-out support
 
-    /// Stores a refresh token obtained by `authproxy login`, bound to the credential's current settings.
+    /// Stores a refresh token obtained by `authproxy login`, bound to the credential's current settings
+    /// (read-modify-write under the file lock). Returns where a damaged file was moved, if it was.
+    @discardableResult
     public static func storeRefreshToken(_ c: Credential, config: ProxyConfig, refreshToken: String, expires: Int64?,
-        username: String?) throws(StateError)
+        username: String?) throws(StateError) -> String?
     {
         let file = TokenStateFile(directory: config.stateDir, secret: config.stateKey)
-        var contents = try file.load()
-        contents.refreshTokens.removeAll { $0.credential == c.name }
-        contents.refreshTokens.append(TokenStateFile.StoredRefreshToken(credential: c.name,
-            fingerprint: Crypto.sha256Hex(c.identityMaterial), refreshToken: refreshToken, expires: expires, username: username))
-        try file.save(contents)
+        let stored = TokenStateFile.StoredRefreshToken(credential: c.name,
+            fingerprint: Crypto.sha256Hex(c.identityMaterial), refreshToken: refreshToken, expires: expires, username: username)
+        let result = try file.update { (contents: inout TokenStateFile.Contents) throws(StateError) in
+            contents.refreshTokens.removeAll { $0.credential == c.name }
+            contents.refreshTokens.append(stored)
+            // Access tokens from an earlier sign-in of this credential belong to the old grant.
+            contents.tokens.removeAll { $0.credential == c.name }
+        }
+        return result.quarantined
     }
-
 }
