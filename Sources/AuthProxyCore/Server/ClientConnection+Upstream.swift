@@ -198,11 +198,7 @@ extension ClientConnection {
         }
         if line[0] == 32 || line[0] == 9 {
             // obs-fold from an old upstream: join to the previous field.
-            let more = String(decoding: line, as: UTF8.self).trimmingHTTPWhitespace()
-            if let last = responseHeaders.fields.last {
-                responseHeaders.remove(name: last.name)
-                responseHeaders.add(name: last.name, value: last.value + " " + more)
-            }
+            responseHeaders.continueLast(with: String(decoding: line, as: UTF8.self).trimmingHTTPWhitespace())
             return
         }
         guard let colon = line.firstIndex(of: 58) else { return }
