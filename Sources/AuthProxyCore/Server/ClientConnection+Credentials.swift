@@ -133,6 +133,9 @@ extension ClientConnection {
                 respond(ErrorResponse(status: 502, message: "Credential '\(c.name)': its token may only be sent over https",
                     details: ["The token service marked the token ssl:true; request \(url.origin) over https (or set upgrade_to_https when available)."]),
                     close: !bodyComplete)
+                // Like every local answer: go on with a pipelined request already buffered.
+                process()
+                updateReadInterest()
                 return
             }
             injectedToken = t
