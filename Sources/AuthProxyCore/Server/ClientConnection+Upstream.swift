@@ -314,7 +314,8 @@ extension ClientConnection {
                 "credential": "\(networkAuth.passwordName ?? "kerberos")"])
         }
         if holding {
-            if TokenRejection.isRejection(status: responseStatus, contentType: responseHeaders.first("content-type"), body: sniffBuffer),
+            if TokenRejection.isRejection(status: responseStatus, contentType: responseHeaders.first("content-type"),
+                contentEncoding: responseHeaders.first("content-encoding"), body: sniffBuffer),
                 tokenRejected()
             {
                 return
