@@ -7,7 +7,13 @@ import Synchronization
 ///
 /// - One token request per cache key at a time (single flight): requests that need the same token wait for
 ///   the one in flight.
-/// - After a failure the key backs off (1 s doubling to 60 s); requests meanwhile get the last error at once.
+/// - After a failure the key backs off (``TokenBackoff``: 1 s doubling to 30 s); requests meanwhile get the
+///   last error at once, saying when the next attempt will be, and one probe goes out when the backoff ends
+///   (if the credential was wanted meanwhile), so a token service that comes back is noticed without waiting
+///   for a request to arrive after the deadline.
+/// - A server that rejects even a freshly issued token makes the key back off the same way
+///   (``TokenRetryPolicy``): clients get the upstream's rejection, and no token is requested until the backoff
+///   allows it.
 /// - A token within its refresh margin is still handed out while a background refresh runs.
 /// - Keys are `credential|server root`: a federated server gets its own token, exchanged from the portal
 ///   token (cached under `credential|portal root`).
@@ -22,6 +28,14 @@ public final class TokenService: @unchecked Sendable {
     private let stateFile: TokenStateFile
     /// Valid tokens by key: what event loops read.
     private let snapshot = Mutex<[String: IssuedToken]>([:])
+    /// Keys whose server rejected a fresh token: their backoff and the token last rejected (handed out while
+    /// backing off, so clients get the server's own answer). Read by event loops on every rejection.
+    private let rejections = Mutex<[String: Rejections]>([:])
+
+    struct Rejections {
+        var backoff = TokenBackoff()
+        var token: IssuedToken?
+    }
 
     // Confined to `queue`.
     private var entries: [String: Entry] = [:]
@@ -43,9 +57,11 @@ public final class TokenService: @unchecked Sendable {
         var token: IssuedToken?
         var inFlight = false
         var waiters: [Completion] = []
-        var failures = 0
-        var retryAt: Int64 = 0
+        var backoff = TokenBackoff()
         var lastError: TokenError?
+        /// A request wanted a token while the key was backing off: probe when the backoff ends.
+        var wantedWhileBackingOff = false
+        var probeScheduled = false
     }
 
     struct ServerInfo {
@@ -201,6 +217,56 @@ public final class TokenService: @unchecked Sendable {
         }
     }
 
+    /// The upstream rejected `token` (498/499 in any form) on `attempt` of a request: decides with
+    /// ``TokenRetryPolicy`` whether to refresh and retry, and records what that means — the token is forgotten
+    /// before a refresh; a fresh token rejected makes the key back off (the token is kept, so clients keep
+    /// getting the upstream's own answer while no new token may be requested).
+    public func rejected(_ c: Credential, target: URLTarget, token: IssuedToken, attempt: Int,
+        replayImpossible: String?) -> TokenRetryPolicy.Action
+    {
+        let key = Self.key(for: c, target: target)
+        let now = nowMillis()
+        var pregenerated = false
+        if case .token = c.kind { pregenerated = true }
+        let backingOff = rejections.withLock { $0[key]?.backoff.isBackingOff(at: now) ?? false }
+        let action = TokenRetryPolicy.decide(.init(attempt: attempt, pregenerated: pregenerated,
+            refreshable: c.isRefreshable, tokenIsFresh: token.fresh, backingOff: backingOff,
+            replayImpossible: replayImpossible))
+        switch action {
+        case .relay(_, serverRejectsNewTokens: true):
+            var wait: Int64 = 0
+            var count = 0
+            var unfresh = token
+            unfresh.fresh = false
+            rejections.withLock { r in
+                var st = r[key] ?? Rejections()
+                // Requests that shared one fresh token report it together: one failure, not one per request.
+                if !st.backoff.isBackingOff(at: now) { wait = st.backoff.failed(at: now) }
+                count = st.backoff.failures
+                st.token = unfresh
+                r[key] = st
+            }
+            if wait > 0 {
+                logger.warning("the server rejects new tokens: relaying its rejection and backing off",
+                    metadata: ["credential": "\(c.name)", "root": "\(ServerRoot.of(target).root)",
+                        "consecutive": "\(count)", "retry_in_s": "\(wait / 1000)",
+                        "hint": "check the credential's referer/client binding, the user's access, and the clocks"])
+            }
+        case .relay(_, serverRejectsNewTokens: false) where backingOff:
+            break  // keep the token: no new one may be requested yet
+        default:
+            invalidate(c, target: target, value: token.value)
+        }
+        return action
+    }
+
+    /// Whether the key of a request to `target` is backing off because its server rejected new tokens, and
+    /// until when.
+    func rejectionBackoff(for c: Credential, target: URLTarget) -> TokenBackoff? {
+        let key = Self.key(for: c, target: target)
+        return rejections.withLock { $0[key]?.backoff }
+    }
+
     /// The upstream rejected `value` (498/499): forget it so the next request gets a fresh one. A token
     /// already replaced by another request's refresh is left alone.
     public func invalidate(_ c: Credential, target: URLTarget, value: String) {
@@ -237,20 +303,38 @@ public final class TokenService: @unchecked Sendable {
             return
         }
         if forceRefresh, e.token != nil, e.inFlight { return }  // a background refresh is already running
+        if let st = rejections.withLock({ $0[key] }), st.backoff.isBackingOff(at: now) {
+            // The server rejected fresh tokens: no new one until the backoff allows it. The token it rejected
+            // last goes out meanwhile (even if a concurrent refresh dropped it), so clients get its answer.
+            if let t = [e.token, st.token].compactMap({ $0 }).first(where: { !$0.isExpired(at: now) }) {
+                completion(.success(t))
+            } else {
+                let b = st.backoff
+                completion(.failure(TokenError(credential: c.name,
+                    message: "the server at \(root) rejects newly issued tokens (check the referer/client binding, the user's access and the clocks)",
+                    retryAt: b.retryAt)))
+            }
+            return
+        }
         e.waiters.append(completion)
         if e.inFlight {
             entries[key] = e
             return
         }
-        if e.retryAt > now, let err = e.lastError {
-            // Backing off after a failure: answer at once instead of hammering the token service.
+        if e.backoff.isBackingOff(at: now), var err = e.lastError {
+            // Backing off after a failure: answer at once instead of hammering the token service, say when
+            // the next attempt is, and make sure one happens then.
+            err.retryAt = e.backoff.retryAt
             let waiters = e.waiters
             e.waiters = []
+            e.wantedWhileBackingOff = true
             entries[key] = e
+            scheduleProbe(c, key: key, root: root, isPortal: isPortal)
             for w in waiters { w(.failure(err)) }
             return
         }
         e.inFlight = true
+        e.wantedWhileBackingOff = false
         entries[key] = e
         fetch(c, root: root, isPortal: isPortal) { [self] result in
             guard var e = entries[key] else { return }
@@ -260,7 +344,7 @@ public final class TokenService: @unchecked Sendable {
             switch result {
             case .success(let t):
                 e.token = t
-                e.failures = 0
+                e.backoff.succeeded()
                 e.lastError = nil
                 entries[key] = e
                 publish()
@@ -268,23 +352,46 @@ public final class TokenService: @unchecked Sendable {
                 logger.info("token obtained", metadata: ["credential": "\(c.name)", "root": "\(root)",
                     "expires_in_s": "\(t.expires.map { ($0 - nowMillis()) / 1000 } ?? -1)"])
             case .failure(let err):
-                e.failures += err.local ? 0 : 1
-                let backoff = err.local ? 0 : Int64(min(60, 1 << min(e.failures - 1, 6))) * 1000
-                e.retryAt = nowMillis() + backoff
+                let wait = err.local ? 0 : e.backoff.failed(at: nowMillis())
                 e.lastError = err
                 // A token that is only due for refresh stays usable until it really expires.
                 if let t = e.token, t.isExpired(at: nowMillis()) { e.token = nil }
                 entries[key] = e
                 publish()
                 logger.warning("token request failed", metadata: ["credential": "\(c.name)", "root": "\(root)",
-                    "cause": "\(err.message)", "retry_in_s": "\(backoff / 1000)"])
+                    "cause": "\(err.message)", "retry_in_s": "\(wait / 1000)"])
             }
             for w in waiters {
                 switch result {
-                case .success(let t): w(.success(t))
-                case .failure(let err): w(e.token.map { .success($0) } ?? .failure(err))
+                case .success(var t):
+                    t.fresh = true  // this request waited for it: the upstream has never seen it
+                    w(.success(t))
+                case .failure(var err):
+                    if let t = e.token {
+                        w(.success(t))
+                    } else {
+                        if e.backoff.isBackingOff(at: nowMillis()) { err.retryAt = e.backoff.retryAt }
+                        w(.failure(err))
+                    }
                 }
             }
+        }
+    }
+
+    /// One probe when the key's backoff ends, if a request wanted a token meanwhile: recovery does not wait
+    /// for the next request to arrive after the deadline (and the one that does finds a token).
+    private func scheduleProbe(_ c: Credential, key: String, root: String, isPortal: Bool) {
+        guard var e = entries[key], !e.probeScheduled else { return }
+        e.probeScheduled = true
+        entries[key] = e
+        let delay = max(0, e.backoff.retryAt - nowMillis())
+        queue.asyncAfter(deadline: .now() + .milliseconds(Int(delay))) { [self] in
+            guard var e = entries[key] else { return }
+            e.probeScheduled = false
+            entries[key] = e
+            guard e.wantedWhileBackingOff, !e.inFlight, e.token == nil || e.token!.isExpired(at: nowMillis()) else { return }
+            logger.info("backoff over: probing the token service", metadata: ["credential": "\(c.name)", "root": "\(root)"])
+            acquire(c, root: root, isPortal: isPortal, forceRefresh: false) { _ in }
         }
     }
 
@@ -356,22 +463,45 @@ public final class TokenService: @unchecked Sendable {
 
     /// A server root under an OAuth credential: the portal token, exchanged for a server token when the server
     /// says it is federated with that portal.
+    ///
+    /// When the portal refuses the exchange because the portal token itself is dead (revoked or expired early:
+    /// a portal restart, a password change, "revoke all tokens"), the portal token is dropped, a new one
+    /// obtained as the credential's type dictates, and the exchange made once more — all for the request
+    /// that is waiting, which then gets its retry instead of a 502.
     private func viaPortal(_ c: Credential, portal: String, root: String, done: @escaping (Result<IssuedToken, TokenError>) -> Void) {
         serverInfo(c, root: root) { [self] info in
             // The completion runs on the service queue (token requests complete there).
             nonisolated(unsafe) let done = done
-            acquire(c, root: portal, isPortal: true, forceRefresh: false) { [self] portalResult in
-                switch portalResult {
-                case .failure(let e): done(.failure(e))
-                case .success(let portalToken):
-                    if case .success(let i) = info, let owner = i.owningSystemURL, ServerRoot.same(owner, portal) {
-                        exchange(c, portalToken: portalToken, portal: portal, serverRoot: root) { [self] result in
-                            if case .failure = result { dropToken(c, value: portalToken.value) }
-                            done(result)
-                        }
-                    } else {
-                        done(.success(portalToken))  // not federated (e.g. hosted services): use the portal token
+            guard case .success(let i) = info, let owner = i.owningSystemURL, ServerRoot.same(owner, portal) else {
+                // Not federated (e.g. hosted services): the portal token is used as is.
+                acquire(c, root: portal, isPortal: true, forceRefresh: false) { done($0) }
+                return
+            }
+            exchangeWithPortalToken(c, portal: portal, root: root, renewed: false, done: done)
+        }
+    }
+
+    private func exchangeWithPortalToken(_ c: Credential, portal: String, root: String, renewed: Bool,
+        done: @escaping (Result<IssuedToken, TokenError>) -> Void)
+    {
+        nonisolated(unsafe) let done = done
+        acquire(c, root: portal, isPortal: true, forceRefresh: false) { [self] portalResult in
+            switch portalResult {
+            case .failure(let e): done(.failure(e))
+            case .success(let portalToken):
+                exchange(c, portalToken: portalToken, portal: portal, serverRoot: root) { [self] result in
+                    guard case .failure(let e) = result, e.tokenRejected else {
+                        done(result)
+                        return
                     }
+                    dropToken(c, value: portalToken.value)
+                    if renewed {
+                        done(result)  // a brand-new portal token refused as well: report, do not loop
+                        return
+                    }
+                    logger.info("the portal refused its own token for the exchange: getting a new portal token",
+                        metadata: ["credential": "\(c.name)", "portal": "\(portal)", "root": "\(root)"])
+                    exchangeWithPortalToken(c, portal: portal, root: root, renewed: true, done: done)
                 }
             }
         }
@@ -541,12 +671,17 @@ public final class TokenService: @unchecked Sendable {
                         message: "token service \(Self.redacted(url)) answered HTTP \(r.status) without JSON")))
                     return
                 }
-                if let err = json["error"] {
+                // `{"error":{…}}`, or the unwrapped `{"code":498,"message":…}` of older servers.
+                let unwrapped = json["error"] == nil && json["code"] != nil && json["token"] == nil && json["access_token"] == nil
+                if let err = json["error"] ?? (unwrapped ? json : nil) {
                     let e = err as? [String: Any]
                     let message = (e?["message"] as? String) ?? (e?["error_description"] as? String) ?? (err as? String) ?? "error"
                     let details = (e?["details"] as? [Any])?.compactMap { $0 as? String } ?? []
-                    done(.failure(TokenError(credential: c.name,
-                        message: "token service \(Self.redacted(url)) refused: \(message)", details: details)))
+                    let code = (e?["code"] as? NSNumber)?.intValue
+                    var failure = TokenError(credential: c.name,
+                        message: "token service \(Self.redacted(url)) refused: \(message)", details: details)
+                    failure.tokenRejected = code == 498 || code == 499 || (e?["messageCode"] as? String) == "GWM_0003"
+                    done(.failure(failure))
                     return
                 }
                 done(.success(json))
