@@ -66,3 +66,19 @@ import Testing
         #expect(TokenRetryPolicy.decide(S(attempt: 1, pregenerated: true, refreshable: false)) == .explainPregenerated)
     }
 }
+
+@Suite struct LockTests {
+    /// Mutual exclusion under contention. (The old Lock passed `&storedProperty` to pthread: undefined
+    /// behaviour that no test can show reliably; this checks the heap-allocated one works.)
+    @Test func countsUnderContention() async {
+        let lock = Lock()
+        final class Box: @unchecked Sendable { var n = 0 }
+        let box = Box()
+        await withTaskGroup(of: Void.self) { g in
+            for _ in 0..<8 {
+                g.addTask { for _ in 0..<10_000 { lock.withLock { box.n += 1 } } }
+            }
+        }
+        #expect(lock.withLock { box.n } == 80_000)
+    }
+}
