@@ -97,7 +97,8 @@ public final class TokenService: @unchecked Sendable {
     public func loadState() throws(StateError) {
         var contents: TokenStateFile.Contents
         do throws(StateError) {
-            contents = try stateFile.withLock { () throws(StateError) in try stateFile.load() }
+            // No lock to read: writers replace the file by rename, so a reader sees one whole version.
+            contents = try stateFile.load()
         } catch where error.kind == .damaged {
             let aside = try stateFile.withLock { () throws(StateError) in try stateFile.quarantine() }
             logger.warning("token state file is damaged: renamed it aside and starting without saved tokens",
