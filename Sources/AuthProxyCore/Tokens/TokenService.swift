@@ -134,7 +134,7 @@ public final class TokenService: @unchecked Sendable {
 
     /// Re-reads the state file when another process replaced it: new or removed refresh tokens take effect
     /// (the access tokens of a user who signed out or signed in again are dropped), and tokens another proxy
-    /// saved for keys this one has none for are adopted.
+    /// saved for keys this one has never used are adopted.
     func reloadIfChanged() {
         dispatchPrecondition(condition: .onQueue(queue))
         let stamp = stateFile.stamp()
@@ -148,6 +148,11 @@ public final class TokenService: @unchecked Sendable {
                 metadata: ["file": "\(stateFile.path)", "cause": "\(error)"])
             return
         }
+        follow(contents)
+    }
+
+    /// Takes over what another process put in the state file (`contents`, as read now).
+    private func follow(_ contents: TokenStateFile.Contents) {
         var current: [String: TokenStateFile.StoredRefreshToken] = [:]
         for r in contents.refreshTokens where fingerprints[r.credential] == r.fingerprint { current[r.credential] = r }
         var changed = false
@@ -164,10 +169,10 @@ public final class TokenService: @unchecked Sendable {
         let now = nowMillis()
         for t in contents.tokens where fingerprints[t.credential] == t.fingerprint && !t.token.isExpired(at: now) {
             if oauthUsers.contains(t.credential), current[t.credential] == nil { continue }
-            if entries[t.key]?.token == nil {
-                var e = entries[t.key] ?? Entry(credential: t.credential, fingerprint: t.fingerprint)
-                e.token = t.token
-                entries[t.key] = e
+            // Only for keys this proxy has never used: a token it dropped (rejected upstream, old grant) is
+            // still in the file until the next save and must not come back.
+            if entries[t.key] == nil {
+                entries[t.key] = Entry(credential: t.credential, fingerprint: t.fingerprint, token: t.token)
                 changed = true
             }
         }
@@ -420,16 +425,20 @@ public final class TokenService: @unchecked Sendable {
         let keys = Set(ours.map(\.key))
         let fingerprints = fingerprints
         let oauthUsers = oauthUsers
+        let grants = refreshTokens.mapValues(\.refreshToken)
         do {
             let result = try stateFile.update { (contents: inout TokenStateFile.Contents) throws(StateError) in
-                // A user signed out between our last look and the lock: do not write their tokens back.
-                let signedIn = Set(contents.refreshTokens.map(\.credential))
-                let mine = ours.filter { !oauthUsers.contains($0.credential) || signedIn.contains($0.credential) }
+                // A user signed out, or in again, between our last look and the lock: the tokens we hold
+                // for them belong to the old grant and must not be written back.
+                var inFile: [String: String] = [:]
+                for r in contents.refreshTokens where fingerprints[r.credential] == r.fingerprint { inFile[r.credential] = r.refreshToken }
+                let mine = ours.filter { !oauthUsers.contains($0.credential) || (inFile[$0.credential] != nil && inFile[$0.credential] == grants[$0.credential]) }
                 contents.tokens = contents.tokens.filter { !keys.contains($0.key) && fingerprints[$0.credential] == $0.fingerprint } + mine
                 contents.tokens.sort { $0.key < $1.key }
                 // Refresh tokens in the file are left as they are (`login` and `signout` own them).
             }
             fileStamp = result.stamp
+            follow(result.contents)  // what another writer changed just before the lock
             if let aside = result.quarantined {
                 logger.warning("token state file was damaged: renamed it aside", metadata: ["file": "\(stateFile.path)", "renamed_to": "\(aside)"])
             }
