@@ -220,3 +220,18 @@ def test_signout_while_serve_runs(proxy_factory, federation, session, tmp_path):
     assert "authproxy login" in err["message"]
     contents = json.loads((state / "tokens.json").read_text())
     assert contents["refreshTokens"] == [] and contents["tokens"] == []
+
+
+def test_login_renames_a_damaged_file_aside(federation, tmp_path):
+    portal, server = federation
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "tokens.json").write_bytes(b"\x00not a state file")
+    creds = cred("me", "oauth-user", [portal.portal_url, server.server_root], client_id="proxyapp",
+                 portal_url=portal.portal_url, redirect_uri="http://127.0.0.1:%d/callback" % harness.free_port())
+    conf = write_conf(tmp_path, "login.conf", state, None, creds)
+    assert "refresh token stored" in login(conf)
+    aside = glob.glob(str(state / "tokens.json.corrupt-*"))
+    assert len(aside) == 1 and open(aside[0], "rb").read() == b"\x00not a state file"
+    contents = json.loads((state / "tokens.json").read_text())
+    assert [r["credential"] for r in contents["refreshTokens"]] == ["me"]
