@@ -23,6 +23,11 @@ let package = Package(
             pkgConfig: "openssl",
             providers: [.apt(["libssl-dev"])]
         ),
+        .systemLibrary(
+            name: "CZlib",
+            pkgConfig: "zlib",
+            providers: [.apt(["zlib1g-dev"])]
+        ),
         .target(
             name: "CAuthProxyShims",
             dependencies: ["CCurl", "COpenSSL"]
@@ -33,6 +38,7 @@ let package = Package(
                 "CAuthProxyShims",
                 "CCurl",
                 "COpenSSL",
+                "CZlib",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: [.enableUpcomingFeature("ExistentialAny")]
@@ -47,7 +53,7 @@ let package = Package(
         ),
         .testTarget(
             name: "AuthProxyCoreTests",
-            dependencies: ["AuthProxyCore"]
+            dependencies: ["AuthProxyCore", "CZlib"]
         ),
     ],
     swiftLanguageModes: [.v6]

@@ -93,7 +93,8 @@ struct Serve: ParsableCommand {
             try server.start()
         } catch {
             logger.critical("\(error)")
-            throw ExitCode(1)
+            // A state file the proxy must not touch (wrong state_key, unreadable) is a configuration error.
+            throw ExitCode(error.isConfigurationError ? 2 : 1)
         }
         logger.notice("authproxy started", metadata: ["version": "\(AuthProxyVersion.string)", "workers": "\(config.workers)"])
 
@@ -152,6 +153,16 @@ struct Check: ParsableCommand {
             let limit = cred.rateLimit.map { ", rate_limit=\($0.requests)/\($0.perSeconds)s" } ?? ""
             print("    - \(cred.name) (\(cred.kind.typeName), token_placement=\(cred.placement.rawValue)\(cred.overrideClientToken ? ", override_client_token" : "")\(limit)): \(cred.match.map(\.description).joined(separator: ", "))")
         }
+        // The token state must open with this configuration, or `serve` would refuse to start.
+        let file = TokenStateFile(directory: c.stateDir, secret: c.stateKey)
+        do throws(StateError) {
+            let contents = try file.load()
+            print("  token state:              \(file.path): \(contents.tokens.count) token(s), \(contents.refreshTokens.count) refresh token(s)")
+        } catch {
+            let hint = error.kind == .damaged ? " (serve would rename it aside and start without saved tokens)" : ""
+            printError("authproxy: \(options.config): token state: \(error)\(hint)")
+            throw ExitCode(2)
+        }
     }
 }
 
@@ -179,6 +190,15 @@ struct Login: ParsableCommand {
             throw ExitCode(2)
         }
         ProxyServer.initializeLibraries()
+        // The key must open the state file before the authorization code is spent (a code is single-use).
+        do throws(StateError) {
+            _ = try TokenStateFile(directory: config.stateDir, secret: config.stateKey).load()
+        } catch where error.kind == .wrongKey || error.kind == .unreadable {
+            printError("authproxy: login: \(error)")
+            throw ExitCode(2)
+        } catch {
+            printError("authproxy: warning: \(error); it will be renamed aside when the refresh token is stored")
+        }
         do {
             let login = try OAuthLogin(credential: c)
             let listener = try login.loopbackPort.map { (port: Int) throws(StateError) in try LoopbackRedirect(port: port) }
@@ -198,13 +218,16 @@ struct Login: ParsableCommand {
             }
             let fetch = SyncFetch(timeoutSeconds: config.upstreamTimeoutSeconds, credentials: config.credentials)
             let grant = try login.exchange(code: code, fetch: fetch)
-            try TokenService.storeRefreshToken(c, config: config, refreshToken: grant.refreshToken,
+            if let aside = try TokenService.storeRefreshToken(c, config: config, refreshToken: grant.refreshToken,
                 expires: grant.refreshExpires, username: grant.username)
+            {
+                printError("authproxy: warning: the damaged token state file was renamed to \(aside)")
+            }
             printNow("Signed in\(grant.username.map { " as \($0)" } ?? ""); refresh token stored for credential '\(c.name)'.")
             printNow("A running proxy picks it up with its next request for this credential.")
         } catch let e as StateError {
             printError("authproxy: login failed: \(e)")
-            throw ExitCode(1)
+            throw ExitCode(e.kind == .wrongKey || e.kind == .unreadable ? 2 : 1)
         }
     }
 }
@@ -222,13 +245,13 @@ struct SignOutCommand: ParsableCommand {
     func run() throws {
         let config = try options.load()
         ProxyServer.initializeLibraries()
-        do {
+        do throws(StateError) {
             for line in try SignOut.run(config: config, credentialName: credential, fetch: SyncFetch(timeoutSeconds: config.upstreamTimeoutSeconds, credentials: config.credentials)) {
                 print(line)
             }
         } catch {
             printError("authproxy: signout failed: \(error)")
-            throw ExitCode(1)
+            throw ExitCode(error.kind == .wrongKey || error.kind == .unreadable ? 2 : 1)
         }
     }
 }

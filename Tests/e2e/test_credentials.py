@@ -356,8 +356,8 @@ def test_restart_keeps_tokens_and_encrypts_state(proxy_factory, ags, session, tm
     p = proxy_factory(proxy=conf, extra_config=arcgis_cred(ags))
     assert via(p, session, "GET", ags.query_url() + "?f=json").status_code == 200
     p.stop()
-    files = os.listdir(state)
-    assert files == ["tokens.enc"], files
+    files = sorted(os.listdir(state))
+    assert files == ["tokens.enc", "tokens.lock"], files  # the lock file serialises writers (flock)
     blob = (state / "tokens.enc").read_bytes()
     token = [e for e in ags.request_log() if e["outcome"] == "ok"][-1]["token"]
     assert token.encode() not in blob and b"alice" not in blob

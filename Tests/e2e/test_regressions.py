@@ -139,3 +139,49 @@ def test_second_listener_failure_exits_cleanly(tmp_path):
     busy.close()
     assert r.returncode == 1, (r.returncode, r.stderr[-2000:])
     assert b"cannot listen on 127.0.0.1:%d" % port in r.stderr
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Issue 9 (token lifecycle) review findings
+# ---------------------------------------------------------------------------------------------------------
+
+def test_folded_header_keeps_earlier_fields_of_the_same_name(proxy):
+    """An obs-fold continuation replaced every field of that name by the folded one (Set-Cookie lost)."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    port = srv.getsockname()[1]
+
+    def serve():
+        c, _ = srv.accept()
+        c.recv(65536)
+        c.sendall(b"HTTP/1.1 200 OK\r\nSet-Cookie: a=1\r\nSet-Cookie: b=2;\r\n Path=/x\r\nX-After: y\r\n"
+                  b"Content-Length: 2\r\nConnection: close\r\n\r\nok")
+        time.sleep(0.5)
+        c.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    out = _raw(proxy, b"GET http://127.0.0.1:%d/ HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n" % port)
+    srv.close()
+    head = out.partition(b"\r\n\r\n")[0].lower().split(b"\r\n")
+    assert b"set-cookie: a=1" in head, head
+    assert b"set-cookie: b=2; path=/x" in head, head
+    assert b"x-after: y" in head, head
+
+
+def test_ssl_token_refusal_answers_a_pipelined_request(proxy_factory, origin):
+    """The ssl:true-over-http 502 left a buffered pipelined request waiting for the idle timeout."""
+    from arcgis import ArcGISServer
+    from test_credentials import arcgis_cred
+    s = ArcGISServer(role="server", ssl=True).start()
+    try:
+        p = proxy_factory(extra_config=arcgis_cred(s))
+        req = (b"GET " + s.query_url().encode() + b"?f=json HTTP/1.1\r\nHost: x\r\n\r\n"
+               b"GET " + origin.url.encode() + b"/json HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        t0 = time.time()
+        out = _raw(p, req, timeout=8)
+        assert time.time() - t0 < 5, out[:300]
+        assert out.startswith(b"HTTP/1.1 502"), out[:300]
+        assert out.count(b"HTTP/1.1 ") == 2 and b"HTTP/1.1 200" in out, out[:600]
+    finally:
+        s.stop()

@@ -46,6 +46,7 @@ func reasonPhrase(_ status: Int) -> String {
     switch status {
     case 100: return "Continue"
     case 200: return "OK"
+    case 204: return "No Content"
     case 400: return "Bad Request"
     case 403: return "Forbidden"
     case 404: return "Not Found"

@@ -18,6 +18,13 @@ public struct HTTPHeaders: Sendable, Equatable, Sequence {
         fields.append((name: name, value: value))
     }
 
+    /// Continues the last field with an obs-fold line (RFC 9112 §5.2: replaced by one space). Other fields
+    /// of the same name (`Set-Cookie`) stay as they are.
+    public mutating func continueLast(with more: some StringProtocol) {
+        guard !fields.isEmpty else { return }
+        fields[fields.count - 1].value += " " + more
+    }
+
     public mutating func remove(name: String) {
         fields.removeAll { $0.name.caseInsensitiveEquals(name) }
     }

@@ -195,6 +195,9 @@ extension ClientConnection {
                 respond(ErrorResponse(status: 502, message: "Credential '\(c.name)': its token may only be sent over https",
                     details: ["The token service marked the token ssl:true; request \(url.origin) over https (or set upgrade_to_https when available)."]),
                     close: !bodyComplete)
+                // Like every local answer: go on with a pipelined request already buffered.
+                process()
+                updateReadInterest()
                 return
             }
             injectedToken = t
@@ -239,23 +242,22 @@ extension ClientConnection {
     /// when the rejection is relayed as is (the held response is released and the transfer goes on).
     @discardableResult
     func tokenRejected() -> Bool {
-        guard let c = credential, let url = originalURL else { return false }
-        if let t = injectedToken { context.tokens?.invalidate(c, target: upstreamURL ?? url, value: t.value) }
-        var reason: String? = nil
-        var explain = false
-        if !c.isRefreshable {
-            if case .token = c.kind { explain = true } else { reason = "credential type \(c.kind.typeName) cannot be refreshed" }
-        } else if attempt > 1 {
-            reason = "rejected again after a refresh"
-        } else if let r = replay, r.overflowed {
-            reason = r.failure ?? "the request body is larger than max_replay_bytes (\(context.config.maxReplayBytes)) and cannot be replayed"
+        guard let c = credential, let url = originalURL, let t = injectedToken, let tokens = context.tokens else { return false }
+        var replayImpossible: String? = nil
+        if let r = replay, r.overflowed {
+            replayImpossible = r.failure ?? "the request body is larger than max_replay_bytes (\(context.config.maxReplayBytes)) and cannot be replayed"
         }
-        if let reason {
-            logger.warning("token rejected, relaying the rejection", metadata: ["credential": "\(c.name)",
+        // The decision (one refresh and one retry; back off when the server rejects fresh tokens) is
+        // TokenRetryPolicy's, applied by the token service.
+        let action = tokens.rejected(c, target: upstreamURL ?? url, token: t, attempt: attempt, replayImpossible: replayImpossible)
+        if case .relay(let reason, let serverRejectsNewTokens) = action {
+            logger.log(level: serverRejectsNewTokens || replayImpossible != nil ? .warning : .info,
+                "token rejected, relaying the rejection", metadata: ["credential": "\(c.name)",
                 "url": "\(url.origin)\(url.path)", "status": "\(responseStatus)", "reason": "\(reason)"])
             releaseHeldResponse()
             return false
         }
+        let explain = action == .explainPregenerated
         // Stop the transfer now; answer or retry on the next turn of the loop (starting a transfer or
         // answering from inside a libcurl callback is not allowed).
         transfer?.cancel()

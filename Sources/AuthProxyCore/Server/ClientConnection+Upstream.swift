@@ -199,11 +199,7 @@ extension ClientConnection {
         }
         if line[0] == 32 || line[0] == 9 {
             // obs-fold from an old upstream: join to the previous field.
-            let more = String(decoding: line, as: UTF8.self).trimmingHTTPWhitespace()
-            if let last = responseHeaders.fields.last {
-                responseHeaders.remove(name: last.name)
-                responseHeaders.add(name: last.name, value: last.value + " " + more)
-            }
+            responseHeaders.continueLast(with: String(decoding: line, as: UTF8.self).trimmingHTTPWhitespace())
             return
         }
         guard let colon = line.firstIndex(of: 58) else { return }
@@ -319,7 +315,8 @@ extension ClientConnection {
                 "credential": "\(networkAuth.passwordName ?? "kerberos")"])
         }
         if holding {
-            if TokenRejection.isRejection(status: responseStatus, contentType: responseHeaders.first("content-type"), body: sniffBuffer),
+            if TokenRejection.isRejection(status: responseStatus, contentType: responseHeaders.first("content-type"),
+                contentEncoding: responseHeaders.first("content-encoding"), body: sniffBuffer),
                 tokenRejected()
             {
                 return

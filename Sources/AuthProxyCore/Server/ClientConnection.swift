@@ -340,12 +340,15 @@ final class ClientConnection: UpstreamTransferDelegate {
     func respondLocal(status: Int, contentType: String, body: String, extraHeaders: String = "") {
         responseStatus = status
         let minor = head?.minorVersion ?? 1
-        var s = "HTTP/1.1 \(status) \(reasonPhrase(status))\r\nContent-Type: \(contentType)\r\nContent-Length: \(body.utf8.count)\r\n"
+        // A 204 has neither body nor Content-Length (RFC 9110 §8.6).
+        let noBody = status == 204
+        var s = "HTTP/1.1 \(status) \(reasonPhrase(status))\r\n"
+        if !noBody { s += "Content-Type: \(contentType)\r\nContent-Length: \(body.utf8.count)\r\n" }
         s += extraHeaders
         if let o = corsOrigin { s += "Access-Control-Allow-Origin: \(o)\r\nVary: Origin\r\n" }
         if !keepAlive { s += "Connection: close\r\n" } else if minor == 0 { s += "Connection: keep-alive\r\n" }
         s += "\r\n"
-        if head?.isHead != true {
+        if head?.isHead != true, !noBody {
             s += body
             bodyBytesOut = Int64(body.utf8.count)
         }

@@ -154,6 +154,9 @@ extension Listener {
 /// Errors starting or running the server, with the address and cause.
 public struct ServerError: Error, CustomStringConvertible, Sendable {
     public let description: String
+    /// The configuration cannot work as given (e.g. a `state_key` that does not open the state file): the
+    /// command exits 2, like for a bad configuration file.
+    public var isConfigurationError = false
 
     static func listen(_ a: ListenAddress, _ err: Int32) -> ServerError {
         ServerError(description: "cannot listen on \(a): \(String(cString: strerror(err)))")

@@ -47,7 +47,7 @@ public final class ProxyServer: @unchecked Sendable {
             do {
                 try service.loadState()
             } catch {
-                throw ServerError(description: "cannot load token state: \(error)")
+                throw ServerError(description: "cannot load token state: \(error)", isConfigurationError: true)
             }
             tokens = service
         }

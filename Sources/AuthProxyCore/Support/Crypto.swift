@@ -2,12 +2,13 @@ import COpenSSL
 
 /// The few primitives the token state needs, from OpenSSL's libcrypto.
 enum Crypto {
+    /// SHA-256 of `bytes`. A failure (a libcrypto without SHA-256) stops the process: an all-zero digest
+    /// would make every credential fingerprint equal and hand one credential's tokens to another.
     static func sha256(_ bytes: [UInt8]) -> [UInt8] {
         var out = [UInt8](repeating: 0, count: 32)
         var len: UInt32 = 0
-        bytes.withUnsafeBytes { b in
-            _ = EVP_Digest(b.baseAddress, b.count, &out, &len, EVP_sha256(), nil)
-        }
+        let ok = bytes.withUnsafeBytes { b in EVP_Digest(b.baseAddress, b.count, &out, &len, EVP_sha256(), nil) }
+        precondition(ok == 1 && len == 32, "EVP_Digest(SHA-256) failed")
         return out
     }
 
@@ -30,16 +31,17 @@ enum Crypto {
         return out
     }
 
-    /// PBKDF2-HMAC-SHA256 → a 32-byte key.
-    static func deriveKey(secret: String, salt: [UInt8], iterations: Int32 = 200_000) -> [UInt8] {
+    /// PBKDF2-HMAC-SHA256 → a 32-byte key; nil when libcrypto refuses (the key buffer would otherwise be
+    /// all zeros, and the state file encrypted under a key anyone knows).
+    static func deriveKey(secret: String, salt: [UInt8], iterations: Int32 = 200_000) -> [UInt8]? {
         var key = [UInt8](repeating: 0, count: 32)
         let s = Array(secret.utf8)
-        s.withUnsafeBufferPointer { sp in
-            _ = sp.baseAddress!.withMemoryRebound(to: CChar.self, capacity: s.count) { cp in
-                PKCS5_PBKDF2_HMAC(cp, Int32(s.count), salt, Int32(salt.count), iterations, EVP_sha256(), 32, &key)
+        let ok = s.withUnsafeBufferPointer { sp in
+            sp.withMemoryRebound(to: CChar.self) { cp in
+                PKCS5_PBKDF2_HMAC(cp.baseAddress, Int32(s.count), salt, Int32(salt.count), iterations, EVP_sha256(), 32, &key)
             }
         }
-        return key
+        return ok == 1 ? key : nil
     }
 
     /// AES-256-GCM: returns iv (12) + tag (16) + ciphertext.

@@ -13,6 +13,21 @@ public struct IssuedToken: Sendable, Equatable, Codable {
     public var ssl: Bool
     /// The referer the token is bound to, sent with every request.
     public var referer: String?
+    /// Handed to a request that waited for the token request that issued it (never stored): if the upstream
+    /// rejects it, the server rejects new tokens (see ``TokenRetryPolicy``).
+    public var fresh = false
+
+    enum CodingKeys: String, CodingKey {
+        case value, expires, issued, ssl, referer
+    }
+
+    public init(value: String, expires: Int64?, issued: Int64, ssl: Bool, referer: String?) {
+        self.value = value
+        self.expires = expires
+        self.issued = issued
+        self.ssl = ssl
+        self.referer = referer
+    }
 
     /// Refresh this long before expiry: 5 minutes, or 10 % of the lifetime if that is smaller.
     public var refreshMargin: Int64 {
@@ -31,9 +46,19 @@ public struct TokenError: Error, Sendable, Equatable {
     public var details: [String] = []
     /// A local condition (nothing was asked of a token service): no backoff.
     public var local = false
+    /// The token service refused the token it was given (498/499 or GWM_0003 in its answer): for a
+    /// federation exchange, the portal token is dead.
+    public var tokenRejected = false
+    /// When the credential will ask its token service again (milliseconds since the epoch), if it is backing off.
+    public var retryAt: Int64? = nil
 
     var response: ErrorResponse {
-        ErrorResponse(status: 502, message: "Credential '\(credential)': \(message)", details: details)
+        var d = details
+        if let retryAt {
+            let s = max(1, (retryAt - nowMillis() + 999) / 1000)
+            d.append("authproxy asks the token service again in \(s) s; until then requests for this credential get this answer.")
+        }
+        return ErrorResponse(status: 502, message: "Credential '\(credential)': \(message)", details: d)
     }
 }
 

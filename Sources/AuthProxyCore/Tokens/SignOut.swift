@@ -6,7 +6,14 @@ public enum SignOut {
         let selected = config.credentials.filter { credentialName == nil || $0.name == credentialName }
         if let n = credentialName, selected.isEmpty { throw StateError("no credential named '\(n)' in the configuration") }
         let file = TokenStateFile(directory: config.stateDir, secret: config.stateKey)
-        var contents = try file.load()
+        // A wrong key stops here (nothing revoked, nothing written); a damaged file has nothing to revoke and
+        // is renamed aside by the update below.
+        let contents: TokenStateFile.Contents
+        do throws(StateError) {
+            contents = try file.load()
+        } catch where error.kind == .damaged {
+            contents = TokenStateFile.Contents()
+        }
         var report: [String] = []
         let names = Set(selected.map(\.name))
         for c in selected {
@@ -33,11 +40,18 @@ public enum SignOut {
                 }
             }
         }
-        let before = contents.tokens.count + contents.refreshTokens.count
-        contents.tokens.removeAll { names.contains($0.credential) }
-        contents.refreshTokens.removeAll { names.contains($0.credential) }
-        try file.save(contents)
-        report.append("deleted \(before - contents.tokens.count - contents.refreshTokens.count) cached token(s) from \(file.path)")
+        // Re-read under the lock: a running proxy may have saved tokens while the revocations ran.
+        var deleted = 0
+        let result = try file.update { (c: inout TokenStateFile.Contents) throws(StateError) in
+            let before = c.tokens.count + c.refreshTokens.count
+            c.tokens.removeAll { names.contains($0.credential) }
+            c.refreshTokens.removeAll { names.contains($0.credential) }
+            deleted = before - c.tokens.count - c.refreshTokens.count
+        }
+        if let aside = result.quarantined {
+            report.append("warning: \(file.path) was damaged; renamed it to \(aside)")
+        }
+        report.append("deleted \(deleted) cached token(s) from \(file.path)")
         return report
     }
 }

@@ -1,9 +1,15 @@
 /// Recognises an ArcGIS "token invalid/expired" (498) or "token required" (499) answer in every form
-/// servers use: HTTP status 498/499; a JSON body `{"error":{"code":498,…}}` with any spacing (usually with
-/// HTTP 200); the same wrapped in a JSONP callback; the HTML "Invalid Token" page of tile endpoints.
+/// servers use:
+/// - HTTP status 498/499;
+/// - a JSON body `{"error":{"code":498,…}}` with any spacing (usually with HTTP 200), or with
+///   `"messageCode":"GWM_0003"` (token required) whatever its code;
+/// - the unwrapped shape of ArcGIS Server and older releases, `{"code":499,"message":"Token Required",…}`;
+/// - either wrapped in a JSONP callback;
+/// - the HTML "Invalid Token" / "Token Required" page of tile endpoints;
+/// - any of those sent with `Content-Encoding: gzip` or `deflate` (a bounded decoded copy is read).
 /// HTTP 403 (with GWM_0003) means "no permission" and is never a token error.
 public enum TokenRejection {
-    /// How much of a body is examined at most.
+    /// How much of a body is examined at most (encoded, and again decoded).
     public static let lookAhead = 64 * 1024
 
     /// Whether a response of this content type may carry a token error in its body (and so must be held back
@@ -16,13 +22,21 @@ public enum TokenRejection {
     /// Whether the status alone says so.
     public static func isRejection(status: Int) -> Bool { status == 498 || status == 499 }
 
-    /// Whether `body` (the first bytes of the response) is a token error.
-    public static func isRejection(status: Int, contentType: String?, body: some Collection<UInt8>) -> Bool {
+    /// Whether `body` (the first bytes of the response, as received: still content-encoded) is a token error.
+    public static func isRejection(status: Int, contentType: String?, contentEncoding: String? = nil,
+        body: some Collection<UInt8>) -> Bool
+    {
         if isRejection(status: status) { return true }
         if status == 403 { return false }
         guard mayCarryError(contentType: contentType) else { return false }
-        let bytes = Array(body.prefix(lookAhead))
-        if let code = errorCode(bytes), code == 498 || code == 499 { return true }
+        var bytes = Array(body.prefix(lookAhead))
+        if let encoding = BoundedInflate.Encoding(contentEncoding: contentEncoding) {
+            guard let decoded = BoundedInflate.decode(bytes, encoding: encoding, limit: lookAhead) else { return false }
+            bytes = decoded
+        } else if let ce = contentEncoding?.trimmingHTTPWhitespace(), !ce.isEmpty, ce.lowercased() != "identity" {
+            return false  // an encoding this cannot read: no guessing on compressed bytes
+        }
+        if let e = errorObject(bytes), e.isTokenError { return true }
         let ct = contentType?.lowercased() ?? ""
         if ct.contains("html") || bytes.first(where: { !isSpace($0) }) == UInt8(ascii: "<") {
             let text = String(decoding: bytes, as: UTF8.self).lowercased()
@@ -31,9 +45,19 @@ public enum TokenRejection {
         return false
     }
 
-    /// The `error.code` of a body that *is* an ArcGIS error object (optionally JSONP-wrapped), else nil.
-    /// Only a top-level `{"error":{…}}` counts, so a feature attribute named `code` never matches.
-    static func errorCode(_ b: [UInt8]) -> Int? {
+    /// The fields of an ArcGIS error object that matter here.
+    struct ErrorFields: Equatable {
+        var code: Int?
+        var messageCode: String?
+
+        var isTokenError: Bool { code == 498 || code == 499 || messageCode == "GWM_0003" }
+    }
+
+    /// The members of a body that *is* an ArcGIS error object (optionally JSONP-wrapped), else nil: either
+    /// `{"error":{…}}` (the `error` member first) or an object made only of `code`, `message`,
+    /// `messageCode` and `details`. So a feature attribute named `code`, or data that merely also has an
+    /// `error` member, never matches.
+    static func errorObject(_ b: [UInt8]) -> ErrorFields? {
         var i = 0
         skipSpace(b, &i)
         // JSONP: identifier characters, then '('.
@@ -44,15 +68,33 @@ public enum TokenRejection {
             i += 1
             skipSpace(b, &i)
         }
-        guard expect(b, &i, "{"), expectString(b, &i, "error"), expect(b, &i, ":"), expect(b, &i, "{") else { return nil }
-        // Walk the members of the error object looking for "code": <int>.
+        guard expect(b, &i, "{") else { return nil }
+        let start = i
+        if expectString(b, &i, "error"), expect(b, &i, ":"), expect(b, &i, "{") {
+            return members(b, &i, only: nil)
+        }
+        i = start
+        guard let top = members(b, &i, only: ["code", "message", "messageCode", "details"]),
+            top.code != nil || top.messageCode != nil
+        else { return nil }
+        return top
+    }
+
+    /// Walks the members of an object (just after its `{`), collecting `code` and `messageCode`. With `only`,
+    /// any other member name means "not an error object". Stops at the object's end or the look-ahead.
+    private static func members(_ b: [UInt8], _ i: inout Int, only: Set<String>?) -> ErrorFields? {
+        var fields = ErrorFields()
+        skipSpace(b, &i)
+        if i < b.count, b[i] == UInt8(ascii: "}") { return only == nil ? fields : nil }
         while i < b.count {
             skipSpace(b, &i)
             guard i < b.count, b[i] == UInt8(ascii: "\"") else { return nil }
             let key = readString(b, &i)
+            if let only, !only.contains(key) { return nil }
             guard expect(b, &i, ":") else { return nil }
             skipSpace(b, &i)
-            if key == "code" {
+            switch key {
+            case "code":
                 var n = 0
                 var digits = 0
                 while i < b.count, b[i] >= 48, b[i] <= 57, digits < 6 {
@@ -60,14 +102,19 @@ public enum TokenRejection {
                     digits += 1
                     i += 1
                 }
-                return digits > 0 ? n : nil
+                if digits > 0 { fields.code = n } else { skipValue(b, &i) }
+            case "messageCode":
+                if i < b.count, b[i] == UInt8(ascii: "\"") { fields.messageCode = readString(b, &i) } else { skipValue(b, &i) }
+            default:
+                skipValue(b, &i)
             }
-            skipValue(b, &i)
             skipSpace(b, &i)
-            guard i < b.count, b[i] == UInt8(ascii: ",") else { return nil }
+            guard i < b.count else { break }  // cut at the look-ahead: judge on what was seen
+            if b[i] == UInt8(ascii: "}") { break }
+            guard b[i] == UInt8(ascii: ",") else { return nil }
             i += 1
         }
-        return nil
+        return fields
     }
 
     /// Skips one JSON value (string, number, literal, or a nested object/array).

@@ -7,7 +7,13 @@ import Synchronization
 ///
 /// - One token request per cache key at a time (single flight): requests that need the same token wait for
 ///   the one in flight.
-/// - After a failure the key backs off (1 s doubling to 60 s); requests meanwhile get the last error at once.
+/// - After a failure the key backs off (``TokenBackoff``: 1 s doubling to 30 s); requests meanwhile get the
+///   last error at once, saying when the next attempt will be, and one probe goes out when the backoff ends
+///   (if the credential was wanted meanwhile), so a token service that comes back is noticed without waiting
+///   for a request to arrive after the deadline.
+/// - A server that rejects even a freshly issued token makes the key back off the same way
+///   (``TokenRetryPolicy``): clients get the upstream's rejection, and no token is requested until the backoff
+///   allows it.
 /// - A token within its refresh margin is still handed out while a background refresh runs.
 /// - Keys are `credential|server root`: a federated server gets its own token, exchanged from the portal
 ///   token (cached under `credential|portal root`).
@@ -22,12 +28,23 @@ public final class TokenService: @unchecked Sendable {
     private let stateFile: TokenStateFile
     /// Valid tokens by key: what event loops read.
     private let snapshot = Mutex<[String: IssuedToken]>([:])
+    /// Keys whose server rejected a fresh token: their backoff and the token last rejected (handed out while
+    /// backing off, so clients get the server's own answer). Read by event loops on every rejection.
+    private let rejections = Mutex<[String: Rejections]>([:])
+
+    struct Rejections {
+        var backoff = TokenBackoff()
+        var token: IssuedToken?
+    }
 
     // Confined to `queue`.
     private var entries: [String: Entry] = [:]
     private var infos: [String: InfoEntry] = [:]
     private var refreshTokens: [String: TokenStateFile.StoredRefreshToken] = [:]
     private var fingerprints: [String: String] = [:]
+    /// The state file version last read or written by this process (see ``reloadIfChanged()``).
+    private var fileStamp: TokenStateFile.Stamp?
+    private var watcher: (any DispatchSourceTimer)?
     /// Network credentials (server trust above all) for the token service and `rest/info` requests.
     private let store: CredentialStore
     private let oauthUsers: Set<String>
@@ -40,9 +57,11 @@ public final class TokenService: @unchecked Sendable {
         var token: IssuedToken?
         var inFlight = false
         var waiters: [Completion] = []
-        var failures = 0
-        var retryAt: Int64 = 0
+        var backoff = TokenBackoff()
         var lastError: TokenError?
+        /// A request wanted a token while the key was backing off: probe when the backoff ends.
+        var wantedWhileBackingOff = false
+        var probeScheduled = false
     }
 
     struct ServerInfo {
@@ -72,10 +91,23 @@ public final class TokenService: @unchecked Sendable {
     }
 
     /// Loads saved tokens that still belong to an unchanged credential. Call once before serving.
+    ///
+    /// A damaged file is renamed aside (with a warning) and serving starts empty; a wrong `state_key` or an
+    /// unreadable file throws, so the proxy never starts with a state it would overwrite.
     public func loadState() throws(StateError) {
-        let contents = try stateFile.load()
+        var contents: TokenStateFile.Contents
+        do throws(StateError) {
+            // No lock to read: writers replace the file by rename, so a reader sees one whole version.
+            contents = try stateFile.load()
+        } catch where error.kind == .damaged {
+            let aside = try stateFile.withLock { () throws(StateError) in try stateFile.quarantine() }
+            logger.warning("token state file is damaged: renamed it aside and starting without saved tokens",
+                metadata: ["file": "\(stateFile.path)", "renamed_to": "\(aside)", "cause": "\(error)"])
+            contents = TokenStateFile.Contents()
+        }
         var restored = 0
         queue.sync {
+            fileStamp = stateFile.stamp()
             for t in contents.tokens where fingerprints[t.credential] == t.fingerprint {
                 entries[t.key] = Entry(credential: t.credential, fingerprint: t.fingerprint, token: t.token)
                 restored += 1
@@ -84,8 +116,67 @@ public final class TokenService: @unchecked Sendable {
                 refreshTokens[r.credential] = r
             }
             publish()
+            startWatching()
         }
         if restored > 0 { logger.notice("restored tokens from state", metadata: ["count": "\(restored)", "file": "\(stateFile.path)"]) }
+    }
+
+    /// Checks the state file once a second: `authproxy login` and `signout` (other processes) change it,
+    /// and a running proxy must follow without a restart.
+    private func startWatching() {
+        dispatchPrecondition(condition: .onQueue(queue))
+        let t = DispatchSource.makeTimerSource(queue: queue)
+        t.schedule(deadline: .now() + 1, repeating: 1, leeway: .milliseconds(200))
+        t.setEventHandler { [weak self] in self?.reloadIfChanged() }
+        t.resume()
+        watcher = t
+    }
+
+    /// Re-reads the state file when another process replaced it: new or removed refresh tokens take effect
+    /// (the access tokens of a user who signed out or signed in again are dropped), and tokens another proxy
+    /// saved for keys this one has never used are adopted.
+    func reloadIfChanged() {
+        dispatchPrecondition(condition: .onQueue(queue))
+        let stamp = stateFile.stamp()
+        guard stamp != fileStamp else { return }
+        fileStamp = stamp
+        let contents: TokenStateFile.Contents
+        do {
+            contents = try stateFile.load()
+        } catch {
+            logger.error("cannot re-read the token state file changed by another process; keeping the tokens in memory",
+                metadata: ["file": "\(stateFile.path)", "cause": "\(error)"])
+            return
+        }
+        follow(contents)
+    }
+
+    /// Takes over what another process put in the state file (`contents`, as read now).
+    private func follow(_ contents: TokenStateFile.Contents) {
+        var current: [String: TokenStateFile.StoredRefreshToken] = [:]
+        for r in contents.refreshTokens where fingerprints[r.credential] == r.fingerprint { current[r.credential] = r }
+        var changed = false
+        for name in oauthUsers where current[name]?.refreshToken != refreshTokens[name]?.refreshToken {
+            // Signed out, or signed in again (perhaps as another user): tokens from the old grant must go.
+            for (k, e) in entries where e.credential == name && e.token != nil {
+                entries[k]?.token = nil
+                changed = true
+            }
+            logger.notice(current[name] == nil ? "refresh token removed by another process" : "new refresh token from another process",
+                metadata: ["credential": "\(name)"])
+        }
+        refreshTokens = current
+        let now = nowMillis()
+        for t in contents.tokens where fingerprints[t.credential] == t.fingerprint && !t.token.isExpired(at: now) {
+            if oauthUsers.contains(t.credential), current[t.credential] == nil { continue }
+            // Only for keys this proxy has never used: a token it dropped (rejected upstream, old grant) is
+            // still in the file until the next save and must not come back.
+            if entries[t.key] == nil {
+                entries[t.key] = Entry(credential: t.credential, fingerprint: t.fingerprint, token: t.token)
+                changed = true
+            }
+        }
+        if changed { publish() }
     }
 
     /// The cache key of a request to `target` under credential `c`.
@@ -132,6 +223,56 @@ public final class TokenService: @unchecked Sendable {
         }
     }
 
+    /// The upstream rejected `token` (498/499 in any form) on `attempt` of a request: decides with
+    /// ``TokenRetryPolicy`` whether to refresh and retry, and records what that means — the token is forgotten
+    /// before a refresh; a fresh token rejected makes the key back off (the token is kept, so clients keep
+    /// getting the upstream's own answer while no new token may be requested).
+    public func rejected(_ c: Credential, target: URLTarget, token: IssuedToken, attempt: Int,
+        replayImpossible: String?) -> TokenRetryPolicy.Action
+    {
+        let key = Self.key(for: c, target: target)
+        let now = nowMillis()
+        var pregenerated = false
+        if case .token = c.kind { pregenerated = true }
+        let backingOff = rejections.withLock { $0[key]?.backoff.isBackingOff(at: now) ?? false }
+        let action = TokenRetryPolicy.decide(.init(attempt: attempt, pregenerated: pregenerated,
+            refreshable: c.isRefreshable, tokenIsFresh: token.fresh, backingOff: backingOff,
+            replayImpossible: replayImpossible))
+        switch action {
+        case .relay(_, serverRejectsNewTokens: true):
+            var wait: Int64 = 0
+            var count = 0
+            var unfresh = token
+            unfresh.fresh = false
+            rejections.withLock { r in
+                var st = r[key] ?? Rejections()
+                // Requests that shared one fresh token report it together: one failure, not one per request.
+                if !st.backoff.isBackingOff(at: now) { wait = st.backoff.failed(at: now) }
+                count = st.backoff.failures
+                st.token = unfresh
+                r[key] = st
+            }
+            if wait > 0 {
+                logger.warning("the server rejects new tokens: relaying its rejection and backing off",
+                    metadata: ["credential": "\(c.name)", "root": "\(ServerRoot.of(target).root)",
+                        "consecutive": "\(count)", "retry_in_s": "\(wait / 1000)",
+                        "hint": "check the credential's referer/client binding, the user's access, and the clocks"])
+            }
+        case .relay(_, serverRejectsNewTokens: false) where backingOff:
+            break  // keep the token: no new one may be requested yet
+        default:
+            invalidate(c, target: target, value: token.value)
+        }
+        return action
+    }
+
+    /// Whether the key of a request to `target` is backing off because its server rejected new tokens, and
+    /// until when.
+    func rejectionBackoff(for c: Credential, target: URLTarget) -> TokenBackoff? {
+        let key = Self.key(for: c, target: target)
+        return rejections.withLock { $0[key]?.backoff }
+    }
+
     /// The upstream rejected `value` (498/499): forget it so the next request gets a fresh one. A token
     /// already replaced by another request's refresh is left alone.
     public func invalidate(_ c: Credential, target: URLTarget, value: String) {
@@ -168,20 +309,38 @@ public final class TokenService: @unchecked Sendable {
             return
         }
         if forceRefresh, e.token != nil, e.inFlight { return }  // a background refresh is already running
+        if let st = rejections.withLock({ $0[key] }), st.backoff.isBackingOff(at: now) {
+            // The server rejected fresh tokens: no new one until the backoff allows it. The token it rejected
+            // last goes out meanwhile (even if a concurrent refresh dropped it), so clients get its answer.
+            if let t = [e.token, st.token].compactMap({ $0 }).first(where: { !$0.isExpired(at: now) }) {
+                completion(.success(t))
+            } else {
+                let b = st.backoff
+                completion(.failure(TokenError(credential: c.name,
+                    message: "the server at \(root) rejects newly issued tokens (check the referer/client binding, the user's access and the clocks)",
+                    retryAt: b.retryAt)))
+            }
+            return
+        }
         e.waiters.append(completion)
         if e.inFlight {
             entries[key] = e
             return
         }
-        if e.retryAt > now, let err = e.lastError {
-            // Backing off after a failure: answer at once instead of hammering the token service.
+        if e.backoff.isBackingOff(at: now), var err = e.lastError {
+            // Backing off after a failure: answer at once instead of hammering the token service, say when
+            // the next attempt is, and make sure one happens then.
+            err.retryAt = e.backoff.retryAt
             let waiters = e.waiters
             e.waiters = []
+            e.wantedWhileBackingOff = true
             entries[key] = e
+            scheduleProbe(c, key: key, root: root, isPortal: isPortal)
             for w in waiters { w(.failure(err)) }
             return
         }
         e.inFlight = true
+        e.wantedWhileBackingOff = false
         entries[key] = e
         fetch(c, root: root, isPortal: isPortal) { [self] result in
             guard var e = entries[key] else { return }
@@ -191,7 +350,7 @@ public final class TokenService: @unchecked Sendable {
             switch result {
             case .success(let t):
                 e.token = t
-                e.failures = 0
+                e.backoff.succeeded()
                 e.lastError = nil
                 entries[key] = e
                 publish()
@@ -199,23 +358,46 @@ public final class TokenService: @unchecked Sendable {
                 logger.info("token obtained", metadata: ["credential": "\(c.name)", "root": "\(root)",
                     "expires_in_s": "\(t.expires.map { ($0 - nowMillis()) / 1000 } ?? -1)"])
             case .failure(let err):
-                e.failures += err.local ? 0 : 1
-                let backoff = err.local ? 0 : Int64(min(60, 1 << min(e.failures - 1, 6))) * 1000
-                e.retryAt = nowMillis() + backoff
+                let wait = err.local ? 0 : e.backoff.failed(at: nowMillis())
                 e.lastError = err
                 // A token that is only due for refresh stays usable until it really expires.
                 if let t = e.token, t.isExpired(at: nowMillis()) { e.token = nil }
                 entries[key] = e
                 publish()
                 logger.warning("token request failed", metadata: ["credential": "\(c.name)", "root": "\(root)",
-                    "cause": "\(err.message)", "retry_in_s": "\(backoff / 1000)"])
+                    "cause": "\(err.message)", "retry_in_s": "\(wait / 1000)"])
             }
             for w in waiters {
                 switch result {
-                case .success(let t): w(.success(t))
-                case .failure(let err): w(e.token.map { .success($0) } ?? .failure(err))
+                case .success(var t):
+                    t.fresh = true  // this request waited for it: the upstream has never seen it
+                    w(.success(t))
+                case .failure(var err):
+                    if let t = e.token {
+                        w(.success(t))
+                    } else {
+                        if e.backoff.isBackingOff(at: nowMillis()) { err.retryAt = e.backoff.retryAt }
+                        w(.failure(err))
+                    }
                 }
             }
+        }
+    }
+
+    /// One probe when the key's backoff ends, if a request wanted a token meanwhile: recovery does not wait
+    /// for the next request to arrive after the deadline (and the one that does finds a token).
+    private func scheduleProbe(_ c: Credential, key: String, root: String, isPortal: Bool) {
+        guard var e = entries[key], !e.probeScheduled else { return }
+        e.probeScheduled = true
+        entries[key] = e
+        let delay = max(0, e.backoff.retryAt - nowMillis())
+        queue.asyncAfter(deadline: .now() + .milliseconds(Int(delay))) { [self] in
+            guard var e = entries[key] else { return }
+            e.probeScheduled = false
+            entries[key] = e
+            guard e.wantedWhileBackingOff, !e.inFlight, e.token == nil || e.token!.isExpired(at: nowMillis()) else { return }
+            logger.info("backoff over: probing the token service", metadata: ["credential": "\(c.name)", "root": "\(root)"])
+            acquire(c, root: root, isPortal: isPortal, forceRefresh: false) { _ in }
         }
     }
 
@@ -231,27 +413,37 @@ public final class TokenService: @unchecked Sendable {
         snapshot.withLock { $0 = valid }
     }
 
+    /// Saves the valid tokens (read-modify-write under the file lock, so a concurrent `login` or `signout`
+    /// is never undone). A file that cannot be read is not overwritten.
     private func persist() {
-        var contents = (try? stateFile.load()) ?? TokenStateFile.Contents()
+        reloadIfChanged()  // a sign-out that just happened must not be written back
         let now = nowMillis()
-        // `authproxy signout` removed the refresh token of a named user: drop that user's tokens here too.
-        let signedOut = oauthUsers.filter { name in !contents.refreshTokens.contains { $0.credential == name } }
-        if !signedOut.isEmpty {
-            for (k, e) in entries where signedOut.contains(e.credential) { entries[k]?.token = nil }
-            publish()
-        }
         let ours = entries.compactMap { (k, e) -> TokenStateFile.StoredToken? in
             guard let t = e.token, !t.isExpired(at: now) else { return nil }
             return TokenStateFile.StoredToken(key: k, credential: e.credential, fingerprint: e.fingerprint, token: t)
         }
         let keys = Set(ours.map(\.key))
-        contents.tokens = contents.tokens.filter { !keys.contains($0.key) && fingerprints[$0.credential] == $0.fingerprint } + ours
-        contents.tokens.sort { $0.key < $1.key }
-        // Refresh tokens in the file are left as they are (see refreshGrant).
+        let fingerprints = fingerprints
+        let oauthUsers = oauthUsers
+        let grants = refreshTokens.mapValues(\.refreshToken)
         do {
-            try stateFile.save(contents)
+            let result = try stateFile.update { (contents: inout TokenStateFile.Contents) throws(StateError) in
+                // A user signed out, or in again, between our last look and the lock: the tokens we hold
+                // for them belong to the old grant and must not be written back.
+                var inFile: [String: String] = [:]
+                for r in contents.refreshTokens where fingerprints[r.credential] == r.fingerprint { inFile[r.credential] = r.refreshToken }
+                let mine = ours.filter { !oauthUsers.contains($0.credential) || (inFile[$0.credential] != nil && inFile[$0.credential] == grants[$0.credential]) }
+                contents.tokens = contents.tokens.filter { !keys.contains($0.key) && fingerprints[$0.credential] == $0.fingerprint } + mine
+                contents.tokens.sort { $0.key < $1.key }
+                // Refresh tokens in the file are left as they are (`login` and `signout` own them).
+            }
+            fileStamp = result.stamp
+            follow(result.contents)  // what another writer changed just before the lock
+            if let aside = result.quarantined {
+                logger.warning("token state file was damaged: renamed it aside", metadata: ["file": "\(stateFile.path)", "renamed_to": "\(aside)"])
+            }
         } catch {
-            logger.error("cannot save token state", metadata: ["cause": "\(error)"])
+            logger.error("cannot save token state; the file is left as it is", metadata: ["cause": "\(error)"])
         }
     }
 
@@ -281,22 +473,45 @@ public final class TokenService: @unchecked Sendable {
 
     /// A server root under an OAuth credential: the portal token, exchanged for a server token when the server
     /// says it is federated with that portal.
+    ///
+    /// When the portal refuses the exchange because the portal token itself is dead (revoked or expired early:
+    /// a portal restart, a password change, "revoke all tokens"), the portal token is dropped, a new one
+    /// obtained as the credential's type dictates, and the exchange made once more — all for the request
+    /// that is waiting, which then gets its retry instead of a 502.
     private func viaPortal(_ c: Credential, portal: String, root: String, done: @escaping (Result<IssuedToken, TokenError>) -> Void) {
         serverInfo(c, root: root) { [self] info in
             // The completion runs on the service queue (token requests complete there).
             nonisolated(unsafe) let done = done
-            acquire(c, root: portal, isPortal: true, forceRefresh: false) { [self] portalResult in
-                switch portalResult {
-                case .failure(let e): done(.failure(e))
-                case .success(let portalToken):
-                    if case .success(let i) = info, let owner = i.owningSystemURL, ServerRoot.same(owner, portal) {
-                        exchange(c, portalToken: portalToken, portal: portal, serverRoot: root) { [self] result in
-                            if case .failure = result { dropToken(c, value: portalToken.value) }
-                            done(result)
-                        }
-                    } else {
-                        done(.success(portalToken))  // not federated (e.g. hosted services): use the portal token
+            guard case .success(let i) = info, let owner = i.owningSystemURL, ServerRoot.same(owner, portal) else {
+                // Not federated (e.g. hosted services): the portal token is used as is.
+                acquire(c, root: portal, isPortal: true, forceRefresh: false) { done($0) }
+                return
+            }
+            exchangeWithPortalToken(c, portal: portal, root: root, renewed: false, done: done)
+        }
+    }
+
+    private func exchangeWithPortalToken(_ c: Credential, portal: String, root: String, renewed: Bool,
+        done: @escaping (Result<IssuedToken, TokenError>) -> Void)
+    {
+        nonisolated(unsafe) let done = done
+        acquire(c, root: portal, isPortal: true, forceRefresh: false) { [self] portalResult in
+            switch portalResult {
+            case .failure(let e): done(.failure(e))
+            case .success(let portalToken):
+                exchange(c, portalToken: portalToken, portal: portal, serverRoot: root) { [self] result in
+                    guard case .failure(let e) = result, e.tokenRejected else {
+                        done(result)
+                        return
                     }
+                    dropToken(c, value: portalToken.value)
+                    if renewed {
+                        done(result)  // a brand-new portal token refused as well: report, do not loop
+                        return
+                    }
+                    logger.info("the portal refused its own token for the exchange: getting a new portal token",
+                        metadata: ["credential": "\(c.name)", "portal": "\(portal)", "root": "\(root)"])
+                    exchangeWithPortalToken(c, portal: portal, root: root, renewed: true, done: done)
                 }
             }
         }
@@ -373,13 +588,8 @@ public final class TokenService: @unchecked Sendable {
 
     private func refreshGrant(_ c: Credential, _ o: OAuthUserSettings, done: @escaping (Result<IssuedToken, TokenError>) -> Void) {
         // The file is the authority on refresh tokens (`authproxy login` writes them, `signout` removes them):
-        // read it for every refresh grant (rare), so a new login or a sign-out takes effect at once.
-        refreshTokens[c.name] = nil
-        if let contents = try? stateFile.load() {
-            for r in contents.refreshTokens where r.credential == c.name && r.fingerprint == fingerprints[c.name] {
-                refreshTokens[c.name] = r
-            }
-        }
+        // look at it before every refresh grant (rare), so a new login or a sign-out takes effect at once.
+        reloadIfChanged()
         guard let refresh = refreshTokens[c.name] else {
             done(.failure(TokenError(credential: c.name,
                 message: "no refresh token yet: run `authproxy login --config <file> --credential \(c.name)`", local: true)))
@@ -471,12 +681,17 @@ public final class TokenService: @unchecked Sendable {
                         message: "token service \(Self.redacted(url)) answered HTTP \(r.status) without JSON")))
                     return
                 }
-                if let err = json["error"] {
+                // `{"error":{…}}`, or the unwrapped `{"code":498,"message":…}` of older servers.
+                let unwrapped = json["error"] == nil && json["code"] != nil && json["token"] == nil && json["access_token"] == nil
+                if let err = json["error"] ?? (unwrapped ? json : nil) {
                     let e = err as? [String: Any]
                     let message = (e?["message"] as? String) ?? (e?["error_description"] as? String) ?? (err as? String) ?? "error"
                     let details = (e?["details"] as? [Any])?.compactMap { $0 as? String } ?? []
-                    done(.failure(TokenError(credential: c.name,
-                        message: "token service \(Self.redacted(url)) refused: \(message)", details: details)))
+                    let code = (e?["code"] as? NSNumber)?.intValue
+                    var failure = TokenError(credential: c.name,
+                        message: "token service \(Self.redacted(url)) refused: \(message)", details: details)
+                    failure.tokenRejected = code == 498 || code == 499 || (e?["messageCode"] as? String) == "GWM_0003"
+                    done(.failure(failure))
                     return
                 }
                 done(.success(json))
@@ -522,16 +737,21 @@ public final class TokenService: @unchecked Sendable {
 
     // MARK: - login / sign-out support
 
-    /// Stores a refresh token obtained by `authproxy login`, bound to the credential's current settings.
+    /// Stores a refresh token obtained by `authproxy login`, bound to the credential's current settings
+    /// (read-modify-write under the file lock). Returns where a damaged file was moved, if it was.
+    @discardableResult
     public static func storeRefreshToken(_ c: Credential, config: ProxyConfig, refreshToken: String, expires: Int64?,
-        username: String?) throws(StateError)
+        username: String?) throws(StateError) -> String?
     {
         let file = TokenStateFile(directory: config.stateDir, secret: config.stateKey)
-        var contents = try file.load()
-        contents.refreshTokens.removeAll { $0.credential == c.name }
-        contents.refreshTokens.append(TokenStateFile.StoredRefreshToken(credential: c.name,
-            fingerprint: Crypto.sha256Hex(c.identityMaterial), refreshToken: refreshToken, expires: expires, username: username))
-        try file.save(contents)
+        let stored = TokenStateFile.StoredRefreshToken(credential: c.name,
+            fingerprint: Crypto.sha256Hex(c.identityMaterial), refreshToken: refreshToken, expires: expires, username: username)
+        let result = try file.update { (contents: inout TokenStateFile.Contents) throws(StateError) in
+            contents.refreshTokens.removeAll { $0.credential == c.name }
+            contents.refreshTokens.append(stored)
+            // Access tokens from an earlier sign-in of this credential belong to the old grant.
+            contents.tokens.removeAll { $0.credential == c.name }
+        }
+        return result.quarantined
     }
-
 }

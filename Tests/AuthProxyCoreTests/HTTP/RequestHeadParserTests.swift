@@ -165,3 +165,15 @@ private func status(_ text: String) -> Int? {
         #expect(out.values("set-cookie") == ["a=1", "b=2"])
     }
 }
+
+@Suite struct HeaderFoldingTests {
+    /// A continuation line belongs to the last field only; earlier fields of the same name stay.
+    @Test func continuationExtendsOnlyTheLastField() {
+        var h = HTTPHeaders([("Set-Cookie", "a=1"), ("Set-Cookie", "b=2;")])
+        h.continueLast(with: "Path=/x")
+        #expect(h.values("set-cookie") == ["a=1", "b=2; Path=/x"])
+        var empty = HTTPHeaders()
+        empty.continueLast(with: "x")
+        #expect(empty.count == 0)
+    }
+}

@@ -1,3 +1,4 @@
+import CZlib
 import Testing
 
 @testable import AuthProxyCore
@@ -188,4 +189,95 @@ import Testing
         #expect(parseRFC3339("1970-01-01T00:00:01.123456Z") == 1123)
         #expect(parseRFC3339("1970-01-01 00:00:00") == nil)
     }
+}
+
+@Suite struct TokenRejectionAdditionsTests {
+    private func check(_ status: Int, _ ct: String?, _ body: String, encoding: String? = nil) -> Bool {
+        TokenRejection.isRejection(status: status, contentType: ct, contentEncoding: encoding, body: Array(body.utf8))
+    }
+
+    @Test(arguments: [
+        #"{"code":499,"message":"Token Required","messageCode":"GWM_0003","details":[]}"#,
+        #"{ "code" : 498, "message" : "Invalid token.", "details" : [ ] }"#,
+        #"cb({"code":499,"message":"Token Required"});"#,
+        // GWM_0003 is "token required" whatever the code (arcgis-rest-js does the same).
+        #"{"error":{"code":400,"message":"Token Required","messageCode":"GWM_0003","details":[]}}"#,
+        #"{"error":{"messageCode":"GWM_0003","code":403}}"#,
+        #"{"messageCode":"GWM_0003","message":"Token Required"}"#,
+        // The code after other members of the error object.
+        #"{"error":{"message":"x","details":[{"code":1}],"code":499}}"#,
+    ])
+    func detectsNewForms(_ body: String) {
+        #expect(check(200, "application/json", body), "\(body)")
+    }
+
+    @Test(arguments: [
+        // Data that has a top-level code among other members is not an error object.
+        #"{"code":498,"features":[]}"#,
+        #"{"count":3,"code":499}"#,
+        #"{"code":400,"message":"Unable to complete operation.","details":[]}"#,
+        #"{"error":{"code":500,"messageCode":"GWM_0001"}}"#,
+        #"{"messageCode":"GWM_0005","message":"Method not supported.","code":405}"#,
+    ])
+    func ignoresLookalikes(_ body: String) {
+        #expect(!check(200, "application/json", body), "\(body)")
+    }
+
+    @Test func http403WithGWM0003IsStillNoPermission() {
+        #expect(!check(403, "application/json", #"{"error":{"code":403,"messageCode":"GWM_0003"}}"#))
+    }
+
+    @Test(arguments: [BoundedInflate.Encoding.gzip, .deflate])
+    func compressedBodies(_ encoding: BoundedInflate.Encoding) throws {
+        let name = encoding == .gzip ? "gzip" : "deflate"
+        let rejection = try compress(#"{"error":{"code":498,"message":"Invalid token.","details":[]}}"#, encoding)
+        #expect(TokenRejection.isRejection(status: 200, contentType: "application/json", contentEncoding: name, body: rejection))
+        let data = try compress(#"{"features":[{"attributes":{"code":498}}]}"#, encoding)
+        #expect(!TokenRejection.isRejection(status: 200, contentType: "application/json", contentEncoding: name, body: data))
+        // The compressed bytes themselves are not sniffed as text without the header.
+        #expect(!TokenRejection.isRejection(status: 200, contentType: "application/json", body: rejection))
+        // An encoding that cannot be decoded is never a rejection by body.
+        #expect(!TokenRejection.isRejection(status: 200, contentType: "application/json", contentEncoding: "br", body: rejection))
+        #expect(TokenRejection.isRejection(status: 498, contentType: "application/json", contentEncoding: "br", body: rejection))
+    }
+
+    @Test func rawDeflateAndHTML() throws {
+        let raw = try compress("<html><h2>Error: Invalid Token</h2></html>", .deflate, raw: true)
+        #expect(TokenRejection.isRejection(status: 200, contentType: "text/html", contentEncoding: "deflate", body: raw))
+    }
+
+    @Test func decodingIsBounded() throws {
+        // 1 MiB of spaces compresses to ~1 KiB; only the look-ahead is decoded, and the error after it is not seen.
+        let big = try compress(String(repeating: " ", count: 1 << 20) + #"{"error":{"code":498}}"#, .gzip)
+        #expect(big.count < 8 * 1024)
+        let out = try #require(BoundedInflate.decode(big, encoding: .gzip, limit: TokenRejection.lookAhead))
+        #expect(out.count == TokenRejection.lookAhead)
+        #expect(!TokenRejection.isRejection(status: 200, contentType: "application/json", contentEncoding: "gzip", body: big))
+        // A body cut short (the sniff buffer holds the first bytes only) decodes as far as it goes.
+        let whole = try compress(#"{"error":{"code":499,"message":"Token Required","details":[]}}"#, .gzip)
+        let part = Array(whole.prefix(whole.count - 8))  // without the gzip trailer
+        #expect(TokenRejection.isRejection(status: 200, contentType: "application/json", contentEncoding: "gzip", body: part))
+        #expect(BoundedInflate.decode(Array("not compressed".utf8), encoding: .gzip, limit: 100) == nil)
+    }
+}
+
+/// Compresses a fixture with zlib (gzip, zlib-wrapped deflate, or raw deflate).
+private func compress(_ text: String, _ encoding: BoundedInflate.Encoding, raw: Bool = false) throws -> [UInt8] {
+    let wbits: Int32 = encoding == .gzip ? 31 : (raw ? -15 : 15)
+    var stream = z_stream()
+    try #require(ap_deflate_init2(&stream, 6, wbits) == Z_OK)
+    defer { deflateEnd(&stream) }
+    var input = Array(text.utf8)
+    var out = [UInt8](repeating: 0, count: input.count + 1024)
+    let status = input.withUnsafeMutableBufferPointer { inp in
+        out.withUnsafeMutableBufferPointer { outp in
+            stream.next_in = inp.baseAddress
+            stream.avail_in = UInt32(inp.count)
+            stream.next_out = outp.baseAddress
+            stream.avail_out = UInt32(outp.count)
+            return deflate(&stream, Z_FINISH)
+        }
+    }
+    try #require(status == Z_STREAM_END)
+    return Array(out[0..<Int(stream.total_out)])
 }

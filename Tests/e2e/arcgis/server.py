@@ -53,6 +53,7 @@ import time
 import urllib.error
 import urllib.request
 import zlib
+import gzip
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
@@ -66,7 +67,7 @@ OOB_REDIRECT = "urn:ietf:wg:oauth:2.0:oob"
 INTERNAL_HEADER = "X-Arcgis-Test-Internal"   # marks server<->portal back-channel calls
 REASON_HEADER = "X-Arcgis-Test-Reason"       # why a request was rejected (test aid)
 
-ERROR_FORMS = ("json", "json-spaced", "status", "jsonp", "html", "403")
+ERROR_FORMS = ("json", "json-spaced", "status", "jsonp", "html", "403", "unwrapped")
 
 DEFAULT_USERS = ("alice:alice-pass", "bob:bob-pass")
 DEFAULT_APPS = ("proxyapp:proxyapp-secret",)
@@ -121,6 +122,12 @@ _SPACED = {
           '    "details" : [ ]\n  }\n}'),
     499: ('{\n  "error" : {\n    "code" : 499,\n    "message" : "Token Required",\n'
           '    "messageCode" : "GWM_0003",\n    "details" : [ ]\n  }\n}'),
+}
+
+# The shape without the "error" wrapper (ArcGIS Server and older releases).
+_UNWRAPPED = {
+    498: {"code": 498, "message": "Invalid token.", "details": []},
+    499: {"code": 499, "message": "Token Required", "messageCode": "GWM_0003", "details": []},
 }
 
 _HTML_ERR = {
@@ -561,11 +568,28 @@ class _Handler(BaseHTTPRequestHandler):
             scanner.close()
             req.multipart = scanner
 
+    def _encoding(self):
+        """The content coding for this response (test option content_encoding), if the client accepts it."""
+        enc = self.cfg.get("content_encoding")
+        if not enc or self.path.startswith("/__"):
+            return None
+        accepted = [a.split(";")[0].strip().lower()
+                    for a in (self.headers.get("Accept-Encoding") or "").split(",")]
+        return enc if enc in accepted else None
+
     def send_bytes(self, status, body, ctype, headers=(), reason=None):
         """Head and body in one write (no Nagle / delayed-ACK stalls)."""
+        enc = self._encoding() if body else None
+        if enc == "gzip":
+            body = gzip.compress(body, mtime=0)
+        elif enc == "deflate":
+            body = zlib.compress(body)
         self.send_response(status, reason)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
+        if enc:
+            self.send_header("Content-Encoding", enc)
+            self.send_header("Vary", "Accept-Encoding")
         for k, v in headers:
             self.send_header(k, v)
         self._headers_buffer.append(b"\r\n")
@@ -575,7 +599,8 @@ class _Handler(BaseHTTPRequestHandler):
         self._headers_buffer = []
         pending, self._pending_log = self._pending_log, None
         if pending is not None:
-            pending(status)       # recorded before the client can see the answer
+            # recorded before the client can see the answer, with a hash of the bytes sent
+            pending(status, hashlib.sha256(body).hexdigest(), enc)
         try:
             self.wfile.write(data)
         except (ConnectionError, socket.timeout, ssl.SSLError, OSError) as e:
@@ -746,8 +771,10 @@ class _App:
                  "status": None}
         entry.update(kw)
 
-        def commit(status):
+        def commit(status, sent_sha256=None, encoding=None):
             entry["status"] = status
+            entry["sent_sha256"] = sent_sha256
+            entry["content_encoding"] = encoding
             with s.lock:
                 s.log.append(entry)
                 del s.log[:-500]
@@ -987,6 +1014,8 @@ class _App:
         elif form == "status":
             h.send_bytes(code, _dumps(body).encode(), ctype, hdrs,
                          reason=_HTML_ERR[code])
+        elif form == "unwrapped":
+            h.send_bytes(200, _dumps(_UNWRAPPED[code]).encode(), ctype, hdrs)
         elif form == "html":
             title = _HTML_ERR[code]
             h.send_html(200, "<html><head><title>Error: %s</title></head><body>"
@@ -1016,6 +1045,10 @@ class _App:
             return False, None, None
         if len(distinct) > 1:
             self.reject(h, req, 498, "double_token", portal, logkw)
+            return False, None, None
+        if self.cfg.get("reject_all") and secured and distinct:
+            # test switch: a server that rejects every token (misconfigured referer, clock skew, ...)
+            self.reject(h, req, 498, "reject_all", portal, logkw)
             return False, None, None
         if not distinct:
             if not secured:
@@ -1669,7 +1702,8 @@ class _App:
                 "owning_system_url": str, "trusted_portal": str, "accept_portal_tokens": "bool",
                 "oauth_error_status": int, "enforce_referer": "bool", "enforce_ip": "bool",
                 "legacy_tokens_url": "bool", "auto_federate": "bool", "default_user": str,
-                "revoke_app_tokens": "bool", "server_json_ctype": str}
+                "revoke_app_tokens": "bool", "server_json_ctype": str, "reject_all": "bool",
+                "content_encoding": str}
 
     def set_options(self, opts):
         for k, v in opts.items():
@@ -1693,7 +1727,9 @@ class _App:
              "default_user": c["default_user"], "error_form": self.st.error_form or "auto",
              "token_service": dict(self.st.token_service),
              "accept_portal_tokens": c["accept_portal_tokens"],
-             "oauth_error_status": c["oauth_error_status"]}
+             "oauth_error_status": c["oauth_error_status"],
+             "reject_all": c.get("reject_all", False),
+             "content_encoding": c.get("content_encoding")}
         if self.has_portal:
             d["portal_url"] = self.portal_url
             d["federated_servers"] = sorted(self.st.federated | self.st.probe_ok)
@@ -1764,11 +1800,14 @@ class ArcGISServer:
                  server_path="/arcgis", accept_portal_tokens=False, oauth_error_status=200,
                  error_form=None, legacy_tokens_url=False, enforce_referer=True, enforce_ip=True,
                  auto_federate=True, revoke_app_tokens=False, redirect_uris=(), code_ttl=300.0,
-                 server_json_ctype=SERVER_JSON_CTYPE, federate_self=False, verbose=False):
+                 server_json_ctype=SERVER_JSON_CTYPE, federate_self=False, verbose=False,
+                 reject_all=False, content_encoding=None):
         if role not in ("portal", "server", "both"):
             raise ValueError("role must be portal, server or both")
         if error_form not in (None, "auto") + ERROR_FORMS:
             raise ValueError("bad error_form")
+        if content_encoding not in (None, "", "gzip", "deflate"):
+            raise ValueError("content_encoding must be gzip or deflate")
         users = users if isinstance(users, dict) else _pairs(
             DEFAULT_USERS if users is None else users, "user")
         apps = apps if isinstance(apps, dict) else _pairs(
@@ -1792,6 +1831,8 @@ class ArcGISServer:
             "auto_federate": bool(auto_federate), "revoke_app_tokens": bool(revoke_app_tokens),
             "redirect_uris": tuple(redirect_uris or ()), "code_ttl": float(code_ttl),
             "server_json_ctype": server_json_ctype,
+            "reject_all": bool(reject_all),
+            "content_encoding": content_encoding or None,
         }
         if cfg["portal_path"] == cfg["server_path"] and role == "both":
             raise ValueError("portal_path and server_path must differ")
@@ -1894,6 +1935,16 @@ class ArcGISServer:
             if what in ("refresh", "all"):
                 self.state.refresh_expire_epoch = now
         time.sleep(0.002)
+
+    def revoke_all(self):
+        """Every access and refresh token issued so far stops working at once ("revoke all tokens",
+        a portal restart, a password change)."""
+        self.expire_all("all")
+
+    def token_calls(self, endpoint=None, kind=None):
+        """The token-service calls so far (from stats), optionally only one endpoint / kind."""
+        return [r for r in self.stats()["token_requests"]
+                if (endpoint is None or r["endpoint"] == endpoint) and (kind is None or r["kind"] == kind)]
 
     def set_token_service(self, mode="ok", status=503, count=None, seconds=5.0):
         with self.state.lock:

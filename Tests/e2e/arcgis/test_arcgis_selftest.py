@@ -940,3 +940,74 @@ def test_ipv6(http, make):
     assert srv.url.startswith("http://[::1]:")
     tok = gen_server_token(http, srv)["token"]
     assert query(http, srv, tok).json() == ESRI_QUERY_DOC
+
+
+# ---------------------------------------------------------------------------
+# hooks for the token lifecycle tests (issue 9)
+# ---------------------------------------------------------------------------
+
+def test_unwrapped_rejection_form(http, standalone):
+    srv = standalone
+    r = query(http, srv, "bad", __err="unwrapped")
+    assert r.status_code == 200 and r.json() == {"code": 498, "message": "Invalid token.", "details": []}
+    r = query(http, srv, None, __err="unwrapped")
+    assert r.json() == {"code": 499, "message": "Token Required", "messageCode": "GWM_0003", "details": []}
+    assert srv.stats()["rejected_498"] == 1 and srv.stats()["rejected_499"] == 1
+
+
+def test_reject_all_switch(http, make):
+    srv = make(role="server", ttl=30, reject_all=True)
+    tok = gen_server_token(http, srv)["token"]        # the token service still issues tokens
+    r = query(http, srv, tok)
+    assert r.status_code == 200 and r.json() == ERR_498
+    assert r.headers["X-Arcgis-Test-Reason"] == "reject_all"
+    assert query(http, srv, None).json() == ERR_499   # no token: still "token required"
+    srv.set(reject_all=False)
+    assert "features" in query(http, srv, tok).json()
+    http.post(srv.url + "/__admin/set", data={"reject_all": "true"})
+    assert query(http, srv, tok).json() == ERR_498
+    assert srv.stats()["rejected_498"] == 2
+
+
+@pytest.mark.parametrize("enc", ["gzip", "deflate"])
+def test_content_encoding_switch(http, make, enc):
+    import gzip as _gzip
+    import zlib as _zlib
+    srv = make(role="server", ttl=30, content_encoding=enc)
+    tok = gen_server_token(http, srv)["token"]
+    r = http.get(srv.query_url(), params={"f": "json", "token": tok}, headers={"Accept-Encoding": enc},
+                 stream=True, timeout=10)
+    raw = r.raw.read(decode_content=False)
+    assert r.headers["Content-Encoding"] == enc and r.headers["Content-Length"] == str(len(raw))
+    plain = _gzip.decompress(raw) if enc == "gzip" else _zlib.decompress(raw)
+    assert json.loads(plain)["features"]
+    entry = srv.request_log()[-1]
+    assert entry["content_encoding"] == enc and entry["sent_sha256"] == hashlib.sha256(raw).hexdigest()
+    # rejections are compressed too
+    r = http.get(srv.query_url(), params={"f": "json", "token": "bad"}, headers={"Accept-Encoding": enc},
+                 stream=True, timeout=10)
+    raw = r.raw.read(decode_content=False)
+    plain = _gzip.decompress(raw) if enc == "gzip" else _zlib.decompress(raw)
+    assert json.loads(plain) == ERR_498
+    # a client that does not accept the coding gets identity
+    r = http.get(srv.query_url(), params={"f": "json", "token": "bad"}, headers={"Accept-Encoding": "identity"},
+                 timeout=10)
+    assert "Content-Encoding" not in r.headers and r.json() == ERR_498
+
+
+def test_revoke_all_and_token_calls(http, fed):
+    portal, server = fed
+    pt = gen_portal_token(http, portal)["token"]
+    r = http.post(portal.sharing_url + "/generateToken",
+                  data={"token": pt, "serverUrl": server.server_root, "f": "json"}, timeout=10)
+    st = r.json()["token"]
+    assert "features" in query(http, server, st).json()
+    portal.revoke_all()
+    assert query(http, server, st).json() == ERR_498         # federated server tokens die with the portal's
+    r = http.post(portal.sharing_url + "/generateToken",
+                  data={"token": pt, "serverUrl": server.server_root, "f": "json"}, timeout=10)
+    assert r.json() == ERR_498                                 # the exchange refuses the revoked portal token
+    calls = portal.token_calls("portal.generateToken")
+    assert [c["kind"] for c in calls] == ["generate_password", "generate_federated", "generate_federated"]
+    assert [c["ok"] for c in calls] == [True, True, False]
+    assert len(portal.token_calls(kind="generate_federated")) == 2

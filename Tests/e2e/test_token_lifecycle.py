@@ -1,0 +1,206 @@
+"""Token lifecycle through the real binary against the ArcGIS test server (issue 9, part 2): the client never
+sees a failure the proxy could absorb, and a token service is never hammered."""
+import hashlib
+import threading
+import time
+
+import pytest
+import requests
+
+import harness
+from harness import cred
+from arcgis import ArcGISServer, federate
+from test_credentials import arcgis_cred, via
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Rejection detection: compressed bodies, the unwrapped shape
+# ---------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("enc,form", [("gzip", "json"), ("deflate", "json"), ("gzip", "unwrapped"), (None, "unwrapped")])
+def test_encoded_or_unwrapped_rejection_is_retried(proxy_factory, session, enc, form):
+    s = ArcGISServer(role="server", ttl=60, content_encoding=enc).start()
+    try:
+        p = proxy_factory(extra_config=arcgis_cred(s))
+        url = s.query_url() + "?f=json&__err=" + form
+        assert via(p, session, "GET", url).status_code == 200
+        s.expire_all()
+        s.reset_stats()
+        r = via(p, session, "GET", url, headers={"Accept-Encoding": enc or "identity"})
+        assert r.status_code == 200 and r.json()["features"], r.text[:300]
+        log = s.request_log()
+        assert [e["outcome"] for e in log] == ["498", "ok"], log
+        assert log[0]["content_encoding"] == enc
+        st = s.stats()
+        assert st["tokens_issued"]["generate_password"] == 1, st
+    finally:
+        s.stop()
+
+
+@pytest.mark.parametrize("enc", ["gzip", "deflate"])
+def test_encoded_answers_reach_the_client_byte_identical(proxy_factory, session, enc):
+    s = ArcGISServer(role="server", ttl=60, content_encoding=enc).start()
+    try:
+        p = proxy_factory(extra_config=arcgis_cred(s))
+        for path in ["/rest/services/Secure/Points/FeatureServer/0/query?f=json",
+                     "/rest/services/Secure/Points/FeatureServer/0/nosuch?f=json"]:  # a 400 error body, not a token error
+            r = via(p, session, "GET", s.server_root + path, headers={"Accept-Encoding": enc}, stream=True)
+            raw = r.raw.read(decode_content=False)
+            assert r.headers["Content-Encoding"] == enc
+            assert hashlib.sha256(raw).hexdigest() == s.request_log()[-1]["sent_sha256"]
+        assert s.stats()["tokens_issued"]["generate_password"] == 1
+    finally:
+        s.stop()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A server that rejects every token: backoff, the upstream's answer to the client
+# ---------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("form", ["json", "status"])
+def test_server_rejecting_every_token_is_not_hammered(proxy_factory, session, form):
+    s = ArcGISServer(role="server", ttl=60, reject_all=True, error_form=form).start()
+    try:
+        p = proxy_factory(extra_config=arcgis_cred(s))
+        t0 = time.time()
+        for _ in range(50):
+            r = via(p, session, "GET", s.query_url() + "?f=json")
+            # Each client gets the upstream's own rejection (not a 502 of ours).
+            assert r.status_code == (200 if form == "json" else 498), r.text[:200]
+            assert r.json() == {"error": {"code": 498, "message": "Invalid token.", "details": []}}, r.text[:200]
+            time.sleep(0.05)
+        elapsed = time.time() - t0
+        times = [c["t"] for c in s.token_calls("server.generateToken")]
+        assert 1 <= len(times) <= 5, (len(times), elapsed)
+        gaps = [b - a for a, b in zip(times, times[1:])]
+        assert all(g >= 0.9 for g in gaps), gaps       # backing off: 1 s, 2 s, 4 s ...
+        assert all(b >= a * 1.5 for a, b in zip(gaps, gaps[1:])), gaps
+        assert s.stats()["rejected_498"] == 50 + len(times) - 1, s.stats()["rejected_498"]
+        assert p.wait_for_log(lambda l: "the server rejects new tokens" in l)
+        assert "alice-pass" not in p.log_text()
+        # The server is fixed: after the backoff the next rejection-free token works again.
+        s.set(reject_all=False)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            r = via(p, session, "GET", s.query_url() + "?f=json")
+            if "features" in r.json():
+                break
+            time.sleep(0.3)
+        assert "features" in r.json(), r.text[:200]
+    finally:
+        s.stop()
+
+
+def test_concurrent_clients_share_one_fresh_rejection(proxy_factory):
+    s = ArcGISServer(role="server", ttl=60, reject_all=True).start()
+    try:
+        p = proxy_factory(extra_config=arcgis_cred(s))
+        results = []
+        lock = threading.Lock()
+
+        def one():
+            c = requests.Session()
+            c.trust_env = False
+            r = c.get(s.query_url() + "?f=json", proxies=p.proxies, timeout=30)
+            with lock:
+                results.append((r.status_code, r.json().get("error", {}).get("code")))
+            c.close()
+
+        ts = [threading.Thread(target=one) for _ in range(50)]
+        [t.start() for t in ts]
+        [t.join() for t in ts]
+        assert results == [(200, 498)] * 50, results
+        assert len(s.token_calls("server.generateToken")) <= 2
+    finally:
+        s.stop()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Federation: every token revoked at once
+# ---------------------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def federation():
+    portal = ArcGISServer(role="portal", ttl=60).start()
+    server = ArcGISServer(role="server", ttl=60).start()
+    federate(portal, server)
+    yield portal, server
+    server.stop()
+    portal.stop()
+
+
+@pytest.mark.parametrize("kind", ["oauth-app", "arcgis-token"])
+def test_all_tokens_revoked_at_once_the_next_request_succeeds(proxy_factory, federation, session, kind):
+    portal, server = federation
+    if kind == "oauth-app":
+        creds = cred("fed", "oauth-app", [portal.portal_url, server.server_root], client_id="proxyapp",
+                     client_secret="proxyapp-secret", portal_url=portal.portal_url)
+        new_portal_token = "oauth_client_credentials"
+    else:
+        creds = cred("fed", "arcgis-token", server.server_root, username="bob", password="bob-pass")
+        new_portal_token = "generate_password"
+    p = proxy_factory(extra_config=creds)
+    assert via(p, session, "GET", server.query_url() + "?f=json").status_code == 200
+    portal.revoke_all()
+    server.revoke_all()
+    portal.reset_stats()
+    server.reset_stats()
+    r = via(p, session, "GET", server.query_url() + "?f=json")
+    assert r.status_code == 200 and r.json()["features"], r.text[:300]
+    issued = portal.stats()["tokens_issued"]
+    assert issued[new_portal_token] == 1 and issued["generate_federated"] == 1, issued
+    assert [e["outcome"] for e in server.request_log()] == ["498", "ok"]
+
+
+def test_revoked_portal_token_oauth_user(proxy_factory, federation, session, tmp_path):
+    """oauth-user: every access token revoked (the refresh token survives): a refresh grant, one exchange."""
+    from test_token_state import login, write_conf
+    portal, server = federation
+    state = tmp_path / "state"
+    creds = cred("me", "oauth-user", [portal.portal_url, server.server_root], client_id="proxyapp",
+                 portal_url=portal.portal_url, redirect_uri="http://127.0.0.1:%d/callback" % harness.free_port())
+    login(write_conf(tmp_path, "login.conf", state, None, creds))
+    p = proxy_factory(proxy={"state_dir": str(state)}, extra_config=creds)
+    assert via(p, session, "GET", server.query_url() + "?f=json").status_code == 200
+    portal.expire_all("access")
+    server.expire_all("access")
+    portal.reset_stats()
+    r = via(p, session, "GET", server.query_url() + "?f=json")
+    assert r.status_code == 200, r.text[:300]
+    issued = portal.stats()["tokens_issued"]
+    assert issued["oauth_refresh"] == 1 and issued["generate_federated"] == 1, issued
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Recovery after a token-service outage
+# ---------------------------------------------------------------------------------------------------------
+
+def test_outage_backoff_says_when_and_probes_at_its_end(proxy_factory, session):
+    s = ArcGISServer(role="server", ttl=60).start()
+    try:
+        s.set_token_service("down")
+        p = proxy_factory(extra_config=arcgis_cred(s))
+        r = via(p, session, "GET", s.query_url() + "?f=json")
+        err = harness.assert_error_json(r.status_code, r.headers.get, r.content, 502)
+        assert any("again in 1 s" in d for d in err["details"]), err
+        t_end = time.time() + 3.5
+        while time.time() < t_end:
+            r = via(p, session, "GET", s.query_url() + "?f=json")
+            err = harness.assert_error_json(r.status_code, r.headers.get, r.content, 502)
+            assert any("again in" in d for d in err["details"]), err
+            time.sleep(0.2)
+        calls = s.token_calls("server.generateToken")
+        assert 2 <= len(calls) <= 4, calls            # 1 s, 2 s, (4 s): backing off
+        s.set_token_service("ok")
+        # No client request from here on: the proxy probes when its backoff ends (at most 4 s away).
+        deadline = time.time() + 8
+        while time.time() < deadline and not [c for c in s.token_calls("server.generateToken") if c["ok"]]:
+            time.sleep(0.1)
+        ok = [c for c in s.token_calls("server.generateToken") if c["ok"]]
+        assert len(ok) == 1, s.token_calls()
+        assert p.wait_for_log(lambda l: "probing the token service" in l)
+        r = via(p, session, "GET", s.query_url() + "?f=json")
+        assert r.status_code == 200
+        assert len(s.token_calls("server.generateToken")) == len(calls) + 1
+    finally:
+        s.stop()
