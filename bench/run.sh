@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Benchmark harness: authproxy vs. nginx / HAProxy / Squid on loopback.
+# Benchmark harness: authproxy vs. nginx / HAProxy / Squid / the Dispatch floor on loopback.
 #
-#   bash bench/run.sh [--authproxy PATH] [--duration SECONDS] [--warmup SECONDS]
-#                     [--skip-authproxy] [--out FILE]
+#   bash bench/run.sh [--authproxy PATH] [--floor PATH] [--duration SECONDS] [--warmup SECONDS]
+#                     [--rounds N] [--skip-authproxy] [--out FILE]
 #
+# The proxy under test and every peer run on core 0 (taskset -c 0), wrk and the origin on core 1.
 # Everything listens on 127.0.0.1 only and is torn down on exit.
 # See bench/README.md for what is measured and how to read the output.
 set -euo pipefail
@@ -12,7 +13,9 @@ BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(cd "$BENCH_DIR/.." && pwd)"
 
 AUTHPROXY_BIN=""
+FLOOR_BIN=""
 DURATION=10
+ROUNDS=3
 WARMUP=2
 SKIP_AUTHPROXY=0
 OUT_FILE="$BENCH_DIR/results-latest.md"
@@ -20,7 +23,7 @@ BIG_BYTES=$((100 * 1024 * 1024))
 DL_REPEATS=3
 
 usage() {
-    sed -n '2,8p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 while [[ $# -gt 0 ]]; do
@@ -29,6 +32,10 @@ while [[ $# -gt 0 ]]; do
         --authproxy=*) AUTHPROXY_BIN="${1#*=}"; shift ;;
         --duration) DURATION="$2"; shift 2 ;;
         --duration=*) DURATION="${1#*=}"; shift ;;
+        --floor) FLOOR_BIN="$2"; shift 2 ;;
+        --floor=*) FLOOR_BIN="${1#*=}"; shift ;;
+        --rounds) ROUNDS="$2"; shift 2 ;;
+        --rounds=*) ROUNDS="${1#*=}"; shift ;;
         --warmup) WARMUP="$2"; shift 2 ;;
         --warmup=*) WARMUP="${1#*=}"; shift ;;
         --skip-authproxy) SKIP_AUTHPROXY=1; shift ;;
@@ -41,6 +48,7 @@ done
 
 [[ "$DURATION" =~ ^[0-9]+$ && "$DURATION" -ge 1 ]] || { echo "--duration must be a positive integer" >&2; exit 2; }
 [[ "$WARMUP" =~ ^[0-9]+$ ]] || { echo "--warmup must be a non-negative integer" >&2; exit 2; }
+[[ "$ROUNDS" =~ ^[0-9]+$ && "$ROUNDS" -ge 1 ]] || { echo "--rounds must be a positive integer" >&2; exit 2; }
 
 BENCH_TAG="bench"
 # shellcheck source=bench/lib.sh
@@ -56,6 +64,7 @@ command -v squid   >/dev/null 2>&1 || [[ -x /usr/sbin/squid   ]] || need_pkgs+=(
 command -v wrk     >/dev/null 2>&1 || need_pkgs+=(wrk)
 command -v curl    >/dev/null 2>&1 || need_pkgs+=(curl)
 command -v python3 >/dev/null 2>&1 || need_pkgs+=(python3)
+command -v taskset >/dev/null 2>&1 || need_pkgs+=(util-linux)
 install_missing "${need_pkgs[@]}"
 export PATH="$PATH:/usr/sbin:/sbin"
 
@@ -65,6 +74,23 @@ export PATH="$PATH:/usr/sbin:/sbin"
 if [[ $SKIP_AUTHPROXY -eq 0 ]]; then
     resolve_authproxy
 fi
+
+# The Dispatch floor (bench/floor), built if missing.
+if [[ -z "$FLOOR_BIN" ]]; then
+    FLOOR_BIN="$BENCH_DIR/floor/.build/release/floor"
+    if [[ ! -x "$FLOOR_BIN" ]]; then
+        log "building the Dispatch floor (swift build -c release --package-path bench/floor)"
+        swift build -c release --package-path "$BENCH_DIR/floor" >&2
+    fi
+fi
+[[ -x "$FLOOR_BIN" ]] || die "floor binary not found or not executable: $FLOOR_BIN"
+
+# Core pinning: the server under test (authproxy or a peer) gets core 0 to itself; the load
+# generator and the origin share core 1. Every server is measured on the same single core.
+[[ $(nproc) -ge 2 ]] || die "needs at least 2 CPUs (server on core 0, wrk + origin on core 1); nproc=$(nproc)"
+PIN_SERVER=(taskset -c 0)
+PIN_LOAD=(taskset -c 1)
+CLK_TCK=$(getconf CLK_TCK)
 
 # --------------------------------------------------------------------------
 # 2. Temp dir, ports, cleanup
@@ -76,9 +102,10 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-read -r P_ORIGIN P_HAPROXY P_NGINX P_SQUID P_AUTH < <(free_ports 5)
+read -r P_ORIGIN P_HAPROXY P_NGINX P_SQUID P_AUTH P_AUTH_PLAIN P_FLOOR < <(free_ports 7)
 ORIGIN="127.0.0.1:$P_ORIGIN"
-log "tmp=$TMP ports: origin=$P_ORIGIN haproxy=$P_HAPROXY nginx-relay=$P_NGINX squid=$P_SQUID authproxy=$P_AUTH"
+TOKEN="BENCHKEY"
+log "tmp=$TMP ports: origin=$P_ORIGIN haproxy=$P_HAPROXY nginx-relay=$P_NGINX squid=$P_SQUID authproxy=$P_AUTH authproxy-plain=$P_AUTH_PLAIN floor=$P_FLOOR"
 
 # Content
 mkdir -p "$TMP/www"
@@ -116,6 +143,11 @@ http {
     server {
         listen 127.0.0.1:$P_ORIGIN;
         root $TMP/www;
+        # Answers with the query string it received: checks authproxy's token injection.
+        location = /echo {
+            default_type text/plain;
+            return 200 "args=\$args\n";
+        }
     }
 }
 EOF
@@ -124,7 +156,7 @@ EOF
 mkdir -p "$TMP/nginx-relay"
 cat > "$TMP/nginx-relay/nginx.conf" <<EOF
 $NGINX_USER_LINE
-worker_processes auto;
+worker_processes 1;
 daemon off;
 pid $TMP/nginx-relay/nginx.pid;
 error_log $TMP/nginx-relay.log warn;
@@ -163,7 +195,8 @@ cat > "$TMP/haproxy.cfg" <<EOF
 global
     maxconn 4096
     pidfile $TMP/haproxy.pid
-    # nbthread left at default (= number of CPUs)
+    # one thread, like every other server pinned to core 0
+    nbthread 1
 
 defaults
     mode http
@@ -218,18 +251,34 @@ server_persistent_connections on
 EOF
 
 # ---- authproxy -------------------------------------------------------------
+# Two instances: "authproxy" injects an api-key (token=BENCHKEY) into every request to the origin,
+# the case issue 10 measures; "authproxy-plain" has no credential (plain relay). Both use the
+# default number of workers.
 if [[ $SKIP_AUTHPROXY -eq 0 ]]; then
-    mkdir -p "$TMP/state"
+    mkdir -p "$TMP/state" "$TMP/state-plain"
     cat > "$TMP/authproxy.toml" <<EOF
 [proxy]
 listen = ["127.0.0.1:$P_AUTH"]
 state_dir = "$TMP/state"
 [log]
 level = "warning"
+[[credential]]
+name = "bench-key"
+type = "api-key"
+key = "$TOKEN"
+match = "http://$ORIGIN"
 EOF
-    # Optional extra TOML (must start with its own [table] header).
+    cat > "$TMP/authproxy-plain.toml" <<EOF
+[proxy]
+listen = ["127.0.0.1:$P_AUTH_PLAIN"]
+state_dir = "$TMP/state-plain"
+[log]
+level = "warning"
+EOF
+    # Optional extra TOML (must start with its own [table] header), added to both.
     if [[ -n "${AUTHPROXY_EXTRA_CONFIG:-}" ]]; then
         printf '\n%s\n' "$AUTHPROXY_EXTRA_CONFIG" >> "$TMP/authproxy.toml"
+        printf '\n%s\n' "$AUTHPROXY_EXTRA_CONFIG" >> "$TMP/authproxy-plain.toml"
     fi
 fi
 
@@ -250,32 +299,48 @@ wait_http() { # name url [proxy]
 }
 
 log "starting nginx origin"
-start_bg origin "$TMP/nginx-origin.stdout.log" nginx -p "$TMP/nginx-origin" -e "$TMP/nginx-origin.log" -c "$TMP/nginx-origin/nginx.conf"
+start_bg origin "$TMP/nginx-origin.stdout.log" "${PIN_LOAD[@]}" nginx -p "$TMP/nginx-origin" -e "$TMP/nginx-origin.log" -c "$TMP/nginx-origin/nginx.conf"
 wait_http origin "http://$ORIGIN/small.json"
 
 log "starting haproxy"
-start_bg haproxy "$TMP/haproxy.log" haproxy -db -f "$TMP/haproxy.cfg"
+start_bg haproxy "$TMP/haproxy.log" "${PIN_SERVER[@]}" haproxy -db -f "$TMP/haproxy.cfg"
 wait_http haproxy "http://127.0.0.1:$P_HAPROXY/small.json"
 
 log "starting nginx relay"
-start_bg nginx-relay "$TMP/nginx-relay.stdout.log" nginx -p "$TMP/nginx-relay" -e "$TMP/nginx-relay.log" -c "$TMP/nginx-relay/nginx.conf"
+start_bg nginx-relay "$TMP/nginx-relay.stdout.log" "${PIN_SERVER[@]}" nginx -p "$TMP/nginx-relay" -e "$TMP/nginx-relay.log" -c "$TMP/nginx-relay/nginx.conf"
 wait_http nginx-relay "http://127.0.0.1:$P_NGINX/small.json"
 
 log "starting squid"
-start_bg squid "$TMP/squid.stdout.log" squid -N -f "$TMP/squid/squid.conf"
+start_bg squid "$TMP/squid.stdout.log" "${PIN_SERVER[@]}" squid -N -f "$TMP/squid/squid.conf"
 wait_http squid "http://$ORIGIN/small.json" "127.0.0.1:$P_SQUID"
 
+log "starting the Dispatch floor ($FLOOR_BIN)"
+start_bg floor "$TMP/floor.log" "${PIN_SERVER[@]}" "$FLOOR_BIN" "$P_FLOOR" "$P_ORIGIN"
+wait_http floor "http://127.0.0.1:$P_FLOOR/small.json"
+
 if [[ $SKIP_AUTHPROXY -eq 0 ]]; then
-    log "starting authproxy ($AUTHPROXY_BIN)"
-    start_bg authproxy "$TMP/authproxy.log" "$AUTHPROXY_BIN" serve --config "$TMP/authproxy.toml"
+    log "starting authproxy with an api-key credential ($AUTHPROXY_BIN)"
+    start_bg authproxy "$TMP/authproxy.log" "${PIN_SERVER[@]}" "$AUTHPROXY_BIN" serve --config "$TMP/authproxy.toml"
     wait_http authproxy "http://127.0.0.1:$P_AUTH/healthz"
+    log "starting authproxy-plain, no credential"
+    start_bg authproxy-plain "$TMP/authproxy-plain.log" "${PIN_SERVER[@]}" "$AUTHPROXY_BIN" serve --config "$TMP/authproxy-plain.toml"
+    wait_http authproxy-plain "http://127.0.0.1:$P_AUTH_PLAIN/healthz"
 fi
 
 # --------------------------------------------------------------------------
 # 3. Measurements
 # --------------------------------------------------------------------------
 # target name | kind (direct|forward) | listen addr
-TARGETS=("origin|direct|$ORIGIN" "authproxy|forward|127.0.0.1:$P_AUTH" "haproxy|direct|127.0.0.1:$P_HAPROXY" "nginx-relay|direct|127.0.0.1:$P_NGINX" "squid|forward|127.0.0.1:$P_SQUID")
+TARGETS=(
+    "origin|direct|$ORIGIN"
+    "authproxy|forward|127.0.0.1:$P_AUTH"
+    "authproxy-plain|forward|127.0.0.1:$P_AUTH_PLAIN"
+    "floor|direct|127.0.0.1:$P_FLOOR"
+    "haproxy|direct|127.0.0.1:$P_HAPROXY"
+    "nginx-relay|direct|127.0.0.1:$P_NGINX"
+    "squid|forward|127.0.0.1:$P_SQUID"
+)
+is_authproxy() { [[ $1 == authproxy || $1 == authproxy-plain ]]; }
 
 # wrk script for forward proxies: connect to the proxy, send absolute-form
 # request lines. The request is built once from wrk.path/wrk.headers.
@@ -285,8 +350,10 @@ wrk.path = "http://$ORIGIN/small.json"
 wrk.headers["Host"] = "$ORIGIN"
 EOF
 
-RESULTS="$TMP/results.tsv"
-: > "$RESULTS"
+RUNS="$TMP/runs.tsv"      # one line per wrk run: name round conns rps p50 p99 errors requests cpu_us_per_req
+DL="$TMP/downloads.tsv"   # name MB/s
+FAILS="$TMP/failed.tsv"   # name reason
+: > "$RUNS"; : > "$DL"; : > "$FAILS"
 
 # Sanity check: correct status and body size through every target, so a proxy
 # answering fast with an error page cannot produce a flattering number.
@@ -305,16 +372,30 @@ check_body() { # name kind addr path expected_bytes
     fi
 }
 
-run_wrk() { # kind addr conns threads duration -> wrk output on stdout
+# authproxy must add token=BENCHKEY to what the origin receives; authproxy-plain must not.
+check_token() { # name addr
+    local name="$1" addr="$2" want got
+    want="args=token=$TOKEN"
+    [[ $name == authproxy-plain ]] && want="args="
+    got=$(curl -s --max-time 10 --noproxy '' -x "http://$addr" "http://$ORIGIN/echo" || true)
+    if [[ "$got" != "$want" ]]; then
+        CHECK_ERR="origin saw '${got:-nothing}' for /echo, expected '$want'"
+        log "  $name: $CHECK_ERR"
+        return 1
+    fi
+    log "  $name: check ok, origin saw '$got'"
+}
+
+run_wrk() { # kind addr conns threads duration -> wrk output on stdout (wrk pinned to the load core)
     local kind="$1" addr="$2" c="$3" t="$4" d="$5"
     if [[ $kind == forward ]]; then
-        wrk --latency --timeout 5s -c "$c" -t "$t" -d "${d}s" -s "$TMP/forward.lua" "http://$addr/"
+        "${PIN_LOAD[@]}" wrk --latency --timeout 5s -c "$c" -t "$t" -d "${d}s" -s "$TMP/forward.lua" "http://$addr/"
     else
-        wrk --latency --timeout 5s -c "$c" -t "$t" -d "${d}s" "http://$addr/small.json"
+        "${PIN_LOAD[@]}" wrk --latency --timeout 5s -c "$c" -t "$t" -d "${d}s" "http://$addr/small.json"
     fi
 }
 
-# Prints: rps p50_ms p99_ms errors
+# Prints: rps p50_ms p99_ms errors requests
 parse_wrk() {
     python3 -c '
 import re, sys
@@ -326,6 +407,7 @@ def ms(v):
 rps = re.search(r"Requests/sec:\s+([\d.]+)", txt)
 p50 = re.search(r"^\s*50%\s+(\S+)", txt, re.M)
 p99 = re.search(r"^\s*99%\s+(\S+)", txt, re.M)
+reqs = re.search(r"^\s*(\d+) requests in", txt, re.M)
 errs = []
 m = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", txt)
 if m:
@@ -333,20 +415,46 @@ if m:
         if int(v): errs.append("%s=%s" % (k, v))
 m = re.search(r"Non-2xx or 3xx responses: (\d+)", txt)
 if m: errs.append("non2xx=" + m.group(1))
-if not (rps and p50 and p99):
-    print("nan nan nan parse-error"); sys.exit(0)
-print("%.2f %.3f %.3f %s" % (float(rps.group(1)), ms(p50.group(1)), ms(p99.group(1)), ",".join(errs) or "-"))
+if not (rps and p50 and p99 and reqs):
+    print("nan nan nan parse-error 0"); sys.exit(0)
+print("%.2f %.3f %.3f %s %s" % (float(rps.group(1)), ms(p50.group(1)), ms(p99.group(1)), ",".join(errs) or "-", reqs.group(1)))
 '
 }
 
-download_mbps() { # kind addr -> best MB/s (10^6 bytes) of DL_REPEATS
+# CPU time (utime + stime, in clock ticks) of a server: the process and all its descendants
+# (nginx master + worker). /proc/PID/stat already sums all threads of a process.
+cpu_ticks() { # pid
+    python3 - "$1" <<'PY'
+import os, sys
+root = int(sys.argv[1])
+children, ticks = {}, {}
+for d in os.listdir("/proc"):
+    if not d.isdigit(): continue
+    try:
+        with open(f"/proc/{d}/stat") as f:
+            s = f.read()
+    except OSError:
+        continue
+    fields = s[s.rindex(")") + 2:].split()   # fields[0] is field 3 (state)
+    children.setdefault(int(fields[1]), []).append(int(d))
+    ticks[int(d)] = int(fields[11]) + int(fields[12])   # fields 14 (utime) and 15 (stime)
+total, stack = 0, [root]
+while stack:
+    p = stack.pop()
+    stack.extend(children.get(p, []))
+    total += ticks.get(p, 0)
+print(total)
+PY
+}
+
+download_mbps() { # kind addr -> best MB/s (10^6 bytes) of DL_REPEATS (curl pinned to the load core)
     local kind="$1" addr="$2" best=0 out code size speed
     for _ in $(seq 1 "$DL_REPEATS"); do
         if [[ $kind == forward ]]; then
-            out=$(curl -s -o /dev/null --max-time 120 -w '%{http_code} %{size_download} %{speed_download}' \
+            out=$("${PIN_LOAD[@]}" curl -s -o /dev/null --max-time 120 -w '%{http_code} %{size_download} %{speed_download}' \
                 --noproxy '' -x "http://$addr" "http://$ORIGIN/big.bin")
         else
-            out=$(curl -s -o /dev/null --max-time 120 -w '%{http_code} %{size_download} %{speed_download}' \
+            out=$("${PIN_LOAD[@]}" curl -s -o /dev/null --max-time 120 -w '%{http_code} %{size_download} %{speed_download}' \
                 --noproxy '*' "http://$addr/big.bin")
         fi
         read -r code size speed <<<"$out"
@@ -360,43 +468,64 @@ download_mbps() { # kind addr -> best MB/s (10^6 bytes) of DL_REPEATS
     printf '%.1f\n' "$best"
 }
 
+# One measured wrk run; CPU µs/request = Δ(utime+stime) of the server ÷ requests wrk completed.
+measure() { # name kind addr round conns threads
+    local name="$1" kind="$2" addr="$3" round="$4" c="$5" t="$6" before after out rps p50 p99 err reqs cpu
+    before=$(cpu_ticks "${PID_OF[$name]}")
+    out=$(run_wrk "$kind" "$addr" "$c" "$t" "$DURATION")
+    after=$(cpu_ticks "${PID_OF[$name]}")
+    echo "$out" > "$TMP/wrk-$name-c$c-r$round.txt"
+    read -r rps p50 p99 err reqs < <(parse_wrk <<<"$out")
+    cpu=$(python3 -c "r=$reqs; print('%.1f' % ((($after) - ($before)) * 1e6 / $CLK_TCK / r) if r else 'nan')")
+    log "  round $round c$c: $rps req/s  cpu=${cpu}µs/req  p50=${p50}ms p99=${p99}ms errors=$err"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$round" "$c" "$rps" "$p50" "$p99" "$err" "$reqs" "$cpu" >> "$RUNS"
+}
+
+# Checks first; a target that fails is reported as FAILED and never measured.
+ACTIVE=()
 for entry in "${TARGETS[@]}"; do
     IFS='|' read -r name kind addr <<<"$entry"
-    if [[ $name == authproxy && $SKIP_AUTHPROXY -eq 1 ]]; then
-        printf '%s\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\n' "$name" >> "$RESULTS"
+    if is_authproxy "$name" && [[ $SKIP_AUTHPROXY -eq 1 ]]; then
         continue
     fi
-    log "== $name ($kind, $addr)"
     CHECK_ERR=""
-    if ! check_body "$name" "$kind" "$addr" /small.json "$SMALL_BYTES"; then
-        printf '%s\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tFAILED: %s\n' "$name" "$CHECK_ERR" >> "$RESULTS"
+    if ! check_body "$name" "$kind" "$addr" /small.json "$SMALL_BYTES" \
+        || { is_authproxy "$name" && ! check_token "$name" "$addr"; }; then
+        printf '%s\tFAILED: %s\n' "$name" "$CHECK_ERR" >> "$FAILS"
         continue
     fi
-    if [[ $WARMUP -gt 0 ]]; then
-        run_wrk "$kind" "$addr" 50 2 "$WARMUP" >/dev/null
-    fi
-    out50=$(run_wrk "$kind" "$addr" 50 2 "$DURATION")
-    echo "$out50" > "$TMP/wrk-$name-c50.txt"
-    read -r rps50 p50_50 p99_50 err50 < <(parse_wrk <<<"$out50")
-    log "  c50: $rps50 req/s  p50=${p50_50}ms p99=${p99_50}ms errors=$err50"
-    out1=$(run_wrk "$kind" "$addr" 1 1 "$DURATION")
-    read -r rps1 p50_1 p99_1 err1 < <(parse_wrk <<<"$out1")
-    log "  c1:  $rps1 req/s  p50=${p50_1}ms p99=${p99_1}ms errors=$err1"
+    ACTIVE+=("$entry")
+done
+
+# Interleaved rounds: every target once per round (c50 then c1), so drift hits all alike.
+for round in $(seq 1 "$ROUNDS"); do
+    for entry in "${ACTIVE[@]}"; do
+        IFS='|' read -r name kind addr <<<"$entry"
+        log "== round $round/$ROUNDS: $name ($kind, $addr)"
+        if [[ $round -eq 1 && $WARMUP -gt 0 ]]; then
+            run_wrk "$kind" "$addr" 50 2 "$WARMUP" >/dev/null
+        fi
+        measure "$name" "$kind" "$addr" "$round" 50 2
+        measure "$name" "$kind" "$addr" "$round" 1 1
+    done
+done
+
+for entry in "${ACTIVE[@]}"; do
+    IFS='|' read -r name kind addr <<<"$entry"
     mbps=$(download_mbps "$kind" "$addr")
-    log "  100 MB download: $mbps MB/s (best of $DL_REPEATS)"
-    errs="$err50"
-    [[ "$err1" != "-" ]] && errs="$errs; c1: $err1"
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
-        "$name" "$rps50" "$p50_50" "$p99_50" "$rps1" "$p50_1" "$p99_1" "$mbps" "$errs" >> "$RESULTS"
+    log "  $name: 100 MB download: $mbps MB/s (best of $DL_REPEATS)"
+    printf '%s\t%s\n' "$name" "$mbps" >> "$DL"
 done
 
 RSS="$TMP/rss.tsv"
 : > "$RSS"
-for name in origin authproxy haproxy nginx-relay squid; do
+for entry in "${TARGETS[@]}"; do
+    IFS='|' read -r name _ _ <<<"$entry"
     if [[ -n "${PID_OF[$name]:-}" ]]; then
-        printf '%s\t%s\n' "$name" "$(peak_rss_mb "${PID_OF[$name]}")" >> "$RSS"
+        printf '%s\t%s\t%s\n' "$name" "$(peak_rss_mb "${PID_OF[$name]}")" \
+            "$(awk '/^Threads:/ {print $2}' "/proc/${PID_OF[$name]}/status" 2>/dev/null || echo n/a)" >> "$RSS"
     else
-        printf '%s\tn/a\n' "$name" >> "$RSS"
+        printf '%s\tn/a\tn/a\n' "$name" >> "$RSS"
     fi
 done
 
@@ -418,82 +547,129 @@ META="$TMP/meta.txt"
     else
         echo "authproxy=skipped (--skip-authproxy)"
     fi
+    echo "floor=$FLOOR_BIN"
     echo "duration=$DURATION"
     echo "warmup=$WARMUP"
+    echo "rounds=$ROUNDS"
     echo "small_bytes=$SMALL_BYTES"
+    echo "clk_tck=$CLK_TCK"
+    echo "ncpu_onln=$(getconf _NPROCESSORS_ONLN)"
+    echo "token=$TOKEN"
 } > "$META"
 
 REPORT="$TMP/report.md"
-python3 - "$RESULTS" "$RSS" "$META" > "$REPORT" <<'PY'
-import sys
-res_path, rss_path, meta_path = sys.argv[1:4]
+python3 - "$RUNS" "$DL" "$FAILS" "$RSS" "$META" > "$REPORT" <<'PY'
+import statistics, sys
+runs_path, dl_path, fails_path, rss_path, meta_path = sys.argv[1:6]
 meta = dict(l.rstrip("\n").split("=", 1) for l in open(meta_path) if "=" in l)
-rss = dict(l.rstrip("\n").split("\t") for l in open(rss_path))
-rows = [l.rstrip("\n").split("\t") for l in open(res_path)]
+rss = {r[0]: r[1:] for r in (l.rstrip("\n").split("\t") for l in open(rss_path))}
+dl = dict(l.rstrip("\n").split("\t") for l in open(dl_path))
+fails = dict(l.rstrip("\n").split("\t", 1) for l in open(fails_path))
+runs = [l.rstrip("\n").split("\t") for l in open(runs_path)]
 
 def num(s):
     try:
         v = float(s)
         return None if v != v else v
-    except ValueError:
+    except (TypeError, ValueError):
         return None
 
-def f_rps(s):
-    v = num(s); return s if v is None else f"{v:,.0f}"
-def f_ms(s):
-    v = num(s); return s if v is None else f"{v:.2f}"
-def f_mb(s):
-    v = num(s); return s if v is None else f"{v:,.0f}"
+order = ["origin", "authproxy", "authproxy-plain", "floor", "haproxy", "nginx-relay", "squid"]
+labels = {"origin": "origin (direct)", "authproxy": "authproxy + api-key (forward)",
+          "authproxy-plain": "authproxy, no credential (forward)", "floor": "Dispatch floor (reverse)",
+          "haproxy": "haproxy (reverse)", "nginx-relay": "nginx-relay (reverse)",
+          "squid": "squid (forward)"}
 
-print("# authproxy benchmark results")
-print()
-print(f"- Date: {meta['date']}")
-print(f"- Host: {meta['os']}, kernel {meta['kernel']}, {meta['cpu']}")
-print(f"- Peers: {meta['nginx']}; {meta['haproxy']}; {meta['squid']}; {meta['wrk']}")
-print(f"- authproxy: {meta['authproxy']}")
-warm = f" after a {meta['warmup']} s warm-up at c50" if meta['warmup'] != "0" else ""
-print(f"- Load: wrk, {meta['duration']} s per run{warm}, "
-      f"GET small.json ({meta['small_bytes']} bytes, ArcGIS FeatureServer query JSON), keep-alive; "
-      "100 MB download = curl of big.bin, best of 3, MB = 10^6 bytes.")
-print("- Everything (wrk, origin nginx, proxy under test) shares the same cores over 127.0.0.1, "
-      "so absolute numbers are bounded by the load generator and origin; compare rows, not machines.")
-print()
-print("| target | req/s c50 | p50 c50 (ms) | p99 c50 (ms) | req/s c1 | p50 c1 (ms) | p99 c1 (ms) | MB/s 100MB | peak RSS (MB) | wrk errors |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
-by = {}
-for r in rows:
-    name, rps50, p50a, p99a, rps1, p50b, p99b, mb, errs = r
-    by[name] = r
-    label = {"origin": "origin (direct)", "authproxy": "authproxy (forward)",
-             "haproxy": "haproxy (reverse)", "nginx-relay": "nginx-relay (reverse)",
-             "squid": "squid (forward)"}.get(name, name)
-    print(f"| {label} | {f_rps(rps50)} | {f_ms(p50a)} | {f_ms(p99a)} | {f_rps(rps1)} | {f_ms(p50b)} | "
-          f"{f_ms(p99b)} | {f_mb(mb)} | {rss.get(name, 'n/a')} | {errs} |")
-print()
-print("Peak RSS is VmHWM at the end of the run, summed over the server's processes "
-      "(nginx master + workers).")
-print()
-print("## authproxy relative to each peer")
-print()
-print("Ratio = authproxy ÷ peer (> 1.00 means authproxy is faster).")
-print()
-print("| peer | req/s c50 | req/s c1 | MB/s 100MB |")
-print("|---|---:|---:|---:|")
-ap = by.get("authproxy")
+# Median over rounds of each metric, per target and load level.
+med, errs = {}, {}
+for name in order:
+    for c in ("50", "1"):
+        rs = [r for r in runs if r[0] == name and r[2] == c]
+        if not rs:
+            continue
+        m = {}
+        for i, key in ((3, "rps"), (4, "p50"), (5, "p99"), (8, "cpu")):
+            vals = [v for v in (num(r[i]) for r in rs) if v is not None]
+            m[key] = statistics.median(vals) if vals else None
+        m["n"] = len(rs)
+        med[(name, c)] = m
+        e = [f"c{c} r{r[1]}: {r[6]}" for r in rs if r[6] != "-"]
+        errs.setdefault(name, []).extend(e)
+
+def f(v, fmt):
+    return "n/a" if v is None else format(v, fmt)
+
 def ratio(a, b):
-    a, b = num(a), num(b)
     if a is None or b is None or b == 0:
         return "n/a"
     r = a / b
     return f"{r:.2f}" if r >= 0.1 else f"{r:.3f}"
-for name in ("origin", "haproxy", "nginx-relay", "squid"):
-    p = by.get(name)
-    if p is None:
+
+def get(name, c, key):
+    return med.get((name, c), {}).get(key)
+
+print("# authproxy benchmark results (same-core comparison)")
+print()
+print(f"- Date: {meta['date']}")
+print(f"- Host: {meta['os']}, kernel {meta['kernel']}, {meta['cpu']}")
+print(f"- Peers: {meta['nginx']}; {meta['haproxy']}; {meta['squid']}; {meta['wrk']}")
+print(f"- authproxy: {meta['authproxy']} (default workers = 2 × {meta['ncpu_onln']} online CPUs; "
+      "the pinning does not change that count)")
+print(f"- floor: {meta['floor']}")
+print("- Pinning: every server under test (authproxy, HAProxy `nbthread 1`, nginx-relay `worker_processes 1`, "
+      "Squid `-N`, the floor) runs on core 0 (`taskset -c 0`); wrk and the origin nginx share core 1.")
+warm = f", a {meta['warmup']} s c50 warm-up before each target's first run" if meta['warmup'] != "0" else ""
+print(f"- Load: wrk, {meta['duration']} s per run, {meta['rounds']} interleaved rounds (every target once "
+      f"per round, c50 then c1){warm}; each cell is the median over rounds. GET small.json "
+      f"({meta['small_bytes']} bytes), keep-alive. c50 = `wrk -c 50 -t 2`, c1 = `wrk -c 1 -t 1`.")
+print(f"- CPU µs/req: Δ(utime+stime) of the server process tree (all threads; /proc/PID/stat, "
+      f"CLK_TCK={meta['clk_tck']}) over a wrk run ÷ requests wrk completed in it.")
+print(f"- authproxy + api-key injects `token={meta['token']}` into every request (checked at the origin); "
+      "authproxy, no credential, is the plain relay.")
+print("- 100 MB download = curl (core 1) of big.bin, best of 3, MB = 10^6 bytes.")
+print()
+print("| target | req/s c50 | CPU µs/req c50 | p50 c50 (ms) | p99 c50 (ms) | req/s c1 | CPU µs/req c1 "
+      "| p50 c1 (ms) | p99 c1 (ms) | MB/s 100MB | peak RSS (MB) | threads | wrk errors |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+for name in order:
+    r = rss.get(name, ["n/a", "n/a"])
+    if name in fails:
+        print(f"| {labels[name]} | {fails[name]} |" + " n/a |" * 11)
         continue
-    if ap is None:
-        print(f"| {name} | n/a | n/a | n/a |")
-    else:
-        print(f"| {name} | {ratio(ap[1], p[1])} | {ratio(ap[4], p[4])} | {ratio(ap[7], p[7])} |")
+    if (name, "50") not in med:
+        print(f"| {labels[name]} |" + " n/a |" * 12)
+        continue
+    mb = num(dl.get(name))
+    print(f"| {labels[name]} | {f(get(name,'50','rps'), ',.0f')} | {f(get(name,'50','cpu'), '.1f')} "
+          f"| {f(get(name,'50','p50'), '.2f')} | {f(get(name,'50','p99'), '.2f')} "
+          f"| {f(get(name,'1','rps'), ',.0f')} | {f(get(name,'1','cpu'), '.1f')} "
+          f"| {f(get(name,'1','p50'), '.3f')} | {f(get(name,'1','p99'), '.3f')} "
+          f"| {f(mb, ',.0f')} | {r[0]} | {r[1]} | {'; '.join(errs.get(name, [])) or '-'} |")
+print()
+print("Peak RSS is VmHWM at the end of the run, summed over the server's processes "
+      "(nginx master + worker); threads is the count at the end of the run. The origin row is the origin "
+      "nginx measured directly (on core 1, sharing it with wrk).")
+print()
+print("## CPU per request relative to HAProxy and to the Dispatch floor")
+print()
+print("Ratio = target ÷ reference for CPU µs/request (< 1.00 means cheaper per request), and for req/s at c50.")
+print()
+print("| target | CPU µs/req c50 | ÷ haproxy | ÷ floor | CPU µs/req c1 | ÷ haproxy | ÷ floor | req/s c50 ÷ haproxy |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|")
+for name in order:
+    if name == "origin" or (name, "50") not in med:
+        continue
+    c50, c1 = get(name, "50", "cpu"), get(name, "1", "cpu")
+    print(f"| {labels[name]} | {f(c50, '.1f')} | {ratio(c50, get('haproxy','50','cpu'))} "
+          f"| {ratio(c50, get('floor','50','cpu'))} | {f(c1, '.1f')} | {ratio(c1, get('haproxy','1','cpu'))} "
+          f"| {ratio(c1, get('floor','1','cpu'))} | {ratio(get(name,'50','rps'), get('haproxy','50','rps'))} |")
+print()
+print("## Every run")
+print()
+print("| target | round | conns | req/s | CPU µs/req | p50 (ms) | p99 (ms) | requests | errors |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+for r in runs:
+    print(f"| {r[0]} | {r[1]} | {r[2]} | {f(num(r[3]), ',.0f')} | {r[8]} | {r[4]} | {r[5]} | {r[7]} | {r[6]} |")
 PY
 
 echo
