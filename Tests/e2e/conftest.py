@@ -15,6 +15,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import harness  # noqa: E402
 from origin import HalfCloseEchoServer, OriginServer  # noqa: E402
+from arcgis import ArcGISServer, federate  # noqa: E402
 
 
 # ---------------------------------------------------------------------------
@@ -63,6 +64,25 @@ def halfclose_server():
     s = HalfCloseEchoServer().start()
     yield s
     s.stop()
+
+
+@pytest.fixture
+def ags():
+    """A faithful ArcGIS Server (token-based security) on loopback."""
+    s = ArcGISServer(role="server", ttl=60).start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def federation():
+    """A portal and a server federated with it: (portal, server)."""
+    portal = ArcGISServer(role="portal", ttl=60).start()
+    server = ArcGISServer(role="server", ttl=60).start()
+    federate(portal, server)
+    yield portal, server
+    server.stop()
+    portal.stop()
 
 
 @pytest.fixture(scope="session")

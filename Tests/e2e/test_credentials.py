@@ -27,23 +27,6 @@ def header(entry, name):
     return [v for k, v in entry["headers"] if k.lower() == name.lower()]
 
 
-@pytest.fixture
-def ags():
-    s = ArcGISServer(role="server", ttl=60).start()
-    yield s
-    s.stop()
-
-
-@pytest.fixture
-def federation():
-    portal = ArcGISServer(role="portal", ttl=60).start()
-    server = ArcGISServer(role="server", ttl=60).start()
-    federate(portal, server)
-    yield portal, server
-    server.stop()
-    portal.stop()
-
-
 def via(proxy, session, method, url, **kw):
     kw.setdefault("timeout", 30)
     return session.request(method, url, proxies=proxy.proxies, **kw)

@@ -119,16 +119,6 @@ def test_concurrent_clients_share_one_fresh_rejection(proxy_factory):
 # Federation: every token revoked at once
 # ---------------------------------------------------------------------------------------------------------
 
-@pytest.fixture
-def federation():
-    portal = ArcGISServer(role="portal", ttl=60).start()
-    server = ArcGISServer(role="server", ttl=60).start()
-    federate(portal, server)
-    yield portal, server
-    server.stop()
-    portal.stop()
-
-
 @pytest.mark.parametrize("kind", ["oauth-app", "arcgis-token"])
 def test_all_tokens_revoked_at_once_the_next_request_succeeds(proxy_factory, federation, session, kind):
     portal, server = federation

@@ -19,23 +19,6 @@ KEY = "a-very-long-state-key-for-tests"
 WRONG = "another-long-but-wrong-state-key"
 
 
-@pytest.fixture
-def ags():
-    s = ArcGISServer(role="server", ttl=60).start()
-    yield s
-    s.stop()
-
-
-@pytest.fixture
-def federation():
-    portal = ArcGISServer(role="portal", ttl=60).start()
-    server = ArcGISServer(role="server", ttl=60).start()
-    federate(portal, server)
-    yield portal, server
-    server.stop()
-    portal.stop()
-
-
 def write_conf(tmp_path, name, state, key, creds):
     proxy = harness.default_proxy_section(harness.free_port(), str(state))
     if key:

@@ -67,14 +67,7 @@ import Testing
          "credential[0].rate_limit", 6, "per_seconds"),
     ])
     func rejects(_ text: String, _ key: String, _ line: Int, _ fragment: String) {
-        do {
-            _ = try loader.parse(text)
-            Issue.record("accepted: \(text)")
-        } catch {
-            #expect(error.key == key)
-            #expect(error.line == line)
-            #expect(error.description.contains(fragment), "\(error)")
-        }
+        expectRejected(loader, text, key: key, line: line, fragment: fragment)
     }
 
     @Test func clientsAloneOpenEveryAddressToAuthentication() throws {

@@ -5,6 +5,19 @@ import Testing
 
 @testable import AuthProxyCore
 
+/// Checks that `loader` refuses `text` with an error naming `key`, `line` and a `fragment` of the message.
+func expectRejected(_ loader: ConfigLoader, _ text: String, key: String, line: Int?, fragment: String,
+    sourceLocation: SourceLocation = #_sourceLocation) {
+    do {
+        _ = try loader.parse(text)
+        Issue.record("accepted: \(text)", sourceLocation: sourceLocation)
+    } catch {
+        #expect(error.key == key, sourceLocation: sourceLocation)
+        #expect(error.line == line, sourceLocation: sourceLocation)
+        #expect(error.description.contains(fragment), "\(error)", sourceLocation: sourceLocation)
+    }
+}
+
 @Suite struct ConfigLoaderTests {
     let loader = ConfigLoader(environment: ["LISTEN": "127.0.0.1:9999", "EMPTY": ""])
 
@@ -80,14 +93,7 @@ import Testing
         ("[proxy]\nstate_key = \"short\"\n", "proxy.state_key", 2, "at least 16"),
     ])
     func rejects(_ text: String, _ key: String, _ line: Int, _ fragment: String) {
-        do {
-            _ = try loader.parse(text)
-            Issue.record("accepted: \(text)")
-        } catch {
-            #expect(error.key == key)
-            #expect(error.line == line)
-            #expect(error.description.contains(fragment), "\(error)")
-        }
+        expectRejected(loader, text, key: key, line: line, fragment: fragment)
     }
 
     @Test func secretValuesAreNotEchoedInErrors() {
