@@ -279,6 +279,7 @@ def test_max_connections_is_global_and_per_client(proxy_factory):
         assert not ok
         held.pop().close()
         held.pop().close()
+        time.sleep(1.0)  # the proxy sees both closes and gives the slots back
         # Over the per-client limit, while the total has room.
         s, ok = _hold(p, "127.0.0.5")
         held.append(s)
