@@ -364,6 +364,54 @@ def fetch(proxy, method, url, headers=None, body=None, timeout=10.0):
         conn.close()
 
 
+def raw_exchange(proxy, data, source=None, timeout=10.0, half_close=False):
+    """Connects to the proxy (from the local address `source` if given), sends `data` (optionally followed by
+    a half-close), and reads until EOF, reset or timeout -> bytes received."""
+    s = socket.socket(socket.AF_INET6 if ":" in proxy.host else socket.AF_INET)
+    s.settimeout(timeout)
+    out = b""
+    try:
+        if source:
+            s.bind((source, 0))
+        s.connect((proxy.host, proxy.port))
+        if data:
+            s.sendall(data)
+        if half_close:
+            s.shutdown(socket.SHUT_WR)
+        while True:
+            d = s.recv(65536)
+            if not d:
+                break
+            out += d
+    except (socket.timeout, ConnectionResetError):
+        pass
+    finally:
+        s.close()
+    return out
+
+
+def one_shot_backend(response, linger=0.5):
+    """A raw upstream on 127.0.0.1 that answers one connection with `response` bytes exactly as given, then
+    closes after `linger` seconds -> (port, close function)."""
+    import threading
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+
+    def serve():
+        try:
+            c, _ = srv.accept()
+        except OSError:
+            return
+        c.recv(65536)
+        c.sendall(response)
+        time.sleep(linger)
+        c.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return srv.getsockname()[1], srv.close
+
+
 def joined(values):
     return ", ".join(values)
 

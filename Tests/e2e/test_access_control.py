@@ -26,25 +26,7 @@ def client_block(name, password, credentials=None):
 
 
 def raw_exchange(proxy, data, source="127.0.0.1", timeout=5.0):
-    """Connects from `source`, sends `data`, reads until EOF or timeout -> bytes received."""
-    s = socket.socket()
-    s.settimeout(timeout)
-    s.bind((source, 0))
-    s.connect((proxy.host, proxy.port))
-    out = b""
-    try:
-        if data:
-            s.sendall(data)
-        while True:
-            d = s.recv(65536)
-            if not d:
-                break
-            out += d
-    except (socket.timeout, ConnectionResetError):
-        pass
-    finally:
-        s.close()
-    return out
+    return harness.raw_exchange(proxy, data, source=source, timeout=timeout)
 
 
 def query_of(entry):

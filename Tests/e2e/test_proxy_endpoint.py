@@ -64,19 +64,10 @@ def test_bad_target_and_bad_config(proxy_factory, session, tmp_path):
 
 def test_preflight_is_a_proper_204(proxy_factory, origin):
     """The preflight answered "204 Status 204" with a Content-Length (and a body) that a 204 must not have."""
-    import socket
     p = proxy_factory(proxy={"allowed_origins": [APP]})
-    s = socket.create_connection((p.host, p.port), timeout=5)
-    s.sendall(b"OPTIONS /proxy?" + origin.url.encode() + b"/echo HTTP/1.1\r\nHost: x\r\nOrigin: " + APP.encode()
-              + b"\r\nAccess-Control-Request-Method: POST\r\n\r\n"
-              + b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-    out = b""
-    while True:
-        d = s.recv(65536)
-        if not d:
-            break
-        out += d
-    s.close()
+    out = harness.raw_exchange(p, b"OPTIONS /proxy?" + origin.url.encode() + b"/echo HTTP/1.1\r\nHost: x\r\nOrigin: "
+                               + APP.encode() + b"\r\nAccess-Control-Request-Method: POST\r\n\r\n"
+                               + b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", timeout=5)
     first, _, rest = out.partition(b"\r\n\r\n")
     assert first.startswith(b"HTTP/1.1 204 No Content\r\n"), first
     assert b"content-length" not in first.lower() and b"content-type" not in first.lower(), first

@@ -9,22 +9,7 @@ import time
 import harness
 
 
-def _raw(proxy, data, timeout=10, half_close=False):
-    s = socket.create_connection((proxy.host, proxy.port), timeout=timeout)
-    s.sendall(data)
-    if half_close:
-        s.shutdown(socket.SHUT_WR)
-    out = b""
-    try:
-        while True:
-            d = s.recv(65536)
-            if not d:
-                break
-            out += d
-    except socket.timeout:
-        pass
-    s.close()
-    return out
+_raw = harness.raw_exchange
 
 
 def test_reset_after_local_answer_with_pipelined_request_does_not_crash(proxy, origin):
@@ -53,22 +38,10 @@ def test_get_with_body_stays_get(proxy, origin):
 
 def test_upstream_transfer_encoding_wins_over_content_length(proxy):
     """An upstream sending both Transfer-Encoding and Content-Length: the client must not get the stale length."""
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(1)
-    port = srv.getsockname()[1]
-
-    def serve():
-        c, _ = srv.accept()
-        c.recv(65536)
-        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
-        time.sleep(0.5)
-        c.close()
-
-    t = threading.Thread(target=serve, daemon=True)
-    t.start()
+    port, close = harness.one_shot_backend(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
     out = _raw(proxy, b"GET http://127.0.0.1:%d/ HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n" % port)
-    srv.close()
+    close()
     head, _, body = out.partition(b"\r\n\r\n")
     assert b"content-length: 100" not in head.lower(), head
     assert b"transfer-encoding: chunked" in head.lower()
@@ -147,22 +120,11 @@ def test_second_listener_failure_exits_cleanly(tmp_path):
 
 def test_folded_header_keeps_earlier_fields_of_the_same_name(proxy):
     """An obs-fold continuation replaced every field of that name by the folded one (Set-Cookie lost)."""
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(1)
-    port = srv.getsockname()[1]
-
-    def serve():
-        c, _ = srv.accept()
-        c.recv(65536)
-        c.sendall(b"HTTP/1.1 200 OK\r\nSet-Cookie: a=1\r\nSet-Cookie: b=2;\r\n Path=/x\r\nX-After: y\r\n"
-                  b"Content-Length: 2\r\nConnection: close\r\n\r\nok")
-        time.sleep(0.5)
-        c.close()
-
-    threading.Thread(target=serve, daemon=True).start()
+    port, close = harness.one_shot_backend(
+        b"HTTP/1.1 200 OK\r\nSet-Cookie: a=1\r\nSet-Cookie: b=2;\r\n Path=/x\r\nX-After: y\r\n"
+        b"Content-Length: 2\r\nConnection: close\r\n\r\nok")
     out = _raw(proxy, b"GET http://127.0.0.1:%d/ HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n" % port)
-    srv.close()
+    close()
     head = out.partition(b"\r\n\r\n")[0].lower().split(b"\r\n")
     assert b"set-cookie: a=1" in head, head
     assert b"set-cookie: b=2; path=/x" in head, head

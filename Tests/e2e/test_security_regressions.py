@@ -231,14 +231,7 @@ def test_jsonp_permission_is_not_borrowed_through_dot_segments(proxy_factory, or
 ])
 def test_dot_segments_leave_the_prefix_without_the_token(proxy_factory, origin, path, outcome):
     p = proxy_factory(extra_config=cred("k", "api-key", origin.url + "/arcgis", key="PREFIXKEY"))
-    with socket.create_connection((p.host, p.port), timeout=10) as s:
-        s.sendall(b"GET " + origin.url.encode() + path.encode() + b"?f=json HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        out = b""
-        while True:
-            d = s.recv(65536)
-            if not d:
-                break
-            out += d
+    out = raw_exchange(p, b"GET " + origin.url.encode() + path.encode() + b"?f=json HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
     entries = [e for e in origin.request_log() if "f=json" in e["target"]]
     if outcome == 400:
         assert out.startswith(b"HTTP/1.1 400"), out[:300]

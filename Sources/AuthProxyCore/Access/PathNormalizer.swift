@@ -31,10 +31,10 @@ public enum PathNormalizer {
         while i < u.count {
             let c = u[i]
             if c == UInt8(ascii: "\\") { return .ambiguous("backslash in path") }
-            if c == UInt8(ascii: "%"), i + 2 < u.count, let hi = hexValue(u[i + 1]), let lo = hexValue(u[i + 2]) {
+            if c == UInt8(ascii: "%"), i + 2 < u.count, let hi = hexDigitValue(u[i + 1]), let lo = hexDigitValue(u[i + 2]) {
                 let b = hi << 4 | lo
                 if b == UInt8(ascii: "/") || b == UInt8(ascii: "\\") { return .ambiguous("encoded slash in path") }
-                if isUnreserved(b) {
+                if isUnreservedURIByte(b) {
                     decoded.append(b)
                 } else {
                     // Kept encoded, with upper-case hex so equal paths compare equal.
@@ -85,23 +85,5 @@ public enum PathNormalizer {
         return .normal(String(decoding: result, as: UTF8.self))
     }
 
-    private static func hexValue(_ c: UInt8) -> UInt8? {
-        switch c {
-        case 48...57: return c - 48
-        case 65...70: return c - 55
-        case 97...102: return c - 87
-        default: return nil
-        }
-    }
-
     private static func upperHex(_ v: UInt8) -> UInt8 { v < 10 ? 48 + v : 55 + v }
-
-    static func isUnreserved(_ b: UInt8) -> Bool {
-        switch b {
-        case 0x30...0x39, 0x41...0x5a, 0x61...0x7a, UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"),
-            UInt8(ascii: "~"):
-            return true
-        default: return false
-        }
-    }
 }

@@ -49,7 +49,7 @@ public struct ChunkedDecoder: Sendable {
                         extensionBytes += 1
                         if extensionBytes > Self.maxExtensionBytes { throw .bad("chunk extension too long") }
                     }
-                } else if let h = hexValue(c) {
+                } else if let h = hexDigitValue(c) {
                     if digits >= 15 { throw .bad("chunk size too large") }
                     state = .size(digits: digits + 1, value: value << 4 | Int64(h), inExtension: false)
                 } else if digits == 0 {
@@ -121,15 +121,5 @@ public struct ChunkedDecoder: Sendable {
     private mutating func countTrailer() throws(HTTPParseError) {
         trailerBytes += 1
         if trailerBytes > Self.maxTrailerBytes { throw HTTPParseError(status: 431, "chunked trailer too large") }
-    }
-}
-
-@inline(__always)
-private func hexValue(_ c: UInt8) -> UInt8? {
-    switch c {
-    case 0x30...0x39: return c - 0x30
-    case 0x41...0x46: return c - 0x41 + 10
-    case 0x61...0x66: return c - 0x61 + 10
-    default: return nil
     }
 }

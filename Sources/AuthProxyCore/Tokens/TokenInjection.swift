@@ -84,16 +84,8 @@ public enum TokenInjection {
         var out: [UInt8] = []
         out.reserveCapacity(u.count)
         var i = 0
-        func hex(_ c: UInt8) -> UInt8? {
-            switch c {
-            case 48...57: return c - 48
-            case 65...70: return c - 55
-            case 97...102: return c - 87
-            default: return nil
-            }
-        }
         while i < u.count {
-            if u[i] == UInt8(ascii: "%"), i + 2 < u.count, let h = hex(u[i + 1]), let l = hex(u[i + 2]) {
+            if u[i] == UInt8(ascii: "%"), i + 2 < u.count, let h = hexDigitValue(u[i + 1]), let l = hexDigitValue(u[i + 2]) {
                 out.append(h << 4 | l)
                 i += 3
             } else {
@@ -127,11 +119,9 @@ public enum TokenInjection {
         var out = ""
         out.reserveCapacity(s.utf8.count)
         for b in s.utf8 {
-            switch b {
-            case 0x30...0x39, 0x41...0x5a, 0x61...0x7a, UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"),
-                UInt8(ascii: "~"):
+            if isUnreservedURIByte(b) {
                 out.unicodeScalars.append(Unicode.Scalar(b))
-            default:
+            } else {
                 let hex = String(b, radix: 16, uppercase: true)
                 out += "%" + (hex.count == 1 ? "0" : "") + hex
             }
