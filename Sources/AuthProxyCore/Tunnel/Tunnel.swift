@@ -183,13 +183,22 @@ final class Tunnel {
         finishIfDone()
     }
 
+    /// The client took its pending bytes: read the upstream again. The bytes already waiting are relayed now
+    /// (until EAGAIN) rather than on the next read event, so a wake-up lost across the read source's
+    /// suspend/resume cannot stall the tunnel with data sitting in the kernel.
     func clientDrained() {
-        if !upstreamDone, let up = upstream, !up.isReading { up.resumeReading() }
+        if !upstreamDone, let up = upstream, !up.isReading {
+            up.resumeReading()
+            upstreamReadable()
+        }
         finishIfDone()
     }
 
     private func upstreamDrained() {
-        if !clientDone, connected, !client.isReading { client.resumeReading() }
+        if !clientDone, connected, !client.isReading {
+            client.resumeReading()
+            clientReadable()
+        }
         finishIfDone()
     }
 
@@ -199,6 +208,11 @@ final class Tunnel {
     }
 
     func checkTimeouts(now: UInt64) {
+        // Back-pressure that has eased but left a direction paused (no drain event came): resume it.
+        if connected, !closed, let up = upstream {
+            if !upstreamDone, !up.isReading, client.pendingCount < limit { clientDrained() }
+            if !closed, !clientDone, !client.isReading, up.pendingCount < limit { upstreamDrained() }
+        }
         if !connected, !closed, now > connectDeadline {
             fail(ErrorResponse(status: 504, message: "Upstream \(destination) did not accept a connection within \(timeoutSeconds) s"))
         }
