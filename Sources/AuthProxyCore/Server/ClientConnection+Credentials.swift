@@ -11,19 +11,13 @@ import Glibc
 extension ClientConnection {
     func forward(_ url: URLTarget) {
         guard let h = head else { return }
-        state = .forwarding
-        exchangeSerial &+= 1
         credential = nil
         injectedToken = nil
-        attempt = 1
-        sniffing = false
-        holding = false
         sniffBuffer = []
         replay = nil
         replayOffset = 0
         formBody = nil
         formOffset = 0
-        collectingForm = false
         originalURL = url
         upstreamURL = url
         let store = credentials
@@ -43,7 +37,7 @@ extension ClientConnection {
                 if store.matchesOrigin(url) {
                     respond(ErrorResponse(status: 400, message: "Bad request: \(why)",
                         details: ["Requests to a host with credentials need an unambiguous path: a server could resolve this one outside the credential's prefix."]),
-                        close: !bodyComplete)
+                        close: false)
                     return
                 }
             }
@@ -65,7 +59,7 @@ extension ClientConnection {
             }
         }
         if context.access.hasRateLimits, let limited = rateLimited(store: store, targets: [match, upstreamMatch]) {
-            respond(limited.error, close: !bodyComplete, extraHeaders: "Retry-After: \(limited.retryAfter)\r\n")
+            respond(limited.error, close: false, extraHeaders: "Retry-After: \(limited.retryAfter)\r\n")
             return
         }
         if hasBody(h) {
@@ -80,7 +74,7 @@ extension ClientConnection {
         guard let c = selected else {
             if context.config.unmatched == .deny, !store.matchesAny(match) {
                 respond(ErrorResponse(status: 403, message: "Destination \(url.origin) is not allowed",
-                    details: ["No credential matches it and [proxy] unmatched = \"deny\"."]), close: !bodyComplete)
+                    details: ["No credential matches it and [proxy] unmatched = \"deny\"."]), close: false)
                 return
             }
             startTransfer(url: upstreamURL!, headers: h.headers)
@@ -96,14 +90,10 @@ extension ClientConnection {
         if tokenSite == .form {
             if case .contentLength(let n) = h.framing, n <= Int64(Self.maxFormBytes) {
                 // The token goes into the form: collect it whole first (small by nature), then inject.
-                collectingForm = true
                 formBody = []
                 formBody!.reserveCapacity(Int(n))
-                if h.expectsContinue, !sentContinue {
-                    sentContinue = true
-                    send("HTTP/1.1 100 Continue\r\n\r\n")
-                }
-                if bodyComplete { formCollected() } else { pumpBody() }
+                if machine.continueDue() { send("HTTP/1.1 100 Continue\r\n\r\n") }
+                if machine.collectForm() { pumpBody() } else { formCollected() }
                 return
             }
             tokenSite = .query  // a large or chunked form keeps streaming; the token goes into the URL
@@ -153,7 +143,6 @@ extension ClientConnection {
 
     /// The collected form is complete: check for a client token in it, then get ours.
     func formCollected() {
-        collectingForm = false
         guard let c = credential, let h = head, let url = originalURL else { return }
         if !c.overrideClientToken, TokenInjection.clientHasToken(pathAndQuery: url.pathAndQuery, headers: h.headers, form: formBody) {
             credential = nil
@@ -166,17 +155,18 @@ extension ClientConnection {
     func obtainToken() {
         // The token service is reached through the URL the request really goes to (https under
         // upgrade_to_https), so a password never travels to an http:// token service the client named.
-        guard let c = credential, let url = upstreamURL ?? originalURL, let tokens = context.tokens else { return }
+        guard let c = credential, let url = upstreamURL ?? originalURL, let tokens = context.tokens,
+            let serial = machine.tokenRequested()
+        else { return }
         if let t = tokens.cachedToken(for: c, target: url) {
             tokenReady(.success(t))
             return
         }
-        let serial = exchangeSerial
         let queue = loop.queue
         nonisolated(unsafe) let me = self
         tokens.token(for: c, target: url) { result in
             queue.async {
-                guard me.state == .forwarding, me.exchangeSerial == serial else { return }
+                guard me.machine.awaitsToken(serial: serial) else { return }
                 me.tokenReady(result)
             }
         }
@@ -186,7 +176,7 @@ extension ClientConnection {
         guard let c = credential, let h = head, let url = originalURL else { return }
         switch result {
         case .failure(let e):
-            respond(e.response, close: !bodyComplete)
+            respond(e.response, close: false)
             process()
             updateReadInterest()
         case .success(let t):
@@ -194,7 +184,7 @@ extension ClientConnection {
             if t.ssl && upstream.scheme == "http" {
                 respond(ErrorResponse(status: 502, message: "Credential '\(c.name)': its token may only be sent over https",
                     details: ["The token service marked the token ssl:true; request \(url.origin) over https (or set upgrade_to_https when available)."]),
-                    close: !bodyComplete)
+                    close: false)
                 // Like every local answer: go on with a pipelined request already buffered.
                 process()
                 updateReadInterest()
@@ -212,29 +202,10 @@ extension ClientConnection {
             var target = upstream
             target.pathAndQuery = applied.pathAndQuery
             // Responses are inspected for token errors when a retry (or a clear error) can follow.
-            switch c.kind {
-            case .apiKey: sniffing = false
-            default: sniffing = true
-            }
-            startTransfer(url: target, headers: headers)
+            var inspect = true
+            if case .apiKey = c.kind { inspect = false }
+            startTransfer(url: target, headers: headers, inspect: inspect)
         }
-    }
-
-    /// At the end of the response head: a token error by status, a body to hold and inspect, or nothing to see.
-    func decideSniffing() {
-        if TokenRejection.isRejection(status: responseStatus) {
-            holding = true
-            if !tokenRejected() { sniffing = false }
-            return
-        }
-        let length = responseHeaders.first("content-length").flatMap { Int64($0) }
-        if responseNoBody || !TokenRejection.mayCarryError(contentType: responseHeaders.first("content-type"))
-            || (length ?? 0) > Int64(TokenRejection.lookAhead)
-        {
-            sniffing = false
-            return
-        }
-        holding = true
     }
 
     /// The upstream rejected the injected token (498/499 in any form). Returns true when the proxy takes over
@@ -249,35 +220,35 @@ extension ClientConnection {
         }
         // The decision (one refresh and one retry; back off when the server rejects fresh tokens) is
         // TokenRetryPolicy's, applied by the token service.
-        let action = tokens.rejected(c, target: upstreamURL ?? url, token: t, attempt: attempt, replayImpossible: replayImpossible)
+        let action = tokens.rejected(c, target: upstreamURL ?? url, token: t, attempt: machine.attempt,
+            replayImpossible: replayImpossible)
         if case .relay(let reason, let serverRejectsNewTokens) = action {
             logger.log(level: serverRejectsNewTokens || replayImpossible != nil ? .warning : .info,
                 "token rejected, relaying the rejection", metadata: ["credential": "\(c.name)",
-                "url": "\(url.origin)\(url.path)", "status": "\(responseStatus)", "reason": "\(reason)"])
+                "url": "\(url.origin)\(url.path)", "status": "\(upstreamStatus)", "reason": "\(reason)"])
             releaseHeldResponse()
             return false
         }
-        let explain = action == .explainPregenerated
         // Stop the transfer now; answer or retry on the next turn of the loop (starting a transfer or
         // answering from inside a libcurl callback is not allowed).
+        guard case .cancelAndReschedule(let serial) = machine.tokenRejection(action == .explainPregenerated ? .explain : .retry)
+        else { return false }
         transfer?.cancel()
         transfer = nil
         heldHead = nil
-        responseHeadSent = false
-        holding = false
         sniffBuffer = []
-        let serial = exchangeSerial
-        let explainInstead = explain
         nonisolated(unsafe) let me = self
         loop.queue.async {
-            guard me.state == .forwarding, me.exchangeSerial == serial else { return }
-            if explainInstead {
+            switch me.machine.scheduledStep(serial: serial) {
+            case .none:
+                return
+            case .explain:
                 me.respond(ErrorResponse(status: 502,
                     message: "Credential '\(c.name)': the upstream rejected its pregenerated token (expired or revoked)",
-                    details: ["Renew it: generate a new token, put it in proxy.conf and restart authproxy."]), close: !me.bodyComplete)
+                    details: ["Renew it: generate a new token, put it in proxy.conf and restart authproxy."]), close: false)
                 me.process()
                 me.updateReadInterest()
-            } else {
+            case .retry:
                 me.retryWithFreshToken()
             }
         }
@@ -287,29 +258,25 @@ extension ClientConnection {
     func retryWithFreshToken() {
         guard let c = credential, let url = originalURL else { return }
         logger.info("token rejected, refreshing and retrying", metadata: ["credential": "\(c.name)", "url": "\(url.origin)\(url.path)"])
-        attempt = 2
-        responseStatus = 0
-        responseHeaders = HTTPHeaders()
+        upstreamStatus = 0
+        upstreamHeaders = HTTPHeaders()
         replayOffset = 0
         formOffset = 0
-        curlReadPaused = false
-        curlWritePaused = false
         obtainToken()
     }
 
     /// Stops holding: the held head and body go to the client, and the transfer streams on.
     func releaseHeldResponse() {
-        holding = false
-        sniffing = false
-        let held = sniffBuffer
-        sniffBuffer = []
-        if held.isEmpty {
-            if transfer == nil { return }
+        switch machine.releaseHeld(transferLive: transfer != nil) {
+        case .keep:
+            return
+        case .flushHead:
             flushHead()
-        } else {
-            held.withUnsafeBytes { loop.writeBody($0, head: heldHead, chunked: responseChunked) { send($0) } }
+        case .writeHeld(let n):
+            sniffBuffer.withUnsafeBytes { loop.writeBody($0, head: heldHead, chunked: machine.framing?.chunked ?? false) { send($0) } }
             heldHead = nil
-            bodyBytesOut += Int64(held.count)
+            sniffBuffer = []
+            bodyBytesOut += Int64(n)
         }
     }
 }

@@ -14,8 +14,8 @@ extension ClientConnection {
             serveProxyEndpoint(target)  // forwards the body like any proxied request
             return
         }
-        // The other endpoints take no body; rather than read one, close after answering.
-        if !bodyComplete { keepAlive = false }
+        // The other endpoints take no body; rather than read one, the connection closes after the answer (the
+        // machine's rule for a local answer to a request whose body was not read).
         switch path {
         case "/healthz":
             guard head?.method == "GET" || head?.method == "HEAD" else {
@@ -46,12 +46,12 @@ extension ClientConnection {
         let origin = h.headers.first("origin")
         guard let requester = origin ?? h.headers.first("referer").flatMap(Self.webOrigin(of:)) else {
             respond(ErrorResponse(status: 403, message: "The /proxy endpoint needs an Origin or Referer header",
-                details: ["Only the web apps in [proxy] allowed_origins may use it."]), close: !bodyComplete)
+                details: ["Only the web apps in [proxy] allowed_origins may use it."]), close: false)
             return
         }
         if !allowed.contains("*"), !allowed.contains(where: { $0.lowercased() == requester.lowercased() }) {
             respond(ErrorResponse(status: 403, message: "Origin \(requester.prefix(200)) may not use this proxy",
-                details: ["It is not in [proxy] allowed_origins."]), close: !bodyComplete)
+                details: ["It is not in [proxy] allowed_origins."]), close: false)
             return
         }
         corsOrigin = origin
@@ -74,7 +74,7 @@ extension ClientConnection {
             // JSONP is read with <script src>, which any page can include: a secured answer would leak to it.
             respond(ErrorResponse(status: 403, message: "JSONP (callback=) is not allowed through the /proxy endpoint",
                 details: ["Set allow_jsonp = true on the credential matching \(url.origin) if a web app really needs JSONP."]),
-                close: !bodyComplete)
+                close: false)
             return
         }
         head?.target = .absolute(url)

@@ -32,6 +32,7 @@ extension ClientConnection {
                 return .closed
             case .done:
                 flushTLS()
+                machine.handshakeFinished(now: now)
             }
         }
         while inbuf.count < Self.maxInput {
@@ -78,14 +79,13 @@ extension ClientConnection {
             respond(ErrorResponse(status: 500, message: "Cannot start TLS for \(host):\(port)"), close: true)
             return
         }
-        responseStatus = 200
+        _ = machine.answerLocally(status: 200, close: false)
         channel.write("HTTP/1.1 200 Connection Established\r\nVia: \(context.viaValue)\r\n\r\n")
         logAccess()
         head = nil
         tls = session
         intercept = (host, port)
-        state = .awaitingHead
-        lastProgress = DispatchTime.now().uptimeNanoseconds
+        machine.interceptionStarted(now: now)
         if !inbuf.isEmpty {
             // A client may send its ClientHello right behind the CONNECT.
             inbuf.withUnreadBytes { session.feed($0) }

@@ -31,7 +31,7 @@ extension ClientConnection {
                     metadata: ["host": "\(host):\(port)", "hint": "run `authproxy ca init` and configure [tls], or use upgrade_to_https"])
             }
         }
-        state = .tunnel
+        machine.tunnelStarted()
         channel.pauseReading()
         let t = Tunnel(connection: self, host: host, port: port, timeoutSeconds: context.config.upstreamTimeoutSeconds,
             idleTimeoutSeconds: context.config.tunnelIdleTimeoutSeconds)
@@ -41,7 +41,6 @@ extension ClientConnection {
 
     /// The upstream socket is connected: answer 200 and hand the bytes the client already sent to it.
     func tunnelEstablished() -> ByteBuffer {
-        responseStatus = 200
         channel.write("HTTP/1.1 200 Connection Established\r\nVia: \(context.viaValue)\r\n\r\n")
         let early = inbuf
         inbuf.removeAll()
@@ -50,7 +49,7 @@ extension ClientConnection {
 
     func tunnelFailed(_ e: ErrorResponse) {
         tunnel = nil
-        state = .awaitingHead
+        machine.tunnelFailed()
         respond(e, close: true)
     }
 

@@ -10,8 +10,9 @@ import Glibc
 /// relaying the response head and body (the `UpstreamTransferDelegate` callbacks).
 extension ClientConnection {
     /// Starts the libcurl transfer for the current request with `headers` (hop-by-hop fields are removed here).
-    func startTransfer(url: URLTarget, headers: HTTPHeaders) {
-        guard state != .closed, let h = head else { return }
+    /// `inspect`: the response is looked at for a token error (a refreshable token was injected).
+    func startTransfer(url: URLTarget, headers: HTTPHeaders, inspect: Bool = false) {
+        guard !machine.isClosed, let h = head else { return }
         var lines: [String] = []
         lines.reserveCapacity(headers.count + 3)
         var hasAccept = false
@@ -41,7 +42,6 @@ extension ClientConnection {
             }
         }
         if h.method == "HEAD" { bodyLength = nil }
-        state = .forwarding
         var request = UpstreamRequest(method: h.method, url: url.url, headerLines: lines, bodyLength: bodyLength,
             timeoutSeconds: context.config.upstreamTimeoutSeconds)
         request.network = networkAuth
@@ -51,26 +51,29 @@ extension ClientConnection {
             request: request,
             destination: "\(url.urlHost):\(url.port)", delegate: self)
         transfer = t
-        lastUpstreamProgress = DispatchTime.now().uptimeNanoseconds
+        upstreamStatus = 0
+        machine.transferStarted(inspect: inspect, now: now)
         t.start()
         pumpBody()
     }
 
-    /// Moves request-body bytes from the input buffer to the body buffer libcurl reads from.
+    /// Moves request-body bytes from the input buffer to the body buffer libcurl reads from (or into the form
+    /// being collected).
     func pumpBody() {
-        guard state == .forwarding, !bodyComplete else { return }
-        if collectingForm {
+        guard let e = machine.exchange, e.request != .complete else { return }
+        if e.request == .collectingForm {
             let n = Int(min(bodyRemaining, Int64(inbuf.count)))
             inbuf.withUnreadBytes { formBody!.append(contentsOf: UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
             inbuf.consume(n)
             bodyRemaining -= Int64(n)
             if bodyRemaining == 0 {
-                bodyComplete = true
+                machine.formCollected()
                 formCollected()
             }
             return
         }
-        while bodyBuffer.count < Self.maxBuffered, !inbuf.isEmpty, !bodyComplete {
+        var complete = false
+        while bodyBuffer.count < Self.maxBuffered, !inbuf.isEmpty, !complete {
             let space = Self.maxBuffered - bodyBuffer.count
             if var decoder = chunkDecoder {
                 // Move the buffer out while the closure appends to it, so appending does not copy it.
@@ -94,27 +97,25 @@ extension ClientConnection {
                 }
                 inbuf.consume(consumed)
                 chunkDecoder = decoder
-                if decoder.isDone { bodyComplete = true }
+                if decoder.isDone { complete = true }
             } else {
                 let n = Int(min(bodyRemaining, Int64(min(inbuf.count, space))))
                 inbuf.withUnreadBytes { bodyBuffer.append(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
                 inbuf.consume(n)
                 bodyRemaining -= Int64(n)
-                if bodyRemaining == 0 { bodyComplete = true }
+                if bodyRemaining == 0 { complete = true }
             }
         }
-        if curlReadPaused, !bodyBuffer.isEmpty || bodyComplete {
-            curlReadPaused = false
-            lastUpstreamProgress = DispatchTime.now().uptimeNanoseconds
+        if machine.requestBodyMoved(complete: complete, pending: bodyBuffer.count, now: now) {
             transfer?.resume()
         }
     }
 
+    /// The request body is malformed: answer 400 and close, or cut the connection when the answer has begun.
     func bodyFailed(_ e: HTTPParseError) {
         transfer?.cancel()
         transfer = nil
-        bodyComplete = false
-        if responseHeadSent && heldHead == nil {
+        if case .streaming? = machine.exchange?.response {
             close()
         } else {
             heldHead = nil
@@ -123,17 +124,13 @@ extension ClientConnection {
     }
 
     func transferNeedsBody(_ buffer: UnsafeMutableRawBufferPointer) -> BodySupply {
-        if head?.expectsContinue == true, !sentContinue, !responseHeadSent {
-            sentContinue = true
-            send("HTTP/1.1 100 Continue\r\n\r\n")
-        }
-        lastUpstreamProgress = DispatchTime.now().uptimeNanoseconds
+        if machine.upstreamWantsBody(now: now) { send("HTTP/1.1 100 Continue\r\n\r\n") }
         if let form = formBody {
             let n = min(buffer.count, form.count - formOffset)
             if n == 0 { return .end }
             form.withUnsafeBytes { buffer.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[formOffset..<(formOffset + n)])) }
             formOffset += n
-            if attempt == 1 { bodyBytesIn += Int64(n) }
+            if machine.attempt == 1 { bodyBytesIn += Int64(n) }
             return .bytes(n)
         }
         if let r = replay, replayOffset < r.count {
@@ -144,9 +141,10 @@ extension ClientConnection {
             return .bytes(n)
         }
         if bodyBuffer.isEmpty {
-            if bodyComplete { return .end }
-            curlReadPaused = true
-            return .pause
+            switch machine.requestBodyBufferEmpty() {
+            case .end: return .end
+            case .pause: return .pause
+            }
         }
         let n = min(buffer.count, bodyBuffer.count)
         bodyBuffer.withUnreadBytes { buffer.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
@@ -174,8 +172,8 @@ extension ClientConnection {
     }
 
     func transferDidReceiveHeaderLine(_ raw: UnsafeRawBufferPointer) {
-        lastUpstreamProgress = DispatchTime.now().uptimeNanoseconds
-        guard !responseHeadSent else { return }  // trailers of a chunked response: hop-by-hop, dropped
+        machine.upstreamProgress(now: now)
+        guard machine.readsResponseHead else { return }  // trailers of a chunked response: hop-by-hop, dropped
         var end = raw.count
         while end > 0, raw[end - 1] == 10 || raw[end - 1] == 13 { end -= 1 }
         let line = UnsafeRawBufferPointer(rebasing: raw[0..<end])
@@ -183,71 +181,70 @@ extension ClientConnection {
             // "HTTP/1.1 200 OK": a new response (1xx ones come first and are not relayed).
             let text = String(decoding: line, as: UTF8.self)
             let parts = text.split(separator: " ", maxSplits: 2, omittingEmptySubsequences: false)
-            responseStatus = parts.count > 1 ? Int(parts[1]) ?? 502 : 502
-            responseReason = parts.count > 2 ? String(parts[2]) : reasonPhrase(responseStatus)
-            responseHeaders = HTTPHeaders()
+            upstreamStatus = parts.count > 1 ? Int(parts[1]) ?? 502 : 502
+            upstreamReason = parts.count > 2 ? String(parts[2]) : reasonPhrase(upstreamStatus)
+            upstreamHeaders = HTTPHeaders()
             return
         }
         if line.isEmpty {
-            // With a password/Kerberos credential, libcurl answers a 401 itself and the next status line starts
-            // the real response: a 401 is only final if a body (or the end) follows.
-            if responseStatus >= 200, !(networkAuth.answersChallenges && (responseStatus == 401 || responseStatus == 407)) {
-                commitResponseHead()
-                if sniffing { decideSniffing() }
+            if ExchangeStateMachine.headIsFinal(status: upstreamStatus, answersChallenges: networkAuth.answersChallenges) {
+                commitResponseHead(inspect: true)
             }
             return
         }
         if line[0] == 32 || line[0] == 9 {
             // obs-fold from an old upstream: join to the previous field.
-            responseHeaders.continueLast(with: String(decoding: line, as: UTF8.self).trimmingHTTPWhitespace())
+            upstreamHeaders.continueLast(with: String(decoding: line, as: UTF8.self).trimmingHTTPWhitespace())
             return
         }
         guard let colon = line.firstIndex(of: 58) else { return }
         let name = String(decoding: line[0..<colon], as: UTF8.self)
         let value = String(decoding: line[(colon + 1)...], as: UTF8.self).trimmingHTTPWhitespace()
-        responseHeaders.add(name: name, value: String(value))
+        upstreamHeaders.add(name: name, value: String(value))
     }
 
-    func commitResponseHead() {
-        guard !responseHeadSent, let h = head else { return }
-        responseHeadSent = true
-        let status = responseStatus
-        responseNoBody = h.isHead || status == 204 || status == 304 || status < 200
-        var out = responseHeaders.removingHopByHop()
+    /// Decides the response head from what the upstream sent (framing, hop-by-hop fields, Via, CORS) and holds it
+    /// to go out with the first body bytes; then lets the machine decide whether to inspect the response.
+    func commitResponseHead(inspect: Bool) {
+        let isHead = head?.isHead ?? false
+        let minor = head?.minorVersion ?? 1
+        let status = upstreamStatus
+        var out = upstreamHeaders.removingHopByHop()
         let lengths = out.values("content-length")
         out.remove(name: "content-length")
         var length: Int64? = nil
         // With Transfer-Encoding the upstream's Content-Length is meaningless (libcurl de-chunks the body).
-        if !responseHeaders.contains("transfer-encoding"), let first = lengths.first, lengths.allSatisfy({ $0 == first }),
+        if !upstreamHeaders.contains("transfer-encoding"), let first = lengths.first, lengths.allSatisfy({ $0 == first }),
             let n = Int64(first), n >= 0
         {
             length = n
         }
-        if responseNoBody {
-            if let length, status != 204 { out.add(name: "Content-Length", value: String(length)) }
-        } else if let length {
-            out.add(name: "Content-Length", value: String(length))
-        } else if h.minorVersion >= 1 {
-            out.add(name: "Transfer-Encoding", value: "chunked")
-            responseChunked = true
-        } else {
-            keepAlive = false  // close-delimited for an HTTP/1.0 client
-        }
+        let framing = ResponseFraming.decide(status: status, isHeadRequest: isHead, upstreamLength: length,
+            clientMinorVersion: minor, keepAlive: machine.keepAlive)
+        if let n = framing.contentLength { out.add(name: "Content-Length", value: String(n)) }
+        if framing.chunked { out.add(name: "Transfer-Encoding", value: "chunked") }
         out.add(name: "Via", value: context.viaValue)
         if let o = corsOrigin {
             out.remove(name: "access-control-allow-origin")
             out.add(name: "Access-Control-Allow-Origin", value: o)
             out.add(name: "Vary", value: "Origin")
         }
-        if !keepAlive {
+        if !framing.keepAlive {
             out.add(name: "Connection", value: "close")
-        } else if h.minorVersion == 0 {
+        } else if minor == 0 {
             out.add(name: "Connection", value: "keep-alive")
         }
-        var s = "HTTP/1.1 \(status) \(responseReason)\r\n"
+        var s = "HTTP/1.1 \(status) \(upstreamReason)\r\n"
         for f in out { s += "\(f.name): \(f.value)\r\n" }
         s += "\r\n"
         heldHead = s
+        let inspection = inspect
+            ? ExchangeStateMachine.inspection(status: status, framing: framing,
+                mayCarryError: TokenRejection.mayCarryError(contentType: upstreamHeaders.first("content-type")))
+            : .none
+        if machine.responseHeadCommitted(status: status, framing: framing, inspection: inspection) == .rejected {
+            tokenRejected()
+        }
     }
 
     /// Writes the held response head, if any, followed by `tail`.
@@ -262,70 +259,87 @@ extension ClientConnection {
     }
 
     func transferDidReceiveBody(_ bytes: UnsafeRawBufferPointer) -> BodyAcceptance {
-        lastUpstreamProgress = DispatchTime.now().uptimeNanoseconds
-        if !responseHeadSent { commitResponseHead() }
-        if holding {
-            if sniffBuffer.count + bytes.count <= TokenRejection.lookAhead {
+        while true {
+            switch machine.upstreamBody(count: bytes.count, clientPending: channel.pendingCount,
+                clientFailed: channel.failed || channel.isClosed, now: now)
+            {
+            case .commitHeadFirst:
+                commitResponseHead(inspect: false)
+            case .hold:
                 sniffBuffer.append(contentsOf: bytes)
                 return .accepted
+            case .release:
+                // Token errors are small: a body this large is the real answer.
+                releaseHeldResponse()
+            case .discard:
+                return .accepted
+            case .pause:
+                return .pause
+            case .abort:
+                return .abort
+            case .write:
+                loop.writeBody(bytes, head: heldHead, chunked: machine.framing?.chunked ?? false) { send($0) }
+                heldHead = nil
+                bodyBytesOut += Int64(bytes.count)
+                return channel.failed ? .abort : .accepted
             }
-            // Token errors are small: a body this large is the real answer.
-            releaseHeldResponse()
         }
-        if channel.failed || channel.isClosed { return .abort }
-        if responseNoBody { return .accepted }
-        if channel.pendingCount >= Self.maxBuffered {
-            curlWritePaused = true
-            return .pause
-        }
-        loop.writeBody(bytes, head: heldHead, chunked: responseChunked) { send($0) }
-        heldHead = nil
-        bodyBytesOut += Int64(bytes.count)
-        return channel.failed ? .abort : .accepted
     }
 
     func transferDidFinish(error: UpstreamError?) {
         transfer = nil
+        let end: ExchangeStateMachine.TransferEnd
         if let error {
-            if error.isClientSide || state == .closed {
+            end = error.isClientSide || machine.isClosed ? .clientSide : .upstreamFailed
+            if end == .upstreamFailed {
+                logger.warning("upstream failed", metadata: ["client": "\(peer)", "destination": "\(error.destination)",
+                    "cause": "\(error.detail.isEmpty ? error.response.message : error.detail)"])
+            }
+        } else {
+            end = .success
+            if upstreamStatus == 401, networkAuth.answersChallenges, let url = upstreamURL {
+                logger.warning("upstream refused the network credential", metadata: ["url": "\(url.origin)\(url.path)",
+                    "credential": "\(networkAuth.passwordName ?? "kerberos")"])
+            }
+        }
+        while true {
+            switch machine.transferEnded(end) {
+            case .close:
                 close()
                 return
-            }
-            logger.warning("upstream failed", metadata: ["client": "\(peer)", "destination": "\(error.destination)",
-                "cause": "\(error.detail.isEmpty ? error.response.message : error.detail)"])
-            if responseHeadSent && heldHead == nil {
-                // Headers are out: the only honest signal left is to cut the connection (truncation).
+            case .truncate:
+                // Headers are out: the only honest signal left is to cut the connection.
                 logAccess()
                 close()
-            } else {
+                return
+            case .answerError(let close):
                 heldHead = nil
-                responseHeadSent = false
-                respond(error.response, close: !bodyComplete)
+                sniffBuffer = []
+                respond(error!.response, close: close)
                 process()
                 updateReadInterest()
-            }
-            return
-        }
-        if !responseHeadSent {
-            if responseStatus < 200 { responseStatus = 502; responseReason = "Bad Gateway" }
-            commitResponseHead()
-        }
-        if responseStatus == 401, networkAuth.answersChallenges, let url = upstreamURL {
-            logger.warning("upstream refused the network credential", metadata: ["url": "\(url.origin)\(url.path)",
-                "credential": "\(networkAuth.passwordName ?? "kerberos")"])
-        }
-        if holding {
-            if TokenRejection.isRejection(status: responseStatus, contentType: responseHeaders.first("content-type"),
-                contentEncoding: responseHeaders.first("content-encoding"), body: sniffBuffer),
-                tokenRejected()
-            {
+                return
+            case .commitHeadFirst:
+                if upstreamStatus < 200 {
+                    upstreamStatus = 502
+                    upstreamReason = "Bad Gateway"
+                }
+                commitResponseHead(inspect: false)
+            case .inspectHeld:
+                if TokenRejection.isRejection(status: upstreamStatus, contentType: upstreamHeaders.first("content-type"),
+                    contentEncoding: upstreamHeaders.first("content-encoding"), body: sniffBuffer),
+                    tokenRejected()
+                {
+                    return
+                }
+                releaseHeldResponse()
+            case .complete(let framing):
+                flushHead(then: framing.chunked ? "0\r\n\r\n" : "")
+                finishExchange()
+                process()
+                updateReadInterest()
                 return
             }
-            if holding { releaseHeldResponse() }
         }
-        flushHead(then: responseChunked ? "0\r\n\r\n" : "")
-        finishExchange()
-        process()
-        updateReadInterest()
     }
 }

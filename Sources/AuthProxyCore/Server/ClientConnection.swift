@@ -6,29 +6,20 @@ import Logging
 import Glibc
 #endif
 
-/// One client connection: reads requests, forwards them through libcurl or a CONNECT tunnel, and streams
-/// the answers back, one exchange at a time (bytes of pipelined requests wait in the input buffer).
+/// One client connection: the executor of its ``ExchangeStateMachine``. It moves bytes between the socket, TLS,
+/// libcurl and the token service, reports what happened to the machine, and carries out what the machine
+/// decides (answer, close, pause, resume, hold, retry). Lifecycle decisions are not taken here.
 ///
 /// Memory per connection is bounded: at most ``maxInput`` unparsed input bytes, ``maxBuffered`` request-body
 /// bytes waiting for libcurl, and ``maxBuffered`` response bytes waiting for the client. When a limit is
 /// reached the producer is paused (client reads suspended, or the libcurl transfer paused) until the other
 /// side catches up.
 ///
-/// Confined to its loop's queue.
+/// Confined to its loop's queue: every method runs there (Dispatch handlers, libcurl callbacks and token
+/// answers are delivered on it).
 final class ClientConnection: UpstreamTransferDelegate {
     static let maxBuffered = 256 * 1024
     static let maxInput = 80 * 1024
-    static let lingerNanos: UInt64 = 2_000_000_000
-
-    enum State {
-        case awaitingHead
-        case forwarding
-        case tunnel
-        /// Response sent, our side half-closed; discarding input until the client closes (lingering close,
-        /// so a client still sending does not get a reset that destroys the response).
-        case closing
-        case closed
-    }
 
     let channel: SocketChannel
     let peer: String
@@ -45,65 +36,44 @@ final class ClientConnection: UpstreamTransferDelegate {
     unowned let loop: EventLoop
     var context: ServerContext { loop.context }
     var logger: Logger { loop.context.logger }
-    var state: State = .awaitingHead
+    /// Every lifecycle decision: see ``ExchangeStateMachine``.
+    var machine: ExchangeStateMachine
     var inbuf = ByteBuffer()
     var parser = RequestHeadParser()
-    var exchanges = 0
-    var lastProgress: UInt64
-    var headStarted: UInt64? = nil
-    var closingSince: UInt64 = 0
     /// TLS with the client after an intercepted CONNECT, and the host:port the tunnel was opened to (every
     /// request on it goes there, over https).
     var tls: TLSSession? = nil
     var intercept: (host: String, port: Int)? = nil
     var tlsPullScheduled = false
-    /// The client shut down its sending side after a complete request: answer it, then close.
-    var clientHalfClosed = false
 
-    // The exchange in progress.
+    // The bytes and resources of the exchange in progress (its state is the machine's).
     var head: RequestHead? = nil
-    var exchangeStart: UInt64 = 0
-    var keepAlive = true
     var transfer: UpstreamTransfer? = nil
     var tunnel: Tunnel? = nil
     var bodyRemaining: Int64 = 0
     var chunkDecoder: ChunkedDecoder? = nil
-    var bodyComplete = true
     var bodyBuffer = ByteBuffer()
     var bodyBytesIn: Int64 = 0
-    var sentContinue = false
-    var curlReadPaused = false
-    var curlWritePaused = false
-    var responseStatus = 0
-    var responseReason = ""
-    var responseHeaders = HTTPHeaders()
-    /// The response head is decided (status and framing fixed). It reaches the socket with the first body
-    /// bytes or at the end (``heldHead``), so a small response costs one `send` and one wake-up of the client.
-    var responseHeadSent = false
-    var heldHead: String? = nil
-    var responseChunked = false
-    var responseNoBody = false
     var bodyBytesOut: Int64 = 0
+    /// The upstream response head being read (1xx and challenge heads are replaced by the next one).
+    var upstreamStatus = 0
+    var upstreamReason = ""
+    var upstreamHeaders = HTTPHeaders()
+    /// The committed response head, waiting to go out with the first body bytes or at the end.
+    var heldHead: String? = nil
+    /// Body bytes held with the head while looking for a token error.
+    var sniffBuffer: [UInt8] = []
     /// The browser origin a `/proxy` exchange answers to (CORS), nil otherwise.
     var corsOrigin: String? = nil
     // Credentials (token-type) applied to the exchange in progress.
-    /// Counts exchanges, so an answer from the token service for an earlier exchange is ignored.
-    var exchangeSerial = 0
     var credential: Credential? = nil
     var injectedToken: IssuedToken? = nil
     var tokenSite: TokenInjection.Site = .query
-    /// 1 for the first try, 2 for the one retry after a token rejection.
-    var attempt = 1
-    /// The response is held (head and up to ``TokenRejection/lookAhead`` body bytes) to look for a token error.
-    var sniffing = false
-    var holding = false
-    var sniffBuffer: [UInt8] = []
     /// A copy of the streamed request body for the retry; `replayOffset` is how much of it the current
     /// transfer has read.
     var replay: ReplayBuffer? = nil
     var replayOffset: Int64 = 0
     /// An urlencoded form body collected whole (to put the token into it), and how much was sent.
-    var collectingForm = false
     var formBody: [UInt8]? = nil
     var formOffset = 0
     var originalURL: URLTarget? = nil
@@ -111,10 +81,6 @@ final class ClientConnection: UpstreamTransferDelegate {
     var upstreamURL: URLTarget? = nil
     /// Network-type credentials for the exchange (matched on the upstream URL, then the client's).
     var networkAuth = NetworkAuth()
-
-    /// Last time the upstream sent or took bytes, for the stall timeout (`upstream_timeout_seconds`). Time
-    /// when the transfer is paused for the client's sake does not count against the upstream.
-    var lastUpstreamProgress: UInt64 = 0
 
     deinit {
         // Backstop: a transfer must never outlive the connection whose memory its callbacks use.
@@ -127,8 +93,16 @@ final class ClientConnection: UpstreamTransferDelegate {
         self.address = address
         self.loop = loop
         credentials = loop.context.access.all
-        lastProgress = DispatchTime.now().uptimeNanoseconds
+        let cfg = loop.context.config
+        machine = ExchangeStateMachine(
+            limits: .init(seconds: cfg.headerTimeoutSeconds, idle: cfg.idleTimeoutSeconds, upstream: cfg.upstreamTimeoutSeconds),
+            now: DispatchTime.now().uptimeNanoseconds)
     }
+
+    /// Whether the request body of the exchange in progress has been read to its end.
+    var bodyComplete: Bool { machine.exchange.map { $0.request == .complete } ?? true }
+
+    var now: UInt64 { DispatchTime.now().uptimeNanoseconds }
 
     func start() {
         assertOnQueue(loop.queue)
@@ -142,16 +116,18 @@ final class ClientConnection: UpstreamTransferDelegate {
 
     func readable() {
         assertOnQueue(loop.queue)
-        if state == .tunnel {
+        if case .tunnel = machine.state {
             tunnel?.clientReadable()
             return
         }
         var eof = false
+        var discarding = false
+        if case .closing = machine.state { discarding = true }
         reading: while inbuf.count < Self.maxInput, (tls?.bufferedCiphertext ?? 0) < Self.maxInput {
             switch channel.read(into: loop.scratch) {
             case .bytes(let n):
-                lastProgress = DispatchTime.now().uptimeNanoseconds
-                if state == .closing { continue }
+                machine.clientProgress(now: now)
+                if discarding { continue }
                 let bytes = UnsafeRawBufferPointer(rebasing: loop.scratch[0..<n])
                 if let tls { tls.feed(bytes) } else { inbuf.append(bytes) }
                 if n < loop.scratch.count { break reading }
@@ -165,7 +141,7 @@ final class ClientConnection: UpstreamTransferDelegate {
                 return
             }
         }
-        if tls != nil, state != .closing {
+        if tls != nil, !discarding {
             switch pullTLS() {
             case .closed: return
             case .eof: eof = true
@@ -182,11 +158,10 @@ final class ClientConnection: UpstreamTransferDelegate {
     }
 
     func updateReadInterest() {
-        guard state != .closed, state != .tunnel, !clientHalfClosed else { return }
-        if state == .closing || (inbuf.count < Self.maxInput && (tls?.bufferedCiphertext ?? 0) < Self.maxInput) {
-            channel.resumeReading()
-        } else {
-            channel.pauseReading()
+        switch machine.readInterest(buffered: max(inbuf.count, tls?.bufferedCiphertext ?? 0), limit: Self.maxInput) {
+        case .read: channel.resumeReading()
+        case .pause: channel.pauseReading()
+        case .leave: return
         }
         // Decrypted-but-unread input does not make the socket readable again: pull it when there is room.
         if let tls, tls.handshakeDone, tls.hasBufferedInput, inbuf.count < Self.maxInput, !tlsPullScheduled {
@@ -194,7 +169,10 @@ final class ClientConnection: UpstreamTransferDelegate {
             nonisolated(unsafe) let me = self
             loop.queue.async {
                 me.tlsPullScheduled = false
-                guard me.state != .closed, me.state != .closing else { return }
+                switch me.machine.state {
+                case .closed, .closing: return
+                default: break
+                }
                 switch me.pullTLS() {
                 case .closed: return
                 case .eof:
@@ -211,15 +189,13 @@ final class ClientConnection: UpstreamTransferDelegate {
     /// Parses and starts as many requests as the buffered input and the exchange in progress allow.
     func process() {
         while true {
-            switch state {
-            case .closed:
+            switch machine.nextInputStep(buffered: inbuf.count, now: now) {
+            case .wait, .discard:
                 return
-            case .awaitingHead:
-                if inbuf.isEmpty {
-                    headStarted = nil
-                    return
-                }
-                if headStarted == nil { headStarted = DispatchTime.now().uptimeNanoseconds }
+            case .pumpBody:
+                pumpBody()
+                return
+            case .parseHead:
                 let result = inbuf.withUnreadBytes { parser.parse($0) }
                 switch result {
                 case .needMore:
@@ -228,53 +204,39 @@ final class ClientConnection: UpstreamTransferDelegate {
                     parser.reset()
                     inbuf.removeAll()
                     head = nil
-                    exchangeStart = DispatchTime.now().uptimeNanoseconds
+                    machine.requestFailed(now: now)
                     respond(ErrorResponse.forParseError(e), close: true)
                     return
                 case .complete(let h, let consumed):
                     inbuf.consume(consumed)
                     parser.reset()
-                    headStarted = nil
                     begin(h)
                 }
-            case .forwarding:
-                pumpBody()
-                return
-            case .tunnel, .closing:
-                return
             }
         }
     }
 
     func begin(_ h: RequestHead) {
-        exchanges += 1
-        credential = nil
-        corsOrigin = nil
-        head = h
-        exchangeStart = DispatchTime.now().uptimeNanoseconds
-        keepAlive = h.keepAlive && !loop.shuttingDown
-        bodyBytesIn = 0
-        bodyBytesOut = 0
-        responseStatus = 0
-        responseHeadSent = false
-        heldHead = nil
-        responseChunked = false
-        responseNoBody = false
-        sentContinue = false
-        curlReadPaused = false
-        curlWritePaused = false
+        var hasBody = true
         switch h.framing {
         case .none, .contentLength(0):
-            bodyComplete = true
+            hasBody = false
             chunkDecoder = nil
         case .contentLength(let n):
-            bodyComplete = false
             bodyRemaining = n
             chunkDecoder = nil
         case .chunked:
-            bodyComplete = false
             chunkDecoder = ChunkedDecoder()
         }
+        machine.requestBegan(.init(isHead: h.isHead, minorVersion: h.minorVersion, expectsContinue: h.expectsContinue,
+            keepAlive: h.keepAlive, hasBody: hasBody), shuttingDown: loop.shuttingDown, now: now)
+        credential = nil
+        corsOrigin = nil
+        head = h
+        bodyBytesIn = 0
+        bodyBytesOut = 0
+        upstreamStatus = 0
+        heldHead = nil
         guard authorize(h) else { return }
         if let ic = intercept {
             // Inside an intercepted tunnel every request goes to the CONNECT host, over https.
@@ -325,8 +287,8 @@ final class ClientConnection: UpstreamTransferDelegate {
             logger.warning("proxy authentication failed", metadata: ["client": "\(peer)", "failed_since_last_report": "\(held)"])
         }
         // A refused CONNECT closes (bytes meant for the tunnel must not be read as requests), and so does a
-        // request whose body was not read.
-        var close = !bodyComplete
+        // request whose body was not read (the machine's rule for every local answer).
+        var close = false
         if case .authority = h.target { close = true }
         respond(ErrorResponse(status: 407, message: "Proxy authentication required",
             details: ["Send Proxy-Authorization: Basic with the name and password of a [[client]] of this proxy "
@@ -337,8 +299,10 @@ final class ClientConnection: UpstreamTransferDelegate {
 
     // MARK: responses and the end of an exchange
 
-    func respondLocal(status: Int, contentType: String, body: String, extraHeaders: String = "") {
-        responseStatus = status
+    /// Answers the exchange from the proxy itself. `close` closes the connection afterwards (so does a request
+    /// body that was not read).
+    func respondLocal(status: Int, contentType: String, body: String, close: Bool = false, extraHeaders: String = "") {
+        guard let keepAlive = machine.answerLocally(status: status, close: close) else { return }
         let minor = head?.minorVersion ?? 1
         // A 204 has neither body nor Content-Length (RFC 9110 §8.6).
         let noBody = status == 204
@@ -352,38 +316,41 @@ final class ClientConnection: UpstreamTransferDelegate {
             s += body
             bodyBytesOut = Int64(body.utf8.count)
         }
-        responseHeadSent = true
+        heldHead = nil
         send(s)
         finishExchange()
     }
 
     /// Answers with an ArcGIS-style JSON error.
     func respond(_ e: ErrorResponse, close: Bool, extraHeaders: String = "") {
-        if close { keepAlive = false }
         transfer?.cancel()
         transfer = nil
-        respondLocal(status: e.status, contentType: "application/json; charset=utf-8", body: e.jsonBody, extraHeaders: extraHeaders)
+        respondLocal(status: e.status, contentType: "application/json; charset=utf-8", body: e.jsonBody, close: close,
+            extraHeaders: extraHeaders)
     }
 
+    /// The exchange is answered: log it, free its buffers, and keep the connection or begin closing it.
     func finishExchange() {
         // A write may have failed while answering: a closed connection stays closed.
-        guard state != .closed else { return }
+        guard machine.exchange != nil else { return }
         logAccess()
         head = nil
         chunkDecoder = nil
         bodyBuffer.removeAll()
         replay = nil  // closes (and so frees) a spill file at once, not at the next request
         formBody = nil
-        collectingForm = false
-        if !keepAlive || !bodyComplete || loop.shuttingDown || clientHalfClosed {
-            beginClosing()
-        } else {
-            state = .awaitingHead
-            lastProgress = DispatchTime.now().uptimeNanoseconds
+        heldHead = nil
+        sniffBuffer = []
+        upstreamHeaders = HTTPHeaders()
+        switch machine.endExchange(shuttingDown: loop.shuttingDown, now: now) {
+        case .close: beginClosing()
+        case .awaitNext, .none: break
         }
     }
 
-    func logAccess() {
+    /// One access-log line for the exchange in progress; `status` and `started` stand in for the machine's when
+    /// the exchange is already gone from it (a client that left: 499).
+    func logAccess(status: Int? = nil, started: UInt64? = nil) {
         guard logger.logLevel <= .info else { return }
         let method: String
         let url: String
@@ -398,20 +365,19 @@ final class ClientConnection: UpstreamTransferDelegate {
             method = "-"
             url = "-"
         }
-        let ms = Double(DispatchTime.now().uptimeNanoseconds - exchangeStart) / 1_000_000
+        let started = started ?? machine.current?.started ?? now
+        let ms = Double(now &- started) / 1_000_000
         logger.info("access", metadata: [
-            "client": "\(peer)", "method": "\(method)", "url": "\(url)", "status": "\(responseStatus)",
+            "client": "\(peer)", "method": "\(method)", "url": "\(url)", "status": "\(status ?? machine.current?.status ?? 0)",
             "bytes_in": "\(bodyBytesIn)", "bytes_out": "\(bodyBytesOut)",
             "duration_ms": "\(Double(Int(ms * 10)) / 10)", "credential": "\(credential?.name ?? "-")",
             "user": "\(client?.name ?? "-")",
         ])
     }
 
-    /// Half-closes after the response is flushed, then discards input until the client closes or
-    /// ``lingerNanos`` pass.
+    /// Half-closes after the response is flushed, then discards input until the client closes or the linger
+    /// time passes (the machine's closing state).
     func beginClosing() {
-        state = .closing
-        closingSince = DispatchTime.now().uptimeNanoseconds
         inbuf.removeAll()
         if let tls {
             tls.shutdown()
@@ -422,55 +388,41 @@ final class ClientConnection: UpstreamTransferDelegate {
     }
 
     func drained() {
-        lastProgress = DispatchTime.now().uptimeNanoseconds
-        switch state {
-        case .tunnel:
+        if case .tunnel = machine.state {
+            machine.clientProgress(now: now)
             tunnel?.clientDrained()
-        case .forwarding:
-            if curlWritePaused, channel.pendingCount < Self.maxBuffered / 2 {
-                curlWritePaused = false
-                lastUpstreamProgress = DispatchTime.now().uptimeNanoseconds
-                transfer?.resume()
-            }
-        default:
-            break
+            return
         }
+        if machine.clientDrained(pending: channel.pendingCount, now: now) { transfer?.resume() }
     }
 
-    /// The client sent EOF. It may only have half-closed (shutdown after sending its request), so a complete
-    /// request still gets its response; anything incomplete is abandoned. A client that is really gone shows
-    /// up as a failed write, which cancels the transfer.
     func clientEOF() {
-        switch state {
-        case .tunnel:
-            tunnel?.clientEOF()
-        case .forwarding where bodyComplete && !collectingForm:
-            keepAlive = false
-            clientHalfClosed = true
-            channel.pauseReading()
-        case .closing where channel.pendingCount > 0:
-            channel.pauseReading()  // the rest of the response is still going out; the linger check closes
-        default:
-            clientGone()
+        switch machine.clientEOF(pendingOutput: channel.pendingCount) {
+        case .tunnel: tunnel?.clientEOF()
+        case .halfClosed, .pauseReading: channel.pauseReading()
+        case .gone: clientGone()
         }
     }
 
     /// The client closed or reset its connection: cancel whatever is in flight.
     func clientGone() {
-        if state == .tunnel, let t = tunnel {
-            t.clientEOF()
-            return
+        let started = machine.current?.started
+        switch machine.clientGone() {
+        case .tunnel:
+            if let t = tunnel {
+                t.clientEOF()
+            } else {
+                close()
+            }
+        case .close(let status):
+            if let status, head != nil { logAccess(status: status, started: started) }
+            close()
         }
-        if head != nil, state == .forwarding {
-            responseStatus = responseHeadSent ? responseStatus : 499
-            logAccess()
-        }
-        close()
     }
 
     func close() {
-        guard state != .closed else { return }
-        state = .closed
+        guard !channel.isClosed else { return }
+        machine.closed()
         transfer?.cancel()
         transfer = nil
         tunnel?.close()
@@ -480,60 +432,33 @@ final class ClientConnection: UpstreamTransferDelegate {
     }
 
     func shutdownRequested() {
-        switch state {
-        case .awaitingHead where inbuf.isEmpty: close()
-        case .awaitingHead, .forwarding: keepAlive = false
-        default: break
-        }
+        if machine.shutdownRequested(inputBuffered: inbuf.count) { close() }
     }
 
     func checkTimeouts(now: UInt64) {
         assertOnQueue(loop.queue)
         let cfg = context.config
-        switch state {
-        case .awaitingHead:
-            if let started = headStarted {
-                if now - started > UInt64(cfg.headerTimeoutSeconds) * 1_000_000_000 {
-                    head = nil
-                    exchangeStart = now
-                    respond(ErrorResponse(status: 408, message: "Request header not received within \(cfg.headerTimeoutSeconds) s"), close: true)
-                }
-            } else {
-                let limit = exchanges == 0 ? cfg.headerTimeoutSeconds : cfg.idleTimeoutSeconds
-                if now - lastProgress > UInt64(limit) * 1_000_000_000 { close() }
-            }
-        case .forwarding:
-            // A client that stopped reading its response (or stopped sending its body) for the idle timeout.
-            let progress = max(lastProgress, channel.lastSendProgress)
-            if channel.pendingCount > 0 || (!bodyComplete && (curlReadPaused || collectingForm)),
-                now - progress > UInt64(cfg.idleTimeoutSeconds) * 1_000_000_000
-            {
-                logger.warning("client stalled, closing", metadata: ["client": "\(peer)", "idle_timeout_seconds": "\(cfg.idleTimeoutSeconds)"])
-                if head != nil { logAccess() }
-                close()
-                return
-            }
-            // An upstream that sent and took nothing for the upstream timeout while we were ready for it.
-            // (libcurl's low-speed check averages over a window, so a stall after a trickle would be cut late.)
-            if let t = transfer, !curlWritePaused, !curlReadPaused,
-                now - lastUpstreamProgress > UInt64(cfg.upstreamTimeoutSeconds) * 1_000_000_000
-            {
-                t.cancel()
-                transferDidFinish(error: UpstreamError(code: CURLE_OPERATION_TIMEDOUT,
-                    detail: "no data from the upstream for \(cfg.upstreamTimeoutSeconds) s",
-                    destination: t.destination, timeoutSeconds: cfg.upstreamTimeoutSeconds))
-            }
+        switch machine.tick(now: now, clientPending: channel.pendingCount, lastSendProgress: channel.lastSendProgress) {
+        case .none:
+            break
+        case .headerTimedOut:
+            head = nil
+            machine.requestFailed(now: now)
+            respond(ErrorResponse(status: 408, message: "Request header not received within \(cfg.headerTimeoutSeconds) s"), close: true)
+        case .close:
+            close()
+        case .clientStalled:
+            logger.warning("client stalled, closing", metadata: ["client": "\(peer)", "idle_timeout_seconds": "\(cfg.idleTimeoutSeconds)"])
+            if head != nil { logAccess() }
+            close()
+        case .upstreamStalled:
+            guard let t = transfer else { return }
+            t.cancel()
+            transferDidFinish(error: UpstreamError(code: CURLE_OPERATION_TIMEDOUT,
+                detail: "no data from the upstream for \(cfg.upstreamTimeoutSeconds) s",
+                destination: t.destination, timeoutSeconds: cfg.upstreamTimeoutSeconds))
         case .tunnel:
             tunnel?.checkTimeouts(now: now)
-        case .closing:
-            if channel.pendingCount > 0 {
-                // Still sending the last response: only a client that stopped reading is cut off.
-                if now - max(closingSince, channel.lastSendProgress) > UInt64(cfg.idleTimeoutSeconds) * 1_000_000_000 { close() }
-            } else if now - max(closingSince, channel.lastSendProgress) > Self.lingerNanos {
-                close()
-            }
-        case .closed:
-            break
         }
     }
 }

@@ -1,0 +1,53 @@
+/// Timeouts: checked once a second with the time passed in, so tests move a fake clock instead of waiting.
+extension ExchangeStateMachine {
+    enum TimerStep: Equatable {
+        case none
+        /// A request head started but did not finish in time: answer 408 and close.
+        case headerTimedOut
+        /// Idle, lingering or a handshake that never finished: close without a word.
+        case close
+        /// The client stopped reading its response or sending its body: log and close.
+        case clientStalled
+        /// The upstream sent and took nothing while we were ready for it: fail the transfer.
+        case upstreamStalled
+        /// A tunnel checks its own timeouts.
+        case tunnel
+    }
+
+    /// `clientPending`: response bytes queued for the client; `lastSendProgress`: when a send last moved bytes
+    /// (a slow but steady reader is not idle).
+    func tick(now: UInt64, clientPending: Int, lastSendProgress: UInt64) -> TimerStep {
+        switch state {
+        case .awaitingHead(let started?):
+            return now &- started > limits.headerTimeout ? .headerTimedOut : .none
+        case .awaitingHead(nil):
+            let limit = exchanges == 0 ? limits.headerTimeout : limits.idleTimeout
+            return now &- lastClientProgress > limit ? .close : .none
+        case .tlsHandshake(let since):
+            return now &- max(since, lastClientProgress) > limits.headerTimeout ? .close : .none
+        case .exchange(let e):
+            let progress = max(lastClientProgress, lastSendProgress)
+            var waitingOnClient = clientPending > 0 || e.request == .collectingForm
+            if case .transferring(let t) = e.upstream, t.waitingForBody, e.request != .complete { waitingOnClient = true }
+            if waitingOnClient, now &- progress > limits.idleTimeout { return .clientStalled }
+            // libcurl's low-speed check averages over a window, so a stall after a trickle would be cut late.
+            if case .transferring(let t) = e.upstream, !t.pausedForClient, !t.waitingForBody,
+                now &- t.lastProgress > limits.upstreamTimeout
+            {
+                return .upstreamStalled
+            }
+            return .none
+        case .tunnel:
+            return .tunnel
+        case .closing(let since):
+            let quiet = now &- max(since, lastSendProgress)
+            if clientPending > 0 {
+                // Still sending the last response: only a client that stopped reading is cut off.
+                return quiet > limits.idleTimeout ? .close : .none
+            }
+            return quiet > limits.linger ? .close : .none
+        case .closed:
+            return .none
+        }
+    }
+}
