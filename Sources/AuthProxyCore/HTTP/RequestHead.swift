@@ -23,7 +23,7 @@ public struct URLTarget: Sendable, Equatable {
     }
 
     /// `host` as written in a URL (IPv6 literals in brackets).
-    public var urlHost: String { host.contains(":") ? "[\(host)]" : host }
+    public var urlHost: String { host.utf8.contains(UInt8(ascii: ":")) ? "[\(host)]" : host }
 
     public var isDefaultPort: Bool { (scheme == "http" && port == 80) || (scheme == "https" && port == 443) }
 

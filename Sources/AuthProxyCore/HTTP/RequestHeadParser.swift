@@ -193,7 +193,7 @@ public struct RequestHeadParser: Sendable {
         }
         // A fragment never belongs in a request-target (RFC 9112 §3.2); libcurl would drop it after matching
         // had seen the path behind it (`/other/x#/../../secure` inside an intercepted tunnel).
-        if t.contains("#") { throw HTTPParseError.bad("fragment ('#') in request target") }
+        if t.utf8.contains(UInt8(ascii: "#")) { throw HTTPParseError.bad("fragment ('#') in request target") }
         if t.hasPrefix("/") { return .origin(path: t) }
         if t == "*" && method == "OPTIONS" { return .origin(path: t) }
         let scheme: String
@@ -221,7 +221,7 @@ public struct RequestHeadParser: Sendable {
 
     /// Splits `host[:port]` (IPv6 in brackets); nil when the host is empty. Throws on user info or bad ports.
     static func parseAuthority(_ a: Substring) throws -> (String, Int?)? {
-        if a.contains("@") { throw HTTPParseError.bad("user info in request target is not allowed") }
+        if a.utf8.contains(UInt8(ascii: "@")) { throw HTTPParseError.bad("user info in request target is not allowed") }
         var host: Substring
         var portPart: Substring? = nil
         if a.hasPrefix("[") {

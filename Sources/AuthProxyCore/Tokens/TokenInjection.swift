@@ -45,7 +45,7 @@ public enum TokenInjection {
         case .header:
             h.add(name: "X-Esri-Authorization", value: "Bearer \(token)")
         case .query:
-            path += (path.contains("?") ? (path.hasSuffix("?") || path.hasSuffix("&") ? "" : "&") : "?")
+            path += (path.utf8.contains(UInt8(ascii: "?")) ? (path.hasSuffix("?") || path.hasSuffix("&") ? "" : "&") : "?")
             path += "token=" + percentEncoded(token)
         case .form:
             var b = body ?? []
@@ -71,11 +71,18 @@ public enum TokenInjection {
         fieldNameIs(field, "token")
     }
 
-    /// Whether a `name=value` field's decoded name equals `wanted` (ASCII, case-insensitive).
+    /// Whether a `name=value` field's decoded name equals `wanted` (lowercase ASCII; compared case-insensitively).
     static func fieldNameIs(_ field: ArraySlice<UInt8>, _ wanted: String) -> Bool {
-        let name = percentDecoded(field.prefix { $0 != UInt8(ascii: "=") })
-        return String(decoding: name, as: UTF8.self).lowercased() == wanted
+        let raw = field.prefix { $0 != UInt8(ascii: "=") }
+        // Most names need no decoding: compare the bytes as they are, without allocating.
+        if !raw.contains(UInt8(ascii: "%")), !raw.contains(UInt8(ascii: "+")) {
+            return raw.count == wanted.utf8.count && zip(raw, wanted.utf8).allSatisfy { asciiLower($0) == $1 }
+        }
+        let name = percentDecoded(raw)
+        return name.count == wanted.utf8.count && zip(name, wanted.utf8).allSatisfy { asciiLower($0) == $1 }
     }
+
+    private static func asciiLower(_ c: UInt8) -> UInt8 { c >= 65 && c <= 90 ? c | 0x20 : c }
 
     /// `%XX` and `+` decoding of a query or form component (invalid escapes are kept as they are).
     static func percentDecoded(_ bytes: some Collection<UInt8>) -> [UInt8] {
@@ -110,12 +117,15 @@ public enum TokenInjection {
     static func removingTokenField(fromURL pathAndQuery: String) -> String {
         guard let q = pathAndQuery.firstIndex(of: "?") else { return pathAndQuery }
         let path = pathAndQuery[..<q]
-        let rest = removingTokenField(Array(pathAndQuery[pathAndQuery.index(after: q)...].utf8))
+        let query = Array(pathAndQuery[pathAndQuery.index(after: q)...].utf8)
+        if !hasTokenField(query) { return pathAndQuery }  // the common case: nothing to remove, nothing to copy
+        let rest = removingTokenField(query)
         return rest.isEmpty ? String(path) : String(path) + "?" + String(decoding: rest, as: UTF8.self)
     }
 
     /// Percent-encodes everything but RFC 3986 unreserved characters.
     public static func percentEncoded(_ s: String) -> String {
+        if s.utf8.allSatisfy(isUnreservedURIByte) { return s }
         var out = ""
         out.reserveCapacity(s.utf8.count)
         for b in s.utf8 {

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Where authproxy's CPU goes: relays a 2 KB JSON from a local nginx through one authproxy binary with an
+# api-key credential (the issue-10 case), under wrk c50, and records a perf cpu-clock profile of the proxy.
+#
+#   bash bench/profile.sh [BINARY] [--duration SECONDS] [--connections C] [--out DIR]
+#
+# The proxy is pinned to core 0, nginx and wrk to core 1. Prints CPU µs per request, then the profile by
+# shared object and by symbol (self time, top 45), and syscalls and context switches per request. Writes
+# perf.data and the reports to DIR (default: a temp dir, removed on exit). Listens on 127.0.0.1 only.
+set -euo pipefail
+
+BIN="$(pwd)/.build/release/authproxy"; DURATION=10; CONNS=50; OUT=""
+if [[ $# -gt 0 && "$1" != --* ]]; then BIN="$(readlink -f "$1")"; shift; fi
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --duration) DURATION="$2"; shift 2 ;;
+        --connections) CONNS="$2"; shift 2 ;;
+        --out) OUT="$2"; shift 2 ;;
+        -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "unknown argument: $1" >&2; exit 2 ;;
+    esac
+done
+[[ -x "$BIN" ]] || { echo "no binary at $BIN (swift build -c release)" >&2; exit 2; }
+for t in wrk nginx taskset perf python3; do
+    command -v "$t" >/dev/null 2>&1 || [[ -x "/usr/sbin/$t" ]] || { echo "needs $t (apt-get install wrk nginx-light util-linux linux-perf)" >&2; exit 2; }
+done
+export PATH="$PATH:/usr/sbin"
+
+TMP="$(mktemp -d)"; chmod 755 "$TMP"
+[[ -n "$OUT" ]] || OUT="$TMP/out"
+mkdir -p "$OUT"
+PIDS=()
+cleanup() { for p in "${PIDS[@]:-}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$TMP"; }
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+ORIGIN_PORT=$(free_port); PORT=$(free_port)
+mkdir -p "$TMP/www" "$TMP/state"
+python3 -c 'import json; print(json.dumps({"features":[{"attributes":{"OBJECTID":i,"NAME":"feature-%d"%i},"geometry":{"x":i*1.5,"y":i*2.5}} for i in range(24)]}))' | head -c 2048 > "$TMP/www/small.json" || true
+cat > "$TMP/nginx.conf" <<EOF
+worker_processes 1;
+daemon off;
+pid $TMP/nginx.pid;
+error_log $TMP/nginx.err;
+events { worker_connections 4096; }
+http { access_log off; keepalive_requests 1000000;
+  server { listen 127.0.0.1:$ORIGIN_PORT; root $TMP/www; } }
+EOF
+taskset -c 1 nginx -c "$TMP/nginx.conf" & PIDS+=($!)
+cat > "$TMP/proxy.conf" <<EOF
+[proxy]
+listen = ["127.0.0.1:$PORT"]
+state_dir = "$TMP/state"
+[log]
+level = "warning"
+[[credential]]
+name = "bench"
+type = "api-key"
+key = "BENCHKEY0123456789"
+match = "http://127.0.0.1:$ORIGIN_PORT"
+EOF
+taskset -c 0 "$BIN" serve --config "$TMP/proxy.conf" > "$TMP/log" 2>&1 & PID=$!; PIDS+=($PID)
+for _ in $(seq 1 100); do curl -s --noproxy '*' -o /dev/null "http://127.0.0.1:$PORT/healthz" && break; sleep 0.1; done
+URL="http://127.0.0.1:$ORIGIN_PORT/small.json?f=json"
+curl -sf -x "http://127.0.0.1:$PORT" "$URL" -o /dev/null
+cat > "$TMP/proxy.lua" <<EOF
+request = function() return wrk.format("GET", "$URL", {["Host"]="127.0.0.1:$ORIGIN_PORT"}) end
+EOF
+# Warm-up, then the measured run under perf.
+taskset -c 1 wrk -t1 -c"$CONNS" -d2s -s "$TMP/proxy.lua" "http://127.0.0.1:$PORT" >/dev/null
+TICK=$(getconf CLK_TCK)
+t0=$(awk '{print $14+$15}' "/proc/$PID/stat")
+perf record -q -e cpu-clock -g -p "$PID" -o "$OUT/perf.data" -- sleep "$DURATION" >/dev/null 2>&1 &
+PERF=$!
+out=$(taskset -c 1 wrk -t1 -c"$CONNS" -d"${DURATION}s" -s "$TMP/proxy.lua" "http://127.0.0.1:$PORT" 2>&1)
+wait "$PERF" || true
+t1=$(awk '{print $14+$15}' "/proc/$PID/stat")
+reqs=$(awk '/requests in/ {print $1}' <<<"$out")
+python3 -c "import sys; r=int(sys.argv[1]); print('requests %d, %.0f req/s, %.1f CPU us/request' % (r, r/float(sys.argv[4]), (int(sys.argv[3])-int(sys.argv[2]))*1e6/int(sys.argv[5])/max(1,r)))" \
+    "$reqs" "$t0" "$t1" "$DURATION" "$TICK"
+perf report -i "$OUT/perf.data" --no-children --sort dso --stdio -g none 2>/dev/null | grep -v '^#' | grep -v '^$' | head -15 | tee "$OUT/by-dso.txt"
+echo
+perf report -i "$OUT/perf.data" --no-children --sort dso,sym --stdio -g none 2>/dev/null | grep -v '^#' | grep -v '^$' | head -45 | tee "$OUT/by-symbol.txt"
+echo
+# Syscalls and context switches per request, over a shorter run.
+out2=$( (perf stat -e 'raw_syscalls:sys_enter,context-switches' -p "$PID" -x, -o "$OUT/stat.txt" -- sleep 5 &) ; \
+    taskset -c 1 wrk -t1 -c"$CONNS" -d5s -s "$TMP/proxy.lua" "http://127.0.0.1:$PORT" 2>&1)
+sleep 0.5
+reqs2=$(awk '/requests in/ {print $1}' <<<"$out2")
+awk -F, -v r="$reqs2" '/raw_syscalls|context-switches/ {printf "%s per request: %.1f\n", $3, $1 / r}' "$OUT/stat.txt"
