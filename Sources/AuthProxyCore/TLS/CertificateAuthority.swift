@@ -7,6 +7,9 @@ import Glibc
 /// The proxy's own CA: it signs the leaf certificates shown to clients of intercepted hosts.
 /// EC P-256, `CA:TRUE, pathlen:0`, `keyCertSign`; optionally name-constrained to the hosts the configuration
 /// matches, so a leaked key cannot impersonate anything else.
+///
+/// Ownership: immutable after `init` (the key and certificate are only read, and OpenSSL's signing with a
+/// shared key is thread-safe), so every loop may use it.
 public final class CertificateAuthority: @unchecked Sendable {
     /// Immutable after `init` (X509*, EVP_PKEY*), so safe to share between event loops.
     let cert: OpaquePointer

@@ -6,6 +6,8 @@ import Logging
 /// the proxy's CA, 30 days valid (backdated an hour for clock skew), `serverAuth`, SAN always present, all
 /// sharing one EC P-256 key (a key per leaf would cost milliseconds; minting with a shared key ~0.5 ms).
 /// Leaves are cached in a bounded LRU and shared by every event loop.
+///
+/// Ownership: the cache is only touched under `lock`; the CA and the shared key are immutable.
 public final class LeafMinter: @unchecked Sendable {
     let ca: CertificateAuthority
     /// The shared leaf key (EVP_PKEY*), immutable.

@@ -5,6 +5,9 @@ import Logging
 /// The TLS server side of interception: one SSL_CTX (TLS 1.2 and 1.3, ALPN `http/1.1` only, so a client
 /// that would prefer h2 falls back politely) whose certificate callback picks the minted leaf for the SNI
 /// name (or the CONNECT host when the client sends no SNI) at handshake time.
+///
+/// Ownership: the `SSL_CTX` is configured in `init` and only read afterwards (OpenSSL allows one context to
+/// create sessions on many threads); per-connection state lives in each loop's `TLSSession`.
 public final class TLSServer: @unchecked Sendable {
     /// SSL_CTX*, configured once in `init` and then only read (OpenSSL contexts are safe to share).
     let ctx: OpaquePointer
