@@ -193,28 +193,40 @@ public struct RequestHeadParser: Sendable {
         }
         // A fragment never belongs in a request-target (RFC 9112 §3.2); libcurl would drop it after matching
         // had seen the path behind it (`/other/x#/../../secure` inside an intercepted tunnel).
-        if t.utf8.contains(UInt8(ascii: "#")) { throw HTTPParseError.bad("fragment ('#') in request target") }
-        if t.hasPrefix("/") { return .origin(path: t) }
+        // Byte-wise scans throughout: Character iteration and Foundation's string search cost microseconds per
+        // request, and every byte that matters here is ASCII.
+        let u = t.utf8
+        if u.contains(UInt8(ascii: "#")) { throw HTTPParseError.bad("fragment ('#') in request target") }
+        if u.first == UInt8(ascii: "/") { return .origin(path: t) }
         if t == "*" && method == "OPTIONS" { return .origin(path: t) }
+        func hasPrefix(_ p: StaticString) -> Bool {
+            let n = p.utf8CodeUnitCount
+            guard u.count > n else { return false }
+            return p.withUTF8Buffer { zip(u.prefix(n), $0).allSatisfy { ($0 >= 65 && $0 <= 90 ? $0 | 0x20 : $0) == $1 } }
+        }
         let scheme: String
         var rest: Substring
-        if t.utf8.count > 7, t.prefix(7).caseInsensitiveEquals("http://") {
+        if hasPrefix("http://") {
             scheme = "http"
-            rest = t.dropFirst(7)
-        } else if t.utf8.count > 8, t.prefix(8).caseInsensitiveEquals("https://") {
+            rest = Substring(u.dropFirst(7))
+        } else if hasPrefix("https://") {
             scheme = "https"
-            rest = t.dropFirst(8)
-        } else if let colon = t.firstIndex(of: ":") {
+            rest = Substring(u.dropFirst(8))
+        } else if let colon = u.firstIndex(of: UInt8(ascii: ":")) {
             throw HTTPParseError.bad("unsupported URL scheme '\(t[..<colon].prefix(16))'")
         } else {
             throw HTTPParseError.bad("invalid request target")
         }
-        let authorityEnd = rest.firstIndex { $0 == "/" || $0 == "?" } ?? rest.endIndex
+        let authorityEnd = rest.utf8.firstIndex { $0 == UInt8(ascii: "/") || $0 == UInt8(ascii: "?") } ?? rest.endIndex
         guard let (host, port) = try parseAuthority(rest[..<authorityEnd]) else {
             throw HTTPParseError.bad("invalid host in request target")
         }
         var pathAndQuery = String(rest[authorityEnd...])
-        if pathAndQuery.isEmpty { pathAndQuery = "/" } else if pathAndQuery.hasPrefix("?") { pathAndQuery = "/" + pathAndQuery }
+        if pathAndQuery.isEmpty {
+            pathAndQuery = "/"
+        } else if pathAndQuery.utf8.first == UInt8(ascii: "?") {
+            pathAndQuery = "/" + pathAndQuery
+        }
         return .absolute(
             URLTarget(scheme: scheme, host: host, port: port ?? (scheme == "https" ? 443 : 80), pathAndQuery: pathAndQuery))
     }
@@ -224,21 +236,21 @@ public struct RequestHeadParser: Sendable {
         if a.utf8.contains(UInt8(ascii: "@")) { throw HTTPParseError.bad("user info in request target is not allowed") }
         var host: Substring
         var portPart: Substring? = nil
-        if a.hasPrefix("[") {
-            guard let close = a.firstIndex(of: "]") else { throw HTTPParseError.bad("invalid IPv6 literal") }
-            host = a[a.index(after: a.startIndex)..<close]
-            let after = a[a.index(after: close)...]
+        if a.utf8.first == UInt8(ascii: "[") {
+            guard let close = a.utf8.firstIndex(of: UInt8(ascii: "]")) else { throw HTTPParseError.bad("invalid IPv6 literal") }
+            host = a[a.utf8.index(after: a.startIndex)..<close]
+            let after = a[a.utf8.index(after: close)...]
             if !after.isEmpty {
-                guard after.hasPrefix(":") else { throw HTTPParseError.bad("invalid authority") }
-                portPart = after.dropFirst()
+                guard after.utf8.first == UInt8(ascii: ":") else { throw HTTPParseError.bad("invalid authority") }
+                portPart = Substring(after.utf8.dropFirst())
             }
             guard !host.isEmpty, host.allSatisfy({ $0.isHexDigit || $0 == ":" || $0 == "." }) else {
                 throw HTTPParseError.bad("invalid IPv6 literal")
             }
         } else {
-            if let colon = a.firstIndex(of: ":") {
+            if let colon = a.utf8.firstIndex(of: UInt8(ascii: ":")) {
                 host = a[..<colon]
-                portPart = a[a.index(after: colon)...]
+                portPart = a[a.utf8.index(after: colon)...]
             } else {
                 host = a
             }
@@ -247,7 +259,7 @@ public struct RequestHeadParser: Sendable {
         if host.isEmpty { return nil }
         var port: Int? = nil
         if let p = portPart {
-            guard !p.isEmpty, p.count <= 5, p.utf8.allSatisfy({ $0 >= 48 && $0 <= 57 }), let n = Int(p), n > 0,
+            guard !p.isEmpty, p.utf8.count <= 5, p.utf8.allSatisfy({ $0 >= 48 && $0 <= 57 }), let n = Int(p), n > 0,
                 n < 65536
             else { throw HTTPParseError.bad("invalid port") }
             port = n
