@@ -99,10 +99,13 @@ extension StringProtocol {
         }
     }
 
+    /// Without leading and trailing spaces and tabs (scanned as bytes: this runs for every header field).
     func trimmingHTTPWhitespace() -> Substring {
-        var s = Substring(self)
-        while let c = s.first, c == " " || c == "\t" { s.removeFirst() }
-        while let c = s.last, c == " " || c == "\t" { s.removeLast() }
-        return s
+        let s = Substring(self)
+        let u = s.utf8
+        guard let first = u.firstIndex(where: { $0 != 32 && $0 != 9 }),
+            let last = u.lastIndex(where: { $0 != 32 && $0 != 9 })
+        else { return s[s.endIndex...] }
+        return s[first..<u.index(after: last)]
     }
 }
