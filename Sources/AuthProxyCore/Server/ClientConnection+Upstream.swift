@@ -172,10 +172,12 @@ extension ClientConnection {
     }
 
     func transferDidReceiveHeaderLine(_ raw: UnsafeRawBufferPointer) {
-        machine.upstreamProgress(now: now)
-        guard machine.readsResponseHead else { return }  // trailers of a chunked response: hop-by-hop, dropped
         var end = raw.count
         while end > 0, raw[end - 1] == 10 || raw[end - 1] == 13 { end -= 1 }
+        // Progress is stamped once per head (its first and last line), not per field: reading the clock shows
+        // in profiles, and a head arrives within one read anyway.
+        if end == 0 || raw.starts(with: "HTTP/".utf8) { machine.upstreamProgress(now: now) }
+        guard machine.readsResponseHead else { return }  // trailers of a chunked response: hop-by-hop, dropped
         let line = UnsafeRawBufferPointer(rebasing: raw[0..<end])
         if line.starts(with: "HTTP/".utf8) {
             // "HTTP/1.1 200 OK": a new response (1xx ones come first and are not relayed).
