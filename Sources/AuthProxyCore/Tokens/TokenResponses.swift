@@ -37,14 +37,24 @@ enum TokenServiceReply<Body: Decodable>: Decodable {
 }
 
 /// Why a token service refused: an ArcGIS error object (`code`, `message`, `messageCode`, `details`), an OAuth
-/// error object (`error_description`), or a bare string.
+/// error object (`error_description`), a bare string (plain OAuth: `"error":"invalid_grant"`), or any other
+/// value.
 struct TokenServiceRefusal: Sendable, Equatable {
     var code: Int?
     var messageCode: String?
-    /// `message`, else `error_description`, else the bare string, else "error".
-    var message: String
+    /// The `message` member.
+    var messageMember: String?
+    /// The `error_description` member (OAuth).
+    var errorDescription: String?
+    /// The error itself when it is a bare string.
+    var text: String?
     /// The string entries of `details` (others are skipped).
     var details: [String]
+    /// The error is an object, not a bare string or another value.
+    var isObject: Bool
+
+    /// For messages: `message`, else `error_description`, else the bare string, else "error".
+    var message: String { messageMember ?? errorDescription ?? text ?? "error" }
 
     /// The service refused the token it was given (498 invalid/expired, 499 required, or GWM_0003): for a
     /// federation exchange, the portal token is dead.
@@ -55,24 +65,44 @@ struct TokenServiceRefusal: Sendable, Equatable {
         case errorDescription = "error_description"
     }
 
-    init(code: Int? = nil, messageCode: String? = nil, message: String, details: [String] = []) {
+    init(
+        code: Int? = nil, messageCode: String? = nil, messageMember: String? = nil, errorDescription: String? = nil,
+        text: String? = nil, details: [String] = [], isObject: Bool = true
+    ) {
         self.code = code
         self.messageCode = messageCode
-        self.message = message
+        self.messageMember = messageMember
+        self.errorDescription = errorDescription
+        self.text = text
         self.details = details
+        self.isObject = isObject
     }
 
     /// Never fails: whatever the value is, it is a refusal.
     init(from decoder: any Decoder) {
         guard let c = try? decoder.container(keyedBy: Keys.self) else {
-            let text = try? decoder.singleValueContainer().decode(String.self)
-            self.init(message: text ?? "error")
+            self.init(text: try? decoder.singleValueContainer().decode(String.self), isObject: false)
             return
         }
         self.init(
             code: c.lenientInt64(.code).map { Int($0) }, messageCode: c.lenientString(.messageCode),
-            message: c.lenientString(.message) ?? c.lenientString(.errorDescription) ?? "error",
+            messageMember: c.lenientString(.message), errorDescription: c.lenientString(.errorDescription),
             details: c.lenientStrings(.details))
+    }
+}
+
+/// Only the `error` member of an answer (nil when there is none), for callers with their own rule about which
+/// error shapes count: `authproxy login` and `signout` (``OAuthLogin``) count only an error object.
+struct ErrorMemberResponse: Decodable, Sendable, Equatable {
+    var error: TokenServiceRefusal?
+
+    private enum Keys: String, CodingKey { case error }
+
+    init(error: TokenServiceRefusal?) { self.error = error }
+
+    init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: Keys.self)
+        error = c.contains(.error) ? TokenServiceRefusal(from: try c.superDecoder(forKey: .error)) : nil
     }
 }
 

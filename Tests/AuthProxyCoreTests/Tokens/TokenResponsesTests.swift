@@ -126,6 +126,8 @@ import Testing
     struct RefusalCase: Sendable, CustomTestStringConvertible {
         var json: String
         var refusal: TokenServiceRefusal
+        /// What the proxy's error message quotes.
+        var message: String
         var rejectsToken: Bool
         var testDescription: String { json }
     }
@@ -135,62 +137,72 @@ import Testing
         RefusalCase(
             json:
                 #"{"error":{"code":400,"message":"Unable to generate token.","details":["Invalid username or password."]}}"#,
-            refusal: .init(code: 400, message: "Unable to generate token.", details: ["Invalid username or password."]),
-            rejectsToken: false),
+            refusal: .init(
+                code: 400, messageMember: "Unable to generate token.", details: ["Invalid username or password."]),
+            message: "Unable to generate token.", rejectsToken: false),
         RefusalCase(
             json: #"{"error":{"code":498,"message":"Invalid token.","details":[]}}"#,
-            refusal: .init(code: 498, message: "Invalid token."), rejectsToken: true),
+            refusal: .init(code: 498, messageMember: "Invalid token."), message: "Invalid token.", rejectsToken: true),
         RefusalCase(
             json: #"{"error":{"code":499,"message":"Token Required","messageCode":"GWM_0003","details":[]}}"#,
-            refusal: .init(code: 499, messageCode: "GWM_0003", message: "Token Required"), rejectsToken: true),
+            refusal: .init(code: 499, messageCode: "GWM_0003", messageMember: "Token Required"),
+            message: "Token Required", rejectsToken: true),
         // GWM_0003 whatever the code.
         RefusalCase(
             json: #"{"error":{"code":400,"messageCode":"GWM_0003","message":"Token required"}}"#,
-            refusal: .init(code: 400, messageCode: "GWM_0003", message: "Token required"), rejectsToken: true),
+            refusal: .init(code: 400, messageCode: "GWM_0003", messageMember: "Token required"),
+            message: "Token required", rejectsToken: true),
         // ArcGIS Server and older releases: unwrapped.
         RefusalCase(
             json: #"{"code":499,"message":"Token Required","messageCode":"GWM_0003","details":[]}"#,
-            refusal: .init(code: 499, messageCode: "GWM_0003", message: "Token Required"), rejectsToken: true),
+            refusal: .init(code: 499, messageCode: "GWM_0003", messageMember: "Token Required"),
+            message: "Token Required", rejectsToken: true),
         RefusalCase(
             json: #"{"code":498,"message":"Invalid Token"}"#,
-            refusal: .init(code: 498, message: "Invalid Token"), rejectsToken: true),
+            refusal: .init(code: 498, messageMember: "Invalid Token"), message: "Invalid Token", rejectsToken: true),
         // A code that is a fraction counts truncated; one that is a string does not count.
         RefusalCase(
-            json: #"{"error":{"code":498.0}}"#, refusal: .init(code: 498, message: "error"), rejectsToken: true),
-        RefusalCase(json: #"{"error":{"code":"498"}}"#, refusal: .init(message: "error"), rejectsToken: false),
+            json: #"{"error":{"code":498.0}}"#, refusal: .init(code: 498), message: "error", rejectsToken: true),
+        RefusalCase(json: #"{"error":{"code":"498"}}"#, refusal: .init(), message: "error", rejectsToken: false),
         // OAuth inside an ArcGIS error object: `message` first, `error_description` when there is none.
         RefusalCase(
             json:
                 #"{"error":{"code":400,"error":"invalid_grant","error_description":"Invalid refresh_token","message":"Invalid refresh_token"}}"#,
-            refusal: .init(code: 400, message: "Invalid refresh_token"), rejectsToken: false),
+            refusal: .init(
+                code: 400, messageMember: "Invalid refresh_token", errorDescription: "Invalid refresh_token"),
+            message: "Invalid refresh_token", rejectsToken: false),
         RefusalCase(
             json: #"{"error":{"code":400,"error":"invalid_client","error_description":"Invalid client_secret"}}"#,
-            refusal: .init(code: 400, message: "Invalid client_secret"), rejectsToken: false),
+            refusal: .init(code: 400, errorDescription: "Invalid client_secret"), message: "Invalid client_secret",
+            rejectsToken: false),
         // Plain OAuth: the error is a string (and it is the message; a sibling error_description is not read).
         RefusalCase(
             json: #"{"error":"invalid_grant","error_description":"Invalid refresh token"}"#,
-            refusal: .init(message: "invalid_grant"), rejectsToken: false),
+            refusal: .init(text: "invalid_grant", isObject: false), message: "invalid_grant", rejectsToken: false),
         // Any other error value is still a refusal.
-        RefusalCase(json: #"{"error":null,"token":"t1"}"#, refusal: .init(message: "error"), rejectsToken: false),
-        RefusalCase(json: #"{"error":7}"#, refusal: .init(message: "error"), rejectsToken: false),
-        RefusalCase(json: #"{"error":{}}"#, refusal: .init(message: "error"), rejectsToken: false),
+        RefusalCase(
+            json: #"{"error":null,"token":"t1"}"#, refusal: .init(isObject: false), message: "error",
+            rejectsToken: false),
+        RefusalCase(json: #"{"error":7}"#, refusal: .init(isObject: false), message: "error", rejectsToken: false),
+        RefusalCase(json: #"{"error":{}}"#, refusal: .init(), message: "error", rejectsToken: false),
         // Details keep their strings and skip the rest; details that are not a list are none.
         RefusalCase(
             json: #"{"error":{"code":400,"message":"m","details":["a",1,null,{"x":"y"},["z"],"b"]}}"#,
-            refusal: .init(code: 400, message: "m", details: ["a", "b"]), rejectsToken: false),
+            refusal: .init(code: 400, messageMember: "m", details: ["a", "b"]), message: "m", rejectsToken: false),
         RefusalCase(
             json: #"{"error":{"code":400,"message":"m","details":"a"}}"#,
-            refusal: .init(code: 400, message: "m"), rejectsToken: false),
+            refusal: .init(code: 400, messageMember: "m"), message: "m", rejectsToken: false),
         // A message that is not a string does not count.
         RefusalCase(
             json: #"{"error":{"code":400,"message":5,"error_description":"d"}}"#,
-            refusal: .init(code: 400, message: "d"), rejectsToken: false),
+            refusal: .init(code: 400, errorDescription: "d"), message: "d", rejectsToken: false),
         // A `code` member of any value makes an answer without token/access_token an unwrapped error.
-        RefusalCase(json: #"{"code":null}"#, refusal: .init(message: "error"), rejectsToken: false),
+        RefusalCase(json: #"{"code":null}"#, refusal: .init(), message: "error", rejectsToken: false),
     ])
     func refusals(_ c: RefusalCase) throws {
         let r = try #require(Self.refusal(c.json))
         #expect(r == c.refusal)
+        #expect(r.message == c.message)
         #expect(r.rejectsToken == c.rejectsToken)
         // The same rules for OAuth endpoints.
         guard case .refused(let o) = Self.decode(OAuthReply.self, c.json) else {
@@ -228,6 +240,45 @@ import Testing
             #expect(Self.decode(OAuthReply.self, json) == nil, "\(json)")
             #expect(Self.decode(ServerInfoResponse.self, json) == nil, "\(json)")
         }
+    }
+
+    // MARK: - authproxy login
+
+    static func grant(_ json: String) -> Result<OAuthLogin.Grant, StateError> {
+        Result { () throws(StateError) in try OAuthLogin.grant(fromAnswer: Array(json.utf8), status: 200) }
+    }
+
+    @Test func loginReadsTheRefreshTokenOfTheCodeGrant() throws {
+        let before = nowMillis()
+        let g = try Self.grant(
+            #"{"access_token":"a1","expires_in":30,"username":"alice","refresh_token":"r1","refresh_token_expires_in":600}"#
+        ).get()
+        #expect(g.refreshToken == "r1" && g.username == "alice")
+        let expires = try #require(g.refreshExpires)
+        #expect(expires >= before + 600_000 && expires <= nowMillis() + 600_000)
+        // No lifetime: unknown.
+        let open = try Self.grant(#"{"refresh_token":"r1","username":7}"#).get()
+        #expect(open.refreshExpires == nil && open.username == nil)
+    }
+
+    @Test func loginRefusalsAndOddAnswers() {
+        func message(_ json: String) -> String? {
+            guard case .failure(let e) = Self.grant(json) else { return nil }
+            return e.description
+        }
+        // An error object: its OAuth description first, then its message.
+        #expect(
+            message(
+                #"{"error":{"code":400,"error":"invalid_grant","error_description":"Invalid authorization code","message":"m"}}"#
+            )
+                == "the portal refused the code: Invalid authorization code")
+        #expect(message(#"{"error":{"code":400,"message":"m"}}"#) == "the portal refused the code: m")
+        #expect(message(#"{"error":{}}"#) == "the portal refused the code: error")
+        // Any other error value is not read as a refusal here: what counts is the refresh token.
+        #expect(message(#"{"error":"invalid_grant"}"#) == "the portal returned no refresh_token")
+        #expect((try? Self.grant(#"{"error":"x","refresh_token":"r1"}"#).get())?.refreshToken == "r1")
+        #expect(message(#"{"refresh_token":5}"#) == "the portal returned no refresh_token")
+        #expect(message("<html>") == "the portal answered HTTP 200 without JSON")
     }
 
     // MARK: - rest/info
