@@ -50,18 +50,26 @@ public struct OAuthLogin: Sendable {
             ("grant_type", "authorization_code"), ("client_id", settings.clientID), ("code", code),
             ("redirect_uri", settings.redirectURI), ("code_verifier", verifier), ("f", "json"),
         ])
-        guard let json = try? JSONSerialization.jsonObject(with: Data(r.body)) as? [String: Any] else {
-            throw StateError("the portal answered HTTP \(r.status) without JSON")
+        return try Self.grant(fromAnswer: r.body, status: r.status)
+    }
+
+    /// Reads the portal's answer to the authorization-code grant. Only an error object is a refusal (its OAuth
+    /// description first); an answer without a refresh token is an error too.
+    static func grant(fromAnswer body: [UInt8], status: Int) throws(StateError) -> Grant {
+        let data = Data(body)
+        guard let answer = try? JSONDecoder().decode(OAuthTokenResponse.self, from: data),
+            let refusal = try? JSONDecoder().decode(ErrorMemberResponse.self, from: data)
+        else {
+            throw StateError("the portal answered HTTP \(status) without JSON")
         }
-        if let e = json["error"] as? [String: Any] {
-            throw StateError("the portal refused the code: \((e["error_description"] as? String) ?? (e["message"] as? String) ?? "error")")
+        if let e = refusal.error, e.isObject {
+            throw StateError("the portal refused the code: \(e.errorDescription ?? e.messageMember ?? "error")")
         }
-        guard let refresh = json["refresh_token"] as? String else {
+        guard let refresh = answer.refreshToken else {
             throw StateError("the portal returned no refresh_token")
         }
-        let expiresIn = (json["refresh_token_expires_in"] as? NSNumber)?.int64Value
-        return Grant(refreshToken: refresh, refreshExpires: expiresIn.map { nowMillis() + $0 * 1000 },
-            username: json["username"] as? String)
+        return Grant(refreshToken: refresh, refreshExpires: answer.refreshTokenExpiresIn.map { nowMillis() + $0 * 1000 },
+            username: answer.username)
     }
 
     /// Extracts `code` (checking `state`) from a callback request target like `/callback?code=…&state=…`.
@@ -84,8 +92,8 @@ public func revokeToken(portalURL: String, clientID: String, token: String, hint
     let url = ServerRoot.sharingRest(portalURL) + "/oauth2/revokeToken"
     let r = try fetch.post(url, form: [("client_id", clientID), ("auth_token", token), ("token", token),
         ("token_type_hint", hint), ("f", "json")])
-    if let json = try? JSONSerialization.jsonObject(with: Data(r.body)) as? [String: Any], let e = json["error"] as? [String: Any] {
-        throw StateError("the portal refused to revoke: \((e["message"] as? String) ?? (e["error_description"] as? String) ?? "error")")
+    if let answer = try? JSONDecoder().decode(ErrorMemberResponse.self, from: Data(r.body)), let e = answer.error, e.isObject {
+        throw StateError("the portal refused to revoke: \(e.messageMember ?? e.errorDescription ?? "error")")
     }
     guard r.status < 400 else { throw StateError("the portal answered HTTP \(r.status)") }
 }

@@ -46,7 +46,7 @@ public final class SyncFetch: @unchecked Sendable {
         done.wait()
         switch outcome! {
         case .success(let r): return Response(status: r.status, body: r.body)
-        case .failure(let e): throw StateError("\(TokenService.redacted(url)): \(e.message)")
+        case .failure(let e): throw StateError("\(TokenFetcher.redacted(url)): \(e.message)")
         }
     }
 }

@@ -1,0 +1,313 @@
+/// Every decision ``TokenService`` makes about the tokens it holds — which token a request gets, when a token
+/// request starts and who waits for it, when a failing key may ask again — as a value with no I/O, no lock and
+/// no clock of its own: each call takes `now` (milliseconds since the epoch) and answers with what to do, so
+/// tests drive it step by step.
+///
+/// Per key (`credential|server root`, see ``TokenService/key(for:target:)``):
+/// - **Single flight**: the first request that needs a token gets ``Lookup/startFetch(_:)``; the ones that
+///   come while it runs wait, and ``complete(_:with:now:)`` hands all of them its one result.
+/// - **Refresh margin**: a token inside its margin (``IssuedToken/needsRefresh(at:)``) is still handed out,
+///   and ``refreshInBackground(key:credential:now:)`` says whether to start its refresh.
+/// - **Failure backoff** (``TokenBackoff``): after a failed token request the key answers with the last error
+///   at once (saying when the next attempt is) until the backoff ends, and asks for one probe then if a
+///   request wanted a token meanwhile (``probeDue(key:now:)``).
+/// - **Rejection backoff** (``TokenRetryPolicy``): a server that rejects a freshly issued token makes the key
+///   back off; the rejected token is handed out meanwhile, so clients get the server's own answer.
+/// - **Generations**: a credential whose sign-in changed (``grantChanged(credential:)``) starts a new
+///   generation; a token request started before hands its result to the requests that waited for it, but
+///   the cache does not keep it.
+///
+/// `Waiter` is what the caller needs to answer one request (a completion closure in ``TokenService``, plain
+/// values in tests).
+struct TokenCache<Waiter> {
+    /// One token request the caller must run, then report with ``TokenCache/complete(_:with:now:)``.
+    struct FetchTicket: Hashable, Sendable {
+        let key: String
+        let generation: Int
+    }
+
+    /// What to do for a request that needs a token. The cache keeps the waiter only for ``wait`` and
+    /// ``startFetch(_:)``; for the other answers the caller answers the request itself.
+    enum Lookup: Equatable, Sendable {
+        /// Use this token.
+        case ready(IssuedToken)
+        /// Start a token request for this ticket; the waiter gets its result.
+        case startFetch(FetchTicket)
+        /// A token request is running: the waiter gets its result.
+        case wait
+        /// The key is backing off after a failed token request: answer with this error (its `retryAt` says
+        /// until when). `probeAt`: schedule a probe for then (nil: one is scheduled already).
+        case backingOff(TokenError, probeAt: Int64?)
+        /// The server rejects newly issued tokens and there is no token to hand out: no token request until
+        /// `retryAt`.
+        case rejectingNewTokens(retryAt: Int64)
+    }
+
+    /// One waiting request's answer.
+    struct Delivery {
+        var waiter: Waiter
+        var result: Result<IssuedToken, TokenError>
+    }
+
+    /// What became of a token request's result.
+    enum Outcome: Equatable, Sendable {
+        /// The token is cached (save it).
+        case stored
+        /// The request failed; the key waits `retryIn` milliseconds before the next one (0 for a local failure).
+        case failed(retryIn: Int64)
+        /// The request was started before the credential's sign-in changed (or is unknown): nothing is cached.
+        case discarded
+    }
+
+    /// A finished token request: what the cache did with it, and who gets what.
+    struct Settlement {
+        var outcome: Outcome
+        var deliveries: [Delivery]
+    }
+
+    /// What the upstream's rejection of a token means.
+    struct RejectionOutcome: Equatable, Sendable {
+        var action: TokenRetryPolicy.Action
+        /// Set when this rejection started the key's rejection backoff: the wait, in milliseconds.
+        var backoffStarted: Int64?
+        /// Consecutive rejections of fresh tokens so far (when the server rejects new tokens).
+        var consecutive = 0
+    }
+
+    /// A valid token and its key, for the state file.
+    struct CachedToken: Equatable, Sendable {
+        var key: String
+        var credential: String
+        var token: IssuedToken
+    }
+
+    private struct Entry {
+        var credential: String
+        var token: IssuedToken?
+        var generation = 0
+        var inFlight = false
+        var waiters: [Waiter] = []
+        var backoff = TokenBackoff()
+        var lastError: TokenError?
+        /// A request wanted a token while the key was backing off: probe when the backoff ends.
+        var wantedWhileBackingOff = false
+        var probeScheduled = false
+    }
+
+    /// A key whose server rejected a fresh token: its backoff, and the token last rejected.
+    private struct Rejection {
+        var backoff = TokenBackoff()
+        var token: IssuedToken?
+    }
+
+    private var entries: [String: Entry] = [:]
+    private var rejections: [String: Rejection] = [:]
+    /// Waiters of token requests started before their credential's sign-in changed.
+    private var detached: [FetchTicket: [Waiter]] = [:]
+
+    init() {}
+
+    // MARK: - handing out tokens
+
+    /// The token of `key` usable at `now` without waiting, and whether it is due for refresh.
+    func cached(key: String, now: Int64) -> (token: IssuedToken, refreshDue: Bool)? {
+        guard let t = entries[key]?.token, !t.isExpired(at: now) else { return nil }
+        return (t, t.needsRefresh(at: now))
+    }
+
+    /// A request needs a token for `key` (under credential `credential`).
+    mutating func acquire(key: String, credential: String, now: Int64, waiter: Waiter) -> Lookup {
+        lookup(key: key, credential: credential, now: now, refresh: false, waiter: waiter)
+    }
+
+    /// The token of `key` is inside its refresh margin: ``Lookup/startFetch(_:)`` when a refresh should start.
+    /// Nobody waits for it.
+    mutating func refreshInBackground(key: String, credential: String, now: Int64) -> Lookup {
+        lookup(key: key, credential: credential, now: now, refresh: true, waiter: nil)
+    }
+
+    /// The probe scheduled by ``Lookup/backingOff(_:probeAt:)`` is due: what to do, or nil when nobody
+    /// wanted a token meanwhile (or one is there, or a request is running).
+    mutating func probeDue(key: String, now: Int64) -> Lookup? {
+        guard var e = entries[key] else { return nil }
+        e.probeScheduled = false
+        entries[key] = e
+        guard e.wantedWhileBackingOff, !e.inFlight, e.token.map({ $0.isExpired(at: now) }) ?? true else { return nil }
+        return lookup(key: key, credential: e.credential, now: now, refresh: false, waiter: nil)
+    }
+
+    private mutating func lookup(key: String, credential: String, now: Int64, refresh: Bool, waiter: Waiter?) -> Lookup
+    {
+        var e = entries[key] ?? Entry(credential: credential)
+        if let t = e.token, !t.isExpired(at: now), !(refresh && t.needsRefresh(at: now)) { return .ready(t) }
+        if refresh, e.token != nil, e.inFlight { return .wait }  // the refresh is running already
+        if let r = rejections[key], r.backoff.isBackingOff(at: now) {
+            // The server rejected fresh tokens: no new one until the backoff allows it. The token it rejected
+            // last goes out meanwhile (even if a refresh dropped it since), so clients get its answer.
+            if let t = [e.token, r.token].compactMap({ $0 }).first(where: { !$0.isExpired(at: now) }) {
+                return .ready(t)
+            }
+            return .rejectingNewTokens(retryAt: r.backoff.retryAt)
+        }
+        if e.inFlight {
+            if let waiter { e.waiters.append(waiter) }
+            entries[key] = e
+            return .wait
+        }
+        if e.backoff.isBackingOff(at: now), var error = e.lastError {
+            // Backing off after a failure: answer at once instead of hammering the token service, say when
+            // the next attempt is, and make sure one happens then.
+            error.retryAt = e.backoff.retryAt
+            e.wantedWhileBackingOff = true
+            var probeAt: Int64?
+            if !e.probeScheduled {
+                e.probeScheduled = true
+                probeAt = e.backoff.retryAt
+            }
+            entries[key] = e
+            return .backingOff(error, probeAt: probeAt)
+        }
+        e.inFlight = true
+        e.wantedWhileBackingOff = false
+        if let waiter { e.waiters.append(waiter) }
+        entries[key] = e
+        return .startFetch(FetchTicket(key: key, generation: e.generation))
+    }
+
+    /// The token request of `ticket` finished with `result`.
+    mutating func complete(_ ticket: FetchTicket, with result: Result<IssuedToken, TokenError>, now: Int64)
+        -> Settlement
+    {
+        if let waiters = detached.removeValue(forKey: ticket) {
+            // Started before the credential's sign-in changed: the requests that waited for it get its
+            // result, but its token belongs to the old sign-in and must not be handed to anyone else.
+            let answer = result.map { t in
+                var t = t
+                t.fresh = true
+                return t
+            }
+            return Settlement(outcome: .discarded, deliveries: waiters.map { Delivery(waiter: $0, result: answer) })
+        }
+        guard var e = entries[ticket.key], e.inFlight, e.generation == ticket.generation else {
+            return Settlement(outcome: .discarded, deliveries: [])
+        }
+        e.inFlight = false
+        let waiters = e.waiters
+        e.waiters = []
+        switch result {
+        case .success(var t):
+            t.fresh = false
+            e.token = t
+            e.backoff.succeeded()
+            e.lastError = nil
+            entries[ticket.key] = e
+            t.fresh = true  // these requests waited for it: the upstream has never seen it
+            return Settlement(outcome: .stored, deliveries: waiters.map { Delivery(waiter: $0, result: .success(t)) })
+        case .failure(var error):
+            let wait = error.local ? 0 : e.backoff.failed(at: now)
+            e.lastError = error
+            // A token that is only due for refresh stays usable until it really expires.
+            if let t = e.token, t.isExpired(at: now) { e.token = nil }
+            entries[ticket.key] = e
+            let answer: Result<IssuedToken, TokenError>
+            if let t = e.token {
+                answer = .success(t)
+            } else {
+                if e.backoff.isBackingOff(at: now) { error.retryAt = e.backoff.retryAt }
+                answer = .failure(error)
+            }
+            return Settlement(
+                outcome: .failed(retryIn: wait), deliveries: waiters.map { Delivery(waiter: $0, result: answer) })
+        }
+    }
+
+    // MARK: - rejections and invalidation
+
+    /// The upstream rejected `token` (498/499 in any form) on `attempt` of a request to `key`: decides with
+    /// ``TokenRetryPolicy`` whether to refresh and retry, and records what that means — the token is
+    /// forgotten before a refresh; a fresh token rejected makes the key back off (the token is kept, so
+    /// clients keep getting the upstream's own answer while no new token may be requested).
+    mutating func rejected(
+        key: String, credential: String, token: IssuedToken, attempt: Int, pregenerated: Bool,
+        refreshable: Bool, replayImpossible: String?, now: Int64
+    ) -> RejectionOutcome {
+        let backingOff = rejections[key]?.backoff.isBackingOff(at: now) ?? false
+        let action = TokenRetryPolicy.decide(
+            .init(
+                attempt: attempt, pregenerated: pregenerated,
+                refreshable: refreshable, tokenIsFresh: token.fresh, backingOff: backingOff,
+                replayImpossible: replayImpossible))
+        var outcome = RejectionOutcome(action: action)
+        switch action {
+        case .relay(_, serverRejectsNewTokens: true):
+            var r = rejections[key] ?? Rejection()
+            // Requests that shared one fresh token report it together: one failure, not one per request.
+            if !r.backoff.isBackingOff(at: now) { outcome.backoffStarted = r.backoff.failed(at: now) }
+            outcome.consecutive = r.backoff.failures
+            var unfresh = token
+            unfresh.fresh = false
+            r.token = unfresh
+            rejections[key] = r
+        case .relay(_, serverRejectsNewTokens: false) where backingOff:
+            break  // keep the token: no new one may be requested yet
+        default:
+            invalidate(credential: credential, value: token.value)
+        }
+        return outcome
+    }
+
+    /// The rejection backoff of `key`, if its server ever rejected a fresh token.
+    func rejectionBackoff(key: String) -> TokenBackoff? { rejections[key]?.backoff }
+
+    /// Forgets the token `value` of `credential` under every key that still holds it (a portal token used as
+    /// is for a non-federated server is cached under both keys); a key whose token was replaced meanwhile
+    /// keeps its new one. Returns whether any key held it.
+    @discardableResult
+    mutating func invalidate(credential: String, value: String) -> Bool {
+        var changed = false
+        for (k, e) in entries where e.credential == credential && e.token?.value == value {
+            entries[k]?.token = nil
+            changed = true
+        }
+        return changed
+    }
+
+    /// The credential's sign-in changed (signed out, or in again, perhaps as another user): its tokens belong
+    /// to the old grant. They are forgotten, and token requests running for it are detached: their waiters
+    /// still get their results, but new requests start a request of their own and nothing old is cached.
+    mutating func grantChanged(credential: String) {
+        for (k, var e) in entries where e.credential == credential {
+            e.token = nil
+            if e.inFlight {
+                detached[FetchTicket(key: k, generation: e.generation)] = e.waiters
+                e.waiters = []
+                e.inFlight = false
+            }
+            e.generation += 1
+            entries[k] = e
+        }
+    }
+
+    // MARK: - the state file
+
+    /// A token saved by this or another process for `key`, taken only when the key has never been used here
+    /// (a token this process dropped — rejected upstream, old grant — may still be in the file). Returns
+    /// whether it was taken.
+    @discardableResult
+    mutating func adopt(key: String, credential: String, token: IssuedToken) -> Bool {
+        guard entries[key] == nil else { return false }
+        entries[key] = Entry(credential: credential, token: token)
+        return true
+    }
+
+    /// The tokens still valid at `now`, to save.
+    func validTokens(now: Int64) -> [CachedToken] {
+        entries.compactMap { k, e in
+            guard let t = e.token, !t.isExpired(at: now) else { return nil }
+            return CachedToken(key: k, credential: e.credential, token: t)
+        }
+    }
+}
+
+extension TokenCache.Delivery: Sendable where Waiter: Sendable {}
+extension TokenCache.Settlement: Sendable where Waiter: Sendable {}

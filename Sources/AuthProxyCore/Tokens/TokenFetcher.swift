@@ -1,0 +1,376 @@
+import Foundation
+import Logging
+
+/// What a token request needs from the token cache around it. Called on the service queue.
+protocol TokenFetcherHost: AnyObject {
+    /// The portal's token for `c` (cached under `credential|portal root`, single flight like any other),
+    /// obtained first when there is none.
+    func portalToken(_ c: Credential, portal: String, done: @escaping (Result<IssuedToken, TokenError>) -> Void)
+    /// The portal refused `value` as dead (revoked or expired early): nobody may get it again.
+    func dropToken(_ c: Credential, value: String)
+    /// The refresh token of an `oauth-user` credential, as the state file has it now.
+    func refreshToken(for c: Credential) -> String?
+}
+
+/// Asks token services for tokens, per credential type: ArcGIS `generateToken` with a password, the OAuth
+/// client-credentials and refresh-token grants, the exchange of a portal token for a federated server's
+/// token, and `rest/info` discovery of where a server gets its tokens.
+///
+/// It decides nothing about caching: ``TokenService`` calls ``fetch(_:root:isPortal:done:)`` when
+/// ``TokenCache`` says a token request must start.
+///
+/// Ownership: created by ``TokenService`` and used only on its queue (the queue of `multi`), where every
+/// completion runs.
+final class TokenFetcher {
+    private let multi: CurlMulti
+    private let timeoutSeconds: Int
+    /// Network credentials (server trust above all) for the token service and `rest/info` requests.
+    private let store: CredentialStore
+    private let logger: Logger
+    private unowned let host: any TokenFetcherHost
+    /// `rest/info` answers by normalized server root, with the requests waiting for one.
+    private var infos: [String: InfoEntry] = [:]
+
+    /// How long a `rest/info` answer is reused.
+    static let infoLifetime: Int64 = 10 * 60 * 1000
+
+    private struct InfoEntry {
+        var info: ServerInfoResponse?
+        var fetchedAt: Int64 = 0
+        var waiters: [(Result<ServerInfoResponse, TokenError>) -> Void] = []
+    }
+
+    init(multi: CurlMulti, timeoutSeconds: Int, store: CredentialStore, logger: Logger, host: any TokenFetcherHost) {
+        self.multi = multi
+        self.timeoutSeconds = timeoutSeconds
+        self.store = store
+        self.logger = logger
+        self.host = host
+    }
+
+    /// Obtains a new token for `c` at `root` (a portal root when `isPortal`).
+    func fetch(_ c: Credential, root: String, isPortal: Bool, done: @escaping (Result<IssuedToken, TokenError>) -> Void)
+    {
+        switch c.kind {
+        case .apiKey, .token, .serverTrust, .password, .kerberos, .certificate:
+            done(.failure(TokenError(credential: c.name, message: "not a refreshable credential")))
+        case .arcgisToken(let s):
+            generateWithPassword(c, s, root: root, isPortal: isPortal, done: done)
+        case .oauthApp(let o):
+            let portal = o.portalURL
+            if isPortal || ServerRoot.same(root, portal) {
+                clientCredentials(c, o, done: done)
+            } else {
+                viaPortal(c, portal: portal, root: root, done: done)
+            }
+        case .oauthUser(let o):
+            if isPortal || ServerRoot.same(root, o.portalURL) {
+                refreshGrant(c, o, done: done)
+            } else {
+                viaPortal(c, portal: o.portalURL, root: root, done: done)
+            }
+        }
+    }
+
+    private func network(for url: String) -> NetworkAuth {
+        HTTPURL.parse(url).map { store.network(for: $0.target) } ?? NetworkAuth()
+    }
+
+    // MARK: - per credential type
+
+    /// A server root under an OAuth credential: the portal token, exchanged for a server token when the server
+    /// says it is federated with that portal.
+    ///
+    /// When the portal refuses the exchange because the portal token itself is dead (revoked or expired early:
+    /// a portal restart, a password change, "revoke all tokens"), the portal token is dropped, a new one
+    /// obtained as the credential's type dictates, and the exchange made once more — all for the request
+    /// that is waiting, which then gets its retry instead of a 502.
+    private func viaPortal(
+        _ c: Credential, portal: String, root: String,
+        done: @escaping (Result<IssuedToken, TokenError>) -> Void
+    ) {
+        serverInfo(c, root: root) { [self] info in
+            guard case .success(let i) = info, let owner = i.owningSystemURL, ServerRoot.same(owner, portal) else {
+                // Not federated (e.g. hosted services): the portal token is used as is.
+                host.portalToken(c, portal: portal, done: done)
+                return
+            }
+            exchangeWithPortalToken(c, portal: portal, root: root, renewed: false, done: done)
+        }
+    }
+
+    private func exchangeWithPortalToken(
+        _ c: Credential, portal: String, root: String, renewed: Bool,
+        done: @escaping (Result<IssuedToken, TokenError>) -> Void
+    ) {
+        host.portalToken(c, portal: portal) { [self] portalResult in
+            switch portalResult {
+            case .failure(let e): done(.failure(e))
+            case .success(let portalToken):
+                exchange(c, portalToken: portalToken, portal: portal, serverRoot: root) { [self] result in
+                    guard case .failure(let e) = result, e.tokenRejected else {
+                        done(result)
+                        return
+                    }
+                    host.dropToken(c, value: portalToken.value)
+                    if renewed {
+                        done(result)  // a brand-new portal token refused as well: report, do not loop
+                        return
+                    }
+                    logger.info(
+                        "the portal refused its own token for the exchange: getting a new portal token",
+                        metadata: ["credential": "\(c.name)", "portal": "\(portal)", "root": "\(root)"])
+                    exchangeWithPortalToken(c, portal: portal, root: root, renewed: true, done: done)
+                }
+            }
+        }
+    }
+
+    private func generateWithPassword(
+        _ c: Credential, _ s: ArcGISTokenSettings, root: String, isPortal: Bool,
+        done: @escaping (Result<IssuedToken, TokenError>) -> Void
+    ) {
+        let proceed: (ServerInfoResponse?) -> Void = { [self] info in
+            let tokenURL: String
+            if let u = s.tokenURL {
+                tokenURL = u
+            } else if isPortal {
+                tokenURL = ServerRoot.sharingRest(root) + "/generateToken"
+            } else if let u = info?.tokenServicesURL
+                ?? info?.owningSystemURL.map({ ServerRoot.sharingRest($0) + "/generateToken" })
+            {
+                // rest/info is the server's word: never send a password to another host, or over http when
+                // the server itself is https, on its say-so alone.
+                guard Self.isSafeTokenService(u, for: root) else {
+                    done(
+                        .failure(
+                            TokenError(
+                                credential: c.name,
+                                message:
+                                    "\(root)/rest/info names the token service \(Self.redacted(u)) on another host or without https; set token_url to trust it"
+                            )))
+                    return
+                }
+                tokenURL = u
+            } else {
+                done(
+                    .failure(
+                        TokenError(
+                            credential: c.name,
+                            message: "\(root)/rest/info does not name a token service; set token_url")))
+                return
+            }
+            var fields = [("username", s.username), ("password", s.password), ("client", s.client)]
+            if let r = s.referer, s.client == "referer" { fields.append(("referer", r)) }
+            if let m = s.expirationMinutes ?? info?.shortLivedTokenValidity { fields.append(("expiration", String(m))) }
+            fields.append(("f", "json"))
+            post(c, url: tokenURL, fields: fields, answer: GenerateTokenResponse.self) { [self] result in
+                switch result.flatMap({ issued(c, $0, service: tokenURL) }) {
+                case .failure(let e): done(.failure(e))
+                case .success(var t):
+                    t.referer = s.client == "referer" ? s.referer : nil
+                    // A portal token for a server federated with that portal is exchanged for a server token.
+                    let portalRoot = tokenURL.lowercased().firstRange(of: "/sharing/").map {
+                        String(tokenURL[..<$0.lowerBound])
+                    }
+                    if !isPortal, let portalRoot, let owner = info?.owningSystemURL, ServerRoot.same(owner, portalRoot)
+                    {
+                        exchange(c, portalToken: t, portal: portalRoot, serverRoot: root, done: done)
+                    } else {
+                        done(.success(t))
+                    }
+                }
+            }
+        }
+        if s.tokenURL != nil && s.expirationMinutes != nil || isPortal {
+            proceed(nil)
+        } else {
+            serverInfo(c, root: root) { info in
+                if case .failure(let e) = info, s.tokenURL == nil {
+                    done(.failure(e))
+                    return
+                }
+                proceed(try? info.get())
+            }
+        }
+    }
+
+    private func clientCredentials(
+        _ c: Credential, _ o: OAuthAppSettings,
+        done: @escaping (Result<IssuedToken, TokenError>) -> Void
+    ) {
+        var fields = [
+            ("grant_type", "client_credentials"), ("client_id", o.clientID), ("client_secret", o.clientSecret),
+        ]
+        if let m = o.expirationMinutes { fields.append(("expiration", String(m))) }
+        fields.append(("f", "json"))
+        let url = ServerRoot.sharingRest(o.portalURL) + "/oauth2/token"
+        post(c, url: url, fields: fields, answer: OAuthTokenResponse.self) { [self] result in
+            done(result.flatMap { issued(c, $0, service: url) })
+        }
+    }
+
+    private func refreshGrant(
+        _ c: Credential, _ o: OAuthUserSettings,
+        done: @escaping (Result<IssuedToken, TokenError>) -> Void
+    ) {
+        // The file is the authority on refresh tokens (`authproxy login` writes them, `signout` removes them):
+        // the host looks at it before every refresh grant (rare), so a new login or a sign-out takes effect
+        // at once.
+        guard let refresh = host.refreshToken(for: c) else {
+            done(
+                .failure(
+                    TokenError(
+                        credential: c.name,
+                        message: "no refresh token yet: run `authproxy login --config <file> --credential \(c.name)`",
+                        local: true)))
+            return
+        }
+        let url = ServerRoot.sharingRest(o.portalURL) + "/oauth2/token"
+        let fields = [
+            ("grant_type", "refresh_token"), ("client_id", o.clientID), ("refresh_token", refresh), ("f", "json"),
+        ]
+        post(c, url: url, fields: fields, answer: OAuthTokenResponse.self) { [self] result in
+            done(result.flatMap { issued(c, $0, service: url) })
+        }
+    }
+
+    /// Federation: a portal token → a token for `serverRoot` (portal `generateToken` with `token` + `serverUrl`).
+    private func exchange(
+        _ c: Credential, portalToken: IssuedToken, portal: String, serverRoot: String,
+        done: @escaping (Result<IssuedToken, TokenError>) -> Void
+    ) {
+        let url = ServerRoot.sharingRest(portal) + "/generateToken"
+        let fields = [("token", portalToken.value), ("serverUrl", serverRoot), ("f", "json")]
+        post(c, url: url, fields: fields, answer: GenerateTokenResponse.self) { [self] result in
+            done(
+                result.flatMap { issued(c, $0, service: url) }.map { t in
+                    var t = t
+                    t.referer = portalToken.referer
+                    return t
+                })
+        }
+    }
+
+    // MARK: - rest/info discovery
+
+    /// The `rest/info` of the server at `root`: one request at a time per server, answers reused for
+    /// ``infoLifetime``.
+    private func serverInfo(
+        _ c: Credential, root: String,
+        done: @escaping (Result<ServerInfoResponse, TokenError>) -> Void
+    ) {
+        let key = ServerRoot.normalized(root)
+        var e = infos[key] ?? InfoEntry()
+        if let info = e.info, nowMillis() - e.fetchedAt < Self.infoLifetime {
+            done(.success(info))
+            return
+        }
+        e.waiters.append(done)
+        infos[key] = e
+        guard e.waiters.count == 1 else { return }
+        let url = root + "/rest/info?f=json"
+        let f = HTTPFetch(
+            multi: multi, method: "GET", url: url, form: nil, timeoutSeconds: timeoutSeconds,
+            network: network(for: url)
+        ) { [self] result in
+            var e = infos[key] ?? InfoEntry()
+            let waiters = e.waiters
+            e.waiters = []
+            let outcome: Result<ServerInfoResponse, TokenError>
+            switch result {
+            case .failure(let err):
+                outcome = .failure(
+                    TokenError(credential: c.name, message: "cannot read \(root)/rest/info: \(err.message)"))
+            case .success(let r):
+                if let info = try? JSONDecoder().decode(ServerInfoResponse.self, from: Data(r.body)) {
+                    e.info = info
+                    e.fetchedAt = nowMillis()
+                    outcome = .success(info)
+                } else {
+                    outcome = .failure(
+                        TokenError(
+                            credential: c.name,
+                            message: "\(root)/rest/info answered HTTP \(r.status) without server information"))
+                }
+            }
+            infos[key] = e
+            for w in waiters { w(outcome) }
+        }
+        f.start()
+    }
+
+    // MARK: - token service calls
+
+    /// POSTs `fields` to the token service at `url` and reads its answer as `Body`; a refusal in any shape
+    /// (``TokenServiceReply``) is a failure naming the service and its message.
+    private func post<Body: Decodable>(
+        _ c: Credential, url: String, fields: [(String, String)], answer: Body.Type,
+        done: @escaping (Result<Body, TokenError>) -> Void
+    ) {
+        let f = HTTPFetch(
+            multi: multi, method: "POST", url: url, form: fields, timeoutSeconds: timeoutSeconds,
+            network: network(for: url)
+        ) { result in
+            switch result {
+            case .failure(let err):
+                done(
+                    .failure(
+                        TokenError(
+                            credential: c.name, message: "token service \(Self.redacted(url)) failed: \(err.message)")))
+            case .success(let r):
+                switch try? JSONDecoder().decode(TokenServiceReply<Body>.self, from: Data(r.body)) {
+                case nil:
+                    done(
+                        .failure(
+                            TokenError(
+                                credential: c.name,
+                                message: "token service \(Self.redacted(url)) answered HTTP \(r.status) without JSON")))
+                case .refused(let refusal):
+                    var failure = TokenError(
+                        credential: c.name,
+                        message: "token service \(Self.redacted(url)) refused: \(refusal.message)",
+                        details: refusal.details)
+                    failure.tokenRejected = refusal.rejectsToken
+                    done(.failure(failure))
+                case .answered(let body):
+                    done(.success(body))
+                }
+            }
+        }
+        f.start()
+    }
+
+    private func issued(_ c: Credential, _ answer: GenerateTokenResponse, service: String) -> Result<
+        IssuedToken, TokenError
+    > {
+        guard let t = answer.issuedToken(at: nowMillis()) else {
+            return .failure(
+                TokenError(credential: c.name, message: "token service \(Self.redacted(service)) returned no token"))
+        }
+        return .success(t)
+    }
+
+    private func issued(_ c: Credential, _ answer: OAuthTokenResponse, service: String) -> Result<
+        IssuedToken, TokenError
+    > {
+        guard let t = answer.issuedToken(at: nowMillis()) else {
+            return .failure(
+                TokenError(
+                    credential: c.name,
+                    message: "token service \(Self.redacted(service)) returned no access_token"))
+        }
+        return .success(t)
+    }
+
+    /// A discovered token service is trusted only on the server's own host, and not over http for an https
+    /// server.
+    static func isSafeTokenService(_ url: String, for root: String) -> Bool {
+        guard let u = HTTPURL.parse(url), let r = HTTPURL.parse(root) else { return false }
+        if r.target.scheme == "https" && u.target.scheme != "https" { return false }
+        return u.target.host == r.target.host
+    }
+
+    /// A URL without its query string, for messages.
+    static func redacted(_ url: String) -> String { String(url.prefix { $0 != "?" }) }
+}

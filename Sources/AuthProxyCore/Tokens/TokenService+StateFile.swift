@@ -1,0 +1,161 @@
+import Dispatch
+import Logging
+
+/// The state file: saved tokens survive a restart, and a running proxy follows what `authproxy login` and
+/// `signout` (other processes) change in it. Everything here runs on the service queue, except
+/// ``TokenService/storeRefreshToken(_:config:refreshToken:expires:username:)``, which the CLI calls.
+extension TokenService {
+    /// Loads saved tokens that still belong to an unchanged credential. Call once before serving.
+    ///
+    /// A damaged file is renamed aside (with a warning) and serving starts empty; a wrong `state_key` or an
+    /// unreadable file throws, so the proxy never starts with a state it would overwrite.
+    public func loadState() throws(StateError) {
+        var contents: TokenStateFile.Contents
+        do throws(StateError) {
+            // No lock to read: writers replace the file by rename, so a reader sees one whole version.
+            contents = try stateFile.load()
+        } catch  where error.kind == .damaged {
+            let aside = try stateFile.withLock { () throws(StateError) in try stateFile.quarantine() }
+            logger.warning(
+                "token state file is damaged: renamed it aside and starting without saved tokens",
+                metadata: ["file": "\(stateFile.path)", "renamed_to": "\(aside)", "cause": "\(error)"])
+            contents = TokenStateFile.Contents()
+        }
+        let saved = contents.tokens.filter { fingerprints[$0.credential] == $0.fingerprint }
+        let stored = contents.refreshTokens.filter { fingerprints[$0.credential] == $0.fingerprint }
+        queue.sync {
+            fileStamp = stateFile.stamp()
+            cache.withLock { cache in
+                for t in saved { cache.adopt(key: t.key, credential: t.credential, token: t.token) }
+            }
+            for r in stored { refreshTokens[r.credential] = r }
+            startWatching()
+        }
+        if !saved.isEmpty {
+            logger.notice(
+                "restored tokens from state", metadata: ["count": "\(saved.count)", "file": "\(stateFile.path)"])
+        }
+    }
+
+    /// Checks the state file once a second: `authproxy login` and `signout` (other processes) change it,
+    /// and a running proxy must follow without a restart.
+    private func startWatching() {
+        dispatchPrecondition(condition: .onQueue(queue))
+        let t = DispatchSource.makeTimerSource(queue: queue)
+        t.schedule(deadline: .now() + 1, repeating: 1, leeway: .milliseconds(200))
+        t.setEventHandler { [weak self] in self?.reloadIfChanged() }
+        t.resume()
+        watcher = t
+    }
+
+    /// Re-reads the state file when another process replaced it: new or removed refresh tokens take effect
+    /// (the access tokens of a user who signed out or signed in again are dropped), and tokens another proxy
+    /// saved for keys this one has never used are adopted.
+    func reloadIfChanged() {
+        dispatchPrecondition(condition: .onQueue(queue))
+        let stamp = stateFile.stamp()
+        guard stamp != fileStamp else { return }
+        fileStamp = stamp
+        let contents: TokenStateFile.Contents
+        do {
+            contents = try stateFile.load()
+        } catch {
+            logger.error(
+                "cannot re-read the token state file changed by another process; keeping the tokens in memory",
+                metadata: ["file": "\(stateFile.path)", "cause": "\(error)"])
+            return
+        }
+        follow(contents)
+    }
+
+    /// Takes over what another process put in the state file (`contents`, as read now).
+    private func follow(_ contents: TokenStateFile.Contents) {
+        var current: [String: TokenStateFile.StoredRefreshToken] = [:]
+        for r in contents.refreshTokens where fingerprints[r.credential] == r.fingerprint { current[r.credential] = r }
+        for name in oauthUsers where current[name]?.refreshToken != refreshTokens[name]?.refreshToken {
+            // Signed out, or signed in again (perhaps as another user): tokens from the old grant must go.
+            cache.withLock { $0.grantChanged(credential: name) }
+            logger.notice(
+                current[name] == nil
+                    ? "refresh token removed by another process" : "new refresh token from another process",
+                metadata: ["credential": "\(name)"])
+        }
+        refreshTokens = current
+        let now = nowMillis()
+        let oauthUsers = oauthUsers
+        let valid = contents.tokens.filter { t in
+            fingerprints[t.credential] == t.fingerprint && !t.token.isExpired(at: now)
+                && !(oauthUsers.contains(t.credential) && current[t.credential] == nil)
+        }
+        // Only for keys this proxy has never used (``TokenCache/adopt(key:credential:token:)``).
+        cache.withLock { cache in
+            for t in valid { cache.adopt(key: t.key, credential: t.credential, token: t.token) }
+        }
+    }
+
+    /// Saves the valid tokens (read-modify-write under the file lock, so a concurrent `login` or `signout`
+    /// is never undone). A file that cannot be read is not overwritten.
+    func persist() {
+        dispatchPrecondition(condition: .onQueue(queue))
+        reloadIfChanged()  // a sign-out that just happened must not be written back
+        let now = nowMillis()
+        let fingerprints = fingerprints
+        let ours = cache.withLock { $0.validTokens(now: now) }.map {
+            TokenStateFile.StoredToken(
+                key: $0.key, credential: $0.credential,
+                fingerprint: fingerprints[$0.credential] ?? "", token: $0.token)
+        }
+        let keys = Set(ours.map(\.key))
+        let oauthUsers = oauthUsers
+        let grants = refreshTokens.mapValues(\.refreshToken)
+        do {
+            let result = try stateFile.update { (contents: inout TokenStateFile.Contents) throws(StateError) in
+                // A user signed out, or in again, between our last look and the lock: the tokens we hold
+                // for them belong to the old grant and must not be written back.
+                var inFile: [String: String] = [:]
+                for r in contents.refreshTokens where fingerprints[r.credential] == r.fingerprint {
+                    inFile[r.credential] = r.refreshToken
+                }
+                let mine = ours.filter {
+                    !oauthUsers.contains($0.credential)
+                        || (inFile[$0.credential] != nil && inFile[$0.credential] == grants[$0.credential])
+                }
+                contents.tokens =
+                    contents.tokens.filter { !keys.contains($0.key) && fingerprints[$0.credential] == $0.fingerprint }
+                    + mine
+                contents.tokens.sort { $0.key < $1.key }
+                // Refresh tokens in the file are left as they are (`login` and `signout` own them).
+            }
+            fileStamp = result.stamp
+            follow(result.contents)  // what another writer changed just before the lock
+            if let aside = result.quarantined {
+                logger.warning(
+                    "token state file was damaged: renamed it aside",
+                    metadata: ["file": "\(stateFile.path)", "renamed_to": "\(aside)"])
+            }
+        } catch {
+            logger.error("cannot save token state; the file is left as it is", metadata: ["cause": "\(error)"])
+        }
+    }
+
+    /// Stores a refresh token obtained by `authproxy login`, bound to the credential's current settings
+    /// (read-modify-write under the file lock). Returns where a damaged file was moved, if it was.
+    @discardableResult
+    public static func storeRefreshToken(
+        _ c: Credential, config: ProxyConfig, refreshToken: String, expires: Int64?,
+        username: String?
+    ) throws(StateError) -> String? {
+        let file = TokenStateFile(directory: config.stateDir, secret: config.stateKey)
+        let stored = TokenStateFile.StoredRefreshToken(
+            credential: c.name,
+            fingerprint: Crypto.sha256Hex(c.identityMaterial), refreshToken: refreshToken, expires: expires,
+            username: username)
+        let result = try file.update { (contents: inout TokenStateFile.Contents) throws(StateError) in
+            contents.refreshTokens.removeAll { $0.credential == c.name }
+            contents.refreshTokens.append(stored)
+            // Access tokens from an earlier sign-in of this credential belong to the old grant.
+            contents.tokens.removeAll { $0.credential == c.name }
+        }
+        return result.quarantined
+    }
+}
