@@ -84,7 +84,9 @@ final class CurlMulti: @unchecked Sendable {
     /// else one that carries none (the caller applies them), else a new one.
     func makeEasyHandle(trust: ServerTrustSettings?) -> CurlEasyHandle {
         assertOnQueue(queue)
-        if let trust, let i = idleTrusted.firstIndex(where: { $0.trust == trust }), let h = idleTrusted[i].handles.popLast() {
+        if let trust, let i = idleTrusted.firstIndex(where: { $0.trust == trust }),
+            let h = idleTrusted[i].handles.popLast()
+        {
             idleCount -= 1
             return h
         }
