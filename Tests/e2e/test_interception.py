@@ -317,7 +317,9 @@ def test_server_trust_admits_only_its_host(proxy_factory, ca, origin_factory, ce
     a = origin_factory(tls=certs["a"])
     b = origin_factory(tls=certs["b"])  # another self-signed host, no trust for it
     trust = {"ca_file": certs["a"][0]} if kind == "ca_file" else {"pinned_public_key": spki_pin(certs["a"][0])}
-    p = proxy_factory(proxy={"connect_ports": [443, a.port, b.port]},
+    # One event loop, so a and b share one pool of libcurl easy handles (handles with trust settings are pooled
+    # apart and only reused for the same settings).
+    p = proxy_factory(proxy={"connect_ports": [443, a.port, b.port], "workers": 1},
                       extra_config=tls_section(ca)
                       + cred("ka", "api-key", lh(a), key="KEY-A")
                       + cred("ta", "server-trust", lh(a), **trust)

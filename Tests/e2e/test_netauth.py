@@ -9,6 +9,7 @@ import threading
 import pytest
 
 import harness
+from httpraw import RawConn, request_bytes
 from netauth.fixtures import netauth_big_file, netauth_rig  # noqa: F401  (fixtures)
 from harness import cred
 from test_credentials import via
@@ -49,6 +50,33 @@ def test_basic_is_not_sent_over_http_by_default(proxy_factory, netauth_rig, sess
     assert r.status_code == 401
     lines = [l for l in rig.apache.access_log_lines() if "marker=nobasic" in l]
     assert lines and all('auth="Basic' not in l for l in lines), lines
+
+
+def test_password_settings_do_not_follow_a_reused_easy_handle(proxy_factory, origin):
+    """libcurl easy handles are pooled per event loop and reused without a reset when they carried no
+    credential. One client connection stays on one loop, and the pool hands back the handle the last request
+    used, so these requests alternate on the same handle: the one matched by a Basic credential (which libcurl
+    sends at once) and the one that is not must never carry its Authorization, nor a later HEAD or POST."""
+    p = proxy_factory(extra_config=cred("pw", "password", origin.url + "/echo", username="alice",
+                                        password="alice-pw", schemes=["basic"], allow_basic_over_http=True))
+    host = origin.url.split("//", 1)[1]
+
+    def authorization(c, method, path, body=b""):
+        headers = [("Host", host)] + ([("Content-Length", str(len(body)))] if body else [])
+        c.send(request_bytes(method, origin.url + path, headers, body))
+        r = c.read_response(method=method)
+        assert r.status == 200, r
+        seen = origin.request_log()[-1]
+        assert (seen["method"], seen["target"]) == (method, path)
+        return [v for k, v in seen["headers"] if k.lower() == "authorization"]
+
+    with RawConn(p.host, p.port) as c:
+        for _ in range(3):
+            assert authorization(c, "GET", "/echo?n=1") == ["Basic YWxpY2U6YWxpY2UtcHc="]
+            assert authorization(c, "GET", "/upload?n=2") == []
+            assert authorization(c, "GET", "/echo?n=3") == ["Basic YWxpY2U6YWxpY2UtcHc="]
+            assert authorization(c, "POST", "/upload?n=4", b"x=1") == []
+            assert authorization(c, "HEAD", "/upload?n=5") == []
 
 
 def test_no_credential_passes_the_challenge_through(proxy_factory, netauth_rig, session):

@@ -10,6 +10,7 @@ import pytest
 
 import harness
 from harness import cred
+from httpraw import RawConn, request_bytes
 from test_access_control import header_values, query_of, raw_exchange
 
 
@@ -145,6 +146,25 @@ def test_next_client_inside_the_late_bytes_window_gets_its_own_answer(proxy_fact
         time.sleep(0.4)
         r, body = harness.fetch(p, "GET", late_backend.url + "/victim2")
         assert r.status == 200 and body.startswith(b"REAL-"), body
+
+
+@pytest.mark.parametrize("trigger", ["HEAD", "/status/204", "/status/304"])
+def test_no_reuse_after_a_bodiless_answer_ends_with_that_request(proxy_factory, origin, trigger):
+    """`FORBID_REUSE` (set for HEAD, and mid-transfer for 204/304) stays on a pooled libcurl easy handle unless the
+    next request puts it back: the connection of the bodiless answer is closed, but the GETs that follow on the
+    same handle pool theirs again (same upstream connection, seen by the origin as the same remote port)."""
+    p = proxy_factory(proxy={"workers": 1})
+    host = origin.url.split("//", 1)[1]
+    method, path = ("HEAD", "/echo") if trigger == "HEAD" else ("GET", trigger)
+    with RawConn(p.host, p.port) as c:
+        ports = []
+        for m, t in ((method, path), ("GET", "/echo?a"), ("GET", "/echo?b"), ("GET", "/echo?c")):
+            c.send(request_bytes(m, origin.url + t, [("Host", host)]))
+            r = c.read_response(method=m)
+            assert r.status in (200, 204, 304), r
+            ports.append(origin.request_log()[-1]["remote_port"])
+    assert ports[1] != ports[0], ports  # the bodiless answer's connection was not reused
+    assert ports[1] == ports[2] == ports[3], ports
 
 
 def test_pipelined_requests_on_one_client_connection_stay_in_step(proxy_factory, late_backend):

@@ -53,16 +53,20 @@ public struct HTTPHeaders: Sendable, Equatable, Sequence {
         fields.makeIterator()
     }
 
-    /// Fields that never cross a proxy (RFC 9110 §7.6.1), plus whatever `Connection` names.
+    /// Fields that never cross a proxy (RFC 9110 §7.6.1), plus whatever `Connection` names. The one list for
+    /// both the String path (``isHopByHop(_:named:)``) and the byte path (``isHopByHop(bytes:)``).
     static let hopByHop: [String] = [
         "connection", "proxy-connection", "keep-alive", "proxy-authorization", "proxy-authenticate", "te",
         "trailer", "upgrade", "transfer-encoding",
     ]
 
+    /// The fields whose comma-separated values name further hop-by-hop fields.
+    static let connectionListing: [String] = ["connection", "proxy-connection"]
+
     /// The field names the `Connection`/`Proxy-Connection` fields list (lower-cased); usually none.
     public func connectionNamedFields() -> [String] {
         var named: [String] = []
-        for f in fields where f.name.caseInsensitiveEquals("connection") || f.name.caseInsensitiveEquals("proxy-connection") {
+        for f in fields where Self.connectionListing.contains(where: { f.name.caseInsensitiveEquals($0) }) {
             for t in f.value.split(separator: ",") {
                 let token = t.trimmingHTTPWhitespace()
                 if !token.isEmpty { named.append(token.lowercased()) }
@@ -79,6 +83,19 @@ public struct HTTPHeaders: Sendable, Equatable, Sequence {
         return false
     }
 
+    /// ``isHopByHop(_:named:)`` for a name held as bytes, without the names listed in `Connection` (the caller
+    /// checks those). Allocation-free.
+    static func isHopByHop(bytes name: UnsafeRawBufferPointer) -> Bool {
+        for h in hopByHop where asciiCaseInsensitiveEquals(name, h) { return true }
+        return false
+    }
+
+    /// Whether a field name held as bytes is `Connection` or `Proxy-Connection`.
+    static func isConnectionListing(bytes name: UnsafeRawBufferPointer) -> Bool {
+        for h in connectionListing where asciiCaseInsensitiveEquals(name, h) { return true }
+        return false
+    }
+
     /// A copy without hop-by-hop fields, including the ones listed in `Connection`.
     public func removingHopByHop() -> HTTPHeaders {
         let named = connectionNamedFields()
@@ -86,6 +103,16 @@ public struct HTTPHeaders: Sendable, Equatable, Sequence {
         out.fields.reserveCapacity(fields.count + 3)
         for f in fields where !Self.isHopByHop(f.name, named: named) { out.fields.append(f) }
         return out
+    }
+}
+
+/// `bytes` equals `name` ignoring ASCII case (the same rule as ``StringProtocol/caseInsensitiveEquals(_:)``).
+@inlinable
+func asciiCaseInsensitiveEquals(_ bytes: UnsafeRawBufferPointer, _ name: some StringProtocol) -> Bool {
+    let b = name.utf8
+    guard bytes.count == b.count else { return false }
+    return zip(bytes, b).allSatisfy { x, y in
+        x == y || (x | 0x20 == y | 0x20 && (x | 0x20) >= 0x61 && (x | 0x20) <= 0x7a)
     }
 }
 

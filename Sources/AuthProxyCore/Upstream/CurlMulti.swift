@@ -30,11 +30,15 @@ final class CurlMulti: @unchecked Sendable {
     /// Descriptors libcurl asked us to close while sources on them were still live.
     private var closePending: Set<curl_socket_t> = []
     private var depth = 0
-    private var idleEasyHandles: [UnsafeMutableRawPointer] = []
+    /// Idle easy handles without server-trust settings, and pools of handles that carry some (each reused only
+    /// for the same settings; see ``CurlEasyHandle`` for the reuse rule).
+    private var idlePlain: [CurlEasyHandle] = []
+    private var idleTrusted: [(trust: ServerTrustSettings, handles: [CurlEasyHandle])] = []
+    private var idleCount = 0
     private var tornDown = false
     /// Handles in the multi handle, and the object each one belongs to (so a deferred cancel never removes a
     /// handle that was meanwhile finished, recycled and handed to another transfer).
-    private var active: [UnsafeMutableRawPointer: ObjectIdentifier] = [:]
+    private var active: [UnsafeMutableRawPointer: (owner: ObjectIdentifier, handle: CurlEasyHandle)] = [:]
 
     /// Pooled connections by address, and back: a connection is entered the first time a transfer on it ends
     /// (so before its first reuse), and removed when libcurl closes it.
@@ -51,7 +55,7 @@ final class CurlMulti: @unchecked Sendable {
         var remotePort: Int
     }
 
-    /// Handles kept for reuse (their buffers and settings are reset, the connection cache is the multi's).
+    /// Handles kept for reuse, over all pools (the connection cache is the multi's, not theirs).
     static let maxIdleEasyHandles = 256
 
     init(queue: DispatchQueue) {
@@ -76,26 +80,48 @@ final class CurlMulti: @unchecked Sendable {
 
     // MARK: easy handles
 
-    func makeEasyHandle() -> UnsafeMutableRawPointer {
-        if let e = idleEasyHandles.popLast() { return e }
-        guard let e = curl_easy_init() else { fatalError("curl_easy_init failed") }
-        return e
+    /// An idle handle for a request with server-trust settings `trust`: one that already carries exactly these,
+    /// else one that carries none (the caller applies them), else a new one.
+    func makeEasyHandle(trust: ServerTrustSettings?) -> CurlEasyHandle {
+        assertOnQueue(queue)
+        if let trust, let i = idleTrusted.firstIndex(where: { $0.trust == trust }),
+            let h = idleTrusted[i].handles.popLast()
+        {
+            idleCount -= 1
+            return h
+        }
+        if let h = idlePlain.popLast() {
+            idleCount -= 1
+            return h
+        }
+        return CurlEasyHandle(multi: self)
     }
 
-    private func recycle(_ easy: UnsafeMutableRawPointer) {
-        if idleEasyHandles.count < Self.maxIdleEasyHandles {
-            curl_easy_reset(easy)
-            idleEasyHandles.append(easy)
+    /// Takes back a handle that left the multi handle. A handle that carried a credential is reset first, so
+    /// nothing of it reaches the next request (``CurlEasyHandle``'s reuse rule).
+    private func recycle(_ h: CurlEasyHandle) {
+        guard idleCount < Self.maxIdleEasyHandles, !tornDown else {
+            h.cleanup()
+            return
+        }
+        if h.carriesCredential { h.reset(multi: self) }
+        idleCount += 1
+        guard let trust = h.trust else {
+            idlePlain.append(h)
+            return
+        }
+        if let i = idleTrusted.firstIndex(where: { $0.trust == trust }) {
+            idleTrusted[i].handles.append(h)
         } else {
-            curl_easy_cleanup(easy)
+            idleTrusted.append((trust: trust, handles: [h]))
         }
     }
 
-    func add(_ easy: UnsafeMutableRawPointer, owner: AnyObject) {
+    func add(_ easy: CurlEasyHandle, owner: AnyObject) {
         assertOnQueue(queue)
-        active[easy] = ObjectIdentifier(owner)
+        active[easy.raw] = (owner: ObjectIdentifier(owner), handle: easy)
         depth += 1
-        curl_multi_add_handle(handle, easy)
+        curl_multi_add_handle(handle, easy.raw)
         depth -= 1
     }
 
@@ -109,12 +135,12 @@ final class CurlMulti: @unchecked Sendable {
             queue.async { [self] in withExtendedLifetime(owner) { cancel(easy, owner: owner) } }
             return
         }
-        guard active[easy] == ObjectIdentifier(owner) else { return }
+        guard let entry = active[easy], entry.owner == ObjectIdentifier(owner) else { return }
         active.removeValue(forKey: easy)
         depth += 1
         curl_multi_remove_handle(handle, easy)
         depth -= 1
-        recycle(easy)
+        recycle(entry.handle)
     }
 
     /// Resumes a paused transfer. Deferred when inside libcurl (libcurl forbids it from callbacks); a no-op
@@ -127,7 +153,7 @@ final class CurlMulti: @unchecked Sendable {
             queue.async { [self] in withExtendedLifetime(owner) { unpause(easy, owner: owner) } }
             return
         }
-        guard active[easy] == ObjectIdentifier(owner) else { return }
+        guard active[easy]?.owner == ObjectIdentifier(owner) else { return }
         depth += 1
         curl_easy_pause(easy, CURLPAUSE_CONT)
         depth -= 1
@@ -151,7 +177,7 @@ final class CurlMulti: @unchecked Sendable {
         var left: Int32 = 0
         while let msg = curl_multi_info_read(handle, &left) {
             guard msg.pointee.msg == CURLMSG_DONE, let easy = msg.pointee.easy_handle else { continue }
-            active.removeValue(forKey: easy)
+            let entry = active.removeValue(forKey: easy)
             let result = msg.pointee.data.result
             var priv: UnsafeMutableRawPointer? = nil
             ap_easy_getinfo_ptr(easy, CURLINFO_PRIVATE, &priv)
@@ -162,7 +188,7 @@ final class CurlMulti: @unchecked Sendable {
                 let transfer = Unmanaged<UpstreamTransfer>.fromOpaque(priv).takeUnretainedValue()
                 transfer.finished(result)
             }
-            recycle(easy)
+            if let entry { recycle(entry.handle) } else { curl_easy_cleanup(easy) }
         }
     }
 
@@ -175,8 +201,11 @@ final class CurlMulti: @unchecked Sendable {
         timer.cancel()
         for (_, w) in watches { w.cancel() }
         watches.removeAll()
-        for e in idleEasyHandles { curl_easy_cleanup(e) }
-        idleEasyHandles.removeAll()
+        for h in idlePlain { h.cleanup() }
+        for pool in idleTrusted { for h in pool.handles { h.cleanup() } }
+        idlePlain.removeAll()
+        idleTrusted.removeAll()
+        idleCount = 0
         curl_multi_cleanup(handle)
     }
 

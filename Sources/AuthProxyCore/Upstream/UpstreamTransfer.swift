@@ -50,15 +50,14 @@ struct UpstreamRequest {
     var denyDestinations: [AddressBlock] = []
 }
 
-/// One libcurl easy handle doing one exchange with an upstream server.
+/// One exchange with an upstream server, on a pooled libcurl easy handle (``CurlEasyHandle``).
 ///
 /// Confined to its event loop's queue; libcurl calls back through the `Unmanaged` pointer stored as the
 /// handle's private data, so the transfer must stay alive until ``finished(_:)`` or ``cancel()``.
 final class UpstreamTransfer {
     let multi: CurlMulti
-    private(set) var easy: UnsafeMutableRawPointer?
+    private(set) var easy: CurlEasyHandle?
     private var headers: UnsafeMutablePointer<curl_slist>?
-    private let errorBuffer = UnsafeMutablePointer<CChar>.allocate(capacity: Int(CURL_ERROR_SIZE) + 1)
     private weak var delegate: (any UpstreamTransferDelegate)?
     private var paused = false
     let request: UpstreamRequest
@@ -76,84 +75,49 @@ final class UpstreamTransfer {
         self.request = request
         self.destination = destination
         self.delegate = delegate
-        errorBuffer[0] = 0
     }
 
     deinit {
         if let headers { curl_slist_free_all(headers) }
-        errorBuffer.deallocate()
     }
 
-    /// Configures a handle and adds it to the multi handle.
+    /// Takes a pooled handle, sets the per-request options (the fixed ones are already there, see
+    /// ``CurlEasyHandle``) and adds it to the multi handle.
     func start() {
         assertOnQueue(multi.queue)
-        let e = multi.makeEasyHandle()
-        easy = e
+        let h = multi.makeEasyHandle(trust: request.network.trust)
+        easy = h
+        let e = h.raw
         let me = Unmanaged.passUnretained(self).toOpaque()
+        h.errorBuffer[0] = 0
         ap_easy_setopt_ptr(e, CURLOPT_PRIVATE, me)
         ap_easy_setopt_ptr(e, CURLOPT_URL, request.url)
-        ap_easy_setopt_ptr(e, CURLOPT_ERRORBUFFER, errorBuffer)
-        ap_easy_setopt_long(e, CURLOPT_NOSIGNAL, 1)
-        // Never take a proxy from the environment: clients point HTTP_PROXY at us.
-        ap_easy_setopt_ptr(e, CURLOPT_PROXY, "")
-        ap_easy_setopt_long(e, CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_1_1))
-        ap_easy_setopt_long(e, CURLOPT_HTTP_CONTENT_DECODING, 0)
-        ap_easy_setopt_long(e, CURLOPT_PATH_AS_IS, 1)
-        ap_easy_setopt_long(e, CURLOPT_BUFFERSIZE, 64 * 1024)
-        ap_easy_setopt_long(e, CURLOPT_CONNECTTIMEOUT, request.timeoutSeconds)
-        if let total = request.totalTimeoutSeconds { ap_easy_setopt_long(e, CURLOPT_TIMEOUT, total) }
-        ap_easy_setopt_long(e, CURLOPT_TCP_KEEPALIVE, 1)
+        // Every callback's data pointer, also for callbacks this request will not use: none may point at an
+        // earlier transfer.
         ap_easy_setopt_ptr(e, CURLOPT_OPENSOCKETDATA, me)
-        ap_easy_setopt_opensocket_cb(e, transferOpenSocketCallback)
         ap_easy_setopt_ptr(e, CURLOPT_PREREQDATA, me)
-        ap_easy_setopt_prereq_cb(e, transferPrereqCallback)
-        ap_easy_setopt_ptr(e, CURLOPT_CLOSESOCKETDATA, Unmanaged.passUnretained(multi).toOpaque())
-        ap_easy_setopt_closesocket_cb(e, CurlMulti.closeSocketCallback)
         ap_easy_setopt_ptr(e, CURLOPT_HEADERDATA, me)
-        ap_easy_setopt_header_cb(e, transferHeaderCallback)
         ap_easy_setopt_ptr(e, CURLOPT_WRITEDATA, me)
-        ap_easy_setopt_write_cb(e, transferWriteCallback)
-
-        switch request.method {
-        case "HEAD":
-            ap_easy_setopt_long(e, CURLOPT_NOBODY, 1)
-            // Bytes after a HEAD answer can't be told from a late body: never pool the connection.
-            ap_easy_setopt_long(e, CURLOPT_FORBID_REUSE, 1)
-        // UPLOAD alone would make libcurl send PUT: name the method whenever there is a body.
-        case "GET" where request.bodyLength == nil: break
-        default: ap_easy_setopt_ptr(e, CURLOPT_CUSTOMREQUEST, request.method)
-        }
-        if let length = request.bodyLength {
-            ap_easy_setopt_long(e, CURLOPT_UPLOAD, 1)
-            ap_easy_setopt_off(e, CURLOPT_INFILESIZE_LARGE, curl_off_t(length))
-            ap_easy_setopt_ptr(e, CURLOPT_READDATA, me)
-            ap_easy_setopt_read_cb(e, transferReadCallback)
-            // libcurl rewinds to resend a body on a fresh connection (a kept-alive one turned out dead).
-            ap_easy_setopt_ptr(e, CURLOPT_SEEKDATA, me)
-            ap_easy_setopt_seek_cb(e, transferSeekCallback)
-        }
-        applyNetworkAuth(e)
-        if let trust = request.network.trust {
-            if let ca = trust.caFile {
-                // Added to the system CAs (CAPATH), not instead of them.
-                ap_easy_setopt_ptr(e, CURLOPT_CAINFO, ca)
-                ap_easy_setopt_ptr(e, CURLOPT_CAPATH, "/etc/ssl/certs")
-            }
-            if let pin = trust.pinnedPublicKey {
-                // The pin is the check for a self-signed server; the host name is still verified.
-                ap_easy_setopt_ptr(e, CURLOPT_PINNEDPUBLICKEY, pin)
-                ap_easy_setopt_long(e, CURLOPT_SSL_VERIFYPEER, 0)
-            }
-            if trust.insecure {
-                ap_easy_setopt_long(e, CURLOPT_SSL_VERIFYPEER, 0)
-                ap_easy_setopt_long(e, CURLOPT_SSL_VERIFYHOST, 0)
-            }
+        ap_easy_setopt_ptr(e, CURLOPT_READDATA, me)
+        // libcurl rewinds to resend a body on a fresh connection (a kept-alive one turned out dead).
+        ap_easy_setopt_ptr(e, CURLOPT_SEEKDATA, me)
+        h.setConnectTimeout(request.timeoutSeconds)
+        h.setMethod(CurlEasyHandle.Method(method: request.method, bodyLength: request.bodyLength))
+        // Bytes after a HEAD answer can't be told from a late body: never pool the connection.
+        h.setForbidReuse(request.method == "HEAD")
+        if let trust = request.network.trust, h.trust == nil { h.applyTrust(trust) }
+        precondition(h.trust == request.network.trust, "an easy handle with other server-trust settings")
+        let n = request.network
+        if n.password != nil || n.kerberos != nil || n.certificate != nil || request.totalTimeoutSeconds != nil {
+            h.markCarriesCredential()
+            if let total = request.totalTimeoutSeconds { ap_easy_setopt_long(e, CURLOPT_TIMEOUT, total) }
+            applyNetworkAuth(e)
         }
         var list: UnsafeMutablePointer<curl_slist>? = nil
         for line in request.headerLines { list = curl_slist_append(list, line) }
         headers = list
         ap_easy_setopt_ptr(e, CURLOPT_HTTPHEADER, list)
-        multi.add(e, owner: self)
+        multi.add(h, owner: self)
     }
 
     /// libcurl's CURLAUTH_* bits (macros with casts that Swift does not import).
@@ -201,27 +165,28 @@ final class UpstreamTransfer {
         assertOnQueue(multi.queue)
         guard paused, let easy else { return }
         paused = false
-        multi.unpause(easy, owner: self)
+        multi.unpause(easy.raw, owner: self)
     }
 
     /// Aborts the transfer; no delegate call follows.
     func cancel() {
         assertOnQueue(multi.queue)
         delegate = nil
-        guard let e = easy else { return }
+        guard let h = easy else { return }
         easy = nil
-        ap_easy_setopt_ptr(e, CURLOPT_PRIVATE, nil)
-        multi.cancel(e, owner: self)
+        ap_easy_setopt_ptr(h.raw, CURLOPT_PRIVATE, nil)
+        multi.cancel(h.raw, owner: self)
     }
 
     /// Called by ``CurlMulti`` when libcurl reports the transfer done.
     func finished(_ code: CURLcode) {
+        let h = easy
         easy = nil
         let d = delegate
         delegate = nil
         var error: UpstreamError? = nil
         if code != CURLE_OK {
-            error = UpstreamError(code: code, detail: String(cString: errorBuffer), destination: destination,
+            error = UpstreamError(code: code, detail: h.map { String(cString: $0.errorBuffer) } ?? "", destination: destination,
                 timeoutSeconds: request.timeoutSeconds, deniedAddress: openedAny ? nil : deniedAddress)
         }
         d?.transferDidFinish(error: error)
@@ -252,8 +217,9 @@ final class UpstreamTransfer {
         } else if p.count <= 2, status == 204 || status == 304, let easy {
             // A bodiless answer: late bytes after it (a body it should not have) could only be caught by the
             // peek before reuse if they arrived in time. Closing costs one connection per 204/304 and leaves
-            // no window for one client's response to reach another.
-            ap_easy_setopt_long(easy, CURLOPT_FORBID_REUSE, 1)
+            // no window for one client's response to reach another. (The handle records it; the next request
+            // on the handle puts it back.)
+            easy.setForbidReuse(true)
         }
         d.transferDidReceiveHeaderLine(p)
         return p.count
@@ -280,6 +246,32 @@ final class UpstreamTransfer {
             return Int(CURL_READFUNC_PAUSE)
         case .abort: return Int(CURL_READFUNC_ABORT)
         }
+    }
+}
+
+extension CurlEasyHandle {
+    /// The options every transfer uses with the same value: set when the handle is made and after a reset.
+    /// The callbacks find their transfer through the per-request data pointers that ``UpstreamTransfer/start()``
+    /// sets.
+    func applyFixedOptions(multi: CurlMulti) {
+        let e = raw
+        ap_easy_setopt_ptr(e, CURLOPT_ERRORBUFFER, errorBuffer)
+        ap_easy_setopt_long(e, CURLOPT_NOSIGNAL, 1)
+        // Never take a proxy from the environment: clients point HTTP_PROXY at us.
+        ap_easy_setopt_ptr(e, CURLOPT_PROXY, "")
+        ap_easy_setopt_long(e, CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_1_1))
+        ap_easy_setopt_long(e, CURLOPT_HTTP_CONTENT_DECODING, 0)
+        ap_easy_setopt_long(e, CURLOPT_PATH_AS_IS, 1)
+        ap_easy_setopt_long(e, CURLOPT_BUFFERSIZE, 64 * 1024)
+        ap_easy_setopt_long(e, CURLOPT_TCP_KEEPALIVE, 1)
+        ap_easy_setopt_opensocket_cb(e, transferOpenSocketCallback)
+        ap_easy_setopt_prereq_cb(e, transferPrereqCallback)
+        ap_easy_setopt_ptr(e, CURLOPT_CLOSESOCKETDATA, Unmanaged.passUnretained(multi).toOpaque())
+        ap_easy_setopt_closesocket_cb(e, CurlMulti.closeSocketCallback)
+        ap_easy_setopt_header_cb(e, transferHeaderCallback)
+        ap_easy_setopt_write_cb(e, transferWriteCallback)
+        ap_easy_setopt_read_cb(e, transferReadCallback)
+        ap_easy_setopt_seek_cb(e, transferSeekCallback)
     }
 }
 

@@ -1,0 +1,336 @@
+/// An upstream response head collected from libcurl's raw header lines as bytes, and written out as the head the
+/// client gets.
+///
+/// It does what `ClientConnection.transferDidReceiveHeaderLine` and `commitResponseHead` do with a Swift String
+/// per header line, an ``HTTPHeaders`` and a String head, without either: the reason phrase, field names and
+/// (trimmed) values are copied once into one byte array, fields are offsets into it, and the client head is
+/// written from those bytes. For heads in UTF-8 the output is byte for byte the String path's (the unit tests
+/// hold the two side by side); bytes that are not UTF-8 pass through unchanged, where the String path turned
+/// them into U+FFFD. Field names are compared ignoring ASCII case.
+///
+/// What is hop-by-hop comes from ``HTTPHeaders`` (one list for both paths).
+struct ResponseHeadAssembler {
+    /// What one header line was.
+    enum Line: Equatable {
+        /// A status line: a new head begins (the previous one, a 1xx or a challenge libcurl answers, is gone).
+        case status(Int)
+        /// A field, or an obs-fold continuation joined to the previous field.
+        case field
+        /// The blank line that ends a head.
+        case end
+        /// Nothing to keep: a line without a colon, a continuation with no field before it, or any line
+        /// after the end of a head that is not a status line (trailers of a chunked response).
+        case ignored
+    }
+
+    /// What the client-facing head depends on besides the upstream's head.
+    struct Options {
+        var isHeadRequest: Bool
+        /// The client's HTTP/1.x minor version (0: no chunked encoding, keep-alive must be explicit).
+        var clientMinorVersion: Int
+        /// Whether the connection stays open after this exchange, as far as the request goes.
+        var keepAlive: Bool
+        /// The browser origin a `/proxy` exchange answers to (CORS), nil otherwise.
+        var corsOrigin: String?
+        /// The `Via` value.
+        var via: String
+    }
+
+    /// How the body that follows the head is framed to the client.
+    struct Framing: Equatable {
+        /// No body bytes are relayed (HEAD request, 1xx, 204, 304).
+        var noBody: Bool
+        /// The body is sent chunked (no agreed length, HTTP/1.1 client).
+        var chunked: Bool
+        /// False when the body is close-delimited (no length, HTTP/1.0 client) or the request said so.
+        var keepAlive: Bool
+    }
+
+    private struct Field {
+        var nameStart: Int
+        var nameEnd: Int
+        var valueStart: Int
+        var valueEnd: Int
+    }
+
+    /// Reason phrase, then each field's name and value, in arrival order.
+    private var storage: [UInt8] = []
+    private var fields: [Field] = []
+    /// The reason phrase's range in `storage`; nil when the status line had none (the standard one is used).
+    private var reason: Range<Int>? = nil
+    /// The status of the head being read (0 before the first status line).
+    private(set) var status = 0
+    /// The blank line of the current head was seen.
+    private(set) var isComplete = false
+
+    /// Reserves room for a typical head once; ``reset(keepingCapacity:)`` keeps it across exchanges.
+    init(capacity: Int = 1024) {
+        storage.reserveCapacity(capacity)
+        fields.reserveCapacity(capacity / 32)
+    }
+
+    /// Forgets the head, for the next exchange.
+    mutating func reset(keepingCapacity: Bool = true) {
+        storage.removeAll(keepingCapacity: keepingCapacity)
+        fields.removeAll(keepingCapacity: keepingCapacity)
+        reason = nil
+        status = 0
+        isComplete = false
+    }
+
+    /// Takes one raw header line from libcurl's header callback, CRLF included. Once the caller has written a
+    /// head it must stop feeding lines (what follows are trailers; a status line would start a new head).
+    mutating func add(line raw: UnsafeRawBufferPointer) -> Line {
+        var end = raw.count
+        while end > 0, raw[end - 1] == 10 || raw[end - 1] == 13 { end -= 1 }
+        let line = UnsafeRawBufferPointer(rebasing: raw[0..<end])
+        if line.starts(with: "HTTP/".utf8) {
+            beginHead(line)
+            return .status(status)
+        }
+        if isComplete { return .ignored }
+        if line.isEmpty {
+            isComplete = true
+            return .end
+        }
+        if line[0] == 32 || line[0] == 9 {
+            // obs-fold from an old upstream (RFC 9112 §5.2): joined to the previous field with one space.
+            guard !fields.isEmpty else { return .ignored }
+            storage.append(32)
+            storage.append(contentsOf: Self.trimmed(line))
+            fields[fields.count - 1].valueEnd = storage.count
+            return .field
+        }
+        guard let colon = line.firstIndex(of: 58) else { return .ignored }
+        let nameStart = storage.count
+        storage.append(contentsOf: UnsafeRawBufferPointer(rebasing: line[0..<colon]))
+        let valueStart = storage.count
+        storage.append(contentsOf: Self.trimmed(UnsafeRawBufferPointer(rebasing: line[(colon + 1)...])))
+        fields.append(Field(nameStart: nameStart, nameEnd: valueStart, valueStart: valueStart, valueEnd: storage.count))
+        return .field
+    }
+
+    /// `HTTP/1.1 200 OK`: split at the first two spaces, as the String path did; a status that is not a number
+    /// becomes 502.
+    private mutating func beginHead(_ line: UnsafeRawBufferPointer) {
+        storage.removeAll(keepingCapacity: true)
+        fields.removeAll(keepingCapacity: true)
+        reason = nil
+        isComplete = false
+        guard let sp1 = line.firstIndex(of: 32) else {
+            status = 502
+            return
+        }
+        let sp2 = line[(sp1 + 1)...].firstIndex(of: 32)
+        let code = Self.parseInteger(UnsafeRawBufferPointer(rebasing: line[(sp1 + 1)..<(sp2 ?? line.count)]))
+        status = code.flatMap { Int(exactly: $0) } ?? 502
+        if let sp2 {
+            storage.append(contentsOf: UnsafeRawBufferPointer(rebasing: line[(sp2 + 1)...]))
+            reason = 0..<storage.count
+        }
+    }
+
+    /// Whether the completed head is the final answer: not a 1xx, and not a 401/407 that libcurl answers itself
+    /// (with a password or Kerberos credential; the next status line starts the real response).
+    func isFinal(answersChallenges: Bool) -> Bool {
+        status >= 200 && !(answersChallenges && (status == 401 || status == 407))
+    }
+
+    /// The upstream ended without a final head: answer `code` with its standard reason phrase, keeping the
+    /// fields seen so far.
+    mutating func substituteStatus(_ code: Int) {
+        status = code
+        reason = nil
+    }
+
+    // MARK: look-ups
+
+    /// The first value of the field `lowercasedName` (ASCII, lower case), hop-by-hop fields included. No
+    /// allocation: the slice shares the assembler's storage.
+    func value(of lowercasedName: StaticString) -> ArraySlice<UInt8>? {
+        let name = UnsafeRawBufferPointer(start: lowercasedName.utf8Start, count: lowercasedName.utf8CodeUnitCount)
+        let found: Range<Int>? = storage.withUnsafeBytes { (s: UnsafeRawBufferPointer) -> Range<Int>? in
+            for f in fields where Self.equalsIgnoringCase(Self.bytes(s, f.nameStart, f.nameEnd), name) {
+                return f.valueStart..<f.valueEnd
+            }
+            return nil
+        }
+        guard let found else { return nil }
+        return storage[found]
+    }
+
+    /// ``value(of:)`` as a String, for rare callers (token-error sniffing).
+    func string(of lowercasedName: StaticString) -> String? {
+        value(of: lowercasedName).map { String(decoding: $0, as: UTF8.self) }
+    }
+
+    /// The agreed body length: nil when there is no `Content-Length`, when `Transfer-Encoding` is present (libcurl
+    /// de-chunks the body, so a length beside it is meaningless), when several `Content-Length` values differ, or
+    /// when the value is not a non-negative integer. A `Content-Length` named in `Connection` does not count.
+    var contentLength: Int64? {
+        storage.withUnsafeBytes { s in agreedLength(s) }
+    }
+
+    private func agreedLength(_ s: UnsafeRawBufferPointer) -> Int64? {
+        var first: UnsafeRawBufferPointer? = nil
+        for f in fields {
+            let name = Self.bytes(s, f.nameStart, f.nameEnd)
+            if asciiCaseInsensitiveEquals(name, "transfer-encoding") { return nil }
+            guard asciiCaseInsensitiveEquals(name, "content-length"), !namedInConnection(name, s) else { continue }
+            let v = Self.bytes(s, f.valueStart, f.valueEnd)
+            if let first {
+                if !first.elementsEqual(v) { return nil }
+            } else {
+                first = v
+            }
+        }
+        guard let first, let n = Self.parseInteger(first), n >= 0 else { return nil }
+        return n
+    }
+
+    // MARK: writing
+
+    /// Appends the client-facing head to `out`: the status line with the upstream's reason phrase; the fields
+    /// without hop-by-hop ones (the fixed list and what `Connection` names), without `Content-Length` and, for a
+    /// CORS answer, without the upstream's `Access-Control-Allow-Origin`; then `Content-Length` (the agreed length,
+    /// also for a bodiless answer except 204) or `Transfer-Encoding: chunked` (HTTP/1.1 client, no length), `Via`,
+    /// the CORS fields and `Connection`. Returns how the body is framed.
+    func write(into out: inout ByteBuffer, options o: Options) -> Framing {
+        let noBody = o.isHeadRequest || status == 204 || status == 304 || status < 200
+        var framing = Framing(noBody: noBody, chunked: false, keepAlive: o.keepAlive)
+        storage.withUnsafeBytes { s in
+            out.append("HTTP/1.1 ")
+            Self.appendDecimal(Int64(status), to: &out)
+            out.append(" ")
+            if let reason {
+                out.append(Self.bytes(s, reason.lowerBound, reason.upperBound))
+            } else {
+                out.append(reasonPhrase(status))
+            }
+            out.append("\r\n")
+            for f in fields {
+                let name = Self.bytes(s, f.nameStart, f.nameEnd)
+                if HTTPHeaders.isHopByHop(bytes: name) || namedInConnection(name, s) { continue }
+                if asciiCaseInsensitiveEquals(name, "content-length") { continue }
+                if o.corsOrigin != nil, asciiCaseInsensitiveEquals(name, "access-control-allow-origin") { continue }
+                out.append(name)
+                out.append(": ")
+                out.append(Self.bytes(s, f.valueStart, f.valueEnd))
+                out.append("\r\n")
+            }
+            let length = agreedLength(s)
+            if noBody {
+                if let length, status != 204 { Self.appendContentLength(length, to: &out) }
+            } else if let length {
+                Self.appendContentLength(length, to: &out)
+            } else if o.clientMinorVersion >= 1 {
+                out.append("Transfer-Encoding: chunked\r\n")
+                framing.chunked = true
+            } else {
+                framing.keepAlive = false  // close-delimited for an HTTP/1.0 client
+            }
+        }
+        out.append("Via: ")
+        out.append(o.via)
+        out.append("\r\n")
+        if let origin = o.corsOrigin {
+            out.append("Access-Control-Allow-Origin: ")
+            out.append(origin)
+            out.append("\r\nVary: Origin\r\n")
+        }
+        if !framing.keepAlive {
+            out.append("Connection: close\r\n")
+        } else if o.clientMinorVersion == 0 {
+            out.append("Connection: keep-alive\r\n")
+        }
+        out.append("\r\n")
+        return framing
+    }
+
+    // MARK: helpers
+
+    /// Whether `name` is listed in a `Connection` or `Proxy-Connection` field (comma-separated, trimmed tokens).
+    /// Scans the fields each time instead of collecting the names: heads have one such field with one token.
+    private func namedInConnection(_ name: UnsafeRawBufferPointer, _ s: UnsafeRawBufferPointer) -> Bool {
+        for f in fields where HTTPHeaders.isConnectionListing(bytes: Self.bytes(s, f.nameStart, f.nameEnd)) {
+            var start = f.valueStart
+            while start <= f.valueEnd {
+                var stop = start
+                while stop < f.valueEnd, s[stop] != 44 { stop += 1 }
+                let token = Self.trimmed(Self.bytes(s, start, stop))
+                if !token.isEmpty, Self.equalsIgnoringCase(name, token) { return true }
+                start = stop + 1
+            }
+        }
+        return false
+    }
+
+    private static func bytes(_ s: UnsafeRawBufferPointer, _ start: Int, _ end: Int) -> UnsafeRawBufferPointer {
+        UnsafeRawBufferPointer(rebasing: s[start..<end])
+    }
+
+    /// Without leading and trailing spaces and tabs.
+    private static func trimmed(_ b: UnsafeRawBufferPointer) -> UnsafeRawBufferPointer {
+        var lo = 0
+        var hi = b.count
+        while lo < hi, b[lo] == 32 || b[lo] == 9 { lo += 1 }
+        while hi > lo, b[hi - 1] == 32 || b[hi - 1] == 9 { hi -= 1 }
+        return UnsafeRawBufferPointer(rebasing: b[lo..<hi])
+    }
+
+    /// ASCII case-insensitive equality of two byte strings (the rule of ``asciiCaseInsensitiveEquals(_:_:)``).
+    private static func equalsIgnoringCase(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Bool {
+        guard a.count == b.count else { return false }
+        for i in 0..<a.count {
+            let x = a[i], y = b[i]
+            if x != y, !(x | 0x20 == y | 0x20 && (x | 0x20) >= 0x61 && (x | 0x20) <= 0x7a) { return false }
+        }
+        return true
+    }
+
+    /// An integer as Swift's `Int64(String)` reads one (optional `+` or `-`, then decimal digits only; nil on
+    /// overflow), so lengths and statuses are accepted exactly as the String path accepted them.
+    static func parseInteger(_ b: UnsafeRawBufferPointer) -> Int64? {
+        var i = 0
+        var negative = false
+        if let c = b.first, c == 43 || c == 45 {
+            negative = c == 45
+            i = 1
+        }
+        guard i < b.count else { return nil }
+        var n: Int64 = 0
+        while i < b.count {
+            let d = b[i] &- 48
+            guard d < 10 else { return nil }
+            let (m, o1) = n.multipliedReportingOverflow(by: 10)
+            let (r, o2) = negative ? m.subtractingReportingOverflow(Int64(d)) : m.addingReportingOverflow(Int64(d))
+            guard !o1, !o2 else { return nil }
+            n = r
+            i += 1
+        }
+        return n
+    }
+
+    private static func appendContentLength(_ n: Int64, to out: inout ByteBuffer) {
+        out.append("Content-Length: ")
+        appendDecimal(n, to: &out)
+        out.append("\r\n")
+    }
+
+    private static func appendDecimal(_ value: Int64, to out: inout ByteBuffer) {
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 20) { buf in
+            var v = value.magnitude
+            var i = buf.count
+            repeat {
+                i -= 1
+                buf[i] = UInt8(48 + v % 10)
+                v /= 10
+            } while v > 0
+            if value < 0 {
+                i -= 1
+                buf[i] = 45
+            }
+            out.append(UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(buf)[i...]))
+        }
+    }
+}

@@ -1,0 +1,153 @@
+import CAuthProxyShims
+import CCurl
+
+/// One libcurl easy handle that ``CurlMulti`` pools across transfers, with the error buffer libcurl writes
+/// into and a record of the per-request options it carries now.
+///
+/// Why: `curl_easy_reset` plus ~20 `curl_easy_setopt` per request was a visible part of libcurl's cost per
+/// request. So the options that never change (no signals, no proxy from the environment, HTTP/1.1, no content
+/// decoding, path as is, buffer size, TCP keep-alive, the error buffer and every callback function) are set
+/// once, when the handle is made. Per-request options (URL, private and callback data pointers, header list)
+/// are set by every transfer; the method options, `CONNECTTIMEOUT` and `FORBID_REUSE` are recorded here and put
+/// back to libcurl's defaults when the next request does not use them, so a GET after a GET sets none of them.
+///
+/// **Reuse rule — no credential setting may reach another request:** a handle that carried a network
+/// credential (user name and password or `HTTPAUTH`, Kerberos, client certificate) or a total `TIMEOUT`
+/// (``carriesCredential``) is `curl_easy_reset` (then given its fixed options again) before it goes back to the
+/// pool. Server-trust settings (CA file, pinned key, no verification) are not secrets but change how a peer is
+/// verified: a handle with them (``trust``) is kept in a separate pool and reused only for requests with the
+/// same trust settings.
+///
+/// Ownership: confined to its ``CurlMulti``'s queue, like the multi handle itself.
+final class CurlEasyHandle {
+    let raw: UnsafeMutableRawPointer
+    /// `CURLOPT_ERRORBUFFER`, set once; libcurl clears it when a transfer starts.
+    let errorBuffer: UnsafeMutablePointer<CChar>
+    /// The server-trust settings applied (the handle's pool), nil for none.
+    private(set) var trust: ServerTrustSettings? = nil
+    /// A credential or `TIMEOUT` was applied: the handle must be reset before reuse.
+    private(set) var carriesCredential = false
+
+    // Per-request options whose current value differs from libcurl's default only when a request set it.
+    private var noBody = false
+    private var upload = false
+    private var customRequest: String? = nil
+    private var inFileSize: Int64 = -1
+    private var forbidReuse = false
+    private var connectTimeout = 0
+
+    /// How the request line and body are chosen (`NOBODY`, `UPLOAD`, `CUSTOMREQUEST`, `INFILESIZE_LARGE`).
+    struct Method: Equatable {
+        var noBody = false
+        var upload = false
+        var customRequest: String? = nil
+        var inFileSize: Int64 = -1
+
+        /// The options for `method` with an optional body (`nil`: none, -1: unknown length, sent chunked).
+        init(method: String, bodyLength: Int64?) {
+            switch method {
+            case "HEAD": noBody = true
+            // UPLOAD alone would make libcurl send PUT: name the method whenever there is a body.
+            case "GET" where bodyLength == nil: break
+            default: customRequest = method
+            }
+            if let bodyLength {
+                upload = true
+                inFileSize = bodyLength
+            }
+        }
+    }
+
+    init(multi: CurlMulti) {
+        guard let e = curl_easy_init() else { fatalError("curl_easy_init failed") }
+        raw = e
+        errorBuffer = .allocate(capacity: Int(CURL_ERROR_SIZE) + 1)
+        errorBuffer[0] = 0
+        applyFixedOptions(multi: multi)
+    }
+
+    /// Only ``CurlMulti`` calls this, after the handle left the multi handle for good.
+    func cleanup() {
+        curl_easy_cleanup(raw)
+        errorBuffer.deallocate()
+    }
+
+    /// Back to a fresh handle's state (every option at its default), then the fixed options again.
+    func reset(multi: CurlMulti) {
+        curl_easy_reset(raw)
+        trust = nil
+        carriesCredential = false
+        noBody = false
+        upload = false
+        customRequest = nil
+        inFileSize = -1
+        forbidReuse = false
+        connectTimeout = 0
+        applyFixedOptions(multi: multi)
+    }
+
+    /// Sets the method options that differ from what the handle carries. `UPLOAD` and `NOBODY` both change
+    /// libcurl's method, so when either changes both are cleared first (clearing `UPLOAD` means GET) and then
+    /// the wanted one is set.
+    func setMethod(_ m: Method) {
+        if m.noBody != noBody || m.upload != upload {
+            if upload { ap_easy_setopt_long(raw, CURLOPT_UPLOAD, 0) }
+            if noBody { ap_easy_setopt_long(raw, CURLOPT_NOBODY, 0) }
+            if m.noBody { ap_easy_setopt_long(raw, CURLOPT_NOBODY, 1) }
+            if m.upload { ap_easy_setopt_long(raw, CURLOPT_UPLOAD, 1) }
+            noBody = m.noBody
+            upload = m.upload
+        }
+        if m.customRequest != customRequest {
+            if let c = m.customRequest {
+                ap_easy_setopt_ptr(raw, CURLOPT_CUSTOMREQUEST, c)
+            } else {
+                ap_easy_setopt_ptr(raw, CURLOPT_CUSTOMREQUEST, nil)
+            }
+            customRequest = m.customRequest
+        }
+        if m.inFileSize != inFileSize {
+            ap_easy_setopt_off(raw, CURLOPT_INFILESIZE_LARGE, curl_off_t(m.inFileSize))
+            inFileSize = m.inFileSize
+        }
+    }
+
+    /// `FORBID_REUSE`: close the connection when this transfer ends. Also called mid-transfer (a bodiless
+    /// answer); the next request puts it back.
+    func setForbidReuse(_ on: Bool) {
+        guard on != forbidReuse else { return }
+        ap_easy_setopt_long(raw, CURLOPT_FORBID_REUSE, on ? 1 : 0)
+        forbidReuse = on
+    }
+
+    func setConnectTimeout(_ seconds: Int) {
+        guard seconds != connectTimeout else { return }
+        ap_easy_setopt_long(raw, CURLOPT_CONNECTTIMEOUT, seconds)
+        connectTimeout = seconds
+    }
+
+    /// Applies server-trust settings to a handle that has none (a handle from the plain pool).
+    func applyTrust(_ t: ServerTrustSettings) {
+        precondition(trust == nil, "a trusted handle is only reused for the same trust settings")
+        trust = t
+        if let ca = t.caFile {
+            // Added to the system CAs (CAPATH), not instead of them.
+            ap_easy_setopt_ptr(raw, CURLOPT_CAINFO, ca)
+            ap_easy_setopt_ptr(raw, CURLOPT_CAPATH, "/etc/ssl/certs")
+        }
+        if let pin = t.pinnedPublicKey {
+            // The pin is the check for a self-signed server; the host name is still verified.
+            ap_easy_setopt_ptr(raw, CURLOPT_PINNEDPUBLICKEY, pin)
+            ap_easy_setopt_long(raw, CURLOPT_SSL_VERIFYPEER, 0)
+        }
+        if t.insecure {
+            ap_easy_setopt_long(raw, CURLOPT_SSL_VERIFYPEER, 0)
+            ap_easy_setopt_long(raw, CURLOPT_SSL_VERIFYHOST, 0)
+        }
+    }
+
+    /// To be called before any credential or `TIMEOUT` option is set: the handle is reset when it comes back.
+    func markCarriesCredential() {
+        carriesCredential = true
+    }
+}

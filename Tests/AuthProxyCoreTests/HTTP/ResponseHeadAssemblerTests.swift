@@ -1,0 +1,469 @@
+import Testing
+
+@testable import AuthProxyCore
+
+/// The String path `ResponseHeadAssembler` replaces, transcribed from `ClientConnection+Upstream.swift`
+/// (`transferDidReceiveHeaderLine` and `commitResponseHead` at af7e6a4) with the connection state it reads made
+/// explicit, so both can be fed the same lines and compared byte for byte.
+private struct StringPath {
+    let options: ResponseHeadAssembler.Options
+    let answersChallenges: Bool
+    var responseStatus = 0
+    var responseReason = ""
+    var responseHeaders = HTTPHeaders()
+    var committed: (head: String, framing: ResponseHeadAssembler.Framing)? = nil
+
+    init(options: ResponseHeadAssembler.Options, answersChallenges: Bool) {
+        self.options = options
+        self.answersChallenges = answersChallenges
+    }
+
+    mutating func headerLine(_ raw: [UInt8]) {
+        guard committed == nil else { return }  // trailers
+        var end = raw.count
+        while end > 0, raw[end - 1] == 10 || raw[end - 1] == 13 { end -= 1 }
+        let line = raw[0..<end]
+        if line.starts(with: "HTTP/".utf8) {
+            let text = String(decoding: line, as: UTF8.self)
+            let parts = text.split(separator: " ", maxSplits: 2, omittingEmptySubsequences: false)
+            responseStatus = parts.count > 1 ? Int(parts[1]) ?? 502 : 502
+            responseReason = parts.count > 2 ? String(parts[2]) : reasonPhrase(responseStatus)
+            responseHeaders = HTTPHeaders()
+            return
+        }
+        if line.isEmpty {
+            if responseStatus >= 200, !(answersChallenges && (responseStatus == 401 || responseStatus == 407)) {
+                commit()
+            }
+            return
+        }
+        if line[line.startIndex] == 32 || line[line.startIndex] == 9 {
+            responseHeaders.continueLast(with: String(decoding: line, as: UTF8.self).trimmingHTTPWhitespace())
+            return
+        }
+        guard let colon = line.firstIndex(of: 58) else { return }
+        let name = String(decoding: line[line.startIndex..<colon], as: UTF8.self)
+        let value = String(decoding: line[(colon + 1)...], as: UTF8.self).trimmingHTTPWhitespace()
+        responseHeaders.add(name: name, value: String(value))
+    }
+
+    /// `transferDidFinish` without an error.
+    mutating func finish() {
+        guard committed == nil else { return }
+        if responseStatus < 200 {
+            responseStatus = 502
+            responseReason = "Bad Gateway"
+        }
+        commit()
+    }
+
+    mutating func commit() {
+        var keepAlive = options.keepAlive
+        var chunked = false
+        let status = responseStatus
+        let noBody = options.isHeadRequest || status == 204 || status == 304 || status < 200
+        var out = responseHeaders.removingHopByHop()
+        let lengths = out.values("content-length")
+        out.remove(name: "content-length")
+        var length: Int64? = nil
+        if !responseHeaders.contains("transfer-encoding"), let first = lengths.first,
+            lengths.allSatisfy({ $0 == first }),
+            let n = Int64(first), n >= 0
+        {
+            length = n
+        }
+        if noBody {
+            if let length, status != 204 { out.add(name: "Content-Length", value: String(length)) }
+        } else if let length {
+            out.add(name: "Content-Length", value: String(length))
+        } else if options.clientMinorVersion >= 1 {
+            out.add(name: "Transfer-Encoding", value: "chunked")
+            chunked = true
+        } else {
+            keepAlive = false
+        }
+        out.add(name: "Via", value: options.via)
+        if let o = options.corsOrigin {
+            out.remove(name: "access-control-allow-origin")
+            out.add(name: "Access-Control-Allow-Origin", value: o)
+            out.add(name: "Vary", value: "Origin")
+        }
+        if !keepAlive {
+            out.add(name: "Connection", value: "close")
+        } else if options.clientMinorVersion == 0 {
+            out.add(name: "Connection", value: "keep-alive")
+        }
+        var s = "HTTP/1.1 \(status) \(responseReason)\r\n"
+        for f in out { s += "\(f.name): \(f.value)\r\n" }
+        s += "\r\n"
+        committed = (s, ResponseHeadAssembler.Framing(noBody: noBody, chunked: chunked, keepAlive: keepAlive))
+    }
+}
+
+/// Feeds `lines` to an assembler the way the connection does: until a final head ends, then writes it; at the end
+/// of the transfer, a head that never became final is answered as 502.
+private func assemble(
+    _ lines: [String], options: ResponseHeadAssembler.Options, answersChallenges: Bool = false,
+    assembler a: inout ResponseHeadAssembler
+) -> (head: String, framing: ResponseHeadAssembler.Framing) {
+    var out = ByteBuffer()
+    var framing: ResponseHeadAssembler.Framing? = nil
+    for line in lines {
+        guard framing == nil else { break }
+        let kind = Array(line.utf8).withUnsafeBytes { a.add(line: $0) }
+        if kind == .end, a.isFinal(answersChallenges: answersChallenges) {
+            framing = a.write(into: &out, options: options)
+        }
+    }
+    if framing == nil {
+        if a.status < 200 { a.substituteStatus(502) }
+        framing = a.write(into: &out, options: options)
+    }
+    return (String(decoding: out.unreadBytes, as: UTF8.self), framing!)
+}
+
+private func viaStringPath(_ lines: [String], options: ResponseHeadAssembler.Options, answersChallenges: Bool = false)
+    -> (head: String, framing: ResponseHeadAssembler.Framing)
+{
+    var p = StringPath(options: options, answersChallenges: answersChallenges)
+    for line in lines { p.headerLine(Array(line.utf8)) }
+    p.finish()
+    return p.committed!
+}
+
+private func makeOptions(head: Bool = false, minor: Int = 1, keepAlive: Bool = true, cors: String? = nil)
+    -> ResponseHeadAssembler.Options
+{
+    ResponseHeadAssembler.Options(
+        isHeadRequest: head, clientMinorVersion: minor, keepAlive: keepAlive,
+        corsOrigin: cors, via: "1.1 authproxy")
+}
+
+/// One upstream head (as libcurl's header callback delivers it, CRLF per line) and the client head it becomes.
+struct HeadCase: CustomTestStringConvertible, Sendable {
+    let name: String
+    let lines: [String]
+    let isHead: Bool
+    let minor: Int
+    let keepAlive: Bool
+    let cors: String?
+    let answersChallenges: Bool
+    let expected: String
+    let framing: ResponseHeadAssembler.Framing
+
+    init(
+        _ name: String, _ lines: [String], head: Bool = false, minor: Int = 1, keepAlive: Bool = true,
+        cors: String? = nil, answersChallenges: Bool = false, expected: String, noBody: Bool = false,
+        chunked: Bool = false, keepsAlive: Bool = true
+    ) {
+        self.name = name
+        self.lines = lines.map { $0 + "\r\n" }
+        isHead = head
+        self.minor = minor
+        self.keepAlive = keepAlive
+        self.cors = cors
+        self.answersChallenges = answersChallenges
+        self.expected = expected
+        framing = ResponseHeadAssembler.Framing(noBody: noBody, chunked: chunked, keepAlive: keepsAlive)
+    }
+
+    var testDescription: String { name }
+    var options: ResponseHeadAssembler.Options {
+        makeOptions(head: isHead, minor: minor, keepAlive: keepAlive, cors: cors)
+    }
+}
+
+private let via = "Via: 1.1 authproxy\r\n"
+
+let headCases: [HeadCase] = [
+    HeadCase(
+        "plain 200 with Content-Length",
+        ["HTTP/1.1 200 OK", "Content-Type: application/json", "Content-Length: 2023", "ETag: \"abc\"", ""],
+        expected: "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nETag: \"abc\"\r\nContent-Length: 2023\r\n" + via
+            + "\r\n"),
+    HeadCase(
+        "chunked upstream, HTTP/1.1 client",
+        ["HTTP/1.1 200 OK", "Transfer-Encoding: chunked", "Content-Type: text/plain", ""],
+        expected: "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n" + via + "\r\n",
+        chunked: true),
+    HeadCase(
+        "Transfer-Encoding and Content-Length: the length is ignored",
+        ["HTTP/1.1 200 OK", "Content-Length: 10", "Transfer-Encoding: chunked", ""],
+        expected: "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n" + via + "\r\n", chunked: true),
+    HeadCase(
+        "two equal Content-Lengths",
+        ["HTTP/1.1 200 OK", "Content-Length: 5", "X-A: 1", "content-length: 5", ""],
+        expected: "HTTP/1.1 200 OK\r\nX-A: 1\r\nContent-Length: 5\r\n" + via + "\r\n"),
+    HeadCase(
+        "two different Content-Lengths: no agreed length",
+        ["HTTP/1.1 200 OK", "Content-Length: 5", "Content-Length: 6", ""],
+        expected: "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n" + via + "\r\n", chunked: true),
+    HeadCase(
+        "Content-Length written differently counts as different",
+        ["HTTP/1.1 200 OK", "Content-Length: 5", "Content-Length: 05", ""],
+        expected: "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n" + via + "\r\n", chunked: true),
+    HeadCase(
+        "invalid and negative Content-Length",
+        ["HTTP/1.1 200 OK", "Content-Length: -1", ""],
+        expected: "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n" + via + "\r\n", chunked: true),
+    HeadCase(
+        "Content-Length with a plus sign, as Int64(String) reads it",
+        ["HTTP/1.1 200 OK", "Content-Length: +7", ""],
+        expected: "HTTP/1.1 200 OK\r\nContent-Length: 7\r\n" + via + "\r\n"),
+    HeadCase(
+        "HEAD: no body, the length is kept",
+        ["HTTP/1.1 200 OK", "Content-Length: 2023", "Content-Type: application/json", ""], head: true,
+        expected: "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2023\r\n" + via + "\r\n",
+        noBody: true),
+    HeadCase(
+        "HEAD without a length: nothing added",
+        ["HTTP/1.1 200 OK", "Content-Type: text/html", ""], head: true,
+        expected: "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n" + via + "\r\n", noBody: true),
+    HeadCase(
+        "204 with Content-Length: dropped",
+        ["HTTP/1.1 204 No Content", "Content-Length: 0", "X-Request-Id: 7", ""],
+        expected: "HTTP/1.1 204 No Content\r\nX-Request-Id: 7\r\n" + via + "\r\n", noBody: true),
+    HeadCase(
+        "304 keeps its Content-Length",
+        ["HTTP/1.1 304 Not Modified", "ETag: \"x\"", "Content-Length: 120", ""],
+        expected: "HTTP/1.1 304 Not Modified\r\nETag: \"x\"\r\nContent-Length: 120\r\n" + via + "\r\n", noBody: true),
+    HeadCase(
+        "1xx, then 200",
+        [
+            "HTTP/1.1 100 Continue", "", "HTTP/1.1 103 Early Hints", "Link: </a.css>; rel=preload", "",
+            "HTTP/1.1 200 OK", "Content-Length: 3", "",
+        ],
+        expected: "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n" + via + "\r\n"),
+    HeadCase(
+        "401 challenge libcurl answers, then 200",
+        [
+            "HTTP/1.1 401 Unauthorized", "WWW-Authenticate: Digest realm=\"r\", nonce=\"n\"", "Content-Length: 12", "",
+            "HTTP/1.1 200 OK", "Content-Length: 2", "X-Remote-User: alice", "",
+        ], answersChallenges: true,
+        expected: "HTTP/1.1 200 OK\r\nX-Remote-User: alice\r\nContent-Length: 2\r\n" + via + "\r\n"),
+    HeadCase(
+        "401 without a network credential is the answer",
+        ["HTTP/1.1 401 Unauthorized", "WWW-Authenticate: Basic realm=\"r\"", "Content-Length: 12", ""],
+        expected: "HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Basic realm=\"r\"\r\nContent-Length: 12\r\n" + via
+            + "\r\n"),
+    HeadCase(
+        "obs-fold continuation lines join the previous field",
+        ["HTTP/1.1 200 OK", "X-Long: first", " second  ", "\tthird", "Content-Length: 0", ""],
+        expected: "HTTP/1.1 200 OK\r\nX-Long: first second third\r\nContent-Length: 0\r\n" + via + "\r\n"),
+    HeadCase(
+        "obs-fold of a Connection field names more fields",
+        ["HTTP/1.1 200 OK", "Connection: x-a,", " x-b", "X-A: 1", "X-B: 2", "X-C: 3", "Content-Length: 0", ""],
+        expected: "HTTP/1.1 200 OK\r\nX-C: 3\r\nContent-Length: 0\r\n" + via + "\r\n"),
+    HeadCase(
+        "Connection: close and a field it names; every hop-by-hop field goes",
+        [
+            "HTTP/1.1 200 OK", "Connection: close, X-Secret", "X-Secret: s", "x-secret: t", "Keep-Alive: timeout=5",
+            "Proxy-Authenticate: Basic", "Proxy-Connection: X-Other", "X-Other: o", "TE: trailers", "Trailer: X-T",
+            "Upgrade: h2c", "Set-Cookie: a=1", "Set-Cookie: b=2", "Content-Length: 4", "",
+        ],
+        expected: "HTTP/1.1 200 OK\r\nSet-Cookie: a=1\r\nSet-Cookie: b=2\r\nContent-Length: 4\r\n" + via + "\r\n"),
+    HeadCase(
+        "a Content-Length named in Connection does not count",
+        ["HTTP/1.1 200 OK", "Connection: content-length", "Content-Length: 4", ""],
+        expected: "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n" + via + "\r\n", chunked: true),
+    HeadCase(
+        "HTTP/1.0 client, no length: close-delimited",
+        ["HTTP/1.1 200 OK", "Content-Type: text/plain", ""], minor: 0,
+        expected: "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n" + via + "Connection: close\r\n\r\n",
+        keepsAlive: false),
+    HeadCase(
+        "HTTP/1.0 client with a length: keep-alive said explicitly",
+        ["HTTP/1.1 200 OK", "Content-Length: 3", ""], minor: 0,
+        expected: "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n" + via + "Connection: keep-alive\r\n\r\n"),
+    HeadCase(
+        "a request that closes: Connection: close",
+        ["HTTP/1.1 200 OK", "Content-Length: 3", ""], keepAlive: false,
+        expected: "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n" + via + "Connection: close\r\n\r\n", keepsAlive: false),
+    HeadCase(
+        "CORS origin replaces the upstream's",
+        [
+            "HTTP/1.1 200 OK", "Access-Control-Allow-Origin: *", "Content-Type: application/json",
+            "access-control-allow-origin: https://evil.example", "Content-Length: 2", "",
+        ],
+        cors: "https://maps.example.test",
+        expected: "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n" + via
+            + "Access-Control-Allow-Origin: https://maps.example.test\r\nVary: Origin\r\n\r\n"),
+    HeadCase(
+        "without CORS the upstream's Access-Control-Allow-Origin stays",
+        ["HTTP/1.1 200 OK", "Access-Control-Allow-Origin: *", "Content-Length: 2", ""],
+        expected: "HTTP/1.1 200 OK\r\nAccess-Control-Allow-Origin: *\r\nContent-Length: 2\r\n" + via + "\r\n"),
+    HeadCase(
+        "empty values",
+        ["HTTP/1.1 200 OK", "X-Empty:", "X-Spaces:    ", "X-Tab:\t", "Content-Length: 0", ""],
+        expected: "HTTP/1.1 200 OK\r\nX-Empty: \r\nX-Spaces: \r\nX-Tab: \r\nContent-Length: 0\r\n" + via + "\r\n"),
+    HeadCase(
+        "no reason phrase: the standard one",
+        ["HTTP/1.1 200", "Content-Length: 0", ""],
+        expected: "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n" + via + "\r\n"),
+    HeadCase(
+        "empty reason phrase stays empty; an unusual one is relayed",
+        ["HTTP/1.1 299 ", "Content-Length: 0", ""],
+        expected: "HTTP/1.1 299 \r\nContent-Length: 0\r\n" + via + "\r\n"),
+    HeadCase(
+        "reason phrase with spaces",
+        ["HTTP/1.1 498 Invalid Token  Here", "Content-Length: 0", ""],
+        expected: "HTTP/1.1 498 Invalid Token  Here\r\nContent-Length: 0\r\n" + via + "\r\n"),
+    HeadCase(
+        "a status that is not a number becomes 502",
+        ["HTTP/1.1 2x0 Odd", "Content-Length: 0", ""],
+        expected: "HTTP/1.1 502 Odd\r\nContent-Length: 0\r\n" + via + "\r\n"),
+    HeadCase(
+        "names keep their case; a name with a space before the colon is kept as is; lines without colon go",
+        ["HTTP/1.1 200 OK", "x-LoWeR: v", "Odd : v2", "no colon here", ": empty name", "Content-Length: 0", ""],
+        expected: "HTTP/1.1 200 OK\r\nx-LoWeR: v\r\nOdd : v2\r\n: empty name\r\nContent-Length: 0\r\n" + via + "\r\n"),
+    HeadCase(
+        "bare LF and stray CRs at line ends",
+        ["HTTP/1.1 200 OK\r", "X-A: 1\r\r", "Content-Length: 1", ""],
+        expected: "HTTP/1.1 200 OK\r\nX-A: 1\r\nContent-Length: 1\r\n" + via + "\r\n"),
+    HeadCase(
+        "only a 1xx before the end: 502",
+        ["HTTP/1.1 100 Continue", ""],
+        expected: "HTTP/1.1 502 Bad Gateway\r\nTransfer-Encoding: chunked\r\n" + via + "\r\n", chunked: true),
+    HeadCase(
+        "trailers after the head are not part of it",
+        ["HTTP/1.1 200 OK", "Transfer-Encoding: chunked", "", "X-Trailer: 1", ""],
+        expected: "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n" + via + "\r\n", chunked: true),
+]
+
+@Suite struct ResponseHeadAssemblerTests {
+    @Test(arguments: headCases)
+    func matchesTheExpectedHead(_ c: HeadCase) {
+        var a = ResponseHeadAssembler()
+        let got = assemble(c.lines, options: c.options, answersChallenges: c.answersChallenges, assembler: &a)
+        #expect(got.head == c.expected)
+        #expect(got.framing == c.framing)
+    }
+
+    @Test(arguments: headCases)
+    func matchesTheStringPath(_ c: HeadCase) {
+        var a = ResponseHeadAssembler()
+        let got = assemble(c.lines, options: c.options, answersChallenges: c.answersChallenges, assembler: &a)
+        let old = viaStringPath(c.lines, options: c.options, answersChallenges: c.answersChallenges)
+        #expect(got.head == old.head)
+        #expect(got.framing == old.framing)
+    }
+
+    /// One assembler for every case in turn, as a connection reuses it across exchanges.
+    @Test func resetReusesTheAssembler() {
+        var a = ResponseHeadAssembler(capacity: 64)
+        for c in headCases + headCases.reversed() {
+            a.reset()
+            let got = assemble(c.lines, options: c.options, answersChallenges: c.answersChallenges, assembler: &a)
+            #expect(got.head == c.expected, "\(c.name)")
+        }
+    }
+
+    @Test func lineKinds() {
+        var a = ResponseHeadAssembler()
+        func add(_ s: String) -> ResponseHeadAssembler.Line { Array(s.utf8).withUnsafeBytes { a.add(line: $0) } }
+        #expect(add(" orphan fold\r\n") == .ignored)
+        #expect(add("HTTP/1.1 100 Continue\r\n") == .status(100))
+        #expect(add("\r\n") == .end)
+        #expect(a.isComplete && !a.isFinal(answersChallenges: false))
+        #expect(add("X-After: 1\r\n") == .ignored)
+        #expect(add("HTTP/1.1 401 Unauthorized\r\n") == .status(401))
+        #expect(!a.isComplete)
+        #expect(add("Content-Length: 3\r\n") == .field)
+        #expect(add("  more\r\n") == .field)
+        #expect(add("garbage\r\n") == .ignored)
+        #expect(add("\r\n") == .end)
+        #expect(a.isFinal(answersChallenges: false) && !a.isFinal(answersChallenges: true))
+        #expect(add("HTTP/1.1 407 Proxy Authentication Required\r\n") == .status(407))
+        #expect(add("\r\n") == .end)
+        #expect(!a.isFinal(answersChallenges: true))
+        #expect(add("HTTP/1.1 200 OK\r\n") == .status(200))
+        #expect(add("\r\n") == .end)
+        #expect(a.isFinal(answersChallenges: true))
+        #expect(add("X-Trailer: 1\r\n") == .ignored)
+        #expect(add("\r\n") == .ignored)
+    }
+
+    @Test func lookUps() {
+        var a = ResponseHeadAssembler()
+        for line in [
+            "HTTP/1.1 200 OK", "Content-Type:  application/json; charset=utf-8 ", "CONTENT-ENCODING: gzip",
+            "Content-Length: 12", "content-length: 12", "Connection: close", "",
+        ] {
+            _ = Array((line + "\r\n").utf8).withUnsafeBytes { a.add(line: $0) }
+        }
+        #expect(a.status == 200)
+        #expect(a.string(of: "content-type") == "application/json; charset=utf-8")
+        #expect(a.value(of: "content-encoding").map { Array($0) } == Array("gzip".utf8))
+        #expect(a.string(of: "connection") == "close")  // hop-by-hop fields can be looked up
+        #expect(a.value(of: "transfer-encoding") == nil)
+        #expect(a.contentLength == 12)
+    }
+
+    @Test(
+        arguments: [
+            (["Content-Length: 12"], Int64(12)),
+            ([], nil),
+            (["Content-Length: 12", "Transfer-Encoding: chunked"], nil),
+            (["Content-Length: 12", "Content-Length: 13"], nil),
+            (["Content-Length: 12", "Content-Length: 12"], Int64(12)),
+            (["Content-Length: x"], nil),
+            (["Content-Length: "], nil),
+            (["Content-Length: -0"], Int64(0)),
+            (["Content-Length: 99999999999999999999"], nil),
+            (["Content-Length: 9223372036854775807"], Int64.max),
+            (["Connection: Content-Length", "Content-Length: 5"], nil),
+        ] as [([String], Int64?)])
+    func contentLength(_ fields: [String], _ expected: Int64?) {
+        var a = ResponseHeadAssembler()
+        for line in ["HTTP/1.1 200 OK"] + fields + [""] {
+            _ = Array((line + "\r\n").utf8).withUnsafeBytes { a.add(line: $0) }
+        }
+        #expect(a.contentLength == expected)
+    }
+
+    /// The one deliberate difference: bytes that are not UTF-8 are relayed as they came (the String path replaced
+    /// them with U+FFFD, EF BF BD).
+    @Test func bytesThatAreNotUTF8PassThrough() {
+        var a = ResponseHeadAssembler()
+        let lines: [[UInt8]] = [
+            Array("HTTP/1.1 200 ".utf8) + [0xC4, 0x72, 0x67, 0x65, 0x72] + [13, 10],
+            Array("Content-Disposition: attachment; filename=\"".utf8) + [0xE9, 0x2E, 0x74, 0x78, 0x74, 0x22] + [
+                13, 10,
+            ],
+            Array("Content-Length: 0\r\n".utf8),
+            [13, 10],
+        ]
+        for l in lines { _ = l.withUnsafeBytes { a.add(line: $0) } }
+        var out = ByteBuffer()
+        _ = a.write(into: &out, options: makeOptions())
+        let expected: [UInt8] =
+            Array("HTTP/1.1 200 ".utf8) + [0xC4, 0x72, 0x67, 0x65, 0x72] + Array("\r\n".utf8)
+            + Array("Content-Disposition: attachment; filename=\"".utf8) + [0xE9, 0x2E, 0x74, 0x78, 0x74, 0x22]
+            + Array("\r\nContent-Length: 0\r\nVia: 1.1 authproxy\r\n\r\n".utf8)
+        #expect(out.unreadBytes == expected)
+    }
+
+    @Test func writesAfterWhatIsAlreadyInTheBuffer() {
+        var a = ResponseHeadAssembler()
+        for line in ["HTTP/1.1 200 OK", "Content-Length: 1", ""] {
+            _ = Array((line + "\r\n").utf8).withUnsafeBytes { a.add(line: $0) }
+        }
+        var out = ByteBuffer(Array("previous".utf8))
+        _ = a.write(into: &out, options: makeOptions())
+        #expect(
+            String(decoding: out.unreadBytes, as: UTF8.self)
+                == "previousHTTP/1.1 200 OK\r\nContent-Length: 1\r\nVia: 1.1 authproxy\r\n\r\n")
+    }
+
+    @Test(
+        arguments: [
+            ("0", Int64(0)), ("+5", 5), ("-5", -5), ("", nil), ("+", nil), ("1 ", nil), ("0x10", nil),
+            ("9223372036854775807", Int64.max), ("9223372036854775808", nil), ("-9223372036854775808", Int64.min),
+        ]
+            as [(String, Int64?)])
+    func integersAreReadAsSwiftReadsThem(_ text: String, _ expected: Int64?) {
+        let got = Array(text.utf8).withUnsafeBytes { ResponseHeadAssembler.parseInteger($0) }
+        #expect(got == expected)
+        #expect(got == Int64(text))
+    }
+}
