@@ -36,16 +36,6 @@ struct ResponseHeadAssembler {
         var via: String
     }
 
-    /// How the body that follows the head is framed to the client.
-    struct Framing: Equatable {
-        /// No body bytes are relayed (HEAD request, 1xx, 204, 304).
-        var noBody: Bool
-        /// The body is sent chunked (no agreed length, HTTP/1.1 client).
-        var chunked: Bool
-        /// False when the body is close-delimited (no length, HTTP/1.0 client) or the request said so.
-        var keepAlive: Bool
-    }
-
     private struct Field {
         var nameStart: Int
         var nameEnd: Int
@@ -195,10 +185,12 @@ struct ResponseHeadAssembler {
     /// CORS answer, without the upstream's `Access-Control-Allow-Origin`; then `Content-Length` (the agreed length,
     /// also for a bodiless answer except 204) or `Transfer-Encoding: chunked` (HTTP/1.1 client, no length), `Via`,
     /// the CORS fields and `Connection`. Returns how the body is framed.
-    func write(into out: inout ByteBuffer, options o: Options) -> Framing {
-        let noBody = o.isHeadRequest || status == 204 || status == 304 || status < 200
-        var framing = Framing(noBody: noBody, chunked: false, keepAlive: o.keepAlive)
+    func write(into out: inout ByteBuffer, options o: Options) -> ResponseFraming {
+        var framing = ResponseFraming(noBody: true, chunked: false, contentLength: nil, keepAlive: o.keepAlive)
         storage.withUnsafeBytes { s in
+            // The one framing rule (``ResponseFraming/decide(status:isHeadRequest:upstreamLength:clientMinorVersion:keepAlive:)``).
+            framing = ResponseFraming.decide(status: status, isHeadRequest: o.isHeadRequest, upstreamLength: agreedLength(s),
+                clientMinorVersion: o.clientMinorVersion, keepAlive: o.keepAlive)
             out.append("HTTP/1.1 ")
             Self.appendDecimal(Int64(status), to: &out)
             out.append(" ")
@@ -218,17 +210,8 @@ struct ResponseHeadAssembler {
                 out.append(Self.bytes(s, f.valueStart, f.valueEnd))
                 out.append("\r\n")
             }
-            let length = agreedLength(s)
-            if noBody {
-                if let length, status != 204 { Self.appendContentLength(length, to: &out) }
-            } else if let length {
-                Self.appendContentLength(length, to: &out)
-            } else if o.clientMinorVersion >= 1 {
-                out.append("Transfer-Encoding: chunked\r\n")
-                framing.chunked = true
-            } else {
-                framing.keepAlive = false  // close-delimited for an HTTP/1.0 client
-            }
+            if let n = framing.contentLength { Self.appendContentLength(n, to: &out) }
+            if framing.chunked { out.append("Transfer-Encoding: chunked\r\n") }
         }
         out.append("Via: ")
         out.append(o.via)

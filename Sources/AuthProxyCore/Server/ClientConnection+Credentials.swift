@@ -225,7 +225,7 @@ extension ClientConnection {
         if case .relay(let reason, let serverRejectsNewTokens) = action {
             logger.log(level: serverRejectsNewTokens || replayImpossible != nil ? .warning : .info,
                 "token rejected, relaying the rejection", metadata: ["credential": "\(c.name)",
-                "url": "\(url.origin)\(url.path)", "status": "\(upstreamStatus)", "reason": "\(reason)"])
+                "url": "\(url.origin)\(url.path)", "status": "\(responseHead.status)", "reason": "\(reason)"])
             releaseHeldResponse()
             return false
         }
@@ -235,7 +235,7 @@ extension ClientConnection {
         else { return false }
         transfer?.cancel()
         transfer = nil
-        heldHead = nil
+        heldHead.removeAll()
         sniffBuffer = []
         nonisolated(unsafe) let me = self
         loop.queue.async {
@@ -258,8 +258,7 @@ extension ClientConnection {
     func retryWithFreshToken() {
         guard let c = credential, let url = originalURL else { return }
         logger.info("token rejected, refreshing and retrying", metadata: ["credential": "\(c.name)", "url": "\(url.origin)\(url.path)"])
-        upstreamStatus = 0
-        upstreamHeaders = HTTPHeaders()
+        responseHead.reset()
         replayOffset = 0
         formOffset = 0
         obtainToken()
@@ -273,10 +272,10 @@ extension ClientConnection {
         case .flushHead:
             flushHead()
         case .writeHeld(let n):
-            sniffBuffer.withUnsafeBytes { loop.writeBody($0, head: heldHead, chunked: machine.framing?.chunked ?? false) { send($0) } }
-            heldHead = nil
+            let held = sniffBuffer
             sniffBuffer = []
-            bodyBytesOut += Int64(n)
+            precondition(held.count == n)
+            held.withUnsafeBytes { writeBody($0) }
         }
     }
 }

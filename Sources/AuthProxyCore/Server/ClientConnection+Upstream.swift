@@ -51,7 +51,7 @@ extension ClientConnection {
             request: request,
             destination: "\(url.urlHost):\(url.port)", delegate: self)
         transfer = t
-        upstreamStatus = 0
+        responseHead.reset()
         machine.transferStarted(inspect: inspect, now: now)
         t.start()
         pumpBody()
@@ -118,7 +118,7 @@ extension ClientConnection {
         if case .streaming? = machine.exchange?.response {
             close()
         } else {
-            heldHead = nil
+            heldHead.removeAll()
             respond(ErrorResponse.forParseError(e), close: true)
         }
     }
@@ -172,77 +172,31 @@ extension ClientConnection {
     }
 
     func transferDidReceiveHeaderLine(_ raw: UnsafeRawBufferPointer) {
-        var end = raw.count
-        while end > 0, raw[end - 1] == 10 || raw[end - 1] == 13 { end -= 1 }
-        // Progress is stamped once per head (its first and last line), not per field: reading the clock shows
-        // in profiles, and a head arrives within one read anyway.
-        if end == 0 || raw.starts(with: "HTTP/".utf8) { machine.upstreamProgress(now: now) }
         guard machine.readsResponseHead else { return }  // trailers of a chunked response: hop-by-hop, dropped
-        let line = UnsafeRawBufferPointer(rebasing: raw[0..<end])
-        if line.starts(with: "HTTP/".utf8) {
-            // "HTTP/1.1 200 OK": a new response (1xx ones come first and are not relayed).
-            let text = String(decoding: line, as: UTF8.self)
-            let parts = text.split(separator: " ", maxSplits: 2, omittingEmptySubsequences: false)
-            upstreamStatus = parts.count > 1 ? Int(parts[1]) ?? 502 : 502
-            upstreamReason = parts.count > 2 ? String(parts[2]) : reasonPhrase(upstreamStatus)
-            upstreamHeaders = HTTPHeaders()
-            return
+        switch responseHead.add(line: raw) {
+        case .status:
+            // Progress is stamped once per head (its first and last line), not per field: reading the clock
+            // shows in profiles, and a head arrives within one read anyway.
+            machine.upstreamProgress(now: now)
+        case .end:
+            machine.upstreamProgress(now: now)
+            if responseHead.isFinal(answersChallenges: networkAuth.answersChallenges) { commitResponseHead(inspect: true) }
+        case .field, .ignored:
+            break
         }
-        if line.isEmpty {
-            if ExchangeStateMachine.headIsFinal(status: upstreamStatus, answersChallenges: networkAuth.answersChallenges) {
-                commitResponseHead(inspect: true)
-            }
-            return
-        }
-        if line[0] == 32 || line[0] == 9 {
-            // obs-fold from an old upstream: join to the previous field.
-            upstreamHeaders.continueLast(with: String(decoding: line, as: UTF8.self).trimmingHTTPWhitespace())
-            return
-        }
-        guard let colon = line.firstIndex(of: 58) else { return }
-        let name = String(decoding: line[0..<colon], as: UTF8.self)
-        let value = String(decoding: line[(colon + 1)...], as: UTF8.self).trimmingHTTPWhitespace()
-        upstreamHeaders.add(name: name, value: String(value))
     }
 
-    /// Decides the response head from what the upstream sent (framing, hop-by-hop fields, Via, CORS) and holds it
+    /// Writes the client's response head from the upstream's (framing, hop-by-hop fields, Via, CORS) and holds it
     /// to go out with the first body bytes; then lets the machine decide whether to inspect the response.
     func commitResponseHead(inspect: Bool) {
-        let isHead = head?.isHead ?? false
-        let minor = head?.minorVersion ?? 1
-        let status = upstreamStatus
-        var out = upstreamHeaders.removingHopByHop()
-        let lengths = out.values("content-length")
-        out.remove(name: "content-length")
-        var length: Int64? = nil
-        // With Transfer-Encoding the upstream's Content-Length is meaningless (libcurl de-chunks the body).
-        if !upstreamHeaders.contains("transfer-encoding"), let first = lengths.first, lengths.allSatisfy({ $0 == first }),
-            let n = Int64(first), n >= 0
-        {
-            length = n
-        }
-        let framing = ResponseFraming.decide(status: status, isHeadRequest: isHead, upstreamLength: length,
-            clientMinorVersion: minor, keepAlive: machine.keepAlive)
-        if let n = framing.contentLength { out.add(name: "Content-Length", value: String(n)) }
-        if framing.chunked { out.add(name: "Transfer-Encoding", value: "chunked") }
-        out.add(name: "Via", value: context.viaValue)
-        if let o = corsOrigin {
-            out.remove(name: "access-control-allow-origin")
-            out.add(name: "Access-Control-Allow-Origin", value: o)
-            out.add(name: "Vary", value: "Origin")
-        }
-        if !framing.keepAlive {
-            out.add(name: "Connection", value: "close")
-        } else if minor == 0 {
-            out.add(name: "Connection", value: "keep-alive")
-        }
-        var s = "HTTP/1.1 \(status) \(upstreamReason)\r\n"
-        for f in out { s += "\(f.name): \(f.value)\r\n" }
-        s += "\r\n"
-        heldHead = s
+        heldHead.removeAll()
+        let framing = responseHead.write(into: &heldHead, options: .init(isHeadRequest: head?.isHead ?? false,
+            clientMinorVersion: head?.minorVersion ?? 1, keepAlive: machine.keepAlive, corsOrigin: corsOrigin,
+            via: context.viaValue))
+        let status = responseHead.status
         let inspection = inspect
             ? ExchangeStateMachine.inspection(status: status, framing: framing,
-                mayCarryError: TokenRejection.mayCarryError(contentType: upstreamHeaders.first("content-type")))
+                mayCarryError: TokenRejection.mayCarryError(contentType: responseHead.string(of: "content-type")))
             : .none
         if machine.responseHeadCommitted(status: status, framing: framing, inspection: inspection) == .rejected {
             tokenRejected()
@@ -250,14 +204,25 @@ extension ClientConnection {
     }
 
     /// Writes the held response head, if any, followed by `tail`.
-    func flushHead(then tail: String = "") {
-        if var h = heldHead {
-            heldHead = nil
-            h += tail
-            send(h)
-        } else if !tail.isEmpty {
-            send(tail)
+    func flushHead(then tail: StaticString = "") {
+        if !heldHead.isEmpty {
+            if tail.utf8CodeUnitCount > 0 {
+                heldHead.append(UnsafeRawBufferPointer(start: tail.utf8Start, count: tail.utf8CodeUnitCount))
+            }
+            heldHead.withUnreadBytes { send($0) }
+            heldHead.removeAll()
+        } else if tail.utf8CodeUnitCount > 0 {
+            send(UnsafeRawBufferPointer(start: tail.utf8Start, count: tail.utf8CodeUnitCount))
         }
+    }
+
+    /// Writes response body bytes, after the held head if it has not gone out, as a chunk when the response is
+    /// re-framed chunked.
+    func writeBody(_ bytes: UnsafeRawBufferPointer) {
+        let chunked = machine.framing?.chunked ?? false
+        heldHead.withUnreadBytes { head in loop.writeBody(bytes, head: head, chunked: chunked) { send($0) } }
+        heldHead.removeAll()
+        bodyBytesOut += Int64(bytes.count)
     }
 
     func transferDidReceiveBody(_ bytes: UnsafeRawBufferPointer) -> BodyAcceptance {
@@ -280,9 +245,7 @@ extension ClientConnection {
             case .abort:
                 return .abort
             case .write:
-                loop.writeBody(bytes, head: heldHead, chunked: machine.framing?.chunked ?? false) { send($0) }
-                heldHead = nil
-                bodyBytesOut += Int64(bytes.count)
+                writeBody(bytes)
                 return channel.failed ? .abort : .accepted
             }
         }
@@ -299,7 +262,7 @@ extension ClientConnection {
             }
         } else {
             end = .success
-            if upstreamStatus == 401, networkAuth.answersChallenges, let url = upstreamURL {
+            if responseHead.status == 401, networkAuth.answersChallenges, let url = upstreamURL {
                 logger.warning("upstream refused the network credential", metadata: ["url": "\(url.origin)\(url.path)",
                     "credential": "\(networkAuth.passwordName ?? "kerberos")"])
             }
@@ -315,21 +278,18 @@ extension ClientConnection {
                 close()
                 return
             case .answerError(let close):
-                heldHead = nil
+                heldHead.removeAll()
                 sniffBuffer = []
                 respond(error!.response, close: close)
                 process()
                 updateReadInterest()
                 return
             case .commitHeadFirst:
-                if upstreamStatus < 200 {
-                    upstreamStatus = 502
-                    upstreamReason = "Bad Gateway"
-                }
+                if responseHead.status < 200 { responseHead.substituteStatus(502) }
                 commitResponseHead(inspect: false)
             case .inspectHeld:
-                if TokenRejection.isRejection(status: upstreamStatus, contentType: upstreamHeaders.first("content-type"),
-                    contentEncoding: upstreamHeaders.first("content-encoding"), body: sniffBuffer),
+                if TokenRejection.isRejection(status: responseHead.status, contentType: responseHead.string(of: "content-type"),
+                    contentEncoding: responseHead.string(of: "content-encoding"), body: sniffBuffer),
                     tokenRejected()
                 {
                     return

@@ -55,12 +55,10 @@ final class ClientConnection: UpstreamTransferDelegate {
     var bodyBuffer = ByteBuffer()
     var bodyBytesIn: Int64 = 0
     var bodyBytesOut: Int64 = 0
-    /// The upstream response head being read (1xx and challenge heads are replaced by the next one).
-    var upstreamStatus = 0
-    var upstreamReason = ""
-    var upstreamHeaders = HTTPHeaders()
-    /// The committed response head, waiting to go out with the first body bytes or at the end.
-    var heldHead: String? = nil
+    /// The upstream response head being read, as bytes (1xx and challenge heads are replaced by the next one).
+    var responseHead = ResponseHeadAssembler()
+    /// The committed response head, waiting to go out with the first body bytes or at the end (empty: none).
+    var heldHead = ByteBuffer()
     /// Body bytes held with the head while looking for a token error.
     var sniffBuffer: [UInt8] = []
     /// The browser origin a `/proxy` exchange answers to (CORS), nil otherwise.
@@ -235,8 +233,8 @@ final class ClientConnection: UpstreamTransferDelegate {
         head = h
         bodyBytesIn = 0
         bodyBytesOut = 0
-        upstreamStatus = 0
-        heldHead = nil
+        responseHead.reset()
+        heldHead.removeAll()
         guard authorize(h) else { return }
         if let ic = intercept {
             // Inside an intercepted tunnel every request goes to the CONNECT host, over https.
@@ -316,7 +314,7 @@ final class ClientConnection: UpstreamTransferDelegate {
             s += body
             bodyBytesOut = Int64(body.utf8.count)
         }
-        heldHead = nil
+        heldHead.removeAll()
         send(s)
         finishExchange()
     }
@@ -339,9 +337,9 @@ final class ClientConnection: UpstreamTransferDelegate {
         bodyBuffer.removeAll()
         replay = nil  // closes (and so frees) a spill file at once, not at the next request
         formBody = nil
-        heldHead = nil
+        heldHead.removeAll()
         sniffBuffer = []
-        upstreamHeaders = HTTPHeaders()
+        responseHead.reset()
         switch machine.endExchange(shuttingDown: loop.shuttingDown, now: now) {
         case .close: beginClosing()
         case .awaitNext, .none: break

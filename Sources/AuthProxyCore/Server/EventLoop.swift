@@ -92,41 +92,61 @@ struct ServerContext: Sendable {
 }
 
 extension EventLoop {
-    /// Writes response body bytes, preceded by the held response `head` if there is one and framed as a
-    /// chunk when `chunked`, in a single write when it fits the assembly buffer.
-    func writeBody(_ bytes: UnsafeRawBufferPointer, head: String?, chunked: Bool, sink: (UnsafeRawBufferPointer) -> Void) {
-        var prefix = head ?? ""
-        if chunked {
-            prefix += String(bytes.count, radix: 16)
-            prefix += "\r\n"
+    /// Writes response body bytes, preceded by the held response `head` (may be empty) and framed as a chunk
+    /// when `chunked`, in a single write when it fits the assembly buffer. No allocation.
+    func writeBody(_ bytes: UnsafeRawBufferPointer, head: UnsafeRawBufferPointer, chunked: Bool,
+        sink: (UnsafeRawBufferPointer) -> Void)
+    {
+        if !chunked, head.isEmpty {
+            sink(bytes)
+            return
         }
-        let suffix = chunked ? 2 : 0
-        let total = prefix.utf8.count + bytes.count + suffix
+        // "<hex size>\r\n" is at most 18 bytes.
+        let total = head.count + (chunked ? 18 + 2 : 0) + bytes.count
         guard total <= assembly.count else {
-            prefix.withUTF8 { sink(UnsafeRawBufferPointer($0)) }
-            sink(bytes)
+            if !head.isEmpty { sink(head) }
             if chunked {
-                var crlf = "\r\n"
-                crlf.withUTF8 { sink(UnsafeRawBufferPointer($0)) }
+                withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 18) { line in
+                    let n = Self.chunkSizeLine(bytes.count, into: line.baseAddress!)
+                    sink(UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(line)[0..<n]))
+                }
             }
-            return
-        }
-        if prefix.isEmpty {
             sink(bytes)
+            if chunked { sink(UnsafeRawBufferPointer(start: Self.crlf.utf8Start, count: 2)) }
             return
         }
+        let base = assembly.baseAddress!.assumingMemoryBound(to: UInt8.self)
         var off = 0
-        prefix.withUTF8 { h in
-            assembly.baseAddress!.copyMemory(from: h.baseAddress!, byteCount: h.count)
-            off = h.count
+        if !head.isEmpty {
+            (base + off).update(from: head.baseAddress!.assumingMemoryBound(to: UInt8.self), count: head.count)
+            off += head.count
         }
-        (assembly.baseAddress! + off).copyMemory(from: bytes.baseAddress!, byteCount: bytes.count)
-        off += bytes.count
+        if chunked { off += Self.chunkSizeLine(bytes.count, into: base + off) }
+        if !bytes.isEmpty {
+            (base + off).update(from: bytes.baseAddress!.assumingMemoryBound(to: UInt8.self), count: bytes.count)
+            off += bytes.count
+        }
         if chunked {
-            assembly[off] = 13
-            assembly[off + 1] = 10
+            base[off] = 13
+            base[off + 1] = 10
+            off += 2
         }
-        sink(UnsafeRawBufferPointer(rebasing: assembly[0..<total]))
+        sink(UnsafeRawBufferPointer(start: base, count: off))
+    }
+
+    private static let crlf: StaticString = "\r\n"
+
+    /// Writes `n` in lowercase hex followed by CRLF at `p`; returns the bytes written.
+    static func chunkSizeLine(_ n: Int, into p: UnsafeMutablePointer<UInt8>) -> Int {
+        var digits = 1
+        while digits < 16, n >> (4 * digits) != 0 { digits += 1 }
+        for i in 0..<digits {
+            let d = UInt8((n >> (4 * (digits - 1 - i))) & 0xf)
+            p[i] = d < 10 ? 48 + d : 87 + d
+        }
+        p[digits] = 13
+        p[digits + 1] = 10
+        return digits + 2
     }
 }
 

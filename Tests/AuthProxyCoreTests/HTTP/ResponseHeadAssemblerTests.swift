@@ -2,6 +2,23 @@ import Testing
 
 @testable import AuthProxyCore
 
+/// What the String path decided about framing, and the same three facts of a ``ResponseFraming``.
+struct FramingShape: Equatable {
+    var noBody: Bool
+    var chunked: Bool
+    var keepAlive: Bool
+
+    init(noBody: Bool, chunked: Bool, keepAlive: Bool) {
+        self.noBody = noBody
+        self.chunked = chunked
+        self.keepAlive = keepAlive
+    }
+
+    init(_ f: ResponseFraming) {
+        self.init(noBody: f.noBody, chunked: f.chunked, keepAlive: f.keepAlive)
+    }
+}
+
 /// The String path `ResponseHeadAssembler` replaces, transcribed from `ClientConnection+Upstream.swift`
 /// (`transferDidReceiveHeaderLine` and `commitResponseHead` at af7e6a4) with the connection state it reads made
 /// explicit, so both can be fed the same lines and compared byte for byte.
@@ -11,7 +28,7 @@ private struct StringPath {
     var responseStatus = 0
     var responseReason = ""
     var responseHeaders = HTTPHeaders()
-    var committed: (head: String, framing: ResponseHeadAssembler.Framing)? = nil
+    var committed: (head: String, framing: FramingShape)? = nil
 
     init(options: ResponseHeadAssembler.Options, answersChallenges: Bool) {
         self.options = options
@@ -96,7 +113,7 @@ private struct StringPath {
         var s = "HTTP/1.1 \(status) \(responseReason)\r\n"
         for f in out { s += "\(f.name): \(f.value)\r\n" }
         s += "\r\n"
-        committed = (s, ResponseHeadAssembler.Framing(noBody: noBody, chunked: chunked, keepAlive: keepAlive))
+        committed = (s, FramingShape(noBody: noBody, chunked: chunked, keepAlive: keepAlive))
     }
 }
 
@@ -105,25 +122,25 @@ private struct StringPath {
 private func assemble(
     _ lines: [String], options: ResponseHeadAssembler.Options, answersChallenges: Bool = false,
     assembler a: inout ResponseHeadAssembler
-) -> (head: String, framing: ResponseHeadAssembler.Framing) {
+) -> (head: String, framing: FramingShape) {
     var out = ByteBuffer()
-    var framing: ResponseHeadAssembler.Framing? = nil
+    var framing: FramingShape? = nil
     for line in lines {
         guard framing == nil else { break }
         let kind = Array(line.utf8).withUnsafeBytes { a.add(line: $0) }
         if kind == .end, a.isFinal(answersChallenges: answersChallenges) {
-            framing = a.write(into: &out, options: options)
+            framing = FramingShape(a.write(into: &out, options: options))
         }
     }
     if framing == nil {
         if a.status < 200 { a.substituteStatus(502) }
-        framing = a.write(into: &out, options: options)
+        framing = FramingShape(a.write(into: &out, options: options))
     }
     return (String(decoding: out.unreadBytes, as: UTF8.self), framing!)
 }
 
 private func viaStringPath(_ lines: [String], options: ResponseHeadAssembler.Options, answersChallenges: Bool = false)
-    -> (head: String, framing: ResponseHeadAssembler.Framing)
+    -> (head: String, framing: FramingShape)
 {
     var p = StringPath(options: options, answersChallenges: answersChallenges)
     for line in lines { p.headerLine(Array(line.utf8)) }
@@ -149,7 +166,7 @@ struct HeadCase: CustomTestStringConvertible, Sendable {
     let cors: String?
     let answersChallenges: Bool
     let expected: String
-    let framing: ResponseHeadAssembler.Framing
+    let framing: FramingShape
 
     init(
         _ name: String, _ lines: [String], head: Bool = false, minor: Int = 1, keepAlive: Bool = true,
@@ -164,7 +181,7 @@ struct HeadCase: CustomTestStringConvertible, Sendable {
         self.cors = cors
         self.answersChallenges = answersChallenges
         self.expected = expected
-        framing = ResponseHeadAssembler.Framing(noBody: noBody, chunked: chunked, keepAlive: keepsAlive)
+        framing = FramingShape(noBody: noBody, chunked: chunked, keepAlive: keepsAlive)
     }
 
     var testDescription: String { name }
