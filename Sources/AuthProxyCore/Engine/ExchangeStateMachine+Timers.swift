@@ -14,6 +14,12 @@ extension ExchangeStateMachine {
         case tunnel
     }
 
+    /// Whether the connection waits for a request and has heard nothing from the client for `duration`.
+    func isIdle(now: UInt64, for duration: UInt64) -> Bool {
+        guard case .awaitingHead(nil) = state else { return false }
+        return now &- lastClientProgress >= duration
+    }
+
     /// `clientPending`: response bytes queued for the client; `lastSendProgress`: when a send last moved bytes
     /// (a slow but steady reader is not idle).
     func tick(now: UInt64, clientPending: Int, lastSendProgress: UInt64) -> TimerStep {

@@ -56,7 +56,7 @@ final class ClientConnection: UpstreamTransferDelegate {
     var bodyBytesIn: Int64 = 0
     var bodyBytesOut: Int64 = 0
     /// The upstream response head being read, as bytes (1xx and challenge heads are replaced by the next one).
-    var responseHead = ResponseHeadAssembler()
+    var responseHead = ResponseHeadAssembler(capacity: 0)
     /// The committed response head, waiting to go out with the first body bytes or at the end (empty: none).
     var heldHead = ByteBuffer()
     /// Body bytes held with the head while looking for a token error.
@@ -340,6 +340,11 @@ final class ClientConnection: UpstreamTransferDelegate {
         heldHead.removeAll()
         sniffBuffer = []
         responseHead.reset()
+        credential = nil
+        injectedToken = nil
+        originalURL = nil
+        upstreamURL = nil
+        networkAuth = NetworkAuth()
         switch machine.endExchange(shuttingDown: loop.shuttingDown, now: now) {
         case .close: beginClosing()
         case .awaitNext, .none: break
@@ -429,6 +434,19 @@ final class ClientConnection: UpstreamTransferDelegate {
         loop.connectionClosed(self)
     }
 
+    /// A connection idle this long gives its buffers back; a busy keep-alive one reuses them between exchanges.
+    static let trimAfter: UInt64 = 1_000_000_000
+
+    /// Frees every per-exchange buffer of an idle connection (they are allocated again by the next request).
+    func releaseIdleStorage() {
+        inbuf.releaseStorage()
+        bodyBuffer.releaseStorage()
+        heldHead.releaseStorage()
+        responseHead = ResponseHeadAssembler(capacity: 0)
+        sniffBuffer = []
+        channel.releaseIdleStorage()
+    }
+
     func shutdownRequested() {
         if machine.shutdownRequested(inputBuffered: inbuf.count) { close() }
     }
@@ -438,7 +456,7 @@ final class ClientConnection: UpstreamTransferDelegate {
         let cfg = context.config
         switch machine.tick(now: now, clientPending: channel.pendingCount, lastSendProgress: channel.lastSendProgress) {
         case .none:
-            break
+            if machine.isIdle(now: now, for: Self.trimAfter), inbuf.isEmpty { releaseIdleStorage() }
         case .headerTimedOut:
             head = nil
             machine.requestFailed(now: now)

@@ -59,6 +59,11 @@ final class SocketChannel: @unchecked Sendable {
 
     var pendingCount: Int { pending.count }
 
+    /// Frees the send queue's storage once it is empty (an idle connection keeps no buffer).
+    func releaseIdleStorage() {
+        if pending.isEmpty { pending.releaseStorage() }
+    }
+
     func resumeReading() {
         assertOnQueue(queue)
         guard !isClosed, !readResumed else { return }

@@ -48,6 +48,12 @@ public struct ByteBuffer: Sendable {
         return slice
     }
 
+    /// Gives the storage back to the allocator (an idle connection keeps no buffer).
+    public mutating func releaseStorage() {
+        storage = []
+        readIndex = 0
+    }
+
     public mutating func removeAll() {
         storage.removeAll(keepingCapacity: storage.capacity <= 512 * 1024)
         readIndex = 0

@@ -208,6 +208,20 @@ import Testing
         #expect(m.tick(now: 3 * Self.s, clientPending: 0, lastSendProgress: 0) == .close)
     }
 
+    @Test func onlyAConnectionWaitingQuietlyForARequestIsIdle() {
+        var m = M(limits: Self.limits, now: 0)
+        #expect(!m.isIdle(now: Self.s / 2, for: Self.s))
+        #expect(m.isIdle(now: Self.s, for: Self.s))
+        _ = m.nextInputStep(buffered: 3, now: Self.s)  // a head began
+        #expect(!m.isIdle(now: 5 * Self.s, for: Self.s))
+        var busy = Self.forwarding()
+        #expect(!busy.isIdle(now: 50 * Self.s, for: Self.s))
+        _ = busy.answerLocally(status: 200, close: false)
+        _ = busy.endExchange(shuttingDown: false, now: 50 * Self.s)
+        #expect(!busy.isIdle(now: 50 * Self.s + 1, for: Self.s))
+        #expect(busy.isIdle(now: 51 * Self.s, for: Self.s))
+    }
+
     @Test func inputAtTheLimitPausesReading() {
         let m = M(limits: Self.limits, now: 0)
         #expect(m.readInterest(buffered: 99, limit: 100) == .read)
