@@ -32,7 +32,7 @@ HEAPTRACK=0
 WAIT_SECONDS=10   # for a server to answer after its start (60 under heaptrack)
 OUT_FILE="$BENCH_DIR/results-idle-latest.md"
 
-usage() { sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 if [[ $# -gt 0 && "$1" != -* ]]; then AUTHPROXY_BIN="$1"; shift; fi
 while [[ $# -gt 0 ]]; do
