@@ -2,21 +2,24 @@
 # Where authproxy's CPU goes: relays a 2 KB JSON from a local nginx through one authproxy binary with an
 # api-key credential (the issue-10 case), under wrk c50, and records a perf cpu-clock profile of the proxy.
 #
-#   bash bench/profile.sh [BINARY] [--duration SECONDS] [--connections C] [--out DIR]
+#   bash bench/profile.sh [BINARY] [--duration SECONDS] [--connections C] [--out DIR] [--download-mb N]
 #
 # The proxy is pinned to core 0, nginx and wrk to core 1. Prints CPU µs per request, then the profile by
 # shared object and by symbol (self time, top 45), and syscalls and context switches per request. Writes
 # perf.data and the reports to DIR (default: a temp dir, removed on exit). Listens on 127.0.0.1 only.
+# --download-mb N profiles three curl downloads of an N MiB file through the proxy instead (CPU s per GiB,
+# then the same profile tables), for the streaming path.
 set -euo pipefail
 
-BIN="$(pwd)/.build/release/authproxy"; DURATION=10; CONNS=50; OUT=""
+BIN="$(pwd)/.build/release/authproxy"; DURATION=10; CONNS=50; OUT=""; DOWNLOAD_MB=0
 if [[ $# -gt 0 && "$1" != --* ]]; then BIN="$(readlink -f "$1")"; shift; fi
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --duration) DURATION="$2"; shift 2 ;;
         --connections) CONNS="$2"; shift 2 ;;
         --out) OUT="$2"; shift 2 ;;
-        -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --download-mb) DOWNLOAD_MB="$2"; shift 2 ;;
+        -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
 done
@@ -63,6 +66,26 @@ taskset -c 0 "$BIN" serve --config "$TMP/proxy.conf" > "$TMP/log" 2>&1 & PID=$!;
 for _ in $(seq 1 100); do curl -s --noproxy '*' -o /dev/null "http://127.0.0.1:$PORT/healthz" && break; sleep 0.1; done
 URL="http://127.0.0.1:$ORIGIN_PORT/small.json?f=json"
 curl -sf -x "http://127.0.0.1:$PORT" "$URL" -o /dev/null
+if [[ $DOWNLOAD_MB -gt 0 ]]; then
+    head -c $((DOWNLOAD_MB * 1024 * 1024)) /dev/urandom > "$TMP/www/big.bin"; chmod a+r "$TMP/www/big.bin"
+    BIG="http://127.0.0.1:$ORIGIN_PORT/big.bin"
+    dl() { taskset -c 1 curl -s -o /dev/null -w '%{speed_download}\n' --noproxy '' -x "http://127.0.0.1:$PORT" "$BIG"; }
+    dl >/dev/null   # warm-up
+    TICK=$(getconf CLK_TCK)
+    t0=$(awk '{print $14+$15}' "/proc/$PID/stat")
+    perf record -q -e cpu-clock -g -p "$PID" -o "$OUT/perf.data" >/dev/null 2>&1 &
+    PERF=$!
+    sleep 0.5
+    speeds=$(for _ in 1 2 3; do dl; done)
+    kill -INT "$PERF"; wait "$PERF" || true
+    t1=$(awk '{print $14+$15}' "/proc/$PID/stat")
+    python3 -c "import sys; s=[float(x)/1e6 for x in sys.argv[5:]]; print('3 downloads of %s MiB: %s MB/s; %.2f CPU s/GiB' % (sys.argv[1], ', '.join('%.0f' % x for x in s), (int(sys.argv[3])-int(sys.argv[2]))/int(sys.argv[4])/(3*int(sys.argv[1])/1024)))" \
+        "$DOWNLOAD_MB" "$t0" "$t1" "$TICK" $speeds
+    perf report -i "$OUT/perf.data" --no-children --sort dso --stdio -g none 2>/dev/null | grep -v '^#' | grep -v '^$' | head -15 | tee "$OUT/by-dso.txt"
+    echo
+    perf report -i "$OUT/perf.data" --no-children --sort dso,sym --stdio -g none 2>/dev/null | grep -v '^#' | grep -v '^$' | head -45 | tee "$OUT/by-symbol.txt"
+    exit 0
+fi
 cat > "$TMP/proxy.lua" <<EOF
 request = function() return wrk.format("GET", "$URL", {["Host"]="127.0.0.1:$ORIGIN_PORT"}) end
 EOF

@@ -2,7 +2,7 @@
 # Benchmark harness: authproxy vs. nginx / HAProxy / Squid / the Dispatch floor on loopback.
 #
 #   bash bench/run.sh [--authproxy PATH] [--floor PATH] [--duration SECONDS] [--warmup SECONDS]
-#                     [--rounds N] [--skip-authproxy] [--out FILE]
+#                     [--rounds N] [--download-mb N] [--downloads-only] [--skip-authproxy] [--out FILE]
 #
 # The proxy under test and every peer run on core 0 (taskset -c 0), wrk and the origin on core 1.
 # Everything listens on 127.0.0.1 only and is torn down on exit.
@@ -18,8 +18,9 @@ DURATION=10
 ROUNDS=3
 WARMUP=2
 SKIP_AUTHPROXY=0
+DOWNLOADS_ONLY=0
 OUT_FILE="$BENCH_DIR/results-latest.md"
-BIG_BYTES=$((100 * 1024 * 1024))
+DOWNLOAD_MB=100   # size of big.bin in MiB (--download-mb); 1024 checks issue 10's 1 GiB streaming target
 DL_REPEATS=3
 
 usage() {
@@ -36,9 +37,12 @@ while [[ $# -gt 0 ]]; do
         --floor=*) FLOOR_BIN="${1#*=}"; shift ;;
         --rounds) ROUNDS="$2"; shift 2 ;;
         --rounds=*) ROUNDS="${1#*=}"; shift ;;
+        --download-mb) DOWNLOAD_MB="$2"; shift 2 ;;
+        --download-mb=*) DOWNLOAD_MB="${1#*=}"; shift ;;
         --warmup) WARMUP="$2"; shift 2 ;;
         --warmup=*) WARMUP="${1#*=}"; shift ;;
         --skip-authproxy) SKIP_AUTHPROXY=1; shift ;;
+        --downloads-only) DOWNLOADS_ONLY=1; shift ;;
         --out) OUT_FILE="$2"; shift 2 ;;
         --out=*) OUT_FILE="${1#*=}"; shift ;;
         -h|--help) usage; exit 0 ;;
@@ -49,6 +53,10 @@ done
 [[ "$DURATION" =~ ^[0-9]+$ && "$DURATION" -ge 1 ]] || { echo "--duration must be a positive integer" >&2; exit 2; }
 [[ "$WARMUP" =~ ^[0-9]+$ ]] || { echo "--warmup must be a non-negative integer" >&2; exit 2; }
 [[ "$ROUNDS" =~ ^[0-9]+$ && "$ROUNDS" -ge 1 ]] || { echo "--rounds must be a positive integer" >&2; exit 2; }
+[[ "$DOWNLOAD_MB" =~ ^[0-9]+$ && "$DOWNLOAD_MB" -ge 1 ]] || { echo "--download-mb must be a positive integer" >&2; exit 2; }
+BIG_BYTES=$((DOWNLOAD_MB * 1024 * 1024))
+# curl's limit per download: 120 s, plus 1 s per 10 MiB above 100 MiB (a slow peer still finishes).
+DL_MAX_TIME=$((120 + (DOWNLOAD_MB > 100 ? (DOWNLOAD_MB - 100) / 10 : 0)))
 
 BENCH_TAG="bench"
 # shellcheck source=bench/lib.sh
@@ -451,10 +459,10 @@ download_mbps() { # kind addr -> best MB/s (10^6 bytes) of DL_REPEATS (curl pinn
     local kind="$1" addr="$2" best=0 out code size speed
     for _ in $(seq 1 "$DL_REPEATS"); do
         if [[ $kind == forward ]]; then
-            out=$("${PIN_LOAD[@]}" curl -s -o /dev/null --max-time 120 -w '%{http_code} %{size_download} %{speed_download}' \
+            out=$("${PIN_LOAD[@]}" curl -s -o /dev/null --max-time "$DL_MAX_TIME" -w '%{http_code} %{size_download} %{speed_download}' \
                 --noproxy '' -x "http://$addr" "http://$ORIGIN/big.bin")
         else
-            out=$("${PIN_LOAD[@]}" curl -s -o /dev/null --max-time 120 -w '%{http_code} %{size_download} %{speed_download}' \
+            out=$("${PIN_LOAD[@]}" curl -s -o /dev/null --max-time "$DL_MAX_TIME" -w '%{http_code} %{size_download} %{speed_download}' \
                 --noproxy '*' "http://$addr/big.bin")
         fi
         read -r code size speed <<<"$out"
@@ -498,6 +506,8 @@ for entry in "${TARGETS[@]}"; do
 done
 
 # Interleaved rounds: every target once per round (c50 then c1), so drift hits all alike.
+# --downloads-only skips them (then peak RSS is the download's alone).
+[[ $DOWNLOADS_ONLY -eq 1 ]] && ROUNDS=0
 for round in $(seq 1 "$ROUNDS"); do
     for entry in "${ACTIVE[@]}"; do
         IFS='|' read -r name kind addr <<<"$entry"
@@ -512,9 +522,13 @@ done
 
 for entry in "${ACTIVE[@]}"; do
     IFS='|' read -r name kind addr <<<"$entry"
+    before=$(cpu_ticks "${PID_OF[$name]}")
     mbps=$(download_mbps "$kind" "$addr")
-    log "  $name: 100 MB download: $mbps MB/s (best of $DL_REPEATS)"
-    printf '%s\t%s\n' "$name" "$mbps" >> "$DL"
+    after=$(cpu_ticks "${PID_OF[$name]}")
+    # The server's CPU seconds per GiB moved, over all DL_REPEATS downloads (failed ones count as moved).
+    cpu_gib=$(python3 -c "print('%.2f' % (($after - $before) / $CLK_TCK / ($DL_REPEATS * $DOWNLOAD_MB / 1024)))")
+    log "  $name: $DOWNLOAD_MB MiB download: $mbps MB/s (best of $DL_REPEATS), server CPU ${cpu_gib} s/GiB"
+    printf '%s\t%s\t%s\n' "$name" "$mbps" "$cpu_gib" >> "$DL"
 done
 
 RSS="$TMP/rss.tsv"
@@ -555,6 +569,8 @@ META="$TMP/meta.txt"
     echo "clk_tck=$CLK_TCK"
     echo "ncpu_onln=$(getconf _NPROCESSORS_ONLN)"
     echo "token=$TOKEN"
+    echo "download_mb=$DOWNLOAD_MB"
+    echo "downloads_only=$DOWNLOADS_ONLY"
 } > "$META"
 
 REPORT="$TMP/report.md"
@@ -563,7 +579,9 @@ import statistics, sys
 runs_path, dl_path, fails_path, rss_path, meta_path = sys.argv[1:6]
 meta = dict(l.rstrip("\n").split("=", 1) for l in open(meta_path) if "=" in l)
 rss = {r[0]: r[1:] for r in (l.rstrip("\n").split("\t") for l in open(rss_path))}
-dl = dict(l.rstrip("\n").split("\t") for l in open(dl_path))
+dl_rows = [l.rstrip("\n").split("\t") for l in open(dl_path)]
+dl = {r[0]: r[1] for r in dl_rows}
+dl_cpu = {r[0]: r[2] for r in dl_rows}
 fails = dict(l.rstrip("\n").split("\t", 1) for l in open(fails_path))
 runs = [l.rstrip("\n").split("\t") for l in open(runs_path)]
 
@@ -626,25 +644,29 @@ print(f"- CPU µs/req: Δ(utime+stime) of the server process tree (all threads; 
       f"CLK_TCK={meta['clk_tck']}) over a wrk run ÷ requests wrk completed in it.")
 print(f"- authproxy + api-key injects `token={meta['token']}` into every request (checked at the origin); "
       "authproxy, no credential, is the plain relay.")
-print("- 100 MB download = curl (core 1) of big.bin, best of 3, MB = 10^6 bytes.")
+dl_label = f"{meta['download_mb']} MiB"
+print(f"- {dl_label} download = curl (core 1) of big.bin ({int(meta['download_mb']) * 1048576:,} bytes), "
+      "best of 3, MB/s with MB = 10^6 bytes; CPU s/GiB = the server's utime+stime over the 3 downloads ÷ GiB moved.")
+if meta.get("downloads_only") == "1":
+    print("- `--downloads-only`: no wrk runs (their cells are n/a); peak RSS is the downloads' alone.")
 print()
 print("| target | req/s c50 | CPU µs/req c50 | p50 c50 (ms) | p99 c50 (ms) | req/s c1 | CPU µs/req c1 "
-      "| p50 c1 (ms) | p99 c1 (ms) | MB/s 100MB | peak RSS (MB) | threads | wrk errors |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+      f"| p50 c1 (ms) | p99 c1 (ms) | MB/s {dl_label} | CPU s/GiB | peak RSS (MB) | threads | wrk errors |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 for name in order:
     r = rss.get(name, ["n/a", "n/a"])
     if name in fails:
-        print(f"| {labels[name]} | {fails[name]} |" + " n/a |" * 11)
+        print(f"| {labels[name]} | {fails[name]} |" + " n/a |" * 12)
         continue
-    if (name, "50") not in med:
-        print(f"| {labels[name]} |" + " n/a |" * 12)
+    if (name, "50") not in med and name not in dl:
+        print(f"| {labels[name]} |" + " n/a |" * 13)
         continue
     mb = num(dl.get(name))
     print(f"| {labels[name]} | {f(get(name,'50','rps'), ',.0f')} | {f(get(name,'50','cpu'), '.1f')} "
           f"| {f(get(name,'50','p50'), '.2f')} | {f(get(name,'50','p99'), '.2f')} "
           f"| {f(get(name,'1','rps'), ',.0f')} | {f(get(name,'1','cpu'), '.1f')} "
           f"| {f(get(name,'1','p50'), '.3f')} | {f(get(name,'1','p99'), '.3f')} "
-          f"| {f(mb, ',.0f')} | {r[0]} | {r[1]} | {'; '.join(errs.get(name, [])) or '-'} |")
+          f"| {f(mb, ',.0f')} | {dl_cpu.get(name, 'n/a')} | {r[0]} | {r[1]} | {'; '.join(errs.get(name, [])) or '-'} |")
 print()
 print("Peak RSS is VmHWM at the end of the run, summed over the server's processes "
       "(nginx master + worker); threads is the count at the end of the run. The origin row is the origin "
@@ -652,17 +674,20 @@ print("Peak RSS is VmHWM at the end of the run, summed over the server's process
 print()
 print("## CPU per request relative to HAProxy and to the Dispatch floor")
 print()
-print("Ratio = target ÷ reference for CPU µs/request (< 1.00 means cheaper per request), and for req/s at c50.")
+print("Ratio = target ÷ reference for CPU µs/request (< 1.00 means cheaper per request), and for req/s at c50 "
+      f"and the {dl_label} download's MB/s (> 1.00 means faster).")
 print()
-print("| target | CPU µs/req c50 | ÷ haproxy | ÷ floor | CPU µs/req c1 | ÷ haproxy | ÷ floor | req/s c50 ÷ haproxy |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|")
+print("| target | CPU µs/req c50 | ÷ haproxy | ÷ floor | CPU µs/req c1 | ÷ haproxy | ÷ floor | req/s c50 ÷ haproxy "
+      "| MB/s ÷ haproxy |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 for name in order:
-    if name == "origin" or (name, "50") not in med:
+    if name == "origin" or ((name, "50") not in med and name not in dl):
         continue
     c50, c1 = get(name, "50", "cpu"), get(name, "1", "cpu")
     print(f"| {labels[name]} | {f(c50, '.1f')} | {ratio(c50, get('haproxy','50','cpu'))} "
           f"| {ratio(c50, get('floor','50','cpu'))} | {f(c1, '.1f')} | {ratio(c1, get('haproxy','1','cpu'))} "
-          f"| {ratio(c1, get('floor','1','cpu'))} | {ratio(get(name,'50','rps'), get('haproxy','50','rps'))} |")
+          f"| {ratio(c1, get('floor','1','cpu'))} | {ratio(get(name,'50','rps'), get('haproxy','50','rps'))} "
+          f"| {ratio(num(dl.get(name)), num(dl.get('haproxy')))} |")
 print()
 print("## Every run")
 print()
