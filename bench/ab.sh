@@ -4,12 +4,13 @@
 #
 #   bash bench/ab.sh OLD_BINARY NEW_BINARY [--rounds N] [--duration SECONDS] [--connections C]
 #
-# Each round runs wrk (c50, then c1) through A, then through B; the proxy is pinned to core 0, nginx and wrk
-# to core 1. Prints req/s, CPU µs per request (utime+stime of the proxy from /proc over the run, divided by
-# the requests wrk completed) and c1 latency per round, then the medians. Listens on 127.0.0.1 only.
+# Each round runs wrk (c50, then c1) through A, then through B (B first in even rounds); the proxy is pinned to
+# core 0, nginx and wrk to core 1. Prints req/s, CPU µs per request (utime+stime of the proxy from /proc over the
+# run, divided by the requests wrk completed) and c1 latency per round, then the medians. Use an even number of
+# rounds. Listens on 127.0.0.1 only.
 set -euo pipefail
 
-[[ $# -ge 2 ]] || { sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[[ $# -ge 2 ]] || { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 A_BIN="$(readlink -f "$1")"; B_BIN="$(readlink -f "$2")"; shift 2
 ROUNDS=3; DURATION=8; CONNS=50
 while [[ $# -gt 0 ]]; do
@@ -100,7 +101,9 @@ PY
 printf "%-6s %-2s %10s %12s %10s %10s %10s\n" round AB "req/s c$CONNS" "CPU us/req" "c1 req/s" "c1 p50 us" "c1 p99 us"
 : > "$TMP/results"
 for r in $(seq 1 "$ROUNDS"); do
-    for ab in A B; do
+    # Alternate which binary goes first (A B, B A, ...): in A-first runs here B came out ahead whichever binary it was.
+    order="A B"; (( r % 2 == 0 )) && order="B A"
+    for ab in $order; do
         if [[ $ab == A ]]; then pid=$A_PID; port=$A_PORT; else pid=$B_PID; port=$B_PORT; fi
         read -r rps cpu _ _ <<<"$(run "$pid" "$port" "$CONNS")"
         read -r rps1 _ p50 p99 <<<"$(run "$pid" "$port" 1)"
@@ -116,4 +119,9 @@ for ab in "AB":
     cols = list(zip(*[[float(x) for x in r[1:]] for r in rows if r[0] == ab]))
     m = [statistics.median(c) for c in cols]
     print("  %s: %.0f req/s, %.1f CPU us/req, c1 %.0f req/s p50 %.0f us p99 %.0f us" % (ab, *m))
+# A and B of one round ran back to back, so their ratio cancels most of the drift between rounds.
+a = [float(r[2]) for r in rows if r[0] == "A"]
+b = [float(r[2]) for r in rows if r[0] == "B"]
+ratios = sorted(y / x for x, y in zip(a, b))
+print("  CPU us/req B/A per round: %s; median %.3f" % (" ".join("%.3f" % r for r in ratios), statistics.median(ratios)))
 PY

@@ -3,6 +3,7 @@
 #
 #   bash bench/https.sh [--authproxy PATH] [--duration SECONDS] [--warmup SECONDS] [--out FILE]
 #
+# The proxy under test and every peer run on core 0 (taskset -c 0), tlsload and the origin on core 1.
 # Everything listens on 127.0.0.1 only and is torn down on exit.
 # See bench/README.md ("HTTPS interception") for what is measured and how to read the output.
 set -euo pipefail
@@ -17,7 +18,7 @@ OUT_FILE="$BENCH_DIR/results-https-latest.md"
 TOKEN="BENCHKEY"
 
 usage() {
-    sed -n '2,7p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,8p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 while [[ $# -gt 0 ]]; do
@@ -52,6 +53,7 @@ command -v openssl  >/dev/null 2>&1 || need_pkgs+=(openssl)
 command -v curl     >/dev/null 2>&1 || need_pkgs+=(curl)
 command -v python3  >/dev/null 2>&1 || need_pkgs+=(python3)
 command -v cc       >/dev/null 2>&1 || need_pkgs+=(gcc libc6-dev)
+command -v taskset  >/dev/null 2>&1 || need_pkgs+=(util-linux)
 [[ -f /usr/include/openssl/ssl.h ]] || need_pkgs+=(libssl-dev)
 install_missing "${need_pkgs[@]}"
 export PATH="$PATH:/usr/sbin:/sbin"
@@ -60,6 +62,10 @@ export PATH="$PATH:/usr/sbin:/sbin"
 # authproxy binary
 # --------------------------------------------------------------------------
 resolve_authproxy
+
+# Core pinning (PIN_SERVER / PIN_LOAD from lib.sh): authproxy, mitmproxy and nginx-tls each get core 0 (one at a
+# time under load); tlsload and the origin nginx share core 1.
+[[ $(nproc) -ge 2 ]] || die "needs at least 2 CPUs (server on core 0, tlsload + origin on core 1); nproc=$(nproc)"
 
 # --------------------------------------------------------------------------
 # 2. Temp dir, ports, cleanup
@@ -144,10 +150,11 @@ EOF
 # ---- nginx TLS-terminating reverse proxy -----------------------------------
 # The practical ceiling: no CONNECT, no certificate minting, one TLS hop to the client
 # and pooled TLS connections to the origin. Adds token=... to the query like the others.
+# One worker: on the single core it is pinned to, more would only take turns.
 mkdir -p "$TMP/nginx-tls"
 cat > "$TMP/nginx-tls/nginx.conf" <<EOF
 $NGINX_USER_LINE
-worker_processes auto;
+worker_processes 1;
 daemon off;
 pid $TMP/nginx-tls/nginx.pid;
 error_log $TMP/nginx-tls.log warn;
@@ -239,19 +246,19 @@ wait_ready() { # name cmd... (until cmd prints 200)
 }
 
 log "starting https nginx origin"
-start_bg origin "$TMP/nginx-origin.stdout.log" nginx -p "$TMP/nginx-origin" -e "$TMP/nginx-origin.log" -c "$TMP/nginx-origin/nginx.conf"
+start_bg origin "$TMP/nginx-origin.stdout.log" "${PIN_LOAD[@]}" nginx -p "$TMP/nginx-origin" -e "$TMP/nginx-origin.log" -c "$TMP/nginx-origin/nginx.conf"
 wait_ready origin curl_https - "$TMP/origin.pem" "$P_ORIGIN" /small.json -o /dev/null -w '%{http_code}'
 
 log "starting nginx TLS reverse proxy"
-start_bg nginx-tls "$TMP/nginx-tls.stdout.log" nginx -p "$TMP/nginx-tls" -e "$TMP/nginx-tls.log" -c "$TMP/nginx-tls/nginx.conf"
+start_bg nginx-tls "$TMP/nginx-tls.stdout.log" "${PIN_SERVER[@]}" nginx -p "$TMP/nginx-tls" -e "$TMP/nginx-tls.log" -c "$TMP/nginx-tls/nginx.conf"
 wait_ready nginx-tls curl_https - "$TMP/origin.pem" "$P_NGINX" /small.json -o /dev/null -w '%{http_code}'
 
 log "starting authproxy ($AUTHPROXY_BIN)"
-start_bg authproxy "$TMP/authproxy.log" "$AUTHPROXY_BIN" serve --config "$TMP/authproxy.toml"
+start_bg authproxy "$TMP/authproxy.log" "${PIN_SERVER[@]}" "$AUTHPROXY_BIN" serve --config "$TMP/authproxy.toml"
 wait_ready authproxy curl -s -o /dev/null -w '%{http_code}' --max-time 1 --noproxy '*' "http://127.0.0.1:$P_AUTH/healthz"
 
 log "starting mitmproxy ($(mitmdump --version 2>/dev/null | head -n1))"
-start_bg mitmproxy "$TMP/mitmproxy.log" mitmdump -q \
+start_bg mitmproxy "$TMP/mitmproxy.log" "${PIN_SERVER[@]}" mitmdump -q \
     --listen-host 127.0.0.1 --listen-port "$P_MITM" \
     --set confdir="$TMP/mitm" \
     --set ssl_verify_upstream_trusted_ca="$TMP/origin.pem" \
@@ -311,7 +318,7 @@ run_load() { # proxy ca port conns seconds [extra tlsload args] -> one result li
     else
         args+=(-a "127.0.0.1:$proxy" -t "localhost:$port")
     fi
-    "$TMP/tlsload" "${args[@]}" "$@" 2>>"$TMP/tlsload.log"
+    "${PIN_LOAD[@]}" "$TMP/tlsload" "${args[@]}" "$@" 2>>"$TMP/tlsload.log"
 }
 
 field() { # key line
@@ -324,7 +331,7 @@ for entry in "${TARGETS[@]}"; do
     CHECK_ERR=""
     if ! check_target "$name" "$proxy" "$ca" "$port"; then
         log "  $name: $CHECK_ERR"
-        printf '%s\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tFAILED: %s\n' "$name" "$CHECK_ERR" >> "$RESULTS"
+        printf '%s\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tFAILED: %s\tn/a\tn/a\tn/a\n' "$name" "$CHECK_ERR" >> "$RESULTS"
         continue
     fi
     if [[ $WARMUP -gt 0 ]]; then
@@ -332,16 +339,23 @@ for entry in "${TARGETS[@]}"; do
     fi
     row=("$name")
     errs=""
+    cpus=()
     for run in "c50|50|" "c1|1|" "hs10|10|-N"; do
         IFS='|' read -r label c extra <<<"$run"
+        # CPU µs per request: Δ(utime+stime) of the server's process tree over the run ÷ requests completed.
+        before=$(cpu_ticks "${PID_OF[$name]}")
         # shellcheck disable=SC2086
         out=$(run_load "$proxy" "$ca" "$port" "$c" "$DURATION" $extra)
+        after=$(cpu_ticks "${PID_OF[$name]}")
         rps=$(field rps "$out"); p50=$(field p50_ms "$out"); p99=$(field p99_ms "$out"); e=$(field errors "$out")
-        log "  $label: ${rps:-?} req/s  p50=${p50:-?}ms p99=${p99:-?}ms errors=${e:-?}"
+        reqs=$(field requests "$out")
+        cpu=$(cpu_us_per_request "$before" "$after" "${reqs:-0}")
+        log "  $label: ${rps:-?} req/s  cpu=${cpu}µs/req  p50=${p50:-?}ms p99=${p99:-?}ms errors=${e:-?}"
         row+=("${rps:-nan}" "${p50:-nan}" "${p99:-nan}")
+        cpus+=("$cpu")
         [[ "${e:--}" != "-" ]] && errs="${errs:+$errs; }$label: $e"
     done
-    row+=("${errs:--}")
+    row+=("${errs:--}" "${cpus[@]}")
     (IFS=$'\t'; echo "${row[*]}") >> "$RESULTS"
 done
 
@@ -365,6 +379,7 @@ META="$TMP/meta.txt"
     echo "openssl=$(ver openssl version)"
     echo "authproxy=$AUTHPROXY_BIN"
     echo "duration=$DURATION"
+    echo "clk_tck=$CLK_TCK"
     echo "warmup=$WARMUP"
     echo "small_bytes=$SMALL_BYTES"
 } > "$META"
@@ -388,6 +403,8 @@ def f_rps(s):
     v = num(s); return s if v is None else f"{v:,.0f}"
 def f_ms(s):
     v = num(s); return s if v is None else f"{v:.2f}"
+def f_cpu(s):
+    v = num(s); return s if v is None else f"{v:.1f}"
 
 print("# authproxy HTTPS interception benchmark results")
 print()
@@ -403,20 +420,24 @@ print(f"- Load: bench/tlsload.c, {meta['duration']} s per run{warm}, GET small.j
 print("- keep-alive: one CONNECT + TLS handshake per connection, then requests back to back. "
       "new conn/s: every request on a new connection (TCP + CONNECT + full TLS handshake + GET), "
       "10 concurrent, no session resumption.")
-print("- Everything (load generator, origin, proxy under test) shares the same cores over 127.0.0.1; "
-      "compare rows, not machines.")
+print("- Pinning: the proxy under test and every peer (authproxy at its default `workers`, mitmproxy, nginx-tls with "
+      "one worker) run on core 0 (`taskset -c 0`), one at a time under load; tlsload and the origin nginx share "
+      "core 1. The origin row is the origin's own CPU, on core 1 beside tlsload.")
+print(f"- CPU µs/req = Δ(utime+stime) of the server's process tree from /proc (CLK_TCK={meta['clk_tck']}) over a "
+      "run ÷ requests tlsload completed in it; for new conn/s it is per new connection (CONNECT, handshake, one GET). "
+      "Compare this column: req/s is capped by core 1 (tlsload does TLS too).")
 print()
-print("| target | req/s c50 | p50 c50 (ms) | p99 c50 (ms) | req/s c1 | p50 c1 (ms) | p99 c1 (ms) "
-      "| new conn/s c10 | p50 c10 (ms) | p99 c10 (ms) | peak RSS (MB) | errors |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+print("| target | req/s c50 | CPU µs/req c50 | p50 c50 (ms) | p99 c50 (ms) | req/s c1 | CPU µs/req c1 | p50 c1 (ms) "
+      "| p99 c1 (ms) | new conn/s c10 | CPU µs/conn c10 | p50 c10 (ms) | p99 c10 (ms) | peak RSS (MB) | errors |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 by = {}
 labels = {"origin": "origin (direct https, no proxy)", "authproxy": "authproxy (CONNECT, intercepting)",
           "mitmproxy": "mitmproxy (CONNECT, intercepting)", "nginx-tls": "nginx-tls (TLS reverse proxy)"}
 for r in rows:
     name = r[0]
     by[name] = r
-    cells = [f_rps(r[1]), f_ms(r[2]), f_ms(r[3]), f_rps(r[4]), f_ms(r[5]), f_ms(r[6]),
-             f_rps(r[7]), f_ms(r[8]), f_ms(r[9])]
+    cells = [f_rps(r[1]), f_cpu(r[11]), f_ms(r[2]), f_ms(r[3]), f_rps(r[4]), f_cpu(r[12]), f_ms(r[5]), f_ms(r[6]),
+             f_rps(r[7]), f_cpu(r[13]), f_ms(r[8]), f_ms(r[9])]
     print(f"| {labels.get(name, name)} | " + " | ".join(cells) + f" | {rss.get(name, 'n/a')} | {r[10]} |")
 print()
 print("Peak RSS is VmHWM at the end of the run, summed over the server's processes "
@@ -425,10 +446,11 @@ print("Peak RSS is VmHWM at the end of the run, summed over the server's process
 print()
 print("## authproxy relative to each peer")
 print()
-print("Ratio = authproxy ÷ peer (> 1.00 means authproxy is faster).")
+print("Ratio = authproxy ÷ peer: for req/s > 1.00 means authproxy is faster; for CPU < 1.00 means authproxy "
+      "needs less CPU per request.")
 print()
-print("| peer | req/s c50 | req/s c1 | new conn/s c10 |")
-print("|---|---:|---:|---:|")
+print("| peer | req/s c50 | req/s c1 | new conn/s c10 | CPU/req c50 | CPU/req c1 | CPU/conn c10 |")
+print("|---|---:|---:|---:|---:|---:|---:|")
 ap = by.get("authproxy")
 def ratio(a, b):
     a, b = num(a), num(b)
@@ -441,9 +463,10 @@ for name in ("mitmproxy", "nginx-tls"):
     if p is None:
         continue
     if ap is None:
-        print(f"| {name} | n/a | n/a | n/a |")
+        print(f"| {name} | n/a | n/a | n/a | n/a | n/a | n/a |")
     else:
-        print(f"| {name} | {ratio(ap[1], p[1])} | {ratio(ap[4], p[4])} | {ratio(ap[7], p[7])} |")
+        print(f"| {name} | {ratio(ap[1], p[1])} | {ratio(ap[4], p[4])} | {ratio(ap[7], p[7])} "
+              f"| {ratio(ap[11], p[11])} | {ratio(ap[12], p[12])} | {ratio(ap[13], p[13])} |")
 print()
 m = by.get("mitmproxy")
 r = ratio(ap[1], m[1]) if ap and m else "n/a"

@@ -1,6 +1,12 @@
 # Shared plumbing of bench/run.sh and bench/https.sh (sourced, not run). The sourcing script sets
 # BENCH_TAG (log prefix), REPO_ROOT, TMP and LOG_GLOBS (server logs, relative to TMP, shown when a run fails).
 
+# Core pinning, the same in both scripts: the server under test (authproxy or a peer) gets core 0 to itself;
+# the load generator and the origin share core 1.
+PIN_SERVER=(taskset -c 0)
+PIN_LOAD=(taskset -c 1)
+CLK_TCK=$(getconf CLK_TCK)
+
 log() { printf '[%s %s] %s\n' "$BENCH_TAG" "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 ver() { "$@" 2>&1 | head -n1 | tr -d '\r' || true; }
@@ -93,6 +99,37 @@ cleanup() {
     fi
     rm -rf "$TMP"
     exit "$rc"
+}
+
+# CPU time (utime + stime, in clock ticks) of a server: the process and all its descendants
+# (nginx master + worker). /proc/PID/stat already sums all threads of a process.
+cpu_ticks() { # pid
+    python3 - "$1" <<'PY'
+import os, sys
+root = int(sys.argv[1])
+children, ticks = {}, {}
+for d in os.listdir("/proc"):
+    if not d.isdigit(): continue
+    try:
+        with open(f"/proc/{d}/stat") as f:
+            s = f.read()
+    except OSError:
+        continue
+    fields = s[s.rindex(")") + 2:].split()   # fields[0] is field 3 (state)
+    children.setdefault(int(fields[1]), []).append(int(d))
+    ticks[int(d)] = int(fields[11]) + int(fields[12])   # fields 14 (utime) and 15 (stime)
+total, stack = 0, [root]
+while stack:
+    p = stack.pop()
+    stack.extend(children.get(p, []))
+    total += ticks.get(p, 0)
+print(total)
+PY
+}
+
+# cpu_us_per_request TICKS_BEFORE TICKS_AFTER REQUESTS: CPU µs per request, or nan without requests.
+cpu_us_per_request() {
+    python3 -c "import sys; b, a, r = map(int, sys.argv[1:4]); print('%.1f' % ((a - b) * 1e6 / $CLK_TCK / r) if r else 'nan')" "$1" "$2" "$3"
 }
 
 # Peak RSS (VmHWM), summed over each server's process tree (master + workers).

@@ -96,9 +96,6 @@ fi
 # Core pinning: the server under test (authproxy or a peer) gets core 0 to itself; the load
 # generator and the origin share core 1. Every server is measured on the same single core.
 [[ $(nproc) -ge 2 ]] || die "needs at least 2 CPUs (server on core 0, wrk + origin on core 1); nproc=$(nproc)"
-PIN_SERVER=(taskset -c 0)
-PIN_LOAD=(taskset -c 1)
-CLK_TCK=$(getconf CLK_TCK)
 
 # --------------------------------------------------------------------------
 # 2. Temp dir, ports, cleanup
@@ -429,32 +426,6 @@ print("%.2f %.3f %.3f %s %s" % (float(rps.group(1)), ms(p50.group(1)), ms(p99.gr
 '
 }
 
-# CPU time (utime + stime, in clock ticks) of a server: the process and all its descendants
-# (nginx master + worker). /proc/PID/stat already sums all threads of a process.
-cpu_ticks() { # pid
-    python3 - "$1" <<'PY'
-import os, sys
-root = int(sys.argv[1])
-children, ticks = {}, {}
-for d in os.listdir("/proc"):
-    if not d.isdigit(): continue
-    try:
-        with open(f"/proc/{d}/stat") as f:
-            s = f.read()
-    except OSError:
-        continue
-    fields = s[s.rindex(")") + 2:].split()   # fields[0] is field 3 (state)
-    children.setdefault(int(fields[1]), []).append(int(d))
-    ticks[int(d)] = int(fields[11]) + int(fields[12])   # fields 14 (utime) and 15 (stime)
-total, stack = 0, [root]
-while stack:
-    p = stack.pop()
-    stack.extend(children.get(p, []))
-    total += ticks.get(p, 0)
-print(total)
-PY
-}
-
 download_mbps() { # kind addr -> best MB/s (10^6 bytes) of DL_REPEATS (curl pinned to the load core)
     local kind="$1" addr="$2" best=0 out code size speed
     for _ in $(seq 1 "$DL_REPEATS"); do
@@ -484,7 +455,7 @@ measure() { # name kind addr round conns threads
     after=$(cpu_ticks "${PID_OF[$name]}")
     echo "$out" > "$TMP/wrk-$name-c$c-r$round.txt"
     read -r rps p50 p99 err reqs < <(parse_wrk <<<"$out")
-    cpu=$(python3 -c "r=$reqs; print('%.1f' % ((($after) - ($before)) * 1e6 / $CLK_TCK / r) if r else 'nan')")
+    cpu=$(cpu_us_per_request "$before" "$after" "${reqs:-0}")
     log "  round $round c$c: $rps req/s  cpu=${cpu}µs/req  p50=${p50}ms p99=${p99}ms errors=$err"
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$round" "$c" "$rps" "$p50" "$p99" "$err" "$reqs" "$cpu" >> "$RUNS"
 }

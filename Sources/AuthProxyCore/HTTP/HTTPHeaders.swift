@@ -83,16 +83,20 @@ public struct HTTPHeaders: Sendable, Equatable, Sequence {
         return false
     }
 
+    /// ``hopByHop`` and ``connectionListing`` as bytes, for the byte path.
+    private static let hopByHopBytes: [[UInt8]] = hopByHop.map { Array($0.utf8) }
+    private static let connectionListingBytes: [[UInt8]] = connectionListing.map { Array($0.utf8) }
+
     /// ``isHopByHop(_:named:)`` for a name held as bytes, without the names listed in `Connection` (the caller
     /// checks those). Allocation-free.
     static func isHopByHop(bytes name: UnsafeRawBufferPointer) -> Bool {
-        for h in hopByHop where asciiCaseInsensitiveEquals(name, h) { return true }
+        for h in hopByHopBytes where asciiCaseInsensitiveEquals(name, lowercased: h) { return true }
         return false
     }
 
     /// Whether a field name held as bytes is `Connection` or `Proxy-Connection`.
     static func isConnectionListing(bytes name: UnsafeRawBufferPointer) -> Bool {
-        for h in connectionListing where asciiCaseInsensitiveEquals(name, h) { return true }
+        for h in connectionListingBytes where asciiCaseInsensitiveEquals(name, lowercased: h) { return true }
         return false
     }
 
@@ -106,14 +110,16 @@ public struct HTTPHeaders: Sendable, Equatable, Sequence {
     }
 }
 
-/// `bytes` equals `name` ignoring ASCII case (the same rule as ``StringProtocol/caseInsensitiveEquals(_:)``).
+/// `bytes` equals `lowercased` (ASCII, lower case) ignoring ASCII case: the rule of
+/// ``StringProtocol/caseInsensitiveEquals(_:)`` for a name held as bytes.
 @inlinable
-func asciiCaseInsensitiveEquals(_ bytes: UnsafeRawBufferPointer, _ name: some StringProtocol) -> Bool {
-    let b = name.utf8
-    guard bytes.count == b.count else { return false }
-    return zip(bytes, b).allSatisfy { x, y in
-        x == y || (x | 0x20 == y | 0x20 && (x | 0x20) >= 0x61 && (x | 0x20) <= 0x7a)
+func asciiCaseInsensitiveEquals(_ bytes: UnsafeRawBufferPointer, lowercased: [UInt8]) -> Bool {
+    guard bytes.count == lowercased.count else { return false }
+    for i in 0..<bytes.count {
+        let x = bytes[i], y = lowercased[i]
+        if x != y, !(x | 0x20 == y && y >= 0x61 && y <= 0x7a) { return false }
     }
+    return true
 }
 
 extension StringProtocol {

@@ -41,6 +41,29 @@ struct ResponseHeadAssembler {
         var nameEnd: Int
         var valueStart: Int
         var valueEnd: Int
+        /// What the name is, found once when the field arrives (``Kind``).
+        var kind: UInt8
+    }
+
+    /// Field names the head is written by, as bits of ``Field/kind``.
+    private enum Kind {
+        /// In ``HTTPHeaders/hopByHop``.
+        static let hopByHop: UInt8 = 1
+        /// `Connection` or `Proxy-Connection`: its value names more hop-by-hop fields.
+        static let listing: UInt8 = 2
+        static let contentLength: UInt8 = 4
+        static let transferEncoding: UInt8 = 8
+        static let allowOrigin: UInt8 = 16
+
+        static func of(_ name: UnsafeRawBufferPointer) -> UInt8 {
+            var k: UInt8 = 0
+            if HTTPHeaders.isHopByHop(bytes: name) { k |= hopByHop }
+            if HTTPHeaders.isConnectionListing(bytes: name) { k |= listing }
+            if ResponseHeadAssembler.equalsIgnoringCase(name, "content-length") { k |= contentLength }
+            if ResponseHeadAssembler.equalsIgnoringCase(name, "transfer-encoding") { k |= transferEncoding }
+            if ResponseHeadAssembler.equalsIgnoringCase(name, "access-control-allow-origin") { k |= allowOrigin }
+            return k
+        }
     }
 
     /// Reason phrase, then each field's name and value, in arrival order.
@@ -52,6 +75,9 @@ struct ResponseHeadAssembler {
     private(set) var status = 0
     /// The blank line of the current head was seen.
     private(set) var isComplete = false
+    /// How many fields are `Connection`/`Proxy-Connection` (usually one; with none, no name needs checking
+    /// against their lists).
+    private var listingFields = 0
 
     /// Reserves room for a typical head once; ``reset(keepingCapacity:)`` keeps it across exchanges.
     init(capacity: Int = 1024) {
@@ -66,6 +92,7 @@ struct ResponseHeadAssembler {
         reason = nil
         status = 0
         isComplete = false
+        listingFields = 0
     }
 
     /// Takes one raw header line from libcurl's header callback, CRLF included. Once the caller has written a
@@ -74,7 +101,7 @@ struct ResponseHeadAssembler {
         var end = raw.count
         while end > 0, raw[end - 1] == 10 || raw[end - 1] == 13 { end -= 1 }
         let line = UnsafeRawBufferPointer(rebasing: raw[0..<end])
-        if line.starts(with: "HTTP/".utf8) {
+        if line.count >= 5, line[0] == 72, line[1] == 84, line[2] == 84, line[3] == 80, line[4] == 47 {  // "HTTP/"
             beginHead(line)
             return .status(status)
         }
@@ -92,11 +119,16 @@ struct ResponseHeadAssembler {
             return .field
         }
         guard let colon = line.firstIndex(of: 58) else { return .ignored }
+        let name = UnsafeRawBufferPointer(rebasing: line[0..<colon])
+        let kind = Kind.of(name)
+        if kind & Kind.listing != 0 { listingFields += 1 }
         let nameStart = storage.count
-        storage.append(contentsOf: UnsafeRawBufferPointer(rebasing: line[0..<colon]))
+        storage.append(contentsOf: name)
         let valueStart = storage.count
         storage.append(contentsOf: Self.trimmed(UnsafeRawBufferPointer(rebasing: line[(colon + 1)...])))
-        fields.append(Field(nameStart: nameStart, nameEnd: valueStart, valueStart: valueStart, valueEnd: storage.count))
+        fields.append(
+            Field(
+                nameStart: nameStart, nameEnd: valueStart, valueStart: valueStart, valueEnd: storage.count, kind: kind))
         return .field
     }
 
@@ -107,6 +139,7 @@ struct ResponseHeadAssembler {
         fields.removeAll(keepingCapacity: true)
         reason = nil
         isComplete = false
+        listingFields = 0
         guard let sp1 = line.firstIndex(of: 32) else {
             status = 502
             return
@@ -138,9 +171,8 @@ struct ResponseHeadAssembler {
     /// The first value of the field `lowercasedName` (ASCII, lower case), hop-by-hop fields included. No
     /// allocation: the slice shares the assembler's storage.
     func value(of lowercasedName: StaticString) -> ArraySlice<UInt8>? {
-        let name = UnsafeRawBufferPointer(start: lowercasedName.utf8Start, count: lowercasedName.utf8CodeUnitCount)
         let found: Range<Int>? = storage.withUnsafeBytes { (s: UnsafeRawBufferPointer) -> Range<Int>? in
-            for f in fields where Self.equalsIgnoringCase(Self.bytes(s, f.nameStart, f.nameEnd), name) {
+            for f in fields where Self.equalsIgnoringCase(Self.bytes(s, f.nameStart, f.nameEnd), lowercasedName) {
                 return f.valueStart..<f.valueEnd
             }
             return nil
@@ -164,9 +196,10 @@ struct ResponseHeadAssembler {
     private func agreedLength(_ s: UnsafeRawBufferPointer) -> Int64? {
         var first: UnsafeRawBufferPointer? = nil
         for f in fields {
-            let name = Self.bytes(s, f.nameStart, f.nameEnd)
-            if asciiCaseInsensitiveEquals(name, "transfer-encoding") { return nil }
-            guard asciiCaseInsensitiveEquals(name, "content-length"), !namedInConnection(name, s) else { continue }
+            if f.kind & Kind.transferEncoding != 0 { return nil }
+            guard f.kind & Kind.contentLength != 0, !namedInConnection(Self.bytes(s, f.nameStart, f.nameEnd), s) else {
+                continue
+            }
             let v = Self.bytes(s, f.valueStart, f.valueEnd)
             if let first {
                 if !first.elementsEqual(v) { return nil }
@@ -201,10 +234,10 @@ struct ResponseHeadAssembler {
             }
             out.append("\r\n")
             for f in fields {
+                if f.kind & (Kind.hopByHop | Kind.contentLength) != 0 { continue }
+                if o.corsOrigin != nil, f.kind & Kind.allowOrigin != 0 { continue }
                 let name = Self.bytes(s, f.nameStart, f.nameEnd)
-                if HTTPHeaders.isHopByHop(bytes: name) || namedInConnection(name, s) { continue }
-                if asciiCaseInsensitiveEquals(name, "content-length") { continue }
-                if o.corsOrigin != nil, asciiCaseInsensitiveEquals(name, "access-control-allow-origin") { continue }
+                if namedInConnection(name, s) { continue }
                 out.append(name)
                 out.append(": ")
                 out.append(Self.bytes(s, f.valueStart, f.valueEnd))
@@ -233,9 +266,11 @@ struct ResponseHeadAssembler {
     // MARK: helpers
 
     /// Whether `name` is listed in a `Connection` or `Proxy-Connection` field (comma-separated, trimmed tokens).
-    /// Scans the fields each time instead of collecting the names: heads have one such field with one token.
+    /// Scans the listing fields each time instead of collecting the names: heads have at most one, with one
+    /// token.
     private func namedInConnection(_ name: UnsafeRawBufferPointer, _ s: UnsafeRawBufferPointer) -> Bool {
-        for f in fields where HTTPHeaders.isConnectionListing(bytes: Self.bytes(s, f.nameStart, f.nameEnd)) {
+        guard listingFields > 0 else { return false }
+        for f in fields where f.kind & Kind.listing != 0 {
             var start = f.valueStart
             while start <= f.valueEnd {
                 var stop = start
@@ -261,7 +296,12 @@ struct ResponseHeadAssembler {
         return UnsafeRawBufferPointer(rebasing: b[lo..<hi])
     }
 
-    /// ASCII case-insensitive equality of two byte strings (the rule of ``asciiCaseInsensitiveEquals(_:_:)``).
+    /// `a` equals the lower-case ASCII name `b`, ignoring ASCII case.
+    fileprivate static func equalsIgnoringCase(_ a: UnsafeRawBufferPointer, _ b: StaticString) -> Bool {
+        equalsIgnoringCase(a, UnsafeRawBufferPointer(start: b.utf8Start, count: b.utf8CodeUnitCount))
+    }
+
+    /// ASCII case-insensitive equality of two byte strings (the rule of ``asciiCaseInsensitiveEquals(_:lowercased:)``).
     private static func equalsIgnoringCase(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Bool {
         guard a.count == b.count else { return false }
         for i in 0..<a.count {
