@@ -34,7 +34,7 @@ trap cleanup EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 ORIGIN_PORT=$(free_port)
 mkdir -p "$TMP/www"
-python3 -c 'import json; print(json.dumps({"features":[{"attributes":{"OBJECTID":i,"NAME":"feature-%d"%i},"geometry":{"x":i*1.5,"y":i*2.5}} for i in range(24)]}))' | head -c 2048 > "$TMP/www/small.json"
+python3 -c 'import json; print(json.dumps({"features":[{"attributes":{"OBJECTID":i,"NAME":"feature-%d"%i},"geometry":{"x":i*1.5,"y":i*2.5}} for i in range(24)]}))' | head -c 2048 > "$TMP/www/small.json" || true
 cat > "$TMP/nginx.conf" <<EOF
 worker_processes 1;
 daemon off;
