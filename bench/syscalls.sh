@@ -2,23 +2,25 @@
 # Syscalls and context switches per request: one or more authproxy binaries, each pinned to core 0, relaying a 2 KB
 # JSON from a local nginx (core 1) with an api-key credential injecting a token, under wrk on core 1.
 #
-#   bash bench/syscalls.sh BINARY [BINARY...] [--duration SECONDS] [--connections C]
+#   bash bench/syscalls.sh BINARY [BINARY...] [--duration SECONDS] [--connections C] [--close]
 #
 # For each binary: `perf stat -e 'syscalls:sys_enter_*',context-switches -p PID` over one wrk run, divided by the
 # requests wrk completed. Counts, unlike CPU time, hardly move with other load on the machine, so this is the
-# figure to compare for changes that aim at fewer wake-ups. Needs perf (Debian linux-perf) and tracefs.
+# figure to compare for changes that aim at fewer wake-ups. --close sends `Connection: close`, so every request
+# comes on a new client connection. Needs perf (Debian linux-perf) and tracefs.
 set -euo pipefail
 
-BINS=(); DURATION=5; CONNS=50
+BINS=(); DURATION=5; CONNS=50; CLOSE=0
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --duration) DURATION="$2"; shift 2 ;;
         --connections) CONNS="$2"; shift 2 ;;
+        --close) CLOSE=1; shift ;;
         -*) echo "unknown argument: $1" >&2; exit 2 ;;
         *) BINS+=("$(readlink -f "$1")"); shift ;;
     esac
 done
-[[ ${#BINS[@]} -ge 1 ]] || { sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[[ ${#BINS[@]} -ge 1 ]] || { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 for t in wrk nginx taskset python3 perf; do
     command -v "$t" >/dev/null 2>&1 || [[ -x "/usr/sbin/$t" ]] || { echo "needs $t" >&2; exit 2; }
 done
@@ -44,8 +46,9 @@ http { access_log off; keepalive_requests 1000000;
 EOF
 taskset -c 1 nginx -c "$TMP/nginx.conf" & PIDS+=($!)
 URL="http://127.0.0.1:$ORIGIN_PORT/small.json?f=json"
+EXTRA=""; [[ $CLOSE -eq 1 ]] && EXTRA=', ["Connection"]="close"'
 cat > "$TMP/proxy.lua" <<EOF
-request = function() return wrk.format("GET", "$URL", {["Host"]="127.0.0.1:$ORIGIN_PORT"}) end
+request = function() return wrk.format("GET", "$URL", {["Host"]="127.0.0.1:$ORIGIN_PORT"$EXTRA}) end
 EOF
 
 for bin in "${BINS[@]}"; do
@@ -73,7 +76,8 @@ EOF
     out=$(taskset -c 1 wrk -t1 -c"$CONNS" -d"${DURATION}s" -s "$TMP/proxy.lua" "http://127.0.0.1:$port" 2>&1)
     kill -INT "$perf_pid"; wait "$perf_pid" 2>/dev/null || true
     reqs=$(awk '/requests in/ {print $1}' <<<"$out")
-    echo "== $bin (c$CONNS, $reqs requests)"
+    grep -E "Socket errors|Non-2xx" <<<"$out" | sed 's/^ */  wrk: /' || true
+    echo "== $bin (c$CONNS$([[ $CLOSE -eq 1 ]] && echo ", Connection: close"), $reqs requests)"
     python3 - "$dir/perf.csv" "$reqs" <<'PY'
 import sys
 rows = []

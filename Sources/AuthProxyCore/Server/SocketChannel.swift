@@ -6,7 +6,9 @@ import Glibc
 /// A non-blocking stream socket driven by one read and one write Dispatch source on its event loop's queue.
 ///
 /// Writes go straight to the socket; what the kernel does not take waits in ``pending`` and the write source
-/// drains it. Owners apply back-pressure by watching ``pendingCount`` and pausing their producer, and by
+/// drains it. The write source is made only when a `send` would block (or a connect is awaited): most
+/// connections never need one, and an unused source still costs its allocation and, when the connection closes,
+/// an activation just to be cancelled. Owners apply back-pressure by watching ``pendingCount`` and pausing their producer, and by
 /// ``pauseReading()``/``resumeReading()``. The descriptor is closed only after both sources' cancel handlers
 /// have run, so a new socket can never reuse the number while an old source still watches it.
 ///
@@ -16,12 +18,14 @@ final class SocketChannel: @unchecked Sendable {
     let fd: Int32
     private let queue: DispatchQueue
     private let readSource: any DispatchSourceRead
-    private let writeSource: any DispatchSourceWrite
+    /// Made by ``armWrite()`` the first time it is needed.
+    private var writeSource: (any DispatchSourceWrite)?
     private var readResumed = false
     private var writeResumed = false
     private var pending = ByteBuffer()
     private var shutdownWhenFlushed = false
-    private var liveSources = 2
+    /// Sources whose cancel handler has not run yet; the descriptor is closed when this reaches 0.
+    private var liveSources = 1
     private(set) var isClosed = false
     /// Whether the peer's side or ours failed: writes are dropped from then on.
     private(set) var failed = false
@@ -45,16 +49,16 @@ final class SocketChannel: @unchecked Sendable {
         self.fd = fd
         self.queue = queue
         readSource = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
-        writeSource = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
         readSource.setEventHandler { [unowned self] in self.onReadable?() }
-        writeSource.setEventHandler { [unowned self] in self.writable() }
-        // The cancel handlers hold the channel strongly: it must outlive them to close the descriptor.
-        let cancelled: @Sendable () -> Void = { [self] in
+        readSource.setCancelHandler(handler: sourceCancelled)
+    }
+
+    /// The cancel handlers hold the channel strongly: it must outlive them to close the descriptor.
+    private var sourceCancelled: @Sendable () -> Void {
+        { [self] in
             self.liveSources -= 1
             if self.liveSources == 0 { Glibc.close(self.fd) }
         }
-        readSource.setCancelHandler(handler: cancelled)
-        writeSource.setCancelHandler(handler: cancelled)
     }
 
     var pendingCount: Int { pending.count }
@@ -154,10 +158,12 @@ final class SocketChannel: @unchecked Sendable {
         onConnected = nil
         pending.removeAll()
         readSource.cancel()
-        writeSource.cancel()
         // A suspended or never-activated source must be resumed for its cancel handler to run.
         if !readResumed { readSource.resume() }
-        if !writeResumed { writeSource.resume() }
+        if let w = writeSource {
+            w.cancel()
+            if !writeResumed { w.resume() }
+        }
     }
 
     /// Sends with MSG_NOSIGNAL; returns bytes written (0 on EAGAIN) or -1 after reporting the error.
@@ -180,8 +186,18 @@ final class SocketChannel: @unchecked Sendable {
 
     private func armWrite() {
         guard !isClosed, !writeResumed else { return }
+        let w: any DispatchSourceWrite
+        if let existing = writeSource {
+            w = existing
+        } else {
+            w = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
+            w.setEventHandler { [unowned self] in self.writable() }
+            w.setCancelHandler(handler: sourceCancelled)
+            liveSources += 1
+            writeSource = w
+        }
         writeResumed = true
-        writeSource.resume()
+        w.resume()
     }
 
     private func writable() {
@@ -192,7 +208,7 @@ final class SocketChannel: @unchecked Sendable {
             getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len)
             if pending.isEmpty, writeResumed {
                 writeResumed = false
-                writeSource.suspend()
+                writeSource?.suspend()
             }
             connected(err)
             return
@@ -207,7 +223,7 @@ final class SocketChannel: @unchecked Sendable {
         if pending.isEmpty {
             if writeResumed {
                 writeResumed = false
-                writeSource.suspend()
+                writeSource?.suspend()
             }
             if shutdownWhenFlushed {
                 shutdownWhenFlushed = false
