@@ -9,7 +9,7 @@ import threading
 import pytest
 
 import harness
-from httpraw import RawConn, request_bytes
+from httpraw import RawConn, request_bytes, wait_until
 from netauth.fixtures import netauth_big_file, netauth_rig  # noqa: F401  (fixtures)
 from harness import cred
 from test_credentials import via
@@ -48,7 +48,8 @@ def test_basic_is_not_sent_over_http_by_default(proxy_factory, netauth_rig, sess
     p = proxy_factory(extra_config=cred("basic", "password", rig.basic.url, username="alice", password="alice-pw"))
     r = via(p, session, "GET", rig.basic.url + "secret?marker=nobasic")
     assert r.status_code == 401
-    lines = [l for l in rig.apache.access_log_lines() if "marker=nobasic" in l]
+    # Apache writes its access log after sending the response: wait for the line.
+    lines = wait_until(lambda: [l for l in rig.apache.access_log_lines() if "marker=nobasic" in l], 5)
     assert lines and all('auth="Basic' not in l for l in lines), lines
 
 
