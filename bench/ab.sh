@@ -24,61 +24,16 @@ done
 for t in wrk nginx taskset python3; do
     command -v "$t" >/dev/null 2>&1 || [[ -x "/usr/sbin/$t" ]] || { echo "needs $t (apt-get install wrk nginx-light util-linux)" >&2; exit 2; }
 done
-export PATH="$PATH:/usr/sbin"
-
-TMP="$(mktemp -d)"; chmod 755 "$TMP"
-PIDS=()
-cleanup() { for p in "${PIDS[@]:-}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$TMP"; }
-trap cleanup EXIT
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-ORIGIN_PORT=$(free_port)
-mkdir -p "$TMP/www"
-python3 -c 'import json; print(json.dumps({"features":[{"attributes":{"OBJECTID":i,"NAME":"feature-%d"%i},"geometry":{"x":i*1.5,"y":i*2.5}} for i in range(24)]}))' | head -c 2048 > "$TMP/www/small.json" || true
-cat > "$TMP/nginx.conf" <<EOF
-worker_processes 1;
-daemon off;
-pid $TMP/nginx.pid;
-error_log $TMP/nginx.err;
-events { worker_connections 4096; }
-http { access_log off; keepalive_requests 1000000;
-  server { listen 127.0.0.1:$ORIGIN_PORT; root $TMP/www; } }
-EOF
-taskset -c 1 nginx -c "$TMP/nginx.conf" & PIDS+=($!)
-
-start_proxy() {  # binary port -> pid
-    local bin="$1" port="$2" dir="$TMP/p$2"
-    mkdir -p "$dir/state"
-    cat > "$dir/proxy.conf" <<EOF
-[proxy]
-listen = ["127.0.0.1:$port"]
-state_dir = "$dir/state"
-[log]
-level = "warning"
-[[credential]]
-name = "bench"
-type = "api-key"
-key = "BENCHKEY0123456789"
-match = "http://127.0.0.1:$ORIGIN_PORT"
-EOF
-    taskset -c 0 "$bin" serve --config "$dir/proxy.conf" > "$dir/log" 2>&1 &
-    echo $!
-}
+source "$(dirname "${BASH_SOURCE[0]}")/pinned.sh"
+start_small_origin
 A_PORT=$(free_port); B_PORT=$(free_port)
-A_PID=$(start_proxy "$A_BIN" "$A_PORT"); PIDS+=("$A_PID")
-B_PID=$(start_proxy "$B_BIN" "$B_PORT"); PIDS+=("$B_PID")
-for port in $A_PORT $B_PORT; do
-    for _ in $(seq 1 100); do curl -s --noproxy '*' -o /dev/null "http://127.0.0.1:$port/healthz" && break; sleep 0.1; done
-done
-URL="http://127.0.0.1:$ORIGIN_PORT/small.json?f=json"
-curl -sf -x "http://127.0.0.1:$A_PORT" "$URL" -o /dev/null && curl -sf -x "http://127.0.0.1:$B_PORT" "$URL" -o /dev/null
+A_PID=$(start_bench_proxy "$A_BIN" "$A_PORT"); PIDS+=("$A_PID")
+B_PID=$(start_bench_proxy "$B_BIN" "$B_PORT"); PIDS+=("$B_PID")
 
 TICK=$(getconf CLK_TCK)
 cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
 # Routes wrk through the proxy: absolute-form requests to the proxy's port.
-cat > "$TMP/proxy.lua" <<EOF
-request = function() return wrk.format("GET", "$URL", {["Host"]="127.0.0.1:$ORIGIN_PORT"}) end
-EOF
+write_proxy_lua
 run() {  # pid port conns -> "reqs_per_s cpu_us_per_req p50_us p99_us"
     local pid="$1" port="$2" c="$3" t0 t1 out reqs rps p50 p99
     t0=$(cpu_ticks "$pid")

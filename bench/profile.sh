@@ -27,45 +27,12 @@ done
 for t in wrk nginx taskset perf python3; do
     command -v "$t" >/dev/null 2>&1 || [[ -x "/usr/sbin/$t" ]] || { echo "needs $t (apt-get install wrk nginx-light util-linux linux-perf)" >&2; exit 2; }
 done
-export PATH="$PATH:/usr/sbin"
-
-TMP="$(mktemp -d)"; chmod 755 "$TMP"
+source "$(dirname "${BASH_SOURCE[0]}")/pinned.sh"
 [[ -n "$OUT" ]] || OUT="$TMP/out"
 mkdir -p "$OUT"
-PIDS=()
-cleanup() { for p in "${PIDS[@]:-}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$TMP"; }
-trap cleanup EXIT
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-ORIGIN_PORT=$(free_port); PORT=$(free_port)
-mkdir -p "$TMP/www" "$TMP/state"
-python3 -c 'import json; print(json.dumps({"features":[{"attributes":{"OBJECTID":i,"NAME":"feature-%d"%i},"geometry":{"x":i*1.5,"y":i*2.5}} for i in range(24)]}))' | head -c 2048 > "$TMP/www/small.json" || true
-cat > "$TMP/nginx.conf" <<EOF
-worker_processes 1;
-daemon off;
-pid $TMP/nginx.pid;
-error_log $TMP/nginx.err;
-events { worker_connections 4096; }
-http { access_log off; keepalive_requests 1000000;
-  server { listen 127.0.0.1:$ORIGIN_PORT; root $TMP/www; } }
-EOF
-taskset -c 1 nginx -c "$TMP/nginx.conf" & PIDS+=($!)
-cat > "$TMP/proxy.conf" <<EOF
-[proxy]
-listen = ["127.0.0.1:$PORT"]
-state_dir = "$TMP/state"
-[log]
-level = "warning"
-[[credential]]
-name = "bench"
-type = "api-key"
-key = "BENCHKEY0123456789"
-match = "http://127.0.0.1:$ORIGIN_PORT"
-EOF
-taskset -c 0 "$BIN" serve --config "$TMP/proxy.conf" > "$TMP/log" 2>&1 & PID=$!; PIDS+=($PID)
-for _ in $(seq 1 100); do curl -s --noproxy '*' -o /dev/null "http://127.0.0.1:$PORT/healthz" && break; sleep 0.1; done
-URL="http://127.0.0.1:$ORIGIN_PORT/small.json?f=json"
-curl -sf -x "http://127.0.0.1:$PORT" "$URL" -o /dev/null
+start_small_origin
+PORT=$(free_port)
+PID=$(start_bench_proxy "$BIN" "$PORT"); PIDS+=("$PID")
 if [[ $DOWNLOAD_MB -gt 0 ]]; then
     head -c $((DOWNLOAD_MB * 1024 * 1024)) /dev/urandom > "$TMP/www/big.bin"; chmod a+r "$TMP/www/big.bin"
     BIG="http://127.0.0.1:$ORIGIN_PORT/big.bin"
@@ -86,9 +53,7 @@ if [[ $DOWNLOAD_MB -gt 0 ]]; then
     perf report -i "$OUT/perf.data" --no-children --sort dso,sym --stdio -g none 2>/dev/null | grep -v '^#' | grep -v '^$' | head -45 | tee "$OUT/by-symbol.txt"
     exit 0
 fi
-cat > "$TMP/proxy.lua" <<EOF
-request = function() return wrk.format("GET", "$URL", {["Host"]="127.0.0.1:$ORIGIN_PORT"}) end
-EOF
+write_proxy_lua
 # Warm-up, then the measured run under perf.
 taskset -c 1 wrk -t1 -c"$CONNS" -d2s -s "$TMP/proxy.lua" "http://127.0.0.1:$PORT" >/dev/null
 TICK=$(getconf CLK_TCK)

@@ -26,48 +26,14 @@ for t in wrk nginx taskset python3 perf; do
 done
 export PATH="$PATH:/usr/sbin"
 
-TMP="$(mktemp -d)"; chmod 755 "$TMP"
-PIDS=()
-cleanup() { for p in "${PIDS[@]:-}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$TMP"; }
-trap cleanup EXIT
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-ORIGIN_PORT=$(free_port)
-mkdir -p "$TMP/www"
-head -c 2023 "$(dirname "$0")/small.json" > "$TMP/www/small.json"
-cat > "$TMP/nginx.conf" <<EOF
-worker_processes 1;
-daemon off;
-pid $TMP/nginx.pid;
-error_log $TMP/nginx.err;
-events { worker_connections 4096; }
-http { access_log off; keepalive_requests 1000000;
-  server { listen 127.0.0.1:$ORIGIN_PORT; root $TMP/www; } }
-EOF
-taskset -c 1 nginx -c "$TMP/nginx.conf" & PIDS+=($!)
-URL="http://127.0.0.1:$ORIGIN_PORT/small.json?f=json"
+source "$(dirname "${BASH_SOURCE[0]}")/pinned.sh"
+start_small_origin
 EXTRA=""; [[ $CLOSE -eq 1 ]] && EXTRA=', ["Connection"]="close"'
-cat > "$TMP/proxy.lua" <<EOF
-request = function() return wrk.format("GET", "$URL", {["Host"]="127.0.0.1:$ORIGIN_PORT"$EXTRA}) end
-EOF
+write_proxy_lua "$EXTRA"
 
 for bin in "${BINS[@]}"; do
-    port=$(free_port); dir="$TMP/p$port"; mkdir -p "$dir/state"
-    cat > "$dir/proxy.conf" <<EOF
-[proxy]
-listen = ["127.0.0.1:$port"]
-state_dir = "$dir/state"
-[log]
-level = "warning"
-[[credential]]
-name = "bench"
-type = "api-key"
-key = "BENCHKEY0123456789"
-match = "http://127.0.0.1:$ORIGIN_PORT"
-EOF
-    taskset -c 0 "$bin" serve --config "$dir/proxy.conf" > "$dir/log" 2>&1 &
-    pid=$!; PIDS+=("$pid")
-    for _ in $(seq 1 100); do curl -s --noproxy '*' -o /dev/null "http://127.0.0.1:$port/healthz" && break; sleep 0.1; done
+    port=$(free_port)
+    pid=$(start_bench_proxy "$bin" "$port"); PIDS+=("$pid"); dir="$TMP/p$port"
     curl -sf -x "http://127.0.0.1:$port" "$URL" -o /dev/null
     taskset -c 1 wrk -t1 -c"$CONNS" -d2s -s "$TMP/proxy.lua" "http://127.0.0.1:$port" > /dev/null  # warm-up
     perf stat -x, -e 'syscalls:sys_enter_*' -e context-switches -p "$pid" -o "$dir/perf.csv" &

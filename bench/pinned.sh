@@ -1,0 +1,59 @@
+# Shared by the single-proxy scripts (ab.sh, profile.sh, syscalls.sh): a temp dir torn down on exit, an nginx
+# origin serving the 2 KB fixture on core 1, and authproxy instances pinned to core 0 with the api-key
+# credential issue 10 measures. Source it after `set -euo pipefail`. Listens on 127.0.0.1 only.
+
+TMP="$(mktemp -d)"; chmod 755 "$TMP"
+PIDS=()
+cleanup() { for p in "${PIDS[@]:-}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$TMP"; }
+trap cleanup EXIT
+export PATH="$PATH:/usr/sbin"
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# Starts the origin; sets ORIGIN_PORT and URL (the fixture with an ArcGIS-style query).
+start_small_origin() {
+    ORIGIN_PORT=$(free_port)
+    mkdir -p "$TMP/www"
+    head -c 2023 "$(dirname "${BASH_SOURCE[0]}")/small.json" > "$TMP/www/small.json"
+    cat > "$TMP/nginx.conf" <<CONF
+worker_processes 1;
+daemon off;
+pid $TMP/nginx.pid;
+error_log $TMP/nginx.err;
+events { worker_connections 4096; }
+http { access_log off; keepalive_requests 1000000;
+  server { listen 127.0.0.1:$ORIGIN_PORT; root $TMP/www; } }
+CONF
+    taskset -c 1 nginx -c "$TMP/nginx.conf" & PIDS+=($!)
+    URL="http://127.0.0.1:$ORIGIN_PORT/small.json?f=json"
+}
+
+# start_bench_proxy BINARY PORT -> prints the pid; the proxy injects token=BENCHKEY… into requests to the origin.
+start_bench_proxy() {
+    local bin="$1" port="$2" dir="$TMP/p$2"
+    mkdir -p "$dir/state"
+    cat > "$dir/proxy.conf" <<CONF
+[proxy]
+listen = ["127.0.0.1:$port"]
+state_dir = "$dir/state"
+[log]
+level = "warning"
+[[credential]]
+name = "bench"
+type = "api-key"
+key = "BENCHKEY0123456789"
+match = "http://127.0.0.1:$ORIGIN_PORT"
+CONF
+    taskset -c 0 "$bin" serve --config "$dir/proxy.conf" > "$dir/log" 2>&1 &
+    local pid=$!
+    for _ in $(seq 1 100); do curl -s --noproxy '*' -o /dev/null "http://127.0.0.1:$port/healthz" && break; sleep 0.1; done
+    curl -sf -x "http://127.0.0.1:$port" "$URL" -o /dev/null
+    echo "$pid"
+}
+
+# write_proxy_lua [EXTRA_HEADERS_LUA] -> $TMP/proxy.lua: wrk sends absolute-form requests for $URL to the proxy.
+write_proxy_lua() {
+    cat > "$TMP/proxy.lua" <<LUA
+request = function() return wrk.format("GET", "$URL", {["Host"]="127.0.0.1:$ORIGIN_PORT"${1:-}}) end
+LUA
+}
