@@ -4,12 +4,13 @@ import CCurl
 /// One libcurl easy handle that ``CurlMulti`` pools across transfers, with the error buffer libcurl writes
 /// into and a record of the per-request options it carries now.
 ///
-/// Why: `curl_easy_reset` plus ~20 `curl_easy_setopt` per request was a visible part of libcurl's cost per
-/// request. So the options that never change (no signals, no proxy from the environment, HTTP/1.1, no content
-/// decoding, path as is, buffer size, TCP keep-alive, the error buffer and every callback function) are set
-/// once, when the handle is made. Per-request options (URL, private and callback data pointers, header list)
-/// are set by every transfer; the method options, `CONNECTTIMEOUT` and `FORBID_REUSE` are recorded here and put
-/// back to libcurl's defaults when the next request does not use them, so a GET after a GET sets none of them.
+/// Instead of `curl_easy_reset` plus ~20 `curl_easy_setopt` per request, the options that never change (no
+/// signals, no proxy from the environment, HTTP/1.1, no content decoding, path as is, buffer size, TCP keep-alive,
+/// the error buffer, the private pointer to this object and every callback function) are set once, when the
+/// handle is made. Per-request options (URL, callback data pointers, header list) are set by every transfer; the
+/// method options, `CONNECTTIMEOUT` and `FORBID_REUSE` are recorded here and put back to libcurl's defaults when
+/// the next request does not use them, so a GET after a GET sets none of them. (Measured: setting up a transfer
+/// is well under 1 µs either way; see docs/BENCHMARKS.md, "Issue 10 levers".)
 ///
 /// **Reuse rule — no credential setting may reach another request:** a handle that carried a network
 /// credential (user name and password or `HTTPAUTH`, Kerberos, client certificate) or a total `TIMEOUT`
