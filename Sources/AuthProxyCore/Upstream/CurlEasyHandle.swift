@@ -4,12 +4,13 @@ import CCurl
 /// One libcurl easy handle that ``CurlMulti`` pools across transfers, with the error buffer libcurl writes
 /// into and a record of the per-request options it carries now.
 ///
-/// Why: `curl_easy_reset` plus ~20 `curl_easy_setopt` per request was a visible part of libcurl's cost per
-/// request. So the options that never change (no signals, no proxy from the environment, HTTP/1.1, no content
-/// decoding, path as is, buffer size, TCP keep-alive, the error buffer and every callback function) are set
-/// once, when the handle is made. Per-request options (URL, private and callback data pointers, header list)
-/// are set by every transfer; the method options, `CONNECTTIMEOUT` and `FORBID_REUSE` are recorded here and put
-/// back to libcurl's defaults when the next request does not use them, so a GET after a GET sets none of them.
+/// Instead of `curl_easy_reset` plus ~20 `curl_easy_setopt` per request, the options that never change (no
+/// signals, no proxy from the environment, HTTP/1.1, no content decoding, path as is, buffer size, TCP keep-alive,
+/// the error buffer, the private pointer to this object and every callback function) are set once, when the
+/// handle is made. Per-request options (URL, callback data pointers, header list) are set by every transfer; the
+/// method options, `CONNECTTIMEOUT` and `FORBID_REUSE` are recorded here and put back to libcurl's defaults when
+/// the next request does not use them, so a GET after a GET sets none of them. (Measured: setting up a transfer
+/// is well under 1 µs either way; see docs/BENCHMARKS.md, "Issue 10 levers".)
 ///
 /// **Reuse rule — no credential setting may reach another request:** a handle that carried a network
 /// credential (user name and password or `HTTPAUTH`, Kerberos, client certificate) or a total `TIMEOUT`
@@ -25,8 +26,15 @@ final class CurlEasyHandle {
     let errorBuffer: UnsafeMutablePointer<CChar>
     /// The server-trust settings applied (the handle's pool), nil for none.
     private(set) var trust: ServerTrustSettings? = nil
+    /// `trust != nil`, without copying the optional (checked for every request).
+    private(set) var hasTrust = false
     /// A credential or `TIMEOUT` was applied: the handle must be reset before reuse.
     private(set) var carriesCredential = false
+    /// While the handle is in the multi handle: the object it works for (so a deferred cancel or unpause never
+    /// touches a handle that finished meanwhile and was handed to another transfer), and the transfer told when
+    /// libcurl reports it done (nil once that transfer was cancelled). `CURLOPT_PRIVATE` points at the handle.
+    var owner: ObjectIdentifier? = nil
+    var transfer: Unmanaged<UpstreamTransfer>? = nil
 
     // Per-request options whose current value differs from libcurl's default only when a request set it.
     private var noBody = false
@@ -43,13 +51,14 @@ final class CurlEasyHandle {
         var customRequest: String? = nil
         var inFileSize: Int64 = -1
 
-        /// The options for `method` with an optional body (`nil`: none, -1: unknown length, sent chunked).
-        init(method: String, bodyLength: Int64?) {
-            switch method {
-            case "HEAD": noBody = true
-            // UPLOAD alone would make libcurl send PUT: name the method whenever there is a body.
-            case "GET" where bodyLength == nil: break
-            default: customRequest = method
+        /// The options for `method` (`isHead`: it is HEAD) with an optional body (`nil`: none, -1: unknown length,
+        /// sent chunked).
+        init(method: String, isHead: Bool, bodyLength: Int64?) {
+            if isHead {
+                noBody = true
+            } else if bodyLength != nil || method != "GET" {
+                // UPLOAD alone would make libcurl send PUT: name the method whenever there is a body.
+                customRequest = method
             }
             if let bodyLength {
                 upload = true
@@ -76,6 +85,7 @@ final class CurlEasyHandle {
     func reset(multi: CurlMulti) {
         curl_easy_reset(raw)
         trust = nil
+        hasTrust = false
         carriesCredential = false
         noBody = false
         upload = false
@@ -100,7 +110,7 @@ final class CurlEasyHandle {
         }
         if m.customRequest != customRequest {
             if let c = m.customRequest {
-                ap_easy_setopt_ptr(raw, CURLOPT_CUSTOMREQUEST, c)
+                c.withCString { _ = ap_easy_setopt_ptr(raw, CURLOPT_CUSTOMREQUEST, $0) }
             } else {
                 ap_easy_setopt_ptr(raw, CURLOPT_CUSTOMREQUEST, nil)
             }
@@ -128,8 +138,9 @@ final class CurlEasyHandle {
 
     /// Applies server-trust settings to a handle that has none (a handle from the plain pool).
     func applyTrust(_ t: ServerTrustSettings) {
-        precondition(trust == nil, "a trusted handle is only reused for the same trust settings")
+        precondition(!hasTrust, "a trusted handle is only reused for the same trust settings")
         trust = t
+        hasTrust = true
         if let ca = t.caFile {
             // Added to the system CAs (CAPATH), not instead of them.
             ap_easy_setopt_ptr(raw, CURLOPT_CAINFO, ca)

@@ -35,10 +35,10 @@ final class CurlMulti: @unchecked Sendable {
     private var idlePlain: [CurlEasyHandle] = []
     private var idleTrusted: [(trust: ServerTrustSettings, handles: [CurlEasyHandle])] = []
     private var idleCount = 0
+    /// Every handle made and not cleaned up, idle or in the multi handle: libcurl's private pointer to each is
+    /// unretained, so this keeps them alive (entered once per handle, not per request).
+    private var handles: [ObjectIdentifier: CurlEasyHandle] = [:]
     private var tornDown = false
-    /// Handles in the multi handle, and the object each one belongs to (so a deferred cancel never removes a
-    /// handle that was meanwhile finished, recycled and handed to another transfer).
-    private var active: [UnsafeMutableRawPointer: (owner: ObjectIdentifier, handle: CurlEasyHandle)] = [:]
 
     /// Pooled connections by address, and back: a connection is entered the first time a transfer on it ends
     /// (so before its first reuse), and removed when libcurl closes it.
@@ -82,31 +82,38 @@ final class CurlMulti: @unchecked Sendable {
 
     /// An idle handle for a request with server-trust settings `trust`: one that already carries exactly these,
     /// else one that carries none (the caller applies them), else a new one.
-    func makeEasyHandle(trust: ServerTrustSettings?) -> CurlEasyHandle {
+    func makeEasyHandle(trust: ServerTrustSettings) -> CurlEasyHandle {
         assertOnQueue(queue)
-        if let trust, let i = idleTrusted.firstIndex(where: { $0.trust == trust }),
-            let h = idleTrusted[i].handles.popLast()
-        {
+        if let i = idleTrusted.firstIndex(where: { $0.trust == trust }), let h = idleTrusted[i].handles.popLast() {
             idleCount -= 1
             return h
         }
+        return makeEasyHandle()
+    }
+
+    /// An idle handle without server-trust settings, or a new one.
+    func makeEasyHandle() -> CurlEasyHandle {
+        assertOnQueue(queue)
         if let h = idlePlain.popLast() {
             idleCount -= 1
             return h
         }
-        return CurlEasyHandle(multi: self)
+        let h = CurlEasyHandle(multi: self)
+        handles[ObjectIdentifier(h)] = h
+        return h
     }
 
     /// Takes back a handle that left the multi handle. A handle that carried a credential is reset first, so
     /// nothing of it reaches the next request (``CurlEasyHandle``'s reuse rule).
     private func recycle(_ h: CurlEasyHandle) {
         guard idleCount < Self.maxIdleEasyHandles, !tornDown else {
+            handles.removeValue(forKey: ObjectIdentifier(h))
             h.cleanup()
             return
         }
         if h.carriesCredential { h.reset(multi: self) }
         idleCount += 1
-        guard let trust = h.trust else {
+        guard h.hasTrust, let trust = h.trust else {
             idlePlain.append(h)
             return
         }
@@ -117,17 +124,20 @@ final class CurlMulti: @unchecked Sendable {
         }
     }
 
-    func add(_ easy: CurlEasyHandle, owner: AnyObject) {
+    /// Adds `easy` to the multi handle for `transfer`, which ``UpstreamTransfer/finished(_:)`` is called on.
+    func add(_ easy: CurlEasyHandle, transfer: UpstreamTransfer) {
         assertOnQueue(queue)
-        active[easy.raw] = (owner: ObjectIdentifier(owner), handle: easy)
+        easy.owner = ObjectIdentifier(transfer)
+        easy.transfer = Unmanaged.passUnretained(transfer)
         depth += 1
         curl_multi_add_handle(handle, easy.raw)
         depth -= 1
     }
 
     /// Removes a transfer before it finished (the client went away). Deferred when inside libcurl; `owner`
-    /// (whose memory the handle's callbacks and error buffer point into) is kept alive until then.
-    func cancel(_ easy: UnsafeMutableRawPointer, owner: AnyObject) {
+    /// (whose memory the handle's callbacks point into) is kept alive until then. A no-op when the handle no
+    /// longer belongs to `owner` (it finished meanwhile and may run another transfer now).
+    func cancel(_ easy: CurlEasyHandle, owner: AnyObject) {
         assertOnQueue(queue)
         if insideCurl {
             nonisolated(unsafe) let easy = easy
@@ -135,17 +145,18 @@ final class CurlMulti: @unchecked Sendable {
             queue.async { [self] in withExtendedLifetime(owner) { cancel(easy, owner: owner) } }
             return
         }
-        guard let entry = active[easy], entry.owner == ObjectIdentifier(owner) else { return }
-        active.removeValue(forKey: easy)
+        guard easy.owner == ObjectIdentifier(owner) else { return }
+        easy.owner = nil
+        easy.transfer = nil
         depth += 1
-        curl_multi_remove_handle(handle, easy)
+        curl_multi_remove_handle(handle, easy.raw)
         depth -= 1
-        recycle(entry.handle)
+        recycle(easy)
     }
 
     /// Resumes a paused transfer. Deferred when inside libcurl (libcurl forbids it from callbacks); a no-op
     /// when the handle no longer belongs to `owner`.
-    func unpause(_ easy: UnsafeMutableRawPointer, owner: AnyObject) {
+    func unpause(_ easy: CurlEasyHandle, owner: AnyObject) {
         assertOnQueue(queue)
         if insideCurl {
             nonisolated(unsafe) let easy = easy
@@ -153,9 +164,9 @@ final class CurlMulti: @unchecked Sendable {
             queue.async { [self] in withExtendedLifetime(owner) { unpause(easy, owner: owner) } }
             return
         }
-        guard active[easy]?.owner == ObjectIdentifier(owner) else { return }
+        guard easy.owner == ObjectIdentifier(owner) else { return }
         depth += 1
-        curl_easy_pause(easy, CURLPAUSE_CONT)
+        curl_easy_pause(easy.raw, CURLPAUSE_CONT)
         depth -= 1
         drainMessages()
     }
@@ -177,18 +188,20 @@ final class CurlMulti: @unchecked Sendable {
         var left: Int32 = 0
         while let msg = curl_multi_info_read(handle, &left) {
             guard msg.pointee.msg == CURLMSG_DONE, let easy = msg.pointee.easy_handle else { continue }
-            let entry = active.removeValue(forKey: easy)
             let result = msg.pointee.data.result
             var priv: UnsafeMutableRawPointer? = nil
             ap_easy_getinfo_ptr(easy, CURLINFO_PRIVATE, &priv)
             depth += 1
             curl_multi_remove_handle(handle, easy)
             depth -= 1
-            if let priv {
-                let transfer = Unmanaged<UpstreamTransfer>.fromOpaque(priv).takeUnretainedValue()
-                transfer.finished(result)
-            }
-            if let entry { recycle(entry.handle) } else { curl_easy_cleanup(easy) }
+            guard let priv else { continue }  // every handle made here carries itself as private data
+            let h = Unmanaged<CurlEasyHandle>.fromOpaque(priv).takeUnretainedValue()
+            let transfer = h.transfer
+            h.owner = nil
+            h.transfer = nil
+            // A transfer cancelled while inside libcurl has no transfer here any more, only the deferred removal.
+            transfer?.takeUnretainedValue().finished(result, on: h)
+            recycle(h)
         }
     }
 

@@ -52,8 +52,9 @@ struct UpstreamRequest {
 
 /// One exchange with an upstream server, on a pooled libcurl easy handle (``CurlEasyHandle``).
 ///
-/// Confined to its event loop's queue; libcurl calls back through the `Unmanaged` pointer stored as the
-/// handle's private data, so the transfer must stay alive until ``finished(_:)`` or ``cancel()``.
+/// Confined to its event loop's queue; libcurl calls back through `Unmanaged` pointers to the transfer (the
+/// callbacks' data pointers, and the handle's ``CurlEasyHandle/transfer``), so the transfer must stay alive until
+/// ``finished(_:on:)`` or ``cancel()``.
 final class UpstreamTransfer {
     let multi: CurlMulti
     private(set) var easy: CurlEasyHandle?
@@ -85,13 +86,24 @@ final class UpstreamTransfer {
     /// ``CurlEasyHandle``) and adds it to the multi handle.
     func start() {
         assertOnQueue(multi.queue)
-        let h = multi.makeEasyHandle(trust: request.network.trust)
+        // Matched rather than copied into a local: most requests have no trust settings, and copying the optional
+        // showed up in profiles.
+        let h: CurlEasyHandle
+        if case .some(let trust) = request.network.trust {
+            h = multi.makeEasyHandle(trust: trust)
+            // A handle from the pool for these settings has them already; one from the plain pool gets them.
+            if !h.hasTrust { h.applyTrust(trust) }
+            precondition(h.trust == trust, "an easy handle with other server-trust settings")
+        } else {
+            h = multi.makeEasyHandle()
+            precondition(!h.hasTrust, "an easy handle with server-trust settings for a request without")
+        }
         easy = h
         let e = h.raw
         let me = Unmanaged.passUnretained(self).toOpaque()
         h.errorBuffer[0] = 0
-        ap_easy_setopt_ptr(e, CURLOPT_PRIVATE, me)
-        ap_easy_setopt_ptr(e, CURLOPT_URL, request.url)
+        // withCString: a String passed as `const void *` would be copied into a temporary array first.
+        request.url.withCString { _ = ap_easy_setopt_ptr(e, CURLOPT_URL, $0) }
         // Every callback's data pointer, also for callbacks this request will not use: none may point at an
         // earlier transfer.
         ap_easy_setopt_ptr(e, CURLOPT_OPENSOCKETDATA, me)
@@ -102,22 +114,20 @@ final class UpstreamTransfer {
         // libcurl rewinds to resend a body on a fresh connection (a kept-alive one turned out dead).
         ap_easy_setopt_ptr(e, CURLOPT_SEEKDATA, me)
         h.setConnectTimeout(request.timeoutSeconds)
-        h.setMethod(CurlEasyHandle.Method(method: request.method, bodyLength: request.bodyLength))
+        let isHead = request.method == "HEAD"
+        h.setMethod(CurlEasyHandle.Method(method: request.method, isHead: isHead, bodyLength: request.bodyLength))
         // Bytes after a HEAD answer can't be told from a late body: never pool the connection.
-        h.setForbidReuse(request.method == "HEAD")
-        if let trust = request.network.trust, h.trust == nil { h.applyTrust(trust) }
-        precondition(h.trust == request.network.trust, "an easy handle with other server-trust settings")
-        let n = request.network
-        if n.password != nil || n.kerberos != nil || n.certificate != nil || request.totalTimeoutSeconds != nil {
+        h.setForbidReuse(isHead)
+        if request.network.hasCredential || request.totalTimeoutSeconds != nil {
             h.markCarriesCredential()
             if let total = request.totalTimeoutSeconds { ap_easy_setopt_long(e, CURLOPT_TIMEOUT, total) }
             applyNetworkAuth(e)
         }
         var list: UnsafeMutablePointer<curl_slist>? = nil
-        for line in request.headerLines { list = curl_slist_append(list, line) }
+        for line in request.headerLines { list = line.withCString { curl_slist_append(list, $0) } }
         headers = list
         ap_easy_setopt_ptr(e, CURLOPT_HTTPHEADER, list)
-        multi.add(h, owner: self)
+        multi.add(h, transfer: self)
     }
 
     /// libcurl's CURLAUTH_* bits (macros with casts that Swift does not import).
@@ -165,7 +175,7 @@ final class UpstreamTransfer {
         assertOnQueue(multi.queue)
         guard paused, let easy else { return }
         paused = false
-        multi.unpause(easy.raw, owner: self)
+        multi.unpause(easy, owner: self)
     }
 
     /// Aborts the transfer; no delegate call follows.
@@ -174,19 +184,19 @@ final class UpstreamTransfer {
         delegate = nil
         guard let h = easy else { return }
         easy = nil
-        ap_easy_setopt_ptr(h.raw, CURLOPT_PRIVATE, nil)
-        multi.cancel(h.raw, owner: self)
+        // If libcurl reports the handle done before a deferred removal runs, nobody is to be told.
+        if h.owner == ObjectIdentifier(self) { h.transfer = nil }
+        multi.cancel(h, owner: self)
     }
 
     /// Called by ``CurlMulti`` when libcurl reports the transfer done.
-    func finished(_ code: CURLcode) {
-        let h = easy
+    func finished(_ code: CURLcode, on h: CurlEasyHandle) {
         easy = nil
         let d = delegate
         delegate = nil
         var error: UpstreamError? = nil
         if code != CURLE_OK {
-            error = UpstreamError(code: code, detail: h.map { String(cString: $0.errorBuffer) } ?? "", destination: destination,
+            error = UpstreamError(code: code, detail: String(cString: h.errorBuffer), destination: destination,
                 timeoutSeconds: request.timeoutSeconds, deniedAddress: openedAny ? nil : deniedAddress)
         }
         d?.transferDidFinish(error: error)
@@ -249,6 +259,18 @@ final class UpstreamTransfer {
     }
 }
 
+extension NetworkAuth {
+    /// A setting libcurl would keep on the easy handle and that must not reach another request: a password, a
+    /// Kerberos identity or a client certificate (server trust is pooled apart, see ``CurlEasyHandle``).
+    var hasCredential: Bool {
+        // Matched, not compared with nil: `!= nil` copied each (large) optional first.
+        if case .some = password { return true }
+        if case .some = kerberos { return true }
+        if case .some = certificate { return true }
+        return false
+    }
+}
+
 extension CurlEasyHandle {
     /// The options every transfer uses with the same value: set when the handle is made and after a reset.
     /// The callbacks find their transfer through the per-request data pointers that ``UpstreamTransfer/start()``
@@ -256,6 +278,8 @@ extension CurlEasyHandle {
     func applyFixedOptions(multi: CurlMulti) {
         let e = raw
         ap_easy_setopt_ptr(e, CURLOPT_ERRORBUFFER, errorBuffer)
+        // The handle itself: CurlMulti finds its transfer through it (``CurlEasyHandle/transfer``).
+        ap_easy_setopt_ptr(e, CURLOPT_PRIVATE, Unmanaged.passUnretained(self).toOpaque())
         ap_easy_setopt_long(e, CURLOPT_NOSIGNAL, 1)
         // Never take a proxy from the environment: clients point HTTP_PROXY at us.
         ap_easy_setopt_ptr(e, CURLOPT_PROXY, "")
