@@ -199,10 +199,8 @@ public struct RequestHeadParser: Sendable {
         if u.contains(UInt8(ascii: "#")) { throw HTTPParseError.bad("fragment ('#') in request target") }
         if u.first == UInt8(ascii: "/") { return .origin(path: t) }
         if t == "*" && method == "OPTIONS" { return .origin(path: t) }
-        func hasPrefix(_ p: StaticString) -> Bool {
-            let n = p.utf8CodeUnitCount
-            guard u.count > n else { return false }
-            return p.withUTF8Buffer { zip(u.prefix(n), $0).allSatisfy { ($0 >= 65 && $0 <= 90 ? $0 | 0x20 : $0) == $1 } }
+        func hasPrefix(_ p: String) -> Bool {
+            u.count > p.utf8.count && Substring(u.prefix(p.utf8.count)).caseInsensitiveEquals(p)
         }
         let scheme: String
         var rest: Substring

@@ -68,21 +68,20 @@ public enum TokenInjection {
 
     /// Whether a field is named `token`, compared after percent-decoding (`%74oken` is `token` to the server).
     private static func isTokenField(_ field: ArraySlice<UInt8>) -> Bool {
-        fieldNameIs(field, "token")
+        fieldNameIs(field, tokenName)
     }
 
-    /// Whether a `name=value` field's decoded name equals `wanted` (lowercase ASCII; compared case-insensitively).
-    static func fieldNameIs(_ field: ArraySlice<UInt8>, _ wanted: String) -> Bool {
+    private static let tokenName = Array("token".utf8)
+
+    /// Whether a `name=value` field's decoded name equals `lowercased` (ASCII), ignoring ASCII case.
+    static func fieldNameIs(_ field: ArraySlice<UInt8>, _ lowercased: [UInt8]) -> Bool {
         let raw = field.prefix { $0 != UInt8(ascii: "=") }
         // Most names need no decoding: compare the bytes as they are, without allocating.
         if !raw.contains(UInt8(ascii: "%")), !raw.contains(UInt8(ascii: "+")) {
-            return raw.count == wanted.utf8.count && zip(raw, wanted.utf8).allSatisfy { asciiLower($0) == $1 }
+            return raw.withUnsafeBytes { asciiCaseInsensitiveEquals($0, lowercased: lowercased) }
         }
-        let name = percentDecoded(raw)
-        return name.count == wanted.utf8.count && zip(name, wanted.utf8).allSatisfy { asciiLower($0) == $1 }
+        return percentDecoded(raw).withUnsafeBytes { asciiCaseInsensitiveEquals($0, lowercased: lowercased) }
     }
-
-    private static func asciiLower(_ c: UInt8) -> UInt8 { c >= 65 && c <= 90 ? c | 0x20 : c }
 
     /// `%XX` and `+` decoding of a query or form component (invalid escapes are kept as they are).
     static func percentDecoded(_ bytes: some Collection<UInt8>) -> [UInt8] {
@@ -106,7 +105,8 @@ public enum TokenInjection {
     /// Whether the query of `pathAndQuery` has a field whose decoded name is `name`.
     public static func queryHasField(_ pathAndQuery: String, _ name: String) -> Bool {
         guard let q = query(of: pathAndQuery) else { return false }
-        return Array(q.utf8).split(separator: UInt8(ascii: "&"), omittingEmptySubsequences: true).contains { fieldNameIs($0, name) }
+        let wanted = Array(name.lowercased().utf8)
+        return Array(q.utf8).split(separator: UInt8(ascii: "&"), omittingEmptySubsequences: true).contains { fieldNameIs($0, wanted) }
     }
 
     static func removingTokenField(_ bytes: [UInt8]) -> [UInt8] {
