@@ -196,7 +196,7 @@ extension ClientConnection {
         let status = responseHead.status
         let inspection = inspect
             ? ExchangeStateMachine.inspection(status: status, framing: framing,
-                mayCarryError: TokenRejection.mayCarryError(contentType: responseHead.string(of: "content-type")))
+                mayCarryError: responseHead.value(of: "content-type").map { TokenRejection.mayCarryError(contentTypeBytes: $0) } ?? true)
             : .none
         if machine.responseHeadCommitted(status: status, framing: framing, inspection: inspection) == .rejected {
             tokenRejected()
