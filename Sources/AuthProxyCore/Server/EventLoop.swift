@@ -18,6 +18,10 @@ final class EventLoop: @unchecked Sendable {
     let assembly: UnsafeMutableRawBufferPointer
     private var connections: [ObjectIdentifier: ClientConnection] = [:]
     private var sweeper: (any DispatchSourceTimer)?
+    /// Whether the sweep timer is running: it stops at the first tick that finds no connection, so an idle
+    /// proxy does not wake up every second per loop (and libdispatch's idle worker threads can time out and
+    /// exit: a thread woken at least once every 5 s never does).
+    private var sweeperArmed = true
     private(set) var shuttingDown = false
 
     init(index: Int, context: ServerContext) {
@@ -46,6 +50,10 @@ final class EventLoop: @unchecked Sendable {
         }
         let c = ClientConnection(fd: fd, peer: peer, address: address, loop: self)
         connections[ObjectIdentifier(c)] = c
+        if !sweeperArmed {
+            sweeperArmed = true
+            sweeper?.schedule(deadline: .now() + 1, repeating: 1, leeway: .milliseconds(100))
+        }
         c.start()
     }
 
@@ -69,6 +77,11 @@ final class EventLoop: @unchecked Sendable {
     }
 
     private func sweep() {
+        if connections.isEmpty {
+            sweeperArmed = false
+            sweeper?.schedule(deadline: .distantFuture)
+            return
+        }
         let now = DispatchTime.now().uptimeNanoseconds
         for c in Array(connections.values) { c.checkTimeouts(now: now) }
     }
