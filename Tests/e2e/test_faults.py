@@ -77,3 +77,68 @@ def test_chunk_extension_sent_in_small_writes_is_refused(proxy, origin):
     resp, body = harness.fetch(proxy, "GET", origin.url + "/json")
     assert resp.status == 200
 
+
+# ---------------------------------------------------------------------------
+# response-head hygiene (RFC 9112): heads a lenient client could read differently are never relayed
+# ---------------------------------------------------------------------------
+
+MALFORMED_HEADS = {
+    "space-before-colon": b"HTTP/1.1 200 OK\r\nContent-Length : 99\r\nContent-Length: 5\r\n\r\nhello",
+    "tab-before-colon": b"HTTP/1.1 200 OK\r\nX-A\t: 1\r\nContent-Length: 5\r\n\r\nhello",
+    "bare-cr-in-value": b"HTTP/1.1 200 OK\r\nX-A: a\rContent-Length: 99\r\nContent-Length: 5\r\n\r\nhello",
+    "two-content-lengths": b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 7\r\n\r\nhello12",
+    "content-length-list": b"HTTP/1.1 200 OK\r\nContent-Length: 7, 5\r\n\r\nhello12",
+    "content-length-sign": b"HTTP/1.1 200 OK\r\nContent-Length: +5\r\n\r\nhello",
+    "name-with-space": b"HTTP/1.1 200 OK\r\nX A: 1\r\nContent-Length: 5\r\n\r\nhello",
+}
+
+
+@pytest.fixture
+def scripted():
+    made = []
+
+    def make(respond):
+        b = harness.ScriptedBackend(respond)
+        made.append(b)
+        return b
+
+    yield make
+    for b in made:
+        b.close()
+
+
+def _good(path):
+    body = ("answer for %s" % path).encode()
+    return b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+
+
+@pytest.mark.parametrize("case", list(MALFORMED_HEADS))
+def test_malformed_upstream_head_is_refused_without_desync(proxy, scripted, case):
+    backend = scripted(lambda path: MALFORMED_HEADS[case] if path == "/bad" else _good(path))
+    with RawConn(proxy.host, proxy.port, timeout=10) as c:
+        c.send(request_bytes("GET", backend.url("/bad"), [("Host", "127.0.0.1:%d" % backend.port)]))
+        r = c.read_response()
+        err = harness.assert_error_json(r.status, r.get, r.body, 502)
+        assert "invalid response" in err["message"], err
+        assert r.get("Connection") != "close"
+        # The next request on the same client connection gets its own answer, nothing of the refused one.
+        c.send(request_bytes("GET", backend.url("/next"), [("Host", "127.0.0.1:%d" % backend.port)]))
+        r2 = c.read_response()
+        assert (r2.status, r2.body) == (200, b"answer for /next"), r2
+        assert r2.get_all("Content-Length") == ["16"]
+        c.settimeout(0.5)
+        with pytest.raises(socket.timeout):
+            c.read_some()  # no stray bytes after the answer
+    # The refused response's upstream connection was closed, not reused for /next.
+    assert [conn for conn in backend.connections if conn] == [["GET /bad HTTP/1.1"], ["GET /next HTTP/1.1"]]
+    assert proxy.wait_for_log(r"upstream response refused.*cause=")
+    assert access_statuses(proxy)[-2:] == ["502", "200"]
+
+
+def test_identical_content_lengths_are_collapsed(proxy, scripted):
+    backend = scripted(lambda path: b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 5, 5\r\n\r\nhello")
+    with RawConn(proxy.host, proxy.port, timeout=10) as c:
+        c.send(request_bytes("GET", backend.url("/x"), [("Host", "127.0.0.1:%d" % backend.port)]))
+        r = c.read_response()
+        assert (r.status, r.body) == (200, b"hello")
+        assert r.get_all("Content-Length") == ["5"]

@@ -232,7 +232,8 @@ final class UpstreamTransfer {
             easy.setForbidReuse(true)
         }
         d.transferDidReceiveHeaderLine(p)
-        return p.count
+        // Cancelled from the callback (a refused head, a token rejection): stop libcurl reading this response now.
+        return delegate == nil ? 0 : p.count
     }
 
     fileprivate func body(_ p: UnsafeRawBufferPointer) -> Int {
