@@ -142,3 +142,86 @@ def test_identical_content_lengths_are_collapsed(proxy, scripted):
         r = c.read_response()
         assert (r.status, r.body) == (200, b"hello")
         assert r.get_all("Content-Length") == ["5"]
+
+
+# ---------------------------------------------------------------------------
+# a client that resets in the middle of its upload
+# ---------------------------------------------------------------------------
+
+def _start_upload(p, url, declared=200 << 20):
+    s = socket.create_connection((p.host, p.port))
+    s.sendall(("POST %s HTTP/1.1\r\nHost: upload.test\r\nContent-Type: application/octet-stream\r\n"
+               "Content-Length: %d\r\n\r\n" % (url, declared)).encode())
+    return s
+
+
+def _send_until_blocked(s, limit, stall=1.0):
+    """Sends zeros until `limit` bytes are out or a send blocks for `stall` seconds -> bytes sent."""
+    s.settimeout(stall)
+    chunk = b"\0" * 65536
+    sent = 0
+    try:
+        while sent < limit:
+            sent += s.send(chunk)
+    except socket.timeout:
+        pass
+    return sent
+
+
+def _back_to(p, baseline, timeout):
+    """Waits until the proxy holds no more descriptors than `baseline` -> seconds it took, or None."""
+    t0 = time.monotonic()
+    ok = wait_until(lambda: len(open_fds(p.pid)) <= len(baseline), timeout)
+    return time.monotonic() - t0 if ok else None
+
+
+@pytest.mark.parametrize("mb", [2, 8, 20])
+def test_client_reset_mid_upload_is_noticed_at_once(proxy_factory, ags, session, mb):
+    """Declares 200 MB, sends a few MB with a refreshable token (so the body is copied to a replay spill file),
+    then resets: the proxy drops the client socket, the upstream transfer and the spill file within ~2 s (they
+    stayed until the 60 s idle timeout) and logs 499."""
+    p = proxy_factory(extra_config=cred("gis", "arcgis-token", ags.server_root, username="alice",
+                                        password="alice-pass"))
+    assert session.get(ags.query_url() + "?f=json", proxies=p.proxies, timeout=10).status_code == 200
+    time.sleep(0.3)
+    baseline = open_fds(p.pid)
+    assert not deleted_files(p.pid)
+    for i in range(3):
+        s = _start_upload(p, ags.upload_url())
+        s.sendall(b"\0" * (mb << 20))
+        t0 = time.monotonic()
+        reset(s)
+        assert wait_until(lambda: access_statuses(p).count("499") == i + 1, 2.5), p.log_text()[-2000:]
+        assert _back_to(p, baseline, 1.0) is not None, "descriptors still open: %r" % sorted(open_fds(p.pid))
+        assert time.monotonic() - t0 < 2.5
+        assert not deleted_files(p.pid), "replay spill file still open"
+    uploads = [harness.parse_kv(l) for l in harness.access_lines_text(p) if "/upload" in l]
+    assert [u["status"] for u in uploads] == ["499"] * 3
+    # And the proxy still serves, token and all.
+    assert session.get(ags.query_url() + "?f=json", proxies=p.proxies, timeout=10).status_code == 200
+
+
+def test_client_reset_while_upload_is_held_back_by_the_upstream(proxy, scripted):
+    """The upstream takes nothing, so the proxy stops reading the client (back-pressure); a reset is still found
+    (a probe of the paused socket) and everything is released at once."""
+    stalled = socket.socket()
+    stalled.bind(("127.0.0.1", 0))
+    stalled.listen(4)
+    held = []
+    threading.Thread(target=lambda: held.append(stalled.accept()), daemon=True).start()
+    try:
+        time.sleep(0.3)
+        baseline = open_fds(proxy.pid)
+        s = _start_upload(proxy, "http://127.0.0.1:%d/upload" % stalled.getsockname()[1])
+        sent = _send_until_blocked(s, 64 << 20)
+        assert sent > 256 * 1024 and sent < 64 << 20, sent
+        t0 = time.monotonic()
+        reset(s)
+        lines = proxy.wait_for_log(r"status=499", timeout=3)
+        assert lines, proxy.log_text()[-2000:]
+        assert time.monotonic() - t0 < 2.5
+        assert _back_to(proxy, baseline, 2) is not None, sorted(open_fds(proxy.pid))
+    finally:
+        stalled.close()
+        for c, _ in held:
+            c.close()

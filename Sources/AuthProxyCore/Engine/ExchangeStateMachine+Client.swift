@@ -36,6 +36,14 @@ extension ExchangeStateMachine {
 
     enum ReadInterest: Equatable { case read, pause, leave }
 
+    /// Whether a request body is being read: then a read event is read to its end, since a reset behind the
+    /// body's bytes may not be reported again (the client's socket, the transfer and a replay file would stay
+    /// until the idle timeout).
+    var readsBody: Bool {
+        guard case .exchange(let e) = state else { return false }
+        return e.request != .complete
+    }
+
     /// Whether to keep reading from the client: not while `buffered` (unparsed input, or ciphertext not yet
     /// decrypted) is at `limit` (back-pressure on a client sending faster than the upstream takes), always
     /// while closing (input is discarded), and not at all after the client half-closed or once a tunnel owns

@@ -12,6 +12,9 @@ extension ExchangeStateMachine {
         case upstreamStalled
         /// A tunnel checks its own timeouts.
         case tunnel
+        /// Reads from the client are paused (back-pressure) in the middle of its request body, so a reset would
+        /// go unseen until they resume: ask the socket whether the client hung up (then ``clientGone()``).
+        case probeClient
     }
 
     /// Whether the connection waits for a request and has heard nothing from the client for `duration`.
@@ -21,8 +24,8 @@ extension ExchangeStateMachine {
     }
 
     /// `clientPending`: response bytes queued for the client; `lastSendProgress`: when a send last moved bytes
-    /// (a slow but steady reader is not idle).
-    func tick(now: UInt64, clientPending: Int, lastSendProgress: UInt64) -> TimerStep {
+    /// (a slow but steady reader is not idle); `clientReadsPaused`: the connection stopped reading the client.
+    func tick(now: UInt64, clientPending: Int, lastSendProgress: UInt64, clientReadsPaused: Bool = false) -> TimerStep {
         switch state {
         case .awaitingHead(let started?):
             return now &- started > limits.headerTimeout ? .headerTimedOut : .none
@@ -42,6 +45,9 @@ extension ExchangeStateMachine {
             {
                 return .upstreamStalled
             }
+            // An upload held back by a slow upstream: the client may have reset meanwhile (fault campaign: its
+            // socket, the transfer and the replay file stayed until the idle timeout).
+            if clientReadsPaused, e.request != .complete { return .probeClient }
             return .none
         case .tunnel:
             return .tunnel

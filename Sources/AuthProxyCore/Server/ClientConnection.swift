@@ -121,36 +121,60 @@ final class ClientConnection: UpstreamTransferDelegate {
         var eof = false
         var discarding = false
         if case .closing = machine.state { discarding = true }
-        reading: while inbuf.count < Self.maxInput, (tls?.bufferedCiphertext ?? 0) < Self.maxInput {
-            switch channel.read(into: loop.scratch) {
-            case .bytes(let n):
-                machine.clientProgress(now: now)
-                if discarding { continue }
-                let bytes = UnsafeRawBufferPointer(rebasing: loop.scratch[0..<n])
-                if let tls { tls.feed(bytes) } else { inbuf.append(bytes) }
-                if n < loop.scratch.count { break reading }
-            case .wouldBlock:
-                break reading
-            case .eof:
-                eof = true
-                break reading
-            case .error:
-                clientGone()
+        // libdispatch reports a hang-up (the client reset) once and then stops watching the socket, so a read
+        // event may be the last one: while a request body streams in, read to EAGAIN (a short read does not mean
+        // the error behind the data was seen), and when reading stopped early (the input limit, or a short read
+        // before the head just parsed turned out to have a body) read on here rather than wait for another event.
+        var more = true
+        while more {
+            more = false
+            var atLimit = false
+            let toTheEnd = machine.readsBody
+            reading: while true {
+                guard inbuf.count < Self.maxInput, (tls?.bufferedCiphertext ?? 0) < Self.maxInput else {
+                    more = true
+                    atLimit = true
+                    break reading
+                }
+                switch channel.read(into: loop.scratch) {
+                case .bytes(let n):
+                    machine.clientProgress(now: now)
+                    if discarding { continue }
+                    let bytes = UnsafeRawBufferPointer(rebasing: loop.scratch[0..<n])
+                    if let tls { tls.feed(bytes) } else { inbuf.append(bytes) }
+                    if n < loop.scratch.count, !toTheEnd {
+                        more = true
+                        break reading
+                    }
+                case .wouldBlock:
+                    break reading
+                case .eof:
+                    eof = true
+                    break reading
+                case .error:
+                    clientGone()
+                    return
+                }
+            }
+            if tls != nil, !discarding {
+                switch pullTLS() {
+                case .closed: return
+                case .eof: eof = true
+                case .ok: break
+                }
+            }
+            // Requests that arrived with the EOF are still served (a client may half-close after sending).
+            process()
+            if eof {
+                clientEOF()
                 return
             }
-        }
-        if tls != nil, !discarding {
-            switch pullTLS() {
-            case .closed: return
-            case .eof: eof = true
-            case .ok: break
+            if more, channel.isClosed || (!atLimit && !machine.readsBody)
+                || machine.readInterest(buffered: max(inbuf.count, tls?.bufferedCiphertext ?? 0), limit: Self.maxInput)
+                    != .read
+            {
+                more = false
             }
-        }
-        // Requests that arrived with the EOF are still served (a client may half-close after sending).
-        process()
-        if eof {
-            clientEOF()
-            return
         }
         updateReadInterest()
     }
@@ -428,6 +452,7 @@ final class ClientConnection: UpstreamTransferDelegate {
         machine.closed()
         transfer?.cancel()
         transfer = nil
+        replay = nil  // a spill file is freed now, not when the last reference to the connection goes
         tunnel?.close()
         tunnel = nil
         channel.close()
@@ -454,7 +479,9 @@ final class ClientConnection: UpstreamTransferDelegate {
     func checkTimeouts(now: UInt64) {
         assertOnQueue(loop.queue)
         let cfg = context.config
-        switch machine.tick(now: now, clientPending: channel.pendingCount, lastSendProgress: channel.lastSendProgress) {
+        switch machine.tick(now: now, clientPending: channel.pendingCount, lastSendProgress: channel.lastSendProgress,
+            clientReadsPaused: !channel.isReading)
+        {
         case .none:
             if machine.isIdle(now: now, for: Self.trimAfter), inbuf.isEmpty { releaseIdleStorage() }
         case .headerTimedOut:
@@ -475,6 +502,8 @@ final class ClientConnection: UpstreamTransferDelegate {
                 destination: t.destination, timeoutSeconds: cfg.upstreamTimeoutSeconds))
         case .tunnel:
             tunnel?.checkTimeouts(now: now)
+        case .probeClient:
+            if channel.peerHungUp() { clientGone() }
         }
     }
 }

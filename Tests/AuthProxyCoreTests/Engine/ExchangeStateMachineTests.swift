@@ -184,6 +184,31 @@ import Testing
         #expect(m.tick(now: 61 * Self.s, clientPending: 0, lastSendProgress: 0) == .clientStalled)
     }
 
+    /// test_faults.py::test_client_reset_mid_upload_is_noticed_at_once: an upload held back by a slow upstream has
+    /// its client reads paused, so a reset is looked for on each tick; when found, the exchange is abandoned and
+    /// logged as 499.
+    @Test func aPausedUploadIsProbedForAResetAndAbandonedAs499() {
+        var m = Self.forwarding(.init(hasBody: true))
+        m.upstreamProgress(now: 1 * Self.s)
+        #expect(m.tick(now: 2 * Self.s, clientPending: 0, lastSendProgress: 0, clientReadsPaused: false) == .none)
+        #expect(m.tick(now: 2 * Self.s, clientPending: 0, lastSendProgress: 0, clientReadsPaused: true) == .probeClient)
+        // The timeouts still come first.
+        #expect(m.tick(now: 40 * Self.s, clientPending: 0, lastSendProgress: 0, clientReadsPaused: true) == .upstreamStalled)
+        // The probe found the client gone.
+        #expect(m.clientGone() == .close(logStatus: 499))
+        #expect(m.isClosed)
+        #expect(m.tick(now: 3 * Self.s, clientPending: 0, lastSendProgress: 0, clientReadsPaused: true) == .none)
+    }
+
+    /// Only an unfinished request body is probed: paused reads after a complete request (a half-closed client,
+    /// a pipelined backlog) are the normal case.
+    @Test func aCompleteRequestIsNotProbed() {
+        var m = Self.forwarding()
+        #expect(m.tick(now: 2 * Self.s, clientPending: 0, lastSendProgress: 0, clientReadsPaused: true) == .none)
+        let idle = M(limits: Self.limits, now: 0)
+        #expect(idle.tick(now: 2 * Self.s, clientPending: 0, lastSendProgress: 0, clientReadsPaused: true) == .none)
+    }
+
     @Test func requestBodyBytesResumeATransferWaitingForThem() {
         var m = Self.forwarding(.init(hasBody: true))
         #expect(m.requestBodyBufferEmpty() == .pause)
