@@ -225,3 +225,99 @@ def test_client_reset_while_upload_is_held_back_by_the_upstream(proxy, scripted)
         stalled.close()
         for c, _ in held:
             c.close()
+
+
+# ---------------------------------------------------------------------------
+# shutdown
+# ---------------------------------------------------------------------------
+
+def _exit_code(p, timeout=15):
+    try:
+        return p.proc.wait(timeout)
+    except Exception:  # noqa: BLE001
+        pytest.fail("proxy still running %d s after SIGTERM" % timeout)
+
+
+def test_request_cut_by_the_grace_period_is_logged(proxy_factory, origin):
+    """Exchanges still running when the grace period ends are logged: one waiting for its answer gets a 503 (it
+    had no access-log line), one whose body is streaming is cut and logged with its status."""
+    p = proxy_factory(proxy={"shutdown_grace_seconds": 2})
+    waiting = RawConn(p.host, p.port, timeout=15)
+    waiting.send(request_bytes("GET", origin.url + "/stall?s=30", [("Host", origin.authority)]))
+    streaming = RawConn(p.host, p.port, timeout=15)
+    streaming.send(request_bytes("GET", origin.url + "/stall?s=30&phase=body", [("Host", origin.authority)]))
+    head = streaming.read_head()
+    assert head[1] == 200
+    assert wait_until(lambda: origin.stats()["paths"].get("/stall") == 2, 5)
+    t0 = time.monotonic()
+    p.signal(signal.SIGTERM)
+    assert _exit_code(p) == 0
+    assert time.monotonic() - t0 < 6
+    r = waiting.read_response()
+    harness.assert_error_json(r.status, r.get, r.body, 503)
+    assert "shutting down" in r.json()["error"]["message"]
+    assert r.get("Connection") == "close"
+    with pytest.raises(ConnectionClosed):
+        streaming.read_exact(10)  # cut: the body never completes
+    stalls = [harness.parse_kv(l) for l in harness.access_lines_text(p) if "url=%s/stall" % origin.url in l]
+    assert sorted(s["status"] for s in stalls) == ["200", "503"], p.log_text()[-2000:]
+    waiting.close()
+    streaming.close()
+
+
+def test_connect_tunnel_gets_the_grace_period(proxy_factory, halfclose_server):
+    """A blind CONNECT tunnel keeps relaying after SIGTERM (both ways, half-close included) until it ends or the
+    grace period does; its access line is written either way."""
+    p = proxy_factory(proxy={"connect_ports": [halfclose_server.port], "shutdown_grace_seconds": 4})
+    target = "127.0.0.1:%d" % halfclose_server.port
+
+    def tunnel():
+        c = RawConn(p.host, p.port, timeout=15)
+        c.send(request_bytes("CONNECT", target, [("Host", target)]))
+        assert c.read_response(method="CONNECT").status == 200
+        return c
+
+    finishing = tunnel()
+    idle = tunnel()
+    finishing.send(b"before")
+    t0 = time.monotonic()
+    p.signal(signal.SIGTERM)
+    time.sleep(1.0)
+    finishing.send(b" after")
+    finishing.sock.shutdown(socket.SHUT_WR)
+    data = finishing.read_to_eof()
+    assert data.startswith(b"got 12 ") and data.endswith(b"before after"), data
+    # The other tunnel stays open until the grace period ends, then the proxy exits.
+    assert _exit_code(p) == 0
+    assert 3 < time.monotonic() - t0 < 8
+    connects = [harness.parse_kv(l) for l in harness.access_lines_text(p) if "method=CONNECT" in l]
+    assert [c["status"] for c in connects] == ["200", "200"], p.log_text()[-2000:]
+    assert sorted(int(c["bytes_in"]) for c in connects) == [0, 12]
+    finishing.close()
+    idle.close()
+
+
+def test_request_just_after_sigterm_gets_connection_close(proxy_factory, origin):
+    """Kept-alive clients that send a request just after SIGTERM get their answer with Connection: close (they got a
+    reset); connections that stay idle are closed gracefully and the proxy exits well within the grace period."""
+    p = proxy_factory(proxy={"shutdown_grace_seconds": 10})
+    conns = [RawConn(p.host, p.port, timeout=10) for _ in range(4)]
+    for c in conns:
+        c.send(request_bytes("GET", origin.url + "/json", [("Host", origin.authority)]))
+        assert c.read_response().status == 200
+    t0 = time.monotonic()
+    p.signal(signal.SIGTERM)
+    time.sleep(0.1)
+    for c in conns[:3]:
+        c.send(request_bytes("GET", origin.url + "/json", [("Host", origin.authority)]))
+    for c in conns[:3]:
+        r = c.read_response()
+        assert r.status == 200 and r.json()["hello"] == "world"
+        assert r.get("Connection") == "close"
+        assert c.closed_by_peer(3)
+    # The idle one is closed without a word.
+    assert conns[3].closed_by_peer(6)
+    assert _exit_code(p) == 0
+    assert time.monotonic() - t0 < 7
+    for c in conns:
+        c.close()

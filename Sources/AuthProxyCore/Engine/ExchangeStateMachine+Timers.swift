@@ -6,6 +6,8 @@ extension ExchangeStateMachine {
         case headerTimedOut
         /// Idle, lingering or a handshake that never finished: close without a word.
         case close
+        /// Shutdown: an idle connection's quiet time is over; begin closing (``closingForShutdown(now:)``).
+        case closeForShutdown
         /// The client stopped reading its response or sending its body: log and close.
         case clientStalled
         /// The upstream sent and took nothing while we were ready for it: fail the transfer.
@@ -30,9 +32,11 @@ extension ExchangeStateMachine {
         case .awaitingHead(let started?):
             return now &- started > limits.headerTimeout ? .headerTimedOut : .none
         case .awaitingHead(nil):
+            if let since = shutdownSince, now &- since >= limits.shutdownQuiet { return .closeForShutdown }
             let limit = exchanges == 0 ? limits.headerTimeout : limits.idleTimeout
             return now &- lastClientProgress > limit ? .close : .none
         case .tlsHandshake(let since):
+            if let down = shutdownSince, now &- down >= limits.shutdownQuiet { return .close }
             return now &- max(since, lastClientProgress) > limits.headerTimeout ? .close : .none
         case .exchange(let e):
             let progress = max(lastClientProgress, lastSendProgress)

@@ -473,7 +473,27 @@ final class ClientConnection: UpstreamTransferDelegate {
     }
 
     func shutdownRequested() {
-        if machine.shutdownRequested(inputBuffered: inbuf.count) { close() }
+        machine.shutdownRequested(now: now)
+    }
+
+    /// The end of the grace period: whatever is still in flight ends now, with its access-log line (a request not
+    /// answered yet gets a 503).
+    func graceExpired() {
+        let started = machine.current?.started
+        switch machine.graceExpired() {
+        case .close:
+            close()
+        case .answerUnavailable:
+            respond(ErrorResponse(status: 503, message: "authproxy is shutting down",
+                details: ["The request did not finish within shutdown_grace_seconds (\(context.config.shutdownGraceSeconds) s); retry it."]),
+                close: true)
+            close()
+        case .cut(let status):
+            if head != nil { logAccess(status: status, started: started) }
+            close()
+        case .tunnel:
+            if let t = tunnel { t.finish() } else { close() }
+        }
     }
 
     func checkTimeouts(now: UInt64) {
@@ -490,6 +510,9 @@ final class ClientConnection: UpstreamTransferDelegate {
             respond(ErrorResponse(status: 408, message: "Request header not received within \(cfg.headerTimeoutSeconds) s"), close: true)
         case .close:
             close()
+        case .closeForShutdown:
+            machine.closingForShutdown(now: now)
+            beginClosing()
         case .clientStalled:
             logger.warning("client stalled, closing", metadata: ["client": "\(peer)", "idle_timeout_seconds": "\(cfg.idleTimeoutSeconds)"])
             if head != nil { logAccess() }

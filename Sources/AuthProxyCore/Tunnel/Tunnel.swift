@@ -226,6 +226,9 @@ final class Tunnel {
 
     func close() { close(notify: false) }
 
+    /// Ends the tunnel now and lets the connection log it (the end of the shutdown grace period).
+    func finish() { close(notify: true) }
+
     private func close(notify: Bool) {
         guard !closed else { return }
         closed = true
