@@ -321,3 +321,54 @@ def test_request_just_after_sigterm_gets_connection_close(proxy_factory, origin)
     assert time.monotonic() - t0 < 7
     for c in conns:
         c.close()
+
+
+# ---------------------------------------------------------------------------
+# connections refused over max_connections
+# ---------------------------------------------------------------------------
+
+def _held_connection(p):
+    """A connection the proxy adopted (proved by a kept-alive /healthz exchange)."""
+    c = RawConn(p.host, p.port, timeout=5)
+    c.send(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert c.read_response().status == 200
+    return c
+
+
+def _refused(p):
+    """True when the proxy closes a new connection without answering."""
+    try:
+        c = RawConn(p.host, p.port, timeout=5)
+    except OSError:
+        return True
+    try:
+        c.send(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        return c.read_some() == b""
+    except OSError:
+        return True
+    finally:
+        c.close()
+
+
+def test_refusals_over_max_connections_are_logged_and_counted(proxy_factory):
+    """One log line per 10 s however many connections are refused, with the number held back and the running
+    total the server keeps."""
+    p = proxy_factory(proxy={"max_connections": 3, "max_connections_per_client": 3})
+    time.sleep(1.5)  # the readiness probe's connection is given back
+    held = [_held_connection(p) for _ in range(3)]
+    try:
+        assert all(_refused(p) for _ in range(20))
+        lines = p.wait_for_log(r"connection refused.*max_connections \(3\)")
+        assert len(lines) == 1, p.log_text()[-2000:]
+        assert harness.parse_kv(lines[0])["refused_total"] == "1"
+        time.sleep(10.2)  # the throttle's interval
+        assert _refused(p)
+        lines = p.wait_for_log(r"connection refused.*max_connections \(3\)")
+        assert len(lines) == 2, p.log_text()[-2000:]
+        kv = harness.parse_kv(lines[1])
+        assert (kv["refused_total"], kv["refused_since_last_report"]) == ("21", "19"), lines[1]
+    finally:
+        for c in held:
+            c.close()
+    # Slots come back: the proxy serves again.
+    assert wait_until(lambda: not _refused(p), 5)

@@ -125,9 +125,13 @@ final class Listener: @unchecked Sendable {
             }
             if let refusal = access.connections.acquire(ip) {
                 Glibc.close(c)
+                let soFar = access.connections.refusals
                 switch refusal {
-                case .total: refused("max_connections (\(access.connections.total)) reached", ip)
-                case .perClient: refused("max_connections_per_client (\(access.connections.perClient)) reached for this address", ip)
+                case .total:
+                    refused("max_connections (\(access.connections.total)) reached", ip, total: soFar.total)
+                case .perClient:
+                    refused("max_connections_per_client (\(access.connections.perClient)) reached for this address", ip,
+                        total: soFar.perClient)
                 }
                 continue
             }
@@ -142,11 +146,13 @@ final class Listener: @unchecked Sendable {
 }
 
 extension Listener {
-    /// Logs a refused connection, at most once per 10 s per reason (with the number held back meanwhile).
-    private func refused(_ reason: String, _ ip: IPAddress) {
+    /// Logs a refused connection, at most once per 10 s per reason (with the number held back meanwhile and, for
+    /// the connection limits, how many that limit refused since the start).
+    private func refused(_ reason: String, _ ip: IPAddress, total: Int? = nil) {
         guard let held = access.throttle.admit(reason, now: DispatchTime.now().uptimeNanoseconds) else { return }
         var meta: Logger.Metadata = ["client": "\(ip)", "reason": "\(reason)"]
         if held > 0 { meta["refused_since_last_report"] = "\(held)" }
+        if let total { meta["refused_total"] = "\(total)" }
         logger.warning("connection refused", metadata: meta)
     }
 }
