@@ -372,3 +372,56 @@ def test_refusals_over_max_connections_are_logged_and_counted(proxy_factory):
             c.close()
     # Slots come back: the proxy serves again.
     assert wait_until(lambda: not _refused(p), 5)
+
+
+# ---------------------------------------------------------------------------
+# running out of file descriptors
+# ---------------------------------------------------------------------------
+
+def test_descriptor_exhaustion_is_503_logged_and_recovers(proxy_factory, origin):
+    """`ulimit -n 64` and 150 concurrent clients: the proxy's own descriptor shortage is reported as 503 with
+    Retry-After (it was 502 "connection refused or unreachable" about a healthy upstream), logged clearly and
+    rate-limited, no client waits long, and the proxy serves normally once the clients are gone."""
+    p = proxy_factory(proxy={"workers": 2})
+    time.sleep(0.3)
+    assert len(open_fds(p.pid)) < 40
+    resource.prlimit(p.pid, resource.RLIMIT_NOFILE, (64, 64))
+    results = []
+    lock = threading.Lock()
+
+    def client():
+        t0 = time.monotonic()
+        try:
+            with RawConn(p.host, p.port, timeout=60) as c:
+                c.send(request_bytes("GET", origin.url + "/stall?s=0.5", [("Host", origin.authority)]))
+                r = c.read_response()
+            out = (r, time.monotonic() - t0)
+        except (OSError, ConnectionClosed) as e:
+            out = (e, time.monotonic() - t0)
+        with lock:
+            results.append(out)
+
+    threads = [threading.Thread(target=client) for _ in range(150)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(90)
+    assert len(results) == 150
+    errors = [r for r, _ in results if not hasattr(r, "status")]
+    assert not errors, errors[:3]
+    statuses = sorted({r.status for r, _ in results})
+    assert statuses == [200, 503], statuses  # exhaustion happened, and nothing else went wrong
+    for r, _ in results:
+        if r.status == 503:
+            err = harness.assert_error_json(r.status, r.get, r.body, 503)
+            assert "out of file descriptors" in err["message"]
+            assert r.get("Retry-After") == "1"
+    assert max(took for _, took in results) < 15
+    lines = p.wait_for_log(r"error out of file descriptors")
+    assert lines and "limit=64" in lines[0] and "EMFILE" in lines[0], p.log_text()[-2000:]
+    assert len(lines) <= 3, lines  # at most one line per 5 s, with counts
+    assert not [l for l in harness.access_lines_text(p) if "status=502" in l]
+    # The clients are gone: the proxy serves normally.
+    for _ in range(5):
+        resp, body = harness.fetch(p, "GET", origin.url + "/json")
+        assert resp.status == 200

@@ -292,7 +292,10 @@ extension ClientConnection {
         let end: ExchangeStateMachine.TransferEnd
         if let error {
             end = error.isClientSide || machine.isClosed ? .clientSide : .upstreamFailed
-            if end == .upstreamFailed {
+            if let e = error.outOfDescriptors {
+                // Rate-limited: when descriptors run out, every request would log a line.
+                context.descriptors.report(.upstream, error: e, logger: logger, now: now)
+            } else if end == .upstreamFailed {
                 logger.warning("upstream failed", metadata: ["client": "\(peer)", "destination": "\(error.destination)",
                     "cause": "\(error.detail.isEmpty ? error.response.message : error.detail)"])
             }

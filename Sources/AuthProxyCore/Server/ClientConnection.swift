@@ -348,7 +348,7 @@ final class ClientConnection: UpstreamTransferDelegate {
         transfer?.cancel()
         transfer = nil
         respondLocal(status: e.status, contentType: "application/json; charset=utf-8", body: e.jsonBody, close: close,
-            extraHeaders: extraHeaders)
+            extraHeaders: e.retryAfter.map { "Retry-After: \($0)\r\n" + extraHeaders } ?? extraHeaders)
     }
 
     /// The exchange is answered: log it, free its buffers, and keep the connection or begin closing it.

@@ -89,6 +89,8 @@ struct ServerContext: Sendable {
     let tlsServer: TLSServer?
     /// Hosts already reported as "matched but not interceptable" (logged once each).
     let notices: OnceSet
+    /// Running out of file descriptors: counted, logged (rate-limited), and the listeners' pause.
+    let descriptors: DescriptorExhaustion
     let viaValue = "1.1 authproxy"
 }
 
