@@ -425,3 +425,32 @@ def test_descriptor_exhaustion_is_503_logged_and_recovers(proxy_factory, origin)
     for _ in range(5):
         resp, body = harness.fetch(p, "GET", origin.url + "/json")
         assert resp.status == 200
+
+
+def _max_open_files(pid):
+    with open("/proc/%d/limits" % pid) as f:
+        for line in f:
+            if line.startswith("Max open files"):
+                soft, hard = line.split()[3:5]
+                return int(soft), int(hard)
+    raise AssertionError("no Max open files in /proc/%d/limits" % pid)
+
+
+def test_soft_descriptor_limit_is_raised_to_the_hard_one(proxy_binary, tmp_path):
+    """A soft limit of 256 under a higher hard one (systemd's default is 1024 soft) is raised at start, and the
+    budget is checked against max_connections."""
+    port = harness.free_port()
+    cfg = tmp_path / "p.toml"
+    cfg.write_text(harness.render_config(harness.default_proxy_section(port, str(tmp_path / "state")),
+                                         harness.default_log_section()))
+    _, hard = _max_open_files(os.getpid())
+    p = harness.Proxy("bash", str(cfg), str(tmp_path / "p.log"), "127.0.0.1", port, healthz=True,
+                      args=["-c", 'ulimit -Sn 256 && exec "$0" serve --config "$1"', proxy_binary, str(cfg)])
+    try:
+        p.start()
+        assert _max_open_files(p.pid) == (hard, hard)
+        assert p.wait_for_log(r"descriptor limit raised from=256 to=%d" % hard)
+        budget_warning = p.wait_for_log(r"allows fewer connections than max_connections", timeout=0.2)
+        assert bool(budget_warning) == (hard // 2 < 10000), p.log_text()
+    finally:
+        p.stop()

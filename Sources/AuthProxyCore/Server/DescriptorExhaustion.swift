@@ -61,4 +61,36 @@ final class DescriptorExhaustion: Sendable {
         }
         return isExhaustion(errno)
     }
+
+    /// Raises the soft descriptor limit to the hard one, as Go's runtime and many servers do: the soft limit is
+    /// often 1024 (systemd's default) while the hard one allows far more, and authproxy never uses `select`, so
+    /// high descriptor numbers are safe. Returns the soft limit before and after.
+    static func raiseSoftLimit() -> (before: UInt64, after: UInt64) {
+        var l = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &l) == 0 else { return (0, 0) }
+        let before = UInt64(l.rlim_cur)
+        // An unlimited hard limit still cannot exceed fs.nr_open (1048576 by default).
+        let target = l.rlim_max == rlim_t.max ? rlim_t(1 << 20) : l.rlim_max
+        guard l.rlim_cur < target else { return (before, before) }
+        l.rlim_cur = target
+        guard setrlimit(Int32(RLIMIT_NOFILE.rawValue), &l) == 0 else { return (before, before) }
+        return (before, UInt64(target))
+    }
+
+    /// Raises the soft limit and says what it allows: a notice when it was raised, a warning when it cannot cover
+    /// `maxConnections` (about two descriptors per proxied connection).
+    static func prepare(maxConnections: Int, logger: Logger) {
+        let (before, after) = raiseSoftLimit()
+        guard after > 0 else { return }
+        if after > before {
+            logger.notice("descriptor limit raised", metadata: ["from": "\(before)", "to": "\(after)"])
+        }
+        let connections = after / 2
+        if connections < UInt64(maxConnections) {
+            logger.warning("the descriptor limit allows fewer connections than max_connections", metadata: [
+                "limit": "\(after)", "connections_about": "\(connections)", "max_connections": "\(maxConnections)",
+                "hint": "raise the hard limit (ulimit -Hn, systemd LimitNOFILE, docker --ulimit nofile) or lower max_connections; beyond it clients get 503",
+            ])
+        }
+    }
 }

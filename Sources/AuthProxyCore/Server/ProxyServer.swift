@@ -77,6 +77,7 @@ public final class ProxyServer: @unchecked Sendable {
                     metadata: ["credential": "\(c.name)", "match": "\(c.match.map(\.description).joined(separator: ","))"])
             }
         }
+        DescriptorExhaustion.prepare(maxConnections: config.maxConnections, logger: logger)
         let access = AccessControl(config: config)
         let descriptors = DescriptorExhaustion()
         let context = ServerContext(
