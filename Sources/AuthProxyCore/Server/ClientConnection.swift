@@ -119,8 +119,6 @@ final class ClientConnection: UpstreamTransferDelegate {
             return
         }
         var eof = false
-        var discarding = false
-        if case .closing = machine.state { discarding = true }
         // libdispatch reports a hang-up (the client reset) once and then stops watching the socket, so a read
         // event may be the last one: while a request body streams in, read to EAGAIN (a short read does not mean
         // the error behind the data was seen), and when reading stopped early (the input limit, or a short read
@@ -129,6 +127,8 @@ final class ClientConnection: UpstreamTransferDelegate {
         while more {
             more = false
             var atLimit = false
+            var discarding = false
+            if case .closing = machine.state { discarding = true }
             let toTheEnd = machine.readsBody
             reading: while true {
                 guard inbuf.count < Self.maxInput, (tls?.bufferedCiphertext ?? 0) < Self.maxInput else {
