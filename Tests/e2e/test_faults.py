@@ -354,17 +354,22 @@ def test_refusals_over_max_connections_are_logged_and_counted(proxy_factory):
     """One log line per 10 s however many connections are refused, with the number held back and the running
     total the server keeps."""
     p = proxy_factory(proxy={"max_connections": 3, "max_connections_per_client": 3})
+
+    def refusal_lines():
+        return [l for l in p.log_lines() if "connection refused" in l and "max_connections (3)" in l]
+
     time.sleep(1.5)  # the readiness probe's connection is given back
     held = [_held_connection(p) for _ in range(3)]
     try:
         assert all(_refused(p) for _ in range(20))
-        lines = p.wait_for_log(r"connection refused.*max_connections \(3\)")
-        assert len(lines) == 1, p.log_text()[-2000:]
+        assert wait_until(refusal_lines, 3), p.log_text()[-2000:]
+        lines = refusal_lines()
+        assert len(lines) == 1, lines
         assert harness.parse_kv(lines[0])["refused_total"] == "1"
         time.sleep(10.2)  # the throttle's interval
         assert _refused(p)
-        lines = p.wait_for_log(r"connection refused.*max_connections \(3\)")
-        assert len(lines) == 2, p.log_text()[-2000:]
+        assert wait_until(lambda: len(refusal_lines()) == 2, 3), p.log_text()[-2000:]
+        lines = refusal_lines()
         kv = harness.parse_kv(lines[1])
         assert (kv["refused_total"], kv["refused_since_last_report"]) == ("21", "19"), lines[1]
     finally:
