@@ -63,17 +63,18 @@ final class EventLoop: @unchecked Sendable {
         }
     }
 
-    /// Stop taking new requests: idle connections close now, busy ones after their current exchange.
+    /// Stop taking new requests: busy connections close after their current exchange, idle ones after a short
+    /// quiet time (``ExchangeStateMachine/Limits/shutdownQuiet``), blind tunnels when the grace period ends.
     func beginShutdown() {
         dispatchPrecondition(condition: .onQueue(queue))
         shuttingDown = true
         for c in Array(connections.values) { c.shutdownRequested() }
     }
 
-    /// Closes whatever is still open (end of the grace period).
+    /// Ends whatever is still open (end of the grace period); exchanges cut here are logged.
     func closeAll() {
         dispatchPrecondition(condition: .onQueue(queue))
-        for c in Array(connections.values) { c.close() }
+        for c in Array(connections.values) { c.graceExpired() }
     }
 
     private func sweep() {
@@ -101,6 +102,8 @@ struct ServerContext: Sendable {
     let tlsServer: TLSServer?
     /// Hosts already reported as "matched but not interceptable" (logged once each).
     let notices: OnceSet
+    /// Running out of file descriptors: counted, logged (rate-limited), and the listeners' pause.
+    let descriptors: DescriptorExhaustion
     let viaValue = "1.1 authproxy"
 }
 
