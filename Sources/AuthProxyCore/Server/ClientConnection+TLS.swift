@@ -82,7 +82,8 @@ extension ClientConnection {
         _ = machine.answerLocally(status: 200, close: false)
         channel.write("HTTP/1.1 200 Connection Established\r\nVia: \(context.viaValue)\r\n\r\n")
         logAccess()
-        head = nil
+        // The CONNECT's exchange ends here; the requests inside the tunnel are exchanges of their own.
+        detachExchange()
         tls = session
         intercept = (host, port)
         machine.interceptionStarted(now: now)
