@@ -116,7 +116,7 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
         var eof = false
         var discarding = false
         if case .closing = machine.state { discarding = true }
-        /// Bytes of a read that found `inbuf` empty and were left in the scratch buffer for ``process(inPlace:)``.
+        // Bytes of a read that found `inbuf` empty, left in the scratch buffer for `process(inPlace:)`.
         var inPlace = 0
         reading: while inbuf.count < Self.maxInput, (tls?.bufferedCiphertext ?? 0) < Self.maxInput {
             switch channel.read(into: loop.scratch) {
@@ -214,7 +214,7 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
                 switch result {
                 case .needMore:
                     // The parser remembers how far it scanned: `inbuf` now holds the same bytes from the start.
-                    inbuf.append(inPlace)
+                    if !inPlace.isEmpty { inbuf.append(inPlace) }
                     return
                 case .failed(let e):
                     parser.reset()
