@@ -1,5 +1,6 @@
 #define _GNU_SOURCE
 #include <sys/socket.h>
+#include <malloc.h>
 #include "CAuthProxyShims.h"
 #include <openssl/crypto.h>
 #include <openssl/ssl.h>
@@ -35,6 +36,8 @@ int ap_global_init(void) {
     OPENSSL_init_ssl(0, NULL);
     return (int)curl_global_init(CURL_GLOBAL_DEFAULT);
 }
+
+int ap_malloc_fix_mmap_threshold(int bytes) { return mallopt(M_MMAP_THRESHOLD, bytes); }
 
 const char *ap_curl_version(void) { return curl_version(); }
 

@@ -118,6 +118,9 @@ struct ResponseHeadAssembler {
         fields.reserveCapacity(capacity / 32)
     }
 
+    /// Bytes of storage held (kept across ``reset(keepingCapacity:)``).
+    var retainedBytes: Int { storage.capacity + fields.capacity * MemoryLayout<Field>.stride }
+
     /// Forgets the head, for the next exchange.
     mutating func reset(keepingCapacity: Bool = true) {
         storage.removeAll(keepingCapacity: keepingCapacity)

@@ -10,16 +10,10 @@ import Glibc
 /// token rejection (with the request body replayed).
 extension ClientConnection {
     func forward(_ url: URLTarget) {
-        guard let h = head else { return }
-        credential = nil
-        injectedToken = nil
-        sniffBuffer = []
-        replay = nil
-        replayOffset = 0
-        formBody = nil
-        formOffset = 0
-        originalURL = url
-        upstreamURL = url
+        // A fresh context (``begin(_:)``): the credential, token, replay and form fields are unset.
+        guard let x = ex, let h = x.head else { return }
+        x.originalURL = url
+        x.upstreamURL = url
         let store = credentials
         // Credentials are matched on the path the server will resolve: `/arcgis/%2e%2e/x` must not carry the
         // `/arcgis` token. The path goes upstream as written, and a front end may route on that raw text, so
@@ -44,18 +38,17 @@ extension ClientConnection {
         }
         if url.scheme == "http", store.upgradesToHTTPS(match) {
             // upgrade_to_https: the client speaks plain http to us, we speak https upstream.
-            upstreamURL = URLTarget(scheme: "https", host: url.host, port: url.port == 80 ? 443 : url.port, pathAndQuery: url.pathAndQuery)
+            x.upstreamURL = URLTarget(scheme: "https", host: url.host, port: url.port == 80 ? 443 : url.port, pathAndQuery: url.pathAndQuery)
         }
         var upstreamMatch = match
-        if let u = upstreamURL, u != url {
+        if let u = x.upstreamURL, u != url {
             upstreamMatch = URLTarget(scheme: u.scheme, host: u.host, port: u.port, pathAndQuery: match.pathAndQuery)
         }
-        networkAuth = NetworkAuth()
         if !store.isEmpty {
-            networkAuth = network(store, upstreamMatch, match)
+            x.networkAuth = network(store, upstreamMatch, match)
             if let raw {
-                let u = upstreamURL ?? raw
-                networkAuth = networkAuth.keepingShared(with: network(store, u, raw))
+                let u = x.upstreamURL ?? raw
+                x.networkAuth = x.networkAuth.keepingShared(with: network(store, u, raw))
             }
         }
         if context.access.hasRateLimits, let limited = rateLimited(store: store, targets: [match, upstreamMatch]) {
@@ -66,8 +59,8 @@ extension ClientConnection {
             // A copy of the body so libcurl can rewind: when a kept-alive upstream connection turns out dead
             // (first MiB), or for multi-round-trip authentication (NTLM, Digest, Negotiate), up to
             // max_replay_bytes. A token credential that may retry replaces it with a larger one.
-            let limit = networkAuth.answersChallenges ? context.config.maxReplayBytes : Int64(ReplayBuffer.memoryLimit)
-            replay = ReplayBuffer(limit: limit, directory: context.config.stateDir)
+            let limit = x.networkAuth.answersChallenges ? context.config.maxReplayBytes : Int64(ReplayBuffer.memoryLimit)
+            x.replay = ReplayBuffer(limit: limit, directory: context.config.stateDir)
         }
         var selected = store.tokenCredential(for: match)
         if let raw, let s = selected, store.tokenCredential(for: raw)?.name != s.name { selected = nil }
@@ -77,29 +70,29 @@ extension ClientConnection {
                     details: ["No credential matches it and [proxy] unmatched = \"deny\"."]), close: false)
                 return
             }
-            startTransfer(url: upstreamURL!, headers: h.headers)
+            startTransfer(url: x.upstreamURL!, headers: h.headers)
             return
         }
         if !c.overrideClientToken, TokenInjection.clientHasToken(pathAndQuery: url.pathAndQuery, headers: h.headers) {
             // The client authenticates itself: leave its token alone and do not retry.
-            startTransfer(url: upstreamURL!, headers: h.headers)
+            startTransfer(url: x.upstreamURL!, headers: h.headers)
             return
         }
-        credential = c
-        tokenSite = TokenInjection.site(placement: c.placement, method: h.method, isForm: TokenInjection.isForm(h.headers))
-        if tokenSite == .form {
+        x.credential = c
+        x.tokenSite = TokenInjection.site(placement: c.placement, method: h.method, isForm: TokenInjection.isForm(h.headers))
+        if x.tokenSite == .form {
             if case .contentLength(let n) = h.framing, n <= Int64(Self.maxFormBytes) {
                 // The token goes into the form: collect it whole first (small by nature), then inject.
-                formBody = []
-                formBody!.reserveCapacity(Int(n))
+                x.formBody = []
+                x.formBody!.reserveCapacity(Int(n))
                 if machine.continueDue() { send("HTTP/1.1 100 Continue\r\n\r\n") }
                 if machine.collectForm() { pumpBody() } else { formCollected() }
                 return
             }
-            tokenSite = .query  // a large or chunked form keeps streaming; the token goes into the URL
+            x.tokenSite = .query  // a large or chunked form keeps streaming; the token goes into the URL
         }
         if c.isRefreshable, hasBody(h) {
-            replay = ReplayBuffer(limit: context.config.maxReplayBytes, directory: context.config.stateDir)
+            x.replay = ReplayBuffer(limit: context.config.maxReplayBytes, directory: context.config.stateDir)
         }
         obtainToken()
     }
@@ -143,10 +136,10 @@ extension ClientConnection {
 
     /// The collected form is complete: check for a client token in it, then get ours.
     func formCollected() {
-        guard let c = credential, let h = head, let url = originalURL else { return }
-        if !c.overrideClientToken, TokenInjection.clientHasToken(pathAndQuery: url.pathAndQuery, headers: h.headers, form: formBody) {
-            credential = nil
-            startTransfer(url: upstreamURL ?? url, headers: h.headers)
+        guard let x = ex, let c = x.credential, let h = x.head, let url = x.originalURL else { return }
+        if !c.overrideClientToken, TokenInjection.clientHasToken(pathAndQuery: url.pathAndQuery, headers: h.headers, form: x.formBody) {
+            x.credential = nil
+            startTransfer(url: x.upstreamURL ?? url, headers: h.headers)
             return
         }
         obtainToken()
@@ -155,7 +148,7 @@ extension ClientConnection {
     func obtainToken() {
         // The token service is reached through the URL the request really goes to (https under
         // upgrade_to_https), so a password never travels to an http:// token service the client named.
-        guard let c = credential, let url = upstreamURL ?? originalURL, let tokens = context.tokens,
+        guard let x = ex, let c = x.credential, let url = x.upstreamURL ?? x.originalURL, let tokens = context.tokens,
             let serial = machine.tokenRequested()
         else { return }
         if let t = tokens.cachedToken(for: c, target: url) {
@@ -173,14 +166,14 @@ extension ClientConnection {
     }
 
     func tokenReady(_ result: Result<IssuedToken, TokenError>) {
-        guard let c = credential, let h = head, let url = originalURL else { return }
+        guard let x = ex, let c = x.credential, let h = x.head, let url = x.originalURL else { return }
         switch result {
         case .failure(let e):
             respond(e.response, close: false)
             process()
             updateReadInterest()
         case .success(let t):
-            let upstream = upstreamURL ?? url
+            let upstream = x.upstreamURL ?? url
             if t.ssl && upstream.scheme == "http" {
                 respond(ErrorResponse(status: 502, message: "Credential '\(c.name)': its token may only be sent over https",
                     details: ["The token service marked the token ssl:true; request \(url.origin) over https (or set upgrade_to_https when available)."]),
@@ -190,15 +183,15 @@ extension ClientConnection {
                 updateReadInterest()
                 return
             }
-            injectedToken = t
-            let applied = TokenInjection.apply(token: t.value, site: tokenSite, pathAndQuery: url.pathAndQuery,
-                headers: h.headers, form: tokenSite == .form ? formBody : nil)
+            x.injectedToken = t
+            let applied = TokenInjection.apply(token: t.value, site: x.tokenSite, pathAndQuery: url.pathAndQuery,
+                headers: h.headers, form: x.tokenSite == .form ? x.formBody : nil)
             var headers = applied.headers
             if let r = t.referer {
                 headers.remove(name: "referer")
                 headers.add(name: "Referer", value: r)
             }
-            if tokenSite == .form { formBody = applied.form }
+            if x.tokenSite == .form { x.formBody = applied.form }
             var target = upstream
             target.pathAndQuery = applied.pathAndQuery
             // Responses are inspected for token errors when a retry (or a clear error) can follow.
@@ -213,19 +206,20 @@ extension ClientConnection {
     /// when the rejection is relayed as is (the held response is released and the transfer goes on).
     @discardableResult
     func tokenRejected() -> Bool {
-        guard let c = credential, let url = originalURL, let t = injectedToken, let tokens = context.tokens else { return false }
+        guard let x = ex, let c = x.credential, let url = x.originalURL, let t = x.injectedToken, let tokens = context.tokens
+        else { return false }
         var replayImpossible: String? = nil
-        if let r = replay, r.overflowed {
+        if let r = x.replay, r.overflowed {
             replayImpossible = r.failure ?? "the request body is larger than max_replay_bytes (\(context.config.maxReplayBytes)) and cannot be replayed"
         }
         // The decision (one refresh and one retry; back off when the server rejects fresh tokens) is
         // TokenRetryPolicy's, applied by the token service.
-        let action = tokens.rejected(c, target: upstreamURL ?? url, token: t, attempt: machine.attempt,
+        let action = tokens.rejected(c, target: x.upstreamURL ?? url, token: t, attempt: machine.attempt,
             replayImpossible: replayImpossible)
         if case .relay(let reason, let serverRejectsNewTokens) = action {
             logger.log(level: serverRejectsNewTokens || replayImpossible != nil ? .warning : .info,
                 "token rejected, relaying the rejection", metadata: ["credential": "\(c.name)",
-                "url": "\(url.origin)\(url.path)", "status": "\(responseHead.status)", "reason": "\(reason)"])
+                "url": "\(url.origin)\(url.path)", "status": "\(x.responseHead.status)", "reason": "\(reason)"])
             releaseHeldResponse()
             return false
         }
@@ -233,10 +227,10 @@ extension ClientConnection {
         // answering from inside a libcurl callback is not allowed).
         guard case .cancelAndReschedule(let serial) = machine.tokenRejection(action == .explainPregenerated ? .explain : .retry)
         else { return false }
-        transfer?.cancel()
-        transfer = nil
-        heldHead.removeAll()
-        sniffBuffer = []
+        x.transfer?.cancel()
+        x.transfer = nil
+        x.heldHead.removeAll()
+        x.sniffBuffer = []
         nonisolated(unsafe) let me = self
         loop.queue.async {
             switch me.machine.scheduledStep(serial: serial) {
@@ -256,24 +250,25 @@ extension ClientConnection {
     }
 
     func retryWithFreshToken() {
-        guard let c = credential, let url = originalURL else { return }
+        guard let x = ex, let c = x.credential, let url = x.originalURL else { return }
         logger.info("token rejected, refreshing and retrying", metadata: ["credential": "\(c.name)", "url": "\(url.origin)\(url.path)"])
-        responseHead.reset()
-        replayOffset = 0
-        formOffset = 0
+        x.responseHead.reset()
+        x.replayOffset = 0
+        x.formOffset = 0
         obtainToken()
     }
 
     /// Stops holding: the held head and body go to the client, and the transfer streams on.
     func releaseHeldResponse() {
-        switch machine.releaseHeld(transferLive: transfer != nil) {
+        guard let x = ex else { return }
+        switch machine.releaseHeld(transferLive: x.transfer != nil) {
         case .keep:
             return
         case .flushHead:
             flushHead()
         case .writeHeld(let n):
-            let held = sniffBuffer
-            sniffBuffer = []
+            let held = x.sniffBuffer
+            x.sniffBuffer = []
             precondition(held.count == n)
             held.withUnsafeBytes { writeBody($0) }
         }

@@ -18,7 +18,7 @@ extension ClientConnection {
         // machine's rule for a local answer to a request whose body was not read).
         switch path {
         case "/healthz":
-            guard head?.method == "GET" || head?.method == "HEAD" else {
+            guard ex?.head?.method == "GET" || ex?.head?.method == "HEAD" else {
                 respond(ErrorResponse(status: 405, message: "Method not allowed on /healthz"), close: false)
                 return
             }
@@ -34,7 +34,7 @@ extension ClientConnection {
     /// could otherwise make the browser spend the proxy's credentials, so the endpoint only exists with
     /// `[proxy] allowed_origins`, and a request from another origin is refused.
     func serveProxyEndpoint(_ target: String) {
-        guard let h = head else { return }
+        guard let x = ex, let h = x.head else { return }
         let allowed = context.config.allowedOrigins
         guard !allowed.isEmpty else {
             respond(ErrorResponse(status: 404, message: "The /proxy endpoint is off",
@@ -54,7 +54,7 @@ extension ClientConnection {
                 details: ["It is not in [proxy] allowed_origins."]), close: false)
             return
         }
-        corsOrigin = origin
+        x.corsOrigin = origin
         if h.method == "OPTIONS", h.headers.contains("access-control-request-method") {
             // CORS preflight, answered here (the upstream never sees it).
             var extra = "Access-Control-Allow-Methods: GET, POST, HEAD, OPTIONS\r\nAccess-Control-Max-Age: 600\r\n"
@@ -77,7 +77,7 @@ extension ClientConnection {
                 close: false)
             return
         }
-        head?.target = .absolute(url)
+        x.head?.target = .absolute(url)
         forward(url)
     }
 

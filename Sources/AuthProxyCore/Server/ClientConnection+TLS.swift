@@ -82,9 +82,9 @@ extension ClientConnection {
         _ = machine.answerLocally(status: 200, close: false)
         channel.write("HTTP/1.1 200 Connection Established\r\nVia: \(context.viaValue)\r\n\r\n")
         logAccess()
-        head = nil
-        tls = session
-        intercept = (host, port)
+        // The CONNECT's exchange ends here; the requests inside the tunnel are exchanges of their own.
+        detachExchange()
+        interception = Interception(session: session, host: host, port: port)
         machine.interceptionStarted(now: now)
         if !inbuf.isEmpty {
             // A client may send its ClientHello right behind the CONNECT.

@@ -54,10 +54,12 @@ extension ClientConnection {
     }
 
     func tunnelFinished(bytesUp: Int64, bytesDown: Int64) {
-        bodyBytesIn = bytesUp
-        bodyBytesOut = bytesDown
+        if let x = ex {
+            x.bodyBytesIn = bytesUp
+            x.bodyBytesOut = bytesDown
+        }
         logAccess()
-        head = nil
+        detachExchange()
         tunnel = nil
         close()
     }

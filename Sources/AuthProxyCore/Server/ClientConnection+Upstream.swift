@@ -12,7 +12,7 @@ extension ClientConnection {
     /// Starts the libcurl transfer for the current request with `headers` (hop-by-hop fields are removed here).
     /// `inspect`: the response is looked at for a token error (a refreshable token was injected).
     func startTransfer(url: URLTarget, headers: HTTPHeaders, inspect: Bool = false) {
-        guard !machine.isClosed, let h = head else { return }
+        guard !machine.isClosed, let x = ex, let h = x.head else { return }
         var lines: [String] = []
         lines.reserveCapacity(headers.count + 3)
         var hasAccept = false
@@ -32,7 +32,7 @@ extension ClientConnection {
         lines.append("Expect:")
         if !hasAccept { lines.append("Accept:") }
         var bodyLength: Int64?
-        if let form = formBody {
+        if let form = x.formBody {
             bodyLength = Int64(form.count)
         } else {
             switch h.framing {
@@ -44,14 +44,14 @@ extension ClientConnection {
         if h.method == "HEAD" { bodyLength = nil }
         var request = UpstreamRequest(method: h.method, url: url.url, headerLines: lines, bodyLength: bodyLength,
             timeoutSeconds: context.config.upstreamTimeoutSeconds)
-        request.network = networkAuth
+        request.network = x.networkAuth
         request.denyDestinations = context.access.denyDestinations
         let t = UpstreamTransfer(
             multi: loop.multi,
             request: request,
             destination: "\(url.urlHost):\(url.port)", delegate: self)
-        transfer = t
-        responseHead.reset()
+        x.transfer = t
+        x.responseHead.reset()
         machine.transferStarted(inspect: inspect, now: now)
         t.start()
         pumpBody()
@@ -60,25 +60,25 @@ extension ClientConnection {
     /// Moves request-body bytes from the input buffer to the body buffer libcurl reads from (or into the form
     /// being collected).
     func pumpBody() {
-        guard let e = machine.exchange, e.request != .complete else { return }
+        guard let e = machine.exchange, e.request != .complete, let x = ex else { return }
         if e.request == .collectingForm {
-            let n = Int(min(bodyRemaining, Int64(inbuf.count)))
-            inbuf.withUnreadBytes { formBody!.append(contentsOf: UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+            let n = Int(min(x.bodyRemaining, Int64(inbuf.count)))
+            inbuf.withUnreadBytes { x.formBody!.append(contentsOf: UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
             inbuf.consume(n)
-            bodyRemaining -= Int64(n)
-            if bodyRemaining == 0 {
+            x.bodyRemaining -= Int64(n)
+            if x.bodyRemaining == 0 {
                 machine.formCollected()
                 formCollected()
             }
             return
         }
         var complete = false
-        while bodyBuffer.count < Self.maxBuffered, !inbuf.isEmpty, !complete {
-            let space = Self.maxBuffered - bodyBuffer.count
-            if var decoder = chunkDecoder {
+        while x.bodyBuffer.count < Self.maxBuffered, !inbuf.isEmpty, !complete {
+            let space = Self.maxBuffered - x.bodyBuffer.count
+            if var decoder = x.chunkDecoder {
                 // Move the buffer out while the closure appends to it, so appending does not copy it.
                 var out = ByteBuffer()
-                swap(&out, &bodyBuffer)
+                swap(&out, &x.bodyBuffer)
                 let result: Result<Int, HTTPParseError> = inbuf.withUnreadBytes { bytes in
                     do throws(HTTPParseError) {
                         return .success(try decoder.decode(bytes, limit: space) { out.append($0) })
@@ -86,73 +86,76 @@ extension ClientConnection {
                         return .failure(error)
                     }
                 }
-                swap(&out, &bodyBuffer)
+                swap(&out, &x.bodyBuffer)
                 let consumed: Int
                 switch result {
                 case .success(let n): consumed = n
                 case .failure(let error):
-                    chunkDecoder = nil
+                    x.chunkDecoder = nil
                     bodyFailed(error)
                     return
                 }
                 inbuf.consume(consumed)
-                chunkDecoder = decoder
+                x.chunkDecoder = decoder
                 if decoder.isDone { complete = true }
             } else {
-                let n = Int(min(bodyRemaining, Int64(min(inbuf.count, space))))
-                inbuf.withUnreadBytes { bodyBuffer.append(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+                let n = Int(min(x.bodyRemaining, Int64(min(inbuf.count, space))))
+                inbuf.withUnreadBytes { x.bodyBuffer.append(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
                 inbuf.consume(n)
-                bodyRemaining -= Int64(n)
-                if bodyRemaining == 0 { complete = true }
+                x.bodyRemaining -= Int64(n)
+                if x.bodyRemaining == 0 { complete = true }
             }
         }
-        if machine.requestBodyMoved(complete: complete, pending: bodyBuffer.count, now: now) {
-            transfer?.resume()
+        if machine.requestBodyMoved(complete: complete, pending: x.bodyBuffer.count, now: now) {
+            x.transfer?.resume()
         }
     }
 
     /// The request body is malformed: answer 400 and close, or cut the connection when the answer has begun.
     func bodyFailed(_ e: HTTPParseError) {
-        transfer?.cancel()
-        transfer = nil
+        ex?.transfer?.cancel()
+        ex?.transfer = nil
         if case .streaming? = machine.exchange?.response {
             close()
         } else {
-            heldHead.removeAll()
+            ex?.heldHead.removeAll()
             respond(ErrorResponse.forParseError(e), close: true)
         }
     }
 
     func transferNeedsBody(_ buffer: UnsafeMutableRawBufferPointer) -> BodySupply {
         if machine.upstreamWantsBody(now: now) { send("HTTP/1.1 100 Continue\r\n\r\n") }
-        if let form = formBody {
-            let n = min(buffer.count, form.count - formOffset)
+        // The 100 Continue may have failed and closed the connection (which drops the context).
+        guard let x = ex else { return .abort }
+        if let form = x.formBody {
+            let off = x.formOffset
+            let n = min(buffer.count, form.count - off)
             if n == 0 { return .end }
-            form.withUnsafeBytes { buffer.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[formOffset..<(formOffset + n)])) }
-            formOffset += n
-            if machine.attempt == 1 { bodyBytesIn += Int64(n) }
+            form.withUnsafeBytes { buffer.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[off..<(off + n)])) }
+            x.formOffset += n
+            if machine.attempt == 1 { x.bodyBytesIn += Int64(n) }
             return .bytes(n)
         }
-        if let r = replay, replayOffset < r.count {
+        if let r = x.replay, x.replayOffset < r.count {
             // A retry: first the bytes the rejected attempt already sent.
-            let n = r.read(at: replayOffset, into: buffer)
+            let n = r.read(at: x.replayOffset, into: buffer)
             if n <= 0 { return .abort }
-            replayOffset += Int64(n)
+            x.replayOffset += Int64(n)
             return .bytes(n)
         }
-        if bodyBuffer.isEmpty {
+        if x.bodyBuffer.isEmpty {
             switch machine.requestBodyBufferEmpty() {
             case .end: return .end
             case .pause: return .pause
             }
         }
-        let n = min(buffer.count, bodyBuffer.count)
-        bodyBuffer.withUnreadBytes { buffer.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
-        bodyBuffer.consume(n)
-        bodyBytesIn += Int64(n)
-        if let r = replay {
+        let n = min(buffer.count, x.bodyBuffer.count)
+        x.bodyBuffer.withUnreadBytes { buffer.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+        x.bodyBuffer.consume(n)
+        x.bodyBytesIn += Int64(n)
+        if let r = x.replay {
             r.append(UnsafeRawBufferPointer(buffer.baseAddress.map { UnsafeRawBufferPointer(start: $0, count: n) }!))
-            replayOffset = r.count
+            x.replayOffset = r.count
         }
         if !bodyComplete, !inbuf.isEmpty {
             pumpBody()
@@ -162,25 +165,27 @@ extension ClientConnection {
     }
 
     func transferRewindBody() -> Bool {
-        if formBody != nil {
-            formOffset = 0
+        guard let x = ex else { return false }
+        if x.formBody != nil {
+            x.formOffset = 0
             return true
         }
-        guard let r = replay, !r.overflowed else { return bodyBytesIn == 0 && bodyBuffer.isEmpty }
-        replayOffset = 0
+        guard let r = x.replay, !r.overflowed else { return x.bodyBytesIn == 0 && x.bodyBuffer.isEmpty }
+        x.replayOffset = 0
         return true
     }
 
     func transferDidReceiveHeaderLine(_ raw: UnsafeRawBufferPointer) {
-        guard machine.readsResponseHead else { return }  // trailers of a chunked response: hop-by-hop, dropped
-        switch responseHead.add(line: raw) {
+        // Trailers of a chunked response (hop-by-hop) are dropped.
+        guard machine.readsResponseHead, let x = ex else { return }
+        switch x.responseHead.add(line: raw) {
         case .status:
             // Progress is stamped once per head (its first and last line), not per field: reading the clock
             // shows in profiles, and a head arrives within one read anyway.
             machine.upstreamProgress(now: now)
         case .end:
             machine.upstreamProgress(now: now)
-            if responseHead.isFinal(answersChallenges: networkAuth.answersChallenges) { commitResponseHead(inspect: true) }
+            if x.responseHead.isFinal(answersChallenges: x.networkAuth.answersChallenges) { commitResponseHead(inspect: true) }
         case .field, .ignored:
             break
         }
@@ -191,18 +196,19 @@ extension ClientConnection {
     /// Returns false when the head is refused (``ResponseHeadAssembler/violation``): the client has its 502.
     @discardableResult
     func commitResponseHead(inspect: Bool) -> Bool {
-        if let violation = responseHead.violation {
+        guard let x = ex else { return false }
+        if let violation = x.responseHead.violation {
             refuseResponseHead(violation)
             return false
         }
-        heldHead.removeAll()
-        let framing = responseHead.write(into: &heldHead, options: .init(isHeadRequest: head?.isHead ?? false,
-            clientMinorVersion: head?.minorVersion ?? 1, keepAlive: machine.keepAlive, corsOrigin: corsOrigin,
+        x.heldHead.removeAll()
+        let framing = x.responseHead.write(into: &x.heldHead, options: .init(isHeadRequest: x.head?.isHead ?? false,
+            clientMinorVersion: x.head?.minorVersion ?? 1, keepAlive: machine.keepAlive, corsOrigin: x.corsOrigin,
             via: context.viaValue))
-        let status = responseHead.status
+        let status = x.responseHead.status
         let inspection = inspect
             ? ExchangeStateMachine.inspection(status: status, framing: framing,
-                mayCarryError: responseHead.value(of: "content-type").map { TokenRejection.mayCarryError(contentTypeBytes: $0) } ?? true)
+                mayCarryError: x.responseHead.value(of: "content-type").map { TokenRejection.mayCarryError(contentTypeBytes: $0) } ?? true)
             : .none
         if machine.responseHeadCommitted(status: status, framing: framing, inspection: inspection) == .rejected {
             tokenRejected()
@@ -214,15 +220,15 @@ extension ClientConnection {
     /// The transfer is stopped (libcurl closes that upstream connection) and the client gets a 502; its connection
     /// stays usable when its request was read to the end.
     func refuseResponseHead(_ violation: ResponseHeadAssembler.Violation) {
-        let destination = transfer?.destination ?? upstreamURL.map { "\($0.urlHost):\($0.port)" } ?? "-"
+        let destination = ex?.transfer?.destination ?? ex?.upstreamURL.map { "\($0.urlHost):\($0.port)" } ?? "-"
         logger.warning("upstream response refused", metadata: ["client": "\(peer)", "destination": "\(destination)",
             "cause": "\(violation)"])
-        transfer?.cancel()
-        transfer = nil
+        ex?.transfer?.cancel()
+        ex?.transfer = nil
         switch machine.transferEnded(.upstreamFailed) {
         case .answerError(let close):
-            heldHead.removeAll()
-            sniffBuffer = []
+            ex?.heldHead.removeAll()
+            ex?.sniffBuffer = []
             respond(ErrorResponse(status: 502, message: "Upstream \(destination) sent an invalid response: \(violation)",
                 details: ["The response was not relayed (RFC 9112)."]), close: close)
             // Usually inside a libcurl callback, where no transfer may start: a pipelined request waits a turn.
@@ -241,12 +247,12 @@ extension ClientConnection {
 
     /// Writes the held response head, if any, followed by `tail`.
     func flushHead(then tail: StaticString = "") {
-        if !heldHead.isEmpty {
+        if let x = ex, !x.heldHead.isEmpty {
             if tail.utf8CodeUnitCount > 0 {
-                heldHead.append(UnsafeRawBufferPointer(start: tail.utf8Start, count: tail.utf8CodeUnitCount))
+                x.heldHead.append(UnsafeRawBufferPointer(start: tail.utf8Start, count: tail.utf8CodeUnitCount))
             }
-            heldHead.withUnreadBytes { send($0) }
-            heldHead.removeAll()
+            x.heldHead.withUnreadBytes { send($0) }
+            x.heldHead.removeAll()
         } else if tail.utf8CodeUnitCount > 0 {
             send(UnsafeRawBufferPointer(start: tail.utf8Start, count: tail.utf8CodeUnitCount))
         }
@@ -255,10 +261,11 @@ extension ClientConnection {
     /// Writes response body bytes, after the held head if it has not gone out, as a chunk when the response is
     /// re-framed chunked.
     func writeBody(_ bytes: UnsafeRawBufferPointer) {
+        guard let x = ex else { return }
         let chunked = machine.framing?.chunked ?? false
-        heldHead.withUnreadBytes { head in loop.writeBody(bytes, head: head, chunked: chunked) { send($0) } }
-        heldHead.removeAll()
-        bodyBytesOut += Int64(bytes.count)
+        x.heldHead.withUnreadBytes { head in loop.writeBody(bytes, head: head, chunked: chunked) { send($0) } }
+        x.heldHead.removeAll()
+        x.bodyBytesOut += Int64(bytes.count)
     }
 
     func transferDidReceiveBody(_ bytes: UnsafeRawBufferPointer) -> BodyAcceptance {
@@ -269,7 +276,7 @@ extension ClientConnection {
             case .commitHeadFirst:
                 guard commitResponseHead(inspect: false) else { return .abort }
             case .hold:
-                sniffBuffer.append(contentsOf: bytes)
+                ex?.sniffBuffer.append(contentsOf: bytes)
                 return .accepted
             case .release:
                 // Token errors are small: a body this large is the real answer.
@@ -288,7 +295,7 @@ extension ClientConnection {
     }
 
     func transferDidFinish(error: UpstreamError?) {
-        transfer = nil
+        ex?.transfer = nil
         let end: ExchangeStateMachine.TransferEnd
         if let error {
             end = error.isClientSide || machine.isClosed ? .clientSide : .upstreamFailed
@@ -301,9 +308,9 @@ extension ClientConnection {
             }
         } else {
             end = .success
-            if responseHead.status == 401, networkAuth.answersChallenges, let url = upstreamURL {
+            if let x = ex, x.responseHead.status == 401, x.networkAuth.answersChallenges, let url = x.upstreamURL {
                 logger.warning("upstream refused the network credential", metadata: ["url": "\(url.origin)\(url.path)",
-                    "credential": "\(networkAuth.passwordName ?? "kerberos")"])
+                    "credential": "\(x.networkAuth.passwordName ?? "kerberos")"])
             }
         }
         while true {
@@ -317,18 +324,19 @@ extension ClientConnection {
                 close()
                 return
             case .answerError(let close):
-                heldHead.removeAll()
-                sniffBuffer = []
+                ex?.heldHead.removeAll()
+                ex?.sniffBuffer = []
                 respond(error!.response, close: close)
                 process()
                 updateReadInterest()
                 return
             case .commitHeadFirst:
-                if responseHead.status < 200 { responseHead.substituteStatus(502) }
+                if let x = ex, x.responseHead.status < 200 { x.responseHead.substituteStatus(502) }
                 guard commitResponseHead(inspect: false) else { return }
             case .inspectHeld:
-                if TokenRejection.isRejection(status: responseHead.status, contentType: responseHead.string(of: "content-type"),
-                    contentEncoding: responseHead.string(of: "content-encoding"), body: sniffBuffer),
+                if let x = ex, TokenRejection.isRejection(status: x.responseHead.status,
+                    contentType: x.responseHead.string(of: "content-type"),
+                    contentEncoding: x.responseHead.string(of: "content-encoding"), body: x.sniffBuffer),
                     tokenRejected()
                 {
                     return

@@ -15,9 +15,13 @@ import Glibc
 /// reached the producer is paused (client reads suspended, or the libcurl transfer paused) until the other
 /// side catches up.
 ///
+/// What an exchange needs while it runs (request, transfer, buffers, credential) is in ``ex``, an
+/// ``ExchangeContext`` from the loop's pool, attached only while an exchange runs: an idle keep-alive connection
+/// holds little more than its socket, parser and state machine.
+///
 /// Confined to its loop's queue: every method runs there (Dispatch handlers, libcurl callbacks and token
 /// answers are delivered on it).
-final class ClientConnection: UpstreamTransferDelegate {
+final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
     static let maxBuffered = 256 * 1024
     static let maxInput = 80 * 1024
 
@@ -26,11 +30,11 @@ final class ClientConnection: UpstreamTransferDelegate {
     /// The client's IP address (rate limits and connection limits are per address when there is no user).
     let address: IPAddress
     /// The `[[client]]` the current request authenticated as (for a TLS-intercepted tunnel: the one that
-    /// opened it); nil without proxy authentication.
-    var client: ProxyClient? = nil
-    /// The last `Proxy-Authorization` value that verified on this connection, so a keep-alive client repeating
-    /// it costs no hashing.
-    var verifiedAuthorization: String? = nil
+    /// opened it), with the `Proxy-Authorization` value that verified, so a keep-alive client repeating it
+    /// costs no hashing; nil without proxy authentication. One reference rather than both inline (56 bytes on
+    /// every connection, most of which never authenticate).
+    var authenticated: AuthenticatedClient? = nil
+    var client: ProxyClient? { authenticated?.client }
     /// The credentials the current client may use (its `[[client]]` scope, or all).
     var credentials: CredentialStore
     unowned let loop: EventLoop
@@ -41,48 +45,20 @@ final class ClientConnection: UpstreamTransferDelegate {
     var inbuf = ByteBuffer()
     var parser = RequestHeadParser()
     /// TLS with the client after an intercepted CONNECT, and the host:port the tunnel was opened to (every
-    /// request on it goes there, over https).
-    var tls: TLSSession? = nil
-    var intercept: (host: String, port: Int)? = nil
-    var tlsPullScheduled = false
-
-    // The bytes and resources of the exchange in progress (its state is the machine's).
-    var head: RequestHead? = nil
-    var transfer: UpstreamTransfer? = nil
+    /// request on it goes there, over https); nil on a plain connection (one reference, not ~40 bytes inline).
+    var interception: Interception? = nil
+    var tls: TLSSession? { interception?.session }
+    /// The blind CONNECT tunnel that owns the socket, if any.
     var tunnel: Tunnel? = nil
-    var bodyRemaining: Int64 = 0
-    var chunkDecoder: ChunkedDecoder? = nil
-    var bodyBuffer = ByteBuffer()
-    var bodyBytesIn: Int64 = 0
-    var bodyBytesOut: Int64 = 0
-    /// The upstream response head being read, as bytes (1xx and challenge heads are replaced by the next one).
-    var responseHead = ResponseHeadAssembler(capacity: 0)
-    /// The committed response head, waiting to go out with the first body bytes or at the end (empty: none).
-    var heldHead = ByteBuffer()
-    /// Body bytes held with the head while looking for a token error.
-    var sniffBuffer: [UInt8] = []
-    /// The browser origin a `/proxy` exchange answers to (CORS), nil otherwise.
-    var corsOrigin: String? = nil
-    // Credentials (token-type) applied to the exchange in progress.
-    var credential: Credential? = nil
-    var injectedToken: IssuedToken? = nil
-    var tokenSite: TokenInjection.Site = .query
-    /// A copy of the streamed request body for the retry; `replayOffset` is how much of it the current
-    /// transfer has read.
-    var replay: ReplayBuffer? = nil
-    var replayOffset: Int64 = 0
-    /// An urlencoded form body collected whole (to put the token into it), and how much was sent.
-    var formBody: [UInt8]? = nil
-    var formOffset = 0
-    var originalURL: URLTarget? = nil
-    /// Where the request goes: the client's URL, or its https form under `upgrade_to_https`.
-    var upstreamURL: URLTarget? = nil
-    /// Network-type credentials for the exchange (matched on the upstream URL, then the client's).
-    var networkAuth = NetworkAuth()
+    /// The bytes and resources of the exchange in progress (its state is the machine's); nil between exchanges.
+    /// Taken from the loop's pool by ``attachExchange()`` and given back by ``detachExchange()`` when the exchange
+    /// ends. Code that may end the exchange (answer, finish, close) must not use a context it fetched before.
+    var ex: ExchangeContext? = nil
 
     deinit {
-        // Backstop: a transfer must never outlive the connection whose memory its callbacks use.
-        transfer?.cancel()
+        // Backstop: a transfer must never outlive the connection whose memory its callbacks use (the transfer's
+        // delegate reference is `unowned(unsafe)`).
+        ex?.transfer?.cancel()
     }
 
     init(fd: Int32, peer: String, address: IPAddress, loop: EventLoop) {
@@ -104,10 +80,29 @@ final class ClientConnection: UpstreamTransferDelegate {
 
     func start() {
         assertOnQueue(loop.queue)
-        channel.onReadable = { [unowned self] in self.readable() }
-        channel.onDrained = { [unowned self] in self.drained() }
-        channel.onWriteError = { [unowned self] _ in self.clientGone() }
+        channel.owner = self
         channel.resumeReading()
+    }
+
+    func channelReadable(_ channel: SocketChannel) { readable() }
+    func channelDrained(_ channel: SocketChannel) { drained() }
+    func channelWriteFailed(_ channel: SocketChannel, error: Int32) { clientGone() }
+
+    /// The context of the exchange in progress, taken from the loop's pool when there is none yet.
+    @discardableResult
+    func attachExchange() -> ExchangeContext {
+        if let x = ex { return x }
+        let x = loop.exchangeContexts.take { ExchangeContext() }
+        ex = x
+        return x
+    }
+
+    /// The exchange has ended: its context goes back to the loop's pool, reset.
+    func detachExchange() {
+        guard let x = ex else { return }
+        ex = nil
+        x.reset()
+        loop.exchangeContexts.give(x)
     }
 
     // MARK: input
@@ -130,6 +125,8 @@ final class ClientConnection: UpstreamTransferDelegate {
             var discarding = false
             if case .closing = machine.state { discarding = true }
             let toTheEnd = machine.readsBody
+            // Bytes of a read that found `inbuf` empty, left in the scratch buffer for `process(inPlace:)`.
+            var inPlace = 0
             reading: while true {
                 guard inbuf.count < Self.maxInput, (tls?.bufferedCiphertext ?? 0) < Self.maxInput else {
                     more = true
@@ -141,7 +138,16 @@ final class ClientConnection: UpstreamTransferDelegate {
                     machine.clientProgress(now: now)
                     if discarding { continue }
                     let bytes = UnsafeRawBufferPointer(rebasing: loop.scratch[0..<n])
-                    if let tls { tls.feed(bytes) } else { inbuf.append(bytes) }
+                    if let tls {
+                        tls.feed(bytes)
+                    } else if inbuf.isEmpty, n < loop.scratch.count, !toTheEnd {
+                        // Everything the client sent, in one read (the usual case): parsed where it lies.
+                        inPlace = n
+                        more = true
+                        break reading
+                    } else {
+                        inbuf.append(bytes)
+                    }
                     if n < loop.scratch.count, !toTheEnd {
                         more = true
                         break reading
@@ -164,7 +170,7 @@ final class ClientConnection: UpstreamTransferDelegate {
                 }
             }
             // Requests that arrived with the EOF are still served (a client may half-close after sending).
-            process()
+            process(inPlace: UnsafeRawBufferPointer(rebasing: loop.scratch[0..<inPlace]))
             if eof {
                 clientEOF()
                 return
@@ -186,11 +192,13 @@ final class ClientConnection: UpstreamTransferDelegate {
         case .leave: return
         }
         // Decrypted-but-unread input does not make the socket readable again: pull it when there is room.
-        if let tls, tls.handshakeDone, tls.hasBufferedInput, inbuf.count < Self.maxInput, !tlsPullScheduled {
-            tlsPullScheduled = true
+        if let ic = interception, ic.session.handshakeDone, ic.session.hasBufferedInput, inbuf.count < Self.maxInput,
+            !ic.pullScheduled
+        {
+            ic.pullScheduled = true
             nonisolated(unsafe) let me = self
             loop.queue.async {
-                me.tlsPullScheduled = false
+                me.interception?.pullScheduled = false
                 switch me.machine.state {
                 case .closed, .closing: return
                 default: break
@@ -208,29 +216,46 @@ final class ClientConnection: UpstreamTransferDelegate {
         }
     }
 
-    /// Parses and starts as many requests as the buffered input and the exchange in progress allow.
-    func process() {
+    /// Parses and starts as many requests as the buffered input and the exchange in progress allow. `inPlace`:
+    /// input that arrived after `inbuf` was emptied, still in the loop's scratch buffer; a request head in it is
+    /// parsed there and only the bytes after it are copied to `inbuf`, so a client whose requests each arrive in
+    /// one read never makes the connection allocate (and keep) an input buffer. Anything else copies it first.
+    func process(inPlace: UnsafeRawBufferPointer = UnsafeRawBufferPointer(start: nil, count: 0)) {
+        var inPlace = inPlace
         while true {
-            switch machine.nextInputStep(buffered: inbuf.count, now: now) {
+            let step = machine.nextInputStep(buffered: inPlace.isEmpty ? inbuf.count : inPlace.count, now: now)
+            if !inPlace.isEmpty, step != .parseHead {
+                if step != .discard { inbuf.append(inPlace) }
+                inPlace = UnsafeRawBufferPointer(start: nil, count: 0)
+            }
+            switch step {
             case .wait, .discard:
                 return
             case .pumpBody:
                 pumpBody()
                 return
             case .parseHead:
-                let result = inbuf.withUnreadBytes { parser.parse($0) }
+                let result = inPlace.isEmpty ? inbuf.withUnreadBytes { parser.parse($0) } : parser.parse(inPlace)
                 switch result {
                 case .needMore:
+                    // The parser remembers how far it scanned: `inbuf` now holds the same bytes from the start.
+                    if !inPlace.isEmpty { inbuf.append(inPlace) }
                     return
                 case .failed(let e):
                     parser.reset()
                     inbuf.removeAll()
-                    head = nil
                     machine.requestFailed(now: now)
                     respond(ErrorResponse.forParseError(e), close: true)
                     return
                 case .complete(let h, let consumed):
-                    inbuf.consume(consumed)
+                    if inPlace.isEmpty {
+                        inbuf.consume(consumed)
+                    } else {
+                        // Whatever follows the head (body bytes, a pipelined request) must be copied before
+                        // the scratch buffer is read into again.
+                        if consumed < inPlace.count { inbuf.append(UnsafeRawBufferPointer(rebasing: inPlace[consumed...])) }
+                        inPlace = UnsafeRawBufferPointer(start: nil, count: 0)
+                    }
                     parser.reset()
                     begin(h)
                 }
@@ -239,39 +264,33 @@ final class ClientConnection: UpstreamTransferDelegate {
     }
 
     func begin(_ h: RequestHead) {
+        assert(ex == nil, "an exchange began with the previous one's context still attached")
+        let x = attachExchange()
         var hasBody = true
         switch h.framing {
         case .none, .contentLength(0):
             hasBody = false
-            chunkDecoder = nil
         case .contentLength(let n):
-            bodyRemaining = n
-            chunkDecoder = nil
+            x.bodyRemaining = n
         case .chunked:
-            chunkDecoder = ChunkedDecoder()
+            x.chunkDecoder = ChunkedDecoder()
         }
         machine.requestBegan(.init(isHead: h.isHead, minorVersion: h.minorVersion, expectsContinue: h.expectsContinue,
             keepAlive: h.keepAlive, hasBody: hasBody), shuttingDown: loop.shuttingDown, now: now)
-        credential = nil
-        corsOrigin = nil
-        head = h
-        bodyBytesIn = 0
-        bodyBytesOut = 0
-        responseHead.reset()
-        heldHead.removeAll()
+        x.head = h
         guard authorize(h) else { return }
-        if let ic = intercept {
+        if let ic = interception {
             // Inside an intercepted tunnel every request goes to the CONNECT host, over https.
             switch h.target {
             case .origin(let path):
-                head?.target = .absolute(URLTarget(scheme: "https", host: ic.host, port: ic.port, pathAndQuery: path == "*" ? "/" : path))
+                x.head?.target = .absolute(URLTarget(scheme: "https", host: ic.host, port: ic.port, pathAndQuery: path == "*" ? "/" : path))
             case .absolute(let u) where u.scheme == "https" && u.host == ic.host && u.port == ic.port:
                 break
             default:
                 respond(ErrorResponse(status: 400, message: "Requests inside a tunnel to \(ic.host):\(ic.port) must be for that host"), close: true)
                 return
             }
-            if case .absolute(let u)? = head?.target { forward(u) }
+            if case .absolute(let u)? = x.head?.target { forward(u) }
             return
         }
         switch h.target {
@@ -293,18 +312,16 @@ final class ClientConnection: UpstreamTransferDelegate {
     /// inside an intercepted tunnel act for the client that opened it.
     func authorize(_ h: RequestHead) -> Bool {
         let auth = context.access.authenticator
-        guard auth.isRequired, intercept == nil else { return true }
+        guard auth.isRequired, interception == nil else { return true }
         if case .origin(let p) = h.target, p.prefix(while: { $0 != "?" }) == "/healthz" { return true }
         let presented = h.headers.first("proxy-authorization")
-        if let presented, presented == verifiedAuthorization, client != nil { return true }
-        if let c = auth.authenticate(presented) {
-            client = c
+        if let presented, let a = authenticated, presented == a.authorization { return true }
+        if let presented, let c = auth.authenticate(presented) {
+            authenticated = AuthenticatedClient(client: c, authorization: presented)
             credentials = context.access.store(for: c)
-            verifiedAuthorization = presented
             return true
         }
-        client = nil
-        verifiedAuthorization = nil
+        authenticated = nil
         if presented != nil, let held = context.access.throttle.admit("proxy-auth", now: DispatchTime.now().uptimeNanoseconds) {
             logger.warning("proxy authentication failed", metadata: ["client": "\(peer)", "failed_since_last_report": "\(held)"])
         }
@@ -325,50 +342,43 @@ final class ClientConnection: UpstreamTransferDelegate {
     /// body that was not read).
     func respondLocal(status: Int, contentType: String, body: String, close: Bool = false, extraHeaders: String = "") {
         guard let keepAlive = machine.answerLocally(status: status, close: close) else { return }
-        let minor = head?.minorVersion ?? 1
+        // An answer to input that was not a request (400, 408) has no context yet: it gets one for the log line.
+        let x = attachExchange()
+        let minor = x.head?.minorVersion ?? 1
         // A 204 has neither body nor Content-Length (RFC 9110 §8.6).
         let noBody = status == 204
         var s = "HTTP/1.1 \(status) \(reasonPhrase(status))\r\n"
         if !noBody { s += "Content-Type: \(contentType)\r\nContent-Length: \(body.utf8.count)\r\n" }
         s += extraHeaders
-        if let o = corsOrigin { s += "Access-Control-Allow-Origin: \(o)\r\nVary: Origin\r\n" }
+        if let o = x.corsOrigin { s += "Access-Control-Allow-Origin: \(o)\r\nVary: Origin\r\n" }
         if !keepAlive { s += "Connection: close\r\n" } else if minor == 0 { s += "Connection: keep-alive\r\n" }
         s += "\r\n"
-        if head?.isHead != true, !noBody {
+        if x.head?.isHead != true, !noBody {
             s += body
-            bodyBytesOut = Int64(body.utf8.count)
+            x.bodyBytesOut = Int64(body.utf8.count)
         }
-        heldHead.removeAll()
+        x.heldHead.removeAll()
         send(s)
         finishExchange()
     }
 
     /// Answers with an ArcGIS-style JSON error.
     func respond(_ e: ErrorResponse, close: Bool, extraHeaders: String = "") {
-        transfer?.cancel()
-        transfer = nil
+        if let x = ex, let t = x.transfer {
+            t.cancel()
+            x.transfer = nil
+        }
         respondLocal(status: e.status, contentType: "application/json; charset=utf-8", body: e.jsonBody, close: close,
             extraHeaders: e.retryAfter.map { "Retry-After: \($0)\r\n" + extraHeaders } ?? extraHeaders)
     }
 
-    /// The exchange is answered: log it, free its buffers, and keep the connection or begin closing it.
+    /// The exchange is answered: log it, give its context back (which frees a replay spill file at once), and
+    /// keep the connection or begin closing it.
     func finishExchange() {
         // A write may have failed while answering: a closed connection stays closed.
         guard machine.exchange != nil else { return }
         logAccess()
-        head = nil
-        chunkDecoder = nil
-        bodyBuffer.removeAll()
-        replay = nil  // closes (and so frees) a spill file at once, not at the next request
-        formBody = nil
-        heldHead.removeAll()
-        sniffBuffer = []
-        responseHead.reset()
-        credential = nil
-        injectedToken = nil
-        originalURL = nil
-        upstreamURL = nil
-        networkAuth = NetworkAuth()
+        detachExchange()
         switch machine.endExchange(shuttingDown: loop.shuttingDown, now: now) {
         case .close: beginClosing()
         case .awaitNext, .none: break
@@ -381,7 +391,8 @@ final class ClientConnection: UpstreamTransferDelegate {
         guard logger.logLevel <= .info else { return }
         let method: String
         let url: String
-        if let h = head {
+        let x = ex
+        if let h = x?.head {
             method = h.method
             switch h.target {
             case .absolute(let u): url = "\(u.origin)\(u.path)"
@@ -396,8 +407,8 @@ final class ClientConnection: UpstreamTransferDelegate {
         let ms = Double(now &- started) / 1_000_000
         logger.info("access", metadata: [
             "client": "\(peer)", "method": "\(method)", "url": "\(url)", "status": "\(status ?? machine.current?.status ?? 0)",
-            "bytes_in": "\(bodyBytesIn)", "bytes_out": "\(bodyBytesOut)",
-            "duration_ms": "\(Double(Int(ms * 10)) / 10)", "credential": "\(credential?.name ?? "-")",
+            "bytes_in": "\(x?.bodyBytesIn ?? 0)", "bytes_out": "\(x?.bodyBytesOut ?? 0)",
+            "duration_ms": "\(Double(Int(ms * 10)) / 10)", "credential": "\(x?.credential?.name ?? "-")",
             "user": "\(client?.name ?? "-")",
         ])
     }
@@ -420,7 +431,7 @@ final class ClientConnection: UpstreamTransferDelegate {
             tunnel?.clientDrained()
             return
         }
-        if machine.clientDrained(pending: channel.pendingCount, now: now) { transfer?.resume() }
+        if machine.clientDrained(pending: channel.pendingCount, now: now) { ex?.transfer?.resume() }
     }
 
     func clientEOF() {
@@ -442,7 +453,7 @@ final class ClientConnection: UpstreamTransferDelegate {
                 close()
             }
         case .close(let status):
-            if let status, head != nil { logAccess(status: status, started: started) }
+            if let status, ex?.head != nil { logAccess(status: status, started: started) }
             close()
         }
     }
@@ -450,9 +461,14 @@ final class ClientConnection: UpstreamTransferDelegate {
     func close() {
         guard !channel.isClosed else { return }
         machine.closed()
-        transfer?.cancel()
-        transfer = nil
-        replay = nil  // a spill file is freed now, not when the last reference to the connection goes
+        if let x = ex {
+            x.transfer?.cancel()
+            x.transfer = nil
+            // Dropped, not pooled: close may run inside a use of the context's buffers (a send that failed while
+            // the held head was being written), where resetting them is not allowed. Closing mid-exchange is rare.
+            // Its replay copy goes with it, so a spill file is freed now, not when the connection is released.
+            ex = nil
+        }
         tunnel?.close()
         tunnel = nil
         channel.close()
@@ -462,13 +478,10 @@ final class ClientConnection: UpstreamTransferDelegate {
     /// A connection idle this long gives its buffers back; a busy keep-alive one reuses them between exchanges.
     static let trimAfter: UInt64 = 1_000_000_000
 
-    /// Frees every per-exchange buffer of an idle connection (they are allocated again by the next request).
+    /// Frees the input and send buffers of an idle connection (the exchange's buffers went back to the loop's
+    /// pool with its context when it ended).
     func releaseIdleStorage() {
         inbuf.releaseStorage()
-        bodyBuffer.releaseStorage()
-        heldHead.releaseStorage()
-        responseHead = ResponseHeadAssembler(capacity: 0)
-        sniffBuffer = []
         channel.releaseIdleStorage()
     }
 
@@ -489,7 +502,7 @@ final class ClientConnection: UpstreamTransferDelegate {
                 close: true)
             close()
         case .cut(let status):
-            if head != nil { logAccess(status: status, started: started) }
+            if ex?.head != nil { logAccess(status: status, started: started) }
             close()
         case .tunnel:
             if let t = tunnel { t.finish() } else { close() }
@@ -505,7 +518,6 @@ final class ClientConnection: UpstreamTransferDelegate {
         case .none:
             if machine.isIdle(now: now, for: Self.trimAfter), inbuf.isEmpty { releaseIdleStorage() }
         case .headerTimedOut:
-            head = nil
             machine.requestFailed(now: now)
             respond(ErrorResponse(status: 408, message: "Request header not received within \(cfg.headerTimeoutSeconds) s"), close: true)
         case .close:
@@ -515,10 +527,10 @@ final class ClientConnection: UpstreamTransferDelegate {
             beginClosing()
         case .clientStalled:
             logger.warning("client stalled, closing", metadata: ["client": "\(peer)", "idle_timeout_seconds": "\(cfg.idleTimeoutSeconds)"])
-            if head != nil { logAccess() }
+            if ex?.head != nil { logAccess() }
             close()
         case .upstreamStalled:
-            guard let t = transfer else { return }
+            guard let t = ex?.transfer else { return }
             t.cancel()
             transferDidFinish(error: UpstreamError(code: CURLE_OPERATION_TIMEDOUT,
                 detail: "no data from the upstream for \(cfg.upstreamTimeoutSeconds) s",

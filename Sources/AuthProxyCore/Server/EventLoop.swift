@@ -17,6 +17,9 @@ final class EventLoop: @unchecked Sendable {
     /// Where a response chunk is framed before it is written.
     let assembly: UnsafeMutableRawBufferPointer
     private var connections: [ObjectIdentifier: ClientConnection] = [:]
+    /// Contexts of exchanges that ended, for the next ones on this loop (see ``ExchangeContext``): as many are
+    /// kept as were in use at once during the last second, trimmed by the sweep.
+    var exchangeContexts = ReusePool<ExchangeContext>(capacity: 256)
     private var sweeper: (any DispatchSourceTimer)?
     /// Whether the sweep timer is running: it stops at the first tick that finds no connection, so an idle
     /// proxy does not wake up every second per loop (and libdispatch's idle worker threads can time out and
@@ -85,6 +88,7 @@ final class EventLoop: @unchecked Sendable {
         }
         let now = DispatchTime.now().uptimeNanoseconds
         for c in Array(connections.values) { c.checkTimeouts(now: now) }
+        exchangeContexts.trim()
     }
 }
 

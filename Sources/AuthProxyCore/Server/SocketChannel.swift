@@ -3,55 +3,75 @@ import Dispatch
 import Glibc
 #endif
 
+/// What a ``SocketChannel`` reports to the object it serves, on the channel's queue.
+protocol SocketChannelOwner: AnyObject {
+    /// The socket has bytes (or EOF) to read.
+    func channelReadable(_ channel: SocketChannel)
+    /// ``SocketChannel/pendingCount`` fell to or below ``SocketChannel/lowWater`` after having been above it,
+    /// or every pending byte is written.
+    func channelDrained(_ channel: SocketChannel)
+    /// A write failed (peer reset or gone); reported once.
+    func channelWriteFailed(_ channel: SocketChannel, error: Int32)
+    /// The non-blocking connect awaited with ``SocketChannel/awaitConnect()`` finished: `error` is 0 or the
+    /// socket error.
+    func channelConnected(_ channel: SocketChannel, error: Int32)
+}
+
+extension SocketChannelOwner {
+    func channelConnected(_ channel: SocketChannel, error: Int32) {}
+}
+
 /// A non-blocking stream socket driven by one read and one write Dispatch source on its event loop's queue.
 ///
 /// Writes go straight to the socket; what the kernel does not take waits in ``pending`` and the write source
 /// drains it. The write source is made only when a `send` would block (or a connect is awaited): most
 /// connections never need one, and an unused source still costs its allocation and, when the connection closes,
-/// an activation just to be cancelled. Owners apply back-pressure by watching ``pendingCount`` and pausing their producer, and by
-/// ``pauseReading()``/``resumeReading()``. The descriptor is closed only after both sources' cancel handlers
-/// have run, so a new socket can never reuse the number while an old source still watches it.
+/// an activation just to be cancelled. Owners apply back-pressure by watching ``pendingCount`` and pausing their
+/// producer, and by ``pauseReading()``/``resumeReading()``. The descriptor is closed only after both sources'
+/// cancel handlers have run, so a new socket can never reuse the number while an old source still watches it.
+///
+/// Events go to one ``owner`` rather than to per-event closures, and the sources are kept as `DispatchSource`
+/// class references rather than existentials: a connection holds one of these for as long as it is open, idle
+/// or not, so its size counts (issue 10: bytes per idle connection). `owner` is `unowned`: the owner holds the
+/// channel and closes it (which clears `owner`) before it goes away; a broken rule traps instead of reading
+/// freed memory.
 ///
 /// Confined to `queue`: every method must be called on it (`@unchecked Sendable` only so Dispatch handlers
 /// may capture it).
 final class SocketChannel: @unchecked Sendable {
+    /// Send-queue size below which a drain is reported again after it was above it.
+    static let lowWater = 64 * 1024
+
     let fd: Int32
     private let queue: DispatchQueue
-    private let readSource: any DispatchSourceRead
+    private let readSource: DispatchSource
     /// Made by ``armWrite()`` the first time it is needed.
-    private var writeSource: (any DispatchSourceWrite)?
+    private var writeSource: DispatchSource?
+    private var pending = ByteBuffer()
+    /// When a send last moved bytes (uptime ns): a slow but steady reader is not idle.
+    private(set) var lastSendProgress: UInt64 = 0
+    unowned var owner: (any SocketChannelOwner)?
+    /// Sources whose cancel handler has not run yet; the descriptor is closed when this reaches 0.
+    private var liveSources: UInt8 = 1
     private var readResumed = false
     /// The read source was resumed before: a later resume follows a pause, not the first activation.
     private var activated = false
     private var writeResumed = false
-    private var pending = ByteBuffer()
     private var shutdownWhenFlushed = false
-    /// Sources whose cancel handler has not run yet; the descriptor is closed when this reaches 0.
-    private var liveSources = 1
     private(set) var isClosed = false
     /// Whether the peer's side or ours failed: writes are dropped from then on.
     private(set) var failed = false
-
-    /// Called when the socket has bytes (or EOF) to read.
-    var onReadable: (() -> Void)?
-    /// Called when ``pendingCount`` fell to or below ``lowWater`` after having been above it, and when all pending
-    /// bytes are written.
-    var onDrained: (() -> Void)?
-    /// Called once when a write fails (peer reset or gone).
-    var onWriteError: ((Int32) -> Void)?
-    /// One-shot: called when the socket first becomes writable (non-blocking connect finished).
-    private var onConnected: ((Int32) -> Void)?
-
-    var lowWater = 64 * 1024
-    /// When a send last moved bytes (uptime ns): a slow but steady reader is not idle.
-    private(set) var lastSendProgress: UInt64 = 0
+    /// A connect is awaited: the next writable event reports it (once) instead of draining.
+    private var awaitingConnect = false
     private var wasAboveLowWater = false
 
-    init(fd: Int32, queue: DispatchQueue) {
+    init(fd: Int32, queue: DispatchQueue, owner: (any SocketChannelOwner)? = nil) {
         self.fd = fd
         self.queue = queue
-        readSource = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
-        readSource.setEventHandler { [unowned self] in self.onReadable?() }
+        self.owner = owner
+        // The concrete class behind every source the overlay makes (8 bytes stored instead of a 40-byte existential).
+        readSource = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue) as! DispatchSource
+        readSource.setEventHandler { [unowned self] in self.owner?.channelReadable(self) }
         readSource.setCancelHandler(handler: sourceCancelled)
     }
 
@@ -82,7 +102,7 @@ final class SocketChannel: @unchecked Sendable {
             // EAGAIN makes a spurious call harmless.
             queue.async { [self] in
                 guard !isClosed, readResumed else { return }
-                onReadable?()
+                owner?.channelReadable(self)
             }
         }
         activated = true
@@ -140,7 +160,7 @@ final class SocketChannel: @unchecked Sendable {
         } else {
             pending.append(bytes)
         }
-        if pending.count > lowWater { wasAboveLowWater = true }
+        if pending.count > Self.lowWater { wasAboveLowWater = true }
         armWrite()
     }
 
@@ -163,21 +183,21 @@ final class SocketChannel: @unchecked Sendable {
         }
     }
 
-    /// Waits for a non-blocking `connect(2)` to finish; `done` gets 0 or the socket error.
-    func awaitConnect(_ done: @escaping (Int32) -> Void) {
-        onConnected = done
+    /// Waits for a non-blocking `connect(2)` to finish; the owner hears of it in
+    /// ``SocketChannelOwner/channelConnected(_:error:)``.
+    func awaitConnect() {
+        awaitingConnect = true
         armWrite()
     }
 
-    /// Cancels both sources; the descriptor is closed when both cancel handlers have run.
+    /// Cancels both sources; the descriptor is closed when both cancel handlers have run. Nothing is reported
+    /// to the owner afterwards.
     func close() {
         assertOnQueue(queue)
         guard !isClosed else { return }
         isClosed = true
-        onReadable = nil
-        onDrained = nil
-        onWriteError = nil
-        onConnected = nil
+        owner = nil
+        awaitingConnect = false
         pending.removeAll()
         readSource.cancel()
         // A suspended or never-activated source must be resumed for its cancel handler to run.
@@ -200,7 +220,7 @@ final class SocketChannel: @unchecked Sendable {
                 let e = errno
                 failed = true
                 pending.removeAll()
-                onWriteError?(e)
+                owner?.channelWriteFailed(self, error: e)
                 return -1
             }
         }
@@ -208,11 +228,11 @@ final class SocketChannel: @unchecked Sendable {
 
     private func armWrite() {
         guard !isClosed, !writeResumed else { return }
-        let w: any DispatchSourceWrite
+        let w: DispatchSource
         if let existing = writeSource {
             w = existing
         } else {
-            w = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
+            w = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue) as! DispatchSource
             w.setEventHandler { [unowned self] in self.writable() }
             w.setCancelHandler(handler: sourceCancelled)
             liveSources += 1
@@ -223,8 +243,8 @@ final class SocketChannel: @unchecked Sendable {
     }
 
     private func writable() {
-        if let connected = onConnected {
-            onConnected = nil
+        if awaitingConnect {
+            awaitingConnect = false
             var err: Int32 = 0
             var len = socklen_t(MemoryLayout<Int32>.size)
             getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len)
@@ -232,7 +252,7 @@ final class SocketChannel: @unchecked Sendable {
                 writeResumed = false
                 writeSource?.suspend()
             }
-            connected(err)
+            owner?.channelConnected(self, error: err)
             return
         }
         while !pending.isEmpty {
@@ -252,9 +272,9 @@ final class SocketChannel: @unchecked Sendable {
                 Glibc.shutdown(fd, Int32(SHUT_WR))
             }
         }
-        if pending.isEmpty || (wasAboveLowWater && pending.count <= lowWater) {
+        if pending.isEmpty || (wasAboveLowWater && pending.count <= Self.lowWater) {
             wasAboveLowWater = false
-            onDrained?()
+            owner?.channelDrained(self)
         }
     }
 }

@@ -54,6 +54,9 @@ public struct ByteBuffer: Sendable {
         readIndex = 0
     }
 
+    /// Bytes of storage held, read or not.
+    public var capacity: Int { storage.capacity }
+
     public mutating func removeAll() {
         storage.removeAll(keepingCapacity: storage.capacity <= 512 * 1024)
         readIndex = 0

@@ -12,8 +12,9 @@ import Glibc
 /// connection only talks to it through ``clientReadable()``, ``clientDrained()``, ``clientEOF()``,
 /// ``checkTimeouts(now:)`` and ``close()``.
 ///
-/// Confined to the connection's loop queue.
-final class Tunnel {
+/// Confined to the connection's loop queue. It owns its upstream ``SocketChannel`` and closes it in every way it
+/// ends (``close()``, a failure, a refused connect), so the channel never reports to a freed tunnel.
+final class Tunnel: SocketChannelOwner {
     private unowned let connection: ClientConnection
     private let host: String
     private let port: Int
@@ -102,27 +103,31 @@ final class Tunnel {
             tryNextAddress(lastError: e)
             return
         }
-        let ch = SocketChannel(fd: fd, queue: connection.loop.queue)
+        let ch = SocketChannel(fd: fd, queue: connection.loop.queue, owner: self)
         upstream = ch
-        ch.awaitConnect { [unowned self] err in
-            guard !self.closed else { return }
-            if err != 0 {
-                ch.close()
-                self.upstream = nil
-                self.tryNextAddress(lastError: err)
-            } else {
-                self.established()
-            }
+        ch.awaitConnect()
+    }
+
+    func channelConnected(_ channel: SocketChannel, error: Int32) {
+        guard !closed, channel === upstream else { return }
+        if error != 0 {
+            channel.close()
+            upstream = nil
+            tryNextAddress(lastError: error)
+        } else {
+            established()
         }
     }
+
+    // The upstream socket's events (the client's come through the connection).
+    func channelReadable(_ channel: SocketChannel) { upstreamReadable() }
+    func channelDrained(_ channel: SocketChannel) { upstreamDrained() }
+    func channelWriteFailed(_ channel: SocketChannel, error: Int32) { close(notify: true) }
 
     private func established() {
         guard let up = upstream else { return }
         connected = true
         lastActivity = DispatchTime.now().uptimeNanoseconds
-        up.onReadable = { [unowned self] in self.upstreamReadable() }
-        up.onDrained = { [unowned self] in self.upstreamDrained() }
-        up.onWriteError = { [unowned self] _ in self.close(notify: true) }
         let early = connection.tunnelEstablished()
         if !early.isEmpty {
             early.withUnreadBytes { up.write($0) }

@@ -29,6 +29,9 @@ CURLMcode ap_multi_setopt_timer_cb(CURLM *multi, int (*cb)(CURLM *, long, void *
 
 /// Initialises OpenSSL without its atexit handler (which can crash at exit), then libcurl.
 int ap_global_init(void);
+/// glibc `mallopt(M_MMAP_THRESHOLD, bytes)`: blocks of `bytes` and more get their own mapping, returned to the
+/// system when freed (and the threshold no longer rises by itself). Returns 1 on success.
+int ap_malloc_fix_mmap_threshold(int bytes);
 
 struct sockaddr;
 /// accept4(2) with SOCK_NONBLOCK | SOCK_CLOEXEC (accept4 needs _GNU_SOURCE, which Swift's Glibc lacks).

@@ -1,0 +1,85 @@
+/// The bytes and resources of one exchange on a ``ClientConnection``: the parsed request, the libcurl transfer,
+/// the body and response buffers, the credential and token applied, the URLs. Its lifecycle is the
+/// ``ExchangeStateMachine``'s; this only holds what the connection needs while carrying it out.
+///
+/// **Why an object of its own, and why pooled.** Kept inline, these fields made every `ClientConnection` ~920
+/// bytes larger for its whole life, idle or not (issue 10: ≤ 2 kB per idle keep-alive connection). A connection
+/// holds one only while an exchange runs: it takes one from its loop's ``ReusePool`` when a request head arrives
+/// (``ClientConnection/begin(_:)``) and gives it back, reset, when the exchange ends (``reset()``), so no
+/// allocation is added per request: a loop reuses as many as it has exchanges in flight. The alternative of
+/// keeping it on the connection until the one-second idle sweep was not chosen: after a burst over many
+/// connections, every one of them would hold one for up to a second, and the freed objects would leave as many
+/// holes in the heap, which malloc keeps resident (measured in `docs/BENCHMARKS.md`). Buffers keep their
+/// capacity between uses up to ``keptCapacity``, so a busy loop does not grow them again for every exchange;
+/// the pool itself is trimmed by the loop's sweep (``ReusePool/trim()``).
+///
+/// Confined to the loop queue of the connection using it.
+final class ExchangeContext {
+    /// Buffer capacity a pooled context keeps (larger buffers are freed when the exchange ends).
+    static let keptCapacity = 64 * 1024
+
+    var head: RequestHead? = nil
+    var transfer: UpstreamTransfer? = nil
+    var bodyRemaining: Int64 = 0
+    var chunkDecoder: ChunkedDecoder? = nil
+    /// Request-body bytes waiting for libcurl.
+    var bodyBuffer = ByteBuffer()
+    var bodyBytesIn: Int64 = 0
+    var bodyBytesOut: Int64 = 0
+    /// The upstream response head being read, as bytes (1xx and challenge heads are replaced by the next one).
+    var responseHead = ResponseHeadAssembler(capacity: 0)
+    /// The committed response head, waiting to go out with the first body bytes or at the end (empty: none).
+    var heldHead = ByteBuffer()
+    /// Body bytes held with the head while looking for a token error.
+    var sniffBuffer: [UInt8] = []
+    /// The browser origin a `/proxy` exchange answers to (CORS), nil otherwise.
+    var corsOrigin: String? = nil
+    /// The token-type credential applied to the exchange, and the token injected.
+    var credential: Credential? = nil
+    var injectedToken: IssuedToken? = nil
+    var tokenSite: TokenInjection.Site = .query
+    /// A copy of the streamed request body for the retry; `replayOffset` is how much of it the current
+    /// transfer has read.
+    var replay: ReplayBuffer? = nil
+    var replayOffset: Int64 = 0
+    /// An urlencoded form body collected whole (to put the token into it), and how much was sent.
+    var formBody: [UInt8]? = nil
+    var formOffset = 0
+    var originalURL: URLTarget? = nil
+    /// Where the request goes: the client's URL, or its https form under `upgrade_to_https`.
+    var upstreamURL: URLTarget? = nil
+    /// Network-type credentials for the exchange (matched on the upstream URL, then the client's).
+    var networkAuth = NetworkAuth()
+
+    init() {}
+
+    /// Back to the state of a new context, for the next exchange (buffers keep up to ``keptCapacity``). A
+    /// transfer still running here would call back into an exchange that has ended: it is cancelled.
+    func reset() {
+        if let t = transfer {
+            assertionFailure("an exchange ended with its transfer still running")
+            t.cancel()
+            transfer = nil
+        }
+        head = nil
+        bodyRemaining = 0
+        chunkDecoder = nil
+        if bodyBuffer.capacity > Self.keptCapacity { bodyBuffer.releaseStorage() } else { bodyBuffer.removeAll() }
+        bodyBytesIn = 0
+        bodyBytesOut = 0
+        responseHead.reset(keepingCapacity: responseHead.retainedBytes <= Self.keptCapacity)
+        if heldHead.capacity > Self.keptCapacity { heldHead.releaseStorage() } else { heldHead.removeAll() }
+        sniffBuffer = []
+        corsOrigin = nil
+        credential = nil
+        injectedToken = nil
+        tokenSite = .query
+        replay = nil  // closes (and so frees) a spill file at once
+        replayOffset = 0
+        formBody = nil
+        formOffset = 0
+        originalURL = nil
+        upstreamURL = nil
+        networkAuth = NetworkAuth()
+    }
+}
