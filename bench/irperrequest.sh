@@ -2,7 +2,9 @@
 # Instructions (callgrind Ir) per keep-alive request through authproxy: a count that stays put when the shared
 # machine is noisy, for A/B checks of per-request CPU that wall-clock benches cannot resolve.
 #
-#   bash bench/irperrequest.sh BINARY [--requests N] [--warmup N]
+#   bash bench/irperrequest.sh BINARY [--requests N] [--warmup N] [--profile K]
+#
+# --profile K also prints the K functions with the most Ir per request (self cost, callgrind_annotate).
 #
 # The nginx origin of bench/pinned.sh (core 1) serves small.json; BINARY runs under valgrind --tool=callgrind
 # (core 0) with the api-key credential of the benches (a token injected into every request). One curl process
@@ -15,13 +17,14 @@
 # otherwise). Listens on 127.0.0.1 only.
 set -euo pipefail
 BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-BIN=""; N=2000; WARM=200
+BIN=""; N=2000; WARM=200; PROFILE=0
 if [[ $# -gt 0 && "$1" != -* ]]; then BIN="$(readlink -f "$1")"; shift; fi
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --requests) N="$2"; shift 2 ;;
         --warmup) WARM="$2"; shift 2 ;;
-        -h|--help) sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --profile) PROFILE="$2"; shift 2 ;;
+        -h|--help) sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
 done
@@ -76,3 +79,17 @@ IR=$(awk '/^summary:/ {print $2}' "$TMP"/cg."$VPID".out.* | tail -n1)
 echo "binary: $BIN"
 echo "requests: $N on one keep-alive connection (after $WARM warm-up); Ir total: $IR"
 python3 -c "print(f'Ir per request: {$IR / $N:,.0f}')"
+if [[ "$PROFILE" -gt 0 ]]; then
+    echo "-- top $PROFILE functions, Ir per request (self)"
+    callgrind_annotate --inclusive=no --threshold=100 "$(ls "$TMP"/cg."$VPID".out.* | tail -n1)" > "$TMP/annotate.txt" 2>&1 || true
+    cp "$TMP/annotate.txt" /tmp/irperrequest-annotate.txt
+    grep -E '^ *[0-9,]+ ' "$TMP/annotate.txt" | grep -v 'PROGRAM TOTALS' | head -n "$PROFILE" \
+        | python3 -c '
+import sys, re
+n = int(sys.argv[1])
+for line in sys.stdin:
+    m = re.match(r"\s*([\d,]+)\s+(?:\([^)]*\)\s+)?(.*)$", line)
+    if m:
+        print("%9.0f  %s" % (int(m.group(1).replace(",", "")) / n, m.group(2)[:140]))
+' "$N"
+fi

@@ -122,6 +122,12 @@ func asciiCaseInsensitiveEquals(_ bytes: UnsafeRawBufferPointer, lowercased: [UI
     return true
 }
 
+/// `x` equals `y` ignoring ASCII case (either may be upper or lower case).
+@inlinable @inline(__always)
+func asciiEqualIgnoringCase(_ x: UInt8, _ y: UInt8) -> Bool {
+    x == y || (x | 0x20 == y | 0x20 && (x | 0x20) >= 0x61 && (x | 0x20) <= 0x7a)
+}
+
 /// `x` equals `lower` (an ASCII lower-case letter or any other byte) ignoring ASCII case.
 @inline(__always)
 func asciiFoldedEqual(_ x: UInt8, _ lower: UInt8) -> Bool {
@@ -161,13 +167,20 @@ func asciiContainsIgnoringCase(_ bytes: some Collection<UInt8>, _ lowercased: St
 }
 
 extension StringProtocol {
+    /// ASCII case-insensitive equality (header names, schemes). Compares contiguous UTF-8 directly: a zip of
+    /// the two UTF-8 views cost ~20 instructions per byte, and this runs for every header of every request.
     @inlinable
     func caseInsensitiveEquals(_ other: some StringProtocol) -> Bool {
         let a = self.utf8, b = other.utf8
         guard a.count == b.count else { return false }
-        return zip(a, b).allSatisfy { x, y in
-            x == y || (x | 0x20 == y | 0x20 && (x | 0x20) >= 0x61 && (x | 0x20) <= 0x7a)
+        let fast = a.withContiguousStorageIfAvailable { pa in
+            b.withContiguousStorageIfAvailable { pb in
+                for i in 0..<pa.count where !asciiEqualIgnoringCase(pa[i], pb[i]) { return false }
+                return true
+            }
         }
+        if let fast, let result = fast { return result }
+        return zip(a, b).allSatisfy { asciiEqualIgnoringCase($0, $1) }
     }
 
     /// Without leading and trailing spaces and tabs (scanned as bytes: this runs for every header field).
