@@ -101,7 +101,10 @@ struct ResponseHeadAssembler {
         var end = raw.count
         while end > 0, raw[end - 1] == 10 || raw[end - 1] == 13 { end -= 1 }
         let line = UnsafeRawBufferPointer(rebasing: raw[0..<end])
-        if line.count >= 5, line[0] == 72, line[1] == 84, line[2] == 84, line[3] == 80, line[4] == 47 {  // "HTTP/"
+        // A status line only where libcurl reads one: first in a head. Elsewhere `HTTP/1.1 200 OK: x` is a field to
+        // libcurl, and reading it as a new head would give the client a status libcurl does not frame the body by.
+        let atHeadStart = isComplete || (status == 0 && fields.isEmpty)
+        if atHeadStart, line.count >= 5, line[0] == 72, line[1] == 84, line[2] == 84, line[3] == 80, line[4] == 47 {  // "HTTP/"
             beginHead(line)
             return .status(status)
         }
@@ -132,8 +135,12 @@ struct ResponseHeadAssembler {
         return .field
     }
 
-    /// `HTTP/1.1 200 OK`: split at the first two spaces, as the String path did; a status that is not a number
-    /// becomes 502.
+    /// `HTTP/1.1 200 OK`. The status is read as libcurl reads it (`sscanf(" HTTP/%1d.%1d%c%3d%c")` in 7.88): after the
+    /// version and a space, optional whitespace, then exactly three digits not followed by a fourth; the reason phrase
+    /// is what follows (after one space or tab). libcurl frames the body by that status, so the client must get the same one:
+    /// splitting at the first two spaces instead made `HTTP/1.1  204` (two spaces) or `HTTP/1.1 204\tNo` a 502 with a
+    /// `Content-Length` and no body, desynchronising the client. A status libcurl would refuse becomes 502 (libcurl
+    /// fails the transfer anyway), with the reason after the next space.
     private mutating func beginHead(_ line: UnsafeRawBufferPointer) {
         storage.removeAll(keepingCapacity: true)
         fields.removeAll(keepingCapacity: true)
@@ -144,14 +151,29 @@ struct ResponseHeadAssembler {
             status = 502
             return
         }
-        let sp2 = line[(sp1 + 1)...].firstIndex(of: 32)
-        let code = Self.parseInteger(UnsafeRawBufferPointer(rebasing: line[(sp1 + 1)..<(sp2 ?? line.count)]))
-        status = code.flatMap { Int(exactly: $0) } ?? 502
-        if let sp2 {
+        var i = sp1 + 1
+        while i < line.count, Self.isCSpace(line[i]) { i += 1 }
+        let end = i + 3
+        let isDigit = { (c: UInt8) in c >= 48 && c <= 57 }
+        if end <= line.count, isDigit(line[i]), isDigit(line[i + 1]), isDigit(line[i + 2]),
+            end == line.count || !isDigit(line[end]), line[i] != 48
+        {
+            status = Int(line[i] - 48) * 100 + Int(line[i + 1] - 48) * 10 + Int(line[i + 2] - 48)
+            if end < line.count {
+                storage.append(contentsOf: UnsafeRawBufferPointer(rebasing: line[(line[end] == 32 || line[end] == 9 ? end + 1 : end)...]))
+                reason = 0..<storage.count
+            }
+            return
+        }
+        status = 502
+        if let sp2 = line[(sp1 + 1)...].firstIndex(of: 32) {
             storage.append(contentsOf: UnsafeRawBufferPointer(rebasing: line[(sp2 + 1)...]))
             reason = 0..<storage.count
         }
     }
+
+    /// C `isspace`: what `sscanf`'s `%d` skips.
+    private static func isCSpace(_ c: UInt8) -> Bool { c == 32 || (c >= 9 && c <= 13) }
 
     /// Whether the completed head is the final answer: not a 1xx, and not a 401/407 that libcurl answers itself
     /// (with a password or Kerberos credential; the next status line starts the real response).
