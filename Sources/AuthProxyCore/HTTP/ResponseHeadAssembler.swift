@@ -78,6 +78,8 @@ struct ResponseHeadAssembler {
     /// How many fields are `Connection`/`Proxy-Connection` (usually one; with none, no name needs checking
     /// against their lists).
     private var listingFields = 0
+    /// Set by ``substituteStatus(_:)``: the upstream's body framing no longer describes what follows the head.
+    private var lengthVoid = false
 
     /// Reserves room for a typical head once; ``reset(keepingCapacity:)`` keeps it across exchanges.
     init(capacity: Int = 1024) {
@@ -93,6 +95,7 @@ struct ResponseHeadAssembler {
         status = 0
         isComplete = false
         listingFields = 0
+        lengthVoid = false
     }
 
     /// Takes one raw header line from libcurl's header callback, CRLF included. Once the caller has written a
@@ -147,6 +150,7 @@ struct ResponseHeadAssembler {
         reason = nil
         isComplete = false
         listingFields = 0
+        lengthVoid = false
         guard let sp1 = line.firstIndex(of: 32) else {
             status = 502
             return
@@ -181,11 +185,14 @@ struct ResponseHeadAssembler {
         status >= 200 && !(answersChallenges && (status == 401 || status == 407))
     }
 
-    /// The upstream ended without a final head: answer `code` with its standard reason phrase, keeping the
-    /// fields seen so far.
+    /// The upstream gave no usable final head (it ended, or started a body, after a 1xx or inside a head): answer
+    /// `code` with its standard reason phrase, keeping the fields seen so far but not their framing. A
+    /// `Content-Length` of that head described a body that never comes; announcing it would leave the client
+    /// waiting for bytes and reading the next response as them.
     mutating func substituteStatus(_ code: Int) {
         status = code
         reason = nil
+        lengthVoid = true
     }
 
     // MARK: look-ups
@@ -216,6 +223,7 @@ struct ResponseHeadAssembler {
     }
 
     private func agreedLength(_ s: UnsafeRawBufferPointer) -> Int64? {
+        if lengthVoid { return nil }
         var first: UnsafeRawBufferPointer? = nil
         for f in fields {
             if f.kind & Kind.transferEncoding != 0 { return nil }

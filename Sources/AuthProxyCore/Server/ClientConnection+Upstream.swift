@@ -189,6 +189,10 @@ extension ClientConnection {
     /// Writes the client's response head from the upstream's (framing, hop-by-hop fields, Via, CORS) and holds it
     /// to go out with the first body bytes; then lets the machine decide whether to inspect the response.
     func commitResponseHead(inspect: Bool) {
+        // Only a complete final head answers the client. Without one (libcurl ended the transfer, or started a body,
+        // after a 1xx such as an unrequested `101`, or inside a head), the client gets a 502: relaying a 1xx as the
+        // answer, or a 200 whose head was cut, would leave it reading the next response on the connection wrongly.
+        if responseHead.status < 200 || !responseHead.isComplete { responseHead.substituteStatus(502) }
         heldHead.removeAll()
         let framing = responseHead.write(into: &heldHead, options: .init(isHeadRequest: head?.isHead ?? false,
             clientMinorVersion: head?.minorVersion ?? 1, keepAlive: machine.keepAlive, corsOrigin: corsOrigin,
@@ -285,7 +289,6 @@ extension ClientConnection {
                 updateReadInterest()
                 return
             case .commitHeadFirst:
-                if responseHead.status < 200 { responseHead.substituteStatus(502) }
                 commitResponseHead(inspect: false)
             case .inspectHeld:
                 if TokenRejection.isRejection(status: responseHead.status, contentType: responseHead.string(of: "content-type"),

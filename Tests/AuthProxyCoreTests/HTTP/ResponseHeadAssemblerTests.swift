@@ -397,6 +397,22 @@ let headCases: [HeadCase] = [
         #expect(got.framing.noBody == (status == 204 || status == 304), "\(statusLine)")
     }
 
+    /// A substituted 502 does not carry the length of the head it replaces: that body never comes (an e2e corpus
+    /// finding, with `HTTP/1.1 100 Continue` + `Content-Length: 5`, or a head cut after `Content-Length: 100`).
+    @Test func substitutedStatusDropsTheUpstreamLength() {
+        for lines in [["HTTP/1.1 100 Continue", "Content-Length: 5", ""], ["HTTP/1.1 200 OK", "Content-Length: 100"],
+                      ["HTTP/1.1 101 Switching Protocols", "Upgrade: x", "Content-Length: 9", ""]] {
+            var a = ResponseHeadAssembler()
+            for l in lines { _ = Array((l + "\r\n").utf8).withUnsafeBytes { a.add(line: $0) } }
+            a.substituteStatus(502)
+            var out = ByteBuffer()
+            let framing = a.write(into: &out, options: makeOptions())
+            #expect(framing.contentLength == nil && framing.chunked, "\(lines)")
+            #expect(String(decoding: out.unreadBytes, as: UTF8.self).hasPrefix("HTTP/1.1 502 Bad Gateway\r\n"))
+            #expect(a.contentLength == nil)
+        }
+    }
+
     /// A line that looks like a status line inside a head is a field to libcurl (it has a colon), not a new head.
     @Test func statusLineOnlyAtTheStartOfAHead() {
         var a = ResponseHeadAssembler()
