@@ -32,6 +32,9 @@ RUN sed -i \
       /etc/authproxy/proxy.conf \
  && /usr/local/bin/authproxy check --config /etc/authproxy/proxy.conf
 USER authproxy
+# File descriptors: about 2 per proxied connection (see the README's "File descriptors"). An image cannot set
+# them; the runtime does: docker run --ulimit nofile=65536:65536 (compose: ulimits: nofile: 65536). authproxy
+# raises its soft limit to the hard one at start and warns when that cannot cover max_connections.
 VOLUME ["/var/lib/authproxy"]
 EXPOSE 3128
 STOPSIGNAL SIGTERM

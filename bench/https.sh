@@ -2,7 +2,10 @@
 # HTTPS interception benchmark: authproxy vs. mitmproxy vs. an nginx TLS reverse proxy.
 #
 #   bash bench/https.sh [--authproxy PATH] [--duration SECONDS] [--warmup SECONDS] [--out FILE]
+#                       [--profile DIR]
 #
+# --profile DIR records a perf cpu-clock profile (-g) of authproxy during its c50 run into DIR/perf.data and
+# prints it by shared object and by symbol.
 # The proxy under test and every peer run on core 0 (taskset -c 0), tlsload and the origin on core 1.
 # Everything listens on 127.0.0.1 only and is torn down on exit.
 # See bench/README.md ("HTTPS interception") for what is measured and how to read the output.
@@ -15,10 +18,11 @@ AUTHPROXY_BIN=""
 DURATION=10
 WARMUP=2
 OUT_FILE="$BENCH_DIR/results-https-latest.md"
+PROFILE_DIR=""
 TOKEN="BENCHKEY"
 
 usage() {
-    sed -n '2,8p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 while [[ $# -gt 0 ]]; do
@@ -31,6 +35,7 @@ while [[ $# -gt 0 ]]; do
         --warmup=*) WARMUP="${1#*=}"; shift ;;
         --out) OUT_FILE="$2"; shift 2 ;;
         --out=*) OUT_FILE="${1#*=}"; shift ;;
+        --profile) PROFILE_DIR="$2"; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         *) echo "unknown argument: $1" >&2; usage >&2; exit 2 ;;
     esac
@@ -344,9 +349,24 @@ for entry in "${TARGETS[@]}"; do
         IFS='|' read -r label c extra <<<"$run"
         # CPU µs per request: Δ(utime+stime) of the server's process tree over the run ÷ requests completed.
         before=$(cpu_ticks "${PID_OF[$name]}")
+        perf_pid=""
+        if [[ -n "$PROFILE_DIR" && $name == authproxy && $label == c50 ]]; then
+            mkdir -p "$PROFILE_DIR"
+            perf record -q -e cpu-clock -g -p "${PID_OF[$name]}" -o "$PROFILE_DIR/perf.data" >/dev/null 2>&1 &
+            perf_pid=$!
+            sleep 0.3
+        fi
         # shellcheck disable=SC2086
         out=$(run_load "$proxy" "$ca" "$port" "$c" "$DURATION" $extra)
         after=$(cpu_ticks "${PID_OF[$name]}")
+        if [[ -n "$perf_pid" ]]; then
+            kill -INT "$perf_pid"; wait "$perf_pid" || true
+            perf report -i "$PROFILE_DIR/perf.data" --no-children --sort dso --stdio -g none 2>/dev/null \
+                | grep -v '^#' | grep -v '^$' | head -15 > "$PROFILE_DIR/by-dso.txt" || true
+            perf report -i "$PROFILE_DIR/perf.data" --no-children --sort dso,sym --stdio -g none 2>/dev/null \
+                | grep -v '^#' | grep -v '^$' | head -45 > "$PROFILE_DIR/by-symbol.txt" || true
+            log "  profile: $PROFILE_DIR/by-dso.txt, $PROFILE_DIR/by-symbol.txt"
+        fi
         rps=$(field rps "$out"); p50=$(field p50_ms "$out"); p99=$(field p99_ms "$out"); e=$(field errors "$out")
         reqs=$(field requests "$out")
         cpu=$(cpu_us_per_request "$before" "$after" "${reqs:-0}")

@@ -608,6 +608,58 @@ def one_shot_backend(response, linger=0.5):
     return b.port, b.stop
 
 
+class ScriptedBackend:
+    """A raw keep-alive upstream on 127.0.0.1 that answers each request with the bytes `respond(path)` returns,
+    exactly as given (malformed heads included), and records the request lines per connection. Requests are
+    read head only (no bodies)."""
+
+    def __init__(self, respond):
+        import threading
+        self.respond = respond
+        self.connections = []  # one list of request lines per accepted connection
+        self._srv = socket.socket()
+        self._srv.bind(("127.0.0.1", 0))
+        self._srv.listen(64)
+        self.port = self._srv.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def url(self, path):
+        return "http://127.0.0.1:%d%s" % (self.port, path)
+
+    def _accept(self):
+        import threading
+        while True:
+            try:
+                c, _ = self._srv.accept()
+            except OSError:
+                return
+            seen = []
+            self.connections.append(seen)
+            threading.Thread(target=self._serve, args=(c, seen), daemon=True).start()
+
+    def _serve(self, c, seen):
+        buf = b""
+        c.settimeout(30)
+        try:
+            while True:
+                while b"\r\n\r\n" not in buf:
+                    d = c.recv(65536)
+                    if not d:
+                        return
+                    buf += d
+                head, _, buf = buf.partition(b"\r\n\r\n")
+                line = head.split(b"\r\n", 1)[0].decode("latin-1")
+                seen.append(line)
+                c.sendall(self.respond(line.split(" ")[1] if " " in line else "/"))
+        except OSError:
+            pass
+        finally:
+            c.close()
+
+    def close(self):
+        self._srv.close()
+
+
 def joined(values):
     return ", ".join(values)
 

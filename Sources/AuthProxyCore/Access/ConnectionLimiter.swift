@@ -9,6 +9,13 @@ public final class ConnectionLimiter: Sendable {
     private struct State {
         var open = 0
         var byClient: [IPAddress: Int] = [:]
+        var refused = Refusals()
+    }
+
+    /// Connections refused since the start, by limit: the log shows them (rate-limited), metrics can export them.
+    public struct Refusals: Sendable, Equatable {
+        public var total = 0
+        public var perClient = 0
     }
 
     private let state = Mutex(State())
@@ -26,9 +33,15 @@ public final class ConnectionLimiter: Sendable {
     /// Takes a slot for `client`, or says which limit is reached.
     public func acquire(_ client: IPAddress) -> Refusal? {
         state.withLock { s in
-            if s.open >= total { return .total }
+            if s.open >= total {
+                s.refused.total += 1
+                return .total
+            }
             let n = s.byClient[client, default: 0]
-            if n >= perClient { return .perClient }
+            if n >= perClient {
+                s.refused.perClient += 1
+                return .perClient
+            }
             s.open += 1
             s.byClient[client] = n + 1
             return nil
@@ -45,4 +58,6 @@ public final class ConnectionLimiter: Sendable {
     }
 
     public var openCount: Int { state.withLock { $0.open } }
+
+    public var refusals: Refusals { state.withLock { $0.refused } }
 }

@@ -13,16 +13,29 @@ public enum PathNormalizer {
         case ambiguous(String)
     }
 
-    public static func normalize(_ path: Substring) -> Result {
-        // Fast path: nothing to decode or resolve (the common case costs one scan).
-        var needsWork = false
-        for c in path.utf8 {
-            if c == UInt8(ascii: "%") || c == UInt8(ascii: ".") || c == UInt8(ascii: "\\") || c == UInt8(ascii: ";") {
-                needsWork = true
-                break
+    /// Whether `path` has an escape, a backslash, a `;` or a dot-segment.
+    private static func needsWork(_ path: Substring.UTF8View) -> Bool {
+        var dotsInSegment = 0  // dots since the last '/', or -1 once the segment has another byte
+        for c in path {
+            switch c {
+            case UInt8(ascii: "%"), UInt8(ascii: "\\"), UInt8(ascii: ";"):
+                return true
+            case UInt8(ascii: "/"):
+                if dotsInSegment > 0 { return true }
+                dotsInSegment = 0
+            case UInt8(ascii: "."):
+                if dotsInSegment >= 0 { dotsInSegment += 1 }
+            default:
+                dotsInSegment = -1
             }
         }
-        if !needsWork { return .normal(String(path)) }
+        return dotsInSegment > 0
+    }
+
+    public static func normalize(_ path: Substring) -> Result {
+        // Fast path: nothing to decode or resolve (the common case costs one scan). A dot only matters as a
+        // whole segment (`.` or `..`), not inside a name such as `query.json`.
+        if !needsWork(path.utf8) { return .normal(String(path)) }
 
         var decoded: [UInt8] = []
         decoded.reserveCapacity(path.utf8.count)

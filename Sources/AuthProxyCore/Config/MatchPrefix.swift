@@ -51,9 +51,10 @@ public struct MatchPrefix: Sendable, Equatable, CustomStringConvertible {
             return false
         }
         if path.isEmpty { return true }
-        let p = target.path
-        guard p.hasPrefix(path) else { return false }
-        let after = p.dropFirst(path.count)
-        return after.isEmpty || after.hasPrefix("/")
+        // Bytes, not Characters: a path is compared as sent, and this runs for every request.
+        let p = target.path.utf8, q = path.utf8
+        guard p.count >= q.count, p.starts(with: q) else { return false }
+        let after = p.index(p.startIndex, offsetBy: q.count)
+        return after == p.endIndex || p[after] == UInt8(ascii: "/")
     }
 }

@@ -2,41 +2,62 @@
 /// matching prefix wins; ties go to the one written first in the file.
 public struct CredentialStore: Sendable {
     public let credentials: [Credential]
+    /// Indices into `credentials` by kind, so that each lookup only visits candidates (and a proxy without
+    /// network credentials does no network matching at all per request).
+    private let tokenIndices: [Int]
+    private let passwordIndices: [Int]
+    private let kerberosIndices: [Int]
+    private let certificateIndices: [Int]
+    private let trustIndices: [Int]
 
     public init(_ credentials: [Credential]) {
         self.credentials = credentials
+        var token: [Int] = [], password: [Int] = [], kerberos: [Int] = [], certificate: [Int] = [], trust: [Int] = []
+        for (i, c) in credentials.enumerated() {
+            switch c.kind {
+            case .password: password.append(i)
+            case .kerberos: kerberos.append(i)
+            case .certificate: certificate.append(i)
+            case .serverTrust: trust.append(i)
+            default: if c.kind.isToken { token.append(i) }
+            }
+        }
+        (tokenIndices, passwordIndices, kerberosIndices, certificateIndices, trustIndices) =
+            (token, password, kerberos, certificate, trust)
     }
 
     public var isEmpty: Bool { credentials.isEmpty }
 
     /// The token-type credential for `target`, if any.
     public func tokenCredential(for target: URLTarget) -> Credential? {
-        best(for: target) { $0.kind.isToken }
+        best(among: tokenIndices, for: target).map { credentials[$0] }
     }
 
     /// The network-type credentials for `target`: within each type the longest match wins, and the types
     /// combine (a host can take a server-trust, a certificate and a password credential at once).
     public func network(for target: URLTarget) -> NetworkAuth {
         var n = NetworkAuth()
-        for c in networkCredentials(for: target) {
-            switch c?.kind {
-            case .password(let s)?: n.password = s; n.passwordName = c?.name
-            case .kerberos(let s)?: n.kerberos = s
-            case .certificate(let s)?: n.certificate = s; n.certificateName = c?.name
-            case .serverTrust(let s)?: n.trust = s
-            default: break
-            }
+        if let i = best(among: passwordIndices, for: target), case .password(let s) = credentials[i].kind {
+            n.password = s
+            n.passwordName = credentials[i].name
+        }
+        if let i = best(among: kerberosIndices, for: target), case .kerberos(let s) = credentials[i].kind {
+            n.kerberos = s
+        }
+        if let i = best(among: certificateIndices, for: target), case .certificate(let s) = credentials[i].kind {
+            n.certificate = s
+            n.certificateName = credentials[i].name
+        }
+        if let i = best(among: trustIndices, for: target), case .serverTrust(let s) = credentials[i].kind {
+            n.trust = s
         }
         return n
     }
 
     private func networkCredentials(for target: URLTarget) -> [Credential?] {
-        [
-            best(for: target) { if case .password = $0.kind { true } else { false } },
-            best(for: target) { if case .kerberos = $0.kind { true } else { false } },
-            best(for: target) { if case .certificate = $0.kind { true } else { false } },
-            best(for: target) { if case .serverTrust = $0.kind { true } else { false } },
-        ]
+        [passwordIndices, kerberosIndices, certificateIndices, trustIndices].map { indices in
+            best(among: indices, for: target).map { credentials[$0] }
+        }
     }
 
     /// Every credential that applies to a request for `target`: the token-type one and each network type's.
@@ -57,8 +78,9 @@ public struct CredentialStore: Sendable {
 
     /// The server-trust credential for `target`, if any.
     public func trust(for target: URLTarget) -> ServerTrustSettings? {
-        guard case .serverTrust(let t)? = best(for: target, where: { if case .serverTrust = $0.kind { true } else { false } })?.kind
-        else { return nil }
+        guard let i = best(among: trustIndices, for: target), case .serverTrust(let t) = credentials[i].kind else {
+            return nil
+        }
         return t
     }
 
@@ -67,15 +89,16 @@ public struct CredentialStore: Sendable {
         credentials.contains { c in c.upgradeToHTTPS && c.match.contains { $0.matches(target) } }
     }
 
-    private func best(for target: URLTarget, where include: (Credential) -> Bool) -> Credential? {
-        var best: (credential: Credential, score: Int)? = nil
-        for c in credentials where include(c) {
-            for p in c.match where p.matches(target) {
+    /// The index of the candidate with the most specific matching prefix; the first written wins a tie.
+    private func best(among indices: [Int], for target: URLTarget) -> Int? {
+        var best: (index: Int, score: Int)? = nil
+        for i in indices {
+            for p in credentials[i].match where p.matches(target) {
                 let score = p.specificity
-                if best == nil || score > best!.score { best = (c, score) }
+                if best == nil || score > best!.score { best = (i, score) }
             }
         }
-        return best?.credential
+        return best?.index
     }
 
     /// Whether any credential (of any type) matches `target`.

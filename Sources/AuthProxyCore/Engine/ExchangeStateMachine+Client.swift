@@ -36,6 +36,14 @@ extension ExchangeStateMachine {
 
     enum ReadInterest: Equatable { case read, pause, leave }
 
+    /// Whether a request body is being read: then a read event is read to its end, since a reset behind the
+    /// body's bytes may not be reported again (the client's socket, the transfer and a replay file would stay
+    /// until the idle timeout).
+    var readsBody: Bool {
+        guard case .exchange(let e) = state else { return false }
+        return e.request != .complete
+    }
+
     /// Whether to keep reading from the client: not while `buffered` (unparsed input, or ciphertext not yet
     /// decrypted) is at `limit` (back-pressure on a client sending faster than the upstream takes), always
     /// while closing (input is discarded), and not at all after the client half-closed or once a tunnel owns
@@ -223,17 +231,52 @@ extension ExchangeStateMachine {
         state = .closed
     }
 
-    /// Shutdown began: true when the connection should close now (idle); a busy one answers with
-    /// `Connection: close` and closes after its exchange.
-    mutating func shutdownRequested(inputBuffered: Int) -> Bool {
+    /// Shutdown began. A busy connection answers with `Connection: close` and closes after its exchange. An idle
+    /// one is not closed at once: a request the client sent just before it could see a close would meet a reset.
+    /// It takes requests (each answered with `Connection: close`) for ``Limits/shutdownQuiet``, then the tick
+    /// closes it (``TimerStep/closeForShutdown``); blind tunnels run on until the grace period ends.
+    mutating func shutdownRequested(now: UInt64) {
+        guard shutdownSince == nil else { return }
+        shutdownSince = now
+        withExchange { e in e.keepAlive = false }
+    }
+
+    /// An idle connection closes for the shutdown: half-closed and lingering like after a last response, so a
+    /// request arriving meanwhile is read and dropped (the client sees EOF and may retry elsewhere), not reset.
+    mutating func closingForShutdown(now: UInt64) {
+        state = .closing(since: now)
+    }
+
+    /// What the end of the grace period does to a connection still open.
+    enum GraceStep: Equatable {
+        /// Nothing in flight: close.
+        case close
+        /// A request whose answer has not begun: answer 503 (logged like any answer), then close.
+        case answerUnavailable
+        /// The answer had begun and is cut: log the exchange with `logStatus`, then close.
+        case cut(logStatus: Int)
+        /// A blind tunnel: end it (its access line is logged), then close.
+        case tunnel
+    }
+
+    /// The grace period is over: every exchange still in flight ends now, and each gets its access-log line.
+    mutating func graceExpired() -> GraceStep {
         switch state {
-        case .awaitingHead where inputBuffered == 0, .tlsHandshake:
-            return true
-        case .exchange:
-            withExchange { e in e.keepAlive = false }
-            return false
+        case .exchange(var e):
+            switch e.response {
+            case .streaming, .complete:
+                state = .closed
+                return .cut(logStatus: e.status)
+            default:
+                e.keepAlive = false
+                state = .exchange(e)
+                return .answerUnavailable
+            }
+        case .tunnel:
+            return .tunnel
         default:
-            return false
+            state = .closed
+            return .close
         }
     }
 

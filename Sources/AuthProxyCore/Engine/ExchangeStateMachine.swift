@@ -22,15 +22,19 @@ struct ExchangeStateMachine: Equatable {
         var linger: UInt64
         /// Response bytes queued for the client above which the upstream transfer is paused.
         var maxBuffered: Int
+        /// After shutdown began, how long an idle kept-alive connection still takes a request (answered with
+        /// `Connection: close`) before it closes: a request already on its way gets an answer, not a reset.
+        var shutdownQuiet: UInt64
 
         init(headerTimeout: UInt64, idleTimeout: UInt64, upstreamTimeout: UInt64, linger: UInt64 = 2_000_000_000,
-            maxBuffered: Int = 256 * 1024)
+            maxBuffered: Int = 256 * 1024, shutdownQuiet: UInt64 = 1_000_000_000)
         {
             self.headerTimeout = headerTimeout
             self.idleTimeout = idleTimeout
             self.upstreamTimeout = upstreamTimeout
             self.linger = linger
             self.maxBuffered = maxBuffered
+            self.shutdownQuiet = shutdownQuiet
         }
 
         init(seconds header: Int, idle: Int, upstream: Int) {
@@ -134,6 +138,8 @@ struct ExchangeStateMachine: Equatable {
     internal(set) var exchanges = 0
     /// Last time the client sent bytes or took response bytes.
     internal(set) var lastClientProgress: UInt64
+    /// When shutdown began (nil: it has not).
+    internal(set) var shutdownSince: UInt64? = nil
 
     init(limits: Limits, now: UInt64) {
         self.limits = limits

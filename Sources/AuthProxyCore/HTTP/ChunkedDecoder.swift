@@ -18,6 +18,9 @@ public struct ChunkedDecoder: Sendable {
 
     private var state: State = .size(digits: 0, value: 0, inExtension: false)
     private var trailerBytes = 0
+    /// Extension bytes of the chunk-size line being read: counted per line, not per ``decode(_:limit:output:)``
+    /// call, so an extension sent in many small writes meets the same limit as one sent at once.
+    private var extensionBytes = 0
     /// The size of the chunk whose size line is being finished.
     private var pendingSize: Int64 = 0
 
@@ -36,7 +39,6 @@ public struct ChunkedDecoder: Sendable {
     ) throws(HTTPParseError) -> Int {
         var i = 0
         var produced = 0
-        var extensionBytes = 0
         while i < input.count {
             let c = input[i]
             switch state {
@@ -44,6 +46,7 @@ public struct ChunkedDecoder: Sendable {
                 if inExtension {
                     // Extensions are skipped (we re-frame the body), but must be printable and bounded.
                     if c == 13 {
+                        extensionBytes = 0
                         state = .sizeLF
                     } else if c == 10 || (c < 0x20 && c != 9) || c == 0x7f {
                         throw .bad("invalid chunk extension")

@@ -4,11 +4,14 @@ public struct ErrorResponse: Error, Sendable, Equatable {
     public var status: Int
     public var message: String
     public var details: [String]
+    /// Seconds for a `Retry-After` field (a temporary condition of the proxy itself), nil for none.
+    public var retryAfter: Int?
 
-    public init(status: Int, message: String, details: [String] = []) {
+    public init(status: Int, message: String, details: [String] = [], retryAfter: Int? = nil) {
         self.status = status
         self.message = message
         self.details = details
+        self.retryAfter = retryAfter
     }
 
     public var jsonBody: String {

@@ -122,6 +122,44 @@ func asciiCaseInsensitiveEquals(_ bytes: UnsafeRawBufferPointer, lowercased: [UI
     return true
 }
 
+/// `x` equals `lower` (an ASCII lower-case letter or any other byte) ignoring ASCII case.
+@inline(__always)
+func asciiFoldedEqual(_ x: UInt8, _ lower: UInt8) -> Bool {
+    x == lower || (lower >= 0x61 && lower <= 0x7a && x | 0x20 == lower)
+}
+
+/// `bytes` starts with `lowercased` (ASCII, lower case) ignoring ASCII case.
+func asciiHasPrefixIgnoringCase(_ bytes: some Collection<UInt8>, _ lowercased: StaticString) -> Bool {
+    let n = lowercased.utf8CodeUnitCount
+    guard bytes.count >= n else { return false }
+    let p = lowercased.utf8Start
+    var i = 0
+    for x in bytes.prefix(n) {
+        if !asciiFoldedEqual(x, p[i]) { return false }
+        i += 1
+    }
+    return true
+}
+
+/// `bytes` contains `lowercased` (ASCII, lower case letters and punctuation) ignoring ASCII case.
+func asciiContainsIgnoringCase(_ bytes: some Collection<UInt8>, _ lowercased: StaticString) -> Bool {
+    let n = lowercased.utf8CodeUnitCount, p = lowercased.utf8Start
+    guard n > 0 else { return true }
+    var index = bytes.startIndex
+    var remaining = bytes.count
+    while remaining >= n {
+        var j = index, k = 0
+        while k < n, asciiFoldedEqual(bytes[j], p[k]) {
+            k += 1
+            j = bytes.index(after: j)
+        }
+        if k == n { return true }
+        index = bytes.index(after: index)
+        remaining -= 1
+    }
+    return false
+}
+
 extension StringProtocol {
     @inlinable
     func caseInsensitiveEquals(_ other: some StringProtocol) -> Bool {

@@ -205,8 +205,8 @@ public struct RequestHeadParser: Sendable {
         if u.contains(UInt8(ascii: "#")) { throw HTTPParseError.bad("fragment ('#') in request target") }
         if u.first == UInt8(ascii: "/") { return .origin(path: t) }
         if t == "*" && method == "OPTIONS" { return .origin(path: t) }
-        func hasPrefix(_ p: String) -> Bool {
-            u.count > p.utf8.count && Substring(u.prefix(p.utf8.count)).caseInsensitiveEquals(p)
+        func hasPrefix(_ p: StaticString) -> Bool {
+            u.count > p.utf8CodeUnitCount && asciiHasPrefixIgnoringCase(u, p)
         }
         let scheme: String
         var rest: Substring

@@ -9,7 +9,36 @@
 /// them into U+FFFD. Field names are compared ignoring ASCII case.
 ///
 /// What is hop-by-hop comes from ``HTTPHeaders`` (one list for both paths).
+///
+/// It also checks the head against RFC 9112/9110 (``violation``): libcurl reads the upstream's framing from the
+/// fields it recognises and passes every line on as it came, so a field a lenient client reads differently from
+/// libcurl (`Content-Length : 99`, a bare CR inside a value, two different lengths) must never reach the client.
 struct ResponseHeadAssembler {
+    /// Why a response head must not be relayed. The proxy answers 502 instead (RFC 9112 §6.3: a proxy that gets
+    /// a response with invalid framing discards it, closes the upstream connection and answers 502).
+    enum Violation: Equatable, CustomStringConvertible {
+        /// `Name : value` (RFC 9112 §5.1).
+        case whitespaceBeforeColon
+        /// A field name that is empty or not a token.
+        case invalidFieldName
+        /// A CR not followed by LF, or a NUL, inside a field value (RFC 9110 §5.5, RFC 9112 §2.2).
+        case invalidFieldValue
+        /// A `Content-Length` that is not a number (or a list of the same number).
+        case invalidContentLength
+        /// `Content-Length` fields (or list elements) with different values (RFC 9110 §8.6).
+        case conflictingContentLength
+
+        var description: String {
+            switch self {
+            case .whitespaceBeforeColon: return "whitespace between a field name and its colon"
+            case .invalidFieldName: return "a field name with invalid characters"
+            case .invalidFieldValue: return "a bare CR or NUL inside a field value"
+            case .invalidContentLength: return "an invalid Content-Length"
+            case .conflictingContentLength: return "Content-Length values that differ"
+            }
+        }
+    }
+
     /// What one header line was.
     enum Line: Equatable {
         /// A status line: a new head begins (the previous one, a 1xx or a challenge libcurl answers, is gone).
@@ -78,6 +107,10 @@ struct ResponseHeadAssembler {
     /// How many fields are `Connection`/`Proxy-Connection` (usually one; with none, no name needs checking
     /// against their lists).
     private var listingFields = 0
+    /// The first reason the head being read may not be relayed; nil while it is valid.
+    private(set) var violation: Violation? = nil
+    /// The length the `Content-Length` fields seen so far agree on (for ``Violation/conflictingContentLength``).
+    private var lengthSeen: Int64? = nil
     /// Set by ``substituteStatus(_:)``: the upstream's body framing no longer describes what follows the head.
     private var lengthVoid = false
 
@@ -95,6 +128,8 @@ struct ResponseHeadAssembler {
         status = 0
         isComplete = false
         listingFields = 0
+        violation = nil
+        lengthSeen = nil
         lengthVoid = false
     }
 
@@ -119,23 +154,65 @@ struct ResponseHeadAssembler {
         if line[0] == 32 || line[0] == 9 {
             // obs-fold from an old upstream (RFC 9112 §5.2): joined to the previous field with one space.
             guard !fields.isEmpty else { return .ignored }
+            let more = Self.trimmed(line)
+            check(value: more)
             storage.append(32)
-            storage.append(contentsOf: Self.trimmed(line))
+            storage.append(contentsOf: more)
             fields[fields.count - 1].valueEnd = storage.count
+            if fields[fields.count - 1].kind & Kind.contentLength != 0 { checkLength(of: fields[fields.count - 1]) }
             return .field
         }
         guard let colon = line.firstIndex(of: 58) else { return .ignored }
         let name = UnsafeRawBufferPointer(rebasing: line[0..<colon])
+        check(name: name)
         let kind = Kind.of(name)
         if kind & Kind.listing != 0 { listingFields += 1 }
         let nameStart = storage.count
         storage.append(contentsOf: name)
         let valueStart = storage.count
-        storage.append(contentsOf: Self.trimmed(UnsafeRawBufferPointer(rebasing: line[(colon + 1)...])))
-        fields.append(
-            Field(
-                nameStart: nameStart, nameEnd: valueStart, valueStart: valueStart, valueEnd: storage.count, kind: kind))
+        let value = Self.trimmed(UnsafeRawBufferPointer(rebasing: line[(colon + 1)...]))
+        check(value: value)
+        storage.append(contentsOf: value)
+        let field = Field(
+            nameStart: nameStart, nameEnd: valueStart, valueStart: valueStart, valueEnd: storage.count, kind: kind)
+        fields.append(field)
+        if kind & Kind.contentLength != 0 { checkLength(of: field) }
         return .field
+    }
+
+    // MARK: validity (RFC 9112 §5, RFC 9110 §5.5 and §8.6)
+
+    /// A field name is a token, with nothing between it and the colon.
+    private mutating func check(name: UnsafeRawBufferPointer) {
+        guard violation == nil else { return }
+        if let last = name.last, last == 32 || last == 9 {
+            violation = .whitespaceBeforeColon
+        } else if name.isEmpty || !name.allSatisfy(isTokenChar) {
+            violation = .invalidFieldName
+        }
+    }
+
+    /// CR, LF and NUL are never allowed in a value (other control characters may be kept, RFC 9110 §5.5).
+    private mutating func check(value: UnsafeRawBufferPointer) {
+        guard violation == nil else { return }
+        if value.contains(where: { $0 == 13 || $0 == 10 || $0 == 0 }) { violation = .invalidFieldValue }
+    }
+
+    /// Every `Content-Length` is a number (or a list of one number), and all of them agree.
+    private mutating func checkLength(of f: Field) {
+        let length = storage.withUnsafeBytes { s in Self.readLength(Self.bytes(s, f.valueStart, f.valueEnd)) }
+        switch length {
+        case .invalid:
+            if violation == nil { violation = .invalidContentLength }
+        case .conflicting:
+            if violation == nil { violation = .conflictingContentLength }
+        case .value(let n):
+            if let seen = lengthSeen, seen != n {
+                if violation == nil { violation = .conflictingContentLength }
+                return
+            }
+            lengthSeen = n
+        }
     }
 
     /// `HTTP/1.1 200 OK`. The status is read as libcurl reads it (`sscanf(" HTTP/%1d.%1d%c%3d%c")` in 7.88): after the
@@ -150,6 +227,8 @@ struct ResponseHeadAssembler {
         reason = nil
         isComplete = false
         listingFields = 0
+        violation = nil
+        lengthSeen = nil
         lengthVoid = false
         guard let sp1 = line.firstIndex(of: 32) else {
             status = 502
@@ -217,28 +296,59 @@ struct ResponseHeadAssembler {
 
     /// The agreed body length: nil when there is no `Content-Length`, when `Transfer-Encoding` is present (libcurl
     /// de-chunks the body, so a length beside it is meaningless), when several `Content-Length` values differ, or
-    /// when the value is not a non-negative integer. A `Content-Length` named in `Connection` does not count.
+    /// when a value is not digits (or a list of the same digits, `5, 5`, which counts as 5). A `Content-Length`
+    /// named in `Connection` does not count.
     var contentLength: Int64? {
         storage.withUnsafeBytes { s in agreedLength(s) }
     }
 
     private func agreedLength(_ s: UnsafeRawBufferPointer) -> Int64? {
         if lengthVoid { return nil }
-        var first: UnsafeRawBufferPointer? = nil
+        var agreed: Int64? = nil
         for f in fields {
             if f.kind & Kind.transferEncoding != 0 { return nil }
             guard f.kind & Kind.contentLength != 0, !namedInConnection(Self.bytes(s, f.nameStart, f.nameEnd), s) else {
                 continue
             }
-            let v = Self.bytes(s, f.valueStart, f.valueEnd)
-            if let first {
-                if !first.elementsEqual(v) { return nil }
-            } else {
-                first = v
-            }
+            guard let n = Self.lengthList(Self.bytes(s, f.valueStart, f.valueEnd)) else { return nil }
+            if let agreed, agreed != n { return nil }
+            agreed = n
         }
-        guard let first, let n = Self.parseInteger(first), n >= 0 else { return nil }
-        return n
+        return agreed
+    }
+
+    /// A `Content-Length` value as read: the number, several different numbers, or not a length at all.
+    enum LengthValue: Equatable {
+        case value(Int64)
+        case conflicting
+        case invalid
+    }
+
+    /// A `Content-Length` value: `1*DIGIT`, or a comma-separated list whose elements are all the same number
+    /// (RFC 9110 §8.6 lets a recipient take that as the one value).
+    static func readLength(_ v: UnsafeRawBufferPointer) -> LengthValue {
+        var value: Int64? = nil
+        var conflicting = false
+        var start = 0
+        while start <= v.count {
+            var stop = start
+            while stop < v.count, v[stop] != 44 { stop += 1 }
+            let element = trimmed(UnsafeRawBufferPointer(rebasing: v[start..<stop]))
+            if !element.isEmpty {
+                guard element.allSatisfy({ $0 >= 48 && $0 <= 57 }), let n = parseInteger(element) else { return .invalid }
+                if let value, value != n { conflicting = true }
+                value = n
+            }
+            start = stop + 1
+        }
+        guard let value else { return .invalid }
+        return conflicting ? .conflicting : .value(value)
+    }
+
+    /// The number a `Content-Length` value stands for (``readLength(_:)``), nil unless it is one.
+    static func lengthList(_ v: UnsafeRawBufferPointer) -> Int64? {
+        if case .value(let n) = readLength(v) { return n }
+        return nil
     }
 
     // MARK: writing

@@ -188,7 +188,13 @@ extension ClientConnection {
 
     /// Writes the client's response head from the upstream's (framing, hop-by-hop fields, Via, CORS) and holds it
     /// to go out with the first body bytes; then lets the machine decide whether to inspect the response.
-    func commitResponseHead(inspect: Bool) {
+    /// Returns false when the head is refused (``ResponseHeadAssembler/violation``): the client has its 502.
+    @discardableResult
+    func commitResponseHead(inspect: Bool) -> Bool {
+        if let violation = responseHead.violation {
+            refuseResponseHead(violation)
+            return false
+        }
         // Only a complete final head answers the client. Without one (libcurl ended the transfer, or started a body,
         // after a 1xx such as an unrequested `101`, or inside a head), the client gets a 502: relaying a 1xx as the
         // answer, or a 200 whose head was cut, would leave it reading the next response on the connection wrongly.
@@ -200,10 +206,40 @@ extension ClientConnection {
         let status = responseHead.status
         let inspection = inspect
             ? ExchangeStateMachine.inspection(status: status, framing: framing,
-                mayCarryError: TokenRejection.mayCarryError(contentType: responseHead.string(of: "content-type")))
+                mayCarryError: responseHead.value(of: "content-type").map { TokenRejection.mayCarryError(contentTypeBytes: $0) } ?? true)
             : .none
         if machine.responseHeadCommitted(status: status, framing: framing, inspection: inspection) == .rejected {
             tokenRejected()
+        }
+        return true
+    }
+
+    /// An upstream head that a lenient client could read differently from libcurl (RFC 9112): it is never relayed.
+    /// The transfer is stopped (libcurl closes that upstream connection) and the client gets a 502; its connection
+    /// stays usable when its request was read to the end.
+    func refuseResponseHead(_ violation: ResponseHeadAssembler.Violation) {
+        let destination = transfer?.destination ?? upstreamURL.map { "\($0.urlHost):\($0.port)" } ?? "-"
+        logger.warning("upstream response refused", metadata: ["client": "\(peer)", "destination": "\(destination)",
+            "cause": "\(violation)"])
+        transfer?.cancel()
+        transfer = nil
+        switch machine.transferEnded(.upstreamFailed) {
+        case .answerError(let close):
+            heldHead.removeAll()
+            sniffBuffer = []
+            respond(ErrorResponse(status: 502, message: "Upstream \(destination) sent an invalid response: \(violation)",
+                details: ["The response was not relayed (RFC 9112)."]), close: close)
+            // Usually inside a libcurl callback, where no transfer may start: a pipelined request waits a turn.
+            nonisolated(unsafe) let me = self
+            loop.queue.async {
+                me.process()
+                me.updateReadInterest()
+            }
+        case .truncate:
+            logAccess()
+            close()
+        default:
+            close()
         }
     }
 
@@ -235,7 +271,7 @@ extension ClientConnection {
                 clientFailed: channel.failed || channel.isClosed, now: now)
             {
             case .commitHeadFirst:
-                commitResponseHead(inspect: false)
+                guard commitResponseHead(inspect: false) else { return .abort }
             case .hold:
                 sniffBuffer.append(contentsOf: bytes)
                 return .accepted
@@ -260,7 +296,10 @@ extension ClientConnection {
         let end: ExchangeStateMachine.TransferEnd
         if let error {
             end = error.isClientSide || machine.isClosed ? .clientSide : .upstreamFailed
-            if end == .upstreamFailed {
+            if let e = error.outOfDescriptors {
+                // Rate-limited: when descriptors run out, every request would log a line.
+                context.descriptors.report(.upstream, error: e, logger: logger, now: now)
+            } else if end == .upstreamFailed {
                 logger.warning("upstream failed", metadata: ["client": "\(peer)", "destination": "\(error.destination)",
                     "cause": "\(error.detail.isEmpty ? error.response.message : error.detail)"])
             }
@@ -289,7 +328,7 @@ extension ClientConnection {
                 updateReadInterest()
                 return
             case .commitHeadFirst:
-                commitResponseHead(inspect: false)
+                guard commitResponseHead(inspect: false) else { return }
             case .inspectHeld:
                 if TokenRejection.isRejection(status: responseHead.status, contentType: responseHead.string(of: "content-type"),
                     contentEncoding: responseHead.string(of: "content-encoding"), body: sniffBuffer),

@@ -119,38 +119,62 @@ final class ClientConnection: UpstreamTransferDelegate {
             return
         }
         var eof = false
-        var discarding = false
-        if case .closing = machine.state { discarding = true }
-        reading: while inbuf.count < Self.maxInput, (tls?.bufferedCiphertext ?? 0) < Self.maxInput {
-            switch channel.read(into: loop.scratch) {
-            case .bytes(let n):
-                machine.clientProgress(now: now)
-                if discarding { continue }
-                let bytes = UnsafeRawBufferPointer(rebasing: loop.scratch[0..<n])
-                if let tls { tls.feed(bytes) } else { inbuf.append(bytes) }
-                if n < loop.scratch.count { break reading }
-            case .wouldBlock:
-                break reading
-            case .eof:
-                eof = true
-                break reading
-            case .error:
-                clientGone()
+        // libdispatch reports a hang-up (the client reset) once and then stops watching the socket, so a read
+        // event may be the last one: while a request body streams in, read to EAGAIN (a short read does not mean
+        // the error behind the data was seen), and when reading stopped early (the input limit, or a short read
+        // before the head just parsed turned out to have a body) read on here rather than wait for another event.
+        var more = true
+        while more {
+            more = false
+            var atLimit = false
+            var discarding = false
+            if case .closing = machine.state { discarding = true }
+            let toTheEnd = machine.readsBody
+            reading: while true {
+                guard inbuf.count < Self.maxInput, (tls?.bufferedCiphertext ?? 0) < Self.maxInput else {
+                    more = true
+                    atLimit = true
+                    break reading
+                }
+                switch channel.read(into: loop.scratch) {
+                case .bytes(let n):
+                    machine.clientProgress(now: now)
+                    if discarding { continue }
+                    let bytes = UnsafeRawBufferPointer(rebasing: loop.scratch[0..<n])
+                    if let tls { tls.feed(bytes) } else { inbuf.append(bytes) }
+                    if n < loop.scratch.count, !toTheEnd {
+                        more = true
+                        break reading
+                    }
+                case .wouldBlock:
+                    break reading
+                case .eof:
+                    eof = true
+                    break reading
+                case .error:
+                    clientGone()
+                    return
+                }
+            }
+            if tls != nil, !discarding {
+                switch pullTLS() {
+                case .closed: return
+                case .eof: eof = true
+                case .ok: break
+                }
+            }
+            // Requests that arrived with the EOF are still served (a client may half-close after sending).
+            process()
+            if eof {
+                clientEOF()
                 return
             }
-        }
-        if tls != nil, !discarding {
-            switch pullTLS() {
-            case .closed: return
-            case .eof: eof = true
-            case .ok: break
+            if more, channel.isClosed || (!atLimit && !machine.readsBody)
+                || machine.readInterest(buffered: max(inbuf.count, tls?.bufferedCiphertext ?? 0), limit: Self.maxInput)
+                    != .read
+            {
+                more = false
             }
-        }
-        // Requests that arrived with the EOF are still served (a client may half-close after sending).
-        process()
-        if eof {
-            clientEOF()
-            return
         }
         updateReadInterest()
     }
@@ -324,7 +348,7 @@ final class ClientConnection: UpstreamTransferDelegate {
         transfer?.cancel()
         transfer = nil
         respondLocal(status: e.status, contentType: "application/json; charset=utf-8", body: e.jsonBody, close: close,
-            extraHeaders: extraHeaders)
+            extraHeaders: e.retryAfter.map { "Retry-After: \($0)\r\n" + extraHeaders } ?? extraHeaders)
     }
 
     /// The exchange is answered: log it, free its buffers, and keep the connection or begin closing it.
@@ -428,6 +452,7 @@ final class ClientConnection: UpstreamTransferDelegate {
         machine.closed()
         transfer?.cancel()
         transfer = nil
+        replay = nil  // a spill file is freed now, not when the last reference to the connection goes
         tunnel?.close()
         tunnel = nil
         channel.close()
@@ -448,13 +473,35 @@ final class ClientConnection: UpstreamTransferDelegate {
     }
 
     func shutdownRequested() {
-        if machine.shutdownRequested(inputBuffered: inbuf.count) { close() }
+        machine.shutdownRequested(now: now)
+    }
+
+    /// The end of the grace period: whatever is still in flight ends now, with its access-log line (a request not
+    /// answered yet gets a 503).
+    func graceExpired() {
+        let started = machine.current?.started
+        switch machine.graceExpired() {
+        case .close:
+            close()
+        case .answerUnavailable:
+            respond(ErrorResponse(status: 503, message: "authproxy is shutting down",
+                details: ["The request did not finish within shutdown_grace_seconds (\(context.config.shutdownGraceSeconds) s); retry it."]),
+                close: true)
+            close()
+        case .cut(let status):
+            if head != nil { logAccess(status: status, started: started) }
+            close()
+        case .tunnel:
+            if let t = tunnel { t.finish() } else { close() }
+        }
     }
 
     func checkTimeouts(now: UInt64) {
         assertOnQueue(loop.queue)
         let cfg = context.config
-        switch machine.tick(now: now, clientPending: channel.pendingCount, lastSendProgress: channel.lastSendProgress) {
+        switch machine.tick(now: now, clientPending: channel.pendingCount, lastSendProgress: channel.lastSendProgress,
+            clientReadsPaused: !channel.isReading)
+        {
         case .none:
             if machine.isIdle(now: now, for: Self.trimAfter), inbuf.isEmpty { releaseIdleStorage() }
         case .headerTimedOut:
@@ -463,6 +510,9 @@ final class ClientConnection: UpstreamTransferDelegate {
             respond(ErrorResponse(status: 408, message: "Request header not received within \(cfg.headerTimeoutSeconds) s"), close: true)
         case .close:
             close()
+        case .closeForShutdown:
+            machine.closingForShutdown(now: now)
+            beginClosing()
         case .clientStalled:
             logger.warning("client stalled, closing", metadata: ["client": "\(peer)", "idle_timeout_seconds": "\(cfg.idleTimeoutSeconds)"])
             if head != nil { logAccess() }
@@ -475,6 +525,8 @@ final class ClientConnection: UpstreamTransferDelegate {
                 destination: t.destination, timeoutSeconds: cfg.upstreamTimeoutSeconds))
         case .tunnel:
             tunnel?.checkTimeouts(now: now)
+        case .probeClient:
+            if channel.peerHungUp() { clientGone() }
         }
     }
 }

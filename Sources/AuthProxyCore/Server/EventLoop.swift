@@ -18,6 +18,10 @@ final class EventLoop: @unchecked Sendable {
     let assembly: UnsafeMutableRawBufferPointer
     private var connections: [ObjectIdentifier: ClientConnection] = [:]
     private var sweeper: (any DispatchSourceTimer)?
+    /// Whether the sweep timer is running: it stops at the first tick that finds no connection, so an idle
+    /// proxy does not wake up every second per loop (and libdispatch's idle worker threads can time out and
+    /// exit: a thread woken at least once every 5 s never does).
+    private var sweeperArmed = true
     private(set) var shuttingDown = false
 
     init(index: Int, context: ServerContext) {
@@ -46,6 +50,10 @@ final class EventLoop: @unchecked Sendable {
         }
         let c = ClientConnection(fd: fd, peer: peer, address: address, loop: self)
         connections[ObjectIdentifier(c)] = c
+        if !sweeperArmed {
+            sweeperArmed = true
+            sweeper?.schedule(deadline: .now() + 1, repeating: 1, leeway: .milliseconds(100))
+        }
         c.start()
     }
 
@@ -55,20 +63,26 @@ final class EventLoop: @unchecked Sendable {
         }
     }
 
-    /// Stop taking new requests: idle connections close now, busy ones after their current exchange.
+    /// Stop taking new requests: busy connections close after their current exchange, idle ones after a short
+    /// quiet time (``ExchangeStateMachine/Limits/shutdownQuiet``), blind tunnels when the grace period ends.
     func beginShutdown() {
         dispatchPrecondition(condition: .onQueue(queue))
         shuttingDown = true
         for c in Array(connections.values) { c.shutdownRequested() }
     }
 
-    /// Closes whatever is still open (end of the grace period).
+    /// Ends whatever is still open (end of the grace period); exchanges cut here are logged.
     func closeAll() {
         dispatchPrecondition(condition: .onQueue(queue))
-        for c in Array(connections.values) { c.close() }
+        for c in Array(connections.values) { c.graceExpired() }
     }
 
     private func sweep() {
+        if connections.isEmpty {
+            sweeperArmed = false
+            sweeper?.schedule(deadline: .distantFuture)
+            return
+        }
         let now = DispatchTime.now().uptimeNanoseconds
         for c in Array(connections.values) { c.checkTimeouts(now: now) }
     }
@@ -88,6 +102,8 @@ struct ServerContext: Sendable {
     let tlsServer: TLSServer?
     /// Hosts already reported as "matched but not interceptable" (logged once each).
     let notices: OnceSet
+    /// Running out of file descriptors: counted, logged (rate-limited), and the listeners' pause.
+    let descriptors: DescriptorExhaustion
     let viaValue = "1.1 authproxy"
 }
 

@@ -18,13 +18,17 @@ final class Listener: @unchecked Sendable {
     private var next = 0
     private let access: AccessControl
     private let logger: Logger
+    private let descriptors: DescriptorExhaustion
     /// The port actually bound (differs from the configured one for port 0).
     let boundPort: Int
 
-    init(address: ListenAddress, loops: [EventLoop], queue: DispatchQueue, access: AccessControl, logger: Logger) throws(ServerError) {
+    init(address: ListenAddress, loops: [EventLoop], queue: DispatchQueue, access: AccessControl,
+        descriptors: DescriptorExhaustion, logger: Logger) throws(ServerError)
+    {
         self.address = address
         self.loops = loops
         self.access = access
+        self.descriptors = descriptors
         self.logger = logger
         let family = address.isIPv6 ? AF_INET6 : AF_INET
         let fd = socket(family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
@@ -89,6 +93,13 @@ final class Listener: @unchecked Sendable {
 
     private var paused = false
 
+    /// Accepts again after a pause for lack of descriptors (a no-op when not paused, or stopped).
+    private func resumeAccepting() {
+        guard paused, let s = source, !s.isCancelled else { return }
+        paused = false
+        s.resume()
+    }
+
     private func acceptAll() {
         for _ in 0..<64 {
             var peer = sockaddr_storage()
@@ -100,15 +111,18 @@ final class Listener: @unchecked Sendable {
             }
             if c < 0 {
                 if errno == EINTR || errno == ECONNABORTED { continue }
-                if errno == EMFILE || errno == ENFILE {
-                    // Out of descriptors: the pending connection keeps the socket readable, so stop looking for
-                    // a moment instead of spinning.
+                let error = errno
+                if DescriptorExhaustion.isExhaustion(error) {
+                    // Out of descriptors: the pending connection keeps the socket readable, so stop accepting for
+                    // a moment instead of spinning. A timer, not the next close: descriptors freed meanwhile go
+                    // to the upstream sockets of clients already accepted (resuming on every close handed each
+                    // freed one to a new client, and in a test far more requests then failed with 503).
+                    descriptors.report(.accept, error: error, logger: logger, now: DispatchTime.now().uptimeNanoseconds)
                     if !paused, let s = source {
                         paused = true
                         s.suspend()
-                        queue.asyncAfter(deadline: .now() + .milliseconds(100)) { [self] in
-                            if paused { paused = false; source?.resume() }
-                        }
+                        weak let me = self
+                        queue.asyncAfter(deadline: .now() + .milliseconds(100)) { me?.resumeAccepting() }
                     }
                 }
                 return  // EAGAIN: wait for the next readiness event
@@ -125,9 +139,13 @@ final class Listener: @unchecked Sendable {
             }
             if let refusal = access.connections.acquire(ip) {
                 Glibc.close(c)
+                let soFar = access.connections.refusals
                 switch refusal {
-                case .total: refused("max_connections (\(access.connections.total)) reached", ip)
-                case .perClient: refused("max_connections_per_client (\(access.connections.perClient)) reached for this address", ip)
+                case .total:
+                    refused("max_connections (\(access.connections.total)) reached", ip, total: soFar.total)
+                case .perClient:
+                    refused("max_connections_per_client (\(access.connections.perClient)) reached for this address", ip,
+                        total: soFar.perClient)
                 }
                 continue
             }
@@ -142,11 +160,13 @@ final class Listener: @unchecked Sendable {
 }
 
 extension Listener {
-    /// Logs a refused connection, at most once per 10 s per reason (with the number held back meanwhile).
-    private func refused(_ reason: String, _ ip: IPAddress) {
+    /// Logs a refused connection, at most once per 10 s per reason (with the number held back meanwhile and, for
+    /// the connection limits, how many that limit refused since the start).
+    private func refused(_ reason: String, _ ip: IPAddress, total: Int? = nil) {
         guard let held = access.throttle.admit(reason, now: DispatchTime.now().uptimeNanoseconds) else { return }
         var meta: Logger.Metadata = ["client": "\(ip)", "reason": "\(reason)"]
         if held > 0 { meta["refused_since_last_report"] = "\(held)" }
+        if let total { meta["refused_total"] = "\(total)" }
         logger.warning("connection refused", metadata: meta)
     }
 }

@@ -77,13 +77,16 @@ public final class ProxyServer: @unchecked Sendable {
                     metadata: ["credential": "\(c.name)", "match": "\(c.match.map(\.description).joined(separator: ","))"])
             }
         }
+        DescriptorExhaustion.prepare(maxConnections: config.maxConnections, logger: logger)
         let access = AccessControl(config: config)
+        let descriptors = DescriptorExhaustion()
         let context = ServerContext(
             config: config, logger: logger, access: access, ownAuthorities: own,
-            tokens: tokens, tlsServer: tlsServer, notices: OnceSet())
+            tokens: tokens, tlsServer: tlsServer, notices: OnceSet(), descriptors: descriptors)
         loops = (0..<config.workers).map { EventLoop(index: $0, context: context) }
         for a in config.listen {
-            let l = try Listener(address: a, loops: loops, queue: acceptQueue, access: access, logger: logger)
+            let l = try Listener(address: a, loops: loops, queue: acceptQueue, access: access, descriptors: descriptors,
+                logger: logger)
             listeners.append(l)
         }
         for l in listeners {

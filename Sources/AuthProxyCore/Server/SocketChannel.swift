@@ -21,6 +21,8 @@ final class SocketChannel: @unchecked Sendable {
     /// Made by ``armWrite()`` the first time it is needed.
     private var writeSource: (any DispatchSourceWrite)?
     private var readResumed = false
+    /// The read source was resumed before: a later resume follows a pause, not the first activation.
+    private var activated = false
     private var writeResumed = false
     private var pending = ByteBuffer()
     private var shutdownWhenFlushed = false
@@ -73,6 +75,26 @@ final class SocketChannel: @unchecked Sendable {
         guard !isClosed, !readResumed else { return }
         readResumed = true
         readSource.resume()
+        if activated {
+            // libdispatch drops a descriptor from epoll when a hang-up (EPOLLHUP/EPOLLERR: the peer reset) arrives
+            // around a suspend, and the resumed source never fires again: a client that reset in the middle of
+            // an upload held back by back-pressure went unnoticed. So look at the socket once now; reading until
+            // EAGAIN makes a spurious call harmless.
+            queue.async { [self] in
+                guard !isClosed, readResumed else { return }
+                onReadable?()
+            }
+        }
+        activated = true
+    }
+
+    /// Whether the peer reset the connection or it failed (POLLERR/POLLHUP), without reading: for a socket
+    /// whose reads are paused, where a reset would otherwise go unseen.
+    func peerHungUp() -> Bool {
+        assertOnQueue(queue)
+        guard !isClosed else { return false }
+        var p = pollfd(fd: fd, events: 0, revents: 0)
+        return poll(&p, 1, 0) == 1 && p.revents & Int16(POLLERR | POLLHUP) != 0
     }
 
     func pauseReading() {

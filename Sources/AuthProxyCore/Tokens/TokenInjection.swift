@@ -6,7 +6,7 @@ public enum TokenInjection {
     public static func clientHasToken(pathAndQuery: String, headers: HTTPHeaders, form: [UInt8]? = nil) -> Bool {
         if headers.contains("x-esri-authorization") { return true }
         if headers.values("authorization").contains(where: { $0.lowercased().hasPrefix("bearer ") }) { return true }
-        if let q = query(of: pathAndQuery), hasTokenField(Array(q.utf8)) { return true }
+        if queryHasTokenField(pathAndQuery) { return true }
         if let form, hasTokenField(form) { return true }
         return false
     }
@@ -56,30 +56,52 @@ public enum TokenInjection {
         return (path, h, body)
     }
 
-    static func query(of pathAndQuery: String) -> Substring? {
-        guard let q = pathAndQuery.firstIndex(of: "?") else { return nil }
-        return pathAndQuery[pathAndQuery.index(after: q)...]
-    }
-
     /// Whether an `a=1&b=2` sequence has a `token` field.
     static func hasTokenField(_ bytes: [UInt8]) -> Bool {
-        bytes.split(separator: UInt8(ascii: "&"), omittingEmptySubsequences: true).contains { isTokenField($0) }
+        bytes.withUnsafeBytes { hasField($0, tokenName) }
     }
 
-    /// Whether a field is named `token`, compared after percent-decoding (`%74oken` is `token` to the server).
-    private static func isTokenField(_ field: ArraySlice<UInt8>) -> Bool {
-        fieldNameIs(field, tokenName)
+    /// Whether an `a=1&b=2` sequence has a field whose decoded name is `lowercased` (scanned in place: this runs
+    /// for every request with a query).
+    static func hasField(_ bytes: UnsafeRawBufferPointer, _ lowercased: [UInt8]) -> Bool {
+        var found = false
+        forEachField(bytes) { field in
+            if fieldNameIs(field, lowercased) { found = true }
+            return !found
+        }
+        return found
+    }
+
+    /// Calls `body` with each non-empty `&`-separated field until it returns false.
+    private static func forEachField(_ bytes: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) -> Bool) {
+        var start = 0
+        while start < bytes.count {
+            var end = start
+            while end < bytes.count, bytes[end] != UInt8(ascii: "&") { end += 1 }
+            if end > start, !body(UnsafeRawBufferPointer(rebasing: bytes[start..<end])) { return }
+            start = end + 1
+        }
+    }
+
+    /// Whether the query of `pathAndQuery` has a `token` field.
+    static func queryHasTokenField(_ pathAndQuery: String) -> Bool {
+        queryHasField(pathAndQuery, tokenName)
     }
 
     private static let tokenName = Array("token".utf8)
 
-    /// Whether a `name=value` field's decoded name equals `lowercased` (ASCII), ignoring ASCII case.
-    static func fieldNameIs(_ field: ArraySlice<UInt8>, _ lowercased: [UInt8]) -> Bool {
-        let raw = field.prefix { $0 != UInt8(ascii: "=") }
-        // Most names need no decoding: compare the bytes as they are, without allocating.
-        if !raw.contains(UInt8(ascii: "%")), !raw.contains(UInt8(ascii: "+")) {
-            return raw.withUnsafeBytes { asciiCaseInsensitiveEquals($0, lowercased: lowercased) }
+    /// Whether a `name=value` field's decoded name equals `lowercased` (ASCII), ignoring ASCII case; `%74oken` is
+    /// `token` to the server.
+    static func fieldNameIs(_ field: UnsafeRawBufferPointer, _ lowercased: [UInt8]) -> Bool {
+        var n = 0
+        var plain = true
+        while n < field.count, field[n] != UInt8(ascii: "=") {
+            if field[n] == UInt8(ascii: "%") || field[n] == UInt8(ascii: "+") { plain = false }
+            n += 1
         }
+        let raw = UnsafeRawBufferPointer(rebasing: field[..<n])
+        // Most names need no decoding: compare the bytes as they are, without allocating.
+        if plain { return asciiCaseInsensitiveEquals(raw, lowercased: lowercased) }
         return percentDecoded(raw).withUnsafeBytes { asciiCaseInsensitiveEquals($0, lowercased: lowercased) }
     }
 
@@ -104,22 +126,39 @@ public enum TokenInjection {
 
     /// Whether the query of `pathAndQuery` has a field whose decoded name is `name`.
     public static func queryHasField(_ pathAndQuery: String, _ name: String) -> Bool {
-        guard let q = query(of: pathAndQuery) else { return false }
-        let wanted = Array(name.lowercased().utf8)
-        return Array(q.utf8).split(separator: UInt8(ascii: "&"), omittingEmptySubsequences: true).contains { fieldNameIs($0, wanted) }
+        queryHasField(pathAndQuery, Array(name.lowercased().utf8))
+    }
+
+    private static func queryHasField(_ pathAndQuery: String, _ lowercased: [UInt8]) -> Bool {
+        var s = pathAndQuery
+        return s.withUTF8 { u in
+            guard let q = u.firstIndex(of: UInt8(ascii: "?")) else { return false }
+            return hasField(UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: u[(q + 1)...])), lowercased)
+        }
     }
 
     static func removingTokenField(_ bytes: [UInt8]) -> [UInt8] {
-        let kept = bytes.split(separator: UInt8(ascii: "&"), omittingEmptySubsequences: true).filter { !isTokenField($0) }
-        return Array(kept.joined(separator: [UInt8(ascii: "&")]))
+        var out: [UInt8] = []
+        out.reserveCapacity(bytes.count)
+        bytes.withUnsafeBytes { b in
+            forEachField(b) { field in
+                if !fieldNameIs(field, tokenName) {
+                    if !out.isEmpty { out.append(UInt8(ascii: "&")) }
+                    out.append(contentsOf: field)
+                }
+                return true
+            }
+        }
+        return out
     }
 
     static func removingTokenField(fromURL pathAndQuery: String) -> String {
-        guard let q = pathAndQuery.firstIndex(of: "?") else { return pathAndQuery }
+        // The common case: nothing to remove, nothing to copy.
+        guard queryHasTokenField(pathAndQuery), let q = pathAndQuery.utf8.firstIndex(of: UInt8(ascii: "?")) else {
+            return pathAndQuery
+        }
         let path = pathAndQuery[..<q]
-        let query = Array(pathAndQuery[pathAndQuery.index(after: q)...].utf8)
-        if !hasTokenField(query) { return pathAndQuery }  // the common case: nothing to remove, nothing to copy
-        let rest = removingTokenField(query)
+        let rest = removingTokenField(Array(pathAndQuery[pathAndQuery.index(after: q)...].utf8))
         return rest.isEmpty ? String(path) : String(path) + "?" + String(decoding: rest, as: UTF8.self)
     }
 

@@ -15,8 +15,15 @@ public enum TokenRejection {
     /// Whether a response of this content type may carry a token error in its body (and so must be held back
     /// for inspection).
     public static func mayCarryError(contentType: String?) -> Bool {
-        guard let ct = contentType?.lowercased() else { return true }
-        return ct.contains("json") || ct.contains("javascript") || ct.hasPrefix("text/") || ct.contains("html")
+        guard let ct = contentType else { return true }
+        return mayCarryError(contentTypeBytes: Array(ct.utf8))
+    }
+
+    /// ``mayCarryError(contentType:)`` for the value as received (bytes, any case): runs for every response
+    /// head, so no String is made.
+    public static func mayCarryError(contentTypeBytes ct: some Collection<UInt8>) -> Bool {
+        asciiHasPrefixIgnoringCase(ct, "text/") || asciiContainsIgnoringCase(ct, "json")
+            || asciiContainsIgnoringCase(ct, "javascript") || asciiContainsIgnoringCase(ct, "html")
     }
 
     /// Whether the status alone says so.

@@ -67,6 +67,8 @@ final class Tunnel {
                     me.tryNextAddress(lastError: ECONNREFUSED)
                 case .failure(let message):
                     me.fail(ErrorResponse(status: 502, message: "Could not resolve host \(me.destination)", details: [message]))
+                case .outOfDescriptors(let e):
+                    me.outOfDescriptors(e)
                 }
             }
         }
@@ -81,7 +83,12 @@ final class Tunnel {
         var a = addresses.removeFirst()
         let fd = socket(a.family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else {
-            tryNextAddress(lastError: errno)
+            let e = errno
+            if DescriptorExhaustion.isExhaustion(e) {
+                outOfDescriptors(e)
+                return
+            }
+            tryNextAddress(lastError: e)
             return
         }
         var one: Int32 = 1
@@ -123,6 +130,13 @@ final class Tunnel {
         }
         up.resumeReading()
         client.resumeReading()
+    }
+
+    /// No socket for lack of descriptors: the proxy's own (temporary) failure, reported and answered 503.
+    private func outOfDescriptors(_ e: Int32) {
+        let context = connection.context
+        context.descriptors.report(.tunnel, error: e, logger: context.logger, now: DispatchTime.now().uptimeNanoseconds)
+        fail(.outOfDescriptors(e, destination: destination))
     }
 
     private func fail(_ e: ErrorResponse) {
@@ -226,6 +240,9 @@ final class Tunnel {
 
     func close() { close(notify: false) }
 
+    /// Ends the tunnel now and lets the connection log it (the end of the shutdown grace period).
+    func finish() { close(notify: true) }
+
     private func close(notify: Bool) {
         guard !closed else { return }
         closed = true
@@ -238,6 +255,8 @@ final class Tunnel {
 enum ResolveResult: Sendable {
     case success([(family: Int32, addr: sockaddr_storage, len: socklen_t)])
     case failure(String)
+    /// The lookup itself could not open a descriptor (EMFILE/ENFILE).
+    case outOfDescriptors(Int32)
 }
 
 /// Blocking name resolution (numeric hosts too), for the tunnel's own connects.
@@ -247,6 +266,7 @@ func resolve(host: String, port: Int) -> ResolveResult {
     hints.ai_family = AF_UNSPEC
     var res: UnsafeMutablePointer<addrinfo>? = nil
     let rc = getaddrinfo(host, String(port), &hints, &res)
+    if rc == EAI_SYSTEM, DescriptorExhaustion.isExhaustion(errno) { return .outOfDescriptors(errno) }
     guard rc == 0, let first = res else { return .failure(String(cString: gai_strerror(rc))) }
     defer { freeaddrinfo(first) }
     var out: [(family: Int32, addr: sockaddr_storage, len: socklen_t)] = []

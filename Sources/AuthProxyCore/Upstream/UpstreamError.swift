@@ -1,5 +1,8 @@
 import CAuthProxyShims
 import CCurl
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// Why an upstream exchange failed, mapped to the status and message a GIS client should see.
 struct UpstreamError: Error {
@@ -10,6 +13,8 @@ struct UpstreamError: Error {
     let timeoutSeconds: Int
     /// Set when libcurl's only addresses were refused by `deny_destinations`.
     var deniedAddress: IPAddress? = nil
+    /// EMFILE or ENFILE when the proxy could not open a socket: its own resource error, not the upstream's.
+    var outOfDescriptors: Int32? = nil
 
     /// The client hung up or its body could not be read: nobody to answer.
     var isClientSide: Bool {
@@ -18,6 +23,9 @@ struct UpstreamError: Error {
 
     var response: ErrorResponse {
         let details = detail.isEmpty ? [] : [detail]
+        if let e = outOfDescriptors {
+            return .outOfDescriptors(e, destination: destination)
+        }
         if let ip = deniedAddress, code == CURLE_COULDNT_CONNECT {
             return ErrorResponse(status: 403, message: "Destination \(destination) is not allowed",
                 details: ["It resolves to \(ip), which [proxy] deny_destinations refuses."])
@@ -42,5 +50,17 @@ struct UpstreamError: Error {
         default:
             return ErrorResponse(status: 502, message: "Upstream \(destination) failed: \(String(cString: curl_easy_strerror(code)))", details: details)
         }
+    }
+}
+
+extension ErrorResponse {
+    /// The proxy could not open a socket for lack of file descriptors: a temporary condition of its own (503 with
+    /// `Retry-After`), not a fault of the destination, which the client should not be told is unreachable.
+    static func outOfDescriptors(_ error: Int32, destination: String) -> ErrorResponse {
+        ErrorResponse(status: 503,
+            message: "authproxy is out of file descriptors and could not open a connection to \(destination)",
+            details: ["\(String(cString: strerror(error))). Retry shortly; if it persists, the proxy's descriptor limit "
+                + "(ulimit -n, LimitNOFILE) is too low for its load."],
+            retryAfter: 1)
     }
 }

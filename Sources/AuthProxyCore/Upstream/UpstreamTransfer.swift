@@ -68,6 +68,9 @@ final class UpstreamTransfer {
     private(set) var deniedAddress: IPAddress? = nil
     /// Whether some resolved address was allowed (then a failure is the network's, not the policy's).
     private var openedAny = false
+    /// EMFILE/ENFILE when a socket could not be opened for lack of descriptors: the failure is the proxy's own,
+    /// not the upstream's (libcurl only reports "could not connect").
+    private(set) var socketError: Int32? = nil
     /// Status of the response head being read (1xx heads included).
     private var status = 0
 
@@ -198,6 +201,15 @@ final class UpstreamTransfer {
         if code != CURLE_OK {
             error = UpstreamError(code: code, detail: String(cString: h.errorBuffer), destination: destination,
                 timeoutSeconds: request.timeoutSeconds, deniedAddress: openedAny ? nil : deniedAddress)
+            switch code {
+            case CURLE_COULDNT_CONNECT, CURLE_OPERATION_TIMEDOUT:
+                error?.outOfDescriptors = socketError
+            case CURLE_COULDNT_RESOLVE_HOST where DescriptorExhaustion.processIsOut():
+                // The lookup (its thread's socket pair, /etc/hosts, a DNS socket) needs descriptors too.
+                error?.outOfDescriptors = EMFILE
+            default:
+                break
+            }
         }
         d?.transferDidFinish(error: error)
     }
@@ -211,7 +223,10 @@ final class UpstreamTransfer {
         }
         openedAny = true
         let fd = socket(address.pointee.family, address.pointee.socktype | Int32(SOCK_CLOEXEC.rawValue), address.pointee.protocol)
-        guard fd >= 0 else { return CURL_SOCKET_BAD }
+        guard fd >= 0 else {
+            if DescriptorExhaustion.isExhaustion(errno) { socketError = errno }
+            return CURL_SOCKET_BAD
+        }
         multi.socketOpened(fd)
         return fd
     }
@@ -232,7 +247,8 @@ final class UpstreamTransfer {
             easy.setForbidReuse(true)
         }
         d.transferDidReceiveHeaderLine(p)
-        return p.count
+        // Cancelled from the callback (a refused head, a token rejection): stop libcurl reading this response now.
+        return delegate == nil ? 0 : p.count
     }
 
     fileprivate func body(_ p: UnsafeRawBufferPointer) -> Int {

@@ -20,6 +20,13 @@ import Testing
         ("/", "/"),
         ("/a;b/c", "/a;b/c"),
         ("/arcgis/...", "/arcgis/..."),
+        ("/arcgis/rest/query.json", "/arcgis/rest/query.json"),
+        ("/a.b/.c/d.", "/a.b/.c/d."),
+        ("/a/b/..", "/a/"),
+        ("/a/b/../", "/a/"),
+        ("/a/./", "/a/"),
+        ("/a//b.json", "/a//b.json"),
+        ("/.well-known/x", "/.well-known/x"),
     ])
     func normalizes(path: String, expected: String) {
         #expect(PathNormalizer.normalize(Substring(path)) == .normal(expected))

@@ -71,5 +71,7 @@ import Testing
         #expect(l.openCount == 3)
         l.release(a); l.release(b); l.release(b)
         #expect(l.openCount == 0)
+        // Every refusal is counted, by limit.
+        #expect(l.refusals == ConnectionLimiter.Refusals(total: 1, perClient: 1))
     }
 }

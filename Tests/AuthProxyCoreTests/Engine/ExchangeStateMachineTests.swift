@@ -184,6 +184,31 @@ import Testing
         #expect(m.tick(now: 61 * Self.s, clientPending: 0, lastSendProgress: 0) == .clientStalled)
     }
 
+    /// test_faults.py::test_client_reset_mid_upload_is_noticed_at_once: an upload held back by a slow upstream has
+    /// its client reads paused, so a reset is looked for on each tick; when found, the exchange is abandoned and
+    /// logged as 499.
+    @Test func aPausedUploadIsProbedForAResetAndAbandonedAs499() {
+        var m = Self.forwarding(.init(hasBody: true))
+        m.upstreamProgress(now: 1 * Self.s)
+        #expect(m.tick(now: 2 * Self.s, clientPending: 0, lastSendProgress: 0, clientReadsPaused: false) == .none)
+        #expect(m.tick(now: 2 * Self.s, clientPending: 0, lastSendProgress: 0, clientReadsPaused: true) == .probeClient)
+        // The timeouts still come first.
+        #expect(m.tick(now: 40 * Self.s, clientPending: 0, lastSendProgress: 0, clientReadsPaused: true) == .upstreamStalled)
+        // The probe found the client gone.
+        #expect(m.clientGone() == .close(logStatus: 499))
+        #expect(m.isClosed)
+        #expect(m.tick(now: 3 * Self.s, clientPending: 0, lastSendProgress: 0, clientReadsPaused: true) == .none)
+    }
+
+    /// Only an unfinished request body is probed: paused reads after a complete request (a half-closed client,
+    /// a pipelined backlog) are the normal case.
+    @Test func aCompleteRequestIsNotProbed() {
+        var m = Self.forwarding()
+        #expect(m.tick(now: 2 * Self.s, clientPending: 0, lastSendProgress: 0, clientReadsPaused: true) == .none)
+        let idle = M(limits: Self.limits, now: 0)
+        #expect(idle.tick(now: 2 * Self.s, clientPending: 0, lastSendProgress: 0, clientReadsPaused: true) == .none)
+    }
+
     @Test func requestBodyBytesResumeATransferWaitingForThem() {
         var m = Self.forwarding(.init(hasBody: true))
         #expect(m.requestBodyBufferEmpty() == .pause)
@@ -434,17 +459,73 @@ import Testing
 
     // MARK: shutdown, tunnels, TLS
 
-    @Test func shutdownClosesIdleConnectionsAndEndsBusyOnesAfterTheirExchange() {
-        var idle = M(limits: Self.limits, now: 0)
-        #expect(idle.shutdownRequested(inputBuffered: 0) == true)
-        var partial = M(limits: Self.limits, now: 0)
-        #expect(partial.shutdownRequested(inputBuffered: 12) == false)
+    @Test func shutdownEndsBusyConnectionsAfterTheirExchange() {
         var busy = Self.forwarding()
-        #expect(busy.shutdownRequested(inputBuffered: 0) == false)
+        busy.shutdownRequested(now: 0)
         #expect(busy.keepAlive == false)
-        var late = M(limits: Self.limits, now: 0)
-        late.requestBegan(.init(), shuttingDown: true, now: 0)
-        #expect(late.keepAlive == false)
+        _ = busy.responseHeadCommitted(status: 200, framing: Self.plain, inspection: .none)
+        _ = busy.transferEnded(.success)
+        #expect(busy.endExchange(shuttingDown: true, now: 1) == .close)
+    }
+
+    /// test_faults.py::test_request_just_after_sigterm_gets_connection_close: an idle kept-alive connection is not
+    /// closed at once; a request arriving in the quiet time is answered with Connection: close, and a connection
+    /// that stays idle closes gracefully (half-close and linger) once the quiet time is over.
+    @Test func anIdleConnectionTakesOneLastRequestDuringTheQuietTime() {
+        var m = M(limits: Self.limits, now: 0)
+        m.shutdownRequested(now: 5 * Self.s)
+        #expect(m.tick(now: 5 * Self.s + Self.s / 2, clientPending: 0, lastSendProgress: 0) == .none)
+        #expect(m.nextInputStep(buffered: 40, now: 5 * Self.s + Self.s / 2) == .parseHead)
+        m.requestBegan(.init(), shuttingDown: true, now: 5 * Self.s + Self.s / 2)
+        #expect(m.keepAlive == false)
+        #expect(m.answerLocally(status: 200, close: false) == false)
+        #expect(m.endExchange(shuttingDown: true, now: 6 * Self.s) == .close)
+
+        var idle = M(limits: Self.limits, now: 0)
+        idle.shutdownRequested(now: 10 * Self.s)
+        #expect(idle.tick(now: 11 * Self.s, clientPending: 0, lastSendProgress: 0) == .closeForShutdown)
+        idle.closingForShutdown(now: 11 * Self.s)
+        #expect(idle.nextInputStep(buffered: 40, now: 11 * Self.s) == .discard)
+        #expect(idle.tick(now: 14 * Self.s, clientPending: 0, lastSendProgress: 0) == .close)
+
+        // A second signal does not restart the quiet time.
+        var twice = M(limits: Self.limits, now: 0)
+        twice.shutdownRequested(now: 1 * Self.s)
+        twice.shutdownRequested(now: 5 * Self.s)
+        #expect(twice.tick(now: 2 * Self.s, clientPending: 0, lastSendProgress: 0) == .closeForShutdown)
+        // A head being received is not cut by the quiet time (the grace period bounds it).
+        var partial = M(limits: Self.limits, now: 0)
+        #expect(partial.nextInputStep(buffered: 12, now: 0) == .parseHead)
+        partial.shutdownRequested(now: 0)
+        #expect(partial.tick(now: 2 * Self.s, clientPending: 0, lastSendProgress: 0) == .none)
+    }
+
+    /// test_faults.py::test_request_cut_by_the_grace_period_is_logged and ..._tunnel_...: at the end of the grace
+    /// period every exchange still in flight ends with an access-log line.
+    @Test func theEndOfTheGracePeriodEndsEveryExchangeVisibly() {
+        var waiting = Self.forwarding()
+        waiting.shutdownRequested(now: 0)
+        #expect(waiting.graceExpired() == .answerUnavailable)
+        #expect(waiting.answerLocally(status: 503, close: true) == false)
+        #expect(waiting.endExchange(shuttingDown: true, now: 1) == .close)
+
+        var streaming = Self.forwarding()
+        _ = streaming.responseHeadCommitted(status: 200, framing: Self.plain, inspection: .none)
+        #expect(streaming.upstreamBody(count: 4, clientPending: 0, clientFailed: false, now: 1) == .write)
+        #expect(streaming.graceExpired() == .cut(logStatus: 200))
+        #expect(streaming.isClosed)
+
+        var tunnel = M(limits: Self.limits, now: 0)
+        tunnel.requestBegan(.init(), shuttingDown: false, now: 0)
+        tunnel.tunnelStarted()
+        tunnel.shutdownRequested(now: 0)
+        // A blind tunnel has the whole grace period (its own timeouts apply meanwhile).
+        #expect(tunnel.tick(now: 5 * Self.s, clientPending: 0, lastSendProgress: 0) == .tunnel)
+        #expect(tunnel.graceExpired() == .tunnel)
+
+        var idle = M(limits: Self.limits, now: 0)
+        #expect(idle.graceExpired() == .close)
+        #expect(idle.isClosed)
     }
 
     @Test func aTunnelThatFailsToOpenAnswersItsConnect() {

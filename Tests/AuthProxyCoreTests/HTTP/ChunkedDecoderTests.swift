@@ -70,4 +70,21 @@ private func decode(_ text: String, splitEvery: Int = Int.max) throws -> (body: 
         #expect(out.count == 4)
         #expect(consumed == 3 + 4)
     }
+
+    /// The 4 KiB extension limit holds per chunk-size line, however the line is cut into writes: 200 KB of
+    /// extension in 100-byte slices is refused like the same bytes in one piece (it was counted per call).
+    @Test(arguments: [100, 1, Int.max])
+    func anExtensionTooLongIsRefusedHoweverItArrives(splitEvery: Int) {
+        let text = "5;" + String(repeating: "a", count: 200_000) + "\r\nhello\r\n0\r\n\r\n"
+        #expect(throws: HTTPParseError.self) { try decode(text, splitEvery: splitEvery) }
+    }
+
+    /// Each chunk's extension is counted on its own: many chunks with extensions under the limit pass.
+    @Test func extensionsUnderTheLimitOnEveryChunkPass() throws {
+        let ext = ";" + String(repeating: "e", count: 4000)
+        let chunk = "1" + ext + "\r\nx\r\n"
+        let r = try decode(String(repeating: chunk, count: 10) + "0\r\n\r\n", splitEvery: 7)
+        #expect(r.body == String(repeating: "x", count: 10))
+        #expect(r.done)
+    }
 }

@@ -9,6 +9,18 @@ import Testing
     }
 
     @Test(arguments: [
+        ("application/json", true), ("Application/JSON; charset=UTF-8", true), ("text/plain", true),
+        ("TEXT/HTML", true), ("application/x-javascript", true), ("application/xhtml+xml", true),
+        ("application/geo+json", true), ("image/png", false), ("application/octet-stream", false),
+        ("application/vnd.mapbox-vector-tile", false), ("tex/", false), ("", false), ("json", true),
+        ("jso", false), ("application/x-protobuf", false), ("text\u{0F}plain", false),
+    ])
+    func contentTypesHeldForInspection(_ ct: String, _ held: Bool) {
+        #expect(TokenRejection.mayCarryError(contentType: ct) == held, "\(ct)")
+        #expect(TokenRejection.mayCarryError(contentTypeBytes: Array(ct.utf8)[...]) == held, "\(ct)")
+    }
+
+    @Test(arguments: [
         (200, "application/json", #"{"error":{"code":498,"message":"Invalid token.","details":[]}}"#),
         (200, "application/json", #"{"error":{"code":499,"message":"Token Required","messageCode":"GWM_0003","details":[]}}"#),
         (200, "application/json", "{ \"error\" : {\n \"code\" : 498 ,\n \"message\" : \"Invalid token.\" } }"),

@@ -803,6 +803,9 @@ class _App:
             except OSError:
                 pass
             return True
+        if mode == "garbage":
+            h.send_bytes(200, b'{"token": "abc", "expires": ', "application/json")
+            return True
         if mode == "error":
             self._json(h, req, {"error": {"code": 500, "message": "Unable to generate token.",
                                           "details": ["Token service is unavailable."]}})
