@@ -27,6 +27,8 @@ struct ResponseHeadAssembler {
         case invalidContentLength
         /// `Content-Length` fields (or list elements) with different values (RFC 9110 §8.6).
         case conflictingContentLength
+        /// A CR or NUL inside the reason phrase (RFC 9112 §4: `reason-phrase = *( HTAB / SP / VCHAR / obs-text )`).
+        case invalidReasonPhrase
 
         var description: String {
             switch self {
@@ -35,6 +37,7 @@ struct ResponseHeadAssembler {
             case .invalidFieldValue: return "a bare CR or NUL inside a field value"
             case .invalidContentLength: return "an invalid Content-Length"
             case .conflictingContentLength: return "Content-Length values that differ"
+            case .invalidReasonPhrase: return "a bare CR or NUL in the reason phrase"
             }
         }
     }
@@ -243,14 +246,19 @@ struct ResponseHeadAssembler {
         {
             status = Int(line[i] - 48) * 100 + Int(line[i + 1] - 48) * 10 + Int(line[i + 2] - 48)
             if end < line.count {
-                storage.append(contentsOf: UnsafeRawBufferPointer(rebasing: line[(line[end] == 32 || line[end] == 9 ? end + 1 : end)...]))
+                let phrase = UnsafeRawBufferPointer(rebasing: line[(line[end] == 32 || line[end] == 9 ? end + 1 : end)...])
+                // A lenient client may end the status line at a bare CR and read what follows as a field.
+                if phrase.contains(where: { $0 == 13 || $0 == 0 }) { violation = .invalidReasonPhrase }
+                storage.append(contentsOf: phrase)
                 reason = 0..<storage.count
             }
             return
         }
         status = 502
         if let sp2 = line[(sp1 + 1)...].firstIndex(of: 32) {
-            storage.append(contentsOf: UnsafeRawBufferPointer(rebasing: line[(sp2 + 1)...]))
+            let phrase = UnsafeRawBufferPointer(rebasing: line[(sp2 + 1)...])
+            if phrase.contains(where: { $0 == 13 || $0 == 0 }) { violation = .invalidReasonPhrase }
+            storage.append(contentsOf: phrase)
             reason = 0..<storage.count
         }
     }

@@ -394,6 +394,16 @@ let headCases: [HeadCase] = [
         #expect(got.framing.noBody == (status == 204 || status == 304), "\(statusLine)")
     }
 
+    /// A bare CR in the reason phrase is refused like one in a value (the corpus case: `200 O\rContent-Length: 99`).
+    @Test func bareCRInTheReasonPhraseIsAViolation() {
+        var a = ResponseHeadAssembler()
+        _ = Array("HTTP/1.1 200 O\rContent-Length: 99\r\n".utf8).withUnsafeBytes { a.add(line: $0) }
+        #expect(a.violation == .invalidReasonPhrase)
+        var b = ResponseHeadAssembler()
+        _ = Array("HTTP/1.1 200 Fine\tand dandy\r\n".utf8).withUnsafeBytes { b.add(line: $0) }
+        #expect(b.violation == nil)
+    }
+
     /// A substituted 502 does not carry the length of the head it replaces: that body never comes (an e2e corpus
     /// finding, with `HTTP/1.1 100 Continue` + `Content-Length: 5`, or a head cut after `Content-Length: 100`).
     @Test func substitutedStatusDropsTheUpstreamLength() {
