@@ -400,7 +400,7 @@ class RawRequest:
         self.version = version
         self.headers = headers
         self.body = body
-        self.conn = conn  # index into RawBackend.connections
+        self.conn = conn  # index into RawBackend.received
 
     def header(self, name):
         n = name.lower()
@@ -414,7 +414,7 @@ class RawBackend:
     """A raw HTTP/1.1 upstream on 127.0.0.1 that records exactly the bytes it receives, per connection, and answers
     each request it can delimit with `respond(request)`.
 
-    `connections[i]` holds every byte received on the i-th accepted connection, in order; `closed[i]` turns True when
+    `received[i]` holds every byte received on the i-th accepted connection, in order; `closed[i]` turns True when
     the peer closed or reset it. Requests are delimited leniently (head up to CRLFCRLF, then Content-Length or chunked
     framing), only to know when to answer: a test judges the recorded bytes with its own strict reading. When a
     request cannot be delimited the backend stops answering on that connection and keeps recording.
@@ -433,7 +433,7 @@ class RawBackend:
         self.host = host
         self.port = self.sock.getsockname()[1]
         self.lock = threading.Lock()
-        self.connections = []
+        self.received = []
         self.closed = []
         self.requests = []
         self._socks = []
@@ -458,13 +458,13 @@ class RawBackend:
     def snapshot(self):
         """Bytes recorded so far on each connection (for since())."""
         with self.lock:
-            return [len(c) for c in self.connections]
+            return [len(c) for c in self.received]
 
     def since(self, snap):
         """(connection index, bytes received after `snap`, closed) for every connection that received any."""
         with self.lock:
             out = []
-            for i, data in enumerate(self.connections):
+            for i, data in enumerate(self.received):
                 start = snap[i] if i < len(snap) else 0
                 if len(data) > start:
                     out.append((i, bytes(data[start:]), self.closed[i]))
@@ -500,8 +500,8 @@ class RawBackend:
             except OSError:
                 return
             with self.lock:
-                index = len(self.connections)
-                self.connections.append(bytearray())
+                index = len(self.received)
+                self.received.append(bytearray())
                 self.closed.append(False)
                 self._socks.append(c)
             threading.Thread(target=self._serve, args=(c, index), daemon=True).start()
@@ -518,7 +518,7 @@ class RawBackend:
                 if not d:
                     break
                 with self.lock:
-                    self.connections[index] += d
+                    self.received[index] += d
                 if not delimiting:
                     continue
                 buf += d
@@ -608,56 +608,24 @@ def one_shot_backend(response, linger=0.5):
     return b.port, b.stop
 
 
-class ScriptedBackend:
-    """A raw keep-alive upstream on 127.0.0.1 that answers each request with the bytes `respond(path)` returns,
-    exactly as given (malformed heads included), and records the request lines per connection. Requests are
-    read head only (no bodies)."""
+class ScriptedBackend(RawBackend):
+    """A RawBackend that answers each request with the bytes `respond(path)` returns, exactly as given (malformed
+    heads included). `connections`: the request lines received, one list per accepted connection."""
 
     def __init__(self, respond):
-        import threading
-        self.respond = respond
-        self.connections = []  # one list of request lines per accepted connection
-        self._srv = socket.socket()
-        self._srv.bind(("127.0.0.1", 0))
-        self._srv.listen(64)
-        self.port = self._srv.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__(respond=lambda req: respond(req.target))
 
     def url(self, path):
         return "http://127.0.0.1:%d%s" % (self.port, path)
 
-    def _accept(self):
-        import threading
-        while True:
-            try:
-                c, _ = self._srv.accept()
-            except OSError:
-                return
-            seen = []
-            self.connections.append(seen)
-            threading.Thread(target=self._serve, args=(c, seen), daemon=True).start()
-
-    def _serve(self, c, seen):
-        buf = b""
-        c.settimeout(30)
-        try:
-            while True:
-                while b"\r\n\r\n" not in buf:
-                    d = c.recv(65536)
-                    if not d:
-                        return
-                    buf += d
-                head, _, buf = buf.partition(b"\r\n\r\n")
-                line = head.split(b"\r\n", 1)[0].decode("latin-1")
-                seen.append(line)
-                c.sendall(self.respond(line.split(" ")[1] if " " in line else "/"))
-        except OSError:
-            pass
-        finally:
-            c.close()
+    @property
+    def connections(self):
+        with self.lock:
+            return [["%s %s %s" % (r.method, r.target, r.version) for r in self.requests if r.conn == i]
+                    for i in range(len(self.received))]
 
     def close(self):
-        self._srv.close()
+        self.stop()
 
 
 def joined(values):

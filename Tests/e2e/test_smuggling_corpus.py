@@ -653,7 +653,7 @@ RESPONSE_CASES = [
     Resp("two-CL/differ-reversed", H + b"Content-Length: 10\r\nContent-Length: 5\r\n\r\nhelloworld", 502,
          known="two Content-Length values"),
     Resp("two-CL/differ-list", H + b"Content-Length: 5, 10\r\n\r\nhelloworld", 502, known="two Content-Length values"),
-    Resp("CL/plus-sign", H + b"Content-Length: +5\r\n\r\nhello", 200, b"hello"),
+    Resp("CL/plus-sign", H + b"Content-Length: +5\r\n\r\nhello", 502),  # not 1*DIGIT (RFC 9110 §8.6)
     Resp("CL/leading-zeros", H + b"Content-Length: 005\r\n\r\nhello", 200, b"hello"),
     Resp("CL/negative", H + b"Content-Length: -1\r\n\r\nhello", EITHER),
     Resp("CL/letters", H + b"Content-Length: five\r\n\r\nhello", EITHER),
