@@ -67,6 +67,10 @@ public struct TOMLParser {
     private let s: [UInt8]
     private var i = 0
     private var line = 1
+    /// Arrays and inline tables open around the value being read. Values are read recursively, so without a bound
+    /// `a = [[[[…` overflows the stack (a fuzzing finding) instead of being an error.
+    private var depth = 0
+    static let maxDepth = 64
 
     public static func parse(_ text: String) throws(TOMLError) -> TOMLTable {
         var p = TOMLParser(s: Array(text.utf8))
@@ -246,6 +250,8 @@ public struct TOMLParser {
     }
 
     private mutating func array() throws(TOMLError) -> TOMLValue {
+        try enter()
+        defer { depth -= 1 }
         i += 1
         let opened = line
         var items: [TOMLNode] = []
@@ -264,6 +270,8 @@ public struct TOMLParser {
     }
 
     private mutating func inlineTable() throws(TOMLError) -> TOMLValue {
+        try enter()
+        defer { depth -= 1 }
         i += 1
         let t = TOMLTable(line: line)
         skipSpaces()
@@ -276,6 +284,13 @@ public struct TOMLParser {
             if peek == 125 { i += 1; t.sealed = true; return .table(t) }
             throw fail("expected ',' or '}' in inline table")
         }
+    }
+
+    private mutating func enter() throws(TOMLError) {
+        guard depth < Self.maxDepth else {
+            throw fail("arrays and inline tables nested more than \(Self.maxDepth) deep")
+        }
+        depth += 1
     }
 
     private mutating func basicString() throws(TOMLError) -> String {
