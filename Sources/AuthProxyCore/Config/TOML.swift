@@ -68,7 +68,9 @@ public struct TOMLParser {
     private var i = 0
     private var line = 1
     /// Arrays and inline tables open around the value being read. Values are read recursively, so without a bound
-    /// `a = [[[[…` overflows the stack (a fuzzing finding) instead of being an error.
+    /// `a = [[[[…` overflows the stack (a fuzzing finding) instead of being an error. Dotted keys nest tables too,
+    /// without recursion while parsing, but a chain of thousands of tables overflows the stack when it is released
+    /// (`a.a.a.…= 1`): a key path has at most as many parts. Nesting stays in the low thousands at most.
     private var depth = 0
     static let maxDepth = 64
 
@@ -220,7 +222,9 @@ public struct TOMLParser {
                 parts.append(String(decoding: s[start..<i], as: UTF8.self))
             }
             skipSpaces()
-            if peek == 46 /* . */ { i += 1 } else { return parts }
+            guard peek == 46 /* . */ else { return parts }
+            guard parts.count < Self.maxDepth else { throw fail("key with more than \(Self.maxDepth) dotted parts") }
+            i += 1
         }
     }
 

@@ -155,7 +155,12 @@ func expectRejected(_ loader: ConfigLoader, _ text: String, key: String, line: I
         let deep = TOMLParser.maxDepth
         _ = try TOMLParser.parse("a = " + String(repeating: "[", count: deep) + String(repeating: "]", count: deep))
         _ = try TOMLParser.parse("a = " + String(repeating: "{b = ", count: deep) + "1" + String(repeating: "}", count: deep))
-        for text in ["a = " + String(repeating: "[", count: 100_000), "a = " + String(repeating: "[{x = ", count: 50_000)] {
+        _ = try TOMLParser.parse(Array(repeating: "a", count: deep).joined(separator: ".") + " = 1")
+        for text in [
+            "a = " + String(repeating: "[", count: 100_000), "a = " + String(repeating: "[{x = ", count: 50_000),
+            // A chain of tables this long crashed when released (recursive deinit), not while parsed.
+            "a" + String(repeating: ".a", count: 200_000) + " = 1", "[a" + String(repeating: ".a", count: 200_000) + "]",
+        ] {
             #expect(throws: TOMLError.self) { try TOMLParser.parse(text) }
         }
     }
