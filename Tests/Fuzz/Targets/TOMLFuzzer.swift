@@ -3,13 +3,17 @@
 /// The TOML reader (`Config/TOML.swift`) and the configuration loader on arbitrary text.
 ///
 /// Invariants:
-/// - a document it accepts, written out again (every table inline, every string escaped), parses to the same values;
+/// - a document it accepts, written out again (every table inline, every string escaped), parses to the same values
+///   (when it nests no deeper than inline values may);
 /// - the loader turns any text into a configuration or a `ConfigError`, never a trap. Inputs naming `file:` are not
 ///   loaded: the loader would read that file.
 enum TOMLFuzzer {
     static func run(_ input: UnsafeRawBufferPointer) {
         let text = String(decoding: input, as: UTF8.self)
         guard let root = try? TOMLParser.parse(text) else { return }
+        // Every table is written inline, and inline nesting is bounded: a document nested deeper through dotted keys
+        // or table headers cannot be written this way (it parsed, which is what matters).
+        if depth(.table(root), limit: TOMLParser.maxDepth) > TOMLParser.maxDepth { return }
         let written = emit(root)
         let again: TOMLTable
         do {
@@ -20,6 +24,16 @@ enum TOMLFuzzer {
         invariant(same(.table(root), .table(again)), "written document differs: \(written) from \(describe(input))")
 
         if !text.contains("file:") { _ = try? ConfigLoader(environment: [:]).parse(text) }
+    }
+
+    /// How deeply arrays and tables nest in `v`, counted up to `limit + 1` at most.
+    static func depth(_ v: TOMLValue, limit: Int) -> Int {
+        guard limit >= 0 else { return 1 }
+        switch v {
+        case .array(let items): return 1 + (items.map { depth($0.value, limit: limit - 1) }.max() ?? 0)
+        case .table(let t): return 1 + (t.entries.map { depth($0.node.value, limit: limit - 1) }.max() ?? 0)
+        default: return 0
+        }
     }
 
     /// The root table as `key = value` lines.
