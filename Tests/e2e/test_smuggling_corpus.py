@@ -183,6 +183,13 @@ def corpus_proxy(proxy_binary, tmp_path_factory, backend):
     assert code is None, "authproxy exited during the corpus (%s); log:\n%s" % (code, p.log_text()[-3000:])
 
 
+@pytest.fixture(autouse=True)
+def _attach_proxy_log(request):
+    """A failing case gets the proxy's log attached (conftest's report hook reads `_authproxies`)."""
+    if "corpus_proxy" in request.fixturenames:
+        request.node._authproxies = [request.getfixturevalue("corpus_proxy")]
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Request variants
 # ---------------------------------------------------------------------------------------------------------
