@@ -1,4 +1,5 @@
 // swift-tools-version:6.0
+import Foundation
 import PackageDescription
 
 let package = Package(
@@ -58,3 +59,23 @@ let package = Package(
     ],
     swiftLanguageModes: [.v6]
 )
+
+// The libFuzzer targets (Tests/Fuzz), declared only when scripts/fuzz.sh sets AUTHPROXY_FUZZ: they are built with
+// `-sanitize=fuzzer,address`, and a normal `swift build` must neither build them nor link libFuzzer. The fuzz
+// functions are Swift (`AuthProxyFuzz`); the executable is a C `main` that hands them to libFuzzer's driver, because
+// SwiftPM renames a Swift executable's entry point, which libFuzzer's own `main` cannot satisfy.
+if ProcessInfo.processInfo.environment["AUTHPROXY_FUZZ"] != nil {
+    package.targets += [
+        .target(
+            name: "AuthProxyFuzz",
+            dependencies: ["AuthProxyCore", "CZlib"],
+            path: "Tests/Fuzz/Targets"
+        ),
+        .executableTarget(
+            name: "authproxy-fuzz",
+            dependencies: ["AuthProxyFuzz"],
+            path: "Tests/Fuzz/Driver"
+        ),
+    ]
+    package.products.append(.executable(name: "authproxy-fuzz", targets: ["authproxy-fuzz"]))
+}

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: Swift unit tests, then end-to-end tests with the real binary, real clients
-# (curl, Python requests, GDAL ogrinfo) and test servers on loopback. Installs what it needs from Debian
+# (curl, Python requests, GDAL ogrinfo) and test servers on loopback, then every fuzz target for a bounded time
+# (FUZZ_SECONDS per target, default 30; 0 skips them). Installs what it needs from Debian
 # packages and PyPI when missing (needs root or sudo). Used by .ci/run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,3 +27,10 @@ echo "== swift test (unit)"
 swift test --skip-build
 echo "== end-to-end (pytest)"
 AUTHPROXY_BIN="$PWD/.build/debug/authproxy" python3 -m pytest Tests/e2e -q -p no:cacheprovider
+fuzz_seconds="${FUZZ_SECONDS:-30}"
+if [ "$fuzz_seconds" -gt 0 ]; then
+  # A crash or invariant violation fails the run; its input stays under .build-libfuzzer/fuzz/TARGET/ (and is
+  # printed in base64).
+  echo "== fuzzing (libFuzzer + AddressSanitizer, ${fuzz_seconds}s per target)"
+  bash scripts/fuzz.sh --seconds "$fuzz_seconds"
+fi

@@ -7,6 +7,7 @@ import re
 import signal
 import socket
 import subprocess
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -390,78 +391,241 @@ def raw_exchange(proxy, data, source=None, timeout=10.0, half_close=False):
     return out
 
 
-def one_shot_backend(response, linger=0.5):
-    """A raw upstream on 127.0.0.1 that answers one connection with `response` bytes exactly as given, then
-    closes after `linger` seconds -> (port, close function)."""
-    import threading
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(1)
+class RawRequest:
+    """One request a RawBackend delimited: method, target, header list, body (de-chunked) and where it arrived."""
 
-    def serve():
+    def __init__(self, method, target, version, headers, body, conn):
+        self.method = method
+        self.target = target
+        self.version = version
+        self.headers = headers
+        self.body = body
+        self.conn = conn  # index into RawBackend.received
+
+    def header(self, name):
+        n = name.lower()
+        return [v for k, v in self.headers if k.lower() == n]
+
+    def __repr__(self):
+        return "<RawRequest %s %s body=%d bytes conn=%d>" % (self.method, self.target, len(self.body), self.conn)
+
+
+class RawBackend:
+    """A raw HTTP/1.1 upstream on 127.0.0.1 that records exactly the bytes it receives, per connection, and answers
+    each request it can delimit with `respond(request)`.
+
+    `received[i]` holds every byte received on the i-th accepted connection, in order; `closed[i]` turns True when
+    the peer closed or reset it. Requests are delimited leniently (head up to CRLFCRLF, then Content-Length or chunked
+    framing), only to know when to answer: a test judges the recorded bytes with its own strict reading. When a
+    request cannot be delimited the backend stops answering on that connection and keeps recording.
+
+    `respond(req)` returns the bytes to send, or a list of actions: bytes (sent), a number (seconds to sleep),
+    RawBackend.CLOSE (close the connection). The default answers 200 with a body naming the request."""
+
+    CLOSE = object()
+
+    def __init__(self, respond=None, host="127.0.0.1"):
+        self.respond = respond or self.default_response
+        self.sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((host, 0))
+        self.sock.listen(64)
+        self.host = host
+        self.port = self.sock.getsockname()[1]
+        self.lock = threading.Lock()
+        self.received = []
+        self.closed = []
+        self.requests = []
+        self._socks = []
+        self._stopped = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def authority(self):
+        return hostport(self.host, self.port)
+
+    @property
+    def url(self):
+        return "http://" + self.authority
+
+    @staticmethod
+    def default_response(req):
+        body = ("%s %s %d" % (req.method, req.target, len(req.body))).encode("latin-1")
+        if req.method == "HEAD":
+            return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body)
+        return b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+
+    def snapshot(self):
+        """Bytes recorded so far on each connection (for since())."""
+        with self.lock:
+            return [len(c) for c in self.received]
+
+    def since(self, snap):
+        """(connection index, bytes received after `snap`, closed) for every connection that received any."""
+        with self.lock:
+            out = []
+            for i, data in enumerate(self.received):
+                start = snap[i] if i < len(snap) else 0
+                if len(data) > start:
+                    out.append((i, bytes(data[start:]), self.closed[i]))
+            return out
+
+    def wait_closed(self, index, timeout):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.lock:
+                if self.closed[index]:
+                    return True
+            time.sleep(0.02)
+        return False
+
+    def stop(self):
+        self._stopped = True
         try:
-            c, _ = srv.accept()
+            self.sock.close()
         except OSError:
-            return
-        c.recv(65536)
-        c.sendall(response)
-        time.sleep(linger)
-        c.close()
+            pass
+        with self.lock:
+            socks = list(self._socks)
+        for c in socks:
+            try:
+                c.close()
+            except OSError:
+                pass
 
-    threading.Thread(target=serve, daemon=True).start()
-    return srv.getsockname()[1], srv.close
+    def _accept(self):
+        while not self._stopped:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            with self.lock:
+                index = len(self.received)
+                self.received.append(bytearray())
+                self.closed.append(False)
+                self._socks.append(c)
+            threading.Thread(target=self._serve, args=(c, index), daemon=True).start()
+
+    def _serve(self, c, index):
+        buf = b""
+        delimiting = True
+        try:
+            while True:
+                try:
+                    d = c.recv(65536)
+                except OSError:
+                    d = b""
+                if not d:
+                    break
+                with self.lock:
+                    self.received[index] += d
+                if not delimiting:
+                    continue
+                buf += d
+                while True:
+                    try:
+                        got = self._delimit(buf)
+                    except ValueError:
+                        delimiting = False
+                        break
+                    if got is None:
+                        break
+                    (method, target, version, headers, body), used = got
+                    buf = buf[used:]
+                    req = RawRequest(method, target, version, headers, body, index)
+                    with self.lock:
+                        self.requests.append(req)
+                    actions = self.respond(req)
+                    if not isinstance(actions, list):
+                        actions = [actions]
+                    for a in actions:
+                        if a is RawBackend.CLOSE:
+                            return
+                        if isinstance(a, (int, float)):
+                            time.sleep(a)
+                        else:
+                            c.sendall(a)
+        except OSError:
+            pass
+        finally:
+            with self.lock:
+                self.closed[index] = True
+            try:
+                c.close()
+            except OSError:
+                pass
+
+    @staticmethod
+    def _delimit(buf):
+        """((method, target, version, headers, body), bytes used) for the first complete request in buf, None when
+        more is needed; ValueError when its framing cannot be read."""
+        end = buf.find(b"\r\n\r\n")
+        if end < 0:
+            return None
+        lines = buf[:end].decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ")
+        if len(parts) != 3:
+            raise ValueError("request line %r" % lines[0])
+        headers = []
+        for line in lines[1:]:
+            k, colon, v = line.partition(":")
+            if not colon:
+                raise ValueError("field line %r" % line)
+            headers.append((k, v.strip(" \t")))
+        pos = end + 4
+        te = [v for k, v in headers if k.lower() == "transfer-encoding"]
+        cl = [v for k, v in headers if k.lower() == "content-length"]
+        if te:
+            body = b""
+            while True:
+                eol = buf.find(b"\r\n", pos)
+                if eol < 0:
+                    return None
+                size = int(buf[pos:eol].split(b";")[0], 16)
+                pos = eol + 2
+                if size == 0:
+                    while True:
+                        eol = buf.find(b"\r\n", pos)
+                        if eol < 0:
+                            return None
+                        line, pos = buf[pos:eol], eol + 2
+                        if not line:
+                            return (parts[0], parts[1], parts[2], headers, body), pos
+                if len(buf) < pos + size + 2:
+                    return None
+                body += buf[pos:pos + size]
+                pos += size + 2
+        n = int(cl[0]) if cl else 0
+        if len(buf) < pos + n:
+            return None
+        return (parts[0], parts[1], parts[2], headers, buf[pos:pos + n]), pos + n
 
 
-class ScriptedBackend:
-    """A raw keep-alive upstream on 127.0.0.1 that answers each request with the bytes `respond(path)` returns,
-    exactly as given (malformed heads included), and records the request lines per connection. Requests are
-    read head only (no bodies)."""
+def one_shot_backend(response, linger=0.5):
+    """A RawBackend that answers the first request it gets with `response` bytes exactly as given, then closes that
+    connection after `linger` seconds -> (port, close function)."""
+    b = RawBackend(respond=lambda req: [response, linger, RawBackend.CLOSE])
+    return b.port, b.stop
+
+
+class ScriptedBackend(RawBackend):
+    """A RawBackend that answers each request with the bytes `respond(path)` returns, exactly as given (malformed
+    heads included). `connections`: the request lines received, one list per accepted connection."""
 
     def __init__(self, respond):
-        import threading
-        self.respond = respond
-        self.connections = []  # one list of request lines per accepted connection
-        self._srv = socket.socket()
-        self._srv.bind(("127.0.0.1", 0))
-        self._srv.listen(64)
-        self.port = self._srv.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__(respond=lambda req: respond(req.target))
 
     def url(self, path):
         return "http://127.0.0.1:%d%s" % (self.port, path)
 
-    def _accept(self):
-        import threading
-        while True:
-            try:
-                c, _ = self._srv.accept()
-            except OSError:
-                return
-            seen = []
-            self.connections.append(seen)
-            threading.Thread(target=self._serve, args=(c, seen), daemon=True).start()
-
-    def _serve(self, c, seen):
-        buf = b""
-        c.settimeout(30)
-        try:
-            while True:
-                while b"\r\n\r\n" not in buf:
-                    d = c.recv(65536)
-                    if not d:
-                        return
-                    buf += d
-                head, _, buf = buf.partition(b"\r\n\r\n")
-                line = head.split(b"\r\n", 1)[0].decode("latin-1")
-                seen.append(line)
-                c.sendall(self.respond(line.split(" ")[1] if " " in line else "/"))
-        except OSError:
-            pass
-        finally:
-            c.close()
+    @property
+    def connections(self):
+        with self.lock:
+            return [["%s %s %s" % (r.method, r.target, r.version) for r in self.requests if r.conn == i]
+                    for i in range(len(self.received))]
 
     def close(self):
-        self._srv.close()
+        self.stop()
 
 
 def joined(values):

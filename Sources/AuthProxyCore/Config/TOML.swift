@@ -67,6 +67,12 @@ public struct TOMLParser {
     private let s: [UInt8]
     private var i = 0
     private var line = 1
+    /// Arrays and inline tables open around the value being read. Values are read recursively, so without a bound
+    /// `a = [[[[…` overflows the stack (a fuzzing finding) instead of being an error. Dotted keys nest tables too,
+    /// without recursion while parsing, but a chain of thousands of tables overflows the stack when it is released
+    /// (`a.a.a.…= 1`): a key path has at most as many parts. Nesting stays in the low thousands at most.
+    private var depth = 0
+    static let maxDepth = 64
 
     public static func parse(_ text: String) throws(TOMLError) -> TOMLTable {
         var p = TOMLParser(s: Array(text.utf8))
@@ -216,7 +222,9 @@ public struct TOMLParser {
                 parts.append(String(decoding: s[start..<i], as: UTF8.self))
             }
             skipSpaces()
-            if peek == 46 /* . */ { i += 1 } else { return parts }
+            guard peek == 46 /* . */ else { return parts }
+            guard parts.count < Self.maxDepth else { throw fail("key with more than \(Self.maxDepth) dotted parts") }
+            i += 1
         }
     }
 
@@ -246,6 +254,8 @@ public struct TOMLParser {
     }
 
     private mutating func array() throws(TOMLError) -> TOMLValue {
+        try enter()
+        defer { depth -= 1 }
         i += 1
         let opened = line
         var items: [TOMLNode] = []
@@ -264,6 +274,8 @@ public struct TOMLParser {
     }
 
     private mutating func inlineTable() throws(TOMLError) -> TOMLValue {
+        try enter()
+        defer { depth -= 1 }
         i += 1
         let t = TOMLTable(line: line)
         skipSpaces()
@@ -276,6 +288,13 @@ public struct TOMLParser {
             if peek == 125 { i += 1; t.sealed = true; return .table(t) }
             throw fail("expected ',' or '}' in inline table")
         }
+    }
+
+    private mutating func enter() throws(TOMLError) {
+        guard depth < Self.maxDepth else {
+            throw fail("arrays and inline tables nested more than \(Self.maxDepth) deep")
+        }
+        depth += 1
     }
 
     private mutating func basicString() throws(TOMLError) -> String {

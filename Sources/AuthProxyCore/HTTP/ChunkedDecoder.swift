@@ -1,6 +1,7 @@
 /// Decodes a chunked request body (RFC 9112 §7.1) incrementally and strictly: chunk sizes must be hex
-/// digits that fit in 63 bits, every line ends in CRLF, and trailer fields are read and discarded (they are
-/// hop-by-hop for a proxy that re-frames the body).
+/// digits that fit in 63 bits, every line ends in CRLF, and trailer fields are checked (a token name, a colon, no
+/// control characters) and discarded (they are hop-by-hop for a proxy that re-frames the body). A trailer section
+/// that is not field lines (`0\r\n` straight followed by the next request) is refused, not read as trailers.
 public struct ChunkedDecoder: Sendable {
     enum State: Sendable {
         case size(digits: Int, value: Int64, inExtension: Bool)
@@ -9,7 +10,8 @@ public struct ChunkedDecoder: Sendable {
         case dataCR
         case dataLF
         case trailerLineStart
-        case trailerLine(length: Int)
+        /// Inside a trailer field line; `inValue` once its colon was read.
+        case trailerLine(inValue: Bool)
         case trailerLF(endOfTrailers: Bool)
         case done
     }
@@ -91,18 +93,27 @@ public struct ChunkedDecoder: Sendable {
                     state = .trailerLF(endOfTrailers: true)
                 } else if c == 10 {
                     throw .bad("bare LF in chunked trailer")
+                } else if isTokenChar(c) {
+                    state = .trailerLine(inValue: false)
                 } else {
-                    state = .trailerLine(length: 1)
+                    throw .bad("invalid chunked trailer field")
                 }
                 try countTrailer()
                 i += 1
-            case .trailerLine(let length):
+            case .trailerLine(let inValue):
                 if c == 13 {
+                    guard inValue else { throw .bad("chunked trailer line without colon") }
                     state = .trailerLF(endOfTrailers: false)
                 } else if c == 10 {
                     throw .bad("bare LF in chunked trailer")
-                } else {
-                    state = .trailerLine(length: length + 1)
+                } else if !inValue {
+                    if c == 58 /* : */ {
+                        state = .trailerLine(inValue: true)
+                    } else if !isTokenChar(c) {
+                        throw .bad("invalid chunked trailer field name")
+                    }
+                } else if (c < 0x20 && c != 9) || c == 0x7f {
+                    throw .bad("invalid character in chunked trailer")
                 }
                 try countTrailer()
                 i += 1

@@ -43,7 +43,13 @@ public struct RequestHeadParser: Sendable {
         }
         guard let headEnd else {
             let firstLF = buf[start...].firstIndex(of: 10)
-            if firstLF == nil && buf.count - start > Self.maxRequestLine { return .failed(.uriTooLong) }
+            // Without its LF yet, the line so far ends before a trailing CR (the LF may be in the next read).
+            let pending = buf.count - start
+            if firstLF == nil, pending > Self.maxRequestLine,
+                !(pending == Self.maxRequestLine + 1 && buf[buf.count - 1] == 13)
+            {
+                return .failed(.uriTooLong)
+            }
             if let lf = firstLF, lf - start - 1 > Self.maxRequestLine { return .failed(.uriTooLong) }
             if buf.count - start > Self.maxRequestLine + Self.maxHeaderBytes { return .failed(.headersTooLarge) }
             scanned = buf.count

@@ -27,6 +27,8 @@ struct ResponseHeadAssembler {
         case invalidContentLength
         /// `Content-Length` fields (or list elements) with different values (RFC 9110 §8.6).
         case conflictingContentLength
+        /// A CR or NUL inside the reason phrase (RFC 9112 §4: `reason-phrase = *( HTAB / SP / VCHAR / obs-text )`).
+        case invalidReasonPhrase
 
         var description: String {
             switch self {
@@ -35,6 +37,7 @@ struct ResponseHeadAssembler {
             case .invalidFieldValue: return "a bare CR or NUL inside a field value"
             case .invalidContentLength: return "an invalid Content-Length"
             case .conflictingContentLength: return "Content-Length values that differ"
+            case .invalidReasonPhrase: return "a bare CR or NUL in the reason phrase"
             }
         }
     }
@@ -111,6 +114,8 @@ struct ResponseHeadAssembler {
     private(set) var violation: Violation? = nil
     /// The length the `Content-Length` fields seen so far agree on (for ``Violation/conflictingContentLength``).
     private var lengthSeen: Int64? = nil
+    /// Set by ``substituteStatus(_:)``: the upstream's body framing no longer describes what follows the head.
+    private var lengthVoid = false
 
     /// Reserves room for a typical head once; ``reset(keepingCapacity:)`` keeps it across exchanges.
     init(capacity: Int = 1024) {
@@ -131,6 +136,7 @@ struct ResponseHeadAssembler {
         listingFields = 0
         violation = nil
         lengthSeen = nil
+        lengthVoid = false
     }
 
     /// Takes one raw header line from libcurl's header callback, CRLF included. Once the caller has written a
@@ -139,7 +145,10 @@ struct ResponseHeadAssembler {
         var end = raw.count
         while end > 0, raw[end - 1] == 10 || raw[end - 1] == 13 { end -= 1 }
         let line = UnsafeRawBufferPointer(rebasing: raw[0..<end])
-        if line.count >= 5, line[0] == 72, line[1] == 84, line[2] == 84, line[3] == 80, line[4] == 47 {  // "HTTP/"
+        // A status line only where libcurl reads one: first in a head. Elsewhere `HTTP/1.1 200 OK: x` is a field to
+        // libcurl, and reading it as a new head would give the client a status libcurl does not frame the body by.
+        let atHeadStart = isComplete || (status == 0 && fields.isEmpty)
+        if atHeadStart, line.count >= 5, line[0] == 72, line[1] == 84, line[2] == 84, line[3] == 80, line[4] == 47 {  // "HTTP/"
             beginHead(line)
             return .status(status)
         }
@@ -212,8 +221,12 @@ struct ResponseHeadAssembler {
         }
     }
 
-    /// `HTTP/1.1 200 OK`: split at the first two spaces, as the String path did; a status that is not a number
-    /// becomes 502.
+    /// `HTTP/1.1 200 OK`. The status is read as libcurl reads it (`sscanf(" HTTP/%1d.%1d%c%3d%c")` in 7.88): after the
+    /// version and a space, optional whitespace, then exactly three digits not followed by a fourth; the reason phrase
+    /// is what follows (after one space or tab). libcurl frames the body by that status, so the client must get the same one:
+    /// splitting at the first two spaces instead made `HTTP/1.1  204` (two spaces) or `HTTP/1.1 204\tNo` a 502 with a
+    /// `Content-Length` and no body, desynchronising the client. A status libcurl would refuse becomes 502 (libcurl
+    /// fails the transfer anyway), with the reason after the next space.
     private mutating func beginHead(_ line: UnsafeRawBufferPointer) {
         storage.removeAll(keepingCapacity: true)
         fields.removeAll(keepingCapacity: true)
@@ -222,18 +235,39 @@ struct ResponseHeadAssembler {
         listingFields = 0
         violation = nil
         lengthSeen = nil
+        lengthVoid = false
         guard let sp1 = line.firstIndex(of: 32) else {
             status = 502
             return
         }
-        let sp2 = line[(sp1 + 1)...].firstIndex(of: 32)
-        let code = Self.parseInteger(UnsafeRawBufferPointer(rebasing: line[(sp1 + 1)..<(sp2 ?? line.count)]))
-        status = code.flatMap { Int(exactly: $0) } ?? 502
-        if let sp2 {
-            storage.append(contentsOf: UnsafeRawBufferPointer(rebasing: line[(sp2 + 1)...]))
+        var i = sp1 + 1
+        while i < line.count, Self.isCSpace(line[i]) { i += 1 }
+        let end = i + 3
+        let isDigit = { (c: UInt8) in c >= 48 && c <= 57 }
+        if end <= line.count, isDigit(line[i]), isDigit(line[i + 1]), isDigit(line[i + 2]),
+            end == line.count || !isDigit(line[end]), line[i] != 48
+        {
+            status = Int(line[i] - 48) * 100 + Int(line[i + 1] - 48) * 10 + Int(line[i + 2] - 48)
+            if end < line.count {
+                let phrase = UnsafeRawBufferPointer(rebasing: line[(line[end] == 32 || line[end] == 9 ? end + 1 : end)...])
+                // A lenient client may end the status line at a bare CR and read what follows as a field.
+                if phrase.contains(where: { $0 == 13 || $0 == 0 }) { violation = .invalidReasonPhrase }
+                storage.append(contentsOf: phrase)
+                reason = 0..<storage.count
+            }
+            return
+        }
+        status = 502
+        if let sp2 = line[(sp1 + 1)...].firstIndex(of: 32) {
+            let phrase = UnsafeRawBufferPointer(rebasing: line[(sp2 + 1)...])
+            if phrase.contains(where: { $0 == 13 || $0 == 0 }) { violation = .invalidReasonPhrase }
+            storage.append(contentsOf: phrase)
             reason = 0..<storage.count
         }
     }
+
+    /// C `isspace`: what `sscanf`'s `%d` skips.
+    private static func isCSpace(_ c: UInt8) -> Bool { c == 32 || (c >= 9 && c <= 13) }
 
     /// Whether the completed head is the final answer: not a 1xx, and not a 401/407 that libcurl answers itself
     /// (with a password or Kerberos credential; the next status line starts the real response).
@@ -241,11 +275,14 @@ struct ResponseHeadAssembler {
         status >= 200 && !(answersChallenges && (status == 401 || status == 407))
     }
 
-    /// The upstream ended without a final head: answer `code` with its standard reason phrase, keeping the
-    /// fields seen so far.
+    /// The upstream gave no usable final head (it ended, or started a body, after a 1xx or inside a head): answer
+    /// `code` with its standard reason phrase, keeping the fields seen so far but not their framing. A
+    /// `Content-Length` of that head described a body that never comes; announcing it would leave the client
+    /// waiting for bytes and reading the next response as them.
     mutating func substituteStatus(_ code: Int) {
         status = code
         reason = nil
+        lengthVoid = true
     }
 
     // MARK: look-ups
@@ -277,6 +314,7 @@ struct ResponseHeadAssembler {
     }
 
     private func agreedLength(_ s: UnsafeRawBufferPointer) -> Int64? {
+        if lengthVoid { return nil }
         var agreed: Int64? = nil
         for f in fields {
             if f.kind & Kind.transferEncoding != 0 { return nil }

@@ -201,6 +201,10 @@ extension ClientConnection {
             refuseResponseHead(violation)
             return false
         }
+        // Only a complete final head answers the client. Without one (libcurl ended the transfer, or started a body,
+        // after a 1xx such as an unrequested `101`, or inside a head), the client gets a 502: relaying a 1xx as the
+        // answer, or a 200 whose head was cut, would leave it reading the next response on the connection wrongly.
+        if x.responseHead.status < 200 || !x.responseHead.isComplete { x.responseHead.substituteStatus(502) }
         x.heldHead.removeAll()
         let framing = x.responseHead.write(into: &x.heldHead, options: .init(isHeadRequest: x.head?.isHead ?? false,
             clientMinorVersion: x.head?.minorVersion ?? 1, keepAlive: machine.keepAlive, corsOrigin: x.corsOrigin,
@@ -331,7 +335,6 @@ extension ClientConnection {
                 updateReadInterest()
                 return
             case .commitHeadFirst:
-                if let x = ex, x.responseHead.status < 200 { x.responseHead.substituteStatus(502) }
                 guard commitResponseHead(inspect: false) else { return }
             case .inspectHeld:
                 if let x = ex, TokenRejection.isRejection(status: x.responseHead.status,

@@ -150,6 +150,21 @@ func expectRejected(_ loader: ConfigLoader, _ text: String, key: String, line: I
         #expect(arr[1].line == 17)
     }
 
+    /// Nesting is bounded (a fuzzing finding: 4 KB of `[` overflowed the stack).
+    @Test func nestingDepthIsBounded() throws {
+        let deep = TOMLParser.maxDepth
+        _ = try TOMLParser.parse("a = " + String(repeating: "[", count: deep) + String(repeating: "]", count: deep))
+        _ = try TOMLParser.parse("a = " + String(repeating: "{b = ", count: deep) + "1" + String(repeating: "}", count: deep))
+        _ = try TOMLParser.parse(Array(repeating: "a", count: deep).joined(separator: ".") + " = 1")
+        for text in [
+            "a = " + String(repeating: "[", count: 100_000), "a = " + String(repeating: "[{x = ", count: 50_000),
+            // A chain of tables this long crashed when released (recursive deinit), not while parsed.
+            "a" + String(repeating: ".a", count: 200_000) + " = 1", "[a" + String(repeating: ".a", count: 200_000) + "]",
+        ] {
+            #expect(throws: TOMLError.self) { try TOMLParser.parse(text) }
+        }
+    }
+
     @Test(arguments: ["a = ", "a = \"open", "[t]\n[t]", "a = 1 b = 2", "a = [1 2]", "a = 07", "= 1"])
     func rejects(_ text: String) {
         #expect(throws: TOMLError.self) { try TOMLParser.parse(text) }

@@ -26,6 +26,13 @@ private func decode(_ text: String, splitEvery: Int = Int.max) throws -> (body: 
         #expect(r.rest == 4)
     }
 
+    @Test func trailerFieldsAreReadAndDropped() throws {
+        let r = try decode("3\r\nabc\r\n0\r\nX-A: 1\r\nX-Empty:\r\nX-B:\tv w\u{e9}\r\n\r\nNEXT", splitEvery: 2)
+        #expect(r.body == "abc")
+        #expect(r.done)
+        #expect(r.rest == 4)
+    }
+
     @Test func byteByByte() throws {
         let r = try decode("a\r\n0123456789\r\n0\r\nX-Trailer: 1\r\n\r\n", splitEvery: 1)
         #expect(r.body == "0123456789")
@@ -41,6 +48,13 @@ private func decode(_ text: String, splitEvery: Int = Int.max) throws -> (body: 
         "3\nabc\r\n0\r\n\r\n",  // bare LF
         "3\r\nabcX\r\n",  // data not followed by CRLF
         "3\r\nabc\r\n0\r\nX: 1\n\r\n",  // bare LF in trailer
+        // Trailers must be field lines (the corpus case: a last chunk whose CRLF is missing, then a request).
+        "3\r\nabc\r\n0\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n",
+        "0\r\n: empty-name\r\n\r\n",  // empty name
+        "0\r\nX(: v\r\n\r\n",  // not a token
+        "0\r\nX: 1\r\n folded\r\n\r\n",  // obs-fold
+        "0\r\nNoColon\r\n\r\n",
+        "0\r\nX: a\u{1}b\r\n\r\n",  // control character
     ])
     func rejects(_ text: String) {
         #expect(throws: HTTPParseError.self) { try decode(text) }

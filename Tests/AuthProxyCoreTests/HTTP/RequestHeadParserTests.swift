@@ -121,6 +121,22 @@ private func status(_ text: String) -> Int? {
         #expect(status("GET http://h/" + String(repeating: "a", count: 8300)) == 414)
     }
 
+    /// A request line of exactly 8 KiB is accepted however its bytes arrive: a read that ends with its CR (the LF
+    /// still to come) used to count the CR and answer 414.
+    @Test func requestLineLimitDoesNotDependOnReads() {
+        let line = "GET http://h/" + String(repeating: "a", count: RequestHeadParser.maxRequestLine - 22) + " HTTP/1.1"
+        #expect(line.utf8.count == RequestHeadParser.maxRequestLine)
+        let bytes = Array((line + "\r\nHost: h\r\n\r\n").utf8)
+        var p = RequestHeadParser()
+        let first = bytes.withUnsafeBytes { p.parse(UnsafeRawBufferPointer(rebasing: $0[..<(line.utf8.count + 1)])) }
+        #expect(first == .needMore)
+        guard case .complete = bytes.withUnsafeBytes({ p.parse($0) }) else {
+            Issue.record("an 8 KiB request line is refused when its CR arrives alone")
+            return
+        }
+        #expect(status(line + "x\r") == 414)
+    }
+
     @Test func headerLimits() {
         var many = "GET http://h/ HTTP/1.1\r\n"
         for i in 0..<101 { many += "X-\(i): v\r\n" }

@@ -372,6 +372,69 @@ let headCases: [HeadCase] = [
         }
     }
 
+    /// The status is the one libcurl frames the body by (a fuzzing finding: `HTTP/1.1  204` reached the client as a
+    /// 502 with `Content-Length: 5` and no body, so the next response on its connection was read as that body).
+    @Test(arguments: [
+        ("HTTP/1.1  204 No Content", 204, "HTTP/1.1 204 No Content\r\n"),
+        ("HTTP/1.1 \t304 Not Modified", 304, "HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n"),
+        ("HTTP/1.1 204\tNo", 204, "HTTP/1.1 204 No\r\n"),
+        ("HTTP/1.1 204OK", 204, "HTTP/1.1 204 OK\r\n"),
+        ("HTTP/1.1 200", 200, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n"),
+        ("HTTP/2 200 OK", 200, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n"),
+        // libcurl refuses these ("Unsupported response code"); were one to arrive, it is a 502.
+        ("HTTP/1.1 2040 No Content", 502, "HTTP/1.1 502 No Content\r\nContent-Length: 5\r\n"),
+        ("HTTP/1.1 099 Low", 502, "HTTP/1.1 502 Low\r\nContent-Length: 5\r\n"),
+        ("HTTP/1.1 +20 X", 502, "HTTP/1.1 502 X\r\nContent-Length: 5\r\n"),
+    ])
+    func statusAsLibcurlReadsIt(_ statusLine: String, _ status: Int, _ expectedStart: String) {
+        var a = ResponseHeadAssembler()
+        let got = assemble([statusLine + "\r\n", "Content-Length: 5\r\n", "\r\n"], options: makeOptions(), assembler: &a)
+        #expect(a.status == status, "\(statusLine)")
+        #expect(got.head == expectedStart + via + "\r\n", "\(statusLine)")
+        #expect(got.framing.noBody == (status == 204 || status == 304), "\(statusLine)")
+    }
+
+    /// A bare CR in the reason phrase is refused like one in a value (the corpus case: `200 O\rContent-Length: 99`).
+    @Test func bareCRInTheReasonPhraseIsAViolation() {
+        var a = ResponseHeadAssembler()
+        _ = Array("HTTP/1.1 200 O\rContent-Length: 99\r\n".utf8).withUnsafeBytes { a.add(line: $0) }
+        #expect(a.violation == .invalidReasonPhrase)
+        var b = ResponseHeadAssembler()
+        _ = Array("HTTP/1.1 200 Fine\tand dandy\r\n".utf8).withUnsafeBytes { b.add(line: $0) }
+        #expect(b.violation == nil)
+    }
+
+    /// A substituted 502 does not carry the length of the head it replaces: that body never comes (an e2e corpus
+    /// finding, with `HTTP/1.1 100 Continue` + `Content-Length: 5`, or a head cut after `Content-Length: 100`).
+    @Test func substitutedStatusDropsTheUpstreamLength() {
+        for lines in [["HTTP/1.1 100 Continue", "Content-Length: 5", ""], ["HTTP/1.1 200 OK", "Content-Length: 100"],
+                      ["HTTP/1.1 101 Switching Protocols", "Upgrade: x", "Content-Length: 9", ""]] {
+            var a = ResponseHeadAssembler()
+            for l in lines { _ = Array((l + "\r\n").utf8).withUnsafeBytes { a.add(line: $0) } }
+            a.substituteStatus(502)
+            var out = ByteBuffer()
+            let framing = a.write(into: &out, options: makeOptions())
+            #expect(framing.contentLength == nil && framing.chunked, "\(lines)")
+            #expect(String(decoding: out.unreadBytes, as: UTF8.self).hasPrefix("HTTP/1.1 502 Bad Gateway\r\n"))
+            #expect(a.contentLength == nil)
+        }
+    }
+
+    /// A line that looks like a status line inside a head is a field to libcurl (it has a colon), not a new head.
+    @Test func statusLineOnlyAtTheStartOfAHead() {
+        var a = ResponseHeadAssembler()
+        let got = assemble(["HTTP/1.1 204 No Content\r\n", "HTTP/1.1 200 OK: x\r\n", "Content-Length: 5\r\n", "\r\n"],
+            options: makeOptions(), assembler: &a)
+        #expect(a.status == 204)
+        #expect(got.framing.noBody)
+        var b = ResponseHeadAssembler()
+        func add(_ s: String) -> ResponseHeadAssembler.Line { Array(s.utf8).withUnsafeBytes { b.add(line: $0) } }
+        #expect(add("HTTP/1.1 100 Continue\r\n") == .status(100))
+        #expect(add("HTTP/1.1 200 OK: x\r\n") == .field)
+        #expect(add("\r\n") == .end)
+        #expect(add("HTTP/1.1 200 OK\r\n") == .status(200))
+    }
+
     @Test func lineKinds() {
         var a = ResponseHeadAssembler()
         func add(_ s: String) -> ResponseHeadAssembler.Line { Array(s.utf8).withUnsafeBytes { a.add(line: $0) } }
