@@ -43,19 +43,7 @@ objcopy --strip-debug "$BIN" "$TMP/authproxy"
 cc -O2 -shared -fPIC "$BENCH_DIR/valgrind/sigsuspend_copy.c" -o "$TMP/sigsuspend_copy.so"
 start_small_origin
 PORT=$(free_port)
-mkdir -p "$TMP/p/state"
-cat > "$TMP/p/proxy.conf" <<CONF
-[proxy]
-listen = ["127.0.0.1:$PORT"]
-state_dir = "$TMP/p/state"
-[log]
-level = "warning"
-[[credential]]
-name = "bench"
-type = "api-key"
-key = "BENCHKEY0123456789"
-match = "http://127.0.0.1:$ORIGIN_PORT"
-CONF
+write_bench_proxy_conf "$TMP/p" "$PORT"
 LD_PRELOAD="$TMP/sigsuspend_copy.so" taskset -c 0 valgrind --tool=callgrind --callgrind-out-file="$TMP/cg.%p.out" \
     "$TMP/authproxy" serve --config "$TMP/p/proxy.conf" > "$TMP/p/log" 2>&1 &
 VPID=$!; PIDS+=("$VPID")

@@ -28,9 +28,10 @@ CONF
     URL="http://127.0.0.1:$ORIGIN_PORT/small.json?f=json"
 }
 
-# start_bench_proxy BINARY PORT -> prints the pid; the proxy injects token=BENCHKEY… into requests to the origin.
-start_bench_proxy() {
-    local bin="$1" port="$2" dir="$TMP/p$2"
+# write_bench_proxy_conf DIR PORT -> DIR/proxy.conf (and DIR/state): the proxy listens on PORT and injects
+# token=BENCHKEY… into requests to the origin.
+write_bench_proxy_conf() {
+    local dir="$1" port="$2"
     mkdir -p "$dir/state"
     cat > "$dir/proxy.conf" <<CONF
 [proxy]
@@ -44,6 +45,12 @@ type = "api-key"
 key = "BENCHKEY0123456789"
 match = "http://127.0.0.1:$ORIGIN_PORT"
 CONF
+}
+
+# start_bench_proxy BINARY PORT -> prints the pid of the proxy of write_bench_proxy_conf, pinned to core 0.
+start_bench_proxy() {
+    local bin="$1" port="$2" dir="$TMP/p$2"
+    write_bench_proxy_conf "$dir" "$port"
     taskset -c 0 "$bin" serve --config "$dir/proxy.conf" > "$dir/log" 2>&1 &
     local pid=$!
     for _ in $(seq 1 100); do curl -s --noproxy '*' -o /dev/null "http://127.0.0.1:$port/healthz" && break; sleep 0.1; done

@@ -310,11 +310,12 @@ def test_server_answering_498_to_every_token(proxy_factory, origin, session):
 # Upstream faults
 # ---------------------------------------------------------------------------------------------------------
 
-def test_upstream_reset_mid_response(proxy_factory, origin):
+def through_resetting_upstream(proxy_factory, origin, response_start):
+    """A GET through the proxy to an upstream that sends `response_start` and then resets; checks the fault
+    contract and returns what the client received."""
     def behaviour(c):
         read_head(c)
-        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\nContent-Type: application/octet-stream\r\n\r\n")
-        c.sendall(b"x" * 30000)
+        c.sendall(response_start)
         time.sleep(0.1)
         reset(c)
     up = ScriptedUpstream(behaviour)
@@ -323,34 +324,27 @@ def test_upstream_reset_mid_response(proxy_factory, origin):
         base = Baseline(p, healthy(p, origin), pool_ports=(origin.port,))
         out, elapsed = timed(lambda: harness.raw_exchange(
             p, b"GET %s/x HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n" % (up.url.encode(), up.port), timeout=10))
-        head, _, body = out.partition(b"\r\n\r\n")
-        assert head.startswith(b"HTTP/1.1 200"), out[:200]
-        assert len(body) < 100000, "a cut response must not look complete"
         assert elapsed < 3
         base.assert_recovered(fault_ports=(up.port,))
+        return out
     finally:
         up.close()
+
+
+def test_upstream_reset_mid_response(proxy_factory, origin):
+    out = through_resetting_upstream(proxy_factory, origin,
+        b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\nContent-Type: application/octet-stream\r\n\r\n" + b"x" * 30000)
+    head, _, body = out.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), out[:200]
+    assert len(body) < 100000, "a cut response must not look complete"
 
 
 def test_upstream_reset_mid_chunk(proxy_factory, origin):
-    def behaviour(c):
-        read_head(c)
-        c.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Type: application/json\r\n\r\n")
-        c.sendall(b"5\r\nhello\r\n1000\r\n" + b"y" * 100)
-        time.sleep(0.1)
-        reset(c)
-    up = ScriptedUpstream(behaviour)
-    try:
-        p = proxy_factory()
-        base = Baseline(p, healthy(p, origin), pool_ports=(origin.port,))
-        out, elapsed = timed(lambda: harness.raw_exchange(
-            p, b"GET %s/x HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n" % (up.url.encode(), up.port), timeout=10))
-        assert out.startswith(b"HTTP/1.1 200"), out[:200]
-        assert not out.endswith(b"0\r\n\r\n"), "a cut chunked response must not end with the last chunk"
-        assert elapsed < 3
-        base.assert_recovered(fault_ports=(up.port,))
-    finally:
-        up.close()
+    out = through_resetting_upstream(proxy_factory, origin,
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Type: application/json\r\n\r\n"
+        + b"5\r\nhello\r\n1000\r\n" + b"y" * 100)
+    assert out.startswith(b"HTTP/1.1 200"), out[:200]
+    assert not out.endswith(b"0\r\n\r\n"), "a cut chunked response must not end with the last chunk"
 
 
 def test_upstream_reset_mid_upload(proxy_factory, origin):
@@ -445,13 +439,19 @@ def test_tls_upstream_stalled_in_the_handshake(proxy_factory, origin):
 # Clients that vanish
 # ---------------------------------------------------------------------------------------------------------
 
+def open_request(p, head, body=b""):
+    s = socket.create_connection((p.host, p.port), timeout=10)
+    s.sendall(head + body)
+    return s
+
+
 def test_clients_aborting_mid_download(proxy_factory, origin):
     p = proxy_factory()
     base = Baseline(p, healthy(p, origin), pool_ports=(origin.port,))
+    head = b"GET %s/bytes?n=%d HTTP/1.1\r\nHost: %s\r\n\r\n" % (origin.url.encode(), 64 * MB, origin.authority.encode())
     socks = []
     for _ in range(20):
-        s = socket.create_connection((p.host, p.port), timeout=10)
-        s.sendall(b"GET %s/bytes?n=%d HTTP/1.1\r\nHost: %s\r\n\r\n" % (origin.url.encode(), 64 * MB, origin.authority.encode()))
+        s = open_request(p, head)
         got = 0
         while got < MB:
             got += len(s.recv(65536))
@@ -464,12 +464,9 @@ def test_clients_aborting_mid_download(proxy_factory, origin):
 def test_clients_aborting_mid_upload(proxy_factory, origin):
     p = proxy_factory()
     base = Baseline(p, healthy(p, origin), pool_ports=(origin.port,))
-    socks = []
-    for _ in range(10):
-        s = socket.create_connection((p.host, p.port), timeout=10)
-        s.sendall(b"PUT %s/upload HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n\r\n" % (origin.url.encode(), origin.authority.encode(), 200 * MB))
-        s.sendall(b"u" * (2 * MB))
-        socks.append(s)
+    head = b"PUT %s/upload HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n\r\n" % (
+        origin.url.encode(), origin.authority.encode(), 200 * MB)
+    socks = [open_request(p, head, b"u" * (2 * MB)) for _ in range(10)]
     time.sleep(0.3)
     for s in socks:
         reset(s)
@@ -482,11 +479,7 @@ def test_clients_vanishing_during_a_token_wait(proxy_factory, origin):
         p, ags = rig.proxy, rig.ags
         ags.set_token_service("hang", seconds=3)
         request = b"GET %s?f=json HTTP/1.1\r\nHost: x\r\n\r\n" % ags.query_url().encode()
-        socks = []
-        for _ in range(500):
-            s = socket.create_connection((p.host, p.port), timeout=10)
-            s.sendall(request)
-            socks.append(s)
+        socks = [open_request(p, request) for _ in range(500)]
         time.sleep(0.5)
         for s in socks:
             s.close()
