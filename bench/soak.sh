@@ -29,7 +29,7 @@
 #   fds:     FAIL if min(fds of last) > max(fds of first)       (pool jitter allowed, a rising floor is not)
 #   threads: FAIL if min(threads of last) > max(threads of first)
 #   FAIL also if any request failed (status other than 200, wrong body, missing token, connection error;
-#   deliberately aborted downloads are counted apart) or authproxy exited.
+#   deliberately aborted downloads are counted apart) or authproxy exited. Exit 2 or more: the set-up failed.
 set -euo pipefail
 
 BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -71,6 +71,7 @@ done
 BENCH_TAG="soak"
 # shellcheck source=bench/lib.sh
 source "$BENCH_DIR/lib.sh"
+die() { log "ERROR: $*"; exit 2; }   # a set-up failure is not a FAIL verdict (exit 1)
 
 need_pkgs=()
 command -v nginx   >/dev/null 2>&1 || [[ -x /usr/sbin/nginx ]] || need_pkgs+=(nginx-light)

@@ -92,7 +92,8 @@ def proc_figures(pid):
     fields = s[s.rindex(")") + 2:].split()
     ticks = int(fields[11]) + int(fields[12])
     return {"rss_kb": kb("VmRSS"), "anon_kb": kb("RssAnon"), "hwm_kb": kb("VmHWM"),
-            "fds": fds, "threads": int(st.get("Threads", "-1")), "cpu_ticks": ticks}
+            "fds": fds, "threads": int(st.get("Threads", "-1")), "cpu_ticks": ticks,
+            "minflt": int(fields[7])}
 
 
 class Client:
@@ -398,8 +399,8 @@ def main():
 
     tsv_path = os.path.join(a.out, "samples.tsv")
     tsv = open(tsv_path, "w")
-    cols = ["t_s", "rss_kb", "anon_kb", "fds", "threads", "cpu_s", "requests", "req_per_s", "tokens_issued",
-            "rejected_498", "errors"]
+    cols = ["t_s", "rss_kb", "anon_kb", "fds", "threads", "cpu_s", "minflt", "requests", "req_per_s",
+            "tokens_issued", "rejected_498", "errors"]
     tsv.write("\t".join(cols) + "\n")
     clk = os.sysconf("SC_CLK_TCK")
     samples = []
@@ -415,14 +416,16 @@ def main():
             total, errs = counts.total, sum(counts.errors.values())
         rps = (total - last["req"]) / max(1e-9, t - last["t"]) if samples else 0.0
         s = dict(t=t, rss_kb=f["rss_kb"], anon_kb=f["anon_kb"], fds=f["fds"], threads=f["threads"],
-                 cpu_s=f["cpu_ticks"] / clk, requests=total, rps=rps, tokens=tok, rej=rej, errors=errs)
+                 cpu_s=f["cpu_ticks"] / clk, minflt=f["minflt"], requests=total, rps=rps, tokens=tok, rej=rej,
+                 errors=errs)
         last.update(req=total, t=t)
-        tsv.write("%.0f\t%d\t%d\t%d\t%d\t%.1f\t%d\t%.1f\t%d\t%d\t%d\n" % (
-            t, s["rss_kb"], s["anon_kb"], s["fds"], s["threads"], s["cpu_s"], total, rps, tok, rej, errs))
+        tsv.write("%.0f\t%d\t%d\t%d\t%d\t%.1f\t%d\t%d\t%.1f\t%d\t%d\t%d\n" % (
+            t, s["rss_kb"], s["anon_kb"], s["fds"], s["threads"], s["cpu_s"], s["minflt"], total, rps, tok, rej,
+            errs))
         tsv.flush()
-        print("[soak] t=%5.0fs rss=%6.1f MB anon=%6.1f MB fds=%3d threads=%2d cpu=%6.1fs req=%7d (%.0f/s) "
+        print("[soak] t=%5.0fs rss=%6.1f MB anon=%6.1f MB fds=%3d threads=%2d cpu=%6.1fs minflt=%d req=%7d (%.0f/s) "
               "tokens=%d 498s=%d errors=%d" % (t, s["rss_kb"] / 1024, s["anon_kb"] / 1024, s["fds"], s["threads"],
-                                               s["cpu_s"], total, rps, tok, rej, errs), flush=True)
+                                               s["cpu_s"], s["minflt"], total, rps, tok, rej, errs), flush=True)
         return s
 
     print("[soak] %d lanes: %s" % (len(threads) - 1, ", ".join("%s %.1f/s x%d" % (k, r, n) for k, r, n in plan)),
@@ -456,7 +459,7 @@ def main():
     alive = os.path.exists("/proc/%d" % a.pid)
     quiet = None
     if alive:
-        time.sleep(3)   # load stopped, client connections closed: what the proxy holds at rest
+        time.sleep(10)   # load stopped, clients gone, idle pool threads retired (5 s): what the proxy holds at rest
         quiet = proc_figures(a.pid)
     tsv.close()
     try:
@@ -479,7 +482,7 @@ def main():
             s["t"] / 60, s["rss_kb"] / 1024, s["anon_kb"] / 1024, s["fds"], s["threads"], s["cpu_s"], s["rps"],
             s["tokens"], s["rej"], s["errors"]))
     if quiet:
-        P("| rest (3 s after load) | %.1f | %.1f | %d | %d | %.0f | | | | |" % (
+        P("| rest (10 s after load) | %.1f | %.1f | %d | %d | %.0f | | | | |" % (
             quiet["rss_kb"] / 1024, quiet["anon_kb"] / 1024, quiet["fds"], quiet["threads"],
             quiet["cpu_ticks"] / clk))
     P("")
@@ -538,4 +541,9 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except Exception:   # a crash of the generator is not a FAIL verdict (exit 1)
+        import traceback
+        traceback.print_exc()
+        sys.exit(3)
