@@ -1,6 +1,8 @@
 #define _GNU_SOURCE
 #include <sys/socket.h>
 #include <malloc.h>
+#include <stdlib.h>
+#include <string.h>
 #include "CAuthProxyShims.h"
 #include <openssl/crypto.h>
 #include <openssl/ssl.h>
@@ -37,7 +39,17 @@ int ap_global_init(void) {
     return (int)curl_global_init(CURL_GLOBAL_DEFAULT);
 }
 
-int ap_malloc_fix_mmap_threshold(int bytes) { return mallopt(M_MMAP_THRESHOLD, bytes); }
+int ap_malloc_fix_mmap_threshold(int bytes) {
+#ifdef __GLIBC__
+    const char *tunables = getenv("GLIBC_TUNABLES");
+    if (getenv("MALLOC_MMAP_THRESHOLD_") != NULL || (tunables != NULL && strstr(tunables, "mmap_threshold") != NULL))
+        return 0;
+    return mallopt(M_MMAP_THRESHOLD, bytes) == 1 ? 1 : -1;
+#else
+    (void)bytes;
+    return -1;
+#endif
+}
 
 const char *ap_curl_version(void) { return curl_version(); }
 

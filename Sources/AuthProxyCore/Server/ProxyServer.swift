@@ -28,14 +28,9 @@ public final class ProxyServer: @unchecked Sendable {
     /// straight back to the system when freed.
     public static func initializeLibraries() {
         signal(SIGPIPE, SIG_IGN)
-        // glibc serves blocks of 128 KiB and more with their own mmap, but after freeing one it raises that
-        // threshold (up to 32 MiB) and takes later ones from its heaps, where freed space stays resident. The
-        // buffers this size here are a connection's send queue after a large response to a slow reader, an
-        // upload's body buffer and replay copy: freed when the exchange ends or the connection idles, they must
-        // not stay in RSS (issue 10: ~60-90 KB per idle connection that once streamed to a slow reader).
-        // Setting the threshold fixes it at the default 128 KiB; allocations that size are rare and move at
-        // least that many bytes, so the mmap/munmap per allocation costs nothing per ordinary request.
-        _ = ap_malloc_fix_mmap_threshold(128 * 1024)
+        // Large buffers go straight back to the system when freed: see ``MallocTuning`` (one rule for the soak's RSS
+        // creep and for idle connections that once streamed to a slow reader, ~60-90 KB each before).
+        MallocTuning.apply()
         if ap_global_init() != 0 { fatalError("curl_global_init failed") }
     }
 

@@ -29,13 +29,15 @@ CURLMcode ap_multi_setopt_timer_cb(CURLM *multi, int (*cb)(CURLM *, long, void *
 
 /// Initialises OpenSSL without its atexit handler (which can crash at exit), then libcurl.
 int ap_global_init(void);
-/// glibc `mallopt(M_MMAP_THRESHOLD, bytes)`: blocks of `bytes` and more get their own mapping, returned to the
-/// system when freed (and the threshold no longer rises by itself). Returns 1 on success.
-int ap_malloc_fix_mmap_threshold(int bytes);
 
 struct sockaddr;
 /// accept4(2) with SOCK_NONBLOCK | SOCK_CLOEXEC (accept4 needs _GNU_SOURCE, which Swift's Glibc lacks).
 int ap_accept_nonblock(int fd, struct sockaddr *addr, unsigned int *len);
+
+/// Fixes glibc's mmap threshold at `bytes` (unless MALLOC_MMAP_THRESHOLD_ or GLIBC_TUNABLES sets it): blocks of
+/// that size and more are mmapped and given back when freed, and each arena trims its free top above 128 KiB.
+/// Returns 1 when applied, 0 when the environment decides, -1 when mallopt failed (or not glibc).
+int ap_malloc_fix_mmap_threshold(int bytes);
 
 /// Reads the libcurl version string and feature bits.
 const char *ap_curl_version(void);
