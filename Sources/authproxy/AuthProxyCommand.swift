@@ -87,7 +87,6 @@ struct Serve: ParsableCommand {
         LoggingSystem.bootstrap { label in ProxyLogHandler(label: label, level: level, format: format) }
         let logger = Logger(label: "authproxy")
 
-        MallocTuning.apply()   // before any large buffer: keeps freed buffers from piling up in malloc arenas
         ProxyServer.initializeLibraries()
         let server = ProxyServer(config: config, logger: logger)
         do {
