@@ -89,7 +89,14 @@ chmod 755 "$TMP"
 LOG_GLOBS=('*.log')
 VERDICT_GIVEN=0
 # A FAIL verdict (exit 1 after the report) needs no dump of the servers' logs; any other failure does.
-soak_cleanup() { local rc=$?; [[ $rc -eq 1 && $VERDICT_GIVEN -eq 1 ]] && LOG_GLOBS=(); (exit "$rc"); cleanup; }
+# (set +e: under set -e the `(exit "$rc")` that hands rc to cleanup would end the trap before cleanup ran.)
+soak_cleanup() {
+    local rc=$?
+    set +e
+    if [[ $rc -eq 1 && $VERDICT_GIVEN -eq 1 ]]; then LOG_GLOBS=(); fi
+    (exit "$rc")
+    cleanup
+}
 trap soak_cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM

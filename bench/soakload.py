@@ -459,7 +459,7 @@ def main():
     alive = os.path.exists("/proc/%d" % a.pid)
     quiet = None
     if alive:
-        time.sleep(10)   # load stopped, clients gone, idle pool threads retired (5 s): what the proxy holds at rest
+        time.sleep(10)   # load stopped, clients gone (an unwoken libdispatch worker exits after 5 s): what the proxy holds at rest
         quiet = proc_figures(a.pid)
     tsv.close()
     try:
