@@ -71,6 +71,7 @@ public struct ConfigLoader {
                 config.stateKey = k
             }
             if let m = try proxy.int("max_replay_bytes", range: 0...(1 << 40)) { config.maxReplayBytes = Int64(m) }
+            if let w = try proxy.bool("watch_config") { config.watchConfig = w }
             try proxy.finish()
         }
         if var log = try top.table("log") {
@@ -83,6 +84,18 @@ public struct ConfigLoader {
             }
             if let f = try log.enumValue("format", LogFormat.self) { config.logFormat = f }
             try log.finish()
+        }
+        if var admin = try top.table("admin") {
+            guard let l = try admin.string("listen") else {
+                throw ConfigError(key: "admin.listen", line: admin.table.line, "[admin] needs listen, e.g. listen = \"127.0.0.1:9128\"")
+            }
+            guard let address = ListenAddress.parse(l) else {
+                throw ConfigError(key: "admin.listen", line: admin.line(of: "listen"), "'\(l)' is not an address like 127.0.0.1:9128 or [::1]:9128")
+            }
+            var settings = AdminConfig(listen: address)
+            if let blocks = try admin.addressBlocks("allow") { settings.allow = blocks }
+            try admin.finish()
+            config.admin = settings
         }
         if var tls = try top.table("tls") {
             config.tls.caCert = try tls.string("ca_cert")
@@ -119,6 +132,11 @@ public struct ConfigLoader {
                 "only one Kerberos identity per proxy process is supported (GSS-API's credential cache is process-wide); found \(principals.sorted().joined(separator: ", "))")
         }
         try top.finish()
+        if let admin = config.admin, config.listen.contains(where: { $0.port == admin.listen.port && $0.port != 0
+            && ($0.host == admin.listen.host || $0.host == "0.0.0.0" || $0.host == "::" || admin.listen.host == "0.0.0.0" || admin.listen.host == "::") }) {
+            throw ConfigError(key: "admin.listen", line: nil,
+                "\(admin.listen) overlaps a [proxy] listen address: the admin listener needs its own port, so clients of the proxy cannot reach it")
+        }
         if let problem = config.openRelayProblem {
             throw ConfigError(key: "proxy.listen", line: root["proxy"].flatMap { n in
                 if case .table(let t) = n.value { return t["listen"]?.line ?? n.line } else { return n.line }
@@ -181,6 +199,7 @@ public struct ConfigLoader {
         let override = try entry.bool("override_client_token") ?? false
         let upgrade = try entry.bool("upgrade_to_https") ?? false
         let allowJSONP = try entry.bool("allow_jsonp") ?? false
+        let prefetch = try entry.bool("prefetch") ?? false
         var rateLimit: RateLimit? = nil
         if var r = try entry.table("rate_limit") {
             guard let n = try r.int("requests", range: 1...10_000_000), let per = try r.int("per_seconds", range: 1...86_400)
@@ -324,6 +343,13 @@ public struct ConfigLoader {
         credential.upgradeToHTTPS = upgrade
         credential.rateLimit = rateLimit
         credential.allowJSONP = allowJSONP
+        if prefetch {
+            guard credential.isRefreshable else {
+                throw ConfigError(key: entry.path + ".prefetch", line: entry.line(of: "prefetch"),
+                    "prefetch applies to credentials that fetch tokens (arcgis-token, oauth-app, oauth-user), not to \(type)")
+            }
+            credential.prefetch = true
+        }
         return credential
     }
 

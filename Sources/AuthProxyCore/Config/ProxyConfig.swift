@@ -52,6 +52,10 @@ public struct ProxyConfig: Sendable {
     public var stateKey: String? = nil
     /// Largest request body kept for replaying a request after a token rejection (memory, then a temp file).
     public var maxReplayBytes: Int64 = 100 * 1024 * 1024
+    /// `[proxy] watch_config`: reload when the configuration file or a `file:` secret it names changes.
+    public var watchConfig = false
+    /// `[admin]`: the operations listener (metrics, status page, readiness, reload); nil: off.
+    public var admin: AdminConfig? = nil
 
     public init() {}
 
@@ -71,6 +75,18 @@ public struct ProxyConfig: Sendable {
             + "every credential (an open relay). Set [proxy] allow_clients to the networks that may use the proxy "
             + "(e.g. allow_clients = [\"10.42.0.0/16\"]), and/or add [[client]] entries (name, password) so clients "
             + "must send Proxy-Authorization."
+    }
+}
+
+/// `[admin]` section: where the admin listener listens and who may use it.
+public struct AdminConfig: Sendable, Equatable {
+    public var listen: ListenAddress
+    /// Client addresses served; others are closed right after accept. Default: loopback only.
+    public var allow: [AddressBlock] = AddressBlock.loopback
+
+    public init(listen: ListenAddress, allow: [AddressBlock] = AddressBlock.loopback) {
+        self.listen = listen
+        self.allow = allow
     }
 }
 

@@ -63,6 +63,8 @@ public struct Credential: Sendable {
     public var rateLimit: RateLimit? = nil
     /// Whether JSONP (`callback=`) answers may be read through the `/proxy` endpoint with this credential.
     public var allowJSONP: Bool = false
+    /// Fetch a token at start-up and keep it fresh before any request needs it; `/readyz` waits for it.
+    public var prefetch: Bool = false
     public var line: Int
 
     /// Whether tokens come from a token service (and so can be refreshed after a 498/499).
