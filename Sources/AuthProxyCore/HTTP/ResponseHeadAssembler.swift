@@ -300,6 +300,14 @@ struct ResponseHeadAssembler {
         return storage[found]
     }
 
+    /// Every value of the field `lowercasedName`, as Strings, for rare callers (challenge schemes for metrics).
+    func values(of lowercasedName: StaticString) -> [String] {
+        storage.withUnsafeBytes { (s: UnsafeRawBufferPointer) -> [String] in
+            fields.filter { Self.equalsIgnoringCase(Self.bytes(s, $0.nameStart, $0.nameEnd), lowercasedName) }
+                .map { String(decoding: Self.bytes(s, $0.valueStart, $0.valueEnd), as: UTF8.self) }
+        }
+    }
+
     /// ``value(of:)`` as a String, for rare callers (token-error sniffing).
     func string(of lowercasedName: StaticString) -> String? {
         value(of: lowercasedName).map { String(decoding: $0, as: UTF8.self) }

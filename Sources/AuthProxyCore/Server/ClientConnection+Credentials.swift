@@ -66,6 +66,7 @@ extension ClientConnection {
         if let raw, let s = selected, store.tokenCredential(for: raw)?.name != s.name { selected = nil }
         guard let c = selected else {
             if context.config.unmatched == .deny, !store.matchesAny(match) {
+                ProxyMetrics.active?.denied(.unmatched)
                 respond(ErrorResponse(status: 403, message: "Destination \(url.origin) is not allowed",
                     details: ["No credential matches it and [proxy] unmatched = \"deny\"."]), close: false)
                 return
@@ -115,6 +116,7 @@ extension ClientConnection {
             for c in store.applicable(for: target) where seen.insert(c.name).inserted {
                 guard let limit = c.rateLimit else { continue }
                 if case .limited(let wait) = context.access.rateLimiter.take(credential: c.name, client: who, limit: limit, now: now) {
+                    ProxyMetrics.active?.rateLimited(credential: c.name)
                     if let held = context.access.throttle.admit("rate:\(c.name)", now: now) {
                         logger.warning("rate limit exceeded", metadata: ["credential": "\(c.name)", "client": "\(client?.name ?? "\(address)")",
                             "limit": "\(limit.requests)/\(limit.perSeconds)s", "refused_since_last_report": "\(held)"])
@@ -169,6 +171,7 @@ extension ClientConnection {
         guard let x = ex, let c = x.credential, let h = x.head, let url = x.originalURL else { return }
         switch result {
         case .failure(let e):
+            if x.retry != nil { x.retry?.result = "token_failure" }
             respond(e.response, close: false)
             process()
             updateReadInterest()
@@ -208,6 +211,10 @@ extension ClientConnection {
     func tokenRejected() -> Bool {
         guard let x = ex, let c = x.credential, let url = x.originalURL, let t = x.injectedToken, let tokens = context.tokens
         else { return false }
+        if let m = ProxyMetrics.active {
+            m.tokenRejected(credential: c.name)
+            if x.retry != nil { x.retry?.result = "rejected" }
+        }
         var replayImpossible: String? = nil
         if let r = x.replay, r.overflowed {
             replayImpossible = r.failure ?? "the request body is larger than max_replay_bytes (\(context.config.maxReplayBytes)) and cannot be replayed"
@@ -252,6 +259,7 @@ extension ClientConnection {
     func retryWithFreshToken() {
         guard let x = ex, let c = x.credential, let url = x.originalURL else { return }
         logger.info("token rejected, refreshing and retrying", metadata: ["credential": "\(c.name)", "url": "\(url.origin)\(url.path)"])
+        x.retry = (c.name, nil)
         x.responseHead.reset()
         x.replayOffset = 0
         x.formOffset = 0

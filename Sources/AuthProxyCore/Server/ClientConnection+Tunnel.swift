@@ -10,6 +10,7 @@ import Glibc
 extension ClientConnection {
     func startTunnel(host: String, port: Int) {
         guard context.config.connectPorts.contains(port) else {
+            ProxyMetrics.active?.denied(.connectPort)
             respond(ErrorResponse(status: 403, message: "CONNECT to \(host):\(port) is not allowed",
                 details: ["Port \(port) is not in [proxy] connect_ports (\(context.config.connectPorts.sorted().map(String.init).joined(separator: ", ")))."]),
                 close: true)  // after any refused CONNECT: bytes meant for the tunnel must never be read as requests
@@ -17,6 +18,7 @@ extension ClientConnection {
         }
         let matched = credentials.matchesHost(host, port: port)
         if context.config.unmatched == .deny, !matched {
+            ProxyMetrics.active?.denied(.unmatched)
             respond(ErrorResponse(status: 403, message: "Destination \(host):\(port) is not allowed",
                 details: ["No credential matches it and [proxy] unmatched = \"deny\"."]), close: true)
             return
@@ -48,6 +50,7 @@ extension ClientConnection {
     }
 
     func tunnelFailed(_ e: ErrorResponse) {
+        if e.status == 403 { ProxyMetrics.active?.denied(.destination) }
         tunnel = nil
         machine.tunnelFailed()
         respond(e, close: true)

@@ -52,7 +52,9 @@ extension ClientConnection {
             destination: "\(url.urlHost):\(url.port)", delegate: self)
         x.transfer = t
         x.responseHead.reset()
-        machine.transferStarted(inspect: inspect, now: now)
+        let started = now
+        x.upstreamStarted = started
+        machine.transferStarted(inspect: inspect, now: started)
         t.start()
         pumpBody()
     }
@@ -185,7 +187,12 @@ extension ClientConnection {
             machine.upstreamProgress(now: now)
         case .end:
             machine.upstreamProgress(now: now)
-            if x.responseHead.isFinal(answersChallenges: x.networkAuth.answersChallenges) { commitResponseHead(inspect: true) }
+            if x.responseHead.isFinal(answersChallenges: x.networkAuth.answersChallenges) {
+                commitResponseHead(inspect: true)
+            } else if x.responseHead.status == 401, x.challengeScheme == nil, ProxyMetrics.active != nil {
+                x.challengeScheme = NetworkAuthScheme.answered(offered: x.responseHead.values(of: "www-authenticate"),
+                    auth: x.networkAuth)
+            }
         case .field, .ignored:
             break
         }
@@ -210,6 +217,13 @@ extension ClientConnection {
             clientMinorVersion: x.head?.minorVersion ?? 1, keepAlive: machine.keepAlive, corsOrigin: x.corsOrigin,
             via: context.viaValue))
         let status = x.responseHead.status
+        if let m = ProxyMetrics.active {
+            m.durationFirstByte.recordNanoseconds(Int64(bitPattern: now &- x.upstreamStarted))
+            if let scheme = x.challengeScheme {
+                m.networkAuth(credential: x.networkAuth.passwordName ?? context.kerberosCredentialName ?? "-", scheme: scheme,
+                    success: status != 401)
+            }
+        }
         let inspection = inspect
             ? ExchangeStateMachine.inspection(status: status, framing: framing,
                 mayCarryError: x.responseHead.value(of: "content-type").map { TokenRejection.mayCarryError(contentTypeBytes: $0) } ?? true)
@@ -227,6 +241,7 @@ extension ClientConnection {
         let destination = ex?.transfer?.destination ?? ex?.upstreamURL.map { "\($0.urlHost):\($0.port)" } ?? "-"
         logger.warning("upstream response refused", metadata: ["client": "\(peer)", "destination": "\(destination)",
             "cause": "\(violation)"])
+        ProxyMetrics.active?.upstreamError(.protocolError)
         ex?.transfer?.cancel()
         ex?.transfer = nil
         switch machine.transferEnded(.upstreamFailed) {
@@ -303,6 +318,13 @@ extension ClientConnection {
         let end: ExchangeStateMachine.TransferEnd
         if let error {
             end = error.isClientSide || machine.isClosed ? .clientSide : .upstreamFailed
+            if end == .upstreamFailed, let m = ProxyMetrics.active {
+                if error.deniedAddress != nil, error.code == CURLE_COULDNT_CONNECT {
+                    m.denied(.destination)
+                } else {
+                    m.upstreamError(error.metricCause)
+                }
+            }
             if let e = error.outOfDescriptors {
                 // Rate-limited: when descriptors run out, every request would log a line.
                 context.descriptors.report(.upstream, error: e, logger: logger, now: now)

@@ -329,6 +329,7 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
         // request whose body was not read (the machine's rule for every local answer).
         var close = false
         if case .authority = h.target { close = true }
+        ProxyMetrics.active?.denied(.proxyAuthentication)
         respond(ErrorResponse(status: 407, message: "Proxy authentication required",
             details: ["Send Proxy-Authorization: Basic with the name and password of a [[client]] of this proxy "
                 + "(curl --proxy-user, or http://name:password@host:port as the proxy URL)."]),
@@ -388,10 +389,13 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
     /// One access-log line for the exchange in progress; `status` and `started` stand in for the machine's when
     /// the exchange is already gone from it (a client that left: 499).
     func logAccess(status: Int? = nil, started: UInt64? = nil) {
+        let x = ex
+        if let m = ProxyMetrics.active {
+            recordExchange(m, x, status: status ?? machine.current?.status ?? 0, started: started ?? machine.current?.started ?? now)
+        }
         guard logger.logLevel <= .info else { return }
         let method: String
         let url: String
-        let x = ex
         if let h = x?.head {
             method = h.method
             switch h.target {
@@ -411,6 +415,25 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
             "duration_ms": "\(Double(Int(ms * 10)) / 10)", "credential": "\(x?.credential?.name ?? "-")",
             "user": "\(client?.name ?? "-")",
         ])
+    }
+
+    /// The exchange's metrics, next to its access-log line (see ``ProxyMetrics``).
+    private func recordExchange(_ m: ProxyMetrics, _ x: ExchangeContext?, status: Int, started: UInt64) {
+        let credential = x?.credential?.name ?? x?.networkAuth.passwordName ?? x?.networkAuth.certificateName
+        loop.requestCounters.increment(credential: credential ?? MetricLabels.noCredential, method: x?.head?.method ?? "-",
+            status: status, metrics: m)
+        m.durationTotal.recordNanoseconds(Int64(bitPattern: now &- started))
+        if let x {
+            if x.bodyBytesIn > 0 { m.bytesUpstream.increment(by: x.bodyBytesIn) }
+            if x.bodyBytesOut > 0 { m.bytesDownstream.increment(by: x.bodyBytesOut) }
+            if let r = x.retry {
+                m.retry(credential: r.credential, result: r.result ?? (status >= 200 && status < 500 ? "success" : "failure"))
+            }
+        }
+        if let credential {
+            let at = nowMillis()
+            m.activity.withLock { $0.request(credential: credential, now: at) }
+        }
     }
 
     /// Half-closes after the response is flushed, then discards input until the client closes or the linger

@@ -20,6 +20,8 @@ final class EventLoop: @unchecked Sendable {
     /// Contexts of exchanges that ended, for the next ones on this loop (see ``ExchangeContext``): as many are
     /// kept as were in use at once during the last second, trimmed by the sweep.
     var exchangeContexts = ReusePool<ExchangeContext>(capacity: 256)
+    /// `authproxy_requests_total` handles used on this loop (when metrics are on).
+    var requestCounters = RequestCounters()
     private var sweeper: (any DispatchSourceTimer)?
     /// Whether the sweep timer is running: it stops at the first tick that finds no connection, so an idle
     /// proxy does not wake up every second per loop (and libdispatch's idle worker threads can time out and
@@ -41,6 +43,9 @@ final class EventLoop: @unchecked Sendable {
     }
 
     var connectionCount: Int { connections.count }
+
+    /// Blind CONNECT tunnels open on this loop (for the status page and `authproxy_tunnels`).
+    var tunnelCount: Int { connections.values.reduce(0) { $0 + ($1.tunnel != nil ? 1 : 0) } }
 
     /// Takes ownership of an accepted socket, which holds a slot of ``AccessControl/connections`` for
     /// `address` (given back when the connection closes).
@@ -109,6 +114,11 @@ struct ServerContext: Sendable {
     /// Running out of file descriptors: counted, logged (rate-limited), and the listeners' pause.
     let descriptors: DescriptorExhaustion
     let viaValue = "1.1 authproxy"
+
+    /// The name of the `kerberos` credential (at most one per process), for metrics.
+    var kerberosCredentialName: String? {
+        config.credentials.first { if case .kerberos = $0.kind { true } else { false } }?.name
+    }
 }
 
 extension EventLoop {

@@ -50,6 +50,14 @@ final class ExchangeContext {
     var upstreamURL: URLTarget? = nil
     /// Network-type credentials for the exchange (matched on the upstream URL, then the client's).
     var networkAuth = NetworkAuth()
+    /// When the current upstream transfer started (for the time-to-first-byte metric).
+    var upstreamStarted: UInt64 = 0
+    /// The upstream challenged with 401 and the network credential answered: the scheme it offered that the
+    /// credential uses (for `authproxy_network_auth_total`); nil: no challenge seen.
+    var challengeScheme: String? = nil
+    /// A retry with a fresh token is under way (or ended): its credential, and its result once known
+    /// (`rejected` again, `token_failure`); nil result: decided by the final status.
+    var retry: (credential: String, result: String?)? = nil
 
     init() {}
 
@@ -81,5 +89,8 @@ final class ExchangeContext {
         originalURL = nil
         upstreamURL = nil
         networkAuth = NetworkAuth()
+        upstreamStarted = 0
+        challengeScheme = nil
+        retry = nil
     }
 }

@@ -30,40 +30,7 @@ final class Listener: @unchecked Sendable {
         self.access = access
         self.descriptors = descriptors
         self.logger = logger
-        let family = address.isIPv6 ? AF_INET6 : AF_INET
-        let fd = socket(family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { throw ServerError.listen(address, errno) }
-        var one: Int32 = 1
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
-        if address.isIPv6 { setsockopt(fd, Int32(IPPROTO_IPV6), IPV6_V6ONLY, &one, socklen_t(MemoryLayout<Int32>.size)) }
-        var storage = sockaddr_storage()
-        let len: socklen_t
-        if address.isIPv6 {
-            var sin6 = sockaddr_in6()
-            sin6.sin6_family = sa_family_t(AF_INET6)
-            sin6.sin6_port = in_port_t(UInt16(address.port).bigEndian)
-            inet_pton(AF_INET6, address.host, &sin6.sin6_addr)
-            withUnsafeMutableBytes(of: &storage) { $0.storeBytes(of: sin6, as: sockaddr_in6.self) }
-            len = socklen_t(MemoryLayout<sockaddr_in6>.size)
-        } else {
-            var sin = sockaddr_in()
-            sin.sin_family = sa_family_t(AF_INET)
-            sin.sin_port = in_port_t(UInt16(address.port).bigEndian)
-            inet_pton(AF_INET, address.host, &sin.sin_addr)
-            withUnsafeMutableBytes(of: &storage) { $0.storeBytes(of: sin, as: sockaddr_in.self) }
-            len = socklen_t(MemoryLayout<sockaddr_in>.size)
-        }
-        let rc = withUnsafePointer(to: &storage) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) } }
-        guard rc == 0, Glibc.listen(fd, 1024) == 0 else {
-            let e = errno
-            Glibc.close(fd)
-            throw ServerError.listen(address, e)
-        }
-        var bound = sockaddr_storage()
-        var blen = socklen_t(MemoryLayout<sockaddr_storage>.size)
-        withUnsafeMutablePointer(to: &bound) { _ = $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &blen) } }
-        boundPort = Int(describePeer(bound).split(separator: ":").last.flatMap { Int($0) } ?? address.port)
-        self.fd = fd
+        (fd, boundPort) = try openListeningSocket(address)
         self.queue = queue
     }
 
@@ -134,11 +101,13 @@ final class Listener: @unchecked Sendable {
             if !access.allowClients.contains(ip) {
                 // Closed before a byte is read: the client learns nothing, and spends nothing.
                 Glibc.close(c)
+                ProxyMetrics.active?.denied(.clientAddress)
                 refused("client address not in [proxy] allow_clients", ip)
                 continue
             }
             if let refusal = access.connections.acquire(ip) {
                 Glibc.close(c)
+                ProxyMetrics.active?.denied(.connectionLimit)
                 let soFar = access.connections.refusals
                 switch refusal {
                 case .total:

@@ -1,6 +1,7 @@
 import CAuthProxyShims
 import Dispatch
 import Logging
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -11,13 +12,19 @@ import Glibc
 /// properties are only read (`shutdown` reads them from the signal queue and hands all work to each loop's
 /// own queue), so sharing it across queues is safe.
 public final class ProxyServer: @unchecked Sendable {
-    private let config: ProxyConfig
-    private let logger: Logger
-    private var loops: [EventLoop] = []
-    private var listeners: [Listener] = []
+    let config: ProxyConfig
+    let logger: Logger
+    private(set) var loops: [EventLoop] = []
+    private(set) var listeners: [Listener] = []
     private let acceptQueue = DispatchQueue(label: "authproxy.accept")
-    private var tokens: TokenService?
+    private(set) var tokens: TokenService?
     private var kerberos: KerberosTickets?
+    /// The `[admin]` listener, when configured.
+    private(set) var admin: AdminServer?
+    /// The interception CA's subject and expiry, and the minter (for its count), when interception is on.
+    private(set) var interception: (subject: String, expires: Int64?, minter: LeafMinter)?
+    /// Set by ``shutdown(grace:done:)``: `/readyz` answers 503 from then on.
+    let stopping = Atomic<Bool>(false)
 
     public init(config: ProxyConfig, logger: Logger) {
         self.config = config
@@ -38,6 +45,8 @@ public final class ProxyServer: @unchecked Sendable {
     public var boundPorts: [Int] { listeners.map(\.boundPort) }
 
     public func start() throws(ServerError) {
+        // Metrics are collected only when something can read them (see ``ProxyMetrics``).
+        if config.admin != nil { ProxyMetrics.enable() }
         var own: Set<String> = []
         for a in config.listen {
             let host = a.isIPv6 ? "[\(a.host)]" : a.host
@@ -60,7 +69,9 @@ public final class ProxyServer: @unchecked Sendable {
         if config.tls.enabled, let certPath = config.tls.caCert, let keyPath = config.tls.caKey {
             do {
                 let ca = try CertificateAuthority.load(certPath: certPath, keyPath: keyPath)
-                tlsServer = try TLSServer(minter: LeafMinter(ca: ca, logger: logger))
+                let minter = try LeafMinter(ca: ca, logger: logger)
+                tlsServer = try TLSServer(minter: minter)
+                interception = (ca.subject, ca.notAfterMillis, minter)
             } catch {
                 throw ServerError(description: "cannot set up HTTPS interception: \(error)")
             }
@@ -93,15 +104,30 @@ public final class ProxyServer: @unchecked Sendable {
                 logger: logger)
             listeners.append(l)
         }
+        if let a = config.admin {
+            let server = try AdminServer(config: a, backend: self, logger: logger)
+            admin = server
+        }
         for l in listeners {
             l.start()
             logger.notice("listening", metadata: ["address": "\(l.address.isIPv6 ? "[\(l.address.host)]" : l.address.host):\(l.boundPort)"])
         }
+        if let admin {
+            admin.start()
+            logger.notice("admin listener", metadata: [
+                "address": "\(admin.address.isIPv6 ? "[\(admin.address.host)]" : admin.address.host):\(admin.boundPort)",
+                "allow": "\(config.admin!.allow.map(\.description).joined(separator: ","))"])
+        }
+        tokens?.startPrefetching(config.credentials.filter(\.prefetch))
     }
+
+    /// The admin listener's port (useful with port 0), nil without `[admin]`.
+    public var adminPort: Int? { admin?.boundPort }
 
     /// Stops accepting, lets in-flight exchanges finish for up to `grace` seconds, then closes everything and
     /// calls `done` (on a background queue).
     public func shutdown(grace: Int, done: @escaping @Sendable () -> Void) {
+        stopping.store(true, ordering: .relaxed)
         for l in listeners { l.stop() }
         for loop in loops { loop.queue.async { loop.beginShutdown() } }
         let deadline = DispatchTime.now() + .seconds(grace)
@@ -120,6 +146,7 @@ public final class ProxyServer: @unchecked Sendable {
                     loop.multi.tearDown()
                 }
             }
+            admin?.stop()
             done()
             return
         }

@@ -100,6 +100,19 @@ public final class CertificateAuthority: @unchecked Sendable {
     }
 
     public var certificatePEM: String { pem { PEM_write_bio_X509($0, cert) } }
+
+    /// The CA certificate's subject, e.g. `CN=authproxy interception CA, O=authproxy` (for the status page).
+    public var subject: String {
+        pem { X509_NAME_print_ex($0, X509_get_subject_name(cert), 0, 0) }.split(separator: "\n").joined(separator: " ")
+    }
+
+    /// When the CA certificate expires, in milliseconds since the epoch.
+    public var notAfterMillis: Int64? {
+        guard let t = X509_get0_notAfter(cert) else { return nil }
+        var tm = tm()
+        guard ASN1_TIME_to_tm(t, &tm) == 1 else { return nil }
+        return Int64(timegm(&tm)) * 1000
+    }
     public var keyPEM: String { pem { PEM_write_bio_PrivateKey($0, key, nil, nil, 0, nil, nil) } }
 
     /// Writes `ca.pem` (0644) and `ca.key` (0600) into `dir`, refusing to overwrite an existing CA.

@@ -70,6 +70,7 @@ public final class LeafMinter: @unchecked Sendable {
             }
             if let old = cache.leaves.removeValue(forKey: name) { X509_free(old.cert) }
             cache.minted += 1
+            ProxyMetrics.active?.certificatesMinted.increment()
             cache.clock += 1
             if cache.leaves.count >= capacity, let oldest = cache.leaves.min(by: { $0.value.used < $1.value.used }) {
                 X509_free(oldest.value.cert)

@@ -81,7 +81,7 @@ struct TokenCache<Waiter> {
         var token: IssuedToken
     }
 
-    private struct Entry {
+    struct Entry {
         var credential: String
         var token: IssuedToken?
         var generation = 0
@@ -95,13 +95,13 @@ struct TokenCache<Waiter> {
     }
 
     /// A key whose server rejected a fresh token: its backoff, and the token last rejected.
-    private struct Rejection {
+    struct Rejection {
         var backoff = TokenBackoff()
         var token: IssuedToken?
     }
 
-    private var entries: [String: Entry] = [:]
-    private var rejections: [String: Rejection] = [:]
+    private(set) var entries: [String: Entry] = [:]
+    private(set) var rejections: [String: Rejection] = [:]
     /// Waiters of token requests started before their credential's sign-in changed.
     private var detached: [FetchTicket: [Waiter]] = [:]
 

@@ -44,6 +44,9 @@ public final class TokenService: @unchecked Sendable {
     /// The state file version last read or written by this process (see ``reloadIfChanged()``).
     var fileStamp: TokenStateFile.Stamp?
     var watcher: (any DispatchSourceTimer)?
+    /// Credentials kept fresh by `prefetch = true`, by name, with the fingerprint of the settings they were
+    /// started with (see `TokenService+Prefetch.swift`).
+    var prefetching: [String: String] = [:]
     private lazy var fetcher = TokenFetcher(
         multi: multi, timeoutSeconds: timeoutSeconds, store: store,
         logger: logger, host: self)
@@ -215,6 +218,15 @@ public final class TokenService: @unchecked Sendable {
         dispatchPrecondition(condition: .onQueue(queue))
         let now = nowMillis()
         let settled = cache.withLock { $0.complete(ticket, with: result, now: now) }
+        if let m = ProxyMetrics.active {
+            switch result {
+            case .success(let t):
+                m.tokenRequest(credential: c.name, success: true)
+                if settled.outcome == .stored { m.tokenExpiry(credential: c.name, root: root, expires: t.expires) }
+            case .failure:
+                m.tokenRequest(credential: c.name, success: false)
+            }
+        }
         switch (settled.outcome, result) {
         case (.stored, .success(let t)):
             persist()

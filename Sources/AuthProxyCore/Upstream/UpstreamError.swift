@@ -21,6 +21,22 @@ struct UpstreamError: Error {
         code == CURLE_WRITE_ERROR || code == CURLE_ABORTED_BY_CALLBACK || code == CURLE_READ_ERROR
     }
 
+    /// The `cause` label of `authproxy_upstream_errors_total`.
+    var metricCause: MetricLabels.UpstreamCause {
+        if outOfDescriptors != nil { return .descriptors }
+        switch code {
+        case CURLE_COULDNT_RESOLVE_HOST: return .dns
+        case CURLE_COULDNT_CONNECT: return .connect
+        case CURLE_OPERATION_TIMEDOUT: return .timeout
+        case CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_PINNEDPUBKEYNOTMATCH, CURLE_SSL_CONNECT_ERROR, CURLE_SSL_CERTPROBLEM,
+            CURLE_SSL_CACERT_BADFILE:
+            return .tls
+        case CURLE_RECV_ERROR, CURLE_SEND_ERROR, CURLE_GOT_NOTHING, CURLE_PARTIAL_FILE: return .reset
+        case CURLE_WEIRD_SERVER_REPLY, CURLE_UNSUPPORTED_PROTOCOL: return .protocolError
+        default: return .other
+        }
+    }
+
     var response: ErrorResponse {
         let details = detail.isEmpty ? [] : [detail]
         if let e = outOfDescriptors {

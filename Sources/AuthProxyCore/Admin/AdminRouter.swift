@@ -1,0 +1,68 @@
+/// What the admin listener answers, decided from the request line alone (no sockets): the routes of issue 12's
+/// admin listener over an ``AdminBackend``.
+enum AdminRouter {
+    struct Response: Equatable {
+        var status: Int
+        var contentType: String
+        var body: [UInt8]
+        var extraHeaders: [(String, String)] = []
+
+        static func == (a: Response, b: Response) -> Bool {
+            a.status == b.status && a.contentType == b.contentType && a.body == b.body
+                && a.extraHeaders.map { "\($0.0):\($0.1)" } == b.extraHeaders.map { "\($0.0):\($0.1)" }
+        }
+
+        static func text(_ status: Int, _ s: String) -> Response {
+            Response(status: status, contentType: "text/plain; charset=utf-8", body: Array(s.utf8))
+        }
+
+        static func json(_ status: Int, _ s: String) -> Response {
+            Response(status: status, contentType: "application/json; charset=utf-8", body: Array(s.utf8))
+        }
+    }
+
+    /// The Prometheus text format version 0.0.4 content type.
+    static let prometheusContentType = "text/plain; version=0.0.4; charset=utf-8"
+
+    static func route(method: String, target: String, backend: any AdminBackend) -> Response {
+        let path = String(target.prefix { $0 != "?" })
+        let get = method == "GET" || method == "HEAD"
+        switch path {
+        case "/healthz":
+            guard get else { return methodNotAllowed("GET, HEAD") }
+            return .text(200, "ok\n")
+        case "/readyz":
+            guard get else { return methodNotAllowed("GET, HEAD") }
+            let r = backend.readiness()
+            return .json(r.ready ? 200 : 503, r.json)
+        case "/metrics":
+            guard get else { return methodNotAllowed("GET, HEAD") }
+            return Response(status: 200, contentType: prometheusContentType, body: backend.metricsExposition())
+        case "/", "/index.html":
+            guard get else { return methodNotAllowed("GET, HEAD") }
+            return Response(status: 200, contentType: "text/html; charset=utf-8",
+                body: Array(StatusPage.render(backend.statusReport()).utf8))
+        case "/status.json":
+            guard get else { return methodNotAllowed("GET, HEAD") }
+            return .json(200, backend.statusJSON())
+        default:
+            return .text(404, "not found: the admin listener serves /, /status.json, /metrics, /healthz, /readyz\n")
+        }
+    }
+
+    private static func methodNotAllowed(_ allow: String) -> Response {
+        var r = Response.text(405, "method not allowed (use \(allow))\n")
+        r.extraHeaders = [("Allow", allow)]
+        return r
+    }
+}
+
+/// What the admin listener reads from the running proxy (``ProxyServer`` implements it). Called on the admin
+/// listener's queue.
+protocol AdminBackend: AnyObject, Sendable {
+    func readiness() -> Readiness
+    func statusReport() -> StatusReport
+    /// ``statusReport()`` as JSON.
+    func statusJSON() -> String
+    func metricsExposition() -> [UInt8]
+}

@@ -1,0 +1,207 @@
+import CAuthProxyShims
+import Dispatch
+import Logging
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The `[admin]` listener: a small HTTP/1.1 server on its own queue, apart from the proxy's listeners so clients
+/// of the proxy cannot reach it. Each connection carries one request (answered with `Connection: close`);
+/// addresses outside `allow` are closed at accept, at most ``maxConnections`` are served at once, and a
+/// connection that has not sent its request within ``requestTimeout`` is closed. Answers come from
+/// ``AdminRouter``.
+///
+/// Ownership: confined to `queue` (`@unchecked Sendable` so Dispatch handlers may capture it).
+final class AdminServer: @unchecked Sendable {
+    static let maxConnections = 32
+    static let maxRequestBytes = 16 * 1024
+    static let requestTimeout: DispatchTimeInterval = .seconds(10)
+
+    let address: ListenAddress
+    let boundPort: Int
+    private let fd: Int32
+    private let allow: [AddressBlock]
+    private let backend: any AdminBackend
+    private let logger: Logger
+    let queue = DispatchQueue(label: "authproxy.admin")
+    private var source: (any DispatchSourceRead)?
+    private var connections: [Int32: Connection] = [:]
+    private let throttle = LogThrottle()
+
+    /// One admin connection: its socket, what it sent so far, and the answer being written.
+    private final class Connection {
+        let fd: Int32
+        var input: [UInt8] = []
+        var output: [UInt8] = []
+        var written = 0
+        var reader: (any DispatchSourceRead)?
+        var writer: (any DispatchSourceWrite)?
+        var timer: (any DispatchSourceTimer)?
+
+        init(fd: Int32) { self.fd = fd }
+    }
+
+    init(config: AdminConfig, backend: any AdminBackend, logger: Logger) throws(ServerError) {
+        address = config.listen
+        allow = config.allow
+        self.backend = backend
+        self.logger = logger
+        (fd, boundPort) = try openListeningSocket(config.listen)
+    }
+
+    func start() {
+        let s = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
+        let fd = fd
+        s.setEventHandler { [unowned self] in self.acceptAll() }
+        s.setCancelHandler { Glibc.close(fd) }
+        source = s
+        s.resume()
+    }
+
+    /// Stops accepting and closes open admin connections.
+    func stop() {
+        queue.sync {
+            source?.cancel()
+            for c in Array(connections.values) { close(c) }
+        }
+    }
+
+    private func acceptAll() {
+        for _ in 0..<16 {
+            var peer = sockaddr_storage()
+            var len = socklen_t(MemoryLayout<sockaddr_storage>.size)
+            let c = withUnsafeMutablePointer(to: &peer) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { ap_accept_nonblock(fd, $0, &len) }
+            }
+            if c < 0 {
+                if errno == EINTR || errno == ECONNABORTED { continue }
+                return
+            }
+            guard let ip = IPAddress(peer), allow.contains(ip) else {
+                Glibc.close(c)
+                if let held = throttle.admit("admin-allow", now: DispatchTime.now().uptimeNanoseconds) {
+                    logger.warning("admin connection refused: address not in [admin] allow",
+                        metadata: ["client": "\(describePeer(peer))", "refused_since_last_report": "\(held)"])
+                }
+                ProxyMetrics.active?.denied(.clientAddress)
+                continue
+            }
+            guard connections.count < Self.maxConnections else {
+                Glibc.close(c)
+                continue
+            }
+            adopt(c)
+        }
+    }
+
+    private func adopt(_ fd: Int32) {
+        let c = Connection(fd: fd)
+        connections[fd] = c
+        let r = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
+        r.setEventHandler { [unowned self] in self.readable(c) }
+        r.resume()
+        c.reader = r
+        let t = DispatchSource.makeTimerSource(queue: queue)
+        t.schedule(deadline: .now() + Self.requestTimeout)
+        t.setEventHandler { [unowned self] in self.close(c) }
+        t.resume()
+        c.timer = t
+    }
+
+    private func readable(_ c: Connection) {
+        var buf = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let n = buf.withUnsafeMutableBytes { Glibc.read(c.fd, $0.baseAddress, $0.count) }
+            if n > 0 {
+                c.input.append(contentsOf: buf[0..<n])
+                if c.input.count > Self.maxRequestBytes {
+                    answer(c, .text(431, "request too large\n"))
+                    return
+                }
+                continue
+            }
+            if n == 0 {
+                close(c)
+                return
+            }
+            if errno == EINTR { continue }
+            if errno == EAGAIN || errno == EWOULDBLOCK { break }
+            close(c)
+            return
+        }
+        var parser = RequestHeadParser()
+        let result = c.input.withUnsafeBytes { parser.parse($0) }
+        switch result {
+        case .needMore:
+            return
+        case .failed(let e):
+            answer(c, .text(e.status, "bad request: \(e.message)\n"))
+        case .complete(let head, let consumed):
+            // A body (POST /reload needs none) is read to its end first, so closing does not reset the answer.
+            var bodyLength: Int64 = 0
+            if case .contentLength(let n) = head.framing { bodyLength = n }
+            if case .chunked = head.framing {
+                answer(c, .text(411, "send a Content-Length (or no body)\n"))
+                return
+            }
+            guard Int64(c.input.count - consumed) >= bodyLength else { return }
+            let target: String
+            switch head.target {
+            case .origin(let p): target = p
+            case .absolute(let u): target = u.pathAndQuery
+            case .authority: target = "*"
+            }
+            var response = AdminRouter.route(method: head.method, target: target, backend: backend)
+            if head.isHead { response.body = [] }
+            answer(c, response, bodyLengthOverride: head.isHead ? nil : response.body.count)
+        }
+    }
+
+    private func answer(_ c: Connection, _ r: AdminRouter.Response, bodyLengthOverride: Int? = nil) {
+        c.reader?.cancel()
+        c.reader = nil
+        var head = "HTTP/1.1 \(r.status) \(reasonPhrase(r.status))\r\nContent-Type: \(r.contentType)\r\n"
+        head += "Content-Length: \(bodyLengthOverride ?? r.body.count)\r\nCache-Control: no-store\r\n"
+        head += "X-Content-Type-Options: nosniff\r\n"
+        if r.contentType.hasPrefix("text/html") {
+            head += "Content-Security-Policy: default-src 'none'; style-src 'unsafe-inline'\r\n"
+        }
+        for (k, v) in r.extraHeaders { head += "\(k): \(v)\r\n" }
+        head += "Connection: close\r\n\r\n"
+        c.output = Array(head.utf8) + r.body
+        c.written = 0
+        flush(c)
+    }
+
+    private func flush(_ c: Connection) {
+        while c.written < c.output.count {
+            let n = c.output.withUnsafeBytes { Glibc.write(c.fd, $0.baseAddress! + c.written, $0.count - c.written) }
+            if n > 0 {
+                c.written += n
+                continue
+            }
+            if n < 0, errno == EINTR { continue }
+            if n < 0, errno == EAGAIN || errno == EWOULDBLOCK {
+                if c.writer == nil {
+                    let w = DispatchSource.makeWriteSource(fileDescriptor: c.fd, queue: queue)
+                    w.setEventHandler { [unowned self] in self.flush(c) }
+                    w.resume()
+                    c.writer = w
+                }
+                return
+            }
+            break
+        }
+        close(c)
+    }
+
+    private func close(_ c: Connection) {
+        guard connections.removeValue(forKey: c.fd) != nil else { return }
+        c.timer?.cancel()
+        c.reader?.cancel()
+        c.writer?.cancel()
+        // The sources are cancelled before the descriptor is closed (their handlers may still be queued).
+        let fd = c.fd
+        queue.async { Glibc.close(fd) }
+    }
+}

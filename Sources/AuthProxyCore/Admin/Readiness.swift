@@ -1,0 +1,34 @@
+/// `GET /readyz`: ready when every listener is open, the proxy is not shutting down, and every token credential
+/// with `prefetch = true` holds a valid token for each of its server roots. A pure decision over those facts.
+public struct Readiness: Sendable, Equatable {
+    public var ready: Bool
+    /// Why not, one reason per problem (empty when ready).
+    public var reasons: [String]
+
+    static func evaluate(listeners: [StatusReport.Listener], shuttingDown: Bool,
+        prefetch: [(credential: String, key: String)], status: (String) -> TokenStatus?) -> Readiness
+    {
+        var reasons: [String] = []
+        if shuttingDown { reasons.append("shutting down") }
+        for l in listeners where !l.open { reasons.append("listener \(l.address) is not open") }
+        for p in prefetch {
+            let root = p.key.firstIndex(of: "|").map { String(p.key[p.key.index(after: $0)...]) } ?? p.key
+            guard let s = status(p.key) else {
+                reasons.append("credential '\(p.credential)' has no token for \(root) yet")
+                continue
+            }
+            if !s.hasValidToken {
+                var r = "credential '\(p.credential)' has no valid token for \(root) (\(s.state.rawValue))"
+                if let e = s.lastError { r += ": \(e)" }
+                reasons.append(r)
+            }
+        }
+        return Readiness(ready: reasons.isEmpty, reasons: reasons)
+    }
+
+    /// The JSON body of `/readyz`.
+    var json: String {
+        let list = reasons.map { "\"\(jsonEscaped($0))\"" }.joined(separator: ",")
+        return ready ? "{\"ready\":true}\n" : "{\"ready\":false,\"reasons\":[\(list)]}\n"
+    }
+}

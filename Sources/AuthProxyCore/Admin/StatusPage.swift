@@ -1,0 +1,133 @@
+/// The admin listener's `GET /` page: a ``StatusReport`` as one self-contained HTML document (inline CSS, no
+/// script, no external resource), readable on a host without network access. Every value is HTML-escaped.
+enum StatusPage {
+    static func render(_ r: StatusReport) -> String {
+        var h = """
+            <!DOCTYPE html>
+            <html lang="en"><head><meta charset="utf-8">
+            <meta name="viewport" content="width=device-width, initial-scale=1">
+            <title>authproxy status</title>
+            <style>
+            body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:1.5em;color:#1b1f24;background:#fff}
+            h1{font-size:1.4em;margin:0 0 .2em}h2{font-size:1.1em;margin:1.4em 0 .4em}
+            table{border-collapse:collapse;margin:.3em 0 1em}th,td{border:1px solid #d0d7de;padding:.3em .6em;text-align:left;vertical-align:top}
+            th{background:#f6f8fa}.ok{color:#116329;font-weight:600}.warn{color:#9a6700;font-weight:600}.bad{color:#cf222e;font-weight:600}
+            .muted{color:#57606a}code{font:12px ui-monospace,monospace}
+            </style></head><body>
+
+            """
+        h += "<h1>authproxy \(esc(r.version))</h1>\n"
+        h += "<p class=\"muted\">started \(esc(r.startedAt)), up \(duration(r.uptimeSeconds)); page generated \(esc(r.generatedAt))</p>\n"
+        if r.ready {
+            h += "<p id=\"readiness\" class=\"ok\">Ready</p>\n"
+        } else {
+            h += "<p id=\"readiness\" class=\"bad\">Not ready</p><ul>\n"
+            for reason in r.notReadyBecause { h += "<li>\(esc(reason))</li>\n" }
+            h += "</ul>\n"
+        }
+
+        h += "<h2>Listeners</h2>\n<table id=\"listeners\"><tr><th>address</th><th>state</th></tr>\n"
+        for l in r.listeners {
+            h += "<tr><td><code>\(esc(l.address))</code></td><td class=\"\(l.open ? "ok" : "bad")\">\(l.open ? "open" : "closed")</td></tr>\n"
+        }
+        h += "</table>\n<p>Client connections: <b id=\"connections\">\(r.clientConnections)</b>; CONNECT tunnels: <b id=\"tunnels\">\(r.tunnels)</b></p>\n"
+
+        h += "<h2>Credentials</h2>\n"
+        if r.credentials.isEmpty { h += "<p class=\"muted\">none configured</p>\n" }
+        h += "<table id=\"credentials\"><tr><th>name</th><th>type</th><th>matches</th><th>token</th>"
+            + "<th>requests (5 min)</th><th>rejections (5 min)</th><th>rate-limited (5 min / total)</th></tr>\n"
+        for c in r.credentials {
+            h += "<tr class=\"credential\" data-name=\"\(esc(c.name))\"><td><b>\(esc(c.name))</b>\(c.prefetch ? " <span class=\"muted\">(prefetch)</span>" : "")</td>"
+            h += "<td>\(esc(c.type))</td><td>\(c.match.map { "<code>\(esc($0))</code>" }.joined(separator: "<br>"))</td><td>"
+            h += tokenCell(c)
+            h += "</td><td>\(c.requestsLast5Min)</td><td>\(c.rejectionsLast5Min)</td>"
+            h += "<td>\(c.rateLimitedLast5Min) / \(c.rateLimitedTotal)</td></tr>\n"
+        }
+        h += "</table>\n"
+
+        let withAuth = r.credentials.filter { !$0.networkAuth.isEmpty }
+        h += "<h2>Network authentication</h2>\n"
+        if withAuth.isEmpty {
+            h += "<p class=\"muted\">no upstream challenge answered yet</p>\n"
+        } else {
+            h += "<table id=\"network-auth\"><tr><th>credential</th><th>scheme</th><th>succeeded</th><th>failed</th><th>last</th></tr>\n"
+            for c in withAuth {
+                for a in c.networkAuth {
+                    h += "<tr><td>\(esc(c.name))</td><td>\(esc(a.scheme))</td><td>\(a.successes)</td><td>\(a.failures)</td>"
+                    h += "<td class=\"\(a.lastSucceeded ? "ok" : "bad")\">\(esc(a.last ?? "-")) \(a.lastSucceeded ? "succeeded" : "failed")</td></tr>\n"
+                }
+            }
+            h += "</table>\n"
+        }
+
+        h += "<h2>HTTPS interception</h2>\n"
+        if let i = r.interception {
+            h += "<table id=\"interception\"><tr><th>CA subject</th><td><code>\(esc(i.caSubject))</code></td></tr>"
+            h += "<tr><th>CA expires</th><td>\(esc(i.caExpires ?? "-"))</td></tr>"
+            h += "<tr><th>certificates minted</th><td>\(i.certificatesMinted)</td></tr></table>\n"
+        } else {
+            h += "<p class=\"muted\">off (no [tls] CA configured)</p>\n"
+        }
+
+        if let reload = r.lastReload {
+            h += "<h2>Configuration</h2>\n<p id=\"reload\">Last reload \(esc(reload.at)): "
+            h += "<span class=\"\(reload.applied ? "ok" : "bad")\">\(reload.applied ? "applied" : "rejected")</span> — \(esc(reload.message))</p>\n"
+        }
+        h += "<p class=\"muted\">Machine-readable: <a href=\"status.json\">status.json</a>, <a href=\"metrics\">metrics</a>, "
+            + "<a href=\"readyz\">readyz</a>.</p>\n</body></html>\n"
+        return h
+    }
+
+    private static func tokenCell(_ c: StatusReport.Credential) -> String {
+        if c.tokens.isEmpty {
+            switch c.type {
+            case "api-key": return "<span class=\"ok\">static key</span>"
+            case "token": return "<span class=\"ok\">pregenerated</span>"
+            case "arcgis-token", "oauth-app", "oauth-user": return "<span class=\"muted\">no token requested yet</span>"
+            default: return "<span class=\"muted\">—</span>"
+            }
+        }
+        var s = ""
+        for t in c.tokens {
+            let cls: String
+            switch t.state {
+            case "valid": cls = "ok"
+            case "refreshing": cls = "warn"
+            default: cls = "bad"
+            }
+            s += "<div class=\"token\" data-state=\"\(esc(t.state))\"><span class=\"\(cls)\">\(esc(t.state))</span>"
+            s += " <span class=\"muted\">for</span> <code>\(esc(t.root))</code>"
+            if let v = t.validUntil { s += "<br>valid until \(esc(v))" }
+            if let l = t.lastRefresh { s += "<br>last refresh \(esc(l))" }
+            if let e = t.lastError, t.state != "valid" { s += "<br>last error: \(esc(e))" }
+            if let n = t.nextRetry { s += "<br>next retry \(esc(n))" }
+            s += "</div>"
+        }
+        return s
+    }
+
+    static func duration(_ seconds: Int64) -> String {
+        let d = seconds / 86_400, h = seconds % 86_400 / 3600, m = seconds % 3600 / 60, s = seconds % 60
+        if d > 0 { return "\(d)d \(h)h \(m)m" }
+        if h > 0 { return "\(h)h \(m)m" }
+        if m > 0 { return "\(m)m \(s)s" }
+        return "\(s)s"
+    }
+
+    /// HTML escaping for text and attribute values.
+    static func esc(_ s: String) -> String {
+        var out = ""
+        out.reserveCapacity(s.utf8.count)
+        for ch in s.unicodeScalars {
+            switch ch {
+            case "&": out += "&amp;"
+            case "<": out += "&lt;"
+            case ">": out += "&gt;"
+            case "\"": out += "&quot;"
+            case "'": out += "&#39;"
+            default: out.unicodeScalars.append(ch)
+            }
+        }
+        return out
+    }
+}

@@ -1,0 +1,85 @@
+/// Everything the status page and `GET /status.json` show, as one value (the JSON is this type encoded; the page
+/// renders it). Never a secret, token or password, nor a prefix of one: tokens appear only as times and states.
+public struct StatusReport: Codable, Sendable, Equatable {
+    public struct Listener: Codable, Sendable, Equatable {
+        public var address: String
+        public var open: Bool
+    }
+
+    public struct TokenView: Codable, Sendable, Equatable {
+        /// The server root (or portal) the token is for.
+        public var root: String
+        /// `valid`, `refreshing`, `failing`, `rejected` or `expired` (see ``TokenStatus/State``).
+        public var state: String
+        public var validUntil: String?
+        public var expiresInSeconds: Int64?
+        public var lastRefresh: String?
+        public var lastError: String?
+        public var nextRetry: String?
+    }
+
+    public struct Credential: Codable, Sendable, Equatable {
+        public var name: String
+        public var type: String
+        public var match: [String]
+        public var prefetch: Bool
+        public var tokens: [TokenView]
+        public var requestsLast5Min: Int
+        public var rejectionsLast5Min: Int
+        public var rateLimitedLast5Min: Int
+        public var rateLimitedTotal: Int
+        public var lastTokenRequest: String?
+        public var lastTokenRequestSucceeded: Bool?
+        public var networkAuth: [NetworkAuth]
+    }
+
+    public struct NetworkAuth: Codable, Sendable, Equatable {
+        public var scheme: String
+        public var successes: Int
+        public var failures: Int
+        public var last: String?
+        public var lastSucceeded: Bool
+    }
+
+    public struct Interception: Codable, Sendable, Equatable {
+        public var caSubject: String
+        public var caExpires: String?
+        public var certificatesMinted: Int
+    }
+
+    public struct Reload: Codable, Sendable, Equatable {
+        public var at: String
+        public var applied: Bool
+        public var message: String
+    }
+
+    public var version: String
+    public var startedAt: String
+    public var uptimeSeconds: Int64
+    public var generatedAt: String
+    public var ready: Bool
+    public var notReadyBecause: [String]
+    public var listeners: [Listener]
+    public var clientConnections: Int
+    public var tunnels: Int
+    public var credentials: [Credential]
+    public var interception: Interception?
+    public var lastReload: Reload?
+}
+
+/// Milliseconds since the epoch as RFC 3339 UTC (`2026-11-23T10:15:00Z`).
+func rfc3339(millis: Int64) -> String {
+    var t = time_t(millis / 1000)
+    var tm = tm()
+    gmtime_r(&t, &tm)
+    func pad(_ v: Int32, _ n: Int) -> String {
+        let s = String(v)
+        return String(repeating: "0", count: max(0, n - s.count)) + s
+    }
+    return "\(pad(tm.tm_year + 1900, 4))-\(pad(tm.tm_mon + 1, 2))-\(pad(tm.tm_mday, 2))T"
+        + "\(pad(tm.tm_hour, 2)):\(pad(tm.tm_min, 2)):\(pad(tm.tm_sec, 2))Z"
+}
+
+#if canImport(Glibc)
+import Glibc
+#endif

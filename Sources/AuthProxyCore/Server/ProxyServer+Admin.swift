@@ -1,0 +1,80 @@
+import Dispatch
+import Foundation
+
+/// What the admin listener reads from the running proxy: readiness, the status report, the metrics exposition.
+/// Runs on the admin queue; the per-loop figures are read on each loop's queue.
+extension ProxyServer: AdminBackend {
+    private var listenerStates: [StatusReport.Listener] {
+        let open = !stopping.load(ordering: .relaxed)
+        return listeners.map { l in
+            let host = l.address.isIPv6 ? "[\(l.address.host)]" : l.address.host
+            return StatusReport.Listener(address: "\(host):\(l.boundPort)", open: open)
+        }
+    }
+
+    /// Client connections and blind tunnels open now, over every loop.
+    private func liveCounts() -> (connections: Int, tunnels: Int) {
+        loops.reduce((0, 0)) { sum, loop in
+            let (c, t) = loop.queue.sync { (loop.connectionCount, loop.tunnelCount) }
+            return (sum.0 + c, sum.1 + t)
+        }
+    }
+
+    func readiness() -> Readiness {
+        Readiness.evaluate(listeners: listenerStates, shuttingDown: stopping.load(ordering: .relaxed),
+            prefetch: TokenService.prefetchKeys(config.credentials)) { [tokens] key in tokens?.status(key: key) }
+    }
+
+    func metricsExposition() -> [UInt8] {
+        guard let m = ProxyMetrics.active else { return [] }
+        // Gauges of live state are read when scraped, not kept up to date per connection.
+        let (connections, tunnels) = liveCounts()
+        m.clientConnections.set(Int64(connections))
+        m.tunnels.set(Int64(tunnels))
+        return m.exposition()
+    }
+
+    func statusReport() -> StatusReport {
+        let now = nowMillis()
+        let (connections, tunnels) = liveCounts()
+        let readiness = readiness()
+        let statuses = tokens?.status() ?? []
+        let activity = ProxyMetrics.active?.activity.withLock { $0 } ?? CredentialActivity()
+        let credentials = config.credentials.map { c -> StatusReport.Credential in
+            let a = activity.of(c.name)
+            let views = statuses.filter { $0.credential == c.name }.map { s in
+                StatusReport.TokenView(root: s.root, state: s.state.rawValue,
+                    validUntil: s.expires.map { rfc3339(millis: $0) },
+                    expiresInSeconds: s.expires.map { ($0 - now) / 1000 },
+                    lastRefresh: s.issued.flatMap { $0 > 0 ? rfc3339(millis: $0) : nil },
+                    lastError: s.lastError, nextRetry: s.retryAt.map { rfc3339(millis: $0) })
+            }
+            return StatusReport.Credential(name: c.name, type: c.kind.typeName, match: c.match.map(\.description),
+                prefetch: c.prefetch, tokens: views, requestsLast5Min: a.requests.total(now: now),
+                rejectionsLast5Min: a.rejections.total(now: now), rateLimitedLast5Min: a.rateLimited.total(now: now),
+                rateLimitedTotal: a.rateLimitedTotal, lastTokenRequest: a.lastTokenRequestAt.map { rfc3339(millis: $0) },
+                lastTokenRequestSucceeded: a.lastTokenRequestAt == nil ? nil : a.lastTokenRequestSucceeded,
+                networkAuth: a.networkAuth.values.sorted { $0.scheme < $1.scheme }.map { o in
+                    StatusReport.NetworkAuth(scheme: o.scheme, successes: o.successes, failures: o.failures,
+                        last: o.lastAt > 0 ? rfc3339(millis: o.lastAt) : nil, lastSucceeded: o.lastSucceeded)
+                })
+        }
+        let started = ProxyMetrics.active?.startedAt ?? now
+        return StatusReport(version: AuthProxyVersion.string, startedAt: rfc3339(millis: started),
+            uptimeSeconds: (now - started) / 1000, generatedAt: rfc3339(millis: now), ready: readiness.ready,
+            notReadyBecause: readiness.reasons, listeners: listenerStates, clientConnections: connections,
+            tunnels: tunnels, credentials: credentials,
+            interception: interception.map { i in
+                StatusReport.Interception(caSubject: i.subject, caExpires: i.expires.map { rfc3339(millis: $0) },
+                    certificatesMinted: i.minter.mintedCount)
+            },
+            lastReload: nil)
+    }
+
+    func statusJSON() -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+        guard let data = try? encoder.encode(statusReport()) else { return "{}" }
+        return String(decoding: data, as: UTF8.self) + "\n"
+    }
+}

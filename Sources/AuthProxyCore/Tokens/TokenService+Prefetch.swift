@@ -1,0 +1,75 @@
+import Dispatch
+
+/// `prefetch = true`: a token for each of the credential's server roots is requested at start and refreshed before
+/// it enters the refresh margin's last stretch, so no request waits for a token service and `/readyz` can say
+/// whether the tokens are there. Each root checks again only when ``PrefetchPlan`` says something is due (every
+/// second only while a token request runs), so an idle proxy stays idle between refreshes.
+extension TokenService {
+    /// The URLs whose server roots a prefetching credential holds tokens for: one per match prefix (the prefix
+    /// itself names the root, e.g. `https://gis.example.com/arcgis`).
+    static func prefetchTargets(_ c: Credential) -> [URLTarget] {
+        var seen = Set<String>()
+        return c.match.compactMap { prefix in
+            guard case .absolute(let u)? = try? RequestHeadParser.parseTarget(method: "GET", prefix.description + "/"),
+                seen.insert(key(for: c, target: u)).inserted
+            else { return nil }
+            return u
+        }
+    }
+
+    /// Starts prefetching for `credentials` (those with `prefetch = true`).
+    public func startPrefetching(_ credentials: [Credential]) {
+        let fingerprints = credentials.map { Crypto.sha256Hex($0.identityMaterial) }
+        queue.async { [self] in
+            for (c, fingerprint) in zip(credentials, fingerprints) where c.prefetch && c.isRefreshable {
+                guard prefetching[c.name] != fingerprint else { continue }  // already running with these settings
+                prefetching[c.name] = fingerprint
+                for target in Self.prefetchTargets(c) { prefetchTick(c, target: target, fingerprint: fingerprint) }
+            }
+        }
+    }
+
+    /// Stops prefetching for the credentials named (removed or changed by a reload, or the service retired).
+    public func stopPrefetching(_ names: [String]) {
+        queue.async { [self] in
+            for n in names { prefetching[n] = nil }
+        }
+    }
+
+    /// The token keys prefetching keeps, for readiness: (credential, key).
+    public static func prefetchKeys(_ credentials: [Credential]) -> [(credential: String, key: String)] {
+        credentials.filter { $0.prefetch && $0.isRefreshable }.flatMap { c in
+            prefetchTargets(c).map { (c.name, key(for: c, target: $0)) }
+        }
+    }
+
+    /// The status of `key`, nil when no token was ever asked for under it.
+    public func status(key: String) -> TokenStatus? {
+        let now = nowMillis()
+        return cache.withLock { $0.status(key: key, now: now) }
+    }
+
+    private func prefetchTick(_ c: Credential, target: URLTarget, fingerprint: String) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        guard prefetching[c.name] == fingerprint else { return }
+        let key = Self.key(for: c, target: target)
+        let now = nowMillis()
+        let (status, margin) = cache.withLock { cache -> (TokenStatus?, Int64) in
+            (cache.status(key: key, now: now), cache.entries[key]?.token?.refreshMargin ?? 0)
+        }
+        let plan = PrefetchPlan.next(status: status, refreshMargin: margin, now: now)
+        switch plan.action {
+        case .fetch:
+            token(for: c, target: target) { _ in }
+        case .refresh:
+            // Hands out the token still held and starts its background refresh (single flight with requests).
+            _ = cachedToken(for: c, target: target)
+        case .none:
+            break
+        }
+        guard let wait = plan.checkIn else { return }
+        queue.asyncAfter(deadline: .now() + .milliseconds(Int(max(10, wait)))) { [self] in
+            prefetchTick(c, target: target, fingerprint: fingerprint)
+        }
+    }
+}
