@@ -7,7 +7,7 @@ enum NetworkAuthScheme {
     static func offered(_ values: [String]) -> [String] {
         var out: [String] = []
         for v in values {
-            for piece in v.split(separator: ",") {
+            for piece in splitOutsideQuotes(v) {
                 let trimmed = piece.drop { $0 == " " || $0 == "\t" }
                 guard let first = trimmed.split(whereSeparator: { $0 == " " || $0 == "\t" }).first, !first.contains("=")
                 else { continue }
@@ -16,6 +16,29 @@ enum NetworkAuthScheme {
             }
         }
         return out
+    }
+
+    /// `value` split at commas that are not inside a quoted string (`nonce="a,b"` stays whole).
+    static func splitOutsideQuotes(_ value: String) -> [Substring] {
+        var pieces: [Substring] = []
+        var start = value.startIndex
+        var quoted = false
+        var escaped = false
+        for i in value.indices {
+            let ch = value[i]
+            if escaped {
+                escaped = false
+            } else if quoted && ch == "\\" {
+                escaped = true
+            } else if ch == "\"" {
+                quoted.toggle()
+            } else if ch == ",", !quoted {
+                pieces.append(value[start..<i])
+                start = value.index(after: i)
+            }
+        }
+        pieces.append(value[start...])
+        return pieces
     }
 
     /// The scheme the credential answers `offered` with, or nil when it cannot answer any.

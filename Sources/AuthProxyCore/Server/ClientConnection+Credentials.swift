@@ -109,6 +109,8 @@ extension ClientConnection {
     /// `rate_limit`: spends one request of this client (its `[[client]]` name, else its address) from every
     /// applicable credential's bucket; the first one empty answers 429 and the upstream is not contacted.
     func rateLimited(store: CredentialStore, targets: [URLTarget]) -> (error: ErrorResponse, retryAfter: Int)? {
+        // (The refusing credential is noted on the exchange for its metrics: `credential` stays unset, as nothing
+        // of it was applied.)
         var seen = Set<String>()
         let who = client.map { "user:\($0.name)" } ?? "address:\(address)"
         let now = DispatchTime.now().uptimeNanoseconds
@@ -116,7 +118,10 @@ extension ClientConnection {
             for c in store.applicable(for: target) where seen.insert(c.name).inserted {
                 guard let limit = c.rateLimit else { continue }
                 if case .limited(let wait) = context.access.rateLimiter.take(credential: c.name, client: who, limit: limit, now: now) {
-                    ProxyMetrics.active?.rateLimited(credential: c.name)
+                    if let m = ProxyMetrics.active {
+                        m.rateLimited(credential: c.name)
+                        ex?.limitedBy = c.name
+                    }
                     if let held = context.access.throttle.admit("rate:\(c.name)", now: now) {
                         logger.warning("rate limit exceeded", metadata: ["credential": "\(c.name)", "client": "\(client?.name ?? "\(address)")",
                             "limit": "\(limit.requests)/\(limit.perSeconds)s", "refused_since_last_report": "\(held)"])

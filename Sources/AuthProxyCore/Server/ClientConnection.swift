@@ -419,7 +419,7 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
 
     /// The exchange's metrics, next to its access-log line (see ``ProxyMetrics``).
     private func recordExchange(_ m: ProxyMetrics, _ x: ExchangeContext?, status: Int, started: UInt64) {
-        let credential = x?.credential?.name ?? x?.networkAuth.passwordName ?? x?.networkAuth.certificateName
+        let credential = x?.credential?.name ?? x?.limitedBy ?? x?.networkAuth.passwordName ?? x?.networkAuth.certificateName
         loop.requestCounters.increment(credential: credential ?? MetricLabels.noCredential, method: x?.head?.method ?? "-",
             status: status, metrics: m)
         m.durationTotal.recordNanoseconds(Int64(bitPattern: now &- started))

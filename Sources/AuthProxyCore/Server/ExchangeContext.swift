@@ -58,6 +58,8 @@ final class ExchangeContext {
     /// A retry with a fresh token is under way (or ended): its credential, and its result once known
     /// (`rejected` again, `token_failure`); nil result: decided by the final status.
     var retry: (credential: String, result: String?)? = nil
+    /// The credential whose `rate_limit` refused the request (its metrics label).
+    var limitedBy: String? = nil
 
     init() {}
 
@@ -92,5 +94,6 @@ final class ExchangeContext {
         upstreamStarted = 0
         challengeScheme = nil
         retry = nil
+        limitedBy = nil
     }
 }
