@@ -135,7 +135,7 @@ def test_metrics_count_exactly_what_happened(proxy_factory, origin, ags, session
         bad.stop()
 
 
-def test_live_gauges_and_network_auth_are_scraped(proxy_factory, origin, session):
+def test_live_gauges_are_read_when_scraped(proxy_factory, origin, session):
     p = start_with_admin(proxy_factory, "")
     conns = [socket.create_connection(("127.0.0.1", int(p.authority.rsplit(":", 1)[1]))) for _ in range(3)]
     try:
@@ -299,3 +299,34 @@ def test_status_page_in_headless_chromium_shows_credentials_and_no_secret(proxy_
         for secret in ["KEY-SECRET-XYZ", "alice-pass", *used_tokens]:
             assert secret not in text
             assert secret[:8] not in text  # not even a prefix
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Network authentication outcomes (real Apache httpd: Basic, Digest, NTLM)
+# ---------------------------------------------------------------------------------------------------------
+
+from netauth.fixtures import netauth_rig  # noqa: E402,F401  (fixture)
+
+
+def test_network_auth_outcomes_are_counted_and_shown(proxy_factory, netauth_rig, session):
+    rig = netauth_rig
+    config = (cred("basic", "password", rig.basic.url, username="alice", password="alice-pw", allow_basic_over_http=True)
+              + cred("digest", "password", rig.digest.url, username="alice", password="WRONG-PW")
+              + cred("ntlm", "password", rig.ntlm.url, username="alice", password="alice-pw", domain="TESTDOM"))
+    p = start_with_admin(proxy_factory, config)
+    assert via(p, session, "GET", rig.basic.url + "secret").status_code == 200
+    assert via(p, session, "GET", rig.ntlm.url + "secret").status_code == 200
+    assert via(p, session, "GET", rig.digest.url + "secret").status_code == 401
+    m = samples(p)
+    assert value(m, "authproxy_network_auth_total", credential="basic", scheme="basic", result="success") == 1
+    assert value(m, "authproxy_network_auth_total", credential="ntlm", scheme="ntlm", result="success") == 1
+    assert value(m, "authproxy_network_auth_total", credential="digest", scheme="digest", result="failure") == 1
+    assert value(m, "authproxy_requests_total", credential="digest", method="GET", status_class="4xx") == 1
+    doc = admin_get(p, "/status.json").json()
+    digest = [c for c in doc["credentials"] if c["name"] == "digest"][0]
+    assert digest["networkAuth"] == [{"scheme": "digest", "successes": 0, "failures": 1,
+                                      "last": digest["networkAuth"][0]["last"], "lastSucceeded": False}]
+    page = admin_get(p, "/").text
+    assert 'id="network-auth"' in page
+    for secret in ("alice-pw", "WRONG-PW"):
+        assert secret not in page and secret not in json.dumps(doc) and secret not in admin_get(p, "/metrics").text
