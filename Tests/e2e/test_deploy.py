@@ -286,6 +286,42 @@ def manifest(request):
     return Manifest(os.path.join(K8S, request.param))
 
 
+# Field names of the Kubernetes API objects the examples use (core/v1, apps/v1), to catch a misspelt key
+# (which the API server would drop with only a warning) without a cluster or a schema download.
+POD_SPEC = {"initContainers", "containers", "volumes", "securityContext", "automountServiceAccountToken",
+            "terminationGracePeriodSeconds", "topologySpreadConstraints", "serviceAccountName", "nodeSelector",
+            "affinity", "tolerations", "priorityClassName", "dnsPolicy", "enableServiceLinks", "hostAliases"}
+CONTAINER = {"name", "image", "imagePullPolicy", "command", "args", "workingDir", "ports", "env", "envFrom",
+             "resources", "volumeMounts", "livenessProbe", "readinessProbe", "startupProbe", "lifecycle",
+             "securityContext", "restartPolicy", "terminationMessagePolicy", "resizePolicy"}
+CONTAINER_SC = {"runAsUser", "runAsGroup", "runAsNonRoot", "readOnlyRootFilesystem", "allowPrivilegeEscalation",
+                "capabilities", "seccompProfile", "privileged", "procMount", "seLinuxOptions", "appArmorProfile"}
+POD_SC = {"runAsUser", "runAsGroup", "runAsNonRoot", "fsGroup", "fsGroupChangePolicy", "seccompProfile",
+          "supplementalGroups", "sysctls", "seLinuxOptions", "appArmorProfile"}
+PROBE = {"httpGet", "tcpSocket", "exec", "grpc", "initialDelaySeconds", "periodSeconds", "timeoutSeconds",
+         "successThreshold", "failureThreshold", "terminationGracePeriodSeconds"}
+VOLUME_MOUNT = {"name", "mountPath", "readOnly", "subPath", "subPathExpr", "mountPropagation"}
+VOLUME = {"name", "configMap", "secret", "emptyDir", "persistentVolumeClaim", "projected"}
+
+
+def test_k8s_field_names(manifest):
+    pod = manifest.pod
+    assert set(pod) <= POD_SPEC, set(pod) - POD_SPEC
+    assert set(pod["securityContext"]) <= POD_SC
+    assert set(manifest.deployment["spec"]) <= {"replicas", "selector", "strategy", "template",
+                                                "minReadySeconds", "revisionHistoryLimit",
+                                                "progressDeadlineSeconds"}
+    for c in manifest.all_containers():
+        assert set(c) <= CONTAINER, (c["name"], set(c) - CONTAINER)
+        assert set(c["securityContext"]) <= CONTAINER_SC, c["name"]
+        for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+            assert set(c.get(probe, {})) <= PROBE, (c["name"], probe)
+        for m in c.get("volumeMounts", []):
+            assert set(m) <= VOLUME_MOUNT, m
+    for v in pod["volumes"]:
+        assert set(v) <= VOLUME and len(v) == 2, v
+
+
 def test_k8s_security_context(manifest):
     pod = manifest.pod
     assert pod["securityContext"]["runAsNonRoot"] is True
