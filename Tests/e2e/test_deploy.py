@@ -465,6 +465,8 @@ def test_k8s_configs_serve(manifest, tmp_path):
     text = re.sub(r'(?m)^listen = "0\.0\.0\.0:9128"$', 'listen = "127.0.0.1:%d"' % admin, text, count=1)
     # the shared proxy serves the pod network only; let the test's loopback client in
     text = re.sub(r'(?m)^allow_clients = \[', 'allow_clients = ["127.0.0.0/8", ', text, count=1)
+    # nothing in flight to wait for; keep the stop quick even if a prefetch is still trying gis.example.com
+    text = re.sub(r'(?m)^shutdown_grace_seconds = \d+', 'shutdown_grace_seconds = 2', text, count=1)
     with open(path, "w") as f:
         f.write(text)
     p = harness.Proxy(harness.proxy_bin(), path, os.path.join(root, "proxy.log"), "127.0.0.1", port)
@@ -472,7 +474,7 @@ def test_k8s_configs_serve(manifest, tmp_path):
         p.start()
         assert harness.healthz("127.0.0.1", port)[0] == 200
     finally:
-        rc = p.stop()
+        rc = p.stop(grace=30)
     assert rc == 0, p.log_text()[-3000:]
 
 
