@@ -678,6 +678,11 @@ def expand_syscall_group(exe, group, seen=None):
     return names
 
 
+def traced_pid(strace_proc):
+    out = subprocess.run(["pgrep", "-P", str(strace_proc.pid)], capture_output=True, text=True).stdout
+    return int(out.split()[0])
+
+
 def test_syscalls_inside_the_unit_filter(tmp_path, origin):
     """authproxy serving (a relayed request with a credential, a blind CONNECT, SIGTERM) uses
     only system calls in SystemCallFilter=@system-service and sockets of RestrictAddressFamilies=."""
@@ -740,11 +745,14 @@ def test_syscalls_inside_the_unit_filter(tmp_path, origin):
                 pass
         # authproxy is strace's child: signal it, so it shuts down on its own and strace sees all of it.
         # (Reload by SIGHUP is not exercised: watch_config in the configuration covers the file watching.)
-        pid = int(subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()[0])
-        os.kill(pid, signal.SIGTERM)
+        os.kill(traced_pid(proc), signal.SIGTERM)
         proc.wait(30)
     finally:
         if proc.poll() is None:
+            try:
+                os.kill(traced_pid(proc), signal.SIGKILL)   # killing strace alone would leave it running
+            except (IndexError, OSError):
+                pass
             proc.kill()
             proc.wait(10)
         log.close()
