@@ -16,7 +16,8 @@ FROM debian:bookworm-slim
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libcurl4 libssl3 ca-certificates curl krb5-user \
  && rm -rf /var/lib/apt/lists/* \
- && useradd --system --uid 10001 --home-dir /var/lib/authproxy --shell /usr/sbin/nologin authproxy \
+ && groupadd --system --gid 10001 authproxy \
+ && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/authproxy --shell /usr/sbin/nologin authproxy \
  && install -d -o authproxy -g authproxy -m 0700 /var/lib/authproxy \
  && install -d -m 0755 /etc/authproxy
 COPY --from=build /out/authproxy /usr/local/bin/authproxy
@@ -31,12 +32,15 @@ RUN sed -i \
       -e 's|^format = "text"|format = "json"|' \
       /etc/authproxy/proxy.conf \
  && /usr/local/bin/authproxy check --config /etc/authproxy/proxy.conf
-USER authproxy
+# Numeric, so Kubernetes' runAsNonRoot can verify it without runAsUser (a user name cannot be checked).
+USER 10001:10001
 # File descriptors: about 2 per proxied connection (see the README's "File descriptors"). An image cannot set
 # them; the runtime does: docker run --ulimit nofile=65536:65536 (compose: ulimits: nofile: 65536). authproxy
 # raises its soft limit to the hard one at start and warns when that cannot cover max_connections.
 VOLUME ["/var/lib/authproxy"]
-EXPOSE 3128
+# 3128: the proxy. 9128: the admin listener (health, readiness, metrics, status), when the configuration has
+# an [admin] section, as the examples in deploy/ do (the built-in configuration has none).
+EXPOSE 3128 9128
 STOPSIGNAL SIGTERM
 HEALTHCHECK --interval=30s --timeout=3s --start-period=5s --retries=3 \
   CMD curl -fsS --noproxy '*' http://127.0.0.1:3128/healthz || exit 1

@@ -9,7 +9,8 @@ cd "$(dirname "$0")/.."
 sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
 need=()
 for pkg in libcurl4-openssl-dev libssl-dev zlib1g-dev pkg-config curl openssl gdal-bin python3 iproute2 util-linux \
-           apache2 libapache2-mod-auth-gssapi gss-ntlmssp krb5-kdc krb5-admin-server krb5-user chromium; do
+           apache2 libapache2-mod-auth-gssapi gss-ntlmssp krb5-kdc krb5-admin-server krb5-user \
+           python3-yaml systemd strace chromium; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -17,7 +18,8 @@ if [ ${#need[@]} -gt 0 ]; then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
 fi
-python3 -c 'import requests, pytest, prometheus_client' 2>/dev/null || python3 -m pip install -q requests pytest prometheus-client
+python3 -c 'import requests, pytest, yaml, prometheus_client' 2>/dev/null \
+  || python3 -m pip install -q requests pytest pyyaml prometheus-client
 
 echo "== swift build (release: what the run command builds)"
 swift build -c release --product authproxy
