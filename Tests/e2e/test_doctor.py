@@ -8,9 +8,11 @@ variables it names), `authproxy check` accepts it -- and refuses it while they a
 """
 
 import json
-import os
 import re
+import socket
+import ssl
 import subprocess
+import threading
 import tomllib
 
 import pytest
@@ -245,6 +247,54 @@ def test_mtls_client_certificate_requested(proxy_binary, netauth_rig, tmp_path):
     assert "GET → HTTP 200" in r3.stderr, r3.stderr
     assert "configured certificate credential answers it" in r3.stderr
     assert pki.bob_p12_password not in r3.stdout + r3.stderr
+
+
+class TLS12ClientCertServer:
+    """A TLS 1.2-only server that requires a client certificate: unlike TLS 1.3, it ends the handshake itself
+    when none comes, so the refusal is seen during the handshake."""
+
+    def __init__(self, cert, key):
+        self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+        self.ctx.load_cert_chain(cert, key)
+        self.ctx.verify_mode = ssl.CERT_REQUIRED
+        self.ctx.load_verify_locations(cert)
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+        self.handshakes_refused = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            try:
+                with self.ctx.wrap_socket(c, server_side=True) as s:
+                    s.recv(4096)
+                    s.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+            except (ssl.SSLError, OSError):
+                self.handshakes_refused += 1
+                c.close()
+
+    def close(self):
+        self.sock.close()
+
+
+def test_tls12_client_certificate_refused_in_the_handshake(proxy_binary, tls_cert):
+    cert, key = tls_cert
+    srv = TLS12ClientCertServer(cert, key)
+    try:
+        r, creds = doctor_ok(proxy_binary, "https://127.0.0.1:%d/maps/service" % srv.port)
+        assert set(by_type(creds)) == {"certificate", "server-trust"}, r.stdout
+        assert "asks for a client certificate in the handshake" in r.stderr
+        assert "without one the server refuses: " in r.stderr
+        assert srv.handshakes_refused >= 1
+    finally:
+        srv.close()
 
 
 # ---------------------------------------------------------------------------
