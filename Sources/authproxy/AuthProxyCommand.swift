@@ -13,7 +13,7 @@ struct AuthProxyCommand: ParsableCommand {
         commandName: "authproxy",
         abstract: "An authenticating HTTP forward proxy for ArcGIS and OGC services.",
         version: "authproxy \(AuthProxyVersion.string)",
-        subcommands: [Serve.self, Check.self, Login.self, SignOutCommand.self, CA.self],
+        subcommands: [Serve.self, Check.self, Doctor.self, Login.self, SignOutCommand.self, CA.self],
         defaultSubcommand: Serve.self
     )
 }
@@ -162,6 +162,42 @@ struct Check: ParsableCommand {
             let hint = error.kind == .damaged ? " (serve would rename it aside and start without saved tokens)" : ""
             printError("authproxy: \(options.config): token state: \(error)\(hint)")
             throw ExitCode(2)
+        }
+    }
+}
+
+struct Doctor: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Probe a service and print the [[credential]] blocks it needs (summary on stderr, TOML on stdout).",
+        discussion: """
+            Fetches <server root>/rest/info?f=json, requests URL without credentials, and for https checks the \
+            certificate and whether the server asks for a client certificate. Exit status: 0 when the probe \
+            worked (whatever it found), 1 when the service cannot be reached, 2 for a bad URL or configuration.
+            """)
+
+    @Argument(help: "The service URL, e.g. https://gis.example.com/arcgis/rest/services/Roads/FeatureServer/0")
+    var url: String
+
+    @Option(name: .shortAndLong, help: "proxy.conf whose server-trust (and client certificate) settings the probe uses, and whose credentials count as configured.")
+    var config: String?
+
+    @Option(name: .long, help: "Seconds each connection and request may take.")
+    var timeout: Int = 15
+
+    func run() throws {
+        guard timeout > 0, timeout <= 3600 else {
+            printError("authproxy: doctor: --timeout must be 1…3600 seconds")
+            throw ExitCode(2)
+        }
+        let credentials = try config.map { try ConfigOptions.load($0).credentials } ?? []
+        ProxyServer.initializeLibraries()
+        do throws(DoctorError) {
+            let report = try DoctorProbe(url: url, timeoutSeconds: timeout, credentials: credentials).run()
+            printError(report.summary.hasSuffix("\n") ? String(report.summary.dropLast()) : report.summary)
+            print(report.toml, terminator: "")
+        } catch {
+            printError("authproxy: doctor: \(error)")
+            throw ExitCode(error.cause == .badURL ? 2 : 1)
         }
     }
 }

@@ -1,3 +1,4 @@
+import CCurl
 import Dispatch
 
 /// A small request the proxy makes on its own behalf (token services, `rest/info`): the whole response is
@@ -7,6 +8,8 @@ final class HTTPFetch: UpstreamTransferDelegate {
         var status: Int
         var contentType: String?
         var body: [UInt8]
+        /// The fields of the final response head, in order (`authproxy doctor` reads `WWW-Authenticate`).
+        var headers: [(name: String, value: String)] = []
     }
 
     static let maxBody = 1024 * 1024
@@ -19,22 +22,31 @@ final class HTTPFetch: UpstreamTransferDelegate {
     private let timeoutSeconds: Int
     private var status = 0
     private var contentType: String?
+    private var headers: [(name: String, value: String)] = []
     private var body: [UInt8] = []
+    /// With a limit, a longer body is cut there and the response still counts (a probe reads only the start);
+    /// without one, a body over ``maxBody`` fails the fetch.
+    private let bodyLimit: Int?
+    private var truncated = false
     private var transfer: UpstreamTransfer?
     private var completion: ((Result<Response, FetchError>) -> Void)?
     private var keepAlive: HTTPFetch?
 
     struct FetchError: Error, Sendable {
         let message: String
+        /// libcurl's code, when the transfer failed (so a caller can tell DNS from TLS from a timeout).
+        var curlCode: CURLcode? = nil
     }
 
     /// Server trust and network credentials for the request (token services behind an internal CA or IWA).
     private let network: NetworkAuth
 
     init(multi: CurlMulti, method: String, url: String, form: [(String, String)]?, timeoutSeconds: Int,
-        network: NetworkAuth = NetworkAuth(), completion: @escaping (Result<Response, FetchError>) -> Void)
+        network: NetworkAuth = NetworkAuth(), bodyLimit: Int? = nil,
+        completion: @escaping (Result<Response, FetchError>) -> Void)
     {
         self.network = network
+        self.bodyLimit = bodyLimit
         self.multi = multi
         self.method = method
         self.url = url
@@ -68,12 +80,21 @@ final class HTTPFetch: UpstreamTransferDelegate {
             let parts = line.split(separator: " ")
             status = parts.count > 1 ? Int(parts[1]) ?? 0 : 0
             contentType = nil
-        } else if let colon = line.firstIndex(of: ":"), line[..<colon].caseInsensitiveEquals("content-type") {
-            contentType = String(line[line.index(after: colon)...].trimmingHTTPWhitespace())
+            headers = []
+        } else if let colon = line.firstIndex(of: ":") {
+            let name = line[..<colon]
+            let value = String(line[line.index(after: colon)...].trimmingHTTPWhitespace())
+            if name.caseInsensitiveEquals("content-type") { contentType = value }
+            headers.append((String(name), value))
         }
     }
 
     func transferDidReceiveBody(_ bytes: UnsafeRawBufferPointer) -> BodyAcceptance {
+        if let limit = bodyLimit, body.count + bytes.count > limit {
+            body.append(contentsOf: bytes.prefix(limit - body.count))
+            truncated = true
+            return .abort
+        }
         guard body.count + bytes.count <= Self.maxBody else { return .abort }
         body.append(contentsOf: bytes)
         return .accepted
@@ -96,10 +117,11 @@ final class HTTPFetch: UpstreamTransferDelegate {
         let done = completion
         completion = nil
         transfer = nil
-        if let error {
-            done?(.failure(FetchError(message: error.detail.isEmpty ? error.response.message : "\(error.response.message): \(error.detail)")))
+        if let error, !(truncated && error.code == CURLE_WRITE_ERROR) {
+            done?(.failure(FetchError(message: error.detail.isEmpty ? error.response.message : "\(error.response.message): \(error.detail)",
+                curlCode: error.code)))
         } else {
-            done?(.success(Response(status: status, contentType: contentType, body: body)))
+            done?(.success(Response(status: status, contentType: contentType, body: body, headers: headers)))
         }
         keepAlive = nil
     }

@@ -29,6 +29,25 @@ public final class SyncFetch: @unchecked Sendable {
         public var text: String { String(decoding: body, as: UTF8.self) }
     }
 
+    /// GETs `url` with exactly these network settings (server trust, a client certificate) and keeps at most
+    /// `bodyLimit` bytes of the body: `authproxy doctor`'s probes, which must see challenges, not answer them.
+    func get(_ url: String, network: NetworkAuth, bodyLimit: Int) -> Result<HTTPFetch.Response, HTTPFetch.FetchError> {
+        let done = DispatchSemaphore(value: 0)
+        nonisolated(unsafe) var outcome: Result<HTTPFetch.Response, HTTPFetch.FetchError>? = nil
+        let multi = multi
+        let timeout = timeoutSeconds
+        queue.async {
+            let f = HTTPFetch(multi: multi, method: "GET", url: url, form: nil, timeoutSeconds: timeout, network: network,
+                bodyLimit: bodyLimit) { r in
+                outcome = r
+                done.signal()
+            }
+            f.start()
+        }
+        done.wait()
+        return outcome!
+    }
+
     /// POSTs an urlencoded form; throws a message on transport failure.
     public func post(_ url: String, form: [(String, String)]) throws(StateError) -> Response {
         let done = DispatchSemaphore(value: 0)

@@ -227,11 +227,11 @@ struct ServerInfoResponse: Decodable, Sendable, Equatable {
 
 extension KeyedDecodingContainer {
     /// A string member; absent when it is anything else.
-    fileprivate func lenientString(_ key: Key) -> String? { try? decode(String.self, forKey: key) }
+    func lenientString(_ key: Key) -> String? { try? decode(String.self, forKey: key) }
 
     /// A number member (a fraction truncated toward zero; a flag is 1 or 0); absent when it is anything else or
     /// does not fit 64 bits.
-    fileprivate func lenientInt64(_ key: Key) -> Int64? {
+    func lenientInt64(_ key: Key) -> Int64? {
         if let n = try? decode(Int64.self, forKey: key) { return n }
         if let d = try? decode(Double.self, forKey: key) { return Int64(exactly: d.rounded(.towardZero)) }
         if let b = try? decode(Bool.self, forKey: key) { return b ? 1 : 0 }
@@ -239,7 +239,7 @@ extension KeyedDecodingContainer {
     }
 
     /// A flag member, or a number that is exactly 1 or 0; absent when it is anything else.
-    fileprivate func lenientBool(_ key: Key) -> Bool? {
+    func lenientBool(_ key: Key) -> Bool? {
         if let b = try? decode(Bool.self, forKey: key) { return b }
         switch try? decode(Double.self, forKey: key) {
         case 1: return true
@@ -249,7 +249,7 @@ extension KeyedDecodingContainer {
     }
 
     /// The string entries of an array member (others skipped); empty when it is not an array.
-    fileprivate func lenientStrings(_ key: Key) -> [String] {
+    func lenientStrings(_ key: Key) -> [String] {
         guard var list = try? nestedUnkeyedContainer(forKey: key) else { return [] }
         var strings: [String] = []
         while !list.isAtEnd {

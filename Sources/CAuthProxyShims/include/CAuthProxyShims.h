@@ -68,4 +68,6 @@ int ap_ssl_reason_unknown_ca(void);
 int ap_ssl_reason_bad_certificate(void);
 int ap_ssl_reason_certificate_unknown(void);
 
+#include "CAuthProxyTLSProbe.h"
+
 #endif

@@ -1,0 +1,274 @@
+/// Decides which credentials a service needs from what ``DoctorProbe`` found, the way the ArcGIS SDK's
+/// challenge handling would meet each challenge:
+///
+/// - the certificate does not verify (with the `--config` trust, else the system CAs) → `server-trust`;
+/// - the TLS server asks for a client certificate → `certificate`;
+/// - a 401 offers Basic, Digest or NTLM → `password` with exactly those `schemes`; Negotiate alone →
+///   `kerberos`; Negotiate with NTLM (IIS) → `password` for NTLM, `kerberos` as the commented alternative;
+/// - token-based security (`rest/info`) or a 498/499 answer → `arcgis-token`: against the server's own token
+///   service when it is standalone, against the owning portal when it is federated (with `oauth-app` as the
+///   commented alternative), against the portal itself for portal URLs. When the URL answered without a
+///   token, the block is proposed commented out: the server uses tokens, this resource does not need one.
+///
+/// A type the `--config` file already applies to the URL is not proposed again. Web-tier credentials match
+/// ``DoctorFindings/authScope`` (the ArcGIS root where there is one); token credentials the server root (and
+/// its portal); TLS credentials the origin, since TLS is per host and port.
+enum CredentialAdvisor {
+    struct Advice: Sendable, Equatable {
+        var suggestions: [CredentialSuggestion]
+        /// Sentences for the summary: why something was not proposed, or what to watch out for.
+        var notes: [String]
+    }
+
+    static func advise(_ f: DoctorFindings) -> Advice {
+        var out: [CredentialSuggestion] = []
+        var notes: [String] = []
+        let host = f.target.host
+
+        if let tls = f.tls {
+            if !tls.verifies {
+                out.append(serverTrust(f, tls, host: host))
+            }
+            if let request = tls.clientCertificate {
+                if f.isConfigured("certificate") {
+                    notes.append(
+                        "the server asks for a client certificate; the configured certificate credential answers it")
+                } else {
+                    out.append(certificate(f, request, host: host))
+                }
+            }
+        }
+
+        let offered = f.response.map { r in r.status == 401 ? r.challenges : [] } ?? []
+        let has = { (scheme: String) in offered.contains { $0.is(scheme) } }
+        var schemes: [String] = []
+        for s in ["basic", "digest", "ntlm"] where has(s) { schemes.append(s) }
+        if !schemes.isEmpty {
+            if f.isConfigured("password") {
+                notes.append(
+                    "the server asks for \(schemes.joined(separator: "/")); the configured password credential answers it"
+                )
+            } else {
+                out.append(password(f, schemes: schemes, host: host))
+            }
+        }
+        if has("negotiate") {
+            if f.isConfigured("kerberos") {
+                notes.append("the server offers Negotiate; the configured kerberos credential answers it")
+            } else if schemes.contains("ntlm") {
+                var k = kerberos(f, host: host)
+                k.isAlternative = true
+                k.reasons = ["Or, with a Kerberos identity (Negotiate is offered too), instead of NTLM:"]
+                out.append(k)
+            } else {
+                // A password credential cannot help: the proxy offers Negotiate only with a Kerberos identity.
+                out.append(kerberos(f, host: host))
+            }
+        }
+        let unknown = offered.filter { c in !["basic", "digest", "ntlm", "negotiate"].contains { c.is($0) } }
+        if !unknown.isEmpty {
+            notes.append(
+                "authproxy has no credential for the scheme(s) \(unknown.map(\.scheme).joined(separator: ", "))")
+        }
+
+        out += tokenCredentials(f, notes: &notes)
+        return Advice(suggestions: out, notes: notes)
+    }
+
+    // MARK: - TLS
+
+    private static func serverTrust(_ f: DoctorFindings, _ tls: DoctorFindings.TLS, host: String)
+        -> CredentialSuggestion
+    {
+        let reason = (tls.configuredTrust?.verification.reason ?? tls.systemTrust.reason).map { " (\($0))" } ?? ""
+        var reasons = ["The certificate of \(f.origin) does not verify\(reason)."]
+        if let c = tls.configuredTrust {
+            reasons.append(
+                "It does not verify with the configured server-trust '\(c.credential)' (\(c.setting)) either.")
+        }
+        reasons.append("Give the CA that issued it, or pin its key (the pin below is this server's current key).")
+        return CredentialSuggestion(
+            type: "server-trust", name: CredentialSuggestion.name(host: host, type: "server-trust"), match: [f.origin],
+            reasons: reasons,
+            fields: [
+                .init(
+                    "ca_file", .string(CredentialSuggestion.placeholder + ".pem"),
+                    comment: "PEM file of the CA certificate(s) that issued it, e.g. \(tls.issuer)"),
+                .init(
+                    "pinned_public_key", .string(tls.publicKeyPin),
+                    comment: "or: pin this key (host name still checked)",
+                    commentedOut: true),
+                .init("insecure", .bool(true), comment: "or: no verification at all", commentedOut: true),
+            ])
+    }
+
+    private static func certificate(_ f: DoctorFindings, _ r: DoctorFindings.ClientCertificateRequest, host: String)
+        -> CredentialSuggestion
+    {
+        let name = CredentialSuggestion.name(host: host, type: "certificate")
+        var reasons = [
+            "\(f.origin) asks for a TLS client certificate"
+                + (r.refusal.map { " and refuses the connection without one (\($0))." }
+                    ?? " (optional: it answers without one).")
+        ]
+        if !r.acceptedIssuers.isEmpty {
+            reasons.append("Accepted issuers: \(r.acceptedIssuers.joined(separator: "; "))")
+        }
+        return CredentialSuggestion(
+            type: "certificate", name: name, match: [f.origin], reasons: reasons,
+            fields: [
+                .init(
+                    "file", .string(CredentialSuggestion.placeholder + ".p12"),
+                    comment: "PKCS#12 (.p12/.pfx) with the certificate and key"),
+                .init("password", .string(CredentialSuggestion.secretReference(host: host, "p12_password"))),
+                .init(
+                    "cert", .string(CredentialSuggestion.placeholder + ".pem"),
+                    comment: "or PEM: cert + key instead of file + password",
+                    commentedOut: true),
+                .init("key", .string(CredentialSuggestion.placeholder + ".key"), commentedOut: true),
+            ])
+    }
+
+    // MARK: - HTTP authentication
+
+    private static func password(_ f: DoctorFindings, schemes: [String], host: String) -> CredentialSuggestion {
+        let name = CredentialSuggestion.name(host: host, type: "password")
+        let offered = schemes.map { $0 == "ntlm" ? "NTLM" : $0.prefix(1).uppercased() + $0.dropFirst() }
+        var fields: [CredentialSuggestion.Field] = [
+            .init("username", .string(CredentialSuggestion.placeholder)),
+            .init("password", .string(CredentialSuggestion.secretReference(host: host, "password"))),
+            .init("schemes", .strings(schemes), comment: "what the server offers"),
+        ]
+        if schemes.contains("ntlm") {
+            fields.append(
+                .init(
+                    "domain", .string(CredentialSuggestion.placeholder),
+                    comment: "NTLM domain if the user needs one (sent as DOMAIN\\user)", commentedOut: true))
+        }
+        if schemes == ["basic"], f.target.scheme == "http" {
+            fields.append(
+                .init(
+                    "allow_basic_over_http", .bool(true),
+                    comment: "the server is plain http: Basic sends this password in clear on every request"))
+        }
+        return CredentialSuggestion(
+            type: "password", name: name, match: [f.authScope],
+            reasons: ["\(f.authScope) answers 401 and offers \(offered.joined(separator: ", "))."], fields: fields)
+    }
+
+    private static func kerberos(_ f: DoctorFindings, host: String) -> CredentialSuggestion {
+        let name = CredentialSuggestion.name(host: host, type: "kerberos")
+        return CredentialSuggestion(
+            type: "kerberos", name: name, match: [f.authScope],
+            reasons: ["\(f.authScope) answers 401 and offers Negotiate (Kerberos/SPNEGO) only."],
+            fields: [
+                .init("principal", .string(CredentialSuggestion.placeholder), comment: "e.g. svc-gis@CORP.EXAMPLE"),
+                .init("keytab", .string(CredentialSuggestion.placeholder + ".keytab")),
+                .init(
+                    "password", .string(CredentialSuggestion.secretReference(host: host, "kerberos_password")),
+                    comment: "or: the principal's password instead of keytab", commentedOut: true),
+            ])
+    }
+
+    // MARK: - ArcGIS tokens
+
+    private static func tokenCredentials(_ f: DoctorFindings, notes: inout [String]) -> [CredentialSuggestion] {
+        let info = f.restInfo?.info
+        let answer = f.response?.arcgisError?.meaning
+        let wantsToken = answer == .tokenRequired || answer == .invalidToken
+        var infoWantsToken = false
+        if case .error(let e)? = f.restInfo?.reading, e.rejectsToken { infoWantsToken = true }
+        guard wantsToken || infoWantsToken || info?.usesTokens == true else { return [] }
+        if let c = f.configured.first(where: {
+            ["api-key", "token", "arcgis-token", "oauth-app", "oauth-user"].contains($0.type)
+        }) {
+            notes.append("the service uses ArcGIS tokens; the configured \(c.type) credential '\(c.name)' applies")
+            return []
+        }
+        let publicResource =
+            !wantsToken && !infoWantsToken && f.response.map { (200..<300).contains($0.status) } == true
+        if publicResource {
+            notes.append(
+                "the server uses ArcGIS tokens, but this URL answered without one (a public resource): "
+                    + "the token credential below is commented out; enable it for secured services")
+        }
+        let host = f.target.host
+        var blocks: [CredentialSuggestion] = []
+        if let owner = info?.owningSystemURL, !f.isPortal, let portal = HTTPURL.parse(owner) {
+            // Federated: the portal issues the tokens; the proxy exchanges them for server tokens.
+            let portalRoot = portal.withoutTrailingSlash
+            let tokenURL = f.portalInfo?.info?.tokenServicesURL ?? ServerRoot.sharingRest(portalRoot) + "/generateToken"
+            let name = CredentialSuggestion.name(host: host, type: "arcgis-token")
+            blocks.append(
+                CredentialSuggestion(
+                    type: "arcgis-token", name: name, match: unique([f.root, portalRoot]),
+                    reasons: [
+                        "\(f.root) is federated with the portal \(portalRoot): portal tokens (exchanged for server tokens) are the way in."
+                    ],
+                    fields: [
+                        .init("username", .string(CredentialSuggestion.placeholder), comment: "a portal user"),
+                        .init("password", .string(CredentialSuggestion.secretReference(host: host, "arcgis_password"))),
+                        .init("token_url", .string(tokenURL), comment: "the portal's token service"),
+                    ]))
+            blocks.append(oauthApp(portal: portalRoot, match: unique([f.root, portalRoot]), host: host))
+        } else if f.isPortal {
+            let tokenURL = info?.tokenServicesURL ?? ServerRoot.sharingRest(f.root) + "/generateToken"
+            let name = CredentialSuggestion.name(host: host, type: "arcgis-token")
+            blocks.append(
+                CredentialSuggestion(
+                    type: "arcgis-token", name: name, match: [f.root],
+                    reasons: ["\(f.root) is a portal: a named user's token from its generateToken, or OAuth."],
+                    fields: [
+                        .init("username", .string(CredentialSuggestion.placeholder)),
+                        .init("password", .string(CredentialSuggestion.secretReference(host: host, "arcgis_password"))),
+                        .init("token_url", .string(tokenURL)),
+                    ]))
+            blocks.append(oauthApp(portal: f.root, match: [f.root], host: host))
+        } else {
+            let name = CredentialSuggestion.name(host: host, type: "arcgis-token")
+            var fields: [CredentialSuggestion.Field] = [
+                .init("username", .string(CredentialSuggestion.placeholder)),
+                .init("password", .string(CredentialSuggestion.secretReference(host: host, "arcgis_password"))),
+            ]
+            var reasons = ["\(f.root) uses token-based security (a standalone server: its own token service)."]
+            if let t = info?.tokenServicesURL {
+                fields.append(.init("token_url", .string(t), comment: "from rest/info"))
+            } else {
+                reasons = ["\(f.root) wants an ArcGIS token, but rest/info did not name a token service."]
+                fields.append(
+                    .init(
+                        "token_url", .string(f.root + "/tokens/generateToken"),
+                        comment: "a guess: check it, or remove it to discover the service from rest/info",
+                        commentedOut: true))
+            }
+            blocks.append(
+                CredentialSuggestion(
+                    type: "arcgis-token", name: name, match: [f.root], reasons: reasons, fields: fields))
+        }
+        if publicResource {
+            for i in blocks.indices where !blocks[i].isAlternative {
+                blocks[i].isAlternative = true
+                blocks[i].reasons.append("This URL answered without a token, so this is commented out.")
+            }
+        }
+        return blocks
+    }
+
+    private static func oauthApp(portal: String, match: [String], host: String) -> CredentialSuggestion {
+        let name = CredentialSuggestion.name(host: host, type: "oauth-app")
+        return CredentialSuggestion(
+            type: "oauth-app", name: name, match: match,
+            reasons: ["Or, as an application (OAuth client credentials registered in the portal), instead of a user:"],
+            fields: [
+                .init("client_id", .string(CredentialSuggestion.placeholder)),
+                .init("client_secret", .string(CredentialSuggestion.secretReference(host: host, "client_secret"))),
+                .init("portal_url", .string(portal)),
+            ],
+            isAlternative: true)
+    }
+
+    private static func unique(_ a: [String]) -> [String] {
+        var seen = Set<String>()
+        return a.filter { seen.insert(ServerRoot.normalized($0)).inserted }
+    }
+}
