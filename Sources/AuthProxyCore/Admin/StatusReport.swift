@@ -66,20 +66,3 @@ public struct StatusReport: Codable, Sendable, Equatable {
     public var interception: Interception?
     public var lastReload: Reload?
 }
-
-/// Milliseconds since the epoch as RFC 3339 UTC (`2026-11-23T10:15:00Z`).
-func rfc3339(millis: Int64) -> String {
-    var t = time_t(millis / 1000)
-    var tm = tm()
-    gmtime_r(&t, &tm)
-    func pad(_ v: Int32, _ n: Int) -> String {
-        let s = String(v)
-        return String(repeating: "0", count: max(0, n - s.count)) + s
-    }
-    return "\(pad(tm.tm_year + 1900, 4))-\(pad(tm.tm_mon + 1, 2))-\(pad(tm.tm_mday, 2))T"
-        + "\(pad(tm.tm_hour, 2)):\(pad(tm.tm_min, 2)):\(pad(tm.tm_sec, 2))Z"
-}
-
-#if canImport(Glibc)
-import Glibc
-#endif

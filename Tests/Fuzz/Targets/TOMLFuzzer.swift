@@ -57,22 +57,8 @@ enum TOMLFuzzer {
         }
     }
 
-    /// A TOML basic string: quote, backslash and control characters escaped.
-    static func quoted(_ s: String) -> String {
-        var out = "\""
-        for u in s.unicodeScalars {
-            switch u {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\t": out += "\t"
-            case _ where u.value < 0x20 || u.value == 0x7f:
-                let hex = String(u.value, radix: 16, uppercase: true)
-                out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-            default: out.unicodeScalars.append(u)
-            }
-        }
-        return out + "\""
-    }
+    /// A TOML basic string (the same escaping `authproxy doctor` prints with).
+    static func quoted(_ s: String) -> String { CredentialTOMLRenderer.quoted(s) }
 
     /// Structural equality (lines aside; NaN equals NaN, zero signs count).
     static func same(_ a: TOMLValue, _ b: TOMLValue) -> Bool {
