@@ -2,7 +2,14 @@
 # A/B: two authproxy binaries, interleaved, on the same single core, relaying a 2 KB JSON from a local nginx
 # with an api-key credential injecting a token into every request.
 #
-#   bash bench/ab.sh OLD_BINARY NEW_BINARY [--rounds N] [--duration SECONDS] [--connections C]
+#   bash bench/ab.sh OLD_BINARY NEW_BINARY [--rounds N] [--duration SECONDS] [--connections C] [--admin-b]
+#
+# --admin-b starts B with the admin listener on ([admin] on a free loopback port: metrics recorded per request),
+# A without it; pass the same binary twice to measure what the metrics cost (issue 12):
+#   bash bench/ab.sh BIN BIN --admin-b
+# At the end it scrapes B's /metrics and compares authproxy_requests_total with the requests wrk completed
+# through B (plus start_bench_proxy's /healthz poll and check request). Without it neither instance has an admin
+# listener.
 #
 # Each round runs wrk (c50, then c1) through A, then through B (B first in even rounds); the proxy is pinned to
 # core 0, nginx and wrk to core 1. Prints req/s, CPU µs per request (utime+stime of the proxy from /proc over the
@@ -10,14 +17,15 @@
 # rounds. Listens on 127.0.0.1 only.
 set -euo pipefail
 
-[[ $# -ge 2 ]] || { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[[ $# -ge 2 ]] || { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 A_BIN="$(readlink -f "$1")"; B_BIN="$(readlink -f "$2")"; shift 2
-ROUNDS=3; DURATION=8; CONNS=50
+ROUNDS=3; DURATION=8; CONNS=50; ADMIN_B=0
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --rounds) ROUNDS="$2"; shift 2 ;;
         --duration) DURATION="$2"; shift 2 ;;
         --connections) CONNS="$2"; shift 2 ;;
+        --admin-b) ADMIN_B=1; shift ;;
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
 done
@@ -28,13 +36,14 @@ source "$(dirname "${BASH_SOURCE[0]}")/pinned.sh"
 start_small_origin
 A_PORT=$(free_port); B_PORT=$(free_port)
 A_PID=$(start_bench_proxy "$A_BIN" "$A_PORT"); PIDS+=("$A_PID")
-B_PID=$(start_bench_proxy "$B_BIN" "$B_PORT"); PIDS+=("$B_PID")
+B_PID=$(BENCH_ADMIN=$ADMIN_B start_bench_proxy "$B_BIN" "$B_PORT"); PIDS+=("$B_PID")
+if [[ "$ADMIN_B" == 1 ]]; then echo "B: admin listener on 127.0.0.1:$(cat "$TMP/p$B_PORT/admin_port") (metrics on); A: none"; fi
 
 TICK=$(getconf CLK_TCK)
 cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
 # Routes wrk through the proxy: absolute-form requests to the proxy's port.
 write_proxy_lua
-run() {  # pid port conns -> "reqs_per_s cpu_us_per_req p50_us p99_us"
+run() {  # pid port conns -> "reqs_per_s cpu_us_per_req p50_us p99_us requests"
     local pid="$1" port="$2" c="$3" t0 t1 out reqs rps p50 p99
     t0=$(cpu_ticks "$pid")
     out=$(taskset -c 1 wrk -t1 -c"$c" -d"${DURATION}s" --latency -s "$TMP/proxy.lua" "http://127.0.0.1:$port" 2>&1)
@@ -50,18 +59,20 @@ def us(s):
     for suf, m in (("us", 1), ("ms", 1e3), ("s", 1e6)):
         if s.endswith(suf): return float(s[:-len(suf)]) * m
     return float(s)
-print("%.0f %.1f %.0f %.0f" % (float(rps), (int(t1) - int(t0)) * 1e6 / int(tick) / max(1, int(reqs)), us(p50), us(p99)))
+print("%.0f %.1f %.0f %.0f %d" % (float(rps), (int(t1) - int(t0)) * 1e6 / int(tick) / max(1, int(reqs)), us(p50), us(p99), int(reqs)))
 PY
 }
 printf "%-6s %-2s %10s %12s %10s %10s %10s\n" round AB "req/s c$CONNS" "CPU us/req" "c1 req/s" "c1 p50 us" "c1 p99 us"
 : > "$TMP/results"
+B_REQS=2  # start_bench_proxy's /healthz poll and check request (both counted in authproxy_requests_total)
 for r in $(seq 1 "$ROUNDS"); do
     # Alternate which binary goes first (A B, B A, ...): in A-first runs here B came out ahead whichever binary it was.
     order="A B"; (( r % 2 == 0 )) && order="B A"
     for ab in $order; do
         if [[ $ab == A ]]; then pid=$A_PID; port=$A_PORT; else pid=$B_PID; port=$B_PORT; fi
-        read -r rps cpu _ _ <<<"$(run "$pid" "$port" "$CONNS")"
-        read -r rps1 _ p50 p99 <<<"$(run "$pid" "$port" 1)"
+        read -r rps cpu _ _ n <<<"$(run "$pid" "$port" "$CONNS")"
+        read -r rps1 _ p50 p99 n1 <<<"$(run "$pid" "$port" 1)"
+        if [[ $ab == B ]]; then B_REQS=$((B_REQS + n + n1)); fi
         printf "%-6s %-2s %10s %12s %10s %10s %10s\n" "$r" "$ab" "$rps" "$cpu" "$rps1" "$p50" "$p99"
         echo "$ab $rps $cpu $rps1 $p50 $p99" >> "$TMP/results"
     done
@@ -80,3 +91,11 @@ b = [float(r[2]) for r in rows if r[0] == "B"]
 ratios = sorted(y / x for x, y in zip(a, b))
 print("  CPU us/req B/A per round: %s; median %.3f" % (" ".join("%.3f" % r for r in ratios), statistics.median(ratios)))
 PY
+if [[ "$ADMIN_B" == 1 ]]; then
+    # wrk counts the responses it read; requests in flight when a run's time is up reach the proxy too (and are
+    # counted there, as 2xx or as 499), so the scrape may exceed wrk's total by up to the connections per run.
+    M=$(metrics_requests_total "$TMP/p$B_PORT")
+    echo "B /metrics: authproxy_requests_total = $M; wrk completed $B_REQS through B (incl. /healthz and the check request); difference $((M - B_REQS))"
+    curl -sf --noproxy '*' --max-time 10 "http://127.0.0.1:$(cat "$TMP/p$B_PORT/admin_port")/metrics" \
+        | grep -E '^authproxy_requests_total[{ ]' | sed 's/^/  /'
+fi

@@ -2,9 +2,14 @@
 # Instructions (callgrind Ir) per keep-alive request through authproxy: a count that stays put when the shared
 # machine is noisy, for A/B checks of per-request CPU that wall-clock benches cannot resolve.
 #
-#   bash bench/irperrequest.sh BINARY [--requests N] [--warmup N] [--profile K]
+#   bash bench/irperrequest.sh BINARY [--requests N] [--warmup N] [--profile K] [--admin]
 #
-# --profile K also prints the K functions with the most Ir per request (self cost, callgrind_annotate).
+# --profile K also prints the K functions with the most Ir per request (self cost, callgrind_annotate), and keeps
+# the annotation and the raw dump as /tmp/irperrequest-annotate.txt and /tmp/irperrequest-callgrind.out (for
+# callgrind_annotate --inclusive=yes, or to diff two runs).
+# --admin turns on the admin listener ([admin] on a free loopback port, so the per-request metrics are recorded;
+# see ProxyMetrics) and checks that authproxy_requests_total on /metrics grew by exactly --requests over the run
+# (scraped before the counters are zeroed and after they are dumped, so the scrapes are not counted).
 #
 # The nginx origin of bench/pinned.sh (core 1) serves small.json; BINARY runs under valgrind --tool=callgrind
 # (core 0) with the api-key credential of the benches (a token injected into every request). One curl process
@@ -17,18 +22,19 @@
 # otherwise). Listens on 127.0.0.1 only.
 set -euo pipefail
 BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-BIN=""; N=2000; WARM=200; PROFILE=0
+BIN=""; N=2000; WARM=200; PROFILE=0; ADMIN=0
 if [[ $# -gt 0 && "$1" != -* ]]; then BIN="$(readlink -f "$1")"; shift; fi
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --requests) N="$2"; shift 2 ;;
         --warmup) WARM="$2"; shift 2 ;;
         --profile) PROFILE="$2"; shift 2 ;;
-        -h|--help) sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --admin) ADMIN=1; shift ;;
+        -h|--help) sed -n '2,23p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
 done
-[[ -n "$BIN" && -x "$BIN" ]] || { echo "usage: bash bench/irperrequest.sh BINARY [--requests N] [--warmup N]" >&2; exit 2; }
+[[ -n "$BIN" && -x "$BIN" ]] || { echo "usage: bash bench/irperrequest.sh BINARY [--requests N] [--warmup N] [--profile K] [--admin]" >&2; exit 2; }
 [[ "$N" =~ ^[0-9]+$ && "$N" -ge 1 && "$WARM" =~ ^[0-9]+$ && "$WARM" -ge 1 ]] || { echo "--requests and --warmup take positive integers" >&2; exit 2; }
 need=()
 command -v valgrind >/dev/null 2>&1 || need+=(valgrind)
@@ -43,7 +49,7 @@ objcopy --strip-debug "$BIN" "$TMP/authproxy"
 cc -O2 -shared -fPIC "$BENCH_DIR/valgrind/sigsuspend_copy.c" -o "$TMP/sigsuspend_copy.so"
 start_small_origin
 PORT=$(free_port)
-write_bench_proxy_conf "$TMP/p" "$PORT"
+BENCH_ADMIN=$ADMIN write_bench_proxy_conf "$TMP/p" "$PORT"
 LD_PRELOAD="$TMP/sigsuspend_copy.so" taskset -c 0 valgrind --tool=callgrind --callgrind-out-file="$TMP/cg.%p.out" \
     "$TMP/authproxy" serve --config "$TMP/p/proxy.conf" > "$TMP/p/log" 2>&1 &
 VPID=$!; PIDS+=("$VPID")
@@ -57,20 +63,28 @@ urls "$WARM" "$TMP/warm.curl"; urls "$N" "$TMP/run.curl"
 codes() { taskset -c 1 curl -s -x "http://127.0.0.1:$PORT" -K "$1" -w '%{http_code}\n' | sort | uniq -c; }
 w=$(codes "$TMP/warm.curl")
 [[ "$w" =~ ^\ *$WARM\ 200$ ]] || { echo "warm-up: not every answer was 200: $w" >&2; exit 1; }
+if [[ "$ADMIN" == 1 ]]; then M0=$(metrics_requests_total "$TMP/p"); fi
 callgrind_control -z "$VPID" >/dev/null
 r=$(codes "$TMP/run.curl")
 callgrind_control -d "$VPID" >/dev/null
 [[ "$r" =~ ^\ *$N\ 200$ ]] || { echo "run: not every answer was 200: $r" >&2; exit 1; }
+if [[ "$ADMIN" == 1 ]]; then
+    M1=$(metrics_requests_total "$TMP/p")
+    echo "admin listener on 127.0.0.1:$(cat "$TMP/p/admin_port"): authproxy_requests_total $M0 -> $M1 (+$((M1 - M0)) over the $N requests)"
+    [[ $((M1 - M0)) -eq "$N" ]] || { echo "metrics: authproxy_requests_total grew by $((M1 - M0)), not $N" >&2; exit 1; }
+fi
 for _ in $(seq 1 50); do ls "$TMP"/cg."$VPID".out.* >/dev/null 2>&1 && break; sleep 0.2; done
 IR=$(awk '/^summary:/ {print $2}' "$TMP"/cg."$VPID".out.* | tail -n1)
 [[ -n "$IR" ]] || { echo "no callgrind dump" >&2; exit 1; }
 echo "binary: $BIN"
+echo "admin listener (metrics): $([[ "$ADMIN" == 1 ]] && echo on || echo off)"
 echo "requests: $N on one keep-alive connection (after $WARM warm-up); Ir total: $IR"
 python3 -c "print(f'Ir per request: {$IR / $N:,.0f}')"
 if [[ "$PROFILE" -gt 0 ]]; then
     echo "-- top $PROFILE functions, Ir per request (self)"
     callgrind_annotate --inclusive=no --threshold=100 "$(ls "$TMP"/cg."$VPID".out.* | tail -n1)" > "$TMP/annotate.txt" 2>&1 || true
     cp "$TMP/annotate.txt" /tmp/irperrequest-annotate.txt
+    cp "$(ls "$TMP"/cg."$VPID".out.* | tail -n1)" /tmp/irperrequest-callgrind.out
     grep -E '^ *[0-9,]+ ' "$TMP/annotate.txt" | grep -v 'PROGRAM TOTALS' | head -n "$PROFILE" \
         | python3 -c '
 import sys, re

@@ -29,10 +29,13 @@ CONF
 }
 
 # write_bench_proxy_conf DIR PORT -> DIR/proxy.conf (and DIR/state): the proxy listens on PORT and injects
-# token=BENCHKEY… into requests to the origin.
+# token=BENCHKEY… into requests to the origin. With BENCH_ADMIN=1 in the environment it also turns on the admin
+# listener (`[admin] listen = "127.0.0.1:<free port>"`, which turns on the metrics recorded per request) and
+# writes that port to DIR/admin_port; unset or 0 (the default): no [admin] section, as before.
 write_bench_proxy_conf() {
     local dir="$1" port="$2"
     mkdir -p "$dir/state"
+    rm -f "$dir/admin_port"
     cat > "$dir/proxy.conf" <<CONF
 [proxy]
 listen = ["127.0.0.1:$port"]
@@ -45,9 +48,23 @@ type = "api-key"
 key = "BENCHKEY0123456789"
 match = "http://127.0.0.1:$ORIGIN_PORT"
 CONF
+    if [[ "${BENCH_ADMIN:-0}" == 1 ]]; then
+        local admin_port
+        admin_port=$(free_port)
+        printf '[admin]\nlisten = "127.0.0.1:%s"\n' "$admin_port" >> "$dir/proxy.conf"
+        echo "$admin_port" > "$dir/admin_port"
+    fi
 }
 
-# start_bench_proxy BINARY PORT -> prints the pid of the proxy of write_bench_proxy_conf, pinned to core 0.
+# metrics_requests_total DIR -> the sum of authproxy_requests_total over every label set, scraped from the admin
+# listener of the proxy whose conf write_bench_proxy_conf wrote to DIR (BENCH_ADMIN=1).
+metrics_requests_total() {
+    curl -sf --noproxy '*' --max-time 10 "http://127.0.0.1:$(cat "$1/admin_port")/metrics" \
+        | awk '/^authproxy_requests_total[{ ]/ {s += $NF} END {printf "%d\n", s}'
+}
+
+# start_bench_proxy BINARY PORT -> prints the pid of the proxy of write_bench_proxy_conf (in $TMP/pPORT), pinned to
+# core 0. Honours BENCH_ADMIN like write_bench_proxy_conf. Sends one request through the proxy as a check.
 start_bench_proxy() {
     local bin="$1" port="$2" dir="$TMP/p$2"
     write_bench_proxy_conf "$dir" "$port"
