@@ -49,7 +49,7 @@ final class ConfigWatcher: @unchecked Sendable {
         self.logger = logger
         self.changed = changed
         let s = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
-        s.setEventHandler { [unowned self] in self.readEvents() }
+        s.setEventHandler { [weak self] in self?.readEvents() }
         s.setCancelHandler { Glibc.close(fd) }
         source = s
         queue.sync { rewatch() }
@@ -120,7 +120,8 @@ final class ConfigWatcher: @unchecked Sendable {
         case .armTimer(let at):
             if timer == nil {
                 let t = DispatchSource.makeTimerSource(queue: queue)
-                t.setEventHandler { [unowned self] in
+                t.setEventHandler { [weak self] in
+                    guard let self else { return }
                     self.act(self.debouncer.timerFired(now: DispatchTime.now().uptimeNanoseconds))
                 }
                 t.schedule(deadline: DispatchTime(uptimeNanoseconds: at))
