@@ -336,3 +336,43 @@ def test_a_listen_change_needs_a_restart_and_the_old_listener_keeps_serving(prox
     assert harness.healthz(p.host, p.port)[0] == 200
     with pytest.raises(ConnectionRefusedError):
         harness.healthz("127.0.0.1", other, timeout=0.5)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Settings that apply live: log level, watch_config itself
+# ---------------------------------------------------------------------------------------------------------
+
+def test_log_level_and_watch_config_apply_live(proxy_factory, origin, session):
+    p = proxy_factory(extra_config=api_key(origin, "OLD-KEY"))
+    assert echo_token(p, origin, session) == "OLD-KEY"
+    assert harness.access_lines_text(p)
+
+    # [log] level = "warning": no more access lines (info), from every logger at once.
+    text = p.config_text.replace('level = "info"', 'level = "warning"')
+    assert text != p.config_text
+    rewrite(p, text)
+    p.proc.send_signal(signal.SIGHUP)  # its own notice line is below the new level: wait for the effect
+    deadline = time.monotonic() + 5
+    while True:
+        n = len(harness.access_lines_text(p))
+        echo_token(p, origin, session)
+        time.sleep(0.1)
+        if len(harness.access_lines_text(p)) == n or time.monotonic() > deadline:
+            break
+    for _ in range(3):
+        echo_token(p, origin, session)
+    time.sleep(0.2)
+    assert len(harness.access_lines_text(p)) == n
+    assert not reload_lines(p)
+
+    # Back to info and watch_config turned on by a SIGHUP: from then on a file change is enough.
+    rewrite(p, p.config_text.replace('level = "warning"', 'level = "info"')
+            .replace("[proxy]\n", "[proxy]\nwatch_config = true\n", 1))
+    sighup(p, "configuration reloaded")
+    assert p.wait_for_log("watching the configuration for changes")
+    rewrite(p, p.config_text.replace("OLD-KEY", "NEW-KEY"))
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline and echo_token(p, origin, session) != "NEW-KEY":
+        time.sleep(0.1)
+    assert echo_token(p, origin, session) == "NEW-KEY"
+    assert 'trigger="file change"' in reload_lines(p, "configuration reloaded")[-1]
