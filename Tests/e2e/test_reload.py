@@ -376,3 +376,33 @@ def test_log_level_and_watch_config_apply_live(proxy_factory, origin, session):
         time.sleep(0.1)
     assert echo_token(p, origin, session) == "NEW-KEY"
     assert 'trigger="file change"' in reload_lines(p, "configuration reloaded")[-1]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Proxy authentication on a kept-alive connection
+# ---------------------------------------------------------------------------------------------------------
+
+def test_a_client_removed_by_a_reload_is_refused_on_its_kept_alive_connection(proxy_factory, origin):
+    import base64
+    clients = ('\n[[client]]\nname = "alice"\npassword = "alice-secret"\n'
+               '\n[[client]]\nname = "bob"\npassword = "bob-secret"\n')
+    p = proxy_factory(extra_config=api_key(origin, "OLD-KEY") + clients)
+
+    def get(conn, user):
+        auth = base64.b64encode(("%s:%s-secret" % (user, user)).encode()).decode()
+        conn.send(request_bytes("GET", origin.url + "/echo", [("Host", origin.authority),
+                                                             ("Proxy-Authorization", "Basic " + auth)]))
+        return conn.read_response()
+
+    a = RawConn(p.host, p.port, timeout=10)
+    b = RawConn(p.host, p.port, timeout=10)
+    assert get(a, "alice").status == 200
+    assert get(b, "bob").status == 200
+    rewrite(p, p.config_text.replace('\n[[client]]\nname = "alice"\npassword = "alice-secret"\n', ""))
+    sighup(p, "configuration reloaded")
+    # Same connections, same header: alice is gone, bob is still admitted.
+    assert get(a, "alice").status == 407
+    r = get(b, "bob")
+    assert r.status == 200 and r.json()["target"].endswith("token=OLD-KEY")
+    a.close()
+    b.close()
