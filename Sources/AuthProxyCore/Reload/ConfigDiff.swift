@@ -67,13 +67,21 @@ public struct ConfigDiff: Sendable, Equatable {
         }
         if old.stateKey != new.stateKey {
             // A secret: say that it changed, never what it is.
-            restart("proxy.state_key", old.stateKey == nil ? "(none)" : "(set)", new.stateKey == nil ? "(none)" : "(changed)")
+            restart(
+                "proxy.state_key", old.stateKey == nil ? "(none)" : "(set)",
+                new.stateKey == nil ? "(none)" : "(changed)")
             effective.stateKey = old.stateKey
         }
         if old.admin?.listen != new.admin?.listen {
-            restart("admin.listen", old.admin.map { "\($0.listen)" } ?? "(off)", new.admin.map { "\($0.listen)" } ?? "(off)")
+            restart(
+                "admin.listen", old.admin.map { "\($0.listen)" } ?? "(off)", new.admin.map { "\($0.listen)" } ?? "(off)"
+            )
             if let running = old.admin {
-                if effective.admin == nil { effective.admin = running } else { effective.admin?.listen = running.listen }
+                if effective.admin == nil {
+                    effective.admin = running
+                } else {
+                    effective.admin?.listen = running.listen
+                }
             } else {
                 effective.admin = nil
             }
@@ -92,7 +100,9 @@ public struct ConfigDiff: Sendable, Equatable {
         note("proxy.shutdown_grace_seconds", old.shutdownGraceSeconds != new.shutdownGraceSeconds)
         note("proxy.tunnel_idle_timeout_seconds", old.tunnelIdleTimeoutSeconds != new.tunnelIdleTimeoutSeconds)
         note("proxy.max_connections", old.maxConnections != new.maxConnections)
-        note("proxy.max_connections_per_client", old.effectiveMaxConnectionsPerClient != new.effectiveMaxConnectionsPerClient)
+        note(
+            "proxy.max_connections_per_client",
+            old.effectiveMaxConnectionsPerClient != new.effectiveMaxConnectionsPerClient)
         note("proxy.allow_clients", old.allowClients != new.allowClients)
         note("proxy.deny_destinations", old.denyDestinations != new.denyDestinations)
         note("proxy.allowed_origins", old.allowedOrigins != new.allowedOrigins)
@@ -103,7 +113,10 @@ public struct ConfigDiff: Sendable, Equatable {
         note("tls", old.tls != new.tls)
         // Client passwords are kept only as salted digests: a changed password cannot be seen here, and
         // every reload verifies clients against the new entries anyway.
-        note("client", old.clients.map { "\($0.name)\u{0}\($0.credentials ?? [])" } != new.clients.map { "\($0.name)\u{0}\($0.credentials ?? [])" })
+        note(
+            "client",
+            old.clients.map { "\($0.name)\u{0}\($0.credentials ?? [])" }
+                != new.clients.map { "\($0.name)\u{0}\($0.credentials ?? [])" })
     }
 
     /// Whether anything at all differs (a reload of an identical file reports "no changes").
@@ -112,7 +125,8 @@ public struct ConfigDiff: Sendable, Equatable {
     }
 
     private static func sameBehaviour(_ a: Credential, _ b: Credential) -> Bool {
-        a.placement == b.placement && a.overrideClientToken == b.overrideClientToken && a.upgradeToHTTPS == b.upgradeToHTTPS
+        a.placement == b.placement && a.overrideClientToken == b.overrideClientToken
+            && a.upgradeToHTTPS == b.upgradeToHTTPS
             && a.rateLimit == b.rateLimit && a.allowJSONP == b.allowJSONP && a.prefetch == b.prefetch
     }
 

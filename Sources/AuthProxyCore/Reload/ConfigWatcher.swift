@@ -1,7 +1,8 @@
 import Dispatch
 import Logging
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// `[proxy] watch_config`: notices changes of the configuration file and of the `file:` secrets it names, and
@@ -32,7 +33,8 @@ final class ConfigWatcher: @unchecked Sendable {
     private let changed: @Sendable () -> Void
     private var stopped = false
 
-    static let mask: UInt32 = UInt32(IN_CREATE | IN_MOVED_TO | IN_MOVED_FROM | IN_CLOSE_WRITE | IN_DELETE | IN_ATTRIB)
+    static let mask: UInt32 =
+        UInt32(IN_CREATE | IN_MOVED_TO | IN_MOVED_FROM | IN_CLOSE_WRITE | IN_DELETE | IN_ATTRIB)
         | UInt32(IN_DELETE_SELF | IN_MOVE_SELF)
 
     /// Starts watching `inputs`; `changed` runs on the watcher's queue when their contents changed. Nil when
@@ -40,7 +42,8 @@ final class ConfigWatcher: @unchecked Sendable {
     init?(inputs: ConfigInputs, logger: Logger, changed: @escaping @Sendable () -> Void) {
         let fd = inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC))
         guard fd >= 0 else {
-            logger.error("watch_config: cannot watch the configuration files (inotify_init1)",
+            logger.error(
+                "watch_config: cannot watch the configuration files (inotify_init1)",
                 metadata: ["cause": "\(String(cString: strerror(errno)))", "hint": "send SIGHUP to reload instead"])
             return nil
         }
@@ -163,9 +166,11 @@ final class ConfigWatcher: @unchecked Sendable {
             // Adding an existing watch returns its descriptor again (and replaces its mask).
             let wd = inotify_add_watch(fd, dir, Self.mask)
             if wd < 0 {
-                logger.warning("watch_config: cannot watch a directory", metadata: [
-                    "directory": "\(dir)", "cause": "\(String(cString: strerror(errno)))",
-                ])
+                logger.warning(
+                    "watch_config: cannot watch a directory",
+                    metadata: [
+                        "directory": "\(dir)", "cause": "\(String(cString: strerror(errno)))",
+                    ])
                 continue
             }
             next[wd] = (dir, names)

@@ -20,9 +20,14 @@ extension ProxyServer {
 
     private func reloadNow(trigger: ReloadResult.Trigger) -> ReloadResult {
         dispatchPrecondition(condition: .onQueue(reloadQueue))
+        guard current != nil else {
+            return rejected(trigger, 0, ConfigError(key: "", line: nil, "the server has not started yet"))
+        }
         let generation = current.generation
         guard let source else {
-            return rejected(trigger, generation, ConfigError(key: "", line: nil, "the server was not started from a configuration file"))
+            return rejected(
+                trigger, generation,
+                ConfigError(key: "", line: nil, "the server was not started from a configuration file"))
         }
         let loaded: (config: ProxyConfig, inputs: ConfigInputs)
         do {
@@ -38,7 +43,9 @@ extension ProxyServer {
         // Everything that can fail, before anything is replaced.
         var tlsServer = current.tlsServer
         var tlsDigest = self.tlsDigest
-        if next.tls != running.tls || (next.tls.enabled && Self.digest(files: [next.tls.caCert!, next.tls.caKey!]) != tlsDigest) {
+        if next.tls != running.tls
+            || (next.tls.enabled && Self.digest(files: [next.tls.caCert!, next.tls.caKey!]) != tlsDigest)
+        {
             do {
                 (tlsServer, tlsDigest) = try makeTLSServer(next)
             } catch {
@@ -103,12 +110,16 @@ extension ProxyServer {
         if !diff.removed.isEmpty { meta["removed"] = "\(diff.removed.joined(separator: ","))" }
         if !diff.kept.isEmpty { meta["kept"] = "\(diff.kept.joined(separator: ","))" }
         if !diff.live.isEmpty { meta["settings"] = "\(diff.live.joined(separator: ","))" }
-        if !diff.restartNeeded.isEmpty { meta["needs_restart"] = "\(diff.restartNeeded.map(\.key).joined(separator: ","))" }
+        if !diff.restartNeeded.isEmpty {
+            meta["needs_restart"] = "\(diff.restartNeeded.map(\.key).joined(separator: ","))"
+        }
         logger.notice(diff.isEmpty ? "configuration reloaded (no changes)" : "configuration reloaded", metadata: meta)
         for r in diff.restartNeeded {
-            logger.warning("configuration change needs a restart: still running with the old value", metadata: [
-                "setting": "\(r.key)", "running": "\(r.running)", "configured": "\(r.configured)",
-            ])
+            logger.warning(
+                "configuration change needs a restart: still running with the old value",
+                metadata: [
+                    "setting": "\(r.key)", "running": "\(r.running)", "configured": "\(r.configured)",
+                ])
         }
         let before = Set(diff.kept)
         warnInsecure(next.credentials.filter { !before.contains($0.name) })

@@ -40,7 +40,8 @@ public struct ReloadResult: Sendable, CustomStringConvertible {
             if !d.restartNeeded.isEmpty {
                 parts.append("needs restart: \(d.restartNeeded.map(\.key).joined(separator: ","))")
             }
-            return "configuration generation \(generation) applied" + (parts.isEmpty ? " (no changes)" : ": " + parts.joined(separator: "; "))
+            return "configuration generation \(generation) applied"
+                + (parts.isEmpty ? " (no changes)" : ": " + parts.joined(separator: "; "))
         }
     }
 }

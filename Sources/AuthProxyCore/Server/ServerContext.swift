@@ -25,9 +25,10 @@ final class ServerContext: Sendable {
     let shared: SharedServerState
     let viaValue = "1.1 authproxy"
 
-    init(generation: Int, config: ProxyConfig, logger: Logger, ownAuthorities: Set<String>, tokens: TokenService?,
-        tlsServer: TLSServer?, shared: SharedServerState)
-    {
+    init(
+        generation: Int, config: ProxyConfig, logger: Logger, ownAuthorities: Set<String>, tokens: TokenService?,
+        tlsServer: TLSServer?, shared: SharedServerState
+    ) {
         self.generation = generation
         self.config = config
         self.logger = logger

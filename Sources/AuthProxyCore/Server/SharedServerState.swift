@@ -17,6 +17,7 @@ final class SharedServerState: Sendable {
     let descriptors = DescriptorExhaustion()
 
     init(config: ProxyConfig) {
-        connections = ConnectionLimiter(total: config.maxConnections, perClient: config.effectiveMaxConnectionsPerClient)
+        connections = ConnectionLimiter(
+            total: config.maxConnections, perClient: config.effectiveMaxConnectionsPerClient)
     }
 }

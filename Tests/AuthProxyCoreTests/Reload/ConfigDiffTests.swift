@@ -63,7 +63,9 @@ import Testing
     }
 
     @Test func settingsThatDoNotMakeATokenKeepIt() throws {
-        let new = Self.base.replacingOccurrences(of: "key = \"K1\"", with: "key = \"K1\"\ntoken_placement = \"header\"\nrate_limit = { requests = 5, per_seconds = 1 }")
+        let new = Self.base.replacingOccurrences(
+            of: "key = \"K1\"",
+            with: "key = \"K1\"\ntoken_placement = \"header\"\nrate_limit = { requests = 5, per_seconds = 1 }")
         let d = try diff(Self.base, new)
         #expect(d.kept.contains("keep"))
         #expect(d.retuned == ["keep"])
@@ -71,15 +73,22 @@ import Testing
     }
 
     @Test func restartSettingsKeepTheirRunningValue() throws {
-        let new = Self.base
+        let new =
+            Self.base
             .replacingOccurrences(of: "127.0.0.1:3128", with: "127.0.0.1:3129")
             .replacingOccurrences(of: "/tmp/a", with: "/tmp/b")
-            .replacingOccurrences(of: "max_connections = 100", with: "max_connections = 50\nworkers = 3\nstate_key = \"0123456789abcdef-secret\"")
+            .replacingOccurrences(
+                of: "max_connections = 100",
+                with: "max_connections = 50\nworkers = 3\nstate_key = \"0123456789abcdef-secret\"")
             + "\n[admin]\nlisten = \"127.0.0.1:9128\"\n[log]\nformat = \"json\"\n"
         let old = try loader.parse(Self.base)
         let d = ConfigDiff(running: old, loaded: try loader.parse(new))
-        #expect(d.restartNeeded.map(\.key) == ["proxy.listen", "proxy.workers", "proxy.state_dir", "proxy.state_key", "admin.listen", "log.format"])
-        #expect(d.restartNeeded[0] == .init(key: "proxy.listen", running: "127.0.0.1:3128", configured: "127.0.0.1:3129"))
+        #expect(
+            d.restartNeeded.map(\.key) == [
+                "proxy.listen", "proxy.workers", "proxy.state_dir", "proxy.state_key", "admin.listen", "log.format",
+            ])
+        #expect(
+            d.restartNeeded[0] == .init(key: "proxy.listen", running: "127.0.0.1:3128", configured: "127.0.0.1:3129"))
         // The secret is never shown.
         #expect(!d.restartNeeded.contains { "\($0)".contains("0123456789abcdef") })
         #expect(d.effective.listen == old.listen)
@@ -94,15 +103,22 @@ import Testing
     }
 
     @Test func liveSettingsAreListed() throws {
-        let new = Self.base.replacingOccurrences(of: "max_connections = 100", with: """
-            max_connections = 100
-            unmatched = "deny"
-            connect_ports = [443, 8443]
-            idle_timeout_seconds = 5
-            watch_config = true
-            """) + "\n[log]\nlevel = \"debug\"\n"
+        let new =
+            Self.base.replacingOccurrences(
+                of: "max_connections = 100",
+                with: """
+                    max_connections = 100
+                    unmatched = "deny"
+                    connect_ports = [443, 8443]
+                    idle_timeout_seconds = 5
+                    watch_config = true
+                    """) + "\n[log]\nlevel = \"debug\"\n"
         let d = try diff(Self.base, new)
-        #expect(d.live == ["proxy.connect_ports", "proxy.unmatched", "proxy.idle_timeout_seconds", "proxy.watch_config", "log.level"])
+        #expect(
+            d.live == [
+                "proxy.connect_ports", "proxy.unmatched", "proxy.idle_timeout_seconds", "proxy.watch_config",
+                "log.level",
+            ])
         #expect(d.restartNeeded.isEmpty)
         #expect(d.effective.idleTimeoutSeconds == 5)
     }

@@ -44,7 +44,8 @@ import Testing
 
     @Test func rereadComparesContentsOnly() {
         var files = ["/c/proxy.conf": "text", "/s/key": "K1"]
-        let inputs = ConfigInputs(configPath: "/c/proxy.conf", configText: "text", secretFiles: [(path: "/s/key", contents: "K1")])
+        let inputs = ConfigInputs(
+            configPath: "/c/proxy.conf", configText: "text", secretFiles: [(path: "/s/key", contents: "K1")])
         #expect(inputs.reread { files[$0] } == inputs)
         files["/s/key"] = "K2"
         #expect(inputs.reread { files[$0] } != inputs)
