@@ -54,9 +54,11 @@ struct Serve: ParsableCommand {
     var logLevel: String?
 
     func run() throws {
-        var config = try options.load()
+        // A SIGHUP during start-up must not kill the process (the default action): it is handled once serving.
+        signal(SIGHUP, SIG_IGN)
+        var overrides = ConfigSource.Overrides()
         if !listen.isEmpty {
-            config.listen = try listen.map { s in
+            overrides.listen = try listen.map { s in
                 guard let a = ListenAddress.parse(s) else {
                     printError("authproxy: --listen \(s): not an address like 127.0.0.1:3128 or [::1]:3128")
                     throw ExitCode(2)
@@ -64,31 +66,37 @@ struct Serve: ParsableCommand {
                 return a
             }
         }
-        if let problem = config.openRelayProblem {
-            printError("authproxy: \(problem)")
-            throw ExitCode(2)
-        }
         if let f = logFormat {
             guard let v = LogFormat(rawValue: f) else {
                 printError("authproxy: --log-format must be text or json")
                 throw ExitCode(2)
             }
-            config.logFormat = v
+            overrides.logFormat = v
         }
         if let l = logLevel {
             guard let v = Logger.Level(rawValue: l) else {
                 printError("authproxy: --log-level must be one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", "))")
                 throw ExitCode(2)
             }
-            config.logLevel = v
+            overrides.logLevel = v
         }
-        let level = config.logLevel
+        // The same source is read again by every reload, with the same overrides.
+        let source = ConfigSource(path: options.config, overrides: overrides)
+        let config: ProxyConfig
+        let inputs: ConfigInputs
+        do {
+            (config, inputs) = try source.load()
+        } catch {
+            printError(error.key == "--listen" ? "authproxy: \(error.message)" : "authproxy: \(options.config): \(error)")
+            throw ExitCode(2)
+        }
+        let level = LiveLogLevel(config.logLevel)
         let format = config.logFormat
         LoggingSystem.bootstrap { label in ProxyLogHandler(label: label, level: level, format: format) }
         let logger = Logger(label: "authproxy")
 
         ProxyServer.initializeLibraries()
-        let server = ProxyServer(config: config, logger: logger)
+        let server = ProxyServer(config: config, logger: logger, source: source, inputs: inputs, logLevel: level)
         do {
             try server.start()
         } catch {
@@ -119,6 +127,14 @@ struct Serve: ParsableCommand {
             s.resume()
             sources.append(s)
         }
+        // SIGHUP reloads the configuration, off the main queue so that a slow reload (a kinit) never delays
+        // the handling of SIGTERM.
+        let hup = DispatchSource.makeSignalSource(signal: SIGHUP, queue: DispatchQueue(label: "authproxy.sighup"))
+        hup.setEventHandler {
+            if !stopping { server.reload(trigger: .signal) }
+        }
+        hup.resume()
+        sources.append(hup)
         withExtendedLifetime(sources) { dispatchMain() }
     }
 }

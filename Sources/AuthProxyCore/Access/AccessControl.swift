@@ -1,24 +1,27 @@
-/// Who may use the proxy and how much, built once from the configuration and shared by the listeners and every
-/// event loop: the client address allow-list, proxy authentication, per-client credential scopes, rate limits,
-/// connection limits and denied destinations. Immutable apart from the limiters, which lock internally.
+/// Who may use the proxy and how much, built from one configuration generation and shared by the listeners and
+/// every event loop: the client address allow-list, proxy authentication, per-client credential scopes, rate
+/// limits, connection limits and denied destinations. Immutable apart from the limiters, which lock internally
+/// and belong to the process (``SharedServerState``): a reload builds a new `AccessControl` around the same ones.
 final class AccessControl: Sendable {
     let allowClients: [AddressBlock]
     let denyDestinations: [AddressBlock]
     let authenticator: ProxyAuthenticator
     let connections: ConnectionLimiter
-    let rateLimiter = RateLimiter()
-    let throttle = LogThrottle()
+    let rateLimiter: RateLimiter
+    let throttle: LogThrottle
     /// Every credential; what clients without a scope use.
     let all: CredentialStore
     private let scoped: [String: CredentialStore]
     /// Whether any credential has a `rate_limit` (so the per-request check can be skipped when none does).
     let hasRateLimits: Bool
 
-    init(config: ProxyConfig) {
+    init(config: ProxyConfig, shared: SharedServerState) {
         allowClients = config.allowClients
         denyDestinations = config.denyDestinations
         authenticator = ProxyAuthenticator(config.clients)
-        connections = ConnectionLimiter(total: config.maxConnections, perClient: config.effectiveMaxConnectionsPerClient)
+        connections = shared.connections
+        rateLimiter = shared.rateLimiter
+        throttle = shared.throttle
         all = CredentialStore(config.credentials)
         var scoped: [String: CredentialStore] = [:]
         for c in config.clients {

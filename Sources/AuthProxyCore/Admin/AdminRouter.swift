@@ -45,8 +45,13 @@ enum AdminRouter {
         case "/status.json":
             guard get else { return methodNotAllowed("GET, HEAD") }
             return .json(200, backend.statusJSON())
+        case "/reload":
+            guard method == "POST" else { return methodNotAllowed("POST") }
+            let outcome = backend.reload(trigger: "POST /reload")
+            return .json(outcome.applied ? 200 : 422,
+                "{\"applied\":\(outcome.applied),\"message\":\"\(jsonEscaped(outcome.message))\"}\n")
         default:
-            return .text(404, "not found: the admin listener serves /, /status.json, /metrics, /healthz, /readyz\n")
+            return .text(404, "not found: the admin listener serves /, /status.json, /metrics, /healthz, /readyz and POST /reload\n")
         }
     }
 
@@ -65,4 +70,6 @@ protocol AdminBackend: AnyObject, Sendable {
     /// ``statusReport()`` as JSON.
     func statusJSON() -> String
     func metricsExposition() -> [UInt8]
+    /// Reloads the configuration (same as SIGHUP): whether it was applied, and what happened.
+    func reload(trigger: String) -> (applied: Bool, message: String)
 }

@@ -20,7 +20,8 @@ final class AdminServer: @unchecked Sendable {
     let address: ListenAddress
     let boundPort: Int
     private let fd: Int32
-    private let allow: [AddressBlock]
+    /// Who may connect; a reload may change it (``update(allow:)``).
+    private var allow: [AddressBlock]
     private let backend: any AdminBackend
     private let logger: Logger
     let queue = DispatchQueue(label: "authproxy.admin")
@@ -56,6 +57,11 @@ final class AdminServer: @unchecked Sendable {
         s.setCancelHandler { Glibc.close(fd) }
         source = s
         s.resume()
+    }
+
+    /// `[admin] allow` changed by a reload: applies to the next connections.
+    func update(allow: [AddressBlock]) {
+        queue.async { [self] in self.allow = allow }
     }
 
     /// Stops accepting and closes open admin connections.

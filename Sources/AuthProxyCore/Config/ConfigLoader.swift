@@ -6,7 +6,7 @@ import Logging
 /// Reads `proxy.conf` (TOML) into a ``ProxyConfig``. Unknown keys, wrong types and bad values are errors
 /// that name the key and line. Any string may be written `"${ENV_NAME}"` or `"file:/path"` to take its value
 /// from the environment or from a file's trimmed contents (container secrets).
-public struct ConfigLoader {
+public struct ConfigLoader: Sendable {
     public var environment: [String: String]
 
     public init(environment: [String: String] = ConfigLoader.processEnvironment()) {
@@ -14,13 +14,26 @@ public struct ConfigLoader {
     }
 
     public func load(path: String) throws(ConfigError) -> ProxyConfig {
+        try loadWithInputs(path: path).config
+    }
+
+    /// Loads `path` and reports what the result was made of: the file's text and every `file:` secret it
+    /// named, each with a digest of the contents read (live reload watches these and compares the digests).
+    public func loadWithInputs(path: String) throws(ConfigError) -> (config: ProxyConfig, inputs: ConfigInputs) {
         guard let text = readTextFile(path) else {
             throw ConfigError(key: "", line: nil, "cannot read configuration file '\(path)': \(lastErrorString())")
         }
-        return try parse(text)
+        let reads = SecretFileReads()
+        let config = try parse(text, reads: reads)
+        return (config, ConfigInputs(configPath: path, configText: text, secretFiles: reads.files))
     }
 
     public func parse(_ text: String) throws(ConfigError) -> ProxyConfig {
+        try parse(text, reads: nil)
+    }
+
+    /// `reads`, when given, collects the `file:` secrets resolved (path and contents as read).
+    func parse(_ text: String, reads: SecretFileReads?) throws(ConfigError) -> ProxyConfig {
         let root: TOMLTable
         do {
             root = try TOMLParser.parse(text)
@@ -28,7 +41,7 @@ public struct ConfigLoader {
             throw ConfigError(key: "", line: error.line, "TOML syntax error: \(error.message)")
         }
         var config = ProxyConfig()
-        var top = TableReader(root, path: "", env: environment)
+        var top = TableReader(root, path: "", env: environment, reads: reads)
         if var proxy = try top.table("proxy") {
             if let l = try proxy.stringArray("listen") {
                 guard !l.values.isEmpty else { throw ConfigError(key: "proxy.listen", line: l.line, "needs at least one address") }
@@ -371,12 +384,15 @@ struct TableReader {
     let table: TOMLTable
     let path: String
     let env: [String: String]
+    /// Where resolved `file:` secrets are recorded (nil: nobody asked).
+    let reads: SecretFileReads?
     private var used: Set<String> = []
 
-    init(_ table: TOMLTable, path: String, env: [String: String]) {
+    init(_ table: TOMLTable, path: String, env: [String: String], reads: SecretFileReads? = nil) {
         self.table = table
         self.path = path
         self.env = env
+        self.reads = reads
     }
 
     func key(_ k: String) -> String { path.isEmpty ? k : "\(path).\(k)" }
@@ -406,6 +422,7 @@ struct TableReader {
             guard let text = readTextFile(path) else {
                 throw ConfigError(key: key(k), line: line, "cannot read secret file '\(path)': \(lastErrorString())")
             }
+            reads?.record(path: path, contents: text)
             return String(text.trimmingWhitespace())
         }
         return raw
@@ -486,7 +503,7 @@ struct TableReader {
     mutating func table(_ k: String) throws(ConfigError) -> TableReader? {
         guard let n = node(k) else { return nil }
         guard case .table(let t) = n.value else { throw typeError(k, n, expected: "a table ([\(key(k))])") }
-        return TableReader(t, path: key(k), env: env)
+        return TableReader(t, path: key(k), env: env, reads: reads)
     }
 
     mutating func tableArray(_ k: String) throws(ConfigError) -> [TableReader]? {
@@ -494,7 +511,7 @@ struct TableReader {
         guard case .array(let items) = n.value else { throw typeError(k, n, expected: "an array of tables ([[\(key(k))]])") }
         return try items.enumerated().map { (i, item) throws(ConfigError) -> TableReader in
             guard case .table(let t) = item.value else { throw typeError(k, item, expected: "a table") }
-            return TableReader(t, path: "\(key(k))[\(i)]", env: env)
+            return TableReader(t, path: "\(key(k))[\(i)]", env: env, reads: reads)
         }
     }
 
@@ -504,6 +521,14 @@ struct TableReader {
             throw ConfigError(key: key(k), line: n.line, "unknown key")
         }
     }
+}
+
+/// The `file:` secrets one load resolved, in the order read: a reference shared by the copies of
+/// ``TableReader`` made while parsing. Used by one load on one thread.
+final class SecretFileReads {
+    private(set) var files: [(path: String, contents: String)] = []
+
+    func record(path: String, contents: String) { files.append((path, contents)) }
 }
 
 extension String {

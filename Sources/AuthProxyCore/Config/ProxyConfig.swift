@@ -91,7 +91,7 @@ public struct AdminConfig: Sendable, Equatable {
 }
 
 /// `[tls]` section.
-public struct TLSConfig: Sendable {
+public struct TLSConfig: Sendable, Equatable {
     public enum Intercept: String, Sendable, CaseIterable {
         /// Intercept CONNECT to hosts some credential matches.
         case matched

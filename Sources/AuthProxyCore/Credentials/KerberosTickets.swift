@@ -6,8 +6,11 @@ import Logging
 /// the state directory. GSS-API (which libcurl uses for Negotiate) reads the cache named by `KRB5CCNAME`, a
 /// process-wide setting: so one Kerberos identity per proxy process is supported.
 ///
-/// Ownership: `start()` runs once before serving; afterwards only its private `queue` (the renewal timer)
-/// touches mutable state.
+/// A configuration reload that changes the kerberos credential starts a new instance (a new `kinit` into the
+/// same cache) and stops this one (``stop()``); an unchanged credential keeps its instance and ticket.
+///
+/// Ownership: `start()` runs once before serving (or during a reload, before the instance is used); afterwards
+/// only its private `queue` (the renewal timer) touches mutable state.
 final class KerberosTickets: @unchecked Sendable {
     let settings: KerberosSettings
     let cache: String
@@ -30,10 +33,11 @@ final class KerberosTickets: @unchecked Sendable {
         } catch {
             throw ServerError(description: "cannot create the state directory for the Kerberos cache: \(error.localizedDescription)")
         }
-        setenv("KRB5CCNAME", "FILE:" + cache, 1)
+        // setenv races with getenv on other threads: during a reload (libcurl running) only when it changes.
+        Self.setIfChanged("KRB5CCNAME", "FILE:" + cache)
         if let keytab = settings.keytab {
             // With a client keytab, GSS-API can also get tickets by itself when the cache runs out.
-            setenv("KRB5_CLIENT_KTNAME", keytab, 1)
+            Self.setIfChanged("KRB5_CLIENT_KTNAME", keytab)
         }
         if let problem = kinit() {
             throw ServerError(description: "kerberos credential for \(settings.principal): \(problem)")
@@ -47,7 +51,21 @@ final class KerberosTickets: @unchecked Sendable {
             }
         }
         t.resume()
-        timer = t
+        queue.sync { timer = t }
+    }
+
+    private static func setIfChanged(_ name: String, _ value: String) {
+        if let v = getenv(name), String(cString: v) == value { return }
+        setenv(name, value, 1)
+    }
+
+    /// Stops renewing (the credential was changed or removed by a reload). The ticket in the cache stays until
+    /// it expires or a new instance replaces it.
+    func stop() {
+        queue.sync {
+            timer?.cancel()
+            timer = nil
+        }
     }
 
     /// Runs `kinit` (MIT krb5-user); returns a problem description or nil.

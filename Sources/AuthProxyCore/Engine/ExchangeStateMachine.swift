@@ -9,7 +9,8 @@
 ///
 /// One exchange at a time: a pipelined request waits in the input buffer until the one before it has ended.
 struct ExchangeStateMachine: Equatable {
-    /// Time limits and buffer sizes, fixed when the connection is made.
+    /// Time limits and buffer sizes, set when the connection is made and again by the first exchange after a
+    /// configuration reload.
     struct Limits: Equatable {
         /// A request head (or a TLS handshake) must arrive within this once started.
         var headerTimeout: UInt64
@@ -131,7 +132,7 @@ struct ExchangeStateMachine: Equatable {
     /// Body bytes held at most while looking for a token error (token errors are small).
     static let lookAhead = 64 * 1024
 
-    let limits: Limits
+    var limits: Limits
     // Changed only by the event methods (in the `+Client`, `+Upstream` and `+Timers` extensions).
     internal(set) var state: State
     /// Exchanges begun on this connection.

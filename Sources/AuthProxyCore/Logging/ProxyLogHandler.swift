@@ -6,14 +6,30 @@ import Logging
 /// Writes one line per log event to stderr, as `key=value` text or as one JSON object (for containers).
 /// Each line goes out in a single `write(2)`, so lines from different event loops never interleave.
 public struct ProxyLogHandler: LogHandler {
-    public var logLevel: Logger.Level
+    /// The level: the shared ``LiveLogLevel``'s (which a configuration reload changes), unless set on this
+    /// handler.
+    public var logLevel: Logger.Level {
+        get { fixedLevel ?? live?.level ?? .info }
+        set { fixedLevel = newValue }
+    }
+    private var fixedLevel: Logger.Level?
+    private let live: LiveLogLevel?
     public var metadata: Logger.Metadata = [:]
     public let format: LogFormat
     private let label: String
 
     public init(label: String, level: Logger.Level, format: LogFormat) {
         self.label = label
-        self.logLevel = level
+        self.fixedLevel = level
+        self.live = nil
+        self.format = format
+    }
+
+    /// A handler whose level follows `level`.
+    public init(label: String, level: LiveLogLevel, format: LogFormat) {
+        self.label = label
+        self.fixedLevel = nil
+        self.live = level
         self.format = format
     }
 

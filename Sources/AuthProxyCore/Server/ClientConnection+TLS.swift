@@ -84,7 +84,7 @@ extension ClientConnection {
         logAccess()
         // The CONNECT's exchange ends here; the requests inside the tunnel are exchanges of their own.
         detachExchange()
-        interception = Interception(session: session, host: host, port: port)
+        interception = Interception(session: session, server: server, host: host, port: port)
         machine.interceptionStarted(now: now)
         if !inbuf.isEmpty {
             // A client may send its ClientHello right behind the CONNECT.

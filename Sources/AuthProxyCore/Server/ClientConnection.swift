@@ -38,8 +38,16 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
     /// The credentials the current client may use (its `[[client]]` scope, or all).
     var credentials: CredentialStore
     unowned let loop: EventLoop
-    var context: ServerContext { loop.context }
-    var logger: Logger { loop.context.logger }
+    /// The configuration generation in force for this connection: the one the exchange in progress began with,
+    /// or between exchanges the loop's current one (see ``ServerContext``).
+    var context: ServerContext {
+        if let c = ex?.context { return c }
+        return loop.context
+    }
+    var logger: Logger { context.logger }
+    /// The generation `credentials`, `authenticated` and the machine's limits were taken from; an exchange that
+    /// begins under a newer one takes them again (``adoptGeneration(_:)``).
+    var generationSeen: Int
     /// Every lifecycle decision: see ``ExchangeStateMachine``.
     var machine: ExchangeStateMachine
     var inbuf = ByteBuffer()
@@ -66,8 +74,10 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
         self.peer = peer
         self.address = address
         self.loop = loop
-        credentials = loop.context.access.all
-        let cfg = loop.context.config
+        let g = loop.context
+        credentials = g.access.all
+        generationSeen = g.generation
+        let cfg = g.config
         machine = ExchangeStateMachine(
             limits: .init(seconds: cfg.headerTimeoutSeconds, idle: cfg.idleTimeoutSeconds, upstream: cfg.upstreamTimeoutSeconds),
             now: DispatchTime.now().uptimeNanoseconds)
@@ -88,13 +98,38 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
     func channelDrained(_ channel: SocketChannel) { drained() }
     func channelWriteFailed(_ channel: SocketChannel, error: Int32) { clientGone() }
 
-    /// The context of the exchange in progress, taken from the loop's pool when there is none yet.
+    /// The context of the exchange in progress, taken from the loop's pool when there is none yet. The exchange
+    /// holds the loop's current configuration generation until it ends.
     @discardableResult
     func attachExchange() -> ExchangeContext {
         if let x = ex { return x }
         let x = loop.exchangeContexts.take { ExchangeContext() }
+        x.context = loop.context
         ex = x
         return x
+    }
+
+    /// The first exchange on this connection under configuration generation `g` (a reload happened since the
+    /// last one): the timeouts, the client's credential scope and its proxy authentication are taken from `g`.
+    /// A client admitted before is checked again against `g`'s `[[client]]` entries with the
+    /// `Proxy-Authorization` it presented, so a removed client or a changed password stops working on a kept-alive
+    /// connection too. Returns false when the connection is an intercepted tunnel whose client `g` no longer
+    /// admits (requests inside a tunnel carry no `Proxy-Authorization` of their own): the caller refuses it.
+    func adoptGeneration(_ g: ServerContext) -> Bool {
+        generationSeen = g.generation
+        let cfg = g.config
+        machine.limits = .init(seconds: cfg.headerTimeoutSeconds, idle: cfg.idleTimeoutSeconds, upstream: cfg.upstreamTimeoutSeconds)
+        let auth = g.access.authenticator
+        if let a = authenticated {
+            if auth.isRequired, let c = auth.authenticate(a.authorization) {
+                authenticated = AuthenticatedClient(client: c, authorization: a.authorization)
+                credentials = g.access.store(for: c)
+                return true
+            }
+            authenticated = nil
+        }
+        credentials = g.access.all
+        return !(interception != nil && auth.isRequired)
     }
 
     /// The exchange has ended: its context goes back to the loop's pool, reset.
@@ -278,6 +313,12 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
         machine.requestBegan(.init(isHead: h.isHead, minorVersion: h.minorVersion, expectsContinue: h.expectsContinue,
             keepAlive: h.keepAlive, hasBody: hasBody), shuttingDown: loop.shuttingDown, now: now)
         x.head = h
+        if let g = x.context, g.generation != generationSeen, !adoptGeneration(g) {
+            respond(ErrorResponse(status: 407, message: "Proxy authentication required",
+                details: ["The configuration was reloaded and no longer admits the client that opened this tunnel: open a new one."]),
+                close: true)
+            return
+        }
         guard authorize(h) else { return }
         if let ic = interception {
             // Inside an intercepted tunnel every request goes to the CONNECT host, over https.

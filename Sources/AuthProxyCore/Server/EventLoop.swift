@@ -11,7 +11,9 @@ import Glibc
 final class EventLoop: @unchecked Sendable {
     let queue: DispatchQueue
     let multi: CurlMulti
-    let context: ServerContext
+    /// The configuration generation new exchanges on this loop use. Replaced (on `queue`) by a reload; an
+    /// exchange keeps the one it began with (``ExchangeContext/context``).
+    private(set) var context: ServerContext
     /// Shared read buffer: every read on this loop lands here first, then is copied where it belongs.
     let scratch: UnsafeMutableRawBufferPointer
     /// Where a response chunk is framed before it is written.
@@ -46,6 +48,12 @@ final class EventLoop: @unchecked Sendable {
 
     /// Blind CONNECT tunnels open on this loop (for the status page and `authproxy_tunnels`).
     var tunnelCount: Int { connections.values.reduce(0) { $0 + ($1.tunnel != nil ? 1 : 0) } }
+
+    /// A reload: exchanges that begin from now on use `next`; those in flight keep theirs.
+    func install(_ next: ServerContext) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        context = next
+    }
 
     /// Takes ownership of an accepted socket, which holds a slot of ``AccessControl/connections`` for
     /// `address` (given back when the connection closes).
@@ -94,30 +102,6 @@ final class EventLoop: @unchecked Sendable {
         let now = DispatchTime.now().uptimeNanoseconds
         for c in Array(connections.values) { c.checkTimeouts(now: now) }
         exchangeContexts.trim()
-    }
-}
-
-/// Settings every loop reads, fixed at start.
-struct ServerContext: Sendable {
-    let config: ProxyConfig
-    let logger: Logger
-    /// Client allow-list, proxy authentication, scopes, rate and connection limits, denied destinations.
-    let access: AccessControl
-    /// `host:port` strings under which clients reach the proxy itself.
-    let ownAuthorities: Set<String>
-    /// nil when no token-type credential is configured.
-    let tokens: TokenService?
-    /// nil when interception is off (no `[tls]` CA).
-    let tlsServer: TLSServer?
-    /// Hosts already reported as "matched but not interceptable" (logged once each).
-    let notices: OnceSet
-    /// Running out of file descriptors: counted, logged (rate-limited), and the listeners' pause.
-    let descriptors: DescriptorExhaustion
-    let viaValue = "1.1 authproxy"
-
-    /// The name of the `kerberos` credential (at most one per process), for metrics.
-    var kerberosCredentialName: String? {
-        config.credentials.first { if case .kerberos = $0.kind { true } else { false } }?.name
     }
 }
 

@@ -18,6 +18,9 @@ final class ExchangeContext {
     /// Buffer capacity a pooled context keeps (larger buffers are freed when the exchange ends).
     static let keptCapacity = 64 * 1024
 
+    /// The configuration generation the exchange began with, kept until it ends even if a reload installs a
+    /// newer one meanwhile (set by ``ClientConnection/attachExchange()``).
+    var context: ServerContext? = nil
     var head: RequestHead? = nil
     var transfer: UpstreamTransfer? = nil
     var bodyRemaining: Int64 = 0
@@ -71,6 +74,7 @@ final class ExchangeContext {
             t.cancel()
             transfer = nil
         }
+        context = nil
         head = nil
         bodyRemaining = 0
         chunkDecoder = nil

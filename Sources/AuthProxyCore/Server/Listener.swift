@@ -16,7 +16,8 @@ final class Listener: @unchecked Sendable {
     private let queue: DispatchQueue
     private let loops: [EventLoop]
     private var next = 0
-    private let access: AccessControl
+    /// The current configuration generation's access rules (replaced by ``install(_:)`` on a reload).
+    private var access: AccessControl
     private let logger: Logger
     private let descriptors: DescriptorExhaustion
     /// The port actually bound (differs from the configured one for port 0).
@@ -48,6 +49,12 @@ final class Listener: @unchecked Sendable {
         s.setCancelHandler { Glibc.close(fd) }
         source = s
         s.resume()
+    }
+
+    /// A reload: connections accepted from now on are checked against `access` (the allow-list; the connection
+    /// limiter is the same process-wide object in every generation).
+    func install(_ access: AccessControl) {
+        queue.async { [self] in self.access = access }
     }
 
     /// Stops accepting; the socket is closed once the source is cancelled.

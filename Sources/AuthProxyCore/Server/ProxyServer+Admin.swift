@@ -20,9 +20,24 @@ extension ProxyServer: AdminBackend {
         }
     }
 
+    /// The generation in force, its token service and the last reload (read on `reloadQueue`, which owns them).
+    private func snapshot() -> (context: ServerContext, tokens: TokenService?, lastReload: StatusReport.Reload?) {
+        reloadQueue.sync { (current, tokens, lastReload) }
+    }
+
     func readiness() -> Readiness {
+        let s = snapshot()
+        return readiness(s.context.config, s.tokens)
+    }
+
+    private func readiness(_ config: ProxyConfig, _ tokens: TokenService?) -> Readiness {
         Readiness.evaluate(listeners: listenerStates, shuttingDown: stopping.load(ordering: .relaxed),
-            prefetch: TokenService.prefetchKeys(config.credentials)) { [tokens] key in tokens?.status(key: key) }
+            prefetch: TokenService.prefetchKeys(config.credentials)) { key in tokens?.status(key: key) }
+    }
+
+    func reload(trigger: String) -> (applied: Bool, message: String) {
+        let r = reload(trigger: .admin)
+        return (r.applied, r.description)
     }
 
     func metricsExposition() -> [UInt8] {
@@ -37,7 +52,9 @@ extension ProxyServer: AdminBackend {
     func statusReport() -> StatusReport {
         let now = nowMillis()
         let (connections, tunnels) = liveCounts()
-        let readiness = readiness()
+        let (context, tokens, lastReload) = snapshot()
+        let config = context.config
+        let readiness = readiness(config, tokens)
         let statuses = tokens?.status() ?? []
         let activity = ProxyMetrics.active?.activity.withLock { $0 } ?? CredentialActivity()
         let credentials = config.credentials.map { c -> StatusReport.Credential in
@@ -64,11 +81,11 @@ extension ProxyServer: AdminBackend {
             uptimeSeconds: (now - started) / 1000, generatedAt: rfc3339(millis: now), ready: readiness.ready,
             notReadyBecause: readiness.reasons, listeners: listenerStates, clientConnections: connections,
             tunnels: tunnels, credentials: credentials,
-            interception: interception.map { i in
-                StatusReport.Interception(caSubject: i.subject, caExpires: i.expires.map { rfc3339(millis: $0) },
-                    certificatesMinted: i.minter.mintedCount)
+            interception: context.tlsServer.map { t in
+                StatusReport.Interception(caSubject: t.minter.ca.subject,
+                    caExpires: t.minter.ca.notAfterMillis.map { rfc3339(millis: $0) }, certificatesMinted: t.minter.mintedCount)
             },
-            lastReload: nil)
+            lastReload: lastReload)
     }
 
     func statusJSON() -> String {

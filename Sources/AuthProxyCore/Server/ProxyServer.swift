@@ -6,29 +6,51 @@ import Synchronization
 import Glibc
 #endif
 
-/// The proxy: listeners, event loops, and graceful shutdown.
+/// The proxy: listeners, event loops, live configuration reload and graceful shutdown.
 ///
-/// Ownership: `start()` runs once on the caller's thread before any other use; after that its stored
-/// properties are only read (`shutdown` reads them from the signal queue and hands all work to each loop's
-/// own queue), so sharing it across queues is safe.
+/// Ownership: `start()` runs once on the caller's thread before any other use. After that, the listeners and
+/// loops are only read (`shutdown` reads them from the signal queue and hands all work to each loop's own
+/// queue), and everything a reload replaces (the current generation, the running configuration, the Kerberos
+/// tickets, the watcher) is touched only on `reloadQueue`, so sharing the server across queues is safe.
 public final class ProxyServer: @unchecked Sendable {
-    let config: ProxyConfig
     let logger: Logger
+    /// Where a reload reads the configuration; nil: the server was given a configuration, not a file.
+    let source: ConfigSource?
+    /// The level of every logger, when logging was set up with it (a reload applies `[log] level`).
+    let logLevel: LiveLogLevel?
     private(set) var loops: [EventLoop] = []
     private(set) var listeners: [Listener] = []
     private let acceptQueue = DispatchQueue(label: "authproxy.accept")
-    private(set) var tokens: TokenService?
-    private var kerberos: KerberosTickets?
-    /// The `[admin]` listener, when configured.
+    /// Serialises reloads; owns every member below.
+    let reloadQueue = DispatchQueue(label: "authproxy.reload")
+    /// The configuration in force (the file's, with the running value of settings that need a restart).
+    var running: ProxyConfig
+    /// What the running configuration was read from (nil without a ``source``).
+    var inputs: ConfigInputs?
+    var current: ServerContext!
+    var tokens: TokenService?
+    var kerberos: KerberosTickets?
+    /// SHA-256 of the interception CA's certificate and key files as loaded (a reload keeps the ``TLSServer``
+    /// and its minted leaves while they are the same).
+    var tlsDigest: String?
+    var watcher: ConfigWatcher?
+    /// The last reload's outcome, for the status page (touched on `reloadQueue`).
+    var lastReload: StatusReport.Reload?
+    /// The `[admin]` listener, when configured (its address needs a restart to change).
     private(set) var admin: AdminServer?
-    /// The interception CA's subject and expiry, and the minter (for its count), when interception is on.
-    private(set) var interception: (subject: String, expires: Int64?, minter: LeafMinter)?
     /// Set by ``shutdown(grace:done:)``: `/readyz` answers 503 from then on.
     let stopping = Atomic<Bool>(false)
 
-    public init(config: ProxyConfig, logger: Logger) {
-        self.config = config
+    /// `source` and `inputs`: the file `config` was loaded from (by ``ConfigSource/load()``), which a reload
+    /// reads again; `logLevel`: the shared level the logging system was set up with.
+    public init(config: ProxyConfig, logger: Logger, source: ConfigSource? = nil, inputs: ConfigInputs? = nil,
+        logLevel: LiveLogLevel? = nil)
+    {
+        self.running = config
         self.logger = logger
+        self.source = source
+        self.inputs = inputs
+        self.logLevel = logLevel
     }
 
     /// One-time process set-up: OpenSSL without its atexit handler, libcurl, no SIGPIPE, and large buffers given
@@ -45,6 +67,7 @@ public final class ProxyServer: @unchecked Sendable {
     public var boundPorts: [Int] { listeners.map(\.boundPort) }
 
     public func start() throws(ServerError) {
+        let config = running
         // Metrics are collected only when something can read them (see ``ProxyMetrics``).
         if config.admin != nil { ProxyMetrics.enable() }
         var own: Set<String> = []
@@ -53,81 +76,105 @@ public final class ProxyServer: @unchecked Sendable {
             own.insert("\(host):\(a.port)")
             if a.host == "127.0.0.1" { own.insert("localhost:\(a.port)") }
         }
-        var tokens: TokenService? = nil
         if !config.credentials.isEmpty {
-            let service = TokenService(credentials: config.credentials, stateDir: config.stateDir, stateKey: config.stateKey,
-                timeoutSeconds: config.upstreamTimeoutSeconds, logger: logger)
-            do {
-                try service.loadState()
-            } catch {
-                throw ServerError(description: "cannot load token state: \(error)", isConfigurationError: true)
-            }
-            tokens = service
+            tokens = try makeTokenService(config)
         }
-        self.tokens = tokens
-        var tlsServer: TLSServer? = nil
-        if config.tls.enabled, let certPath = config.tls.caCert, let keyPath = config.tls.caKey {
-            do {
-                let ca = try CertificateAuthority.load(certPath: certPath, keyPath: keyPath)
-                let minter = try LeafMinter(ca: ca, logger: logger)
-                tlsServer = try TLSServer(minter: minter)
-                interception = (ca.subject, ca.notAfterMillis, minter)
-            } catch {
-                throw ServerError(description: "cannot set up HTTPS interception: \(error)")
-            }
-            logger.notice("HTTPS interception on for matched hosts", metadata: ["ca": "\(certPath)"])
+        let (tlsServer, digest) = try makeTLSServer(config)
+        tlsDigest = digest
+        if tlsServer != nil {
+            logger.notice("HTTPS interception on for matched hosts", metadata: ["ca": "\(config.tls.caCert ?? "")"])
         }
-        let kerberos = config.credentials.compactMap { c -> KerberosSettings? in
-            if case .kerberos(let k) = c.kind { return k }
-            return nil
-        }
-        if let first = kerberos.first {  // the config loader allows one principal only
-            let tickets = KerberosTickets(settings: first, stateDir: config.stateDir, logger: logger)
+        if let k = Self.kerberosSettings(config) {
+            let tickets = KerberosTickets(settings: k, stateDir: config.stateDir, logger: logger)
             try tickets.start()
-            self.kerberos = tickets
+            kerberos = tickets
         }
-        for c in config.credentials {
-            if case .serverTrust(let t) = c.kind, t.insecure {
-                logger.warning("TLS verification is OFF for matched hosts (server-trust insecure = true)",
-                    metadata: ["credential": "\(c.name)", "match": "\(c.match.map(\.description).joined(separator: ","))"])
-            }
-        }
+        warnInsecure(config.credentials)
         DescriptorExhaustion.prepare(maxConnections: config.maxConnections, logger: logger)
-        let access = AccessControl(config: config)
-        let descriptors = DescriptorExhaustion()
         let context = ServerContext(
-            config: config, logger: logger, access: access, ownAuthorities: own,
-            tokens: tokens, tlsServer: tlsServer, notices: OnceSet(), descriptors: descriptors)
+            generation: 1, config: config, logger: logger, ownAuthorities: own, tokens: tokens, tlsServer: tlsServer,
+            shared: SharedServerState(config: config))
+        current = context
         loops = (0..<config.workers).map { EventLoop(index: $0, context: context) }
         for a in config.listen {
-            let l = try Listener(address: a, loops: loops, queue: acceptQueue, access: access, descriptors: descriptors,
-                logger: logger)
+            let l = try Listener(address: a, loops: loops, queue: acceptQueue, access: context.access,
+                descriptors: context.descriptors, logger: logger)
             listeners.append(l)
         }
         if let a = config.admin {
-            let server = try AdminServer(config: a, backend: self, logger: logger)
-            admin = server
+            admin = try AdminServer(config: a, backend: self, logger: logger)
         }
         for l in listeners {
             l.start()
             logger.notice("listening", metadata: ["address": "\(l.address.isIPv6 ? "[\(l.address.host)]" : l.address.host):\(l.boundPort)"])
         }
-        if let admin {
+        if let admin, let a = config.admin {
             admin.start()
             logger.notice("admin listener", metadata: [
                 "address": "\(admin.address.isIPv6 ? "[\(admin.address.host)]" : admin.address.host):\(admin.boundPort)",
-                "allow": "\(config.admin!.allow.map(\.description).joined(separator: ","))"])
+                "allow": "\(a.allow.map(\.description).joined(separator: ","))"])
         }
-        tokens?.startPrefetching(config.credentials.filter(\.prefetch))
+        tokens?.startPrefetching(config.credentials)
+        reloadQueue.sync { updateWatcher() }
     }
 
     /// The admin listener's port (useful with port 0), nil without `[admin]`.
     public var adminPort: Int? { admin?.boundPort }
 
+    /// The token service for `config`'s credentials, with the saved tokens loaded.
+    func makeTokenService(_ config: ProxyConfig) throws(ServerError) -> TokenService {
+        let service = TokenService(credentials: config.credentials, stateDir: config.stateDir, stateKey: config.stateKey,
+            timeoutSeconds: config.upstreamTimeoutSeconds, logger: logger)
+        do {
+            try service.loadState()
+        } catch {
+            throw ServerError(description: "cannot load token state: \(error)", isConfigurationError: true)
+        }
+        return service
+    }
+
+    /// The interception server for `config` (nil when `[tls]` is off) and the digest of the CA files it was
+    /// made from.
+    func makeTLSServer(_ config: ProxyConfig) throws(ServerError) -> (TLSServer?, String?) {
+        guard config.tls.enabled, let certPath = config.tls.caCert, let keyPath = config.tls.caKey else { return (nil, nil) }
+        do {
+            let ca = try CertificateAuthority.load(certPath: certPath, keyPath: keyPath)
+            return (try TLSServer(minter: LeafMinter(ca: ca, logger: logger)), Self.digest(files: [certPath, keyPath]))
+        } catch {
+            throw ServerError(description: "cannot set up HTTPS interception: \(error)")
+        }
+    }
+
+    /// SHA-256 over the contents of `files` (a missing file counts as empty): never logged, only compared.
+    static func digest(files: [String]) -> String {
+        Crypto.sha256Hex(files.map { "\($0)\u{0}\(readTextFile($0) ?? "")" }.joined(separator: "\u{0}"))
+    }
+
+    static func kerberosSettings(_ config: ProxyConfig) -> KerberosSettings? {
+        // The config loader allows one principal only.
+        config.credentials.lazy.compactMap { c -> KerberosSettings? in
+            if case .kerberos(let k) = c.kind { return k }
+            return nil
+        }.first
+    }
+
+    func warnInsecure(_ credentials: [Credential]) {
+        for c in credentials {
+            if case .serverTrust(let t) = c.kind, t.insecure {
+                logger.warning("TLS verification is OFF for matched hosts (server-trust insecure = true)",
+                    metadata: ["credential": "\(c.name)", "match": "\(c.match.map(\.description).joined(separator: ","))"])
+            }
+        }
+    }
+
     /// Stops accepting, lets in-flight exchanges finish for up to `grace` seconds, then closes everything and
     /// calls `done` (on a background queue).
     public func shutdown(grace: Int, done: @escaping @Sendable () -> Void) {
         stopping.store(true, ordering: .relaxed)
+        reloadQueue.async { [self] in
+            watcher?.stop()
+            watcher = nil
+        }
         for l in listeners { l.stop() }
         for loop in loops { loop.queue.async { loop.beginShutdown() } }
         let deadline = DispatchTime.now() + .seconds(grace)

@@ -15,7 +15,8 @@
 ///   back off; the rejected token is handed out meanwhile, so clients get the server's own answer.
 /// - **Generations**: a credential whose sign-in changed (``grantChanged(credential:)``) starts a new
 ///   generation; a token request started before hands its result to the requests that waited for it, but
-///   the cache does not keep it.
+///   the cache does not keep it. A credential changed or removed by a configuration reload
+///   (``forget(credential:)``) loses everything it had, the same way.
 ///
 /// `Waiter` is what the caller needs to answer one request (a completion closure in ``TokenService``, plain
 /// values in tests).
@@ -96,6 +97,7 @@ struct TokenCache<Waiter> {
 
     /// A key whose server rejected a fresh token: its backoff, and the token last rejected.
     struct Rejection {
+        var credential: String
         var backoff = TokenBackoff()
         var token: IssuedToken?
     }
@@ -104,6 +106,9 @@ struct TokenCache<Waiter> {
     private(set) var rejections: [String: Rejection] = [:]
     /// Waiters of token requests started before their credential's sign-in changed.
     private var detached: [FetchTicket: [Waiter]] = [:]
+    /// The last ticket number handed out: every token request gets its own, so a request started before its
+    /// entry was forgotten can never be taken for the request of a new entry under the same key.
+    private var lastTicket = 0
 
     init() {}
 
@@ -170,6 +175,8 @@ struct TokenCache<Waiter> {
         e.inFlight = true
         e.wantedWhileBackingOff = false
         if let waiter { e.waiters.append(waiter) }
+        lastTicket += 1
+        e.generation = lastTicket
         entries[key] = e
         return .startFetch(FetchTicket(key: key, generation: e.generation))
     }
@@ -240,7 +247,7 @@ struct TokenCache<Waiter> {
         var outcome = RejectionOutcome(action: action)
         switch action {
         case .relay(_, serverRejectsNewTokens: true):
-            var r = rejections[key] ?? Rejection()
+            var r = rejections[key] ?? Rejection(credential: credential)
             // Requests that shared one fresh token report it together: one failure, not one per request.
             if !r.backoff.isBackingOff(at: now) { outcome.backoffStarted = r.backoff.failed(at: now) }
             outcome.consecutive = r.backoff.failures
@@ -286,6 +293,25 @@ struct TokenCache<Waiter> {
             e.generation += 1
             entries[k] = e
         }
+    }
+
+    /// A configuration reload changed or removed `credential`: its tokens, failure and rejection backoffs go,
+    /// and token requests running for it are detached (the requests that waited for one began under the old
+    /// configuration and still get its result; nothing is kept). The next request under the new settings
+    /// starts from nothing.
+    mutating func forget(credential: String) {
+        for (k, e) in entries where e.credential == credential {
+            if e.inFlight {
+                detached[FetchTicket(key: k, generation: e.generation), default: []] += e.waiters
+            }
+            entries[k] = nil
+        }
+        for (k, r) in rejections where r.credential == credential { rejections[k] = nil }
+    }
+
+    /// Whether anything is held for `credential` (tests).
+    func holds(credential: String) -> Bool {
+        entries.values.contains { $0.credential == credential } || rejections.values.contains { $0.credential == credential }
     }
 
     // MARK: - the state file

@@ -25,7 +25,8 @@ final class TokenFetcher {
     private let multi: CurlMulti
     private let timeoutSeconds: Int
     /// Network credentials (server trust above all) for the token service and `rest/info` requests.
-    private let store: CredentialStore
+    /// Network credentials for token requests (replaced by a configuration reload; confined to the queue).
+    var store: CredentialStore
     private let logger: Logger
     private unowned let host: any TokenFetcherHost
     /// `rest/info` answers by normalized server root, with the requests waiting for one.

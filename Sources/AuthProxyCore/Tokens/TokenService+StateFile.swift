@@ -21,15 +21,16 @@ extension TokenService {
                 metadata: ["file": "\(stateFile.path)", "renamed_to": "\(aside)", "cause": "\(error)"])
             contents = TokenStateFile.Contents()
         }
-        let saved = contents.tokens.filter { fingerprints[$0.credential] == $0.fingerprint }
-        let stored = contents.refreshTokens.filter { fingerprints[$0.credential] == $0.fingerprint }
-        queue.sync {
+        let saved = queue.sync {
+            let saved = contents.tokens.filter { fingerprints[$0.credential] == $0.fingerprint }
+            let stored = contents.refreshTokens.filter { fingerprints[$0.credential] == $0.fingerprint }
             fileStamp = stateFile.stamp()
             cache.withLock { cache in
                 for t in saved { cache.adopt(key: t.key, credential: t.credential, token: t.token) }
             }
             for r in stored { refreshTokens[r.credential] = r }
             startWatching()
+            return saved
         }
         if !saved.isEmpty {
             logger.notice(

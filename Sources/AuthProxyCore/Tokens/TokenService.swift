@@ -23,8 +23,12 @@ import Synchronization
 /// file (`TokenService+StateFile.swift`), and event loops read tokens and report rejections through the
 /// cache's lock without a thread hop.
 ///
+/// A configuration reload does not replace the service: ``update(credentials:)`` drops what belonged to
+/// changed and removed credentials and keeps the tokens, refresh state and backoffs of the others.
+///
 /// Ownership: `cache` is touched only under its lock, from any thread; every other mutable member (the
-/// fetcher, the state-file mirror, the watcher) only on `queue`, where every completion runs.
+/// fetcher, the credential table, the state-file mirror, the watcher) only on `queue`, where every completion
+/// runs.
 public final class TokenService: @unchecked Sendable {
     let queue = DispatchQueue(label: "authproxy.tokens")
     private let multi: CurlMulti
@@ -33,11 +37,12 @@ public final class TokenService: @unchecked Sendable {
     let stateFile: TokenStateFile
     /// Every token decision, under one lock: event loops read it on every request, the queue changes it.
     let cache = Mutex(TokenCache<Completion>())
-    /// The SHA-256 of each credential's identity: saved tokens of a credential that changed are not reused.
-    let fingerprints: [String: String]
-    let oauthUsers: Set<String>
+    /// The SHA-256 of each configured credential's identity: saved tokens of a credential that changed are not
+    /// reused. Confined to `queue` (set again by a reload).
+    var fingerprints: [String: String]
+    var oauthUsers: Set<String>
     /// Network credentials (server trust above all) for the token service and `rest/info` requests.
-    private let store: CredentialStore
+    private var store: CredentialStore
 
     // Confined to `queue`.
     var refreshTokens: [String: TokenStateFile.StoredRefreshToken] = [:]
@@ -162,10 +167,58 @@ public final class TokenService: @unchecked Sendable {
         _ = cache.withLock { $0.invalidate(credential: c.name, value: value) }
     }
 
+    // MARK: - configuration reload
+
+    /// A configuration reload: `credentials` are the ones configured now. Credentials whose identity
+    /// (``Credential/identityMaterial``) changed, and removed ones, lose their tokens, backoffs and refresh
+    /// tokens, in memory and in the state file; token requests running for them finish for the exchanges that
+    /// waited but are not kept. The others keep everything. Returns the names whose tokens were dropped.
+    @discardableResult
+    public func update(credentials: [Credential]) -> [String] {
+        var next: [String: String] = [:]
+        for c in credentials { next[c.name] = Crypto.sha256Hex(c.identityMaterial) }
+        let store = CredentialStore(credentials)
+        let users = Set(credentials.compactMap { c in if case .oauthUser = c.kind { c.name } else { nil } })
+        return queue.sync {
+            let dropped = fingerprints.keys.filter { next[$0] != fingerprints[$0] }.sorted()
+            cache.withLock { cache in
+                for name in dropped { cache.forget(credential: name) }
+            }
+            fingerprints = next
+            oauthUsers = users
+            self.store = store
+            fetcher.store = store
+            refreshTokens = refreshTokens.filter { next[$0.key] == $0.value.fingerprint }
+            // Written now, not at the next token: the file must not hold a dropped credential's tokens for a
+            // later start (the fingerprints keep them from being used either way).
+            if !dropped.isEmpty { persist() }
+            return dropped
+        }
+    }
+
+    /// Whether `c` is the credential configured now under its name (an exchange that began before a reload
+    /// may still carry the previous one).
+    private func isCurrent(_ c: Credential) -> Bool {
+        fingerprints[c.name] == Crypto.sha256Hex(c.identityMaterial)
+    }
+
     // MARK: - carrying out the cache's decisions (on `queue`)
 
     private func acquire(_ c: Credential, root: String, isPortal: Bool, completion: @escaping Completion) {
         dispatchPrecondition(condition: .onQueue(queue))
+        guard isCurrent(c) else {
+            // An exchange that began before a reload changed or removed this credential finishes with the
+            // settings it began with: it gets a token made with them, which nothing keeps, so the cache (and
+            // the state file) never holds a token of settings no longer configured.
+            fetcher.fetch(c, root: root, isPortal: isPortal) { result in
+                completion(result.map { t in
+                    var t = t
+                    t.fresh = true
+                    return t
+                })
+            }
+            return
+        }
         noticeSignInChange(c)
         let key = Self.key(c.name, root: root)
         let now = nowMillis()
@@ -175,6 +228,7 @@ public final class TokenService: @unchecked Sendable {
 
     private func refreshInBackground(_ c: Credential, target: URLTarget) {
         dispatchPrecondition(condition: .onQueue(queue))
+        guard isCurrent(c) else { return }  // a reload replaced it: its successor refreshes its own tokens
         noticeSignInChange(c)
         let (root, isPortal) = ServerRoot.of(target)
         let key = Self.key(c.name, root: root)

@@ -75,3 +75,20 @@ import Testing
         #expect(l.refusals == ConnectionLimiter.Refusals(total: 1, perClient: 1))
     }
 }
+
+/// A reload changes the connection limits in place: the open count carries over.
+@Suite struct ConnectionLimiterReloadTests {
+    @Test func loweredLimitsApplyToNewConnectionsAndSlotsAreStillGivenBack() throws {
+        let l = ConnectionLimiter(total: 3, perClient: 3)
+        let a = try #require(IPAddress.parse("10.0.0.1"))
+        #expect(l.acquire(a) == nil)
+        #expect(l.acquire(a) == nil)
+        l.setLimits(total: 1, perClient: 1)
+        #expect(l.total == 1 && l.perClient == 1)
+        #expect(l.acquire(a) == .total)
+        l.release(a)
+        l.release(a)
+        #expect(l.openCount == 0)
+        #expect(l.acquire(a) == nil)
+    }
+}

@@ -459,3 +459,64 @@ import Testing
         #expect(cache.validTokens(now: 500_000).isEmpty)
     }
 }
+
+/// A configuration reload that changes or removes a credential (``TokenCache/forget(credential:)``).
+@Suite struct TokenCacheForgetTests {
+    typealias Cache = TokenCache<String>
+    static let key = TokenCacheTests.key
+    static let other = "keep|https://gis.example.com/arcgis"
+
+    @Test func forgettingDropsTokensAndBackoffsOfThatCredentialOnly() {
+        var cache = Cache()
+        TokenCacheTests.fetch(&cache, at: 0, .success(TokenCacheTests.token("T1")))
+        guard case .startFetch(let t) = cache.acquire(key: Self.other, credential: "keep", now: 0, waiter: "k") else {
+            Issue.record("expected a token request")
+            return
+        }
+        _ = cache.complete(t, with: .success(TokenCacheTests.token("KEEP")), now: 0)
+        #expect(cache.holds(credential: "app"))
+        cache.forget(credential: "app")
+        #expect(!cache.holds(credential: "app"))
+        #expect(cache.cached(key: Self.key, now: 10) == nil)
+        #expect(cache.cached(key: Self.other, now: 10)?.token.value == "KEEP")
+    }
+
+    @Test func aTokenRequestRunningWhenForgottenIsNotKept() {
+        var cache = Cache()
+        guard case .startFetch(let old) = cache.acquire(key: Self.key, credential: "app", now: 0, waiter: "a") else {
+            Issue.record("expected a token request")
+            return
+        }
+        cache.forget(credential: "app")
+        // Under the new settings a request starts its own token request, with a ticket of its own.
+        guard case .startFetch(let new) = cache.acquire(key: Self.key, credential: "app", now: 5, waiter: "b") else {
+            Issue.record("a request after the reload must not wait for the old settings' token")
+            return
+        }
+        #expect(new != old)
+        // The new one finishes first; then the old one: its waiter gets its token, nothing is cached.
+        let settled = cache.complete(new, with: .success(TokenCacheTests.token("NEW")), now: 10)
+        #expect(settled.outcome == .stored)
+        #expect(TokenCacheTests.waiters(settled) == ["b"])
+        let late = cache.complete(old, with: .success(TokenCacheTests.token("OLD")), now: 20)
+        #expect(late.outcome == .discarded)
+        #expect(TokenCacheTests.waiters(late) == ["a"])
+        #expect(cache.cached(key: Self.key, now: 20)?.token.value == "NEW")
+    }
+
+    @Test func aRemovedCredentialsTokenIsNotSavedOrAdoptedAgain() {
+        var cache = Cache()
+        TokenCacheTests.fetch(&cache, at: 0, .success(TokenCacheTests.token("T1")))
+        cache.forget(credential: "app")
+        #expect(cache.validTokens(now: 10).isEmpty)
+        // The rejection backoff goes too.
+        TokenCacheTests.fetch(&cache, at: 20, .success(TokenCacheTests.token("T2")))
+        var fresh = TokenCacheTests.token("T2")
+        fresh.fresh = true
+        _ = cache.rejected(key: Self.key, credential: "app", token: fresh, attempt: 1, pregenerated: false,
+            refreshable: true, replayImpossible: nil, now: 30)
+        #expect(cache.rejectionBackoff(key: Self.key) != nil)
+        cache.forget(credential: "app")
+        #expect(cache.rejectionBackoff(key: Self.key) == nil)
+    }
+}

@@ -1,0 +1,23 @@
+/// The live state that belongs to the process, not to one configuration: every ``ServerContext`` generation
+/// points at the same instance, so a reload never resets what is counted here. Connections give back the
+/// slot they took from the one ``ConnectionLimiter`` whatever generation is current when they close; rate
+/// limit buckets keep their levels; the "logged once" keys and the descriptor-exhaustion throttle keep theirs.
+/// (Anything else process-wide that a generation should reach, such as metrics, belongs here too.)
+///
+/// Every member is itself thread-safe (locks or atomics inside).
+final class SharedServerState: Sendable {
+    /// Open client connections, in total and per address (limits updated in place by a reload).
+    let connections: ConnectionLimiter
+    let rateLimiter = RateLimiter()
+    /// Throttles the log lines of refused connections, proxy-auth failures and rate limits.
+    let throttle = LogThrottle()
+    /// Hosts already reported as "matched but not interceptable" (logged once each).
+    let notices = OnceSet()
+    /// Running out of file descriptors: counted, logged (rate-limited), and the listeners' pause.
+    let descriptors = DescriptorExhaustion()
+
+    init(config: ProxyConfig) {
+        connections = ConnectionLimiter(
+            total: config.maxConnections, perClient: config.effectiveMaxConnectionsPerClient)
+    }
+}
