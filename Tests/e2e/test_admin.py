@@ -330,3 +330,32 @@ def test_network_auth_outcomes_are_counted_and_shown(proxy_factory, netauth_rig,
     assert 'id="network-auth"' in page
     for secret in ("alice-pw", "WRONG-PW"):
         assert secret not in page and secret not in json.dumps(doc) and secret not in admin_get(p, "/metrics").text
+
+
+# ---------------------------------------------------------------------------------------------------------
+# POST /reload
+# ---------------------------------------------------------------------------------------------------------
+
+def test_post_reload_applies_or_rejects_and_is_counted(proxy_factory, origin, session):
+    from test_reload import echo_token, rewrite
+    p = start_with_admin(proxy_factory, cred("k", "api-key", origin.url + "/", key="FIRST-KEY"))
+    assert echo_token(p, origin, session) == "FIRST-KEY"
+    s = requests.Session()
+    s.trust_env = False
+    assert s.get(p.admin + "/reload", timeout=10).status_code == 405
+    rewrite(p, p.config_text.replace("FIRST-KEY", "SECOND-KEY"))
+    r = s.post(p.admin + "/reload", timeout=10)
+    assert r.status_code == 200 and r.json()["applied"] is True, r.text
+    assert "changed k" in r.json()["message"] and "SECOND-KEY" not in r.text
+    assert echo_token(p, origin, session) == "SECOND-KEY"
+    rewrite(p, p.config_text + "\n[proxy]\nbogus = 1\n")
+    r = s.post(p.admin + "/reload", timeout=10)
+    assert r.status_code == 422 and r.json()["applied"] is False, r.text
+    assert "line" in r.json()["message"]
+    assert echo_token(p, origin, session) == "SECOND-KEY"
+    m = samples(p)
+    assert value(m, "authproxy_config_reloads_total", result="applied") == 1
+    assert value(m, "authproxy_config_reloads_total", result="rejected") == 1
+    doc = admin_get(p, "/status.json").json()
+    assert doc["lastReload"]["applied"] is False and "POST /reload" in doc["lastReload"]["message"]
+    assert "SECOND-KEY" not in json.dumps(doc) and "FIRST-KEY" not in json.dumps(doc)
