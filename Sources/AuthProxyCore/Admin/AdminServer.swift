@@ -50,13 +50,13 @@ final class AdminServer: @unchecked Sendable {
         (fd, boundPort) = try openListeningSocket(config.listen)
     }
 
+    deinit {
+        // Never started: no source owns the socket.
+        if source == nil { Glibc.close(fd) }
+    }
+
     func start() {
-        let s = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
-        let fd = fd
-        s.setEventHandler { [unowned self] in self.acceptAll() }
-        s.setCancelHandler { Glibc.close(fd) }
-        source = s
-        s.resume()
+        source = startAcceptSource(fd: fd, queue: queue) { [unowned self] in self.acceptAll() }
     }
 
     /// `[admin] allow` changed by a reload: applies to the next connections.

@@ -40,15 +40,8 @@ final class Listener: @unchecked Sendable {
         if source == nil { Glibc.close(fd) }
     }
 
-    /// The accept source is created here, not in `init`, so a listener that never starts leaves no inactive
-    /// Dispatch source behind (releasing one crashes).
     func start() {
-        let s = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
-        let fd = fd
-        s.setEventHandler { [unowned self] in self.acceptAll() }
-        s.setCancelHandler { Glibc.close(fd) }
-        source = s
-        s.resume()
+        source = startAcceptSource(fd: fd, queue: queue) { [unowned self] in self.acceptAll() }
     }
 
     /// A reload: connections accepted from now on are checked against `access` (the allow-list; the connection

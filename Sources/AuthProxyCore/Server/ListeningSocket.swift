@@ -1,4 +1,5 @@
 import CAuthProxyShims
+import Dispatch
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -39,4 +40,15 @@ func openListeningSocket(_ address: ListenAddress) throws(ServerError) -> (fd: I
     var blen = socklen_t(MemoryLayout<sockaddr_storage>.size)
     withUnsafeMutablePointer(to: &bound) { _ = $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &blen) } }
     return (fd, Int(describePeer(bound).split(separator: ":").last.flatMap { Int($0) } ?? address.port))
+}
+
+/// The read source that accepts on the listening socket `fd`, resumed: `accept` runs on `queue` while connections
+/// wait; cancelling the source closes the socket. Made when a listener starts, not when it is opened, so one that
+/// never starts leaves no inactive Dispatch source behind (releasing one crashes).
+func startAcceptSource(fd: Int32, queue: DispatchQueue, accept: @escaping () -> Void) -> any DispatchSourceRead {
+    let s = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
+    s.setEventHandler(handler: accept)
+    s.setCancelHandler { Glibc.close(fd) }
+    s.resume()
+    return s
 }
