@@ -93,6 +93,10 @@ struct TokenCache<Waiter> {
         /// A request wanted a token while the key was backing off: probe when the backoff ends.
         var wantedWhileBackingOff = false
         var probeScheduled = false
+        /// The token was dropped after a rejection: the next one stored replaces a rejected token.
+        var dropAfterRejection = false
+        /// When the token held was stored, if it replaced a rejected one (see ``rejected(key:credential:token:attempt:pregenerated:refreshable:replayImpossible:now:)``).
+        var replacedRejectedAt: Int64? = nil
     }
 
     /// A key whose server rejected a fresh token: its backoff, and the token last rejected.
@@ -205,6 +209,8 @@ struct TokenCache<Waiter> {
         case .success(var t):
             t.fresh = false
             e.token = t
+            e.replacedRejectedAt = e.dropAfterRejection ? now : nil
+            e.dropAfterRejection = false
             e.backoff.succeeded()
             e.lastError = nil
             entries[ticket.key] = e
@@ -239,10 +245,19 @@ struct TokenCache<Waiter> {
         refreshable: Bool, replayImpossible: String?, now: Int64
     ) -> RejectionOutcome {
         let backingOff = rejections[key]?.backoff.isBackingOff(at: now) ?? false
+        // A request that took the key's token from the cache (not marked fresh) is as much a rejection of a new
+        // token when that token was fetched moments ago to replace a rejected one: otherwise a request arriving
+        // just after the refresh would start yet another token request (seen with 50 concurrent clients).
+        var fresh = token.fresh
+        if !fresh, let e = entries[key], e.token?.value == token.value, let at = e.replacedRejectedAt,
+            now - at < Self.freshAfterRejectionMillis
+        {
+            fresh = true
+        }
         let action = TokenRetryPolicy.decide(
             .init(
                 attempt: attempt, pregenerated: pregenerated,
-                refreshable: refreshable, tokenIsFresh: token.fresh, backingOff: backingOff,
+                refreshable: refreshable, tokenIsFresh: fresh, backingOff: backingOff,
                 replayImpossible: replayImpossible))
         var outcome = RejectionOutcome(action: action)
         switch action {
@@ -263,6 +278,9 @@ struct TokenCache<Waiter> {
         return outcome
     }
 
+    /// How long a token fetched to replace a rejected one counts as fresh for any request that carried it.
+    static var freshAfterRejectionMillis: Int64 { 10_000 }
+
     /// The rejection backoff of `key`, if its server ever rejected a fresh token.
     func rejectionBackoff(key: String) -> TokenBackoff? { rejections[key]?.backoff }
 
@@ -274,6 +292,8 @@ struct TokenCache<Waiter> {
         var changed = false
         for (k, e) in entries where e.credential == credential && e.token?.value == value {
             entries[k]?.token = nil
+            entries[k]?.dropAfterRejection = true
+            entries[k]?.replacedRejectedAt = nil
             changed = true
         }
         return changed

@@ -350,6 +350,41 @@ import Testing
         #expect(cache.cached(key: Self.key, now: 1) == nil)
     }
 
+    @Test func aCachedTokenJustFetchedToReplaceARejectedOneCountsAsFresh() {
+        var cache = Cache()
+        let t1 = Self.token("T1", issued: 0, expires: 600_000)
+        Self.fetch(&cache, at: 0, .success(t1))
+        let stale = cache.rejected(
+            key: Self.key, credential: "app", token: t1, attempt: 1, pregenerated: false,
+            refreshable: true, replayImpossible: nil, now: 50)
+        #expect(stale.action == .refreshAndRetry)
+        let t2 = Self.token("T2", issued: 100, expires: 600_000)
+        Self.fetch(&cache, at: 100, .success(t2))
+        // A new request took T2 from the cache (not marked fresh) and the server rejected it at once: the server
+        // rejects new tokens; no third token request.
+        let soon = cache.rejected(
+            key: Self.key, credential: "app", token: t2, attempt: 1, pregenerated: false,
+            refreshable: true, replayImpossible: nil, now: 150)
+        #expect(soon.action == .relay(reason: "the server rejects new tokens", serverRejectsNewTokens: true))
+        #expect(cache.cached(key: Self.key, now: 150)?.token == t2)
+    }
+
+    @Test func aReplacementTokenRejectedLongAfterItWasFetchedIsRefreshed() {
+        var cache = Cache()
+        let t1 = Self.token("T1", issued: 0, expires: 600_000)
+        Self.fetch(&cache, at: 0, .success(t1))
+        _ = cache.rejected(
+            key: Self.key, credential: "app", token: t1, attempt: 1, pregenerated: false,
+            refreshable: true, replayImpossible: nil, now: 50)
+        let t2 = Self.token("T2", issued: 100, expires: 600_000)
+        Self.fetch(&cache, at: 100, .success(t2))
+        // T2 served for a while, then the server revoked it: an ordinary stale token.
+        let later = cache.rejected(
+            key: Self.key, credential: "app", token: t2, attempt: 1, pregenerated: false,
+            refreshable: true, replayImpossible: nil, now: 100 + Cache.freshAfterRejectionMillis)
+        #expect(later.action == .refreshAndRetry)
+    }
+
     @Test func aRejectionOfAnOldTokenKeepsTheRefreshedOne() {
         var cache = Cache()
         let t1 = Self.token("T1", issued: 0, expires: 100_000)
