@@ -107,10 +107,10 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-read -r P_ORIGIN P_HAPROXY P_NGINX P_SQUID P_AUTH P_AUTH_PLAIN P_FLOOR < <(free_ports 7)
+read -r P_ORIGIN P_HAPROXY P_NGINX P_SQUID P_AUTH P_AUTH_PLAIN P_FLOOR P_AUTH_CURL < <(free_ports 8)
 ORIGIN="127.0.0.1:$P_ORIGIN"
 TOKEN="BENCHKEY"
-log "tmp=$TMP ports: origin=$P_ORIGIN haproxy=$P_HAPROXY nginx-relay=$P_NGINX squid=$P_SQUID authproxy=$P_AUTH authproxy-plain=$P_AUTH_PLAIN floor=$P_FLOOR"
+log "tmp=$TMP ports: origin=$P_ORIGIN haproxy=$P_HAPROXY nginx-relay=$P_NGINX squid=$P_SQUID authproxy=$P_AUTH authproxy-plain=$P_AUTH_PLAIN authproxy-libcurl=$P_AUTH_CURL floor=$P_FLOOR"
 
 # Content
 mkdir -p "$TMP/www"
@@ -256,15 +256,29 @@ server_persistent_connections on
 EOF
 
 # ---- authproxy -------------------------------------------------------------
-# Two instances: "authproxy" injects an api-key (token=BENCHKEY) into every request to the origin,
-# the case issue 10 measures; "authproxy-plain" has no credential (plain relay). Both use the
-# default number of workers.
+# Three instances: "authproxy" injects an api-key (token=BENCHKEY) into every request to the origin,
+# the case issue 10 measures; "authproxy-plain" has no credential (plain relay); "authproxy-libcurl" is
+# "authproxy" with `http_client = "libcurl"` (plain http:// through libcurl instead of the proxy's own
+# HTTP/1.1 client). All use the default number of workers.
 if [[ $SKIP_AUTHPROXY -eq 0 ]]; then
-    mkdir -p "$TMP/state" "$TMP/state-plain"
+    mkdir -p "$TMP/state" "$TMP/state-plain" "$TMP/state-libcurl"
     cat > "$TMP/authproxy.toml" <<EOF
 [proxy]
 listen = ["127.0.0.1:$P_AUTH"]
 state_dir = "$TMP/state"
+[log]
+level = "warning"
+[[credential]]
+name = "bench-key"
+type = "api-key"
+key = "$TOKEN"
+match = "http://$ORIGIN"
+EOF
+    cat > "$TMP/authproxy-libcurl.toml" <<EOF
+[proxy]
+listen = ["127.0.0.1:$P_AUTH_CURL"]
+state_dir = "$TMP/state-libcurl"
+http_client = "libcurl"
 [log]
 level = "warning"
 [[credential]]
@@ -284,6 +298,7 @@ EOF
     if [[ -n "${AUTHPROXY_EXTRA_CONFIG:-}" ]]; then
         printf '\n%s\n' "$AUTHPROXY_EXTRA_CONFIG" >> "$TMP/authproxy.toml"
         printf '\n%s\n' "$AUTHPROXY_EXTRA_CONFIG" >> "$TMP/authproxy-plain.toml"
+        printf '\n%s\n' "$AUTHPROXY_EXTRA_CONFIG" >> "$TMP/authproxy-libcurl.toml"
     fi
 fi
 
@@ -330,6 +345,9 @@ if [[ $SKIP_AUTHPROXY -eq 0 ]]; then
     log "starting authproxy-plain, no credential"
     start_bg authproxy-plain "$TMP/authproxy-plain.log" "${PIN_SERVER[@]}" "$AUTHPROXY_BIN" serve --config "$TMP/authproxy-plain.toml"
     wait_http authproxy-plain "http://127.0.0.1:$P_AUTH_PLAIN/healthz"
+    log "starting authproxy-libcurl, api-key credential, http_client = libcurl"
+    start_bg authproxy-libcurl "$TMP/authproxy-libcurl.log" "${PIN_SERVER[@]}" "$AUTHPROXY_BIN" serve --config "$TMP/authproxy-libcurl.toml"
+    wait_http authproxy-libcurl "http://127.0.0.1:$P_AUTH_CURL/healthz"
 fi
 
 # --------------------------------------------------------------------------
@@ -340,12 +358,13 @@ TARGETS=(
     "origin|direct|$ORIGIN"
     "authproxy|forward|127.0.0.1:$P_AUTH"
     "authproxy-plain|forward|127.0.0.1:$P_AUTH_PLAIN"
+    "authproxy-libcurl|forward|127.0.0.1:$P_AUTH_CURL"
     "floor|direct|127.0.0.1:$P_FLOOR"
     "haproxy|direct|127.0.0.1:$P_HAPROXY"
     "nginx-relay|direct|127.0.0.1:$P_NGINX"
     "squid|forward|127.0.0.1:$P_SQUID"
 )
-is_authproxy() { [[ $1 == authproxy || $1 == authproxy-plain ]]; }
+is_authproxy() { [[ $1 == authproxy || $1 == authproxy-plain || $1 == authproxy-libcurl ]]; }
 
 # wrk script for forward proxies: connect to the proxy, send absolute-form
 # request lines. The request is built once from wrk.path/wrk.headers.
@@ -563,9 +582,10 @@ def num(s):
     except (TypeError, ValueError):
         return None
 
-order = ["origin", "authproxy", "authproxy-plain", "floor", "haproxy", "nginx-relay", "squid"]
+order = ["origin", "authproxy", "authproxy-plain", "authproxy-libcurl", "floor", "haproxy", "nginx-relay", "squid"]
 labels = {"origin": "origin (direct)", "authproxy": "authproxy + api-key (forward)",
-          "authproxy-plain": "authproxy, no credential (forward)", "floor": "Dispatch floor (reverse)",
+          "authproxy-plain": "authproxy, no credential (forward)",
+          "authproxy-libcurl": "authproxy + api-key, libcurl client (forward)", "floor": "Dispatch floor (reverse)",
           "haproxy": "haproxy (reverse)", "nginx-relay": "nginx-relay (reverse)",
           "squid": "squid (forward)"}
 

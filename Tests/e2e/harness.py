@@ -111,6 +111,8 @@ def default_proxy_section(port, state_dir):
         "header_timeout_seconds": 10,
         "idle_timeout_seconds": 60,
         "shutdown_grace_seconds": 3,
+        # Which client carries plain http:// upstreams (the default, "native", unless the run asks for libcurl).
+        **({"http_client": os.environ["AUTHPROXY_TEST_HTTP_CLIENT"]} if os.environ.get("AUTHPROXY_TEST_HTTP_CLIENT") else {}),
     }
 
 

@@ -54,6 +54,7 @@ public struct ConfigLoader: Sendable {
             }
             if let ports = try proxy.intArray("connect_ports", range: 1...65535) { config.connectPorts = Set(ports) }
             if let u = try proxy.enumValue("unmatched", UnmatchedPolicy.self) { config.unmatched = u }
+            if let c = try proxy.enumValue("http_client", HTTPClientChoice.self) { config.httpClient = c }
             if let s = try proxy.string("state_dir") { config.stateDir = s }
             if let t = try proxy.int("upstream_timeout_seconds", range: 1...86_400) { config.upstreamTimeoutSeconds = t }
             if let t = try proxy.int("header_timeout_seconds", range: 1...3600) { config.headerTimeoutSeconds = t }

@@ -9,6 +9,14 @@ public enum UnmatchedPolicy: String, Sendable, CaseIterable {
     case deny
 }
 
+/// Which HTTP client carries requests to plain `http://` upstreams without a network credential.
+public enum HTTPClientChoice: String, Sendable, CaseIterable {
+    /// The proxy's own HTTP/1.1 client (``HTTP1Transfer``).
+    case native
+    /// libcurl, as for every other upstream.
+    case libcurl
+}
+
 public enum LogFormat: String, Sendable, CaseIterable {
     case text
     case json
@@ -54,6 +62,9 @@ public struct ProxyConfig: Sendable {
     public var maxReplayBytes: Int64 = 100 * 1024 * 1024
     /// `[proxy] watch_config`: reload when the configuration file or a `file:` secret it names changes.
     public var watchConfig = false
+    /// `[proxy] http_client`: the client for plain `http://` upstreams without a network credential (https and
+    /// network authentication always go through libcurl).
+    public var httpClient: HTTPClientChoice = .native
     /// `[admin]`: the operations listener (metrics, status page, readiness, reload); nil: off.
     public var admin: AdminConfig? = nil
 

@@ -240,14 +240,8 @@ struct ResponseHeadAssembler {
             status = 502
             return
         }
-        var i = sp1 + 1
-        while i < line.count, Self.isCSpace(line[i]) { i += 1 }
-        let end = i + 3
-        let isDigit = { (c: UInt8) in c >= 48 && c <= 57 }
-        if end <= line.count, isDigit(line[i]), isDigit(line[i + 1]), isDigit(line[i + 2]),
-            end == line.count || !isDigit(line[end]), line[i] != 48
-        {
-            status = Int(line[i] - 48) * 100 + Int(line[i + 1] - 48) * 10 + Int(line[i + 2] - 48)
+        if let (code, end) = Self.statusCode(line) {
+            status = code
             if end < line.count {
                 let phrase = UnsafeRawBufferPointer(rebasing: line[(line[end] == 32 || line[end] == 9 ? end + 1 : end)...])
                 // A lenient client may end the status line at a bare CR and read what follows as a field.
@@ -264,6 +258,21 @@ struct ResponseHeadAssembler {
             storage.append(contentsOf: phrase)
             reason = 0..<storage.count
         }
+    }
+
+    /// The status code of a status line as libcurl reads it (see ``beginHead(_:)``) and where the code ends; nil
+    /// when libcurl would refuse the line. The proxy's own client (``ResponseReader``) frames bodies by the same
+    /// reading, so the client always gets the status the body was framed by.
+    static func statusCode(_ line: UnsafeRawBufferPointer) -> (Int, Int)? {
+        guard let sp1 = line.firstIndex(of: 32) else { return nil }
+        var i = sp1 + 1
+        while i < line.count, isCSpace(line[i]) { i += 1 }
+        let end = i + 3
+        let isDigit = { (c: UInt8) in c >= 48 && c <= 57 }
+        guard end <= line.count, isDigit(line[i]), isDigit(line[i + 1]), isDigit(line[i + 2]),
+            end == line.count || !isDigit(line[end]), line[i] != 48
+        else { return nil }
+        return (Int(line[i] - 48) * 100 + Int(line[i + 1] - 48) * 10 + Int(line[i + 2] - 48), end)
     }
 
     /// C `isspace`: what `sscanf`'s `%d` skips.
@@ -447,7 +456,7 @@ struct ResponseHeadAssembler {
     }
 
     /// Without leading and trailing spaces and tabs.
-    private static func trimmed(_ b: UnsafeRawBufferPointer) -> UnsafeRawBufferPointer {
+    static func trimmed(_ b: UnsafeRawBufferPointer) -> UnsafeRawBufferPointer {
         var lo = 0
         var hi = b.count
         while lo < hi, b[lo] == 32 || b[lo] == 9 { lo += 1 }
@@ -456,7 +465,7 @@ struct ResponseHeadAssembler {
     }
 
     /// `a` equals the lower-case ASCII name `b`, ignoring ASCII case.
-    fileprivate static func equalsIgnoringCase(_ a: UnsafeRawBufferPointer, _ b: StaticString) -> Bool {
+    static func equalsIgnoringCase(_ a: UnsafeRawBufferPointer, _ b: StaticString) -> Bool {
         equalsIgnoringCase(a, UnsafeRawBufferPointer(start: b.utf8Start, count: b.utf8CodeUnitCount))
     }
 

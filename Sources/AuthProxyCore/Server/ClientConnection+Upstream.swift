@@ -46,16 +46,22 @@ extension ClientConnection {
             timeoutSeconds: context.config.upstreamTimeoutSeconds)
         request.network = x.networkAuth
         request.denyDestinations = context.access.denyDestinations
-        let t = UpstreamTransfer(
-            multi: loop.multi,
-            request: request,
-            destination: "\(url.urlHost):\(url.port)", delegate: self)
-        x.transfer = t
         x.responseHead.reset()
         let started = now
         x.upstreamStarted = started
         machine.transferStarted(inspect: inspect, now: started)
-        t.start()
+        // The proxy's own HTTP/1.1 client for plain http:// without a network credential; libcurl for the rest
+        // (TLS, and the authentication schemes it answers).
+        if context.config.httpClient == .native, url.scheme == "http", !request.network.hasCredential {
+            let t = HTTP1Transfer(pool: loop.http1, request: request, target: url, delegate: self)
+            x.transfer = t
+            t.start()
+        } else {
+            let t = UpstreamTransfer(multi: loop.multi, request: request, destination: "\(url.urlHost):\(url.port)",
+                delegate: self)
+            x.transfer = t
+            t.start()
+        }
         pumpBody()
     }
 

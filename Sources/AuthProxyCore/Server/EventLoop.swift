@@ -11,6 +11,8 @@ import Glibc
 final class EventLoop: @unchecked Sendable {
     let queue: DispatchQueue
     let multi: CurlMulti
+    /// Kept-alive connections of the proxy's own HTTP/1.1 client (plain `http://` upstreams).
+    let http1: UpstreamConnectionPool
     /// The configuration generation new exchanges on this loop use. Replaced (on `queue`) by a reload; an
     /// exchange keeps the one it began with (``ExchangeContext/context``).
     private(set) var context: ServerContext
@@ -34,6 +36,7 @@ final class EventLoop: @unchecked Sendable {
     init(index: Int, context: ServerContext) {
         queue = DispatchQueue(label: "authproxy.loop.\(index)", qos: .userInitiated)
         multi = CurlMulti(queue: queue)
+        http1 = UpstreamConnectionPool(queue: queue)
         self.context = context
         scratch = .allocate(byteCount: 64 * 1024, alignment: 16)
         assembly = .allocate(byteCount: 80 * 1024, alignment: 16)
@@ -91,15 +94,17 @@ final class EventLoop: @unchecked Sendable {
     func closeAll() {
         dispatchPrecondition(condition: .onQueue(queue))
         for c in Array(connections.values) { c.graceExpired() }
+        http1.closeAll()
     }
 
     private func sweep() {
+        let now = DispatchTime.now().uptimeNanoseconds
+        http1.expire(now: now)
         if connections.isEmpty {
             sweeperArmed = false
             sweeper?.schedule(deadline: .distantFuture)
             return
         }
-        let now = DispatchTime.now().uptimeNanoseconds
         for c in Array(connections.values) { c.checkTimeouts(now: now) }
         exchangeContexts.trim()
     }

@@ -22,7 +22,7 @@ final class ExchangeContext {
     /// newer one meanwhile (set by ``ClientConnection/attachExchange()``).
     var context: ServerContext? = nil
     var head: RequestHead? = nil
-    var transfer: UpstreamTransfer? = nil
+    var transfer: (any UpstreamExchange)? = nil
     var bodyRemaining: Int64 = 0
     var chunkDecoder: ChunkedDecoder? = nil
     /// Request-body bytes waiting for libcurl.

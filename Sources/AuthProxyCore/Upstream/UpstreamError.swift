@@ -15,6 +15,8 @@ struct UpstreamError: Error {
     var deniedAddress: IPAddress? = nil
     /// EMFILE or ENFILE when the proxy could not open a socket: its own resource error, not the upstream's.
     var outOfDescriptors: Int32? = nil
+    /// Why the proxy's own client refused the response (RFC 9112): it was not relayed.
+    var invalidResponse: String? = nil
 
     /// The client hung up or its body could not be read: nobody to answer.
     var isClientSide: Bool {
@@ -41,6 +43,10 @@ struct UpstreamError: Error {
         let details = detail.isEmpty ? [] : [detail]
         if let e = outOfDescriptors {
             return .outOfDescriptors(e, destination: destination)
+        }
+        if let why = invalidResponse {
+            return ErrorResponse(status: 502, message: "Upstream \(destination) sent an invalid response: \(why)",
+                details: ["The response was not relayed (RFC 9112)."])
         }
         if let ip = deniedAddress, code == CURLE_COULDNT_CONNECT {
             return ErrorResponse(status: 403, message: "Destination \(destination) is not allowed",

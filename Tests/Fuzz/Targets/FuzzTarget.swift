@@ -9,6 +9,7 @@ struct FuzzTarget: Sendable {
         FuzzTarget(name: "request-head", run: RequestHeadFuzzer.run),
         FuzzTarget(name: "chunked-decoder", run: ChunkedDecoderFuzzer.run),
         FuzzTarget(name: "response-head", run: ResponseHeadFuzzer.run),
+        FuzzTarget(name: "response-reader", run: ResponseReaderFuzzer.run),
         FuzzTarget(name: "toml", run: TOMLFuzzer.run),
         FuzzTarget(name: "token-rejection", run: TokenRejectionFuzzer.run),
         FuzzTarget(name: "url", run: URLFuzzer.run),

@@ -1,0 +1,513 @@
+import CAuthProxyShims
+import CCurl
+import Dispatch
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One exchange with a plain `http://` upstream over the proxy's own HTTP/1.1 client: a kept-alive connection
+/// from the loop's ``UpstreamConnectionPool`` (or a new one: name resolution off the loop, `deny_destinations`
+/// checked on every resolved address, a non-blocking connect per address in turn), the request head written
+/// from the ``UpstreamRequest``, the body streamed from the delegate (chunked when its length is unknown), and
+/// the response read with ``ResponseReader`` and handed to the delegate line by line and chunk by chunk, exactly
+/// as ``UpstreamTransfer`` hands on what libcurl reads.
+///
+/// It exists because libcurl's per-request machinery (a handle reset and re-armed per request, a `poll` per
+/// reuse, its own buffers and callbacks) was the largest block of the proxy's CPU per request (issue 10). libcurl
+/// still carries every `https://` upstream and every network-authentication scheme; the choice is made in
+/// ``ClientConnection/startTransfer(url:headers:inspect:)``.
+///
+/// Failures are reported with the libcurl codes the rest of the proxy maps to answers, logs and metrics
+/// (``UpstreamError``): the two clients fail the same way towards a GIS client.
+///
+/// Confined to the loop's queue. The delegate is `unowned(unsafe)` on the same rule as ``UpstreamTransfer``'s:
+/// it cancels the exchange before it goes away.
+final class HTTP1Transfer: UpstreamExchange {
+    private let pool: UpstreamConnectionPool
+    let request: UpstreamRequest
+    private let target: URLTarget
+    let destination: String
+    private unowned(unsafe) var delegate: (any UpstreamTransferDelegate)?
+    private var connection: UpstreamConnection?
+    private var reader: ResponseReader
+    /// The connection came from the pool (a failure before any response byte is retried once).
+    private var reused = false
+    private var retried = false
+    private var addresses: [(family: Int32, addr: sockaddr_storage, len: socklen_t)] = []
+    private var deniedAddress: IPAddress? = nil
+    private var lastConnectError: Int32 = ECONNREFUSED
+    /// The request body was written to its end (true from the start when there is none).
+    private var bodyDone: Bool
+    private var bodyStarted = false
+    /// The head went out on the current connection (the body may follow it).
+    private var headSent = false
+    private var bodyPaused = false
+    private var responsePaused = false
+    private var pumping = false
+    /// The request could not be written further (the upstream closed or reset): its answer is still read.
+    private var writeFailed = false
+    private var ended = false
+
+    init(pool: UpstreamConnectionPool, request: UpstreamRequest, target: URLTarget,
+        delegate: any UpstreamTransferDelegate)
+    {
+        self.pool = pool
+        self.request = request
+        self.target = target
+        destination = "\(target.urlHost):\(target.port)"
+        self.delegate = delegate
+        reader = ResponseReader(isHeadRequest: request.method == "HEAD")
+        bodyDone = request.bodyLength == nil
+    }
+
+    deinit {
+        // Backstop: an exchange dropped without cancel() must not leave its connection pointing at it.
+        connection?.close()
+    }
+
+    private var key: UpstreamConnectionPool.Key { .init(host: target.host, port: target.port) }
+
+    func start() {
+        assertOnQueue(pool.queue)
+        if let c = pool.take(key) {
+            reused = true
+            attach(c)
+            sendHead()
+        } else {
+            connectNew()
+        }
+    }
+
+    func resume() {
+        assertOnQueue(pool.queue)
+        guard !ended else { return }
+        if responsePaused {
+            responsePaused = false
+            // Reading resumes with a look at the socket on the next turn, which takes the held bytes first.
+            connection?.channel.resumeReading()
+        }
+        if bodyPaused {
+            bodyPaused = false
+            pumpBody()
+        }
+    }
+
+    func cancel() {
+        assertOnQueue(pool.queue)
+        guard !ended else { return }
+        ended = true
+        delegate = nil
+        // Cut inside an exchange: what is left of it on the connection could never be told apart from the next.
+        connection?.close()
+        connection = nil
+    }
+
+    // MARK: connecting
+
+    private func connectNew() {
+        if let numeric = Self.numericAddress(target.host, port: target.port) {
+            addressesResolved(.success([numeric]))
+            return
+        }
+        let host = target.host, port = target.port, queue = pool.queue
+        nonisolated(unsafe) let me = self
+        DispatchQueue.global().async {
+            let result = resolve(host: host, port: port)
+            queue.async { if !me.ended { me.addressesResolved(result) } }
+        }
+    }
+
+    private func addressesResolved(_ result: ResolveResult) {
+        switch result {
+        case .success(let all):
+            // Checked on the resolved addresses, so neither a host name nor DNS rebinding gets around it.
+            let deny = request.denyDestinations
+            addresses = deny.isEmpty ? all : all.filter { a in IPAddress(a.addr).map { !deny.contains($0) } ?? false }
+            if addresses.isEmpty, let first = all.first.flatMap({ IPAddress($0.addr) }) {
+                deniedAddress = first
+                fail(CURLE_COULDNT_CONNECT, "")
+                return
+            }
+            tryNextAddress()
+        case .failure(let message):
+            fail(CURLE_COULDNT_RESOLVE_HOST, "Could not resolve host: \(target.host) (\(message))")
+        case .outOfDescriptors(let e):
+            fail(CURLE_COULDNT_RESOLVE_HOST, "Could not resolve host: \(target.host)", outOfDescriptors: e)
+        }
+    }
+
+    private func tryNextAddress() {
+        guard !addresses.isEmpty else {
+            fail(CURLE_COULDNT_CONNECT, "Failed to connect to \(target.host) port \(target.port): \(String(cString: strerror(lastConnectError)))")
+            return
+        }
+        var a = addresses.removeFirst()
+        let fd = socket(a.family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else {
+            let e = errno
+            if DescriptorExhaustion.isExhaustion(e) {
+                fail(CURLE_COULDNT_CONNECT, "Could not open a socket: \(String(cString: strerror(e)))", outOfDescriptors: e)
+                return
+            }
+            lastConnectError = e
+            tryNextAddress()
+            return
+        }
+        var one: Int32 = 1
+        setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+        setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, socklen_t(MemoryLayout<Int32>.size))
+        let rc = withUnsafePointer(to: &a.addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, a.len) }
+        }
+        if rc != 0 && errno != EINPROGRESS {
+            lastConnectError = errno
+            Glibc.close(fd)
+            tryNextAddress()
+            return
+        }
+        let c = UpstreamConnection(fd: fd, key: key, pool: pool)
+        attach(c)
+        c.channel.awaitConnect()
+    }
+
+    func connectionConnected(error: Int32) {
+        guard !ended, let c = connection else { return }
+        if error != 0 {
+            lastConnectError = error
+            detach()?.close()
+            tryNextAddress()
+            return
+        }
+        addresses = []
+        c.channel.resumeReading()
+        sendHead()
+    }
+
+    private func attach(_ c: UpstreamConnection) {
+        connection = c
+        c.user = self
+    }
+
+    /// Lets go of the connection (the caller closes or pools it).
+    private func detach() -> UpstreamConnection? {
+        let c = connection
+        c?.user = nil
+        connection = nil
+        return c
+    }
+
+    /// `host` when it is an IP literal, as a socket address (no lookup, no hop off the loop).
+    static func numericAddress(_ host: String, port: Int) -> (family: Int32, addr: sockaddr_storage, len: socklen_t)? {
+        var storage = sockaddr_storage()
+        let p = UInt16(port).bigEndian
+        let ok: socklen_t? = withUnsafeMutableBytes(of: &storage) { raw in
+            if host.utf8.contains(58) {
+                let sa = raw.baseAddress!.assumingMemoryBound(to: sockaddr_in6.self)
+                guard inet_pton(AF_INET6, host, &sa.pointee.sin6_addr) == 1 else { return nil }
+                sa.pointee.sin6_family = sa_family_t(AF_INET6)
+                sa.pointee.sin6_port = p
+                return socklen_t(MemoryLayout<sockaddr_in6>.size)
+            }
+            let sa = raw.baseAddress!.assumingMemoryBound(to: sockaddr_in.self)
+            guard inet_pton(AF_INET, host, &sa.pointee.sin_addr) == 1 else { return nil }
+            sa.pointee.sin_family = sa_family_t(AF_INET)
+            sa.pointee.sin_port = p
+            return socklen_t(MemoryLayout<sockaddr_in>.size)
+        }
+        guard let len = ok else { return nil }
+        return (Int32(storage.ss_family), storage, len)
+    }
+
+    // MARK: the request
+
+    /// Writes the request head: `METHOD target HTTP/1.1`, `Host`, the delegate's fields (libcurl syntax:
+    /// `Name;` is a field with an empty value, `Name:` one libcurl must not add, which this client never adds),
+    /// and the body's framing.
+    private func sendHead() {
+        guard let c = connection else { return }
+        var h = pool.headBuffer
+        pool.headBuffer = ByteBuffer()
+        h.removeAll()
+        h.append(request.method)
+        h.append(" ")
+        h.append(target.pathAndQuery)
+        h.append(" HTTP/1.1\r\nHost: ")
+        h.append(target.urlHost)
+        if !target.isDefaultPort {
+            h.append(":")
+            h.append(String(target.port))
+        }
+        h.append("\r\n")
+        for line in request.headerLines {
+            let last = line.utf8.last
+            if last == 58 { continue }  // "Name:": a libcurl default suppressed
+            if last == 59, !line.utf8.contains(58) {
+                h.append(line.utf8.dropLast())
+                h.append(":\r\n")
+                continue
+            }
+            h.append(line)
+            h.append("\r\n")
+        }
+        if let n = request.bodyLength {
+            if n < 0 {
+                h.append("Transfer-Encoding: chunked\r\n")
+            } else {
+                h.append("Content-Length: ")
+                h.append(String(n))
+                h.append("\r\n")
+            }
+        }
+        h.append("\r\n")
+        headSent = true
+        h.withUnreadBytes { c.channel.write($0) }
+        h.removeAll()
+        pool.headBuffer = h
+        // A write that failed at once may have moved the exchange to a new connection (``staleRetry()``), which
+        // sends its own head when it is connected.
+        guard !ended, connection === c else { return }
+        if !bodyDone {
+            bodyStarted = true
+            pumpBody()
+        }
+    }
+
+    /// Moves request-body bytes from the delegate to the socket while the socket takes them.
+    private func pumpBody() {
+        guard !pumping else { return }
+        pumping = true
+        defer { pumping = false }
+        let chunked = (request.bodyLength ?? 0) < 0
+        let buf = pool.sendBuffer
+        // Room before the data for a chunk-size line, and after it for its CRLF.
+        let space = chunked ? UnsafeMutableRawBufferPointer(rebasing: buf[24..<(buf.count - 2)]) : buf
+        while !ended, headSent, !bodyDone, !bodyPaused, !writeFailed, let c = connection,
+            c.channel.pendingCount <= SocketChannel.lowWater
+        {
+            let supply = delegate?.transferNeedsBody(space) ?? .abort
+            if ended { return }
+            switch supply {
+            case .bytes(let n):
+                guard n > 0 else { continue }
+                if chunked {
+                    let base = buf.baseAddress!.assumingMemoryBound(to: UInt8.self)
+                    var digits = 1
+                    while digits < 16, n >> (4 * digits) != 0 { digits += 1 }
+                    let k = EventLoop.chunkSizeLine(n, into: base + 24 - (digits + 2))
+                    base[24 + n] = 13
+                    base[24 + n + 1] = 10
+                    c.channel.write(UnsafeRawBufferPointer(start: base + 24 - k, count: k + n + 2))
+                } else {
+                    c.channel.write(UnsafeRawBufferPointer(rebasing: buf[0..<n]))
+                }
+            case .end:
+                if chunked { c.channel.write(UnsafeRawBufferPointer(start: Self.lastChunk.utf8Start, count: 5)) }
+                bodyDone = true
+            case .pause:
+                bodyPaused = true
+            case .abort:
+                fail(CURLE_ABORTED_BY_CALLBACK, "the request body could not be read")
+            }
+        }
+    }
+
+    private static let lastChunk: StaticString = "0\r\n\r\n"
+
+    func connectionDrained() {
+        guard !ended else { return }
+        pumpBody()
+    }
+
+    func connectionWriteFailed(_ error: Int32) {
+        guard !ended else { return }
+        if staleRetry() { return }
+        // The upstream may have answered before it stopped reading (a 413 to an upload): its answer is read,
+        // and the read side reports the reset or the end.
+        writeFailed = true
+        if !bodyDone { bodyDone = true }
+    }
+
+    // MARK: the response
+
+    private enum Outcome {
+        case needMore
+        case paused
+        case complete
+        case failed(CURLcode, String)
+        case invalid(ResponseReader.Failure)
+        case cancelled
+    }
+
+    func connectionReadable() {
+        guard !ended, !responsePaused, let c = connection else { return }
+        let scratch = pool.readBuffer
+        while true {
+            if !c.inbuf.isEmpty {
+                let (consumed, outcome) = c.inbuf.withUnreadBytes { process($0) }
+                if case .cancelled = outcome { return }
+                c.inbuf.consume(consumed)
+                if !settle(outcome, leftover: c.inbuf.count) { return }
+            }
+            switch c.channel.read(into: scratch) {
+            case .bytes(let n):
+                if !c.inbuf.isEmpty {
+                    c.inbuf.append(UnsafeRawBufferPointer(rebasing: scratch[0..<n]))
+                    continue
+                }
+                let (consumed, outcome) = process(UnsafeRawBufferPointer(rebasing: scratch[0..<n]))
+                if case .cancelled = outcome { return }
+                if consumed < n, case .complete = outcome {
+                    // Bytes after the response: the connection is not used again (see settle).
+                } else if consumed < n {
+                    c.inbuf.append(UnsafeRawBufferPointer(rebasing: scratch[consumed..<n]))
+                }
+                if !settle(outcome, leftover: n - consumed) { return }
+                // A short read emptied the socket: wait for the next event rather than read EAGAIN.
+                if n < scratch.count { return }
+            case .wouldBlock:
+                return
+            case .eof:
+                endOfInput(resetError: nil)
+                return
+            case .error(let e):
+                endOfInput(resetError: e)
+                return
+            }
+        }
+    }
+
+    /// Acts on what ``process(_:)`` ended with; true when reading should go on.
+    private func settle(_ outcome: Outcome, leftover: Int) -> Bool {
+        switch outcome {
+        case .needMore:
+            return true
+        case .paused:
+            responsePaused = true
+            connection?.channel.pauseReading()
+            return false
+        case .complete:
+            if leftover > 0 { connection?.inbuf.removeAll() }
+            complete(extraBytes: leftover > 0)
+            return false
+        case .failed(let code, let detail):
+            fail(code, detail)
+            return false
+        case .invalid(let why):
+            fail(CURLE_WEIRD_SERVER_REPLY, "", invalidResponse: "\(why)")
+            return false
+        case .cancelled:
+            return false
+        }
+    }
+
+    /// Runs the reader over `input`, handing head lines and body bytes to the delegate; returns how many bytes
+    /// were consumed and why it stopped.
+    private func process(_ input: UnsafeRawBufferPointer) -> (Int, Outcome) {
+        var at = 0
+        while true {
+            let rest = UnsafeRawBufferPointer(rebasing: input[at...])
+            let step: ResponseReader.Step
+            do throws(ResponseReader.Failure) {
+                step = try reader.next(rest)
+            } catch {
+                return (at, .invalid(error))
+            }
+            switch step {
+            case .headLine(let n):
+                delegate?.transferDidReceiveHeaderLine(UnsafeRawBufferPointer(rebasing: rest[0..<n]))
+                if ended { return (at, .cancelled) }
+                at += n
+            case .framing(let n):
+                at += n
+            case .body(let n):
+                switch delegate?.transferDidReceiveBody(UnsafeRawBufferPointer(rebasing: rest[0..<n])) ?? .abort {
+                case .accepted:
+                    if ended { return (at, .cancelled) }
+                    reader.bodyDelivered(n)
+                    at += n
+                case .pause:
+                    if ended { return (at, .cancelled) }
+                    return (at, .paused)
+                case .abort:
+                    if ended { return (at, .cancelled) }
+                    return (at, .failed(CURLE_WRITE_ERROR, "the client went away"))
+                }
+            case .complete:
+                return (at, .complete)
+            case .needMore:
+                return (at, .needMore)
+            }
+        }
+    }
+
+    private func endOfInput(resetError: Int32?) {
+        guard !ended else { return }
+        if staleRetry() { return }
+        if let e = resetError {
+            fail(CURLE_RECV_ERROR, "Recv failure: \(String(cString: strerror(e)))")
+            return
+        }
+        do throws(ResponseReader.Failure) {
+            try reader.endOfInput()
+            complete(extraBytes: true)
+        } catch .nothing {
+            fail(CURLE_GOT_NOTHING, "Empty reply from server")
+        } catch {
+            fail(CURLE_PARTIAL_FILE, "The upstream closed the connection inside the response")
+        }
+    }
+
+    /// A pooled connection that turns out dead before any byte of the answer (the server closed it as it was
+    /// taken): the request goes again, once, on a new connection, as libcurl does; a body is rewound first.
+    private func staleRetry() -> Bool {
+        guard reused, !retried, !reader.receivedAny else { return false }
+        if bodyStarted, !(delegate?.transferRewindBody() ?? false) { return false }
+        if ended { return true }
+        retried = true
+        reused = false
+        detach()?.close()
+        headSent = false
+        bodyDone = request.bodyLength == nil
+        bodyStarted = false
+        bodyPaused = false
+        writeFailed = false
+        connectNew()
+        return true
+    }
+
+    /// The response is complete: pool the connection if it can carry another request, then report success.
+    /// When the answer came before the request body was all sent (an early error), the connection is closed.
+    private func complete(extraBytes: Bool = false) {
+        guard !ended else { return }
+        if !bodyDone {
+            // The answer came first; the rest of the body is not sent (the connection cannot be reused).
+            bodyDone = true
+            writeFailed = true
+        }
+        if let c = detach() {
+            if reader.reusable, !extraBytes, !writeFailed, c.inbuf.isEmpty, !c.channel.failed {
+                c.exchanges += 1
+                pool.put(c, now: DispatchTime.now().uptimeNanoseconds)
+            } else {
+                c.close()
+            }
+        }
+        ended = true
+        let d = delegate
+        delegate = nil
+        d?.transferDidFinish(error: nil)
+    }
+
+    private func fail(_ code: CURLcode, _ detail: String, outOfDescriptors: Int32? = nil, invalidResponse: String? = nil) {
+        guard !ended else { return }
+        detach()?.close()
+        ended = true
+        let d = delegate
+        delegate = nil
+        var error = UpstreamError(code: code, detail: detail, destination: destination,
+            timeoutSeconds: request.timeoutSeconds, deniedAddress: deniedAddress)
+        error.outOfDescriptors = outOfDescriptors
+        error.invalidResponse = invalidResponse
+        d?.transferDidFinish(error: error)
+    }
+}

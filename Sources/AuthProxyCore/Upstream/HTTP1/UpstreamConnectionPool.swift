@@ -1,0 +1,109 @@
+import Dispatch
+
+/// Idle upstream connections of the proxy's own HTTP/1.1 client, per event loop, by host and port, with the
+/// read and send buffers that loop's exchanges share.
+///
+/// The most recently used connection is taken first (the likeliest to be alive, and the others age out). At
+/// most ``maxIdlePerDestination`` per destination and ``maxIdle`` in all are kept; one idle for
+/// ``idleTimeout`` is closed by the loop's sweep, or when it is next looked at (the sweep stops while the loop has
+/// no client connection, so that an idle proxy does not wake up).
+///
+/// Confined to `queue` (every method is called there).
+final class UpstreamConnectionPool {
+    struct Key: Hashable {
+        var host: String
+        var port: Int
+    }
+
+    static let maxIdlePerDestination = 64
+    static let maxIdle = 256
+    static let idleTimeout: UInt64 = 60 * 1_000_000_000
+
+    let queue: DispatchQueue
+    /// Where every upstream read on this loop lands first.
+    let readBuffer: UnsafeMutableRawBufferPointer
+    /// Where request bodies are framed before they are written.
+    let sendBuffer: UnsafeMutableRawBufferPointer
+    /// Where request heads are written.
+    var headBuffer = ByteBuffer()
+    private var idle: [Key: [UpstreamConnection]] = [:]
+    private(set) var idleCount = 0
+
+    init(queue: DispatchQueue) {
+        self.queue = queue
+        readBuffer = .allocate(byteCount: 64 * 1024, alignment: 16)
+        sendBuffer = .allocate(byteCount: 64 * 1024, alignment: 16)
+    }
+
+    deinit {
+        readBuffer.deallocate()
+        sendBuffer.deallocate()
+    }
+
+    /// An idle connection to `key`, if one is kept.
+    func take(_ key: Key) -> UpstreamConnection? {
+        assertOnQueue(queue)
+        guard var list = idle[key] else { return nil }
+        let now = DispatchTime.now().uptimeNanoseconds
+        var found: UpstreamConnection? = nil
+        while let c = list.popLast() {
+            idleCount -= 1
+            if now &- c.idleSince < Self.idleTimeout {
+                found = c
+                break
+            }
+            c.close()
+        }
+        idle[key] = list.isEmpty ? nil : list
+        return found
+    }
+
+    /// Keeps `c` for the next exchange to its destination, or closes it when the pool is full.
+    func put(_ c: UpstreamConnection, now: UInt64) {
+        assertOnQueue(queue)
+        c.user = nil
+        var list = idle[c.key] ?? []
+        guard list.count < Self.maxIdlePerDestination, idleCount < Self.maxIdle, c.channel.isReading else {
+            c.close()
+            return
+        }
+        c.idleSince = now
+        list.append(c)
+        idle[c.key] = list
+        idleCount += 1
+    }
+
+    /// An idle connection was closed by its server or sent something unasked: it is dropped.
+    func idleConnectionStirred(_ c: UpstreamConnection) {
+        remove(c)
+        c.close()
+    }
+
+    /// Closes connections idle for longer than ``idleTimeout``.
+    func expire(now: UInt64) {
+        assertOnQueue(queue)
+        guard idleCount > 0 else { return }
+        for (key, list) in idle {
+            let keep = list.filter { now &- $0.idleSince < Self.idleTimeout }
+            if keep.count == list.count { continue }
+            for c in list where now &- c.idleSince >= Self.idleTimeout { c.close() }
+            idle[key] = keep.isEmpty ? nil : keep
+            idleCount -= list.count - keep.count
+        }
+    }
+
+    /// Closes every idle connection (shutdown).
+    func closeAll() {
+        assertOnQueue(queue)
+        for list in idle.values { for c in list { c.close() } }
+        idle.removeAll()
+        idleCount = 0
+    }
+
+    private func remove(_ c: UpstreamConnection) {
+        guard var list = idle[c.key], let i = list.firstIndex(where: { $0 === c }) else { return }
+        list.remove(at: i)
+        idle[c.key] = list.isEmpty ? nil : list
+        idleCount -= 1
+    }
+}
