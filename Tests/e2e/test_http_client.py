@@ -1,0 +1,141 @@
+"""The proxy's own HTTP/1.1 client (plain http:// upstreams without a network credential, `[proxy] http_client`):
+what it writes on the wire, connection reuse, the retry on a pooled connection that died, responses arriving in
+pieces, and the switch back to libcurl. The rest of the suite runs through it too (it is the default)."""
+import subprocess
+import threading
+
+import pytest
+
+import harness
+from harness import RawBackend
+from httpraw import RawConn
+
+
+def get(proxy, url, headers=()):
+    with RawConn(proxy.host, proxy.port, timeout=10) as c:
+        lines = ["GET %s HTTP/1.1" % url, "Host: ignored.example"] + ["%s: %s" % h for h in headers]
+        c.send(("\r\n".join(lines) + "\r\n\r\n").encode())
+        return c.read_response()
+
+
+def test_request_head_on_the_wire(proxy):
+    backend = RawBackend()
+    try:
+        r = get(proxy, backend.url + "/a/b.json?x=1&y=%20z", [("Accept", "application/json"), ("X-Empty", ""),
+                                                              ("Connection", "close, X-Hop"), ("X-Hop", "1")])
+        assert r.status == 200, r.body
+        raw = bytes(backend.received[0])
+        head, _, _ = raw.partition(b"\r\n\r\n")
+        lines = head.split(b"\r\n")
+        assert lines[0] == b"GET /a/b.json?x=1&y=%20z HTTP/1.1"
+        names = [l.split(b":", 1)[0].lower() for l in lines[1:]]
+        assert names.count(b"host") == 1 and lines[1] == b"Host: " + backend.authority.encode()
+        assert b"Accept: application/json" in lines
+        assert b"X-Empty:" in lines  # an empty value is kept, not dropped
+        assert b"x-hop" not in names and b"connection" not in names  # hop-by-hop fields are the proxy's own
+        assert any(l.startswith(b"Via: 1.1 ") for l in lines)
+        assert b"expect" not in names and b"content-length" not in names and b"transfer-encoding" not in names
+    finally:
+        backend.stop()
+
+
+def test_one_upstream_connection_carries_sequential_requests(proxy):
+    backend = RawBackend()
+    try:
+        for i in range(5):
+            r = get(proxy, backend.url + "/seq/%d" % i)
+            assert (r.status, r.body) == (200, b"GET /seq/%d 0" % i)
+        # Different client connections, one loop or another: at most one upstream connection per event loop.
+        assert 1 <= len(backend.received) <= 4, len(backend.received)
+        assert sum(bytes(d).count(b"GET /seq/") for d in backend.received) == 5
+    finally:
+        backend.stop()
+
+
+def test_a_pooled_connection_that_died_is_retried_once_on_a_new_one(proxy):
+    """The upstream reads the second request on a kept-alive connection and closes it without an answer (as a server
+    whose keep-alive timer fired just then): the proxy sends the request again on a new connection."""
+    calls = []
+    lock = threading.Lock()
+
+    def respond(req):
+        with lock:
+            calls.append(req.target)
+            n = len(calls)
+        if n == 2:
+            return [RawBackend.CLOSE]
+        return RawBackend.default_response(req)
+
+    backend = RawBackend(respond=respond)
+    try:
+        with RawConn(proxy.host, proxy.port, timeout=10) as c:
+            for path in ("/first", "/second"):
+                c.send(("GET %s%s HTTP/1.1\r\nHost: x\r\n\r\n" % (backend.url, path)).encode())
+                r = c.read_response()
+                assert (r.status, r.body) == (200, ("GET %s 0" % path).encode()), r.body
+        assert calls == ["/first", "/second", "/second"]
+        assert len(backend.received) == 2
+    finally:
+        backend.stop()
+
+
+def test_a_new_connection_that_closes_without_an_answer_is_a_clear_502(proxy):
+    backend = RawBackend(respond=lambda req: [RawBackend.CLOSE])
+    try:
+        r = get(proxy, backend.url + "/nothing")
+        err = harness.assert_error_json(r.status, r.get, r.body, 502)
+        assert "closed the connection without a response" in err["message"], err
+        assert len(backend.received) == 1  # not retried: the connection was new
+    finally:
+        backend.stop()
+
+
+@pytest.mark.parametrize("pieces", [
+    [b"HTTP/1.1 200 OK\r\nContent-", 0.05, b"Length: 11\r\n\r\nhello", 0.05, b" world"],
+    [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r", 0.05, b"\nhello\r\n6\r\n wor", 0.05,
+     b"ld\r\n0\r\n", 0.05, b"\r\n"],
+    [b"HTTP/1.1 100 Continue\r\n\r\n", 0.05, b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\nhello world"],
+])
+def test_a_response_arriving_in_pieces_is_relayed_whole(proxy, pieces):
+    backend = RawBackend(respond=lambda req: pieces if req.target == "/drip" else RawBackend.default_response(req))
+    try:
+        with RawConn(proxy.host, proxy.port, timeout=10) as c:
+            c.send(("GET %s/drip HTTP/1.1\r\nHost: x\r\n\r\n" % backend.url).encode())
+            r = c.read_response()
+            assert (r.status, r.body) == (200, b"hello world")
+            c.send(("GET %s/next HTTP/1.1\r\nHost: x\r\n\r\n" % backend.url).encode())
+            r = c.read_response()
+            assert (r.status, r.body) == (200, b"GET /next 0")
+    finally:
+        backend.stop()
+
+
+def test_connection_close_from_the_upstream_is_not_reused(proxy):
+    backend = RawBackend(respond=lambda req: b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok")
+    try:
+        for _ in range(3):
+            r = get(proxy, backend.url + "/c")
+            assert (r.status, r.body) == (200, b"ok")
+        assert len(backend.received) == 3
+    finally:
+        backend.stop()
+
+
+def test_libcurl_can_carry_plain_http_instead(proxy_factory):
+    backend = RawBackend()
+    try:
+        p = proxy_factory(proxy={"http_client": "libcurl"})
+        r = get(p, backend.url + "/via-libcurl")
+        assert (r.status, r.body) == (200, b"GET /via-libcurl 0")
+        head = bytes(backend.received[0]).partition(b"\r\n\r\n")[0]
+        assert head.startswith(b"GET /via-libcurl HTTP/1.1\r\n")
+    finally:
+        backend.stop()
+
+
+def test_an_unknown_http_client_is_refused_by_check(tmp_path):
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text('[proxy]\nlisten = ["127.0.0.1:3999"]\nhttp_client = "curl"\n')
+    out = subprocess.run([harness.proxy_bin(), "check", "--config", str(cfg)], capture_output=True, text=True)
+    assert out.returncode != 0
+    assert "http_client" in out.stderr + out.stdout, out
