@@ -26,7 +26,8 @@ final class HTTP1Transfer: UpstreamExchange {
     private let pool: UpstreamConnectionPool
     let request: UpstreamRequest
     private let target: URLTarget
-    let destination: String
+    /// Host and port for error messages (made only when asked: most exchanges never need it).
+    var destination: String { "\(target.urlHost):\(target.port)" }
     private unowned(unsafe) var delegate: (any UpstreamTransferDelegate)?
     private var connection: UpstreamConnection?
     private var reader: ResponseReader
@@ -54,7 +55,6 @@ final class HTTP1Transfer: UpstreamExchange {
         self.pool = pool
         self.request = request
         self.target = target
-        destination = "\(target.urlHost):\(target.port)"
         self.delegate = delegate
         reader = ResponseReader(isHeadRequest: request.method == "HEAD")
         bodyDone = request.bodyLength == nil
