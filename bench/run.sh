@@ -262,31 +262,14 @@ EOF
 # HTTP/1.1 client). All use the default number of workers.
 if [[ $SKIP_AUTHPROXY -eq 0 ]]; then
     mkdir -p "$TMP/state" "$TMP/state-plain" "$TMP/state-libcurl"
-    cat > "$TMP/authproxy.toml" <<EOF
-[proxy]
-listen = ["127.0.0.1:$P_AUTH"]
-state_dir = "$TMP/state"
-[log]
-level = "warning"
-[[credential]]
-name = "bench-key"
-type = "api-key"
-key = "$TOKEN"
-match = "http://$ORIGIN"
-EOF
-    cat > "$TMP/authproxy-libcurl.toml" <<EOF
-[proxy]
-listen = ["127.0.0.1:$P_AUTH_CURL"]
-state_dir = "$TMP/state-libcurl"
-http_client = "libcurl"
-[log]
-level = "warning"
-[[credential]]
-name = "bench-key"
-type = "api-key"
-key = "$TOKEN"
-match = "http://$ORIGIN"
-EOF
+    # apikey_conf PORT STATE_DIR [EXTRA_PROXY_LINE] -> an authproxy config with the api-key credential on stdout
+    apikey_conf() {
+        printf '[proxy]\nlisten = ["127.0.0.1:%s"]\nstate_dir = "%s"\n%s\n' "$1" "$2" "${3:-}"
+        printf '[log]\nlevel = "warning"\n[[credential]]\nname = "bench-key"\ntype = "api-key"\n'
+        printf 'key = "%s"\nmatch = "http://%s"\n' "$TOKEN" "$ORIGIN"
+    }
+    apikey_conf "$P_AUTH" "$TMP/state" > "$TMP/authproxy.toml"
+    apikey_conf "$P_AUTH_CURL" "$TMP/state-libcurl" 'http_client = "libcurl"' > "$TMP/authproxy-libcurl.toml"
     cat > "$TMP/authproxy-plain.toml" <<EOF
 [proxy]
 listen = ["127.0.0.1:$P_AUTH_PLAIN"]

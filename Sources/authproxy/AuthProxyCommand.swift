@@ -157,6 +157,7 @@ struct Check: ParsableCommand {
         print("  idle_timeout_seconds:     \(c.idleTimeoutSeconds)")
         print("  shutdown_grace_seconds:   \(c.shutdownGraceSeconds)")
         print("  workers:                  \(c.workers)")
+        print("  http_client:              \(c.httpClient.rawValue) (plain http:// without a network credential)")
         print("  max_connections:          \(c.maxConnections) (per client address: \(c.effectiveMaxConnectionsPerClient))")
         print("  allow_clients:            \(c.allowClients.map(\.description).joined(separator: ", "))\(c.allowClientsSet ? "" : " (default)")")
         print("  deny_destinations:        \(c.denyDestinations.isEmpty ? "none" : c.denyDestinations.map(\.description).joined(separator: ", "))")

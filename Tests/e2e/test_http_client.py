@@ -139,3 +139,11 @@ def test_an_unknown_http_client_is_refused_by_check(tmp_path):
     out = subprocess.run([harness.proxy_bin(), "check", "--config", str(cfg)], capture_output=True, text=True)
     assert out.returncode != 0
     assert "http_client" in out.stderr + out.stdout, out
+
+
+def test_check_names_the_http_client(tmp_path):
+    cfg = tmp_path / "ok.toml"
+    cfg.write_text('[proxy]\nlisten = ["127.0.0.1:3999"]\nstate_dir = "%s"\n' % (tmp_path / "state"))
+    out = subprocess.run([harness.proxy_bin(), "check", "--config", str(cfg)], capture_output=True, text=True)
+    assert out.returncode == 0, out
+    assert "http_client:              native" in out.stdout, out.stdout

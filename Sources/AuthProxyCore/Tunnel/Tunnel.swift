@@ -81,26 +81,14 @@ final class Tunnel: SocketChannelOwner {
                 details: [String(cString: strerror(lastError))]))
             return
         }
-        var a = addresses.removeFirst()
-        let fd = socket(a.family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else {
-            let e = errno
-            if DescriptorExhaustion.isExhaustion(e) {
-                outOfDescriptors(e)
-                return
-            }
+        let fd: Int32
+        switch startConnect(to: addresses.removeFirst(), keepAlive: false) {
+        case .connecting(let s): fd = s
+        case .failed(let e):
             tryNextAddress(lastError: e)
             return
-        }
-        var one: Int32 = 1
-        setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
-        let rc = withUnsafePointer(to: &a.addr) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, a.len) }
-        }
-        if rc != 0 && errno != EINPROGRESS {
-            let e = errno
-            Glibc.close(fd)
-            tryNextAddress(lastError: e)
+        case .outOfDescriptors(let e):
+            outOfDescriptors(e)
             return
         }
         let ch = SocketChannel(fd: fd, queue: connection.loop.queue, owner: self)
@@ -255,6 +243,39 @@ final class Tunnel: SocketChannelOwner {
         upstream = nil
         if notify { connection.tunnelFinished(bytesUp: bytesUp, bytesDown: bytesDown) }
     }
+}
+
+/// How starting a connect went (``startConnect(to:keepAlive:)``).
+enum ConnectStart {
+    /// The socket is connecting (or connected): wait for it to become writable.
+    case connecting(Int32)
+    /// This address failed at once (the errno): try the next.
+    case failed(Int32)
+    /// No descriptor for a socket (EMFILE/ENFILE): the proxy's own failure.
+    case outOfDescriptors(Int32)
+}
+
+/// Opens a non-blocking TCP socket to `address` (`TCP_NODELAY`, and `SO_KEEPALIVE` for connections kept in a
+/// pool) and starts connecting it, for tunnels and the own HTTP/1.1 client alike.
+func startConnect(to address: (family: Int32, addr: sockaddr_storage, len: socklen_t), keepAlive: Bool) -> ConnectStart {
+    var a = address
+    let fd = socket(a.family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+    guard fd >= 0 else {
+        let e = errno
+        return DescriptorExhaustion.isExhaustion(e) ? .outOfDescriptors(e) : .failed(e)
+    }
+    var one: Int32 = 1
+    setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+    if keepAlive { setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, socklen_t(MemoryLayout<Int32>.size)) }
+    let rc = withUnsafePointer(to: &a.addr) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, a.len) }
+    }
+    if rc != 0 && errno != EINPROGRESS {
+        let e = errno
+        Glibc.close(fd)
+        return .failed(e)
+    }
+    return .connecting(fd)
 }
 
 enum ResolveResult: Sendable {

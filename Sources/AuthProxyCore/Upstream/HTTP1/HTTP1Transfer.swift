@@ -141,28 +141,15 @@ final class HTTP1Transfer: UpstreamExchange {
             fail(CURLE_COULDNT_CONNECT, "Failed to connect to \(target.host) port \(target.port): \(String(cString: strerror(lastConnectError)))")
             return
         }
-        var a = addresses.removeFirst()
-        let fd = socket(a.family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else {
-            let e = errno
-            if DescriptorExhaustion.isExhaustion(e) {
-                fail(CURLE_COULDNT_CONNECT, "Could not open a socket: \(String(cString: strerror(e)))", outOfDescriptors: e)
-                return
-            }
+        let fd: Int32
+        switch startConnect(to: addresses.removeFirst(), keepAlive: true) {
+        case .connecting(let s): fd = s
+        case .failed(let e):
             lastConnectError = e
             tryNextAddress()
             return
-        }
-        var one: Int32 = 1
-        setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
-        setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, socklen_t(MemoryLayout<Int32>.size))
-        let rc = withUnsafePointer(to: &a.addr) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, a.len) }
-        }
-        if rc != 0 && errno != EINPROGRESS {
-            lastConnectError = errno
-            Glibc.close(fd)
-            tryNextAddress()
+        case .outOfDescriptors(let e):
+            fail(CURLE_COULDNT_CONNECT, "Could not open a socket: \(String(cString: strerror(e)))", outOfDescriptors: e)
             return
         }
         let c = UpstreamConnection(fd: fd, key: key, pool: pool)
