@@ -330,9 +330,14 @@ final class HTTP1Transfer: UpstreamExchange {
         let scratch = pool.readBuffer
         while true {
             if !c.inbuf.isEmpty {
-                let (consumed, outcome) = c.inbuf.withUnreadBytes { process($0) }
+                // Moved out while the delegate runs: it may cancel the exchange, which closes the connection and
+                // empties its buffer, and must not do that to bytes being read.
+                var held = ByteBuffer()
+                swap(&held, &c.inbuf)
+                let (consumed, outcome) = held.withUnreadBytes { process($0) }
                 if case .cancelled = outcome { return }
-                c.inbuf.consume(consumed)
+                held.consume(consumed)
+                c.inbuf = held
                 if !settle(outcome, leftover: c.inbuf.count) { return }
             }
             switch c.channel.read(into: scratch) {
