@@ -147,3 +147,22 @@ def test_check_names_the_http_client(tmp_path):
     out = subprocess.run([harness.proxy_bin(), "check", "--config", str(cfg)], capture_output=True, text=True)
     assert out.returncode == 0, out
     assert "http_client:              native" in out.stdout, out.stdout
+
+
+def test_a_head_refused_after_arriving_in_pieces_leaves_the_proxy_serving(proxy):
+    """The refusal (a cancel from inside the head handling) comes while the reader works on bytes held from an
+    earlier read: the client gets its 502 and its connection goes on."""
+    pieces = [b"HTTP/1.1 200 OK\r\nContent-Length : 5", 0.05, b"\r\nX: y\r\n\r\nhello"]
+    backend = RawBackend(respond=lambda req: pieces if req.target == "/bad" else RawBackend.default_response(req))
+    try:
+        with RawConn(proxy.host, proxy.port, timeout=10) as c:
+            c.send(("GET %s/bad HTTP/1.1\r\nHost: x\r\n\r\n" % backend.url).encode())
+            r = c.read_response()
+            err = harness.assert_error_json(r.status, r.get, r.body, 502)
+            assert "invalid response" in err["message"], err
+            c.send(("GET %s/next HTTP/1.1\r\nHost: x\r\n\r\n" % backend.url).encode())
+            r = c.read_response()
+            assert (r.status, r.body) == (200, b"GET /next 0")
+        assert proxy.alive()
+    finally:
+        backend.stop()
