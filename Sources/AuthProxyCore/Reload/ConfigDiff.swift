@@ -108,6 +108,7 @@ public struct ConfigDiff: Sendable, Equatable {
         note("proxy.allowed_origins", old.allowedOrigins != new.allowedOrigins)
         note("proxy.max_replay_bytes", old.maxReplayBytes != new.maxReplayBytes)
         note("proxy.watch_config", old.watchConfig != new.watchConfig)
+        note("proxy.http_client", old.httpClient != new.httpClient)
         note("log.level", old.logLevel != new.logLevel)
         note("admin.allow", old.admin != nil && new.admin != nil && old.admin?.allow != new.admin?.allow)
         note("tls", old.tls != new.tls)

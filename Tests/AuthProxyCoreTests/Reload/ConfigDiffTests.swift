@@ -112,12 +112,13 @@ import Testing
                     connect_ports = [443, 8443]
                     idle_timeout_seconds = 5
                     watch_config = true
+                    http_client = "libcurl"
                     """) + "\n[log]\nlevel = \"debug\"\n"
         let d = try diff(Self.base, new)
         #expect(
             d.live == [
                 "proxy.connect_ports", "proxy.unmatched", "proxy.idle_timeout_seconds", "proxy.watch_config",
-                "log.level",
+                "proxy.http_client", "log.level",
             ])
         #expect(d.restartNeeded.isEmpty)
         #expect(d.effective.idleTimeoutSeconds == 5)
