@@ -83,6 +83,21 @@ public struct HTTPHeaders: Sendable, Equatable, Sequence {
         return false
     }
 
+    /// Calls `body` with each field a request forwards upstream, in order: not hop-by-hop, and not one the upstream
+    /// client writes itself (`Host` from the URL, `Content-Length` and `Expect` from the body's framing).
+    func forEachForwardedField(_ body: (_ name: String, _ value: String) -> Void) {
+        let named = connectionNamedFields()
+        for f in fields {
+            if Self.isHopByHop(f.name, named: named) { continue }
+            if f.name.caseInsensitiveEquals("host") || f.name.caseInsensitiveEquals("content-length")
+                || f.name.caseInsensitiveEquals("expect")
+            {
+                continue
+            }
+            body(f.name, f.value)
+        }
+    }
+
     /// ``hopByHop`` and ``connectionListing`` as bytes, for the byte path.
     private static let hopByHopBytes: [[UInt8]] = hopByHop.map { Array($0.utf8) }
     private static let connectionListingBytes: [[UInt8]] = connectionListing.map { Array($0.utf8) }

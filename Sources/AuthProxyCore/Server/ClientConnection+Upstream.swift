@@ -13,24 +13,23 @@ extension ClientConnection {
     /// `inspect`: the response is looked at for a token error (a refreshable token was injected).
     func startTransfer(url: URLTarget, headers: HTTPHeaders, inspect: Bool = false) {
         guard !machine.isClosed, let x = ex, let h = x.head else { return }
+        // The proxy's own HTTP/1.1 client for plain http:// without a network credential; libcurl for the rest
+        // (TLS, and the authentication schemes it answers). The own client writes the head from `headers` itself;
+        // libcurl gets them as header lines in its syntax.
+        let native = context.config.httpClient == .native && url.scheme == "http" && !x.networkAuth.hasCredential
         var lines: [String] = []
-        lines.reserveCapacity(headers.count + 3)
-        var hasAccept = false
-        let named = headers.connectionNamedFields()
-        for f in headers {
-            if HTTPHeaders.isHopByHop(f.name, named: named) { continue }
-            if f.name.caseInsensitiveEquals("host") || f.name.caseInsensitiveEquals("content-length")
-                || f.name.caseInsensitiveEquals("expect")
-            {
-                continue
+        if !native {
+            lines.reserveCapacity(headers.count + 3)
+            var hasAccept = false
+            headers.forEachForwardedField { name, value in
+                if name.caseInsensitiveEquals("accept") { hasAccept = true }
+                lines.append(value.isEmpty ? "\(name);" : "\(name): \(value)")
             }
-            if f.name.caseInsensitiveEquals("accept") { hasAccept = true }
-            lines.append(f.value.isEmpty ? "\(f.name);" : "\(f.name): \(f.value)")
+            lines.append("Via: \(context.viaValue)")
+            // Stop libcurl adding headers the client did not send.
+            lines.append("Expect:")
+            if !hasAccept { lines.append("Accept:") }
         }
-        lines.append("Via: \(context.viaValue)")
-        // Stop libcurl adding headers the client did not send.
-        lines.append("Expect:")
-        if !hasAccept { lines.append("Accept:") }
         var bodyLength: Int64?
         if let form = x.formBody {
             bodyLength = Int64(form.count)
@@ -50,10 +49,9 @@ extension ClientConnection {
         let started = now
         x.upstreamStarted = started
         machine.transferStarted(inspect: inspect, now: started)
-        // The proxy's own HTTP/1.1 client for plain http:// without a network credential; libcurl for the rest
-        // (TLS, and the authentication schemes it answers).
-        if context.config.httpClient == .native, url.scheme == "http", !request.network.hasCredential {
-            let t = HTTP1Transfer(pool: loop.http1, request: request, target: url, delegate: self)
+        if native {
+            let t = HTTP1Transfer(pool: loop.http1, request: request, target: url, fields: headers,
+                via: context.viaValue, delegate: self)
             x.transfer = t
             t.start()
         } else {

@@ -8,7 +8,7 @@ import Glibc
 /// One exchange with a plain `http://` upstream over the proxy's own HTTP/1.1 client: a kept-alive connection
 /// from the loop's ``UpstreamConnectionPool`` (or a new one: name resolution off the loop, `deny_destinations`
 /// checked on every resolved address, a non-blocking connect per address in turn), the request head written
-/// from the ``UpstreamRequest``, the body streamed from the delegate (chunked when its length is unknown), and
+/// from the ``UpstreamRequest`` and the client's fields, the body streamed from the delegate (chunked when its length is unknown), and
 /// the response read with ``ResponseReader`` and handed to the delegate line by line and chunk by chunk, exactly
 /// as ``UpstreamTransfer`` hands on what libcurl reads.
 ///
@@ -26,6 +26,9 @@ final class HTTP1Transfer: UpstreamExchange {
     private let pool: UpstreamConnectionPool
     let request: UpstreamRequest
     private let target: URLTarget
+    /// The client's request fields (filtered while the head is written) and the `Via` value.
+    private let fields: HTTPHeaders
+    private let via: String
     /// Host and port for error messages (made only when asked: most exchanges never need it).
     var destination: String { "\(target.urlHost):\(target.port)" }
     private unowned(unsafe) var delegate: (any UpstreamTransferDelegate)?
@@ -49,12 +52,14 @@ final class HTTP1Transfer: UpstreamExchange {
     private var writeFailed = false
     private var ended = false
 
-    init(pool: UpstreamConnectionPool, request: UpstreamRequest, target: URLTarget,
+    init(pool: UpstreamConnectionPool, request: UpstreamRequest, target: URLTarget, fields: HTTPHeaders, via: String,
         delegate: any UpstreamTransferDelegate)
     {
         self.pool = pool
         self.request = request
         self.target = target
+        self.fields = fields
+        self.via = via
         self.delegate = delegate
         reader = ResponseReader(isHeadRequest: request.method == "HEAD")
         bodyDone = request.bodyLength == nil
@@ -207,9 +212,8 @@ final class HTTP1Transfer: UpstreamExchange {
 
     // MARK: the request
 
-    /// Writes the request head: `METHOD target HTTP/1.1`, `Host`, the delegate's fields (libcurl syntax:
-    /// `Name;` is a field with an empty value, `Name:` one libcurl must not add, which this client never adds),
-    /// and the body's framing.
+    /// Writes the request head: `METHOD target HTTP/1.1`, `Host`, the client's forwarded fields
+    /// (``HTTPHeaders/forEachForwardedField(_:)``), `Via`, and the body's framing.
     private func sendHead() {
         guard let c = connection else { return }
         var h = pool.headBuffer
@@ -225,17 +229,19 @@ final class HTTP1Transfer: UpstreamExchange {
             h.append(String(target.port))
         }
         h.append("\r\n")
-        for line in request.headerLines {
-            let last = line.utf8.last
-            if last == 58 { continue }  // "Name:": a libcurl default suppressed
-            if last == 59, !line.utf8.contains(58) {
-                h.append(line.utf8.dropLast())
+        fields.forEachForwardedField { name, value in
+            h.append(name)
+            if value.isEmpty {
                 h.append(":\r\n")
-                continue
+            } else {
+                h.append(": ")
+                h.append(value)
+                h.append("\r\n")
             }
-            h.append(line)
-            h.append("\r\n")
         }
+        h.append("Via: ")
+        h.append(via)
+        h.append("\r\n")
         if let n = request.bodyLength {
             if n < 0 {
                 h.append("Transfer-Encoding: chunked\r\n")
