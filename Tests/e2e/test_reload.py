@@ -172,15 +172,20 @@ def test_an_invalid_configuration_is_rejected_and_the_old_key_stays(proxy_factor
 # watch_config and a Kubernetes secret volume
 # ---------------------------------------------------------------------------------------------------------
 
-def k8s_secret_volume(root, files, stamp):
-    """Lays `files` out the way the kubelet's atomic writer does: <root>/<stamp>/<name>, ..data -> <stamp>,
-    <name> -> ..data/<name>."""
-    os.makedirs(root, exist_ok=True)
+def _write_stamp_dir(root, files, stamp):
+    """<root>/<stamp>/<name> for each file: one version of the volume's contents."""
     d = os.path.join(root, stamp)
     os.mkdir(d)
     for name, content in files.items():
         with open(os.path.join(d, name), "w") as f:
             f.write(content)
+
+
+def k8s_secret_volume(root, files, stamp):
+    """Lays `files` out the way the kubelet's atomic writer does: <root>/<stamp>/<name>, ..data -> <stamp>,
+    <name> -> ..data/<name>."""
+    os.makedirs(root, exist_ok=True)
+    _write_stamp_dir(root, files, stamp)
     os.symlink(stamp, os.path.join(root, "..data"))
     for name in files:
         os.symlink(os.path.join("..data", name), os.path.join(root, name))
@@ -190,11 +195,7 @@ def k8s_swap(root, files, stamp):
     """The kubelet's update: a new timestamped directory, ..data_tmp -> it, renamed over ..data (atomic), and
     the old directory removed."""
     old = os.readlink(os.path.join(root, "..data"))
-    d = os.path.join(root, stamp)
-    os.mkdir(d)
-    for name, content in files.items():
-        with open(os.path.join(d, name), "w") as f:
-            f.write(content)
+    _write_stamp_dir(root, files, stamp)
     os.symlink(stamp, os.path.join(root, "..data_tmp"))
     os.rename(os.path.join(root, "..data_tmp"), os.path.join(root, "..data"))
     for name in os.listdir(os.path.join(root, old)):
