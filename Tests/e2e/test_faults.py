@@ -414,8 +414,11 @@ def test_descriptor_exhaustion_is_503_logged_and_recovers(proxy_factory, origin)
     assert len(results) == 150
     errors = [r for r, _ in results if not hasattr(r, "status")]
     assert not errors, errors[:3]
-    statuses = sorted({r.status for r, _ in results})
-    assert statuses == [200, 503], statuses  # exhaustion happened, and nothing else went wrong
+    # Which clients meet the shortage depends on timing: a client refused at accept() waits in the backlog and
+    # is served once descriptors come back (200); one accepted just before may find no descriptor for its
+    # upstream socket (503). Nothing else may happen; the 503 itself is pinned down deterministically below.
+    statuses = {r.status for r, _ in results}
+    assert statuses <= {200, 503} and 200 in statuses, statuses
     for r, _ in results:
         if r.status == 503:
             err = harness.assert_error_json(r.status, r.get, r.body, 503)
@@ -430,6 +433,33 @@ def test_descriptor_exhaustion_is_503_logged_and_recovers(proxy_factory, origin)
     for _ in range(5):
         resp, body = harness.fetch(p, "GET", origin.url + "/json")
         assert resp.status == 200
+
+
+def test_no_descriptor_for_the_upstream_socket_is_503_not_502(proxy_factory, origin):
+    """Deterministic: a client already adopted, and not one descriptor left for its upstream socket. The answer
+    is the proxy's own 503 with Retry-After naming the shortage (not 502 about a healthy upstream), it is
+    logged, and the same proxy serves once the limit allows again."""
+    p = proxy_factory()
+    time.sleep(0.3)
+    held = _held_connection(p)
+    try:
+        time.sleep(0.3)  # settled: nothing left over from the readiness probe
+        soft, hard = resource.prlimit(p.pid, resource.RLIMIT_NOFILE)
+        n = len(open_fds(p.pid))
+        resource.prlimit(p.pid, resource.RLIMIT_NOFILE, (n, hard))
+        held.send(request_bytes("GET", origin.url + "/json", [("Host", origin.authority)]))
+        r = held.read_response()
+        err = harness.assert_error_json(r.status, r.get, r.body, 503)
+        assert "out of file descriptors" in err["message"], err
+        assert r.get("Retry-After") == "1"
+        lines = p.wait_for_log(r"error out of file descriptors")
+        assert lines and "limit=%d" % n in lines[0] and "EMFILE" in lines[0], p.log_text()[-2000:]
+        resource.prlimit(p.pid, resource.RLIMIT_NOFILE, (soft, hard))
+    finally:
+        held.close()
+    resp, _ = harness.fetch(p, "GET", origin.url + "/json")
+    assert resp.status == 200
+    assert not [l for l in harness.access_lines_text(p) if "status=502" in l]
 
 
 def _max_open_files(pid):
