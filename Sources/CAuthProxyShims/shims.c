@@ -53,6 +53,16 @@ int ap_malloc_fix_mmap_threshold(int bytes) {
 
 const char *ap_curl_version(void) { return curl_version(); }
 
+/* CURLOPT_SSL_CTX_FUNCTION: libcurl makes an SSL_CTX per connection and sets SSL_MODE_RELEASE_BUFFERS on it;
+   the connection's SSL inherits the mode when libcurl creates it right after this callback. */
+static CURLcode ap_keep_tls_buffers_cb(CURL *easy, void *ssl_ctx, void *userdata) {
+    (void)easy; (void)userdata;
+    SSL_CTX_clear_mode((SSL_CTX *)ssl_ctx, SSL_MODE_RELEASE_BUFFERS);
+    return CURLE_OK;
+}
+
+CURLcode ap_easy_keep_tls_buffers(CURL *easy) { return curl_easy_setopt(easy, CURLOPT_SSL_CTX_FUNCTION, ap_keep_tls_buffers_cb); }
+
 int ap_accept_nonblock(int fd, struct sockaddr *addr, unsigned int *len) {
     return accept4(fd, addr, (socklen_t *)len, SOCK_NONBLOCK | SOCK_CLOEXEC);
 }

@@ -54,7 +54,7 @@ extension ClientConnection {
     }
 
     func flushTLS() {
-        tls?.drain { channel.write($0) }
+        tls?.drain(through: loop.tlsOut) { channel.write($0) }
     }
 
     /// Writes to the client: through TLS when the connection is intercepted.

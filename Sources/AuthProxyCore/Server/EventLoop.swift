@@ -20,6 +20,9 @@ final class EventLoop: @unchecked Sendable {
     let scratch: UnsafeMutableRawBufferPointer
     /// Where a response chunk is framed before it is written.
     let assembly: UnsafeMutableRawBufferPointer
+    /// Where ciphertext for intercepted clients is taken out of OpenSSL on its way to the socket (see
+    /// ``TLSSession/drain(through:_:)``).
+    let tlsOut: UnsafeMutableRawBufferPointer
     private var connections: [ObjectIdentifier: ClientConnection] = [:]
     /// Contexts of exchanges that ended, for the next ones on this loop (see ``ExchangeContext``): as many are
     /// kept as were in use at once during the last second, trimmed by the sweep.
@@ -40,6 +43,7 @@ final class EventLoop: @unchecked Sendable {
         self.context = context
         scratch = .allocate(byteCount: 64 * 1024, alignment: 16)
         assembly = .allocate(byteCount: 80 * 1024, alignment: 16)
+        tlsOut = .allocate(byteCount: 32 * 1024, alignment: 16)
         let t = DispatchSource.makeTimerSource(queue: queue)
         t.schedule(deadline: .now() + 1, repeating: 1, leeway: .milliseconds(100))
         t.setEventHandler { [unowned self] in self.sweep() }

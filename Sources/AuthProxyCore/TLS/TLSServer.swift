@@ -160,13 +160,14 @@ final class TLSSession {
         return true
     }
 
-    /// Hands the ciphertext produced so far to `sink`.
-    func drain(_ sink: (UnsafeRawBufferPointer) -> Void) {
-        var chunk = [UInt8](repeating: 0, count: 32 * 1024)
+    /// Hands the ciphertext produced so far to `sink`, read out through `buffer` (the loop's, used by nothing
+    /// else while this runs). Called after every read and write, so it must cost nothing when there is nothing to
+    /// send: a buffer made here (32 KiB allocated and zeroed per call) was 4–5 % of the intercepted path's CPU.
+    func drain(through buffer: UnsafeMutableRawBufferPointer, _ sink: (UnsafeRawBufferPointer) -> Void) {
         while ap_bio_pending(wbio) > 0 {
-            let n = chunk.withUnsafeMutableBytes { BIO_read(wbio, $0.baseAddress, Int32($0.count)) }
+            let n = BIO_read(wbio, buffer.baseAddress, Int32(buffer.count))
             if n <= 0 { return }
-            chunk.withUnsafeBytes { sink(UnsafeRawBufferPointer(rebasing: $0[0..<Int(n)])) }
+            sink(UnsafeRawBufferPointer(rebasing: buffer[0..<Int(n)]))
         }
     }
 

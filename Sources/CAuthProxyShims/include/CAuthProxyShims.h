@@ -17,6 +17,9 @@ CURLcode ap_easy_setopt_closesocket_cb(CURL *easy, int (*cb)(void *, curl_socket
 CURLcode ap_easy_setopt_sockopt_cb(CURL *easy, int (*cb)(void *, curl_socket_t, curlsocktype));
 CURLcode ap_easy_setopt_opensocket_cb(CURL *easy, curl_socket_t (*cb)(void *, curlsocktype, struct curl_sockaddr *));
 CURLcode ap_easy_setopt_prereq_cb(CURL *easy, int (*cb)(void *, char *, char *, int, int));
+/// Has the handle's TLS connections keep their record buffers (libcurl sets SSL_MODE_RELEASE_BUFFERS, which
+/// frees and reallocates ~34 KiB per request on a kept-alive connection).
+CURLcode ap_easy_keep_tls_buffers(CURL *easy);
 /* The socket address inside a curl_sockaddr (sizeof(struct sockaddr) is too small for IPv6 in Swift's view). */
 const struct sockaddr *ap_curl_sockaddr_addr(const struct curl_sockaddr *a);
 CURLcode ap_easy_getinfo_long(CURL *easy, CURLINFO info, long *value);
