@@ -162,7 +162,8 @@ final class TLSSession {
 
     /// Hands the ciphertext produced so far to `sink`, read out through `buffer` (the loop's, used by nothing
     /// else while this runs). Called after every read and write, so it must cost nothing when there is nothing to
-    /// send: a buffer made here (32 KiB allocated and zeroed per call) was 4–5 % of the intercepted path's CPU.
+    /// send: a buffer made here (32 KiB allocated and zeroed per call) showed in the intercepted path's profile
+    /// as malloc, memset and malloc_consolidate (docs/BENCHMARKS.md).
     func drain(through buffer: UnsafeMutableRawBufferPointer, _ sink: (UnsafeRawBufferPointer) -> Void) {
         while ap_bio_pending(wbio) > 0 {
             let n = BIO_read(wbio, buffer.baseAddress, Int32(buffer.count))
