@@ -115,7 +115,11 @@ extension ExchangeStateMachine {
     mutating func responseHeadCommitted(status: Int, framing: ResponseFraming, inspection: Inspection) -> CommitStep {
         withExchange { e in
             e.status = status
-            e.keepAlive = e.keepAlive && framing.keepAlive
+            // An answer that comes before the request body was read to its end (an upload answered at once, a 413,
+            // a 401 to an `Expect: 100-continue`) ends the connection: the rest of that body is discarded while the
+            // connection lingers, so the head must say `Connection: close` (see ``keepAlive``), or the client would
+            // send its next request into the discarded input.
+            e.keepAlive = e.keepAlive && framing.keepAlive && e.request == .complete
             var inspect = false
             if case .transferring(var t) = e.upstream {
                 inspect = t.inspect
@@ -144,8 +148,9 @@ extension ExchangeStateMachine {
         }
     }
 
-    /// Whether Connection: close goes into the response head.
-    var keepAlive: Bool { exchange?.keepAlive ?? false }
+    /// Whether the response head may say keep-alive (else `Connection: close` goes into it): the exchange allows it
+    /// and its request body was read to its end (``responseHeadCommitted(status:framing:inspection:)``).
+    var keepAlive: Bool { exchange.map { $0.keepAlive && $0.request == .complete } ?? false }
 
     // MARK: token rejection
 

@@ -62,6 +62,30 @@ import Testing
         #expect(m.endExchange(shuttingDown: false, now: 0) == .close)
     }
 
+    /// An upstream that answers an upload before reading it (nginx's `return 200`, a 413): the head says
+    /// `Connection: close`, since the rest of the body is discarded while the connection lingers. Found by the
+    /// soak: without it, the client sent its next request on the connection and got nothing.
+    @Test func anAnswerBeforeTheRequestBodyEndedSaysCloseAndCloses() {
+        var m = Self.forwarding(.init(hasBody: true))
+        #expect(m.keepAlive == false)
+        #expect(m.responseHeadCommitted(status: 200, framing: Self.plain, inspection: .none) == .ready)
+        #expect(m.keepAlive == false)
+        // The rest of the body arriving later does not revive the connection the head already closed.
+        _ = m.requestBodyMoved(complete: true, pending: 0, now: 1)
+        #expect(m.keepAlive == false)
+        _ = m.transferEnded(.success)
+        #expect(m.endExchange(shuttingDown: false, now: 1) == .close)
+    }
+
+    @Test func anAnswerAfterTheWholeRequestBodyKeepsTheConnection() {
+        var m = Self.forwarding(.init(hasBody: true))
+        _ = m.requestBodyMoved(complete: true, pending: 10, now: 0)
+        _ = m.responseHeadCommitted(status: 200, framing: Self.plain, inspection: .none)
+        #expect(m.keepAlive == true)
+        _ = m.transferEnded(.success)
+        #expect(m.endExchange(shuttingDown: false, now: 1) == .awaitNext)
+    }
+
     @Test func aLocalAnswerWithoutBodyKeepsTheConnection() {
         var m = M(limits: Self.limits, now: 0)
         m.requestBegan(.init(), shuttingDown: false, now: 0)
