@@ -639,3 +639,41 @@ def curl(*args, timeout=60, env=None):
     cmd = ["curl", "-sS", "--noproxy", "", "--max-time", str(int(timeout) - 2)] + list(args)
     return subprocess.run(cmd, capture_output=True, timeout=timeout,
                           env=env if env is not None else clean_env(), stdin=subprocess.DEVNULL)
+
+
+class ScriptedUpstream:
+    """Accepts connections on 127.0.0.1 and runs `behaviour(conn)` for each in a thread."""
+
+    def __init__(self, behaviour):
+        self.behaviour = behaviour
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(512)
+        self.port = self.sock.getsockname()[1]
+        self.url = "http://127.0.0.1:%d" % self.port
+        self.conns = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(c)
+            threading.Thread(target=self._run, args=(c,), daemon=True).start()
+
+    def _run(self, c):
+        try:
+            self.behaviour(c)
+        except OSError:
+            pass
+
+    def close(self):
+        self.sock.close()
+        for c in self.conns:
+            try:
+                c.close()
+            except OSError:
+                pass

@@ -22,7 +22,7 @@ import pytest
 
 import harness
 from arcgis import ArcGISServer
-from harness import cred
+from harness import ScriptedUpstream, cred
 
 MB = 1024 * 1024
 
@@ -129,48 +129,6 @@ def timed(fn):
     t0 = time.monotonic()
     out = fn()
     return out, time.monotonic() - t0
-
-
-# ---------------------------------------------------------------------------------------------------------
-# A scripted raw upstream: one behaviour for every connection
-# ---------------------------------------------------------------------------------------------------------
-
-class ScriptedUpstream:
-    """Accepts connections on 127.0.0.1 and runs `behaviour(conn)` for each in a thread."""
-
-    def __init__(self, behaviour):
-        self.behaviour = behaviour
-        self.sock = socket.socket()
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(512)
-        self.port = self.sock.getsockname()[1]
-        self.url = "http://127.0.0.1:%d" % self.port
-        self.conns = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while True:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                return
-            self.conns.append(c)
-            threading.Thread(target=self._run, args=(c,), daemon=True).start()
-
-    def _run(self, c):
-        try:
-            self.behaviour(c)
-        except OSError:
-            pass
-
-    def close(self):
-        self.sock.close()
-        for c in self.conns:
-            try:
-                c.close()
-            except OSError:
-                pass
 
 
 def read_head(c):

@@ -3,11 +3,12 @@ what it writes on the wire, connection reuse, the retry on a pooled connection t
 pieces, and the switch back to libcurl. The rest of the suite runs through it too (it is the default)."""
 import subprocess
 import threading
+import time
 
 import pytest
 
 import harness
-from harness import RawBackend
+from harness import RawBackend, ScriptedUpstream
 from httpraw import RawConn
 
 
@@ -168,63 +169,34 @@ def test_a_head_refused_after_arriving_in_pieces_leaves_the_proxy_serving(proxy)
         backend.stop()
 
 
-class EarlyAnswerBackend:
-    """An upstream that answers a request as soon as its head is in, before reading the body (as nginx's
-    `return 200` or a 413 does), then pauses `stall` seconds and reads and discards the rest of the body, keeping the
-    connection alive for the next request."""
-
-    def __init__(self, stall=0.5):
-        import socket
-        self.stall = stall
-        self.heads = []
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.url = "http://127.0.0.1:%d" % self.sock.getsockname()[1]
-        self.threads = [threading.Thread(target=self._accept, daemon=True)]
-        self.threads[0].start()
-
-    def _accept(self):
-        while True:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                return
-            t = threading.Thread(target=self._serve, args=(c,), daemon=True)
-            t.start()
-
-    def _serve(self, c):
-        import time
+def answer_before_the_body(heads, stall=0.5):
+    """A `ScriptedUpstream` behaviour: answer each request as soon as its head is in, before reading its body (as
+    nginx's `return 200` or a 413 does), then after `stall` seconds read and discard the body and keep the connection
+    for the next request."""
+    def behaviour(c):
         buf = b""
-        try:
-            while True:
-                while b"\r\n\r\n" not in buf:
-                    d = c.recv(65536)
-                    if not d:
-                        return
-                    buf += d
-                head, _, buf = buf.partition(b"\r\n\r\n")
-                self.heads.append(head)
-                length = 0
-                for line in head.split(b"\r\n")[1:]:
-                    k, _, v = line.partition(b":")
-                    if k.strip().lower() == b"content-length":
-                        length = int(v)
-                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nearly")
-                time.sleep(self.stall)
-                while len(buf) < length:
-                    d = c.recv(65536)
-                    if not d:
-                        return
-                    buf += d
-                buf = buf[length:]
-        except OSError:
-            pass
-        finally:
-            c.close()
-
-    def stop(self):
-        self.sock.close()
+        while True:
+            while b"\r\n\r\n" not in buf:
+                d = c.recv(65536)
+                if not d:
+                    return
+                buf += d
+            head, _, buf = buf.partition(b"\r\n\r\n")
+            heads.append(head)
+            length = 0
+            for line in head.split(b"\r\n")[1:]:
+                k, _, v = line.partition(b":")
+                if k.strip().lower() == b"content-length":
+                    length = int(v)
+            c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nearly")
+            time.sleep(stall)
+            while len(buf) < length:
+                d = c.recv(65536)
+                if not d:
+                    return
+                buf += d
+            buf = buf[length:]
+    return behaviour
 
 
 def test_an_answer_before_the_upload_ended_closes_the_client_connection_cleanly(proxy):
@@ -233,7 +205,8 @@ def test_an_answer_before_the_upload_ended_closes_the_client_connection_cleanly(
     the body; the client's next request on it got 'Remote end closed connection without response'. The answer
     must say `Connection: close`, and a client that reconnects (as http.client does after it) loses nothing."""
     import http.client
-    backend = EarlyAnswerBackend()
+    heads = []
+    backend = ScriptedUpstream(answer_before_the_body(heads))
     body = b"u" * (2 * 1024 * 1024)
     try:
         with RawConn(proxy.host, proxy.port, timeout=10) as c:
@@ -256,6 +229,6 @@ def test_an_answer_before_the_upload_ended_closes_the_client_connection_cleanly(
             assert (resp.status, resp.read()) == (200, b"early")
         finally:
             conn.close()
-        assert b"GET /after HTTP/1.1" in backend.heads[-1]
+        assert b"GET /after HTTP/1.1" in heads[-1]
     finally:
-        backend.stop()
+        backend.close()
