@@ -173,28 +173,29 @@ def answer_before_the_body(heads, stall=0.5):
     """A `ScriptedUpstream` behaviour: answer each request as soon as its head is in, before reading its body (as
     nginx's `return 200` or a 413 does), then after `stall` seconds read and discard the body and keep the connection
     for the next request."""
+    def fill(c, buf, enough):
+        while not enough(buf):
+            d = c.recv(65536)
+            if not d:
+                return None
+            buf += d
+        return buf
+
     def behaviour(c):
         buf = b""
         while True:
-            while b"\r\n\r\n" not in buf:
-                d = c.recv(65536)
-                if not d:
-                    return
-                buf += d
+            buf = fill(c, buf, lambda b: b"\r\n\r\n" in b)
+            if buf is None:
+                return
             head, _, buf = buf.partition(b"\r\n\r\n")
             heads.append(head)
-            length = 0
-            for line in head.split(b"\r\n")[1:]:
-                k, _, v = line.partition(b":")
-                if k.strip().lower() == b"content-length":
-                    length = int(v)
+            fields = dict(l.partition(b":")[::2] for l in head.split(b"\r\n")[1:])
+            length = int({k.strip().lower(): v for k, v in fields.items()}.get(b"content-length", 0))
             c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nearly")
             time.sleep(stall)
-            while len(buf) < length:
-                d = c.recv(65536)
-                if not d:
-                    return
-                buf += d
+            buf = fill(c, buf, lambda b: len(b) >= length)
+            if buf is None:
+                return
             buf = buf[length:]
     return behaviour
 
