@@ -642,12 +642,15 @@ def curl(*args, timeout=60, env=None):
 
 
 class ScriptedUpstream:
-    """Accepts connections on 127.0.0.1 and runs `behaviour(conn)` for each in a thread."""
+    """Accepts connections on 127.0.0.1 and runs `behaviour(conn)` for each in a thread. `rcvbuf` sets the accepted
+    sockets' receive buffer (small: the upstream cannot soak up a large body it does not read)."""
 
-    def __init__(self, behaviour):
+    def __init__(self, behaviour, rcvbuf=None):
         self.behaviour = behaviour
         self.sock = socket.socket()
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if rcvbuf:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(512)
         self.port = self.sock.getsockname()[1]

@@ -204,20 +204,25 @@ def test_an_answer_before_the_upload_ended_closes_the_client_connection_cleanly(
     """Found by the soak (2 MiB uploads to nginx's `return 200`): the upstream answered before the body was all
     forwarded, the proxy relayed the answer as keep-alive, then closed the connection while discarding the rest of
     the body; the client's next request on it got 'Remote end closed connection without response'. The answer
-    must say `Connection: close`, and a client that reconnects (as http.client does after it) loses nothing."""
+    must say `Connection: close`, and a client that reconnects (as http.client does after it) loses nothing.
+
+    The first upload is 32 MiB into an upstream with a 16 KiB receive buffer: far more than the proxy's 256 KiB body
+    buffer and the sockets between can hold, so the body is certainly still being read when the answer comes. The
+    next ones are the soak's 2 MiB, which may or may not be read whole by then: either way nothing may be lost."""
     import http.client
     heads = []
-    backend = ScriptedUpstream(answer_before_the_body(heads))
-    body = b"u" * (2 * 1024 * 1024)
+    backend = ScriptedUpstream(answer_before_the_body(heads), rcvbuf=16384)
+    big = b"u" * (32 * 1024 * 1024)
+    body = big[:2 * 1024 * 1024]
     try:
         with RawConn(proxy.host, proxy.port, timeout=10) as c:
-            head = "POST %s/upload HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (backend.url, len(body))
-            sender = threading.Thread(target=lambda: c.sock.sendall(head.encode() + body), daemon=True)
+            head = "POST %s/upload HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (backend.url, len(big))
+            sender = threading.Thread(target=lambda: c.sock.sendall(head.encode() + big), daemon=True)
             sender.start()
             r = c.read_response()
             assert (r.status, r.body) == (200, b"early"), r
             assert (r.get("connection") or "").lower() == "close", r.headers
-            sender.join(10)
+            sender.join(30)
         conn = http.client.HTTPConnection(proxy.host, proxy.port, timeout=10)
         try:
             for i in range(4):
