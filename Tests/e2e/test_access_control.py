@@ -330,6 +330,9 @@ set -e
 ip link set lo up
 ip addr add 169.254.169.254/32 dev lo
 mount --bind "$HOSTS" /etc/hosts
+# Every background job (the two counting servers, both proxies) goes when the script ends, however it ends: a
+# server left running would keep this namespace alive after the test.
+trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
 python3 "$SRV" 169.254.169.254 80 "$DIR/count" &
 python3 "$SRV" 169.254.169.254 443 "$DIR/count443" &
 "$BIN" serve --config "$DIR/deny.conf" 2>"$DIR/deny.log" &
