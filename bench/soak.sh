@@ -3,6 +3,7 @@
 #
 #   bash bench/soak.sh [BINARY] [--minutes N] [--rate R] [--sample-seconds S] [--out DIR]
 #                      [--ttl SECONDS] [--expire-seconds S] [--log-level LEVEL] [--heaptrack]
+#                      [--http-client native|libcurl]
 #
 # BINARY      authproxy to test (default .build/release/authproxy, built if missing)
 # --minutes   duration of the load (default 30)
@@ -15,6 +16,7 @@
 # --log-level authproxy's log level (default info: the access log runs, into a temp file)
 # --heaptrack run authproxy under heaptrack; the profile is copied to --out (RSS figures then include
 #             heaptrack's own memory, so use it to find allocation sites, not for the verdict)
+# --http-client  `[proxy] http_client` for the plain http:// lanes (default: the proxy's default, native)
 #
 # Started on 127.0.0.1 only (free ports), stopped on exit: the ArcGIS test server (Tests/e2e/arcgis/server.py,
 # role server, user soak), one nginx serving plain http (small.json, /echo, 4 MiB and 32 MiB files, /upload)
@@ -44,9 +46,10 @@ TTL=20
 EXPIRE=60
 LOG_LEVEL=info
 HEAPTRACK=0
+HTTP_CLIENT=""
 API_KEY="SOAKKEY0123456789"
 
-usage() { sed -n '2,33p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,34p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 while [[ $# -gt 0 ]]; do
     case "$1" in
@@ -58,6 +61,7 @@ while [[ $# -gt 0 ]]; do
         --expire-seconds) EXPIRE="$2"; shift 2 ;;
         --log-level) LOG_LEVEL="$2"; shift 2 ;;
         --heaptrack) HEAPTRACK=1; shift ;;
+        --http-client) HTTP_CLIENT="$2"; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         -*) echo "unknown option: $1" >&2; usage >&2; exit 2 ;;
         *) [[ -z "$AUTHPROXY_BIN" ]] || { echo "one BINARY only" >&2; exit 2; }; AUTHPROXY_BIN="$1"; shift ;;
@@ -67,6 +71,9 @@ num='^[0-9]+([.][0-9]+)?$'
 for v in "$MINUTES" "$RATE" "$SAMPLE" "$TTL" "$EXPIRE"; do
     [[ "$v" =~ $num ]] || { echo "not a positive number: $v" >&2; exit 2; }
 done
+case "$HTTP_CLIENT" in ""|native|libcurl) ;; *) echo "--http-client: native or libcurl, not $HTTP_CLIENT" >&2; exit 2 ;; esac
+HTTP_CLIENT_LINE=""
+[[ -z "$HTTP_CLIENT" ]] || HTTP_CLIENT_LINE="http_client = \"$HTTP_CLIENT\""
 
 BENCH_TAG="soak"
 # shellcheck source=bench/lib.sh
@@ -167,6 +174,7 @@ cat > "$TMP/proxy.conf" <<EOF
 listen = ["127.0.0.1:$P_PROXY"]
 connect_ports = [443, $P_HTTPS]
 state_dir = "$TMP/state"
+$HTTP_CLIENT_LINE
 [log]
 level = "$LOG_LEVEL"
 [tls]
