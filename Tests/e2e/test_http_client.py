@@ -193,9 +193,11 @@ def answer_before_the_body(heads, stall=0.5):
             length = int({k.strip().lower(): v for k, v in fields.items()}.get(b"content-length", 0))
             c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nearly")
             time.sleep(stall)
-            buf = fill(c, buf, lambda b: len(b) >= length)
-            if buf is None:
-                return
+            while len(buf) < length:  # dropped as it comes: one read held at a time, whatever the body's size
+                length -= len(buf)
+                buf = c.recv(65536)
+                if not buf:
+                    return
             buf = buf[length:]
     return behaviour
 
@@ -236,5 +238,26 @@ def test_an_answer_before_the_upload_ended_closes_the_client_connection_cleanly(
         finally:
             conn.close()
         assert b"GET /after HTTP/1.1" in heads[-1]
+    finally:
+        backend.close()
+
+
+def test_the_rest_of_an_upload_answered_early_is_read_while_it_keeps_coming(proxy):
+    """A client on a slow link goes on sending an upload the upstream has already answered (with `Connection:
+    close`). The proxy reads and drops that input while it keeps coming, instead of closing 2 s after the answer:
+    the client would then meet a reset in the middle of its upload and lose the answer it has not read yet
+    (http.client, like most clients, reads only after sending)."""
+    heads = []
+    backend = ScriptedUpstream(answer_before_the_body(heads, stall=1), rcvbuf=16384)
+    pieces = 14
+    try:
+        with RawConn(proxy.host, proxy.port, timeout=15) as c:
+            c.send("POST %s/upload HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (backend.url, pieces * 65536))
+            for _ in range(pieces):  # ~4.5 s: longer than the 2-s linger
+                c.send(b"s" * 65536)
+                time.sleep(0.33)
+            r = c.read_response()
+            assert (r.status, r.body) == (200, b"early"), r
+            assert (r.get("connection") or "").lower() == "close", r.headers
     finally:
         backend.close()

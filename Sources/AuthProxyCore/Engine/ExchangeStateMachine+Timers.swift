@@ -56,12 +56,14 @@ extension ExchangeStateMachine {
         case .tunnel:
             return .tunnel
         case .closing(let since):
-            let quiet = now &- max(since, lastSendProgress)
             if clientPending > 0 {
                 // Still sending the last response: only a client that stopped reading is cut off.
-                return quiet > limits.idleTimeout ? .close : .none
+                return now &- max(since, lastSendProgress) > limits.idleTimeout ? .close : .none
             }
-            return quiet > limits.linger ? .close : .none
+            // Flushed and half-closed: input is dropped while it keeps coming, up to the total linger time.
+            let flushed = max(since, lastSendProgress)
+            let quiet = now &- max(flushed, lastClientProgress)
+            return quiet > limits.linger || now &- flushed > limits.lingerTotal ? .close : .none
         case .closed:
             return .none
         }

@@ -19,8 +19,11 @@ struct ExchangeStateMachine: Equatable {
         var idleTimeout: UInt64
         /// An upstream that neither sends nor takes bytes for this long (while we are ready for it) fails.
         var upstreamTimeout: UInt64
-        /// After the last response, how long the half-closed connection discards input before closing.
+        /// After the last response, how long the half-closed connection waits with no input before closing.
         var linger: UInt64
+        /// The longest a half-closed connection goes on reading and dropping input that keeps coming (the rest of an
+        /// upload the upstream answered early), as nginx's `lingering_time`.
+        var lingerTotal: UInt64
         /// Response bytes queued for the client above which the upstream transfer is paused.
         var maxBuffered: Int
         /// After shutdown began, how long an idle kept-alive connection still takes a request (answered with
@@ -28,12 +31,13 @@ struct ExchangeStateMachine: Equatable {
         var shutdownQuiet: UInt64
 
         init(headerTimeout: UInt64, idleTimeout: UInt64, upstreamTimeout: UInt64, linger: UInt64 = 2_000_000_000,
-            maxBuffered: Int = 256 * 1024, shutdownQuiet: UInt64 = 1_000_000_000)
+            lingerTotal: UInt64 = 30_000_000_000, maxBuffered: Int = 256 * 1024, shutdownQuiet: UInt64 = 1_000_000_000)
         {
             self.headerTimeout = headerTimeout
             self.idleTimeout = idleTimeout
             self.upstreamTimeout = upstreamTimeout
             self.linger = linger
+            self.lingerTotal = lingerTotal
             self.maxBuffered = maxBuffered
             self.shutdownQuiet = shutdownQuiet
         }
@@ -54,8 +58,9 @@ struct ExchangeStateMachine: Equatable {
         /// its answer should the tunnel fail to open.
         case tunnel(Exchange)
         /// The last response is written or being written and our side half-closes when it is flushed; input is
-        /// discarded until the client closes or ``Limits/linger`` passes (so a client still sending gets no
-        /// reset that would destroy the response).
+        /// discarded until the client closes, sends nothing for ``Limits/linger``, or ``Limits/lingerTotal`` has
+        /// passed (so a client still sending, such as the rest of an upload answered early, gets no reset that
+        /// would destroy the response before it reads it).
         case closing(since: UInt64)
         case closed
     }

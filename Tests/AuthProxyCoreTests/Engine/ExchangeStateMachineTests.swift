@@ -257,6 +257,31 @@ import Testing
         #expect(m.tick(now: 3 * Self.s, clientPending: 0, lastSendProgress: 0) == .close)
     }
 
+    /// The rest of an upload the upstream answered early keeps coming after the answer went out: it is read and
+    /// dropped while it flows (a close with unread input would reset the connection and could destroy the answer
+    /// before the client reads it), and the connection closes once the client stops for the linger time, or after
+    /// the total linger time however steadily it sends.
+    @Test func aClientStillSendingAfterTheLastAnswerIsReadUntilItStopsOrTheTotalLingerPasses() {
+        var m = Self.forwarding(.init(hasBody: true))
+        _ = m.responseHeadCommitted(status: 413, framing: Self.plain, inspection: .none)
+        _ = m.transferEnded(.success)
+        #expect(m.endExchange(shuttingDown: false, now: 0) == .close)
+        for t in 1...10 {
+            m.clientProgress(now: UInt64(t) * Self.s)
+            #expect(m.tick(now: UInt64(t) * Self.s + Self.s / 2, clientPending: 0, lastSendProgress: 0) == .none)
+        }
+        #expect(m.tick(now: 12 * Self.s + Self.s / 2, clientPending: 0, lastSendProgress: 0) == .close)
+
+        var steady = Self.forwarding(.init(hasBody: true))
+        _ = steady.responseHeadCommitted(status: 413, framing: Self.plain, inspection: .none)
+        _ = steady.transferEnded(.success)
+        _ = steady.endExchange(shuttingDown: false, now: 0)
+        steady.clientProgress(now: 29 * Self.s)
+        #expect(steady.tick(now: 29 * Self.s + Self.s / 2, clientPending: 0, lastSendProgress: Self.s) == .none)
+        steady.clientProgress(now: 31 * Self.s)
+        #expect(steady.tick(now: 31 * Self.s + Self.s / 2, clientPending: 0, lastSendProgress: Self.s) == .close)
+    }
+
     @Test func onlyAConnectionWaitingQuietlyForARequestIsIdle() {
         var m = M(limits: Self.limits, now: 0)
         #expect(!m.isIdle(now: Self.s / 2, for: Self.s))
