@@ -115,11 +115,10 @@ extension ExchangeStateMachine {
     mutating func responseHeadCommitted(status: Int, framing: ResponseFraming, inspection: Inspection) -> CommitStep {
         withExchange { e in
             e.status = status
-            // An answer that comes before the request body was read to its end (an upload answered at once, a 413,
-            // a 401 to an `Expect: 100-continue`) ends the connection: the rest of that body is discarded while the
-            // connection lingers, so the head must say `Connection: close` (see ``keepAlive``), or the client would
-            // send its next request into the discarded input.
-            e.keepAlive = e.keepAlive && framing.keepAlive && e.request == .complete
+            // An answer before the request body was read to its end (an upload answered at once, a 413, a 401 to an
+            // `Expect: 100-continue`) ends the connection, or the client would send its next request into the
+            // discarded rest of that body.
+            e.keepAlive = e.responseMayKeepAlive && framing.keepAlive
             var inspect = false
             if case .transferring(var t) = e.upstream {
                 inspect = t.inspect
@@ -148,9 +147,8 @@ extension ExchangeStateMachine {
         }
     }
 
-    /// Whether the response head may say keep-alive (else `Connection: close` goes into it): the exchange allows it
-    /// and its request body was read to its end (``responseHeadCommitted(status:framing:inspection:)``).
-    var keepAlive: Bool { exchange.map { $0.keepAlive && $0.request == .complete } ?? false }
+    /// Whether the response head may say keep-alive (else `Connection: close` goes into it).
+    var keepAlive: Bool { exchange?.responseMayKeepAlive ?? false }
 
     // MARK: token rejection
 

@@ -76,6 +76,10 @@ struct ExchangeStateMachine: Equatable {
         /// Whether the connection stays open after this exchange (the client's wish, then ours).
         var keepAlive: Bool
         var request: RequestBody
+        /// Whether a response head may still say keep-alive: the exchange allows it and the request body was read
+        /// to its end (the rest of an unread body is discarded while the connection lingers, so an answer that
+        /// comes first must say `Connection: close`).
+        var responseMayKeepAlive: Bool { keepAlive && request == .complete }
         var upstream: Upstream = .none
         var response: Response = .none
         var continueSent = false
