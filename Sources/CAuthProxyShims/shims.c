@@ -1,4 +1,5 @@
 #define _GNU_SOURCE
+#include <sched.h>
 #include <sys/socket.h>
 #include <malloc.h>
 #include <stdlib.h>
@@ -125,3 +126,10 @@ int ap_ssl_last_error(char *buf, int len) {
 int ap_ssl_reason_unknown_ca(void) { return SSL_R_TLSV1_ALERT_UNKNOWN_CA; }
 int ap_ssl_reason_bad_certificate(void) { return SSL_R_SSLV3_ALERT_BAD_CERTIFICATE; }
 int ap_ssl_reason_certificate_unknown(void) { return SSL_R_SSLV3_ALERT_CERTIFICATE_UNKNOWN; }
+
+int ap_affinity_cpu_count(void) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof(set), &set) != 0) return -1;
+    return CPU_COUNT(&set);
+}

@@ -104,7 +104,9 @@ struct Serve: ParsableCommand {
             // A state file the proxy must not touch (wrong state_key, unreadable) is a configuration error.
             throw ExitCode(error.isConfigurationError ? 2 : 1)
         }
-        logger.notice("authproxy started", metadata: ["version": "\(AuthProxyVersion.string)", "workers": "\(config.workers)"])
+        logger.notice("authproxy started", metadata: [
+            "version": "\(AuthProxyVersion.string)", "workers": "\(config.workers)", "cpus": "\(CPUBudget.current)",
+        ])
 
         let grace = config.shutdownGraceSeconds
         nonisolated(unsafe) var stopping = false
@@ -156,7 +158,7 @@ struct Check: ParsableCommand {
         print("  header_timeout_seconds:   \(c.headerTimeoutSeconds)")
         print("  idle_timeout_seconds:     \(c.idleTimeoutSeconds)")
         print("  shutdown_grace_seconds:   \(c.shutdownGraceSeconds)")
-        print("  workers:                  \(c.workers)")
+        print("  workers:                  \(c.workers)\(c.workersSet ? "" : " (default: 2 per usable CPU; \(CPUBudget.current))")")
         print("  http_client:              \(c.httpClient.rawValue) (plain http:// without a network credential)")
         print("  max_connections:          \(c.maxConnections) (per client address: \(c.effectiveMaxConnectionsPerClient))")
         print("  allow_clients:            \(c.allowClients.map(\.description).joined(separator: ", "))\(c.allowClientsSet ? "" : " (default)")")

@@ -215,3 +215,91 @@ def test_dockerfile_config_is_valid_and_not_an_open_relay(tmp_path):
     subprocess.run(["sed", "-i", "-e", [e for e in exprs if "0.0.0.0:3128" in e][0], str(listen_only)], check=True)
     r = harness.run_cli(["check", "--config", str(listen_only)])
     assert r.returncode == 2 and "open relay" in r.stderr, (r.returncode, r.stderr)
+
+
+# --- default workers: the CPUs the process may use, not the host's --------------------------------------------
+
+def _workers_line(stdout):
+    m = re.search(r"^\s*workers:\s+(\d+)(.*)$", stdout, re.M)
+    assert m, stdout
+    return int(m.group(1)), m.group(2)
+
+
+def test_default_workers_follow_the_affinity_mask(proxy_binary, tmp_path):
+    """Under `taskset -c 0` on a host with more CPUs the default is 2 loops (2 per usable CPU), not 2 per online
+    CPU; check says why."""
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs at least 2 usable CPUs to narrow the affinity mask")
+    cfg, _ = _good_config(tmp_path)
+    r = harness.run_cli(["check", "--config", str(cfg)])
+    assert r.returncode == 0, r.stdout + r.stderr
+    full, _ = _workers_line(r.stdout)
+    assert full == min(2 * len(os.sched_getaffinity(0)), 32), r.stdout
+    one = sorted(os.sched_getaffinity(0))[0]
+    pinned = subprocess.run([harness.proxy_bin(), "check", "--config", str(cfg)], capture_output=True, text=True,
+                            timeout=30, env=harness.clean_env(), stdin=subprocess.DEVNULL,
+                            preexec_fn=lambda: os.sched_setaffinity(0, {one}))
+    assert pinned.returncode == 0, pinned.stdout + pinned.stderr
+    n, why = _workers_line(pinned.stdout)
+    assert n == 2, pinned.stdout
+    assert "1 usable CPU" in why and "affinity 1" in why, why
+    # An explicit value wins, and says nothing about defaults.
+    text = cfg.read_text().replace("[proxy]\n", "[proxy]\nworkers = 3\n", 1)
+    cfg.write_text(text)
+    r = subprocess.run([harness.proxy_bin(), "check", "--config", str(cfg)], capture_output=True, text=True,
+                       timeout=30, env=harness.clean_env(), stdin=subprocess.DEVNULL,
+                       preexec_fn=lambda: os.sched_setaffinity(0, {one}))
+    assert _workers_line(r.stdout) == (3, ""), r.stdout
+
+
+def _cpu_limited_cgroup(tmp_name, quota_us, period_us=100000):
+    """A control group limited to quota/period CPUs (cgroup v1 `cpu` or v2 `cpu.max`), or None when this machine
+    does not let the tests make one. Returns (procs file, cleanup)."""
+    mounts = [line.split() for line in open("/proc/self/mountinfo")]
+    for f in mounts:
+        dash = f.index("-")
+        fstype, opts = f[dash + 1], f[dash + 3].split(",")
+        point = f[4]
+        if fstype == "cgroup" and "cpu" in opts:
+            path = os.path.join(point, tmp_name)
+            limit = [("cpu.cfs_period_us", str(period_us)), ("cpu.cfs_quota_us", str(quota_us))]
+        elif fstype == "cgroup2" and os.path.exists(os.path.join(point, "cgroup.subtree_control")) \
+                and "cpu" in open(os.path.join(point, "cgroup.subtree_control")).read().split():
+            path = os.path.join(point, tmp_name)
+            limit = [("cpu.max", "%d %d" % (quota_us, period_us))]
+        else:
+            continue
+        try:
+            os.mkdir(path)
+            for name, value in limit:
+                with open(os.path.join(path, name), "w") as fh:
+                    fh.write(value)
+        except OSError:
+            try:
+                os.rmdir(path)
+            except OSError:
+                pass
+            continue
+        return os.path.join(path, "cgroup.procs"), lambda p=path: os.rmdir(p)
+    return None
+
+
+def test_default_workers_follow_a_cgroup_cpu_limit(proxy_binary, tmp_path):
+    """A container CPU limit (`--cpus 0.5`, Kubernetes `limits.cpu: 500m`) is a cgroup quota: the default is then
+    2 loops, and `check` names the limit. The proxy is started inside a real control group with that quota."""
+    made = _cpu_limited_cgroup("authproxy-test-%d" % os.getpid(), 50000)
+    if made is None:
+        pytest.skip("cannot create a CPU-limited control group here (needs root and a writable cpu controller)")
+    procs, cleanup = made
+    try:
+        cfg, _ = _good_config(tmp_path)
+        r = subprocess.run(["sh", "-c", 'echo $$ > "$1" && shift && exec "$@"', "sh", procs, harness.proxy_bin(),
+                            "check", "--config", str(cfg)],
+                           capture_output=True, text=True, timeout=30, env=harness.clean_env(),
+                           stdin=subprocess.DEVNULL)
+        assert r.returncode == 0, r.stdout + r.stderr
+        n, why = _workers_line(r.stdout)
+        assert n == 2, r.stdout
+        assert "1 usable CPU" in why and "cgroup limit 0.50 CPUs" in why, why
+    finally:
+        cleanup()

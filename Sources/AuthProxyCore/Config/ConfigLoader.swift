@@ -61,7 +61,10 @@ public struct ConfigLoader: Sendable {
             if let t = try proxy.int("idle_timeout_seconds", range: 1...86_400) { config.idleTimeoutSeconds = t }
             if let t = try proxy.int("shutdown_grace_seconds", range: 0...3600) { config.shutdownGraceSeconds = t }
             if let t = try proxy.int("tunnel_idle_timeout_seconds", range: 1...86_400) { config.tunnelIdleTimeoutSeconds = t }
-            if let w = try proxy.int("workers", range: 1...64) { config.workers = w }
+            if let w = try proxy.int("workers", range: 1...64) {
+                config.workers = w
+                config.workersSet = true
+            }
             if let m = try proxy.int("max_connections", range: 1...1_000_000) { config.maxConnections = m }
             if let m = try proxy.int("max_connections_per_client", range: 1...1_000_000) { config.maxConnectionsPerClient = m }
             if let blocks = try proxy.addressBlocks("allow_clients") {
@@ -533,7 +536,8 @@ final class SecretFileReads {
 }
 
 extension String {
-    fileprivate func trimmingWhitespace() -> Substring {
+    /// The string without leading and trailing whitespace.
+    func trimmingWhitespace() -> Substring {
         var s = Substring(self)
         while let c = s.first, c.isWhitespace { s.removeFirst() }
         while let c = s.last, c.isWhitespace { s.removeLast() }

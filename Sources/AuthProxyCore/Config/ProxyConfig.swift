@@ -37,7 +37,10 @@ public struct ProxyConfig: Sendable {
     /// Event loops (each one serial queue and one libcurl multi handle); defaults to twice the number of cores,
     /// because libdispatch on Linux hands every socket event from its manager thread to a worker thread, and
     /// more queues let those hand-offs overlap (measured: 2 loops ≈ 18k req/s, 4 loops ≈ 25k on 2 cores).
-    public var workers: Int = defaultWorkerCount()
+    /// Event loops; the default is ``CPUBudget/defaultWorkers`` of the CPUs this process may use.
+    public var workers: Int = CPUBudget.current.defaultWorkers
+    /// Whether `workers` was written in the file.
+    public var workersSet = false
     public var maxConnections: Int = 10_000
     /// Connections one client address may hold; nil: a quarter of ``maxConnections``.
     public var maxConnectionsPerClient: Int? = nil
@@ -115,9 +118,4 @@ public struct TLSConfig: Sendable, Equatable {
     public var intercept: Intercept = .matched
 
     public var enabled: Bool { caCert != nil && caKey != nil && intercept == .matched }
-}
-
-func defaultWorkerCount() -> Int {
-    let n = sysconf(Int32(_SC_NPROCESSORS_ONLN))
-    return max(2, min(2 * Int(n), 32))
 }

@@ -37,6 +37,9 @@ struct sockaddr;
 /// accept4(2) with SOCK_NONBLOCK | SOCK_CLOEXEC (accept4 needs _GNU_SOURCE, which Swift's Glibc lacks).
 int ap_accept_nonblock(int fd, struct sockaddr *addr, unsigned int *len);
 
+/// CPUs this thread may run on (sched_getaffinity: taskset, cpuset cgroups, container --cpuset-cpus), or -1.
+int ap_affinity_cpu_count(void);
+
 /// Fixes glibc's mmap threshold at `bytes` (unless MALLOC_MMAP_THRESHOLD_ or GLIBC_TUNABLES sets it): blocks of
 /// that size and more are mmapped and given back when freed, and each arena trims its free top above 128 KiB.
 /// Returns 1 when applied, 0 when the environment decides, -1 when mallopt failed (or not glibc).
