@@ -129,6 +129,7 @@ final class Side {
 
 let connectPrefix = Array("CONNECT ".utf8)
 let connectReply = Array("HTTP/1.1 200 Connection Established\r\n\r\n".utf8)
+let badGateway = Array("HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".utf8)
 
 final class Relay {
     /// Plain until the CONNECT head is answered (`ready` false); then the TLS server side.
@@ -180,14 +181,18 @@ final class Relay {
         }
     }
 
-    /// Answers the CONNECT, opens the upstream connection and switches the client socket to TLS: the next
+    /// Opens the upstream connection, answers the CONNECT and switches the client socket to TLS: the next
     /// SSL_read on it does the server handshake.
     private func tunnelEstablished() {
-        let sent = connectReply.withUnsafeBufferPointer { Glibc.send(client.fd, $0.baseAddress!, $0.count, Int32(MSG_NOSIGNAL)) }
-        guard sent == connectReply.count, let up = openUpstream() else { shutdown(); return }
+        guard let up = openUpstream() else {
+            _ = badGateway.withUnsafeBufferPointer { Glibc.send(client.fd, $0.baseAddress!, $0.count, Int32(MSG_NOSIGNAL)) }
+            shutdown(); return
+        }
         upstream = up
-        client.ready = true
         arm(read: upstream) { [unowned self] in self.upstreamReadable() }
+        let sent = connectReply.withUnsafeBufferPointer { Glibc.send(client.fd, $0.baseAddress!, $0.count, Int32(MSG_NOSIGNAL)) }
+        guard sent == connectReply.count else { shutdown(); return }
+        client.ready = true
     }
 
     private func arm(read side: Side, _ handler: @escaping () -> Void) {
