@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# HTTPS interception benchmark: authproxy vs. mitmproxy vs. an nginx TLS reverse proxy.
+# HTTPS interception benchmark: authproxy vs. mitmproxy vs. an nginx TLS reverse proxy vs. the TLS floor.
 #
-#   bash bench/https.sh [--authproxy PATH] [--duration SECONDS] [--warmup SECONDS] [--out FILE]
-#                       [--profile DIR]
+#   bash bench/https.sh [--authproxy PATH] [--floor-tls PATH] [--duration SECONDS] [--warmup SECONDS]
+#                       [--out FILE] [--profile DIR]
 #
+# --floor-tls PATH is the TLS floor (bench/floor-tls: CONNECT, then TLS with the origin's own certificate, one
+# kept-alive upstream TLS connection per client, the token appended to the request line, on Dispatch sources and
+# OpenSSL only); without it, bench/floor-tls/.build/release/floor-tls is used, built if missing.
 # --profile DIR records a perf cpu-clock profile (-g) of authproxy during its c50 run into DIR/perf.data and
 # prints it by shared object and by symbol.
-# The proxy under test and every peer run on core 0 (taskset -c 0), tlsload and the origin on core 1.
+# The proxy under test and every peer (floor-tls too) run on core 0 (taskset -c 0), tlsload and the origin on
+# core 1.
 # Everything listens on 127.0.0.1 only and is torn down on exit.
 # See bench/README.md ("HTTPS interception") for what is measured and how to read the output.
 set -euo pipefail
@@ -15,6 +19,7 @@ BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(cd "$BENCH_DIR/.." && pwd)"
 
 AUTHPROXY_BIN=""
+FLOOR_TLS_BIN=""
 DURATION=10
 WARMUP=2
 OUT_FILE="$BENCH_DIR/results-https-latest.md"
@@ -22,13 +27,15 @@ PROFILE_DIR=""
 TOKEN="BENCHKEY"
 
 usage() {
-    sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --authproxy) AUTHPROXY_BIN="$2"; shift 2 ;;
         --authproxy=*) AUTHPROXY_BIN="${1#*=}"; shift ;;
+        --floor-tls) FLOOR_TLS_BIN="$2"; shift 2 ;;
+        --floor-tls=*) FLOOR_TLS_BIN="${1#*=}"; shift ;;
         --duration) DURATION="$2"; shift 2 ;;
         --duration=*) DURATION="${1#*=}"; shift ;;
         --warmup) WARMUP="$2"; shift 2 ;;
@@ -68,8 +75,18 @@ export PATH="$PATH:/usr/sbin:/sbin"
 # --------------------------------------------------------------------------
 resolve_authproxy
 
-# Core pinning (PIN_SERVER / PIN_LOAD from lib.sh): authproxy, mitmproxy and nginx-tls each get core 0 (one at a
-# time under load); tlsload and the origin nginx share core 1.
+# The TLS floor (bench/floor-tls), built if missing.
+if [[ -z "$FLOOR_TLS_BIN" ]]; then
+    FLOOR_TLS_BIN="$BENCH_DIR/floor-tls/.build/release/floor-tls"
+    if [[ ! -x "$FLOOR_TLS_BIN" ]]; then
+        log "building the TLS floor (swift build -c release --package-path bench/floor-tls)"
+        swift build -c release --package-path "$BENCH_DIR/floor-tls" >&2
+    fi
+fi
+[[ -x "$FLOOR_TLS_BIN" ]] || die "floor-tls binary not found or not executable: $FLOOR_TLS_BIN"
+
+# Core pinning (PIN_SERVER / PIN_LOAD from lib.sh): authproxy, mitmproxy, nginx-tls and floor-tls each get core 0
+# (one at a time under load); tlsload and the origin nginx share core 1.
 [[ $(nproc) -ge 2 ]] || die "needs at least 2 CPUs (server on core 0, tlsload + origin on core 1); nproc=$(nproc)"
 
 # --------------------------------------------------------------------------
@@ -82,13 +99,13 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-read -r P_ORIGIN P_AUTH P_MITM P_NGINX < <(free_ports 4)
+read -r P_ORIGIN P_AUTH P_MITM P_NGINX P_FLOOR < <(free_ports 5)
 # Forward proxies are asked to CONNECT to localhost:ORIGIN (the name in the origin's
 # certificate and in authproxy's credential match). It must resolve to 127.0.0.1 only,
 # since the origin listens there and nothing else may be contacted.
 getent ahostsv4 localhost | grep -q '^127\.0\.0\.1 ' || die "localhost does not resolve to 127.0.0.1"
 ORIGIN_AUTHORITY="localhost:$P_ORIGIN"
-log "tmp=$TMP ports: origin=$P_ORIGIN authproxy=$P_AUTH mitmproxy=$P_MITM nginx-tls=$P_NGINX"
+log "tmp=$TMP ports: origin=$P_ORIGIN authproxy=$P_AUTH mitmproxy=$P_MITM nginx-tls=$P_NGINX floor-tls=$P_FLOOR"
 
 # Load generator
 log "compiling tlsload"
@@ -262,6 +279,12 @@ log "starting authproxy ($AUTHPROXY_BIN)"
 start_bg authproxy "$TMP/authproxy.log" "${PIN_SERVER[@]}" "$AUTHPROXY_BIN" serve --config "$TMP/authproxy.toml"
 wait_ready authproxy curl -s -o /dev/null -w '%{http_code}' --max-time 1 --noproxy '*' "http://127.0.0.1:$P_AUTH/healthz"
 
+# The TLS floor serves the origin's own certificate (the client trusts it) and verifies the origin against it.
+log "starting the TLS floor ($FLOOR_TLS_BIN)"
+start_bg floor-tls "$TMP/floor-tls.log" "${PIN_SERVER[@]}" "$FLOOR_TLS_BIN" "$P_FLOOR" "$P_ORIGIN" \
+    "$TMP/origin.pem" "$TMP/origin.key" "$TMP/origin.pem" "$TOKEN"
+wait_ready floor-tls curl_https "$P_FLOOR" "$TMP/origin.pem" "$P_ORIGIN" /small.json -o /dev/null -w '%{http_code}'
+
 log "starting mitmproxy ($(mitmdump --version 2>/dev/null | head -n1))"
 start_bg mitmproxy "$TMP/mitmproxy.log" "${PIN_SERVER[@]}" mitmdump -q \
     --listen-host 127.0.0.1 --listen-port "$P_MITM" \
@@ -283,6 +306,7 @@ TARGETS=(
     "authproxy|$P_AUTH|$TMP/ca/ca.pem|$P_ORIGIN"
     "mitmproxy|$P_MITM|$MITM_CA|$P_ORIGIN"
     "nginx-tls|-|$TMP/origin.pem|$P_NGINX"
+    "floor-tls|$P_FLOOR|$TMP/origin.pem|$P_ORIGIN"
 )
 
 RESULTS="$TMP/results.tsv"
@@ -381,7 +405,7 @@ done
 
 RSS="$TMP/rss.tsv"
 : > "$RSS"
-for name in origin authproxy mitmproxy nginx-tls; do
+for name in origin authproxy mitmproxy nginx-tls floor-tls; do
     printf '%s\t%s\n' "$name" "$(peak_rss_mb "${PID_OF[$name]}")" >> "$RSS"
 done
 
@@ -398,6 +422,7 @@ META="$TMP/meta.txt"
     echo "mitmproxy=$(ver mitmdump --version)"
     echo "openssl=$(ver openssl version)"
     echo "authproxy=$AUTHPROXY_BIN"
+    echo "floor_tls=$FLOOR_TLS_BIN"
     echo "duration=$DURATION"
     echo "clk_tck=$CLK_TCK"
     echo "warmup=$WARMUP"
@@ -432,6 +457,10 @@ print(f"- Date: {meta['date']}")
 print(f"- Host: {meta['os']}, kernel {meta['kernel']}, {meta['cpu']}")
 print(f"- Peers: {meta['nginx']}; {meta['mitmproxy']}; {meta['openssl']}")
 print(f"- authproxy: {meta['authproxy']}")
+print(f"- floor-tls ({meta['floor_tls']}) is the TLS floor, bench/floor-tls: the cheapest intercepting relay on Dispatch "
+      "sources and OpenSSL (CONNECT, TLS with the origin's own certificate instead of a minted one, one kept-alive "
+      "upstream TLS connection per client connection, the token appended to the request line, Content-Length "
+      "framing), so authproxy ÷ floor-tls is what authproxy spends above that design.")
 warm = f" after a {meta['warmup']} s warm-up at c50" if meta['warmup'] != "0" else ""
 print(f"- Load: bench/tlsload.c, {meta['duration']} s per run{warm}, GET small.json "
       f"({meta['small_bytes']} bytes) over HTTPS from a self-signed nginx origin. "
@@ -441,7 +470,7 @@ print("- keep-alive: one CONNECT + TLS handshake per connection, then requests b
       "new conn/s: every request on a new connection (TCP + CONNECT + full TLS handshake + GET), "
       "10 concurrent, no session resumption.")
 print("- Pinning: the proxy under test and every peer (authproxy at its default `workers`, mitmproxy, nginx-tls with "
-      "one worker) run on core 0 (`taskset -c 0`), one at a time under load; tlsload and the origin nginx share "
+      "one worker, floor-tls) run on core 0 (`taskset -c 0`), one at a time under load; tlsload and the origin nginx share "
       "core 1. The origin row is the origin's own CPU, on core 1 beside tlsload.")
 print(f"- CPU µs/req = Δ(utime+stime) of the server's process tree from /proc (CLK_TCK={meta['clk_tck']}) over a "
       "run ÷ requests tlsload completed in it; for new conn/s it is per new connection (CONNECT, handshake, one GET). "
@@ -452,7 +481,8 @@ print("| target | req/s c50 | CPU µs/req c50 | p50 c50 (ms) | p99 c50 (ms) | re
 print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 by = {}
 labels = {"origin": "origin (direct https, no proxy)", "authproxy": "authproxy (CONNECT, intercepting)",
-          "mitmproxy": "mitmproxy (CONNECT, intercepting)", "nginx-tls": "nginx-tls (TLS reverse proxy)"}
+          "mitmproxy": "mitmproxy (CONNECT, intercepting)", "nginx-tls": "nginx-tls (TLS reverse proxy)",
+          "floor-tls": "floor-tls (CONNECT, TLS floor)"}
 for r in rows:
     name = r[0]
     by[name] = r
@@ -478,7 +508,7 @@ def ratio(a, b):
         return "n/a"
     r = a / b
     return f"{r:.2f}" if r >= 0.1 else f"{r:.3f}"
-for name in ("mitmproxy", "nginx-tls"):
+for name in ("mitmproxy", "nginx-tls", "floor-tls"):
     p = by.get(name)
     if p is None:
         continue

@@ -1,0 +1,12 @@
+// swift-tools-version:5.9
+// The TLS floor: a minimal intercepting (CONNECT + TLS) keep-alive HTTPS relay on Dispatch read/write sources
+// and OpenSSL on the sockets. Built by bench/https.sh with `swift build -c release --package-path bench/floor-tls`.
+import PackageDescription
+
+let package = Package(
+    name: "floor-tls",
+    targets: [
+        .systemLibrary(name: "COpenSSL", path: "Sources/COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
+        .executableTarget(name: "floor-tls", dependencies: ["COpenSSL"], path: "Sources/floor-tls"),
+    ]
+)
