@@ -40,6 +40,7 @@ write_bench_proxy_conf() {
 [proxy]
 listen = ["127.0.0.1:$port"]
 state_dir = "$dir/state"
+${BENCH_WORKERS:+workers = $BENCH_WORKERS}
 [log]
 level = "warning"
 [[credential]]

@@ -605,9 +605,8 @@ print()
 print(f"- Date: {meta['date']}")
 print(f"- Host: {meta['os']}, kernel {meta['kernel']}, {meta['cpu']}")
 print(f"- Peers: {meta['nginx']}; {meta['haproxy']}; {meta['squid']}; {meta['wrk']}")
-print(f"- authproxy: {meta['authproxy']} (default workers: 2 per usable CPU, so 2 when pinned to one core "
-      f"of the {meta['ncpu_onln']} online; builds before the CPU-budget change counted online CPUs: "
-      f"{2 * int(meta['ncpu_onln'])})")
+print(f"- authproxy: {meta['authproxy']} (default workers: 2 per usable CPU, at least 4: 4 when pinned to one "
+      f"of the {meta['ncpu_onln']} online CPUs)")
 print(f"- floor: {meta['floor']}")
 print("- Pinning: every server under test (authproxy, HAProxy `nbthread 1`, nginx-relay `worker_processes 1`, "
       "Squid `-N`, the floor) runs on core 0 (`taskset -c 0`); wrk and the origin nginx share core 1.")

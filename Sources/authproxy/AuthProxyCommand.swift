@@ -158,7 +158,7 @@ struct Check: ParsableCommand {
         print("  header_timeout_seconds:   \(c.headerTimeoutSeconds)")
         print("  idle_timeout_seconds:     \(c.idleTimeoutSeconds)")
         print("  shutdown_grace_seconds:   \(c.shutdownGraceSeconds)")
-        print("  workers:                  \(c.workers)\(c.workersSet ? "" : " (default: 2 per usable CPU; \(CPUBudget.current))")")
+        print("  workers:                  \(c.workers)\(c.workersSet ? "" : " (default: 2 per usable CPU, at least 4; \(CPUBudget.current))")")
         print("  http_client:              \(c.httpClient.rawValue) (plain http:// without a network credential)")
         print("  max_connections:          \(c.maxConnections) (per client address: \(c.effectiveMaxConnectionsPerClient))")
         print("  allow_clients:            \(c.allowClients.map(\.description).joined(separator: ", "))\(c.allowClientsSet ? "" : " (default)")")

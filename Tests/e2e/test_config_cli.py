@@ -225,23 +225,27 @@ def _workers_line(stdout):
     return int(m.group(1)), m.group(2)
 
 
+def _default_workers(usable):
+    return max(4, min(2 * usable, 32))
+
+
 def test_default_workers_follow_the_affinity_mask(proxy_binary, tmp_path):
-    """Under `taskset -c 0` on a host with more CPUs the default is 2 loops (2 per usable CPU), not 2 per online
-    CPU; check says why."""
+    """Under `taskset -c 0` the default counts one usable CPU (2 loops per usable CPU, at least 4), not the host's
+    online CPUs; check says why."""
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs at least 2 usable CPUs to narrow the affinity mask")
     cfg, _ = _good_config(tmp_path)
     r = harness.run_cli(["check", "--config", str(cfg)])
     assert r.returncode == 0, r.stdout + r.stderr
     full, _ = _workers_line(r.stdout)
-    assert full == min(2 * len(os.sched_getaffinity(0)), 32), r.stdout
+    assert full == _default_workers(len(os.sched_getaffinity(0))), r.stdout
     one = sorted(os.sched_getaffinity(0))[0]
     pinned = subprocess.run([harness.proxy_bin(), "check", "--config", str(cfg)], capture_output=True, text=True,
                             timeout=30, env=harness.clean_env(), stdin=subprocess.DEVNULL,
                             preexec_fn=lambda: os.sched_setaffinity(0, {one}))
     assert pinned.returncode == 0, pinned.stdout + pinned.stderr
     n, why = _workers_line(pinned.stdout)
-    assert n == 2, pinned.stdout
+    assert n == _default_workers(1), pinned.stdout
     assert "1 usable CPU" in why and "affinity 1" in why, why
     # An explicit value wins, and says nothing about defaults.
     text = cfg.read_text().replace("[proxy]\n", "[proxy]\nworkers = 3\n", 1)
@@ -285,8 +289,9 @@ def _cpu_limited_cgroup(tmp_name, quota_us, period_us=100000):
 
 
 def test_default_workers_follow_a_cgroup_cpu_limit(proxy_binary, tmp_path):
-    """A container CPU limit (`--cpus 0.5`, Kubernetes `limits.cpu: 500m`) is a cgroup quota: the default is then
-    2 loops, and `check` names the limit. The proxy is started inside a real control group with that quota."""
+    """A container CPU limit (`--cpus 0.5`, Kubernetes `limits.cpu: 500m`) is a cgroup quota: the default then
+    counts one usable CPU, and `check` names the limit. The proxy is started inside a real control group with that
+    quota."""
     made = _cpu_limited_cgroup("authproxy-test-%d" % os.getpid(), 50000)
     if made is None:
         pytest.skip("cannot create a CPU-limited control group here (needs root and a writable cpu controller)")
@@ -299,7 +304,7 @@ def test_default_workers_follow_a_cgroup_cpu_limit(proxy_binary, tmp_path):
                            stdin=subprocess.DEVNULL)
         assert r.returncode == 0, r.stdout + r.stderr
         n, why = _workers_line(r.stdout)
-        assert n == 2, r.stdout
+        assert n == _default_workers(1), r.stdout
         assert "1 usable CPU" in why and "cgroup limit 0.50 CPUs" in why, why
     finally:
         cleanup()

@@ -32,8 +32,12 @@ public struct CPUBudget: Sendable, Equatable, CustomStringConvertible {
         return max(1, n)
     }
 
-    /// The default for `[proxy] workers`: two event loops per usable CPU, at least 2, at most 32.
-    public var defaultWorkers: Int { max(2, min(2 * usable, 32)) }
+    /// The default for `[proxy] workers`: two event loops per usable CPU, at least 4, at most 32.
+    ///
+    /// At least 4 because, with one CPU saturated, 4 loops needed 6–40 % less CPU per request than 2 (8 rounds of
+    /// `bench/ab.sh --workers-a/--workers-b`, docs/BENCHMARKS.md): libdispatch hands a busy loop's events over
+    /// in larger batches when more loops share the core. 8 loops measured no better than 4.
+    public var defaultWorkers: Int { max(4, min(2 * usable, 32)) }
 
     /// E.g. "1 usable CPU (2 online, affinity 2, cgroup limit 1 CPU)".
     public var description: String {

@@ -105,15 +105,16 @@ private let v1Mountinfo = """
         // taskset -c 0 on a 2-CPU host.
         let pinned = CPUBudget(online: 2, affinity: 1, quota: nil)
         #expect(pinned.usable == 1)
-        #expect(pinned.defaultWorkers == 2)
+        #expect(pinned.defaultWorkers == 4)
         #expect(pinned.description == "1 usable CPU (2 online, affinity 1)")
-        // A 64-CPU node, limits.cpu 1500m: 2 usable CPUs, 4 loops instead of 32.
+        // A 64-CPU node, limits.cpu 1500m: 2 usable CPUs, 4 loops instead of 32; limits.cpu 3: 6 loops.
         let pod = CPUBudget(online: 64, affinity: 64, quota: CgroupCPUQuota(quota: 150_000, period: 100_000))
         #expect(pod.usable == 2)
         #expect(pod.defaultWorkers == 4)
         #expect(pod.description == "2 usable CPUs (64 online, cgroup limit 1.50 CPUs)")
-        // Never fewer than 2 loops, never more than 32.
-        #expect(CPUBudget(online: 1, affinity: nil, quota: CgroupCPUQuota(quota: 10_000, period: 100_000)).defaultWorkers == 2)
+        #expect(CPUBudget(online: 64, affinity: 64, quota: CgroupCPUQuota(quota: 300_000, period: 100_000)).defaultWorkers == 6)
+        // Never fewer than 4 loops, never more than 32.
+        #expect(CPUBudget(online: 1, affinity: nil, quota: CgroupCPUQuota(quota: 10_000, period: 100_000)).defaultWorkers == 4)
         #expect(CPUBudget(online: 128, affinity: 128, quota: nil).defaultWorkers == 32)
     }
 
