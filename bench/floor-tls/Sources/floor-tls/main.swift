@@ -23,6 +23,7 @@
 //   - no libcurl, no header rewriting beyond the token, no allocations per request on the fast path.
 import COpenSSL
 import Dispatch
+import FloorKit
 import Glibc
 
 let queue = DispatchQueue(label: "floor-tls")
@@ -31,11 +32,6 @@ let scratch = UnsafeMutablePointer<UInt8>.allocate(capacity: scratchSize)  // us
 let outSize = 80 * 1024  // request heads with the token added; a head is at most 64 KiB
 let out = UnsafeMutablePointer<UInt8>.allocate(capacity: outSize)  // used on `queue` only
 let maxHead = 64 * 1024
-
-func fail(_ msg: String) -> Never {
-    fputs("floor-tls: \(msg): \(String(cString: strerror(errno)))\n", stderr)
-    exit(1)
-}
 
 func failTLS(_ msg: String) -> Never {
     fputs("floor-tls: \(msg): \(openSSLError())\n", stderr)
@@ -58,19 +54,6 @@ func noteFailure(_ what: String, _ sslError: Int32) {
         let detail = sslError == SSL_ERROR_SYSCALL ? String(cString: strerror(errno)) : openSSLError()
         fputs("floor-tls: connection closed: \(what) (SSL error \(sslError): \(detail))\n", stderr)
     }
-}
-
-func setNoDelay(_ fd: Int32) {
-    var one: Int32 = 1
-    _ = setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
-}
-
-func loopback(_ port: UInt16) -> sockaddr_in {
-    var addr = sockaddr_in()
-    addr.sin_family = sa_family_t(AF_INET)
-    addr.sin_port = port.bigEndian
-    addr.sin_addr.s_addr = UInt32(0x7f00_0001).bigEndian
-    return addr
 }
 
 /// One socket and its TLS session: the read source, an optional write source and the plaintext waiting to be
@@ -319,7 +302,7 @@ final class Relay {
                         i = n
                         continue
                     }
-                    cl = contentLength(UnsafeBufferPointer(rebasing: buf[i..<end]))
+                    cl = contentLength(UnsafeBufferPointer(rebasing: buf[i...]), end - i)
                 } else {
                     let scanFrom = max(0, respHead.count - 3)
                     let before = respHead.count
@@ -330,7 +313,7 @@ final class Relay {
                         i = n
                         continue
                     }
-                    cl = respHead.withUnsafeBufferPointer { contentLength(UnsafeBufferPointer(rebasing: $0[0..<e])) }
+                    cl = respHead.withUnsafeBufferPointer { contentLength($0, e) }
                     end = i + e - before
                     respHead.removeAll(keepingCapacity: true)
                 }
@@ -434,44 +417,6 @@ func addToken(_ src: UnsafeMutablePointer<UInt8>, _ n: Int, _ dst: UnsafeMutable
     return n + 1 + tokenParamCount
 }
 
-/// Offset just past the first "\r\n\r\n" at or after `from`, or -1.
-func firstHeadEnd(_ buf: UnsafeBufferPointer<UInt8>, from: Int) -> Int {
-    var i = from
-    let n = buf.count
-    while i + 3 < n {
-        if buf[i + 3] != 10 { i += (buf[i + 3] == 13 ? 1 : 4); continue }
-        if buf[i] == 13 && buf[i + 1] == 10 && buf[i + 2] == 13 { return i + 4 }
-        i += 1
-    }
-    return -1
-}
-
-let contentLengthName = Array("content-length:".utf8)
-
-/// The Content-Length value in the response head `buf`, if any.
-func contentLength(_ buf: UnsafeBufferPointer<UInt8>) -> Int? {
-    let end = buf.count
-    var i = 0
-    // Skip the status line.
-    while i < end && buf[i] != 10 { i += 1 }
-    i += 1
-    while i < end {
-        var j = 0
-        while j < contentLengthName.count && i + j < end && (buf[i + j] | 0x20) == contentLengthName[j] { j += 1 }
-        if j == contentLengthName.count {
-            var k = i + j
-            while k < end && buf[k] == 32 { k += 1 }
-            var v = 0
-            var digits = 0
-            while k < end && buf[k] >= 48 && buf[k] <= 57 { v = v * 10 + Int(buf[k] - 48); k += 1; digits += 1 }
-            return digits > 0 ? v : nil
-        }
-        while i < end && buf[i] != 10 { i += 1 }
-        i += 1
-    }
-    return nil
-}
-
 // MARK: main
 
 let args = CommandLine.arguments
@@ -518,31 +463,13 @@ func makeClientCtx() -> OpaquePointer {
 let serverCtx = makeServerCtx()
 let clientCtx = makeClientCtx()
 
-let listenFD = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-if listenFD < 0 { fail("socket") }
-var one: Int32 = 1
-_ = setsockopt(listenFD, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
-var listenAddr = loopback(listenPort)
-let bound = withUnsafePointer(to: &listenAddr) {
-    $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listenFD, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-}
-if bound != 0 { fail("bind 127.0.0.1:\(listenPort)") }
-if listen(listenFD, 1024) != 0 { fail("listen") }
-_ = fcntl(listenFD, F_SETFL, fcntl(listenFD, F_GETFL) | O_NONBLOCK)
-
-var originAddr = loopback(originPort)
+let listenFD = listenOnLoopback(listenPort)
+let upstreamPort = originPort
 
 /// Connects to the origin and starts the TLS client handshake (the ClientHello goes out here).
 func openUpstream() -> Side? {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    if fd < 0 { return nil }
-    // Blocking connect: on loopback it completes at once, and it happens once per client connection.
-    let rc = withUnsafePointer(to: &originAddr) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-    }
-    guard rc == 0, let ssl = SSL_new(clientCtx) else { close(fd); return nil }
-    _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
-    setNoDelay(fd)
+    guard let fd = connectToLoopback(upstreamPort) else { return nil }
+    guard let ssl = SSL_new(clientCtx) else { close(fd); return nil }
     SSL_set_fd(ssl, fd)
     _ = floor_set_sni(ssl, "localhost")
     _ = SSL_set1_host(ssl, "localhost")

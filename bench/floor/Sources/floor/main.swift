@@ -14,34 +14,12 @@
 //     body), and frame each response by its Content-Length (no Content-Length: relay until close).
 // No libcurl, no header rewriting, no allocations per request on the fast path.
 import Dispatch
+import FloorKit
 import Glibc
 
 let queue = DispatchQueue(label: "floor")
 let scratchSize = 64 * 1024
 let scratch = UnsafeMutablePointer<UInt8>.allocate(capacity: scratchSize)  // used on `queue` only
-
-func fail(_ msg: String) -> Never {
-    fputs("floor: \(msg): \(String(cString: strerror(errno)))\n", stderr)
-    exit(1)
-}
-
-func setNonBlocking(_ fd: Int32) {
-    let flags = fcntl(fd, F_GETFL)
-    _ = fcntl(fd, F_SETFL, flags | O_NONBLOCK)
-}
-
-func setNoDelay(_ fd: Int32) {
-    var one: Int32 = 1
-    _ = setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
-}
-
-func loopback(_ port: UInt16) -> sockaddr_in {
-    var addr = sockaddr_in()
-    addr.sin_family = sa_family_t(AF_INET)
-    addr.sin_port = port.bigEndian
-    addr.sin_addr.s_addr = UInt32(0x7f00_0001).bigEndian
-    return addr
-}
 
 /// One socket: its read source, an optional write source and the bytes waiting to be sent to it.
 final class Side {
@@ -255,55 +233,6 @@ final class Relay {
     }
 }
 
-/// Offset just past the last "\r\n\r\n" in `buf` found at or after `from`, or 0.
-func lastHeadEnd(_ buf: UnsafeBufferPointer<UInt8>, from: Int) -> Int {
-    var last = 0
-    var i = from
-    let n = buf.count
-    while i + 3 < n {
-        if buf[i + 3] != 10 { i += (buf[i + 3] == 13 ? 1 : 4); continue }
-        if buf[i] == 13 && buf[i + 1] == 10 && buf[i + 2] == 13 { last = i + 4; i += 4 } else { i += 1 }
-    }
-    return last
-}
-
-/// Offset just past the first "\r\n\r\n" at or after `from`, or -1.
-func firstHeadEnd(_ buf: UnsafeBufferPointer<UInt8>, from: Int) -> Int {
-    var i = from
-    let n = buf.count
-    while i + 3 < n {
-        if buf[i + 3] != 10 { i += (buf[i + 3] == 13 ? 1 : 4); continue }
-        if buf[i] == 13 && buf[i + 1] == 10 && buf[i + 2] == 13 { return i + 4 }
-        i += 1
-    }
-    return -1
-}
-
-let contentLengthName = Array("content-length:".utf8)
-
-/// The Content-Length value in the head `buf[0..<end]`, if any.
-func contentLength(_ buf: UnsafeBufferPointer<UInt8>, _ end: Int) -> Int? {
-    var i = 0
-    // Skip the status line.
-    while i < end && buf[i] != 10 { i += 1 }
-    i += 1
-    while i < end {
-        var j = 0
-        while j < contentLengthName.count && i + j < end && (buf[i + j] | 0x20) == contentLengthName[j] { j += 1 }
-        if j == contentLengthName.count {
-            var k = i + j
-            while k < end && buf[k] == 32 { k += 1 }
-            var v = 0
-            var digits = 0
-            while k < end && buf[k] >= 48 && buf[k] <= 57 { v = v * 10 + Int(buf[k] - 48); k += 1; digits += 1 }
-            return digits > 0 ? v : nil
-        }
-        while i < end && buf[i] != 10 { i += 1 }
-        i += 1
-    }
-    return nil
-}
-
 // MARK: main
 
 let args = CommandLine.arguments
@@ -313,32 +242,7 @@ guard args.count == 3, let listenPort = UInt16(args[1]), let upstreamPort = UInt
 }
 signal(SIGPIPE, SIG_IGN)
 
-let listenFD = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-if listenFD < 0 { fail("socket") }
-var one: Int32 = 1
-_ = setsockopt(listenFD, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
-var listenAddr = loopback(listenPort)
-let bound = withUnsafePointer(to: &listenAddr) {
-    $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listenFD, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-}
-if bound != 0 { fail("bind 127.0.0.1:\(listenPort)") }
-if listen(listenFD, 1024) != 0 { fail("listen") }
-setNonBlocking(listenFD)
-
-var upstreamAddr = loopback(upstreamPort)
-
-func openUpstream() -> Int32? {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    if fd < 0 { return nil }
-    // Blocking connect: on loopback it completes at once, and it happens once per client connection.
-    let rc = withUnsafePointer(to: &upstreamAddr) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-    }
-    if rc != 0 { close(fd); return nil }
-    setNonBlocking(fd)
-    setNoDelay(fd)
-    return fd
-}
+let listenFD = listenOnLoopback(listenPort)
 
 let acceptSource = DispatchSource.makeReadSource(fileDescriptor: listenFD, queue: queue)
 acceptSource.setEventHandler {
@@ -350,7 +254,7 @@ acceptSource.setEventHandler {
         }
         setNonBlocking(fd)
         setNoDelay(fd)
-        guard let up = openUpstream() else { close(fd); continue }
+        guard let up = connectToLoopback(upstreamPort) else { close(fd); continue }
         Relay(clientFD: fd, upstreamFD: up).start()
     }
 }
