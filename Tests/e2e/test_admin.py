@@ -2,6 +2,8 @@
 /readyz with prefetching credentials, /healthz, the status page rendered by headless Chromium and status.json
 (no secret anywhere), and the listener's access rules."""
 import json
+import os
+import re
 import shutil
 import socket
 import subprocess
@@ -294,6 +296,14 @@ def test_status_page_in_headless_chromium_shows_credentials_and_no_secret(proxy_
     assert gis["requestsLast5Min"] == 1
     k = [c for c in doc["credentials"] if c["name"] == "k"][0]
     assert k["requestsLast5Min"] == 1 and k["match"] == [origin.url + "/echo"]
+    # How many event loops run, and on how many usable CPUs (the default workers counts the affinity mask).
+    # (a cgroup CPU limit on the test machine may count fewer than the affinity mask).
+    m = re.match(r"(\d+) usable CPUs? \((\d+) online", doc["cpus"])
+    assert m, doc["cpus"]
+    usable = int(m.group(1))
+    assert 1 <= usable <= len(os.sched_getaffinity(p.pid)) <= int(m.group(2)), doc["cpus"]
+    assert doc["workers"] == max(4, min(2 * usable, 32)), doc
+    assert 'id="workers"' in dom and "%d event loops" % doc["workers"] in dom
     page = admin_get(p, "/").text
     for text in (dom, page, status.text):
         for secret in ["KEY-SECRET-XYZ", "alice-pass", *used_tokens]:

@@ -18,6 +18,7 @@ enum StatusPage {
             """
         h += "<h1>authproxy \(esc(r.version))</h1>\n"
         h += "<p class=\"muted\">started \(esc(r.startedAt)), up \(duration(r.uptimeSeconds)); page generated \(esc(r.generatedAt))</p>\n"
+        h += "<p class=\"muted\" id=\"workers\">\(r.workers) event loop\(r.workers == 1 ? "" : "s"); \(esc(r.cpus))</p>\n"
         if r.ready {
             h += "<p id=\"readiness\" class=\"ok\">Ready</p>\n"
         } else {

@@ -56,6 +56,10 @@ public struct StatusReport: Codable, Sendable, Equatable {
     public var version: String
     public var startedAt: String
     public var uptimeSeconds: Int64
+    /// Event loops this process runs (`[proxy] workers`).
+    public var workers: Int
+    /// The CPUs it may use and why, e.g. "1 usable CPU (2 online, cgroup limit 0.50 CPUs)" (``CPUBudget``).
+    public var cpus: String
     public var generatedAt: String
     public var ready: Bool
     public var notReadyBecause: [String]

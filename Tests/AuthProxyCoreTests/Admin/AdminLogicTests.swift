@@ -70,7 +70,8 @@ import Testing
     }
 
     @Test func statusPageEscapesEverything() {
-        let report = StatusReport(version: "1<2", startedAt: "s", uptimeSeconds: 3_725, generatedAt: "g", ready: false,
+        let report = StatusReport(version: "1<2", startedAt: "s", uptimeSeconds: 3_725, workers: 4,
+            cpus: "1 usable CPU (2 online, cgroup limit 0.50 <CPUs>)", generatedAt: "g", ready: false,
             notReadyBecause: ["<script>alert(1)</script>"], listeners: [], clientConnections: 0, tunnels: 0,
             credentials: [StatusReport.Credential(name: "a\"b", type: "arcgis-token", match: ["https://h/<x>"], prefetch: true,
                 tokens: [StatusReport.TokenView(root: "https://h/arcgis", state: "failing", validUntil: nil,
@@ -85,6 +86,7 @@ import Testing
         #expect(html.contains("https://h/&lt;x&gt;"))
         #expect(html.contains("bad &amp; worse"))
         #expect(html.contains("1h 2m"))
+        #expect(html.contains("4 event loops; 1 usable CPU (2 online, cgroup limit 0.50 &lt;CPUs&gt;)"))
         #expect(!html.contains("<script"))
     }
 }
