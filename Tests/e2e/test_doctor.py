@@ -12,7 +12,6 @@ import re
 import socket
 import ssl
 import subprocess
-import threading
 import tomllib
 
 import pytest
@@ -249,7 +248,7 @@ def test_mtls_client_certificate_requested(proxy_binary, netauth_rig, tmp_path):
     assert pki.bob_p12_password not in r3.stdout + r3.stderr
 
 
-class TLS12ClientCertServer:
+class TLS12ClientCertServer(harness.ScriptedUpstream):
     """A TLS 1.2-only server that requires a client certificate: unlike TLS 1.3, it ends the handshake itself
     when none comes, so the refusal is seen during the handshake."""
 
@@ -259,29 +258,17 @@ class TLS12ClientCertServer:
         self.ctx.load_cert_chain(cert, key)
         self.ctx.verify_mode = ssl.CERT_REQUIRED
         self.ctx.load_verify_locations(cert)
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
-        self.port = self.sock.getsockname()[1]
         self.handshakes_refused = 0
-        threading.Thread(target=self._serve, daemon=True).start()
+        super().__init__(self._serve_one)
 
-    def _serve(self):
-        while True:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                return
-            try:
-                with self.ctx.wrap_socket(c, server_side=True) as s:
-                    s.recv(4096)
-                    s.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
-            except (ssl.SSLError, OSError):
-                self.handshakes_refused += 1
-                c.close()
-
-    def close(self):
-        self.sock.close()
+    def _serve_one(self, c):
+        try:
+            with self.ctx.wrap_socket(c, server_side=True) as s:
+                s.recv(4096)
+                s.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+        except (ssl.SSLError, OSError):
+            self.handshakes_refused += 1
+            c.close()
 
 
 def test_tls12_client_certificate_refused_in_the_handshake(proxy_binary, tls_cert):
