@@ -293,6 +293,11 @@ def healthz(host, port, timeout=2.0):
         conn.close()
 
 
+def default_workers(usable_cpus):
+    """`[proxy] workers` when not configured: 2 per usable CPU, at least 4, at most 32 (CPUBudget.defaultWorkers)."""
+    return max(4, min(2 * usable_cpus, 32))
+
+
 def run_cli(args, timeout=30, env=None):
     """Run the binary with args; returns CompletedProcess (text)."""
     return subprocess.run([proxy_bin()] + list(args), capture_output=True, text=True,

@@ -302,7 +302,7 @@ def test_status_page_in_headless_chromium_shows_credentials_and_no_secret(proxy_
     assert m, doc["cpus"]
     usable = int(m.group(1))
     assert 1 <= usable <= len(os.sched_getaffinity(p.pid)) <= int(m.group(2)), doc["cpus"]
-    assert doc["workers"] == max(4, min(2 * usable, 32)), doc
+    assert doc["workers"] == harness.default_workers(usable), doc
     assert 'id="workers"' in dom and "%d event loops" % doc["workers"] in dom
     page = admin_get(p, "/").text
     for text in (dom, page, status.text):

@@ -225,8 +225,11 @@ def _workers_line(stdout):
     return int(m.group(1)), m.group(2)
 
 
-def _default_workers(usable):
-    return max(4, min(2 * usable, 32))
+def _check_on_one_cpu(cfg, cpu):
+    """`authproxy check` with its affinity mask narrowed to `cpu`."""
+    return subprocess.run([harness.proxy_bin(), "check", "--config", str(cfg)], capture_output=True, text=True,
+                          timeout=30, env=harness.clean_env(), stdin=subprocess.DEVNULL,
+                          preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
 
 
 def test_default_workers_follow_the_affinity_mask(proxy_binary, tmp_path):
@@ -238,21 +241,17 @@ def test_default_workers_follow_the_affinity_mask(proxy_binary, tmp_path):
     r = harness.run_cli(["check", "--config", str(cfg)])
     assert r.returncode == 0, r.stdout + r.stderr
     full, _ = _workers_line(r.stdout)
-    assert full == _default_workers(len(os.sched_getaffinity(0))), r.stdout
+    assert full == harness.default_workers(len(os.sched_getaffinity(0))), r.stdout
     one = sorted(os.sched_getaffinity(0))[0]
-    pinned = subprocess.run([harness.proxy_bin(), "check", "--config", str(cfg)], capture_output=True, text=True,
-                            timeout=30, env=harness.clean_env(), stdin=subprocess.DEVNULL,
-                            preexec_fn=lambda: os.sched_setaffinity(0, {one}))
+    pinned = _check_on_one_cpu(cfg, one)
     assert pinned.returncode == 0, pinned.stdout + pinned.stderr
     n, why = _workers_line(pinned.stdout)
-    assert n == _default_workers(1), pinned.stdout
+    assert n == harness.default_workers(1), pinned.stdout
     assert "1 usable CPU" in why and "affinity 1" in why, why
     # An explicit value wins, and says nothing about defaults.
     text = cfg.read_text().replace("[proxy]\n", "[proxy]\nworkers = 3\n", 1)
     cfg.write_text(text)
-    r = subprocess.run([harness.proxy_bin(), "check", "--config", str(cfg)], capture_output=True, text=True,
-                       timeout=30, env=harness.clean_env(), stdin=subprocess.DEVNULL,
-                       preexec_fn=lambda: os.sched_setaffinity(0, {one}))
+    r = _check_on_one_cpu(cfg, one)
     assert _workers_line(r.stdout) == (3, ""), r.stdout
 
 
@@ -304,7 +303,7 @@ def test_default_workers_follow_a_cgroup_cpu_limit(proxy_binary, tmp_path):
                            stdin=subprocess.DEVNULL)
         assert r.returncode == 0, r.stdout + r.stderr
         n, why = _workers_line(r.stdout)
-        assert n == _default_workers(1), r.stdout
+        assert n == harness.default_workers(1), r.stdout
         assert "1 usable CPU" in why and "cgroup limit 0.50 CPUs" in why, why
     finally:
         cleanup()
