@@ -56,14 +56,15 @@ extension ExchangeStateMachine {
         case .tunnel:
             return .tunnel
         case .closing(let since):
+            // When response bytes last moved to the client (or the closing began).
+            let lastSent = max(since, lastSendProgress)
             if clientPending > 0 {
                 // Still sending the last response: only a client that stopped reading is cut off.
-                return now &- max(since, lastSendProgress) > limits.idleTimeout ? .close : .none
+                return now &- lastSent > limits.idleTimeout ? .close : .none
             }
             // Flushed and half-closed: input is dropped while it keeps coming, up to the total linger time.
-            let flushed = max(since, lastSendProgress)
-            let quiet = now &- max(flushed, lastClientProgress)
-            return quiet > limits.linger || now &- flushed > limits.lingerTotal ? .close : .none
+            let quiet = now &- max(lastSent, lastClientProgress)
+            return quiet > limits.linger || now &- lastSent > limits.lingerTotal ? .close : .none
         case .closed:
             return .none
         }

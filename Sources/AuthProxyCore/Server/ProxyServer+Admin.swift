@@ -78,7 +78,8 @@ extension ProxyServer: AdminBackend {
         }
         let started = ProxyMetrics.active?.startedAt ?? now
         return StatusReport(version: AuthProxyVersion.string, startedAt: rfc3339(millis: started),
-            uptimeSeconds: (now - started) / 1000, workers: loops.count, cpus: CPUBudget.current.description, generatedAt: rfc3339(millis: now), ready: readiness.ready,
+            uptimeSeconds: (now - started) / 1000, workers: loops.count, cpus: CPUBudget.current.description,
+            generatedAt: rfc3339(millis: now), ready: readiness.ready,
             notReadyBecause: readiness.reasons, listeners: listenerStates, clientConnections: connections,
             tunnels: tunnels, credentials: credentials,
             interception: context.tlsServer.map { t in
