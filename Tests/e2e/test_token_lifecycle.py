@@ -91,6 +91,26 @@ def test_server_rejecting_every_token_is_not_hammered(proxy_factory, session, fo
         s.stop()
 
 
+def test_tokens_expired_twice_in_a_row_are_both_refreshed(proxy_factory, session):
+    """An administrator invalidates tokens twice within seconds: the second time, the token the proxy got after the
+    first is one the server had accepted, so its rejection is an expiry (refresh and replay), not a sign that the
+    server rejects new tokens. The client never sees 498 (found by a README walk-through)."""
+    s = ArcGISServer(role="server", ttl=600).start()
+    try:
+        p = proxy_factory(extra_config=arcgis_cred(s))
+        for round_ in range(4):
+            r = via(p, session, "GET", s.query_url() + "?f=json")
+            assert r.status_code == 200 and r.json().get("features"), (round_, r.text[:200])
+            s.expire_all()
+            time.sleep(0.3)
+        r = via(p, session, "GET", s.query_url() + "?f=json")
+        assert r.status_code == 200 and r.json().get("features"), r.text[:200]
+        assert len(s.token_calls("server.generateToken")) == 5
+        assert "the server rejects new tokens" not in p.log_text()
+    finally:
+        s.stop()
+
+
 def test_concurrent_clients_share_one_fresh_rejection(proxy_factory):
     s = ArcGISServer(role="server", ttl=60, reject_all=True).start()
     try:

@@ -192,6 +192,7 @@ extension ClientConnection {
                 return
             }
             x.injectedToken = t
+            x.injectedTokenRejected = false
             let applied = TokenInjection.apply(token: t.value, site: x.tokenSite, pathAndQuery: url.pathAndQuery,
                 headers: h.headers, form: x.tokenSite == .form ? x.formBody : nil)
             var headers = applied.headers
@@ -229,6 +230,7 @@ extension ClientConnection {
         let action = tokens.rejected(c, target: x.upstreamURL ?? url, token: t, attempt: machine.attempt,
             replayImpossible: replayImpossible)
         if case .relay(let reason, let serverRejectsNewTokens) = action {
+            x.injectedTokenRejected = true
             logger.log(level: serverRejectsNewTokens || replayImpossible != nil ? .warning : .info,
                 "token rejected, relaying the rejection", metadata: ["credential": "\(c.name)",
                 "url": "\(url.origin)\(url.path)", "status": "\(x.responseHead.status)", "reason": "\(reason)"])
@@ -259,6 +261,15 @@ extension ClientConnection {
             }
         }
         return true
+    }
+
+    /// The exchange completed without a token error: the server accepts the token it carried (see
+    /// ``TokenService/accepted(_:target:token:)``).
+    func tokenAccepted() {
+        guard let x = ex, !x.injectedTokenRejected, let t = x.injectedToken, let c = x.credential, c.isRefreshable,
+            let url = x.upstreamURL ?? x.originalURL, let tokens = context.tokens
+        else { return }
+        tokens.accepted(c, target: url, token: t)
     }
 
     func retryWithFreshToken() {

@@ -372,6 +372,7 @@ extension ClientConnection {
                 }
                 releaseHeldResponse()
             case .complete(let framing):
+                tokenAccepted()
                 flushHead(then: framing.chunked ? "0\r\n\r\n" : "")
                 finishExchange()
                 process()

@@ -40,6 +40,9 @@ final class ExchangeContext {
     /// The token-type credential applied to the exchange, and the token injected.
     var credential: Credential? = nil
     var injectedToken: IssuedToken? = nil
+    /// The upstream answered `injectedToken` with a token error that was relayed (not retried): the response
+    /// does not prove the token good.
+    var injectedTokenRejected = false
     var tokenSite: TokenInjection.Site = .query
     /// A copy of the streamed request body for the retry; `replayOffset` is how much of it the current
     /// transfer has read.
@@ -87,6 +90,7 @@ final class ExchangeContext {
         corsOrigin = nil
         credential = nil
         injectedToken = nil
+        injectedTokenRejected = false
         tokenSite = .query
         replay = nil  // closes (and so frees) a spill file at once
         replayOffset = 0

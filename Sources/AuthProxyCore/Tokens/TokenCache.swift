@@ -278,8 +278,20 @@ struct TokenCache<Waiter> {
         return outcome
     }
 
-    /// How long a token fetched to replace a rejected one counts as fresh for any request that carried it.
+    /// How long a token fetched to replace a rejected one counts as fresh for any request that carried it,
+    /// unless the server accepts it first (``accepted(key:value:)``).
     static var freshAfterRejectionMillis: Int64 { 10_000 }
+
+    /// A response to a request to `key` that carried the token `value` was no token error: the server accepts
+    /// it. A later rejection of that token is an ordinary expiry or revocation (refresh and retry), not a sign
+    /// that the server rejects new tokens; and when it is the key's current token or the one whose rejection
+    /// started the key's rejection backoff, that backoff is over. (A late answer to an older token proves
+    /// nothing about new ones.)
+    mutating func accepted(key: String, value: String) {
+        let current = entries[key]?.token?.value == value
+        if current, entries[key]?.replacedRejectedAt != nil { entries[key]?.replacedRejectedAt = nil }
+        if let r = rejections[key], current || r.token?.value == value { rejections[key] = nil }
+    }
 
     /// The rejection backoff of `key`, if its server ever rejected a fresh token.
     func rejectionBackoff(key: String) -> TokenBackoff? { rejections[key]?.backoff }

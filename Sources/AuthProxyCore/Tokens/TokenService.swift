@@ -152,6 +152,13 @@ public final class TokenService: @unchecked Sendable {
         return outcome.action
     }
 
+    /// A request to `target` that carried `token` got an answer that was no token error: the server accepts
+    /// that token (see ``TokenCache/accepted(key:value:)``).
+    func accepted(_ c: Credential, target: URLTarget, token: IssuedToken) {
+        let key = Self.key(for: c, target: target)
+        cache.withLock { $0.accepted(key: key, value: token.value) }
+    }
+
     /// Whether the key of a request to `target` is backing off because its server rejected new tokens, and
     /// until when.
     func rejectionBackoff(for c: Credential, target: URLTarget) -> TokenBackoff? {

@@ -385,6 +385,58 @@ import Testing
         #expect(later.action == .refreshAndRetry)
     }
 
+    @Test func aReplacementTokenTheServerAcceptedIsRefreshedWhenRejectedSoonAfter() {
+        // Tokens expired twice within seconds (an admin invalidating them, a server restart): the second
+        // rejection is of a token the server had accepted, so it is refreshed and retried, not relayed.
+        var cache = Cache()
+        let t1 = Self.token("T1", issued: 0, expires: 600_000)
+        Self.fetch(&cache, at: 0, .success(t1))
+        _ = cache.rejected(
+            key: Self.key, credential: "app", token: t1, attempt: 1, pregenerated: false,
+            refreshable: true, replayImpossible: nil, now: 50)
+        let t2 = Self.token("T2", issued: 100, expires: 600_000)
+        Self.fetch(&cache, at: 100, .success(t2))
+        // A late answer to T1 proves nothing about T2.
+        cache.accepted(key: Self.key, value: "T1")
+        let unproven = cache.rejected(
+            key: Self.key, credential: "app", token: t2, attempt: 1, pregenerated: false,
+            refreshable: true, replayImpossible: nil, now: 150)
+        #expect(unproven.action == .relay(reason: "the server rejects new tokens", serverRejectsNewTokens: true))
+
+        var again = Cache()
+        Self.fetch(&again, at: 0, .success(t1))
+        _ = again.rejected(
+            key: Self.key, credential: "app", token: t1, attempt: 1, pregenerated: false,
+            refreshable: true, replayImpossible: nil, now: 50)
+        Self.fetch(&again, at: 100, .success(t2))
+        again.accepted(key: Self.key, value: "T2")
+        let proven = again.rejected(
+            key: Self.key, credential: "app", token: t2, attempt: 1, pregenerated: false,
+            refreshable: true, replayImpossible: nil, now: 1_100)
+        #expect(proven.action == .refreshAndRetry)
+        #expect(proven.backoffStarted == nil)
+        #expect(again.cached(key: Self.key, now: 1_100) == nil)
+    }
+
+    @Test func anAcceptedTokenEndsTheRejectionBackoff() {
+        var cache = Cache()
+        let t1 = Self.token("T1", issued: 0, expires: 600_000)
+        Self.fetch(&cache, at: 0, .success(t1))
+        // A fresh token rejected: the key backs off and keeps relaying with T1.
+        let first = cache.rejected(
+            key: Self.key, credential: "app", token: Self.fresh(t1), attempt: 1, pregenerated: false,
+            refreshable: true, replayImpossible: nil, now: 10)
+        #expect(first.backoffStarted != nil)
+        #expect(cache.rejectionBackoff(key: Self.key)?.isBackingOff(at: 20) == true)
+        // An unrelated token's answer changes nothing.
+        cache.accepted(key: Self.key, value: "T0")
+        #expect(cache.rejectionBackoff(key: Self.key) != nil)
+        // The server accepts T1 after all (a transient refusal): the backoff is over.
+        cache.accepted(key: Self.key, value: "T1")
+        #expect(cache.rejectionBackoff(key: Self.key) == nil)
+        #expect(cache.cached(key: Self.key, now: 30)?.token == t1)
+    }
+
     @Test func aRejectionOfAnOldTokenKeepsTheRefreshedOne() {
         var cache = Cache()
         let t1 = Self.token("T1", issued: 0, expires: 100_000)
