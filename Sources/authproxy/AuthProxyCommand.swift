@@ -149,6 +149,29 @@ struct Check: ParsableCommand {
 
     func run() throws {
         let c = try options.load()
+        // What `serve` would refuse beyond the file itself, checked before anything is printed as valid.
+        var interception = c.tls.caCert == nil ? "off (no CA)" : "off (intercept = none)"
+        if c.tls.enabled, let certPath = c.tls.caCert, let keyPath = c.tls.caKey {
+            ProxyServer.initializeLibraries()
+            do throws(TLSError) {
+                _ = try CertificateAuthority.load(certPath: certPath, keyPath: keyPath)
+                interception = "on for CONNECT to matched hosts, CA \(certPath) with its key \(keyPath)"
+            } catch {
+                printError("authproxy: \(options.config): [tls]: \(error) (create the CA with `authproxy ca init`)")
+                throw ExitCode(2)
+            }
+        }
+        // The token state must open with this configuration, or `serve` would refuse to start.
+        let file = TokenStateFile(directory: c.stateDir, secret: c.stateKey)
+        let state: String
+        do throws(StateError) {
+            let contents = try file.load()
+            state = "\(file.path): \(contents.tokens.count) token(s), \(contents.refreshTokens.count) refresh token(s)"
+        } catch {
+            let hint = error.kind == .damaged ? " (serve would rename it aside and start without saved tokens)" : ""
+            printError("authproxy: \(options.config): token state: \(error)\(hint)")
+            throw ExitCode(2)
+        }
         print("configuration \(options.config) is valid")
         print("  listen:                   \(c.listen.map(\.description).joined(separator: ", "))")
         print("  connect_ports:            \(c.connectPorts.sorted().map(String.init).joined(separator: ", "))")
@@ -172,16 +195,8 @@ struct Check: ParsableCommand {
             let limit = cred.rateLimit.map { ", rate_limit=\($0.requests)/\($0.perSeconds)s" } ?? ""
             print("    - \(cred.name) (\(cred.kind.typeName), token_placement=\(cred.placement.rawValue)\(cred.overrideClientToken ? ", override_client_token" : "")\(limit)): \(cred.match.map(\.description).joined(separator: ", "))")
         }
-        // The token state must open with this configuration, or `serve` would refuse to start.
-        let file = TokenStateFile(directory: c.stateDir, secret: c.stateKey)
-        do throws(StateError) {
-            let contents = try file.load()
-            print("  token state:              \(file.path): \(contents.tokens.count) token(s), \(contents.refreshTokens.count) refresh token(s)")
-        } catch {
-            let hint = error.kind == .damaged ? " (serve would rename it aside and start without saved tokens)" : ""
-            printError("authproxy: \(options.config): token state: \(error)\(hint)")
-            throw ExitCode(2)
-        }
+        print("  interception ([tls]):     \(interception)")
+        print("  token state:              \(state)")
     }
 }
 

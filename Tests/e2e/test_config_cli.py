@@ -85,6 +85,47 @@ def test_check_missing_file(proxy_binary, tmp_path):
     assert r.stderr.strip()
 
 
+def _tls_config(tmp_path, cert, key):
+    port = harness.free_port()
+    text = harness.render_config(harness.default_proxy_section(port, str(tmp_path / "state")),
+                                 harness.default_log_section())
+    text += '\n[tls]\nca_cert = "%s"\nca_key = "%s"\n' % (cert, key)
+    p = tmp_path / "tls.toml"
+    p.write_text(text)
+    return p
+
+
+def _serve_exit(proxy_binary, cfg):
+    p = subprocess.run([proxy_binary, "serve", "--config", str(cfg)], capture_output=True, text=True,
+                       env=harness.clean_env(), stdin=subprocess.DEVNULL, timeout=20)
+    return p.returncode, p.stderr + p.stdout
+
+
+def test_check_and_serve_refuse_missing_or_mismatched_interception_ca(proxy_binary, tmp_path):
+    """`check` loads the [tls] CA as `serve` does: a missing file or a key of another CA is a configuration error
+    (exit 2) for both, and nothing is printed as valid."""
+    for name in ("a", "b"):
+        r = harness.run_cli(["ca", "init", "--dir", str(tmp_path / name)])
+        assert r.returncode == 0, r.stderr
+    good = _tls_config(tmp_path, tmp_path / "a" / "ca.pem", tmp_path / "a" / "ca.key")
+    r = harness.run_cli(["check", "--config", str(good)])
+    assert r.returncode == 0, r.stderr
+    assert "interception ([tls]):     on" in r.stdout, r.stdout
+    cases = {
+        "missing": (tmp_path / "nope" / "ca.pem", tmp_path / "nope" / "ca.key", "cannot read CA certificate"),
+        "mismatched": (tmp_path / "a" / "ca.pem", tmp_path / "b" / "ca.key", "does not belong to"),
+    }
+    for name, (cert, key, says) in cases.items():
+        cfg = _tls_config(tmp_path, cert, key)
+        r = harness.run_cli(["check", "--config", str(cfg)])
+        assert r.returncode == 2, (name, r.returncode, r.stdout, r.stderr)
+        assert says in r.stderr and "[tls]" in r.stderr, (name, r.stderr)
+        assert "is valid" not in r.stdout, (name, r.stdout)
+        code, out = _serve_exit(proxy_binary, cfg)
+        assert code == 2, (name, code, out)
+        assert says in out, (name, out)
+
+
 @pytest.mark.parametrize("case", ["unknown_key", "listen_wrong_type"])
 def test_serve_rejects_bad_config(proxy_binary, tmp_path, case):
     text, key, lines = BAD_CONFIGS[case]

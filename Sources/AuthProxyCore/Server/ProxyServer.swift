@@ -141,7 +141,7 @@ public final class ProxyServer: @unchecked Sendable {
             let ca = try CertificateAuthority.load(certPath: certPath, keyPath: keyPath)
             return (try TLSServer(minter: LeafMinter(ca: ca, logger: logger)), Self.digest(files: [certPath, keyPath]))
         } catch {
-            throw ServerError(description: "cannot set up HTTPS interception: \(error)")
+            throw ServerError(description: "cannot set up HTTPS interception: \(error)", isConfigurationError: true)
         }
     }
 
