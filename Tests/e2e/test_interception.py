@@ -409,6 +409,42 @@ def test_name_constrained_ca(proxy_factory, ca, origin_factory, certs, session, 
     assert rc == 0, out
 
 
+def test_name_constrained_ca_for_ip_hosts_only_also_limits_dns_names(proxy_factory, origin_factory, certs,
+                                                                     session, tmp_path):
+    """A configuration that matches only IP literals: the CA must not leave DNS names unconstrained (RFC 5280: a
+    name type without a permitted subtree is not limited), yet the proxy's own leaf for the IP still verifies."""
+    o = origin_factory(tls=certs["a"])
+    ip = "https://127.0.0.1:%d" % o.port
+    creds = cred("k", "api-key", ip, key="NC-IP-KEY") + cred("t", "server-trust", ip, ca_file=certs["a"][0])
+    conf = tmp_path / "constrain-ip.toml"
+    conf.write_text(harness.render_config(harness.default_proxy_section(harness.free_port(), str(tmp_path / "st")),
+                                          harness.default_log_section()) + creds)
+    d = tmp_path / "ipca"
+    r = harness.run_cli(["ca", "init", "--dir", str(d), "--constrain", "--config", str(conf)])
+    assert r.returncode == 0, r.stderr + r.stdout
+    cca = CA(d)
+    text = cert_text(cca.cert)
+    assert "IP:127.0.0.1/255.255.255.255" in text and "DNS:invalid" in text, text
+
+    p = proxy_factory(proxy={"connect_ports": [443, o.port]}, extra_config=tls_section(cca) + creds)
+    r = session.get(ip + "/echo?f=json", proxies=p.proxies, verify=cca.cert, timeout=T)
+    assert r.status_code == 200, r.text[:500]
+    assert query_of(r).get("token") == ["NC-IP-KEY"]
+    c = harness.curl("-x", p.url, "--cacert", cca.cert, ip + "/json")
+    assert c.returncode == 0, c.stderr
+
+    wd = str(tmp_path)
+    rc, out = verify_leaf(cca, sign_leaf(cca, wd, "ip127", "IP:127.0.0.1"))
+    assert rc == 0 and "OK" in out, out
+    # OpenSSL checks a CN that looks like a host name against the DNS constraints: the proxy's leaves for IP
+    # addresses carry no CN (the request above verified), a CN of "127.0.0.1" would not.
+    rc, out = verify_leaf(cca, sign_leaf(cca, wd, "127.0.0.1", "IP:127.0.0.1"))
+    assert rc != 0, out
+    rc, out = verify_leaf(cca, sign_leaf(cca, wd, "evil.example", "DNS:evil.example"))
+    assert rc != 0, out
+    assert "subtree" in out.lower() or "name constraint" in out.lower(), out
+
+
 # ---------------------------------------------------------------------------------------------------------
 # 6. Keep-alive and concurrency inside interception; one leaf per host
 # ---------------------------------------------------------------------------------------------------------

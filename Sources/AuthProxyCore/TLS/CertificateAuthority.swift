@@ -75,15 +75,18 @@ public final class CertificateAuthority: @unchecked Sendable {
         return CertificateAuthority(cert: x, key: key)
     }
 
-    /// `critical,permitted;DNS:…,permitted;IP:…`. Without IP literals among the hosts, IP names are limited to
-    /// 0.0.0.0/32 and ::/128 (a constraint on DNS names alone would leave IP addresses unconstrained).
+    /// `critical,permitted;DNS:…,permitted;IP:…`. A name type with no permitted subtree is unconstrained
+    /// (RFC 5280), so each gets one that matches nothing real: without IP literals among the hosts, IP names
+    /// are limited to 0.0.0.0/32 and ::/128; without host names, DNS names to `invalid` (a reserved TLD, RFC 2606).
     static func nameConstraints(_ hosts: [String]) -> String {
         var parts: [String] = []
+        var hasDNS = false
         var hasV4 = false
         var hasV6 = false
         for h in Set(hosts).sorted() {
             if h.hasPrefix("*.") {
                 parts.append("permitted;DNS:" + h.dropFirst(2))
+                hasDNS = true
             } else if h.contains(":") {
                 parts.append("permitted;IP:\(h)/ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff")
                 hasV6 = true
@@ -92,8 +95,10 @@ public final class CertificateAuthority: @unchecked Sendable {
                 hasV4 = true
             } else {
                 parts.append("permitted;DNS:\(h)")
+                hasDNS = true
             }
         }
+        if !hasDNS { parts.append("permitted;DNS:invalid") }
         if !hasV4 { parts.append("permitted;IP:0.0.0.0/255.255.255.255") }
         if !hasV6 { parts.append("permitted;IP:::/ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff") }
         return "critical," + parts.joined(separator: ",")

@@ -89,8 +89,10 @@ public final class LeafMinter: @unchecked Sendable {
         var ok = X509_set_version(x, 2) == 1
         ok = ok && ap_x509_set_random_serial(x) == 1
         ok = ok && ap_x509_set_validity(x, -3600, Self.validitySeconds) == 1
-        // CN is limited to 64 characters; the SAN carries the name in any case.
-        ok = ok && ap_x509_set_names(x, host.utf8.count <= 64 ? host : nil, "authproxy", ca.cert) == 1
+        // CN is limited to 64 characters; the SAN carries the name in any case. An IP address gets no CN:
+        // OpenSSL checks a CN that looks like a host name against the CA's DNS name constraints, and a
+        // constrained CA for IP hosts only permits no real DNS name (see CertificateAuthority.nameConstraints).
+        ok = ok && ap_x509_set_names(x, !isIP && host.utf8.count <= 64 ? host : nil, "authproxy", ca.cert) == 1
         ok = ok && X509_set_pubkey(x, key) == 1
         ok = ok && ap_x509_add_ext(x, ca.cert, NID_basic_constraints, "critical,CA:FALSE") == 1
         ok = ok && ap_x509_add_ext(x, ca.cert, NID_key_usage, "critical,digitalSignature") == 1
