@@ -15,6 +15,23 @@ import Testing
         #expect(c.contains("permitted;IP:::/ffff"))  // no IPv6 host: IPv6 closed off
         let dnsOnly = CertificateAuthority.nameConstraints(["gis.example.com"])
         #expect(dnsOnly.contains("permitted;IP:0.0.0.0/255.255.255.255"))
+        #expect(!dnsOnly.contains("DNS:invalid"))
+        // Only IP literals: DNS names would be unconstrained without a subtree of their own.
+        let ipOnly = CertificateAuthority.nameConstraints(["127.0.0.1"])
+        #expect(ipOnly.contains("permitted;DNS:invalid"))
+        #expect(ipOnly.contains("permitted;IP:127.0.0.1/255.255.255.255"))
+    }
+
+    @Test func leavesForIPAddressesCarryNoCommonName() throws {
+        ProxyServer.initializeLibraries()
+        let ca = try CertificateAuthority.create(commonName: "test CA", permitted: ["127.0.0.1"])
+        let minter = try LeafMinter(ca: ca, logger: Logger(label: "test"))
+        let leaf = try #require(minter.leaf(for: "127.0.0.1"))
+        defer { X509_free(leaf) }
+        #expect(X509_NAME_get_index_by_NID(X509_get_subject_name(leaf), NID_commonName, -1) == -1)
+        let named = try #require(minter.leaf(for: "gis.example.com"))
+        defer { X509_free(named) }
+        #expect(X509_NAME_get_index_by_NID(X509_get_subject_name(named), NID_commonName, -1) >= 0)
     }
 
     @Test func mintedLeafIsSignedByTheCAAndCached() throws {
