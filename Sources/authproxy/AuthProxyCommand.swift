@@ -22,16 +22,18 @@ struct ConfigOptions: ParsableArguments {
     @Option(name: .shortAndLong, help: "Path to proxy.conf (TOML).")
     var config: String = "proxy.conf"
 
-    static func load(_ path: String) throws -> ProxyConfig {
+    static func load(_ path: String, acceptUnfilled: Bool = false) throws -> ProxyConfig {
         var o = ConfigOptions()
         o.config = path
-        return try o.load()
+        return try o.load(acceptUnfilled: acceptUnfilled)
     }
 
     /// Loads and validates the file; on error prints the problem and exits with status 2.
-    func load() throws -> ProxyConfig {
+    func load(acceptUnfilled: Bool = false) throws -> ProxyConfig {
         do {
-            return try ConfigLoader().load(path: config)
+            var loader = ConfigLoader()
+            loader.acceptUnfilled = acceptUnfilled
+            return try loader.load(path: config)
         } catch {
             printError("authproxy: \(config): \(error)")
             throw ExitCode(2)
@@ -223,7 +225,8 @@ struct Doctor: ParsableCommand {
             printError("authproxy: doctor: --timeout must be 1…3600 seconds")
             throw ExitCode(2)
         }
-        let credentials = try config.map { try ConfigOptions.load($0).credentials } ?? []
+        // Blocks proposed by earlier runs may not be filled in yet (see ConfigLoader.acceptUnfilled).
+        let credentials = try config.map { try ConfigOptions.load($0, acceptUnfilled: true).credentials } ?? []
         ProxyServer.initializeLibraries()
         do throws(DoctorError) {
             let report = try DoctorProbe(url: url, timeoutSeconds: timeout, credentials: credentials).run()

@@ -54,6 +54,13 @@ BAD_CONFIGS = {
     "log_unknown_key": (
         '[proxy]\nlisten = ["127.0.0.1:{port}"]\n[log]\nlevel = "info"\ncolour = true\n',
         "log.colour", {5}),
+    "misspelt_required_key": (
+        '[proxy]\nlisten = ["127.0.0.1:{port}"]\n[[credential]]\nname = "a"\ntype = "arcgis-token"\n'
+        'match = "https://gis.example.com/arcgis"\nusername = "u"\npasword = "p"\n', "credential[0].pasword", {8}),
+    "doctor_placeholder_left": (
+        '[proxy]\nlisten = ["127.0.0.1:{port}"]\n[[credential]]\nname = "a"\ntype = "arcgis-token"\n'
+        'match = "https://gis.example.com/arcgis"\nusername = "REPLACE_ME"\npassword = "p"\n',
+        "credential[0].username", {7}),
     "unknown_section": (
         '[proxy]\nlisten = ["127.0.0.1:{port}"]\n\n[nope]\nx = 1\n', "nope", {4, 5}),
 }

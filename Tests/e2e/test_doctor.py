@@ -118,6 +118,34 @@ def test_filled_in_standalone_block_works_through_the_proxy(proxy_factory, ags, 
     assert resp.json().get("features"), resp.text
 
 
+def test_doctor_appended_for_two_servers_on_one_host_gives_distinct_names(proxy_binary, ags, tmp_path):
+    """`authproxy doctor URL >> proxy.conf` for two ArcGIS servers behind one host name: the blocks get different
+    names and secret variables (port and web adaptor are in them), a repeated run with --config proposes nothing
+    already configured, and `check` accepts the result once filled in (found by a README walk-through)."""
+    other = ArcGISServer(role="server", ttl=60).start()
+    try:
+        cfg = write_config(tmp_path, "", "appended.toml")
+        for url in (ags.query_url() + "?f=json", other.query_url() + "?f=json", ags.query_url() + "?f=json"):
+            # The blocks appended so far are not filled in yet: --config reads them all the same.
+            r = run_doctor(url, "--config", str(cfg))
+            assert r.returncode == 0, r.stderr
+            with open(cfg, "a") as f:
+                f.write("\n" + r.stdout)
+        # The third run finds the first server's credential configured and proposes nothing again.
+        assert "[[credential]]" not in r.stdout.replace("# [[credential]]", ""), r.stdout
+        names = re.findall(r'^name\s*=\s*"([^"]+)"', cfg.read_text(), re.M)
+        assert len(names) == 2 and len(set(names)) == 2, names
+        variables = re.findall(r'^password\s*=\s*"\$\{([A-Z0-9_]+)\}"', cfg.read_text(), re.M)
+        assert len(set(variables[:2])) == 2, variables
+        text, env = fill(cfg.read_text())
+        filled = tmp_path / "appended-filled.toml"
+        filled.write_text(text)
+        r = harness.run_cli(["check", "--config", str(filled)], env=env)
+        assert r.returncode == 0, r.stdout + r.stderr
+    finally:
+        other.stop()
+
+
 def test_federated_server_points_at_the_portal(proxy_binary, federation, tmp_path):
     portal, server = federation
     r, creds = doctor_ok(proxy_binary, server.query_url() + "?where=1%3D1&f=json")

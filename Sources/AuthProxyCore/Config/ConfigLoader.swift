@@ -8,6 +8,10 @@ import Logging
 /// from the environment or from a file's trimmed contents (container secrets).
 public struct ConfigLoader: Sendable {
     public var environment: [String: String]
+    /// Accept what an operator has not filled in yet: `REPLACE_ME` values and `${VAR}` references to unset
+    /// variables (kept as written). For `authproxy doctor --config`, which reads the file for its trust
+    /// settings and the credentials it names while more blocks are being added; never for `serve` or `check`.
+    public var acceptUnfilled = false
 
     public init(environment: [String: String] = ConfigLoader.processEnvironment()) {
         self.environment = environment
@@ -41,7 +45,7 @@ public struct ConfigLoader: Sendable {
             throw ConfigError(key: "", line: error.line, "TOML syntax error: \(error.message)")
         }
         var config = ProxyConfig()
-        var top = TableReader(root, path: "", env: environment, reads: reads)
+        var top = TableReader(root, path: "", env: environment, reads: reads, acceptUnfilled: acceptUnfilled)
         if var proxy = try top.table("proxy") {
             if let l = try proxy.stringArray("listen") {
                 guard !l.values.isEmpty else { throw ConfigError(key: "proxy.listen", line: l.line, "needs at least one address") }
@@ -169,7 +173,7 @@ public struct ConfigLoader: Sendable {
         var out: [ProxyClient] = []
         for var entry in entries {
             guard let name = try entry.string("name"), !name.isEmpty else {
-                throw ConfigError(key: entry.path + ".name", line: entry.table.line, "every client needs a name")
+                throw entry.missing("name", "every client needs a name")
             }
             guard !name.contains(":"), name.utf8.allSatisfy({ $0 > 0x20 && $0 != 0x7f }) else {
                 throw ConfigError(key: entry.path + ".name", line: entry.line(of: "name"),
@@ -179,7 +183,7 @@ public struct ConfigLoader: Sendable {
                 throw ConfigError(key: entry.path + ".name", line: entry.line(of: "name"), "duplicate client name '\(name)'")
             }
             guard let password = try entry.string("password"), !password.isEmpty else {
-                throw ConfigError(key: entry.path + ".password", line: entry.table.line, "client '\(name)' needs a password")
+                throw entry.missing("password", "client '\(name)' needs a password")
             }
             var scope: [String]? = nil
             if let list = try entry.stringArray("credentials") {
@@ -197,13 +201,13 @@ public struct ConfigLoader: Sendable {
 
     private func parseCredential(_ entry: inout TableReader, index: Int) throws(ConfigError) -> Credential {
         guard let name = try entry.string("name"), !name.isEmpty else {
-            throw ConfigError(key: entry.path + ".name", line: entry.table.line, "every credential needs a name")
+            throw entry.missing("name", "every credential needs a name")
         }
         guard let type = try entry.string("type") else {
-            throw ConfigError(key: entry.path + ".type", line: entry.table.line, "credential '\(name)' needs a type")
+            throw entry.missing("type", "credential '\(name)' needs a type")
         }
         guard let match = try entry.stringOrArray("match"), !match.values.isEmpty else {
-            throw ConfigError(key: entry.path + ".match", line: entry.table.line, "credential '\(name)' needs a match URL prefix")
+            throw entry.missing("match", "credential '\(name)' needs a match URL prefix")
         }
         let prefixes = try match.values.map { (s: String) throws(ConfigError) -> MatchPrefix in
             guard let p = MatchPrefix.parse(s) else {
@@ -230,8 +234,7 @@ public struct ConfigLoader: Sendable {
 
         func required(_ key: String) throws(ConfigError) -> String {
             guard let v = try entry.string(key), !v.isEmpty else {
-                throw ConfigError(key: entry.path + "." + key, line: entry.table.line,
-                    "credential '\(name)' of type \(type) needs \(key)")
+                throw entry.missing(key, "credential '\(name)' of type \(type) needs \(key)")
             }
             return v
         }
@@ -392,11 +395,18 @@ struct TableReader {
     let reads: SecretFileReads?
     private var used: Set<String> = []
 
-    init(_ table: TOMLTable, path: String, env: [String: String], reads: SecretFileReads? = nil) {
+    /// See ``ConfigLoader/acceptUnfilled``.
+    let acceptUnfilled: Bool
+
+    init(
+        _ table: TOMLTable, path: String, env: [String: String], reads: SecretFileReads? = nil,
+        acceptUnfilled: Bool = false
+    ) {
         self.table = table
         self.path = path
         self.env = env
         self.reads = reads
+        self.acceptUnfilled = acceptUnfilled
     }
 
     func key(_ k: String) -> String { path.isEmpty ? k : "\(path).\(k)" }
@@ -417,6 +427,7 @@ struct TableReader {
         if raw.hasPrefix("${"), raw.hasSuffix("}"), raw.count > 3 {
             let name = String(raw.dropFirst(2).dropLast())
             guard let v = env[name] else {
+                if acceptUnfilled { return raw }
                 throw ConfigError(key: key(k), line: line, "environment variable \(name) is not set")
             }
             return v
@@ -435,8 +446,15 @@ struct TableReader {
     mutating func string(_ k: String) throws(ConfigError) -> String? {
         guard let n = node(k) else { return nil }
         guard case .string(let s) = n.value else { throw typeError(k, n, expected: "a string") }
+        if s.hasPrefix(Self.placeholder), !acceptUnfilled {
+            throw ConfigError(key: key(k), line: n.line,
+                "still the placeholder \(Self.placeholder) that `authproxy doctor` wrote: fill in the real value")
+        }
         return try resolve(s, key: k, line: n.line)
     }
+
+    /// What `authproxy doctor` puts where the operator must fill in a value (``CredentialSuggestion/placeholder``).
+    static var placeholder: String { CredentialSuggestion.placeholder }
 
     mutating func int(_ k: String, range: ClosedRange<Int>) throws(ConfigError) -> Int? {
         guard let n = node(k) else { return nil }
@@ -507,7 +525,7 @@ struct TableReader {
     mutating func table(_ k: String) throws(ConfigError) -> TableReader? {
         guard let n = node(k) else { return nil }
         guard case .table(let t) = n.value else { throw typeError(k, n, expected: "a table ([\(key(k))])") }
-        return TableReader(t, path: key(k), env: env, reads: reads)
+        return TableReader(t, path: key(k), env: env, reads: reads, acceptUnfilled: acceptUnfilled)
     }
 
     mutating func tableArray(_ k: String) throws(ConfigError) -> [TableReader]? {
@@ -515,7 +533,7 @@ struct TableReader {
         guard case .array(let items) = n.value else { throw typeError(k, n, expected: "an array of tables ([[\(key(k))]])") }
         return try items.enumerated().map { (i, item) throws(ConfigError) -> TableReader in
             guard case .table(let t) = item.value else { throw typeError(k, item, expected: "a table") }
-            return TableReader(t, path: "\(key(k))[\(i)]", env: env, reads: reads)
+            return TableReader(t, path: "\(key(k))[\(i)]", env: env, reads: reads, acceptUnfilled: acceptUnfilled)
         }
     }
 
@@ -524,6 +542,36 @@ struct TableReader {
         for (k, n) in table.entries where !used.contains(k) {
             throw ConfigError(key: key(k), line: n.line, "unknown key")
         }
+    }
+
+    /// The error for a required key `k` that is missing, saying `message`. When the table holds a key not read
+    /// yet that is one or two edits away from `k` (`pasword`), that key is named instead, with its line: the
+    /// typo is the cause, not the missing key.
+    func missing(_ k: String, _ message: String) -> ConfigError {
+        let near = table.entries
+            .filter { e in !used.contains(e.key) && e.key != k && k.count >= 4 && Self.editDistance(e.key, k) <= 2 }
+            .min { $0.node.line < $1.node.line }
+        if let near {
+            return ConfigError(key: key(near.key), line: near.node.line, "unknown key; did you mean \(k)? (\(message))")
+        }
+        return ConfigError(key: key(k), line: table.line, message)
+    }
+
+    /// Levenshtein distance of two short keys.
+    static func editDistance(_ a: String, _ b: String) -> Int {
+        let a = Array(a.utf8), b = Array(b.utf8)
+        guard !a.isEmpty else { return b.count }
+        var row = Array(0...b.count)
+        for i in 1...a.count {
+            var previous = row[0]
+            row[0] = i
+            for j in stride(from: 1, through: b.count, by: 1) {
+                let kept = row[j]
+                row[j] = min(row[j] + 1, row[j - 1] + 1, previous + (a[i - 1] == b[j - 1] ? 0 : 1))
+                previous = kept
+            }
+        }
+        return row[b.count]
     }
 }
 

@@ -23,18 +23,18 @@ enum CredentialAdvisor {
     static func advise(_ f: DoctorFindings) -> Advice {
         var out: [CredentialSuggestion] = []
         var notes: [String] = []
-        let host = f.target.host
+        let host = f.scopePlace
 
         if let tls = f.tls {
             if !tls.verifies {
-                out.append(serverTrust(f, tls, host: host))
+                out.append(serverTrust(f, tls, host: f.originPlace))
             }
             if let request = tls.clientCertificate {
                 if f.isConfigured("certificate") {
                     notes.append(
                         "the server asks for a client certificate; the configured certificate credential answers it")
                 } else {
-                    out.append(certificate(f, request, host: host))
+                    out.append(certificate(f, request, host: f.originPlace))
                 }
             }
         }
@@ -72,6 +72,18 @@ enum CredentialAdvisor {
         }
 
         out += tokenCredentials(f, notes: &notes)
+        // Appended to a proxy.conf that may hold blocks proposed for another service already.
+        var used = f.takenNames
+        for i in out.indices {
+            var name = out[i].name
+            var n = 2
+            while used.contains(name) {
+                name = "\(out[i].name)-\(n)"
+                n += 1
+            }
+            used.insert(name)
+            out[i].name = name
+        }
         return Advice(suggestions: out, notes: notes)
     }
 
@@ -192,7 +204,7 @@ enum CredentialAdvisor {
                 "the server uses ArcGIS tokens, but this URL answered without one (a public resource): "
                     + "the token credential below is commented out; enable it for secured services")
         }
-        let host = f.target.host
+        let host = f.scopePlace
         var blocks: [CredentialSuggestion] = []
         if let owner = info?.owningSystemURL, !f.isPortal, let portal = HTTPURL.parse(owner) {
             // Federated: the portal issues the tokens; the proxy exchanges them for server tokens.

@@ -47,6 +47,26 @@ struct DoctorFindings: Sendable {
         return segments.count >= 2 ? origin + "/" + segments[0] : origin
     }
 
+    /// What the names of proposed TLS credentials (and their secret variables) are made from: host, and port
+    /// unless it is the scheme's default (TLS is per host and port).
+    var originPlace: String { Self.withoutScheme(origin) }
+
+    /// What the names of the other proposed credentials are made from: ``originPlace`` and the first path
+    /// segment of ``authScope`` (the ArcGIS web adaptor, e.g. `server` or `portal`; the default `arcgis` is
+    /// left out), so two services behind one host name get different names and secret variables.
+    var scopePlace: String {
+        let place = Self.withoutScheme(authScope)
+        return place.lowercased().hasSuffix("/arcgis") ? String(place.dropLast("/arcgis".count)) : place
+    }
+
+    private static func withoutScheme(_ url: String) -> String {
+        guard let r = url.range(of: "://") else { return url }
+        return String(url[r.upperBound...])
+    }
+
+    /// Names of every credential in `--config` (proposed names must not repeat them).
+    var takenNames: Set<String> = []
+
     /// The URL without its query string, for messages.
     var displayURL: String { origin + target.path }
 

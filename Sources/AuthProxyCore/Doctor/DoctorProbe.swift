@@ -44,6 +44,7 @@ public struct DoctorProbe {
         let store = CredentialStore(credentials)
         let applicable = store.applicable(for: target)
         f.configured = applicable.map { ($0.name, $0.kind.typeName) }
+        f.takenNames = Set(credentials.map(\.name))
         var trust: (name: String, settings: ServerTrustSettings)? = nil
         for c in applicable {
             if case .serverTrust(let s) = c.kind { trust = (c.name, s) }

@@ -91,9 +91,31 @@ func expectRejected(_ loader: ConfigLoader, _ text: String, key: String, line: I
         ("[[credential]]\nname = \"a\"\ntype = \"api-key\"\nmatch = \"ftp://x\"\n", "credential[0].match", 4, "not a URL prefix"),
         ("[[credential]]\ntype = \"api-key\"\n", "credential[0].name", 1, "needs a name"),
         ("[proxy]\nstate_key = \"short\"\n", "proxy.state_key", 2, "at least 16"),
+        // A misspelt required key is named with its line, not reported as the key missing.
+        (
+            "[[credential]]\nname = \"a\"\ntype = \"arcgis-token\"\nmatch = \"https://h/arcgis\"\nusername = \"u\"\npasword = \"p\"\n",
+            "credential[0].pasword", 6, "did you mean password?"
+        ),
+        ("[[credential]]\nname = \"a\"\ntpye = \"api-key\"\n", "credential[0].tpye", 3, "did you mean type?"),
+        ("[[client]]\nname = \"c\"\npassowrd = \"x\"\n", "client[0].passowrd", 3, "did you mean password?"),
+        // Nothing near: the missing key itself.
+        ("[[credential]]\nname = \"a\"\ntype = \"api-key\"\nmatch = \"https://h\"\nvalue = \"k\"\n", "credential[0].key", 1, "needs key"),
+        // What `authproxy doctor` left to fill in.
+        (
+            "[[credential]]\nname = \"a\"\ntype = \"arcgis-token\"\nmatch = \"https://h/arcgis\"\nusername = \"REPLACE_ME\"\n",
+            "credential[0].username", 5, "still the placeholder REPLACE_ME"
+        ),
     ])
     func rejects(_ text: String, _ key: String, _ line: Int, _ fragment: String) {
         expectRejected(loader, text, key: key, line: line, fragment: fragment)
+    }
+
+    @Test func editDistance() {
+        #expect(TableReader.editDistance("password", "pasword") == 1)
+        #expect(TableReader.editDistance("type", "tpye") == 2)
+        #expect(TableReader.editDistance("key", "key") == 0)
+        #expect(TableReader.editDistance("", "abc") == 3)
+        #expect(TableReader.editDistance("token_url", "username") > 2)
     }
 
     @Test func secretValuesAreNotEchoedInErrors() {

@@ -123,15 +123,17 @@ let tokenRequiredBody = #"{"error":{"code":499,"message":"Token Required","messa
     }
 
     @Test(arguments: [
-        ("http://h/data", #"Basic realm="r""#, ["basic"], true, "http://h"),
-        ("https://h/data", #"Basic realm="r""#, ["basic"], false, "https://h"),
+        ("http://h/data", #"Basic realm="r""#, ["basic"], true, "http://h", "H"),
+        ("https://h/data", #"Basic realm="r""#, ["basic"], false, "https://h", "H"),
         (
             "http://h/wms/service?x=1", #"Basic realm="r", Digest realm="r", nonce="n""#, ["basic", "digest"], false,
-            "http://h/wms"
+            "http://h/wms", "H_WMS"
         ),
-        ("http://h:8080/arcgis/rest/services", "NTLM", ["ntlm"], false, "http://h:8080/arcgis"),
+        ("http://h:8080/arcgis/rest/services", "NTLM", ["ntlm"], false, "http://h:8080/arcgis", "H_8080"),
     ])
-    func passwordSchemes(_ url: String, _ offer: String, _ schemes: [String], _ allowBasic: Bool, _ match: String) {
+    func passwordSchemes(
+        _ url: String, _ offer: String, _ schemes: [String], _ allowBasic: Bool, _ match: String, _ place: String
+    ) {
         var f = doctorFindings(url)
         f.response = doctorResponse(401, challenges: offer, contentType: "text/html")
         let s = CredentialAdvisor.advise(f).suggestions
@@ -139,7 +141,23 @@ let tokenRequiredBody = #"{"error":{"code":499,"message":"Token Required","messa
         #expect(field(s[0], "schemes")?.value == .strings(schemes))
         #expect((field(s[0], "allow_basic_over_http") != nil) == allowBasic)
         #expect(s[0].match == [match])
-        #expect(s[0].environmentVariables == ["AUTHPROXY_H_PASSWORD"])
+        // Named after host, port and scope: two services behind one host name do not share a secret variable.
+        #expect(s[0].environmentVariables == ["AUTHPROXY_\(place)_PASSWORD"])
+    }
+
+    @Test func namesDifferPerServiceAndNeverRepeatTheConfigs() {
+        var server = doctorFindings("https://h/server/rest/services/A/MapServer")
+        server.response = doctorResponse(401, challenges: #"Basic realm="r""#, contentType: "text/html")
+        var portal = doctorFindings("https://h/portal/sharing/rest/portals/self")
+        portal.response = server.response
+        let a = CredentialAdvisor.advise(server).suggestions
+        let b = CredentialAdvisor.advise(portal).suggestions
+        #expect(a.map(\.name) == ["h-server-password"])
+        #expect(b.map(\.name) == ["h-portal-password"])
+        #expect(a[0].environmentVariables != b[0].environmentVariables)
+        // Appended to a proxy.conf that already has that name (another run of doctor for the same scope).
+        server.takenNames = ["h-server-password", "h-server-password-2"]
+        #expect(CredentialAdvisor.advise(server).suggestions.map(\.name) == ["h-server-password-3"])
     }
 
     @Test func iisOffersNegotiateAndNTLM() {
@@ -233,7 +251,7 @@ let tokenRequiredBody = #"{"error":{"code":499,"message":"Token Required","messa
         var a = CredentialAdvisor.advise(f)
         #expect(a.suggestions.map(\.type) == ["certificate"])
         #expect(a.suggestions[0].match == ["https://pki.corp:9443"])
-        #expect(a.suggestions[0].environmentVariables == ["AUTHPROXY_PKI_CORP_P12_PASSWORD"])
+        #expect(a.suggestions[0].environmentVariables == ["AUTHPROXY_PKI_CORP_9443_P12_PASSWORD"])
         #expect(a.suggestions[0].reasons.joined().contains("CN=Client CA"))
         f.configured = [("mine", "certificate")]
         a = CredentialAdvisor.advise(f)

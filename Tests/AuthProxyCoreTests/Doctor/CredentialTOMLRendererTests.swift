@@ -164,7 +164,7 @@ extension String {
             "ArcGIS Server 11.3.0, token-based security", "short-lived token validity: 30 min",
             "owningSystemUrl: https://h/portal (federated)", "GET → HTTP 200",
             #"ArcGIS error 499 "Token Required" (GWM_0003)"#, "--config   applies: corp (server-trust)",
-            "configure: certificate (h-certificate), arcgis-token (h-arcgis-token)",
+            "configure: certificate (h-8443-certificate), arcgis-token (h-8443-arcgis-token)",
         ] {
             #expect(text.contains(expected), "\(expected)\n\(text)")
         }
