@@ -30,6 +30,9 @@ def test_basic_digest_ntlm_with_right_and_wrong_password(proxy_factory, netauth_
         assert r.status_code == 200, (vhost.url, r.status_code, r.text[:200])
         assert _user(r) == user
     assert "alice-pw" not in p.log_text()
+    # The access log names the network credential applied, as the metrics do.
+    for name in ("basic", "digest", "ntlm"):
+        assert p.wait_for_log(lambda l: "access" in l and "credential=%s " % name in l + " "), name
 
     bad = (cred("basic", "password", rig.basic.url, username="alice", password="WRONG", allow_basic_over_http=True)
            + cred("ntlm-wrong", "password", rig.ntlm.url, username="alice", password="WRONG", domain="TESTDOM"))
@@ -51,6 +54,9 @@ def test_basic_is_not_sent_over_http_by_default(proxy_factory, netauth_rig, sess
     # Apache writes its access log after sending the response: wait for the line.
     lines = wait_until(lambda: [l for l in rig.apache.access_log_lines() if "marker=nobasic" in l], 5)
     assert lines and all('auth="Basic' not in l for l in lines), lines
+    # The log says why, instead of blaming the password.
+    assert p.wait_for_log(lambda l: "cannot answer the upstream's challenge" in l and "allow_basic_over_http" in l)
+    assert "upstream refused the network credential" not in p.log_text()
 
 
 def test_password_settings_do_not_follow_a_reused_easy_handle(proxy_factory, origin):

@@ -339,8 +339,15 @@ extension ClientConnection {
         } else {
             end = .success
             if let x = ex, x.responseHead.status == 401, x.networkAuth.answersChallenges, let url = x.upstreamURL {
-                logger.warning("upstream refused the network credential", metadata: ["url": "\(url.origin)\(url.path)",
-                    "credential": "\(x.networkAuth.passwordName ?? "kerberos")"])
+                let offered = AuthChallenge.parse(fields: x.responseHead.values(of: "www-authenticate")).map(\.scheme)
+                if let cause = x.networkAuth.password?.unanswerable(offered: offered, overHTTPS: url.scheme == "https") {
+                    logger.warning("the network credential cannot answer the upstream's challenge", metadata: [
+                        "url": "\(url.origin)\(url.path)", "credential": "\(x.networkAuth.passwordName ?? "-")",
+                        "cause": "\(cause)"])
+                } else {
+                    logger.warning("upstream refused the network credential", metadata: ["url": "\(url.origin)\(url.path)",
+                        "credential": "\(x.networkAuth.passwordName ?? context.kerberosCredentialName ?? "kerberos")"])
+                }
             }
         }
         while true {

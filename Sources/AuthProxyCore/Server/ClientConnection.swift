@@ -453,14 +453,22 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
         logger.info("access", metadata: [
             "client": "\(peer)", "method": "\(method)", "url": "\(url)", "status": "\(status ?? machine.current?.status ?? 0)",
             "bytes_in": "\(x?.bodyBytesIn ?? 0)", "bytes_out": "\(x?.bodyBytesOut ?? 0)",
-            "duration_ms": "\(Double(Int(ms * 10)) / 10)", "credential": "\(x?.credential?.name ?? "-")",
+            "duration_ms": "\(Double(Int(ms * 10)) / 10)", "credential": "\(appliedCredential(x) ?? "-")",
             "user": "\(client?.name ?? "-")",
         ])
     }
 
+    /// The credential an exchange is counted and logged under: its token-type credential, the one whose
+    /// rate limit refused it, else the network credential applied (password, Kerberos, client certificate).
+    private func appliedCredential(_ x: ExchangeContext?) -> String? {
+        guard let x else { return nil }
+        return x.credential?.name ?? x.limitedBy ?? x.networkAuth.passwordName
+            ?? (x.networkAuth.kerberos != nil ? context.kerberosCredentialName : nil) ?? x.networkAuth.certificateName
+    }
+
     /// The exchange's metrics, next to its access-log line (see ``ProxyMetrics``).
     private func recordExchange(_ m: ProxyMetrics, _ x: ExchangeContext?, status: Int, started: UInt64) {
-        let credential = x?.credential?.name ?? x?.limitedBy ?? x?.networkAuth.passwordName ?? x?.networkAuth.certificateName
+        let credential = appliedCredential(x)
         loop.requestCounters.increment(credential: credential ?? MetricLabels.noCredential, method: x?.head?.method ?? "-",
             status: status, metrics: m)
         m.durationTotal.recordNanoseconds(Int64(bitPattern: now &- started))
