@@ -407,3 +407,29 @@ def test_a_client_removed_by_a_reload_is_refused_on_its_kept_alive_connection(pr
     assert r.status == 200 and r.json()["target"].endswith("token=OLD-KEY")
     a.close()
     b.close()
+
+
+def test_a_reload_notice_names_a_new_client_password_and_a_retuned_credential(proxy_factory, origin):
+    """A changed [[client]] password and a password credential's allow_basic_over_http take effect on reload;
+    the notice says so instead of "(no changes)" (found by a README walk-through)."""
+    import base64
+    client = '\n[[client]]\nname = "alice"\npassword = "alice-secret"\n'
+    netcred = cred("pw", "password", origin.url + "/basic", username="u", password="p", schemes=["basic"])
+    p = proxy_factory(extra_config=netcred + client)
+    rewrite(p, p.config_text.replace("alice-secret", "alice-new-secret"))
+    line = sighup(p, "configuration reloaded")
+    assert "no changes" not in line and "settings=client" in line, line
+    assert "alice-new-secret" not in p.log_text() and "alice-secret" not in p.log_text()
+
+    def get(password):
+        auth = base64.b64encode(("alice:" + password).encode()).decode()
+        with RawConn(p.host, p.port, timeout=10) as c:
+            c.send(request_bytes("GET", origin.url + "/echo", [("Host", origin.authority),
+                                                                 ("Proxy-Authorization", "Basic " + auth)]))
+            return c.read_response().status
+    assert get("alice-secret") == 407
+    assert get("alice-new-secret") == 200
+
+    rewrite(p, p.config_text.replace('schemes = ["basic"]', 'schemes = ["basic"]\nallow_basic_over_http = true'))
+    line = sighup(p, "configuration reloaded")
+    assert "no changes" not in line and "retuned=pw" in line, line

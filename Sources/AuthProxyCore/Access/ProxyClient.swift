@@ -8,13 +8,20 @@ public struct ProxyClient: Sendable {
     public let credentials: [String]?
     let salt: [UInt8]
     let digest: [UInt8]
+    /// SHA-256 of the password under a key made once per process (``processKey``): equal across two loads of
+    /// the configuration in this process exactly when the password is, so a reload can say that it changed.
+    let fingerprint: [UInt8]
 
     public init(name: String, password: String, credentials: [String]?) {
         self.name = name
         self.credentials = credentials
         salt = Crypto.random(16)
         digest = Self.hash(password: Array(password.utf8), salt: salt)
+        fingerprint = Self.hash(password: Array(password.utf8), salt: Self.processKey)
     }
+
+    /// Random, made on first use, never stored or shown.
+    private static let processKey = Crypto.random(32)
 
     static func hash(password: [UInt8], salt: [UInt8]) -> [UInt8] {
         Crypto.sha256(salt + password)

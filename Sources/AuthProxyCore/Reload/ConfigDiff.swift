@@ -112,12 +112,11 @@ public struct ConfigDiff: Sendable, Equatable {
         note("log.level", old.logLevel != new.logLevel)
         note("admin.allow", old.admin != nil && new.admin != nil && old.admin?.allow != new.admin?.allow)
         note("tls", old.tls != new.tls)
-        // Client passwords are kept only as salted digests: a changed password cannot be seen here, and
-        // every reload verifies clients against the new entries anyway.
+        // Client passwords are compared by their per-process fingerprints (never by value).
         note(
             "client",
-            old.clients.map { "\($0.name)\u{0}\($0.credentials ?? [])" }
-                != new.clients.map { "\($0.name)\u{0}\($0.credentials ?? [])" })
+            old.clients.map { "\($0.name)\u{0}\($0.credentials ?? [])\u{0}\($0.fingerprint)" }
+                != new.clients.map { "\($0.name)\u{0}\($0.credentials ?? [])\u{0}\($0.fingerprint)" })
     }
 
     /// Whether anything at all differs (a reload of an identical file reports "no changes").
@@ -125,8 +124,10 @@ public struct ConfigDiff: Sendable, Equatable {
         added.isEmpty && changed.isEmpty && removed.isEmpty && retuned.isEmpty && live.isEmpty && restartNeeded.isEmpty
     }
 
+    /// Everything but the identity: the settings of its kind that obtain no token (a password credential's
+    /// `schemes` and `allow_basic_over_http`, a certificate's key password, …) and the request-side settings.
     private static func sameBehaviour(_ a: Credential, _ b: Credential) -> Bool {
-        a.placement == b.placement && a.overrideClientToken == b.overrideClientToken
+        a.kind == b.kind && a.placement == b.placement && a.overrideClientToken == b.overrideClientToken
             && a.upgradeToHTTPS == b.upgradeToHTTPS
             && a.rateLimit == b.rateLimit && a.allowJSONP == b.allowJSONP && a.prefetch == b.prefetch
     }

@@ -115,6 +115,7 @@ extension ProxyServer {
         if !diff.changed.isEmpty { meta["changed"] = "\(diff.changed.joined(separator: ","))" }
         if !diff.removed.isEmpty { meta["removed"] = "\(diff.removed.joined(separator: ","))" }
         if !diff.kept.isEmpty { meta["kept"] = "\(diff.kept.joined(separator: ","))" }
+        if !diff.retuned.isEmpty { meta["retuned"] = "\(diff.retuned.joined(separator: ","))" }
         if !diff.live.isEmpty { meta["settings"] = "\(diff.live.joined(separator: ","))" }
         if !diff.restartNeeded.isEmpty {
             meta["needs_restart"] = "\(diff.restartNeeded.map(\.key).joined(separator: ","))"

@@ -36,6 +36,7 @@ public struct ReloadResult: Sendable, CustomStringConvertible {
             if !d.changed.isEmpty { parts.append("changed \(d.changed.joined(separator: ","))") }
             if !d.removed.isEmpty { parts.append("removed \(d.removed.joined(separator: ","))") }
             if !d.kept.isEmpty { parts.append("kept \(d.kept.joined(separator: ","))") }
+            if !d.retuned.isEmpty { parts.append("retuned \(d.retuned.joined(separator: ","))") }
             if !d.live.isEmpty { parts.append("settings \(d.live.joined(separator: ","))") }
             if !d.restartNeeded.isEmpty {
                 parts.append("needs restart: \(d.restartNeeded.map(\.key).joined(separator: ","))")

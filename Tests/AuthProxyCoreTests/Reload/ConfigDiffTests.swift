@@ -72,6 +72,21 @@ import Testing
         #expect(d.changed.isEmpty)
     }
 
+    @Test func aNetworkCredentialsSchemesAreARetuning() throws {
+        let pw = Self.base + "\n[[credential]]\nname = \"iis\"\ntype = \"password\"\nusername = \"u\"\npassword = \"p\"\nmatch = \"http://c.example\"\n"
+        let d = try diff(pw, pw + "allow_basic_over_http = true\n")
+        #expect(d.retuned == ["iis"])
+        #expect(d.changed.isEmpty)
+        #expect(!d.isEmpty)
+    }
+
+    @Test func aClientsNewPasswordIsAChange() throws {
+        let c = Self.base + "\n[[client]]\nname = \"app\"\npassword = \"old-secret\"\n"
+        #expect(try diff(c, c).isEmpty)
+        let d = try diff(c, c.replacingOccurrences(of: "old-secret", with: "new-secret"))
+        #expect(d.live == ["client"])
+    }
+
     @Test func restartSettingsKeepTheirRunningValue() throws {
         let new =
             Self.base
