@@ -254,6 +254,40 @@ def test_admin_address_must_differ_from_the_proxy_listener(proxy_binary, tmp_pat
     assert r.returncode == 2 and "admin.listen" in (r.stderr + r.stdout)
 
 
+def test_serve_listen_option_moves_the_proxy_off_the_admin_port(proxy_factory, tmp_path):
+    """`serve --listen` replaces [proxy] listen, also for the admin port check: a file whose [proxy] listen shares
+    the admin port starts when --listen moves the proxy elsewhere, and one that does not, when --listen takes
+    the admin port, is refused naming --listen."""
+    shared = harness.free_port()
+    own = harness.free_port()
+    text = '[proxy]\nlisten = ["127.0.0.1:%d"]\nstate_dir = "%s"\n[admin]\nlisten = "127.0.0.1:%d"\n' % (
+        shared, tmp_path / "st", shared)
+    cfg = tmp_path / "moved.toml"
+    cfg.write_text(text)
+    p = subprocess.Popen([harness.proxy_bin(), "serve", "--config", str(cfg), "--listen", "127.0.0.1:%d" % own],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=harness.clean_env(),
+                         stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            try:
+                r = requests.get("http://127.0.0.1:%d/healthz" % shared, timeout=2)
+                if r.status_code == 200:
+                    break
+            except requests.ConnectionError:
+                assert p.poll() is None, p.stdout.read()
+            time.sleep(0.1)
+        assert requests.get("http://127.0.0.1:%d/healthz" % shared, timeout=2).status_code == 200
+    finally:
+        p.terminate()
+        p.wait(timeout=20)
+    other = tmp_path / "other.toml"
+    other.write_text(text.replace('listen = ["127.0.0.1:%d"]' % shared, 'listen = ["127.0.0.1:%d"]' % own))
+    r = subprocess.run([harness.proxy_bin(), "serve", "--config", str(other), "--listen", "127.0.0.1:%d" % shared],
+                       capture_output=True, text=True, env=harness.clean_env(), stdin=subprocess.DEVNULL, timeout=20)
+    assert r.returncode == 2 and "overlaps a --listen address" in r.stderr, r.stderr
+
+
 # ---------------------------------------------------------------------------------------------------------
 # The status page and status.json
 # ---------------------------------------------------------------------------------------------------------

@@ -12,6 +12,9 @@ public struct ConfigLoader: Sendable {
     /// variables (kept as written). For `authproxy doctor --config`, which reads the file for its trust
     /// settings and the credentials it names while more blocks are being added; never for `serve` or `check`.
     public var acceptUnfilled = false
+    /// `serve --listen`: the addresses the proxy listens on instead of `[proxy] listen`, for the checks that
+    /// depend on them (the admin listener's port). ``ConfigSource`` applies it to the result.
+    public var listenOverride: [ListenAddress]? = nil
 
     public init(environment: [String: String] = ConfigLoader.processEnvironment()) {
         self.environment = environment
@@ -153,10 +156,12 @@ public struct ConfigLoader: Sendable {
                 "only one Kerberos identity per proxy process is supported (GSS-API's credential cache is process-wide); found \(principals.sorted().joined(separator: ", "))")
         }
         try top.finish()
-        if let admin = config.admin, config.listen.contains(where: { $0.port == admin.listen.port && $0.port != 0
+        let listen = listenOverride ?? config.listen
+        if let admin = config.admin, listen.contains(where: { $0.port == admin.listen.port && $0.port != 0
             && ($0.host == admin.listen.host || $0.host == "0.0.0.0" || $0.host == "::" || admin.listen.host == "0.0.0.0" || admin.listen.host == "::") }) {
+            let which = listenOverride == nil ? "a [proxy] listen address" : "a --listen address"
             throw ConfigError(key: "admin.listen", line: nil,
-                "\(admin.listen) overlaps a [proxy] listen address: the admin listener needs its own port, so clients of the proxy cannot reach it")
+                "\(admin.listen) overlaps \(which): the admin listener needs its own port, so clients of the proxy cannot reach it")
         }
         if let problem = config.openRelayProblem {
             throw ConfigError(key: "proxy.listen", line: root["proxy"].flatMap { n in

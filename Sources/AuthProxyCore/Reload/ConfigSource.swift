@@ -30,6 +30,8 @@ public struct ConfigSource: Sendable {
     /// Reads and validates the file, applies the overrides, and checks the result for an open relay (a
     /// `--listen` override may expose a configuration that was safe on loopback).
     public func load() throws(ConfigError) -> (config: ProxyConfig, inputs: ConfigInputs) {
+        var loader = loader
+        loader.listenOverride = overrides.listen
         var (config, inputs) = try loader.loadWithInputs(path: path)
         if let l = overrides.listen { config.listen = l }
         if let l = overrides.logLevel { config.logLevel = l }
