@@ -13,6 +13,7 @@ import hashlib
 import http.client
 import json
 import os
+import shutil
 import ssl
 import subprocess
 import threading
@@ -295,6 +296,32 @@ def test_client_without_ca_fails_verification(proxy_factory, ca, origin_factory,
     time.sleep(0.3)
     assert o.stats()["connections"] == 0, "the proxy reached the origin for a client that refused its certificate"
     assert len(p.wait_for_log("client did not trust the authproxy CA", timeout=3)) >= 2
+    assert "without a request" not in p.log_text()  # the OpenSSL clients above said why (an alert)
+
+
+def test_gnutls_client_without_ca_gets_a_hint_in_the_log(proxy_factory, ca, origin_factory, certs):
+    """GDAL on Debian/Ubuntu uses libcurl-gnutls: it completes the handshake, then checks the certificate and
+    closes without an alert. The proxy cannot see a refusal, but logs that the client closed after the handshake
+    without a request, with the likely cause (found by a README walk-through)."""
+    if not shutil.which("ogrinfo"):
+        pytest.skip("ogrinfo (gdal-bin) not installed")
+    o = origin_factory(tls=certs["a"])
+    p = proxy_factory(proxy={"connect_ports": [443, o.port]},
+                      extra_config=tls_section(ca) + cred("k", "api-key", lh(o), key="K")
+                      + cred("t", "server-trust", lh(o), ca_file=certs["a"][0]))
+    env = harness.clean_env({"GDAL_HTTP_PROXY": p.authority, "GDAL_HTTP_TIMEOUT": "20",
+                             "GDAL_HTTP_MAX_RETRY": "0"})
+    g = run(["ogrinfo", "-ro", "-al", "-so", lh(o) + "/json"], env=env, timeout=60)
+    assert g.returncode != 0
+    lines = p.wait_for_log("without a request", timeout=5)
+    assert lines and "may not trust the authproxy CA" in lines[0], p.log_text()[-3000:]
+    assert o.stats()["connections"] == 0
+    # A client that does trust the CA and sends its request gets no such line.
+    env["GDAL_CURL_CA_BUNDLE"] = ca.cert
+    before = len(p.wait_for_log("without a request", timeout=0.1))
+    run(["ogrinfo", "-ro", "-al", "-so", lh(o) + "/json"], env=env, timeout=60)
+    time.sleep(0.5)
+    assert len(p.wait_for_log("without a request", timeout=0.1)) == before, p.log_text()[-3000:]
 
 
 # ---------------------------------------------------------------------------------------------------------

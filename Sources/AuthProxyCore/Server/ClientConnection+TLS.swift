@@ -53,6 +53,15 @@ extension ClientConnection {
         return .ok
     }
 
+    /// The client completed the handshake, then closed without sending a request. Clients that verify the
+    /// certificate after the handshake (GnuTLS, as in Debian's GDAL and QGIS; Node) do that, without an alert,
+    /// when they do not trust the authproxy CA; OpenSSL-based clients send an alert instead (see ``pullTLS()``).
+    func closedAfterHandshake(_ tls: TLSSession) {
+        logger.warning("client closed the intercepted connection after the TLS handshake without a request",
+            metadata: ["client": "\(peer)", "host": "\(tls.servedName ?? tls.fallbackHost)",
+                "hint": "the client may not trust the authproxy CA (GnuTLS and Node check it after the handshake and close without an alert): make it trust [tls] ca_cert"])
+    }
+
     func flushTLS() {
         tls?.drain(through: loop.tlsOut) { channel.write($0) }
     }

@@ -207,6 +207,7 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
             // Requests that arrived with the EOF are still served (a client may half-close after sending).
             process(inPlace: UnsafeRawBufferPointer(rebasing: loop.scratch[0..<inPlace]))
             if eof {
+                if let tls, tls.handshakeDone, !tls.receivedData { closedAfterHandshake(tls) }
                 clientEOF()
                 return
             }

@@ -82,6 +82,8 @@ final class TLSSession {
     /// The name the leaf was minted for.
     var servedName: String?
     private(set) var handshakeDone = false
+    /// Whether any application data (a request) came through since the handshake.
+    private(set) var receivedData = false
 
     init?(server: TLSServer, host: String) {
         guard let ssl = SSL_new(server.ctx), let r = BIO_new(BIO_s_mem()), let w = BIO_new(BIO_s_mem()) else { return nil }
@@ -140,7 +142,10 @@ final class TLSSession {
     func read(into buffer: UnsafeMutableRawBufferPointer) -> ReadResult {
         ERR_clear_error()
         let r = SSL_read(ssl, buffer.baseAddress, Int32(buffer.count))
-        if r > 0 { return .bytes(Int(r)) }
+        if r > 0 {
+            receivedData = true
+            return .bytes(Int(r))
+        }
         switch SSL_get_error(ssl, r) {
         case SSL_ERROR_WANT_READ, SSL_ERROR_WANT_WRITE: return .wantMore
         case SSL_ERROR_ZERO_RETURN: return .closed
