@@ -199,6 +199,10 @@ struct Check: ParsableCommand {
         }
         print("  interception ([tls]):     \(interception)")
         print("  token state:              \(state)")
+        if let why = file.unwritableReason() {
+            // serve starts all the same, but every token save fails and tokens are fetched again after a restart.
+            printError("authproxy: warning: state_dir \(c.stateDir): \(why); tokens will not be saved")
+        }
     }
 }
 

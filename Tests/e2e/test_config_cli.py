@@ -4,6 +4,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 
 import pytest
 
@@ -131,6 +132,31 @@ def test_check_and_serve_refuse_missing_or_mismatched_interception_ca(proxy_bina
         code, out = _serve_exit(proxy_binary, cfg)
         assert code == 2, (name, code, out)
         assert says in out, (name, out)
+
+
+def test_check_warns_when_tokens_could_not_be_saved_in_state_dir(proxy_binary, tmp_path):
+    """A relative state_dir resolved from "/" by an unprivileged user (a container image's user with a mounted
+    config) cannot be created: serve would start, but every token save would fail. check says so (found by a
+    README walk-through)."""
+    good = _good_config(tmp_path)[0]
+    r = harness.run_cli(["check", "--config", str(good)])
+    assert r.returncode == 0 and "warning" not in r.stderr, r.stderr
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run check as another user")
+    shared = tempfile.mkdtemp(prefix="authproxy-state-check-")
+    try:
+        os.chmod(shared, 0o755)
+        cfg = os.path.join(shared, "proxy.conf")
+        with open(cfg, "w") as f:
+            f.write(good.read_text().replace(str(tmp_path / "state"), "./state"))
+        os.chmod(cfg, 0o644)
+        r = subprocess.run([proxy_binary, "check", "--config", cfg], capture_output=True, text=True,
+                           cwd="/", env=harness.clean_env(), stdin=subprocess.DEVNULL, timeout=20,
+                           user=65534, group=65534)
+        assert r.returncode == 0, r.stderr
+        assert "warning: state_dir ./state: cannot be created in ." in r.stderr, r.stderr
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
 
 
 @pytest.mark.parametrize("case", ["unknown_key", "listen_wrong_type"])

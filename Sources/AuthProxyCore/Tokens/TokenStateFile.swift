@@ -178,6 +178,25 @@ public struct TokenStateFile: Sendable {
         }
     }
 
+    /// Why tokens could not be saved in ``directory`` (it, or its nearest existing ancestor that it would be
+    /// created in, is not writable by this process); nil when they can. Creates nothing (for `authproxy check`).
+    public func unwritableReason() -> String? {
+        var dir = directory.isEmpty ? "." : directory
+        while true {
+            var st = stat()
+            if stat(dir, &st) == 0 {
+                guard (st.st_mode & S_IFMT) == S_IFDIR else { return "\(dir) is not a directory" }
+                if access(dir, W_OK | X_OK) != 0 {
+                    return dir == directory ? "not writable (\(lastErrorString()))"
+                        : "cannot be created in \(dir) (\(lastErrorString()))"
+                }
+                return nil
+            }
+            guard let slash = dir.lastIndex(of: "/") else { dir = "."; continue }
+            dir = slash == dir.startIndex ? "/" : String(dir[..<slash])
+        }
+    }
+
     private func makeDirectory() throws(StateError) {
         do {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true,
