@@ -193,10 +193,17 @@ struct Check: ParsableCommand {
         print("  state_key:                \(c.stateKey == nil ? "not set (token state stored in clear)" : "set")")
         print("  max_replay_bytes:         \(c.maxReplayBytes)")
         print("  credentials:              \(c.credentials.count)")
+        var warnings: [String] = []
         for cred in c.credentials {
             let limit = cred.rateLimit.map { ", rate_limit=\($0.requests)/\($0.perSeconds)s" } ?? ""
-            print("    - \(cred.name) (\(cred.kind.typeName), token_placement=\(cred.placement.rawValue)\(cred.overrideClientToken ? ", override_client_token" : "")\(limit)): \(cred.match.map(\.description).joined(separator: ", "))")
+            let placement = cred.kind.isToken
+                ? ", token_placement=\(cred.placement.rawValue)\(cred.overrideClientToken ? ", override_client_token" : "")" : ""
+            print("    - \(cred.name) (\(cred.kind.typeName)\(placement)\(limit)): \(cred.match.map(\.description).joined(separator: ", "))")
+            if case .token(_, _, let expires?) = cred.kind, expires <= Int64(time(nil)) * 1000 {
+                warnings.append("credential '\(cred.name)': its pregenerated token expired (expires is in the past); requests get 502 until it is renewed")
+            }
         }
+        for w in warnings { printError("authproxy: warning: \(w)") }
         print("  interception ([tls]):     \(interception)")
         print("  token state:              \(state)")
         if let why = file.unwritableReason() {

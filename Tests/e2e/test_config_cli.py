@@ -134,6 +134,20 @@ def test_check_and_serve_refuse_missing_or_mismatched_interception_ca(proxy_bina
         assert says in out, (name, out)
 
 
+def test_check_warns_about_an_expired_pregenerated_token_and_lists_placement_only_for_tokens(proxy_binary,
+                                                                                            tmp_path):
+    cfg = tmp_path / "expired.toml"
+    cfg.write_text(harness.render_config(harness.default_proxy_section(harness.free_port(), str(tmp_path / "st")),
+                                         harness.default_log_section())
+                   + harness.cred("old", "token", "https://gis.example.com/arcgis", token="T", expires="2001-01-01T00:00:00Z")
+                   + harness.cred("trust", "server-trust", "https://gis.example.com", insecure=True))
+    r = harness.run_cli(["check", "--config", str(cfg)])
+    assert r.returncode == 0, r.stderr
+    assert "warning: credential 'old': its pregenerated token expired" in r.stderr, r.stderr
+    assert re.search(r"- old \(token, token_placement=param\)", r.stdout), r.stdout
+    assert re.search(r"- trust \(server-trust\): ", r.stdout), r.stdout
+
+
 def test_check_warns_when_tokens_could_not_be_saved_in_state_dir(proxy_binary, tmp_path):
     """A relative state_dir resolved from "/" by an unprivileged user (a container image's user with a mounted
     config) cannot be created: serve would start, but every token save would fail. check says so (found by a

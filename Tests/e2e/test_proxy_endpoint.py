@@ -40,6 +40,16 @@ def test_other_origin_is_refused(proxy_factory, origin, session):
     assert not [e for e in origin.request_log() if "/echo" in e["target"]]
 
 
+def test_unmatched_deny_limits_the_endpoint_to_matched_services(proxy_factory, origin, session):
+    """/proxy reaches what the forward proxy reaches; with unmatched = "deny" only URLs a credential matches."""
+    p = proxy_factory(proxy={"allowed_origins": [APP], "unmatched": "deny"},
+                      extra_config=cred("k", "api-key", origin.url + "/echo", key="JSKEY"))
+    r = _get(p, session, "/proxy?" + origin.url + "/echo?f=json", headers={"Origin": APP})
+    assert r.status_code == 200, r.text[:300]
+    r = _get(p, session, "/proxy?" + origin.url + "/json", headers={"Origin": APP})
+    harness.assert_error_json(r.status_code, r.headers.get, r.content, 403)
+
+
 def test_preflight(proxy_factory, origin, session):
     p = proxy_factory(proxy={"allowed_origins": [APP]})
     r = _get(p, session, "/proxy?" + origin.url + "/echo", method="OPTIONS",

@@ -253,7 +253,7 @@ extension ClientConnection {
             case .explain:
                 me.respond(ErrorResponse(status: 502,
                     message: "Credential '\(c.name)': the upstream rejected its pregenerated token (expired or revoked)",
-                    details: ["Renew it: generate a new token, put it in proxy.conf and restart authproxy."]), close: false)
+                    details: ["Renew it: generate a new token, put it in proxy.conf and reload (SIGHUP, POST /reload) or restart authproxy."]), close: false)
                 me.process()
                 me.updateReadInterest()
             case .retry:

@@ -112,7 +112,7 @@ public final class TokenService: @unchecked Sendable {
                     .failure(
                         TokenError(
                             credential: c.name,
-                            message: "the pregenerated token has expired; put a new token in proxy.conf and restart")))
+                            message: "the pregenerated token has expired; put a new token in proxy.conf and reload (SIGHUP) or restart")))
             }
             return
         default:
