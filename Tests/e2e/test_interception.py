@@ -397,17 +397,22 @@ def verify_leaf(ca, leaf):
     return r.returncode, (r.stdout + r.stderr).decode()
 
 
+def constrained_ca(tmp_path, creds, name):
+    """`authproxy ca init --constrain` for a configuration holding `creds` -> CA."""
+    conf = tmp_path / (name + ".toml")
+    conf.write_text(harness.render_config(harness.default_proxy_section(harness.free_port(), str(tmp_path / "st")),
+                                          harness.default_log_section()) + creds)
+    d = tmp_path / name
+    r = harness.run_cli(["ca", "init", "--dir", str(d), "--constrain", "--config", str(conf)])
+    assert r.returncode == 0, r.stderr + r.stdout
+    return CA(d)
+
+
 def test_name_constrained_ca(proxy_factory, ca, origin_factory, certs, session, tmp_path):
     o = origin_factory(tls=certs["a"])
     creds = (cred("k", "api-key", lh(o), key="NC-KEY")
              + cred("t", "server-trust", lh(o), ca_file=certs["a"][0]))
-    conf = tmp_path / "constrain.toml"
-    conf.write_text(harness.render_config(harness.default_proxy_section(harness.free_port(), str(tmp_path / "st")),
-                                          harness.default_log_section()) + creds)
-    d = tmp_path / "cca"
-    r = harness.run_cli(["ca", "init", "--dir", str(d), "--constrain", "--config", str(conf)])
-    assert r.returncode == 0, r.stderr + r.stdout
-    cca = CA(d)
+    cca = constrained_ca(tmp_path, creds, "cca")
     text = cert_text(cca.cert)
     assert "Name Constraints" in text and "DNS:localhost" in text, text
     assert "IP:0.0.0.0/0.0.0.0" in text or "IP:0.0.0.0/255.255.255.255" in text, text
@@ -443,13 +448,7 @@ def test_name_constrained_ca_for_ip_hosts_only_also_limits_dns_names(proxy_facto
     o = origin_factory(tls=certs["a"])
     ip = "https://127.0.0.1:%d" % o.port
     creds = cred("k", "api-key", ip, key="NC-IP-KEY") + cred("t", "server-trust", ip, ca_file=certs["a"][0])
-    conf = tmp_path / "constrain-ip.toml"
-    conf.write_text(harness.render_config(harness.default_proxy_section(harness.free_port(), str(tmp_path / "st")),
-                                          harness.default_log_section()) + creds)
-    d = tmp_path / "ipca"
-    r = harness.run_cli(["ca", "init", "--dir", str(d), "--constrain", "--config", str(conf)])
-    assert r.returncode == 0, r.stderr + r.stdout
-    cca = CA(d)
+    cca = constrained_ca(tmp_path, creds, "ipca")
     text = cert_text(cca.cert)
     assert "IP:127.0.0.1/255.255.255.255" in text and "DNS:invalid" in text, text
 

@@ -35,6 +35,20 @@ import Testing
         return cache.complete(ticket, with: result, now: now)
     }
 
+    /// T1 fetched at 0 and rejected at 50, then T2 fetched at 100 to replace it: returns T2.
+    @discardableResult
+    static func replaceRejectedToken(_ cache: inout Cache) -> IssuedToken {
+        let t1 = token("T1", issued: 0, expires: 600_000)
+        fetch(&cache, at: 0, .success(t1))
+        let stale = cache.rejected(
+            key: key, credential: "app", token: t1, attempt: 1, pregenerated: false,
+            refreshable: true, replayImpossible: nil, now: 50)
+        #expect(stale.action == .refreshAndRetry)
+        let t2 = token("T2", issued: 100, expires: 600_000)
+        fetch(&cache, at: 100, .success(t2))
+        return t2
+    }
+
     static func waiters(_ s: Cache.Settlement) -> [String] { s.deliveries.map(\.waiter) }
     static func tokens(_ s: Cache.Settlement) -> [IssuedToken?] { s.deliveries.map { try? $0.result.get() } }
 
@@ -352,14 +366,7 @@ import Testing
 
     @Test func aCachedTokenJustFetchedToReplaceARejectedOneCountsAsFresh() {
         var cache = Cache()
-        let t1 = Self.token("T1", issued: 0, expires: 600_000)
-        Self.fetch(&cache, at: 0, .success(t1))
-        let stale = cache.rejected(
-            key: Self.key, credential: "app", token: t1, attempt: 1, pregenerated: false,
-            refreshable: true, replayImpossible: nil, now: 50)
-        #expect(stale.action == .refreshAndRetry)
-        let t2 = Self.token("T2", issued: 100, expires: 600_000)
-        Self.fetch(&cache, at: 100, .success(t2))
+        let t2 = Self.replaceRejectedToken(&cache)
         // A new request took T2 from the cache (not marked fresh) and the server rejected it at once: the server
         // rejects new tokens; no third token request.
         let soon = cache.rejected(
@@ -371,13 +378,7 @@ import Testing
 
     @Test func aReplacementTokenRejectedLongAfterItWasFetchedIsRefreshed() {
         var cache = Cache()
-        let t1 = Self.token("T1", issued: 0, expires: 600_000)
-        Self.fetch(&cache, at: 0, .success(t1))
-        _ = cache.rejected(
-            key: Self.key, credential: "app", token: t1, attempt: 1, pregenerated: false,
-            refreshable: true, replayImpossible: nil, now: 50)
-        let t2 = Self.token("T2", issued: 100, expires: 600_000)
-        Self.fetch(&cache, at: 100, .success(t2))
+        let t2 = Self.replaceRejectedToken(&cache)
         // T2 served for a while, then the server revoked it: an ordinary stale token.
         let later = cache.rejected(
             key: Self.key, credential: "app", token: t2, attempt: 1, pregenerated: false,
@@ -389,13 +390,7 @@ import Testing
         // Tokens expired twice within seconds (an admin invalidating them, a server restart): the second
         // rejection is of a token the server had accepted, so it is refreshed and retried, not relayed.
         var cache = Cache()
-        let t1 = Self.token("T1", issued: 0, expires: 600_000)
-        Self.fetch(&cache, at: 0, .success(t1))
-        _ = cache.rejected(
-            key: Self.key, credential: "app", token: t1, attempt: 1, pregenerated: false,
-            refreshable: true, replayImpossible: nil, now: 50)
-        let t2 = Self.token("T2", issued: 100, expires: 600_000)
-        Self.fetch(&cache, at: 100, .success(t2))
+        let t2 = Self.replaceRejectedToken(&cache)
         // A late answer to T1 proves nothing about T2.
         cache.accepted(key: Self.key, value: "T1")
         let unproven = cache.rejected(
@@ -404,11 +399,7 @@ import Testing
         #expect(unproven.action == .relay(reason: "the server rejects new tokens", serverRejectsNewTokens: true))
 
         var again = Cache()
-        Self.fetch(&again, at: 0, .success(t1))
-        _ = again.rejected(
-            key: Self.key, credential: "app", token: t1, attempt: 1, pregenerated: false,
-            refreshable: true, replayImpossible: nil, now: 50)
-        Self.fetch(&again, at: 100, .success(t2))
+        Self.replaceRejectedToken(&again)
         again.accepted(key: Self.key, value: "T2")
         let proven = again.rejected(
             key: Self.key, credential: "app", token: t2, attempt: 1, pregenerated: false,
