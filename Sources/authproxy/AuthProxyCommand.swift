@@ -133,7 +133,7 @@ struct Serve: ParsableCommand {
         }
         // SIGHUP reloads the configuration, off the main queue so that a slow reload (a kinit) never delays
         // the handling of SIGTERM.
-        let hup = DispatchSource.makeSignalSource(signal: SIGHUP, queue: DispatchQueue(label: "authproxy.sighup"))
+        let hup = DispatchSource.makeSignalSource(signal: SIGHUP, queue: ProxyQueue.make("authproxy.sighup"))
         hup.setEventHandler {
             if !stopping { server.reload(trigger: .signal) }
         }

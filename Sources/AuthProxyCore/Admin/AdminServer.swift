@@ -24,7 +24,7 @@ final class AdminServer: @unchecked Sendable {
     private var allow: [AddressBlock]
     private let backend: any AdminBackend
     private let logger: Logger
-    let queue = DispatchQueue(label: "authproxy.admin")
+    let queue = ProxyQueue.make("authproxy.admin")
     private var source: (any DispatchSourceRead)?
     private var connections: [Int32: Connection] = [:]
     private let throttle = LogThrottle()

@@ -16,7 +16,7 @@ final class KerberosTickets: @unchecked Sendable {
     let cache: String
     private let logger: Logger
     private var timer: (any DispatchSourceTimer)?
-    private let queue = DispatchQueue(label: "authproxy.kerberos")
+    private let queue = ProxyQueue.make("authproxy.kerberos")
 
     init(settings: KerberosSettings, stateDir: String, logger: Logger) {
         self.settings = settings

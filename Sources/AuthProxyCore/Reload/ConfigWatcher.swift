@@ -20,7 +20,7 @@ import Logging
 ///
 /// Confined to `queue`: the read source, the timer and every member are used only there.
 final class ConfigWatcher: @unchecked Sendable {
-    private let queue = DispatchQueue(label: "authproxy.config-watch")
+    private let queue = ProxyQueue.make("authproxy.config-watch")
     private let fd: Int32
     private var source: (any DispatchSourceRead)?
     private var timer: (any DispatchSourceTimer)?

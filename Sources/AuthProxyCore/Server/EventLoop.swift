@@ -37,7 +37,7 @@ final class EventLoop: @unchecked Sendable {
     private(set) var shuttingDown = false
 
     init(index: Int, context: ServerContext) {
-        queue = DispatchQueue(label: "authproxy.loop.\(index)", qos: .userInitiated)
+        queue = ProxyQueue.make("authproxy.loop.\(index)")
         multi = CurlMulti(queue: queue)
         http1 = UpstreamConnectionPool(queue: queue)
         self.context = context

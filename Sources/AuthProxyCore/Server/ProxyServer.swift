@@ -20,9 +20,9 @@ public final class ProxyServer: @unchecked Sendable {
     let logLevel: LiveLogLevel?
     private(set) var loops: [EventLoop] = []
     private(set) var listeners: [Listener] = []
-    private let acceptQueue = DispatchQueue(label: "authproxy.accept")
+    private let acceptQueue = ProxyQueue.make("authproxy.accept")
     /// Serialises reloads; owns every member below.
-    let reloadQueue = DispatchQueue(label: "authproxy.reload")
+    let reloadQueue = ProxyQueue.make("authproxy.reload")
     /// The configuration in force (the file's, with the running value of settings that need a restart).
     var running: ProxyConfig
     /// What the running configuration was read from (nil without a ``source``).

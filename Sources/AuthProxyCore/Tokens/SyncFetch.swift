@@ -6,7 +6,7 @@ import Dispatch
 /// Ownership: all libcurl work runs on `queue`; callers only block on the semaphore and read the result the
 /// queue wrote before signalling it.
 public final class SyncFetch: @unchecked Sendable {
-    private let queue = DispatchQueue(label: "authproxy.cli-fetch")
+    private let queue = ProxyQueue.make("authproxy.cli-fetch")
     private let multi: CurlMulti
     private let timeoutSeconds: Int
     private let store: CredentialStore
