@@ -9,6 +9,7 @@
 #include <openssl/ssl.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
+#include <openssl/pem.h>
 #include <openssl/ec.h>
 #include <openssl/x509v3.h>
 #include <openssl/rand.h>
@@ -132,4 +133,17 @@ int ap_affinity_cpu_count(void) {
     CPU_ZERO(&set);
     if (sched_getaffinity(0, sizeof(set), &set) != 0) return -1;
     return CPU_COUNT(&set);
+}
+
+static int ap_pem_password(char *buf, int size, int rwflag, void *u) {
+    (void)rwflag;
+    if (!u || size <= 0) return 0;  /* no passphrase: decryption fails, nothing is asked */
+    size_t n = strlen((const char *)u);
+    if (n > (size_t)size) n = (size_t)size;
+    memcpy(buf, u, n);
+    return (int)n;
+}
+
+EVP_PKEY *ap_pem_read_private_key(BIO *bio, const char *password) {
+    return PEM_read_bio_PrivateKey(bio, NULL, ap_pem_password, (void *)password);
 }

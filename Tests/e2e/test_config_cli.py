@@ -148,6 +148,28 @@ def test_check_warns_about_an_expired_pregenerated_token_and_lists_placement_onl
     assert re.search(r"- trust \(server-trust\): ", r.stdout), r.stdout
 
 
+def test_an_encrypted_interception_ca_key_is_refused_at_once_without_a_passphrase_prompt(proxy_binary, tmp_path):
+    """OpenSSL asks for a passphrase on the terminal when none is given: `check` and `serve` started from a shell
+    waited for input. Now an encrypted ca.key is a configuration error, said at once."""
+    import pty
+    r = harness.run_cli(["ca", "init", "--dir", str(tmp_path / "ca")])
+    assert r.returncode == 0, r.stderr
+    enc = tmp_path / "ca" / "encrypted.key"
+    o = subprocess.run(["openssl", "pkey", "-in", str(tmp_path / "ca" / "ca.key"), "-aes256", "-passout", "pass:pw",
+                        "-out", str(enc)], capture_output=True, text=True)
+    assert o.returncode == 0, o.stderr
+    cfg = _tls_config(tmp_path, tmp_path / "ca" / "ca.pem", enc)
+    primary, secondary = pty.openpty()
+    try:
+        r = subprocess.run([proxy_binary, "check", "--config", str(cfg)], stdin=secondary, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, env=harness.clean_env(), timeout=20)
+    finally:
+        os.close(primary)
+        os.close(secondary)
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert "is encrypted" in r.stderr, r.stderr
+
+
 def test_check_warns_when_tokens_could_not_be_saved_in_state_dir(proxy_binary, tmp_path):
     """A relative state_dir resolved from "/" by an unprivileged user (a container image's user with a mounted
     config) cannot be created: serve would start, but every token save would fail. check says so (found by a

@@ -35,9 +35,13 @@ public final class CertificateAuthority: @unchecked Sendable {
             throw TLSError("cannot read CA key \(keyPath): \(lastErrorString())")
         }
         defer { BIO_free(kbio) }
-        guard let key = PEM_read_bio_PrivateKey(kbio, nil, nil, nil) else {
+        guard let key = ap_pem_read_private_key(kbio, nil) else {
             X509_free(cert)
-            throw TLSError("\(keyPath) is not a PEM private key")
+            _ = openSSLError()
+            let encrypted = readTextFile(keyPath).map { $0.contains("ENCRYPTED") } ?? false
+            throw TLSError(encrypted
+                ? "\(keyPath) is encrypted: authproxy needs the CA key without a passphrase (keep it 0600, readable only by the proxy's user)"
+                : "\(keyPath) is not a PEM private key")
         }
         guard X509_check_private_key(cert, key) == 1 else {
             X509_free(cert)

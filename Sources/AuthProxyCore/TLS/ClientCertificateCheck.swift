@@ -1,3 +1,4 @@
+import CAuthProxyShims
 import COpenSSL
 
 /// Loads a client certificate the way libcurl will, so a wrong password or an unreadable file is reported by
@@ -26,8 +27,7 @@ enum ClientCertificateCheck {
         defer { X509_free(cert) }
         guard let kbio = BIO_new_file(keyPath, "r") else { return "cannot read '\(keyPath)': \(lastErrorString())" }
         defer { BIO_free(kbio) }
-        var pass = Array((s.keyPassword ?? "").utf8CString)
-        let key = pass.withUnsafeMutableBytes { PEM_read_bio_PrivateKey(kbio, nil, nil, s.keyPassword == nil ? nil : $0.baseAddress) }
+        let key = s.keyPassword.map { ap_pem_read_private_key(kbio, $0) } ?? ap_pem_read_private_key(kbio, nil)
         guard let key else {
             _ = openSSLError()
             return "cannot read the key '\(keyPath)': wrong key_password or not a PEM key"

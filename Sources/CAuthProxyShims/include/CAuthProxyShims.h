@@ -62,6 +62,9 @@ void ap_ssl_ctx_harden(SSL_CTX *ctx);
 /// A new EC P-256 key, or NULL.
 EVP_PKEY *ap_ec_p256_keygen(void);
 int ap_bio_pending(BIO *bio);
+/// Reads a PEM private key, decrypting it with `password` when given. Never asks for a passphrase on the
+/// terminal (OpenSSL's default when no callback is given): an encrypted key without `password` fails at once.
+EVP_PKEY *ap_pem_read_private_key(BIO *bio, const char *password);
 /// Adds an X.509v3 extension given in OpenSSL's config syntax (e.g. "critical,CA:TRUE,pathlen:0").
 int ap_x509_add_ext(X509 *cert, X509 *issuer, int nid, const char *value);
 /// notBefore = now + notBeforeOffset, notAfter = now + notAfterOffset (seconds).
