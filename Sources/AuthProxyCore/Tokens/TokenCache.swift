@@ -287,6 +287,12 @@ struct TokenCache<Waiter> {
     /// that the server rejects new tokens; and when it is the key's current token or the one whose rejection
     /// started the key's rejection backoff, that backoff is over. (A late answer to an older token proves
     /// nothing about new ones.)
+    /// Whether any answer could change something through ``accepted(key:value:)``: a replacement token not yet
+    /// proven, or a rejection backoff. Nearly always false, so the request path skips the rest.
+    var awaitsAcceptance: Bool {
+        !rejections.isEmpty || entries.values.contains { $0.replacedRejectedAt != nil }
+    }
+
     mutating func accepted(key: String, value: String) {
         let current = entries[key]?.token?.value == value
         if current, entries[key]?.replacedRejectedAt != nil { entries[key]?.replacedRejectedAt = nil }

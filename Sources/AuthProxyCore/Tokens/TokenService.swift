@@ -155,6 +155,8 @@ public final class TokenService: @unchecked Sendable {
     /// A request to `target` that carried `token` got an answer that was no token error: the server accepts
     /// that token (see ``TokenCache/accepted(key:value:)``).
     func accepted(_ c: Credential, target: URLTarget, token: IssuedToken) {
+        // Called for every completed exchange with a token: the key (string work) only when it can matter.
+        guard cache.withLock({ $0.awaitsAcceptance }) else { return }
         let key = Self.key(for: c, target: target)
         cache.withLock { $0.accepted(key: key, value: token.value) }
     }

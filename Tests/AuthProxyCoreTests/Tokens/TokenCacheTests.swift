@@ -390,7 +390,9 @@ import Testing
         // Tokens expired twice within seconds (an admin invalidating them, a server restart): the second
         // rejection is of a token the server had accepted, so it is refreshed and retried, not relayed.
         var cache = Cache()
+        #expect(!cache.awaitsAcceptance)
         let t2 = Self.replaceRejectedToken(&cache)
+        #expect(cache.awaitsAcceptance)
         // A late answer to T1 proves nothing about T2.
         cache.accepted(key: Self.key, value: "T1")
         let unproven = cache.rejected(
@@ -405,6 +407,7 @@ import Testing
             key: Self.key, credential: "app", token: t2, attempt: 1, pregenerated: false,
             refreshable: true, replayImpossible: nil, now: 1_100)
         #expect(proven.action == .refreshAndRetry)
+        #expect(!again.awaitsAcceptance)
         #expect(proven.backoffStarted == nil)
         #expect(again.cached(key: Self.key, now: 1_100) == nil)
     }
