@@ -8,7 +8,8 @@ import Glibc
 /// A non-blocking listening socket; accepted connections are checked against `allow_clients` and the
 /// connection limits, then handed round-robin to the event loops.
 ///
-/// Confined to its accept queue (`@unchecked Sendable` so the Dispatch source handler may capture it).
+/// Confined to its accept queue, which is one event loop's queue (`@unchecked Sendable` so the Dispatch source
+/// handler may capture it). The listener's members are its own: the loop's are touched only through `adopt`.
 final class Listener: @unchecked Sendable {
     let address: ListenAddress
     private let fd: Int32
@@ -123,7 +124,11 @@ final class Listener: @unchecked Sendable {
             let loop = loops[next]
             next = (next + 1) % loops.count
             let name = describePeer(peer)
-            loop.queue.async { loop.adopt(fd: c, peer: name, address: ip) }
+            if loop.queue === queue {
+                loop.adopt(fd: c, peer: name, address: ip)
+            } else {
+                loop.queue.async { loop.adopt(fd: c, peer: name, address: ip) }
+            }
         }
     }
 }

@@ -20,7 +20,6 @@ public final class ProxyServer: @unchecked Sendable {
     let logLevel: LiveLogLevel?
     private(set) var loops: [EventLoop] = []
     private(set) var listeners: [Listener] = []
-    private let acceptQueue = ProxyQueue.make("authproxy.accept")
     /// Serialises reloads; owns every member below.
     let reloadQueue = ProxyQueue.make("authproxy.reload")
     /// The configuration in force (the file's, with the running value of settings that need a restart).
@@ -96,8 +95,12 @@ public final class ProxyServer: @unchecked Sendable {
             shared: SharedServerState(config: config))
         current = context
         loops = (0..<config.workers).map { EventLoop(index: $0, context: context) }
-        for a in config.listen {
-            let l = try Listener(address: a, loops: loops, queue: acceptQueue, access: context.access,
+        // Each listening socket is served by an event loop's queue (the first on loop 0, the next on loop 1, ...),
+        // not by a queue of its own: one queue fewer that can run at the same time as the loops, so libdispatch's
+        // worker pool has one thread fewer to grow to, and a connection accepted for that loop is adopted without
+        // a hand-over to another thread.
+        for (i, a) in config.listen.enumerated() {
+            let l = try Listener(address: a, loops: loops, queue: loops[i % loops.count].queue, access: context.access,
                 descriptors: context.descriptors, logger: logger)
             listeners.append(l)
         }
