@@ -95,6 +95,36 @@ def test_no_credential_passes_the_challenge_through(proxy_factory, netauth_rig, 
     assert any(o.startswith("Negotiate") for o in offers) and any(o.startswith("NTLM") for o in offers), offers
 
 
+@pytest.mark.parametrize("client", ["native", "libcurl"])
+def test_a_clients_own_ntlm_login_never_serves_another_client(proxy_factory, netauth_rig, client):
+    """No credential of the proxy matches: client A does NTLM itself through the proxy (the 401 reaches it).
+    The NTLM-authenticated upstream connection is A's alone: A's later requests on its proxy connection go over
+    it, and no other client (here: one without any Authorization) is ever served as A over a pooled connection.
+    Before the fix, 2 of 8 such requests of another client were answered 200 as TESTDOM\\alice."""
+    rig = netauth_rig
+    p = proxy_factory(proxy={"http_client": client})
+    env = {k: v for k, v in os.environ.items() if k.lower() not in ("http_proxy", "https_proxy", "all_proxy", "no_proxy")}
+    baseline = len(os.listdir("/proc/%d/fd" % p.pid))
+    # Two URLs in one curl run: the second goes over the same proxy connection (curl redoes NTLM per transfer
+    # only when the connection changed), so both are served as alice through A's own upstream connection.
+    a = subprocess.run(["curl", "-sS", "-x", p.url, "--ntlm", "-u", "TESTDOM\\alice:alice-pw",
+                        "-o", "/dev/null", "-w", "%{http_code} ", rig.iis.url + "a1", "-o", "/dev/null", rig.iis.url + "a2"],
+                       capture_output=True, text=True, env=env, timeout=60)
+    assert a.stdout.split() == ["200", "200"], (a.stdout, a.stderr)
+    # A's own upstream connections closed with its proxy connection.
+    assert wait_until(lambda: len(os.listdir("/proc/%d/fd" % p.pid)) <= baseline, 5), os.listdir("/proc/%d/fd" % p.pid)
+    leaked = []
+    for i in range(8):
+        b = subprocess.run(["curl", "-sS", "-x", p.url, "-D", "-", "-o", "/dev/null", rig.iis.url + "%s-leak-b%d" % (client, i)],
+                           capture_output=True, text=True, env=env, timeout=60)
+        status = b.stdout.split(" ", 2)[1] if b.stdout.startswith("HTTP/") else b.stdout[:40]
+        if status != "401":
+            leaked.append((i, status, [l for l in b.stdout.splitlines() if l.lower().startswith("x-remote-user")]))
+    assert not leaked, leaked
+    lines = wait_until(lambda: [l for l in rig.apache.access_log_lines() if '"GET /%s-leak-b' % client in l], 5)
+    assert lines and all('user="-"' in l for l in lines), lines
+
+
 def test_iis_like_negotiate_plus_ntlm_falls_back_to_ntlm(proxy_factory, netauth_rig, session):
     rig = netauth_rig
     p = proxy_factory(extra_config=cred("iwa", "password", rig.iis.url, username="alice", password="alice-pw", domain="TESTDOM"))

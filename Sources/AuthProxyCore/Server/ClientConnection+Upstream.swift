@@ -17,6 +17,9 @@ extension ClientConnection {
         // (TLS, and the authentication schemes it answers). The own client writes the head from `headers` itself;
         // libcurl gets them as header lines in its syntax.
         let native = context.config.httpClient == .native && url.scheme == "http" && !x.networkAuth.hasCredential
+        // A client doing NTLM/Negotiate itself: from now on, upstream connections of its own (never pooled for
+        // anyone else, closed with this connection).
+        if ownUpstreams == nil, ConnectionBoundAuthentication.starts(headers) { ownUpstreams = OwnUpstreams(loop: loop) }
         var lines: [String] = []
         if !native {
             lines.reserveCapacity(headers.count + 3)
@@ -51,12 +54,12 @@ extension ClientConnection {
         machine.transferStarted(inspect: inspect, now: started)
         if native {
             let t = HTTP1Transfer(pool: loop.http1, request: request, target: url, fields: headers,
-                via: context.viaValue, delegate: self)
+                via: context.viaValue, owner: ownUpstreams?.owner ?? 0, delegate: self)
             x.transfer = t
             t.start()
         } else {
-            let t = UpstreamTransfer(multi: loop.multi, request: request, destination: "\(url.urlHost):\(url.port)",
-                delegate: self)
+            let t = UpstreamTransfer(multi: ownUpstreams?.multi ?? loop.multi, request: request,
+                destination: "\(url.urlHost):\(url.port)", delegate: self)
             x.transfer = t
             t.start()
         }

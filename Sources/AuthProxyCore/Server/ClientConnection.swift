@@ -62,6 +62,9 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
     /// Taken from the loop's pool by ``attachExchange()`` and given back by ``detachExchange()`` when the exchange
     /// ends. Code that may end the exchange (answer, finish, close) must not use a context it fetched before.
     var ex: ExchangeContext? = nil
+    /// Upstream connections of this client alone, once it authenticates connections itself (NTLM/Negotiate);
+    /// nil for nearly every client.
+    var ownUpstreams: OwnUpstreams? = nil
 
     deinit {
         // Backstop: a transfer must never outlive the connection whose memory its callbacks use (the transfer's
@@ -544,6 +547,8 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
         }
         tunnel?.close()
         tunnel = nil
+        ownUpstreams?.close()
+        ownUpstreams = nil
         channel.close()
         loop.connectionClosed(self)
     }

@@ -53,9 +53,10 @@ final class HTTP1Transfer: UpstreamExchange {
     private var ended = false
 
     init(pool: UpstreamConnectionPool, request: UpstreamRequest, target: URLTarget, fields: HTTPHeaders, via: String,
-        delegate: any UpstreamTransferDelegate)
+        owner: UInt64 = 0, delegate: any UpstreamTransferDelegate)
     {
         self.pool = pool
+        self.owner = owner
         self.request = request
         self.target = target
         self.fields = fields
@@ -70,7 +71,9 @@ final class HTTP1Transfer: UpstreamExchange {
         connection?.close()
     }
 
-    private var key: UpstreamConnectionPool.Key { .init(host: target.host, port: target.port) }
+    /// Non-zero: the connections of one client connection that authenticates them itself (see ``OwnUpstreams``).
+    private let owner: UInt64
+    private var key: UpstreamConnectionPool.Key { .init(host: target.host, port: target.port, owner: owner) }
 
     func start() {
         assertOnQueue(pool.queue)

@@ -13,6 +13,9 @@ final class UpstreamConnectionPool {
     struct Key: Hashable {
         var host: String
         var port: Int
+        /// Non-zero: the connection belongs to one client connection (``OwnUpstreams``), which authenticated it
+        /// itself; only that client's exchanges take it.
+        var owner: UInt64 = 0
     }
 
     static let maxIdlePerDestination = 64
@@ -89,6 +92,17 @@ final class UpstreamConnectionPool {
             for c in list where now &- c.idleSince >= Self.idleTimeout { c.close() }
             idle[key] = keep.isEmpty ? nil : keep
             idleCount -= list.count - keep.count
+        }
+    }
+
+    /// Closes the idle connections kept for one client connection (it closed).
+    func closeOwned(by owner: UInt64) {
+        assertOnQueue(queue)
+        guard idleCount > 0 else { return }
+        for (key, list) in idle where key.owner == owner {
+            for c in list { c.close() }
+            idle[key] = nil
+            idleCount -= list.count
         }
     }
 

@@ -1,0 +1,24 @@
+/// Authentication schemes that authenticate the TCP connection rather than each request.
+///
+/// NTLM (and Negotiate, which IIS keeps per connection by default, and which may carry NTLM inside) is a
+/// handshake over several requests on one connection; once it succeeds the *connection* is the user's, and
+/// later requests on it carry no `Authorization` at all. A proxy that pools upstream connections must then never
+/// give that connection to another client: the other client would be served as the user. Nor can a client's
+/// handshake be spread over pooled connections, since each step must reach the same one.
+///
+/// So a client connection that sends such an `Authorization` itself (no credential of the proxy answers for it)
+/// gets upstream connections of its own from then on, closed with it (see ``OwnUpstreams``).
+enum ConnectionBoundAuthentication {
+    /// Whether a request with these fields starts or continues a connection-bound handshake.
+    static func starts(_ headers: HTTPHeaders) -> Bool {
+        // No array of values: this runs for every request forwarded.
+        headers.fields.contains { $0.name.caseInsensitiveEquals("authorization") && isConnectionBound($0.value) }
+    }
+
+    /// Whether an `Authorization` value uses NTLM or Negotiate (scheme names are case-insensitive).
+    static func isConnectionBound(_ value: String) -> Bool {
+        var scheme = Substring(value.drop { $0 == " " || $0 == "\t" })
+        if let end = scheme.firstIndex(where: { $0 == " " || $0 == "\t" }) { scheme = scheme[..<end] }
+        return scheme.caseInsensitiveEquals("ntlm") || scheme.caseInsensitiveEquals("negotiate")
+    }
+}
