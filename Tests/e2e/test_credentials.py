@@ -54,6 +54,56 @@ def test_api_key_only_on_matching_urls(proxy_factory, origin, session):
     assert "KEY-" not in p2.log_text() and "KEY-" not in p.log_text()
 
 
+@pytest.mark.parametrize("client", ["native", "libcurl"])
+def test_injected_token_never_reaches_the_client_in_a_redirect(proxy_factory, session, client):
+    """An upstream redirect that echoes the request target (IIS/Web Adaptor http->https, trailing-slash
+    redirects) used to hand the injected API key to the client in Location; the injected token field is removed
+    there (and in Content-Location), the client's own fields stay byte for byte."""
+    import socket
+    ls = socket.socket()
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind(("127.0.0.1", 0))
+    ls.listen(16)
+    port = ls.getsockname()[1]
+    seen = []
+
+    def serve(c):
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            d = c.recv(65536)
+            if not d:
+                c.close()
+                return
+            buf += d
+        target = buf.split(b" ")[1]
+        seen.append(target)
+        c.sendall(b"HTTP/1.1 301 Moved Permanently\r\nLocation: https://127.0.0.1:%d%s\r\n"
+                  b"Content-Location: %s\r\nContent-Length: 0\r\nConnection: close\r\n\r\n" % (port, target, target))
+        c.close()
+
+    def accept():
+        while True:
+            try:
+                c, _ = ls.accept()
+            except OSError:
+                return
+            threading.Thread(target=serve, args=(c,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        p = proxy_factory(proxy={"http_client": client},
+                          extra_config=cred("svc", "api-key", "http://127.0.0.1:%d/arcgis" % port, key="ORG-SECRET-KEY"))
+        r = via(p, session, "GET", "http://127.0.0.1:%d/arcgis/rest/services?f=json&where=1%%3D1" % port,
+                allow_redirects=False)
+        assert r.status_code == 301
+        assert seen and b"token=ORG-SECRET-KEY" in seen[-1]          # the upstream got the key
+        assert r.headers["Location"] == "https://127.0.0.1:%d/arcgis/rest/services?f=json&where=1%%3D1" % port
+        assert r.headers["Content-Location"] == "/arcgis/rest/services?f=json&where=1%3D1"
+        assert "ORG-SECRET-KEY" not in str(r.headers)
+    finally:
+        ls.close()
+
+
 def test_header_placement_and_override(proxy_factory, origin, session):
     p = proxy_factory(extra_config=cred("h", "api-key", origin.url, key="HKEY", token_placement="header",
                                         override_client_token=True))

@@ -317,6 +317,24 @@ struct ResponseHeadAssembler {
         }
     }
 
+    /// Replaces the values of `Location` and `Content-Location` fields for which `transform` returns new bytes
+    /// (nil: the value stays). Used to keep an injected token out of redirect URLs (``RedirectTokenScrub``).
+    mutating func rewriteLocations(_ transform: (UnsafeRawBufferPointer) -> [UInt8]?) {
+        for i in fields.indices {
+            let f = fields[i]
+            let replacement: [UInt8]? = storage.withUnsafeBytes { s in
+                let name = Self.bytes(s, f.nameStart, f.nameEnd)
+                guard Self.equalsIgnoringCase(name, "location") || Self.equalsIgnoringCase(name, "content-location")
+                else { return nil }
+                return transform(Self.bytes(s, f.valueStart, f.valueEnd))
+            }
+            guard let replacement else { continue }
+            fields[i].valueStart = storage.count
+            storage.append(contentsOf: replacement)
+            fields[i].valueEnd = storage.count
+        }
+    }
+
     /// ``value(of:)`` as a String, for rare callers (token-error sniffing).
     func string(of lowercasedName: StaticString) -> String? {
         value(of: lowercasedName).map { String(decoding: $0, as: UTF8.self) }

@@ -220,6 +220,9 @@ extension ClientConnection {
         // answer, or a 200 whose head was cut, would leave it reading the next response on the connection wrongly.
         if x.responseHead.status < 200 || !x.responseHead.isComplete { x.responseHead.substituteStatus(502) }
         x.heldHead.removeAll()
+        if let injected = x.injectedToken {
+            x.responseHead.rewriteLocations { RedirectTokenScrub.scrub($0, token: injected.value) }
+        }
         let framing = x.responseHead.write(into: &x.heldHead, options: .init(isHeadRequest: x.head?.isHead ?? false,
             clientMinorVersion: x.head?.minorVersion ?? 1, keepAlive: machine.keepAlive, corsOrigin: x.corsOrigin,
             via: context.viaValue))
