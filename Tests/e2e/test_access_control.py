@@ -140,6 +140,19 @@ def test_python_requests_userinfo_proxy_url(authed, origin, session):
     assert session.get(origin.url + "/json", proxies=proxies, timeout=10).status_code == 200
 
 
+def test_non_ascii_client_password_from_curl_and_requests(proxy_factory, origin, session):
+    """curl sends Basic credentials as UTF-8, Python requests as ISO-8859-1: README's recipe must work with
+    both (requests got 407 before)."""
+    p = proxy_factory(extra_config=client_block("team-a", "pässwörd"))
+    proxies = {"http": "http://team-a:%s@%s" % (urllib.parse.quote("pässwörd"), p.authority)}
+    assert session.get(origin.url + "/json", proxies=proxies, timeout=10).status_code == 200
+    wrong = {"http": "http://team-a:%s@%s" % (urllib.parse.quote("pässwort"), p.authority)}
+    assert session.get(origin.url + "/json", proxies=wrong, timeout=10).status_code == 407
+    r = harness.curl("-x", p.url, "--proxy-user", "team-a:pässwörd", "-o", "/dev/null", "-w", "%{http_code}",
+                     origin.url + "/json")
+    assert r.stdout in ("200", b"200"), (r.stdout, r.stderr)
+
+
 def test_gdal_proxy_user(authed, origin):
     if not shutil.which("ogrinfo"):
         pytest.skip("ogrinfo (gdal-bin) not installed")

@@ -65,13 +65,28 @@ public struct ProxyAuthenticator: Sendable {
         return c.verify(password: password) ? c : nil
     }
 
-    /// `Basic base64(user:password)` → user and password bytes.
+    /// `Basic base64(user:password)` → user and password bytes (UTF-8).
+    ///
+    /// RFC 7617 leaves the charset to the client unless the challenge names one: curl and browsers send UTF-8,
+    /// Python's requests/urllib3 send ISO-8859-1. Bytes that are not valid UTF-8 are read as ISO-8859-1 (where
+    /// every byte is a character), so `pässwörd` verifies from either. Valid UTF-8 is taken as UTF-8: a Latin-1
+    /// text of non-ASCII letters is practically never valid UTF-8.
     static func basicCredentials(_ header: String) -> (String, [UInt8])? {
         let trimmed = header.trimmingHTTPWhitespace()
         guard let space = trimmed.firstIndex(of: " "), trimmed[..<space].caseInsensitiveEquals("basic") else { return nil }
         let encoded = trimmed[trimmed.index(after: space)...].trimmingHTTPWhitespace()
-        guard let raw = Base64.decode(encoded), let colon = raw.firstIndex(of: UInt8(ascii: ":")) else { return nil }
+        guard let decoded = Base64.decode(encoded) else { return nil }
+        let raw = Self.utf8(decoded)
+        guard let colon = raw.firstIndex(of: UInt8(ascii: ":")) else { return nil }
         return (String(decoding: raw[..<colon], as: UTF8.self), Array(raw[(colon + 1)...]))
+    }
+
+    /// `bytes` as UTF-8: unchanged when they are valid UTF-8, else read as ISO-8859-1.
+    static func utf8(_ bytes: [UInt8]) -> [UInt8] {
+        if bytes.allSatisfy({ $0 < 0x80 }) || String(validating: bytes, as: UTF8.self) != nil { return bytes }
+        var s = String.UnicodeScalarView()
+        for b in bytes { s.append(Unicode.Scalar(b)) }
+        return Array(String(s).utf8)
     }
 }
 

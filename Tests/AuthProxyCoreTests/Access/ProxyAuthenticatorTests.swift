@@ -21,6 +21,19 @@ import Testing
         #expect(auth.authenticate(header) == nil)
     }
 
+    @Test func nonASCIIPasswordsVerifyAsUTF8AndAsISO88591() {
+        let a = ProxyAuthenticator([ProxyClient(name: "jürgen", password: "pässwörd", credentials: nil)])
+        // curl and browsers: UTF-8.
+        #expect(a.authenticate("Basic " + base64(Array("jürgen:pässwörd".utf8)))?.name == "jürgen")
+        // Python requests/urllib3: ISO-8859-1 (ä = E4, ö = F6, ü = FC).
+        let latin1: [UInt8] = [0x6A, 0xFC, 0x72, 0x67, 0x65, 0x6E, 0x3A, 0x70, 0xE4, 0x73, 0x73, 0x77, 0xF6, 0x72, 0x64]
+        #expect(a.authenticate("Basic " + base64(latin1))?.name == "jürgen")
+        // Still the password that counts.
+        let wrong: [UInt8] = [0x6A, 0xFC, 0x72, 0x67, 0x65, 0x6E, 0x3A, 0x70, 0xE4, 0x73, 0x73]
+        #expect(a.authenticate("Basic " + base64(wrong)) == nil)
+        #expect(ProxyAuthenticator.utf8(Array("plain".utf8)) == Array("plain".utf8))
+    }
+
     @Test func rejectsWrongPasswordAndUnknownUser() {
         #expect(auth.authenticate(basic("bob:hunter3")) == nil)
         #expect(auth.authenticate(basic("bob:")) == nil)
