@@ -111,6 +111,69 @@ def test_tokens_expired_twice_in_a_row_are_both_refreshed(proxy_factory, session
         s.stop()
 
 
+def test_one_service_rejecting_tokens_that_others_accept_does_not_log_in_per_request(proxy_factory, session):
+    """One service answers every token with 498 (a service of another server behind the same root, or a denial
+    that looks like a token error) while the others accept them. Each request to it refreshed, its fresh token
+    was accepted by the next request elsewhere, which ended the backoff, so every request to it cost a
+    password login (21 for 20+20 requests). Now the backoff holds once the pattern repeats: its rejections are
+    relayed, the other services keep their token, and logins grow with the backoff (1 s doubling), not with
+    the requests."""
+    import http.server
+    import json
+    state = {"gen": 0, "valid": set()}
+    lock = threading.Lock()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *a):
+            pass
+
+        def send(self, body):
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            with lock:
+                state["gen"] += 1
+                t = "T%d" % state["gen"]
+                state["valid"].add(t)
+            self.send(json.dumps({"token": t, "expires": int(time.time() * 1000) + 3600000, "ssl": False}).encode())
+
+        def do_GET(self):
+            if self.path.startswith("/arcgis/rest/info"):
+                return self.send(json.dumps({"currentVersion": 11.1, "authInfo": {
+                    "isTokenBasedSecurity": True, "shortLivedTokenValidity": 60,
+                    "tokenServicesUrl": "http://127.0.0.1:%d/arcgis/tokens/generateToken" % port}}).encode())
+            tok = self.path.split("token=")[-1] if "token=" in self.path else None
+            if tok not in state["valid"] or "/Elsewhere/" in self.path:
+                return self.send(b'{"error":{"code":498,"message":"Invalid token.","details":[]}}')
+            return self.send(b'{"features":[]}')
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    port = srv.server_address[1]
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        p = proxy_factory(extra_config=cred("gis", "arcgis-token", "http://127.0.0.1:%d/arcgis" % port,
+                                            username="u", password="p"))
+        base = "http://127.0.0.1:%d/arcgis/rest/services/" % port
+        started = time.time()
+        for _ in range(20):
+            assert via(p, session, "GET", base + "Open/FeatureServer/0/query?f=json").json() == {"features": []}
+            r = via(p, session, "GET", base + "Elsewhere/FeatureServer/0/query?f=json")
+            assert r.json()["error"]["code"] == 498
+            time.sleep(0.1)
+        elapsed = time.time() - started
+        # One login at the start, one per rejection of a fresh token while the backoff doubles (1, 2, 4 s ...).
+        assert state["gen"] <= 2 + int(elapsed).bit_length(), (state["gen"], elapsed)
+    finally:
+        srv.shutdown()
+
+
 def test_concurrent_clients_share_one_fresh_rejection(proxy_factory):
     s = ArcGISServer(role="server", ttl=60, reject_all=True).start()
     try:

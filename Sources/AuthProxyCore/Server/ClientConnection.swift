@@ -70,6 +70,7 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
         // Backstop: a transfer must never outlive the connection whose memory its callbacks use (the transfer's
         // delegate reference is `unowned(unsafe)`).
         ex?.transfer?.cancel()
+        ownUpstreams?.close()
     }
 
     init(fd: Int32, peer: String, address: IPAddress, loop: EventLoop) {

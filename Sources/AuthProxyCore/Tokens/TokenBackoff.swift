@@ -33,6 +33,11 @@ public struct TokenBackoff: Sendable, Equatable {
         return wait
     }
 
+    /// The wait is over now, but the failures still count (the next one waits longer).
+    public mutating func endWait() {
+        retryAt = 0
+    }
+
     public mutating func succeeded() {
         failures = 0
         retryAt = 0

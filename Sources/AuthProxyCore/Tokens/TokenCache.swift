@@ -279,7 +279,7 @@ struct TokenCache<Waiter> {
     }
 
     /// How long a token fetched to replace a rejected one counts as fresh for any request that carried it,
-    /// unless the server accepts it first (``accepted(key:value:)``).
+    /// unless the server accepts it first (``accepted(key:value:now:)``).
     static var freshAfterRejectionMillis: Int64 { 10_000 }
 
     /// A response to a request to `key` that carried the token `value` was no token error: the server accepts
@@ -287,17 +287,35 @@ struct TokenCache<Waiter> {
     /// that the server rejects new tokens; and when it is the key's current token or the one whose rejection
     /// started the key's rejection backoff, that backoff is over. (A late answer to an older token proves
     /// nothing about new ones.)
-    /// Whether any answer could change something through ``accepted(key:value:)``: a replacement token not yet
+    /// Whether any answer could change something through ``accepted(key:value:now:)``: a replacement token not yet
     /// proven, or a rejection backoff. Nearly always false, so the request path skips the rest.
     var awaitsAcceptance: Bool {
         !rejections.isEmpty || entries.values.contains { $0.replacedRejectedAt != nil }
     }
 
-    mutating func accepted(key: String, value: String) {
+    ///
+    /// One exception keeps the backoff: fresh tokens rejected again and again, each accepted elsewhere in
+    /// between. Then the server accepts the credential's tokens and one service refuses them (no permission
+    /// given in a form that looks like a token error, a service of another server behind the same root): a
+    /// new token changes nothing for it, and ending the backoff at every acceptance made each of its requests
+    /// fetch one (a password login per request). The backoff runs its course (1 s doubling to 30 s) while the
+    /// accepted token keeps serving every other request and that service's rejections are relayed.
+    mutating func accepted(key: String, value: String, now: Int64) {
         let current = entries[key]?.token?.value == value
         if current, entries[key]?.replacedRejectedAt != nil { entries[key]?.replacedRejectedAt = nil }
-        if let r = rejections[key], current || r.token?.value == value { rejections[key] = nil }
+        guard var r = rejections[key], current || r.token?.value == value else { return }
+        if now - r.backoff.lastFailureAt > TokenBackoff.forgetAfter {
+            rejections[key] = nil
+        } else if r.backoff.failures < Self.selectiveRejectionAfter {
+            // The failures still count, so a repetition is recognised; the record goes once they are forgotten.
+            r.backoff.endWait()
+            rejections[key] = r
+        }
     }
+
+    /// How many rejections of fresh tokens in a row (within ``TokenBackoff/forgetAfter``), each followed by an
+    /// acceptance, mean that the server accepts tokens and a service refuses them.
+    static var selectiveRejectionAfter: Int { 2 }
 
     /// The rejection backoff of `key`, if its server ever rejected a fresh token.
     func rejectionBackoff(key: String) -> TokenBackoff? { rejections[key]?.backoff }

@@ -153,12 +153,13 @@ public final class TokenService: @unchecked Sendable {
     }
 
     /// A request to `target` that carried `token` got an answer that was no token error: the server accepts
-    /// that token (see ``TokenCache/accepted(key:value:)``).
+    /// that token (see ``TokenCache/accepted(key:value:now:)``).
     func accepted(_ c: Credential, target: URLTarget, token: IssuedToken) {
         // Called for every completed exchange with a token: the key (string work) only when it can matter.
         guard cache.withLock({ $0.awaitsAcceptance }) else { return }
         let key = Self.key(for: c, target: target)
-        cache.withLock { $0.accepted(key: key, value: token.value) }
+        let now = nowMillis()
+        cache.withLock { $0.accepted(key: key, value: token.value, now: now) }
     }
 
     /// Whether the key of a request to `target` is backing off because its server rejected new tokens, and

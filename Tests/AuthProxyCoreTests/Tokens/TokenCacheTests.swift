@@ -394,7 +394,7 @@ import Testing
         let t2 = Self.replaceRejectedToken(&cache)
         #expect(cache.awaitsAcceptance)
         // A late answer to T1 proves nothing about T2.
-        cache.accepted(key: Self.key, value: "T1")
+        cache.accepted(key: Self.key, value: "T1", now: 120)
         let unproven = cache.rejected(
             key: Self.key, credential: "app", token: t2, attempt: 1, pregenerated: false,
             refreshable: true, replayImpossible: nil, now: 150)
@@ -402,7 +402,7 @@ import Testing
 
         var again = Cache()
         Self.replaceRejectedToken(&again)
-        again.accepted(key: Self.key, value: "T2")
+        again.accepted(key: Self.key, value: "T2", now: 1_050)
         let proven = again.rejected(
             key: Self.key, credential: "app", token: t2, attempt: 1, pregenerated: false,
             refreshable: true, replayImpossible: nil, now: 1_100)
@@ -423,12 +423,56 @@ import Testing
         #expect(first.backoffStarted != nil)
         #expect(cache.rejectionBackoff(key: Self.key)?.isBackingOff(at: 20) == true)
         // An unrelated token's answer changes nothing.
-        cache.accepted(key: Self.key, value: "T0")
+        cache.accepted(key: Self.key, value: "T0", now: 20)
         #expect(cache.rejectionBackoff(key: Self.key) != nil)
         // The server accepts T1 after all (a transient refusal): the backoff is over.
-        cache.accepted(key: Self.key, value: "T1")
-        #expect(cache.rejectionBackoff(key: Self.key) == nil)
+        cache.accepted(key: Self.key, value: "T1", now: 25)
+        #expect(cache.rejectionBackoff(key: Self.key)?.isBackingOff(at: 30) == false)
         #expect(cache.cached(key: Self.key, now: 30)?.token == t1)
+        // Its failure is remembered for a while, then forgotten.
+        cache.accepted(key: Self.key, value: "T1", now: 100 + TokenBackoff.forgetAfter)
+        #expect(cache.rejectionBackoff(key: Self.key) == nil)
+        #expect(!cache.awaitsAcceptance)
+    }
+
+    @Test func aServiceThatRejectsTokensAcceptedElsewhereDoesNotFetchOnePerRequest() {
+        // Service X rejects every token (a denial that looks like a token error); service Y of the same root
+        // accepts them. Each X request refreshed and retried, Y's next answer ended the backoff, and the next X
+        // request fetched again: a password login per request. After the second fresh token rejected in a row,
+        // an acceptance no longer ends the backoff: X's rejections are relayed and Y keeps its token.
+        var cache = Cache()
+        let t1 = Self.token("T1", issued: 0, expires: 600_000)
+        Self.fetch(&cache, at: 0, .success(t1))
+        cache.accepted(key: Self.key, value: "T1", now: 5)
+        var fetches = 0
+        var current = t1
+        var now: Int64 = 10
+        for round in 0..<6 {
+            // X with the current (accepted) token.
+            let first = cache.rejected(
+                key: Self.key, credential: "app", token: current, attempt: 1, pregenerated: false,
+                refreshable: true, replayImpossible: nil, now: now)
+            if first.action == .refreshAndRetry {
+                fetches += 1
+                let next = Self.token("T\(round + 2)", issued: now, expires: now + 600_000)
+                Self.fetch(&cache, at: now, .success(next))
+                let retry = cache.rejected(
+                    key: Self.key, credential: "app", token: Self.fresh(next), attempt: 2, pregenerated: false,
+                    refreshable: true, replayImpossible: nil, now: now + 5)
+                #expect(retry.action == .relay(reason: "the server rejects new tokens", serverRejectsNewTokens: true))
+                current = next
+            } else {
+                #expect(first.action == .relay(reason: "the server rejected new tokens recently; backing off",
+                    serverRejectsNewTokens: false))
+            }
+            // Y accepts the token in force, which keeps being handed out.
+            #expect(cache.acquire(key: Self.key, credential: "app", now: now + 10, waiter: "y") == .ready(current))
+            cache.accepted(key: Self.key, value: current.value, now: now + 10)
+            now += 200
+        }
+        // Six X requests within 1.2 s: two fetches (the second one shows the pattern), not six.
+        #expect(fetches == 2)
+        #expect(cache.rejectionBackoff(key: Self.key)?.isBackingOff(at: now) == true)
     }
 
     @Test func aRejectionOfAnOldTokenKeepsTheRefreshedOne() {
