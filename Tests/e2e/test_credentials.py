@@ -348,6 +348,22 @@ def test_arcgis_token_from_portal_is_exchanged(proxy_factory, federation, sessio
     assert issued.get("generate_password") == 1 and issued.get("generate_federated") == 1, issued
 
 
+@pytest.mark.parametrize("expiration", [None, 30])
+def test_arcgis_token_with_token_url_and_expiration_still_exchanged(proxy_factory, federation, session, expiration):
+    # token_url at the portal (what `authproxy doctor` proposes) plus expiration_minutes: the server's rest/info
+    # must still be read, or its owningSystemUrl is never learnt and the portal token goes to the server (498).
+    portal, server = federation
+    extra = {"expiration_minutes": expiration} if expiration else {}
+    p = proxy_factory(extra_config=cred("gis", "arcgis-token", [server.server_root, portal.portal_url],
+                                        username="bob", password="bob-pass",
+                                        token_url=portal.sharing_url + "/generateToken", **extra))
+    r = via(p, session, "GET", server.query_url() + "?f=json")
+    assert r.status_code == 200 and r.json().get("features"), r.text[:300]
+    issued = portal.stats()["tokens_issued"]
+    assert issued.get("generate_federated") == 1, issued
+    assert [e["outcome"] for e in server.request_log() if e.get("kind") == "query"] == ["ok"], server.request_log()
+
+
 def test_pregenerated_token_and_referer(proxy_factory, ags, session):
     t = ags.issue_token(client="referer", referer="https://maps.example.com", ttl=600)
     p = proxy_factory(extra_config=cred("pre", "token", ags.server_root, token=t, referer="https://maps.example.com"))

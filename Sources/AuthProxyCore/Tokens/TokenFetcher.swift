@@ -132,67 +132,42 @@ final class TokenFetcher {
         done: @escaping (Result<IssuedToken, TokenError>) -> Void
     ) {
         let proceed: (ServerInfoResponse?) -> Void = { [self] info in
-            let tokenURL: String
-            if let u = s.tokenURL {
-                tokenURL = u
-            } else if isPortal {
-                tokenURL = ServerRoot.sharingRest(root) + "/generateToken"
-            } else if let u = info?.tokenServicesURL
-                ?? info?.owningSystemURL.map({ ServerRoot.sharingRest($0) + "/generateToken" })
-            {
-                // rest/info is the server's word: never send a password to another host, or over http when
-                // the server itself is https, on its say-so alone.
-                guard Self.isSafeTokenService(u, for: root) else {
-                    done(
-                        .failure(
-                            TokenError(
-                                credential: c.name,
-                                message:
-                                    "\(root)/rest/info names the token service \(Self.redacted(u)) on another host or without https; set token_url to trust it"
-                            )))
-                    return
-                }
-                tokenURL = u
-            } else {
-                done(
-                    .failure(
-                        TokenError(
-                            credential: c.name,
-                            message: "\(root)/rest/info does not name a token service; set token_url")))
+            let plan: PasswordLogin.Plan
+            switch PasswordLogin.plan(s, root: root, isPortal: isPortal, info: info) {
+            case .failure(let e):
+                done(.failure(TokenError(credential: c.name, message: e.message)))
                 return
+            case .success(let p):
+                plan = p
             }
             var fields = [("username", s.username), ("password", s.password), ("client", s.client)]
             if let r = s.referer, s.client == "referer" { fields.append(("referer", r)) }
-            if let m = s.expirationMinutes ?? info?.shortLivedTokenValidity { fields.append(("expiration", String(m))) }
+            if let m = plan.expirationMinutes { fields.append(("expiration", String(m))) }
             fields.append(("f", "json"))
-            post(c, url: tokenURL, fields: fields, answer: GenerateTokenResponse.self) { [self] result in
-                switch result.flatMap({ issued(c, $0, service: tokenURL) }) {
+            post(c, url: plan.tokenURL, fields: fields, answer: GenerateTokenResponse.self) { [self] result in
+                switch result.flatMap({ issued(c, $0, service: plan.tokenURL) }) {
                 case .failure(let e): done(.failure(e))
                 case .success(var t):
                     t.referer = s.client == "referer" ? s.referer : nil
-                    // A portal token for a server federated with that portal is exchanged for a server token.
-                    let portalRoot = tokenURL.lowercased().firstRange(of: "/sharing/").map {
-                        String(tokenURL[..<$0.lowerBound])
-                    }
-                    if !isPortal, let portalRoot, let owner = info?.owningSystemURL, ServerRoot.same(owner, portalRoot)
-                    {
-                        exchange(c, portalToken: t, portal: portalRoot, serverRoot: root, done: done)
+                    if let portal = plan.exchangeAt {
+                        exchange(c, portalToken: t, portal: portal, serverRoot: root, done: done)
                     } else {
                         done(.success(t))
                     }
                 }
             }
         }
-        if s.tokenURL != nil && s.expirationMinutes != nil || isPortal {
+        guard PasswordLogin.readsServerInfo(isPortal: isPortal) else {
             proceed(nil)
-        } else {
-            serverInfo(c, root: root) { info in
-                if case .failure(let e) = info, s.tokenURL == nil {
-                    done(.failure(e))
-                    return
-                }
-                proceed(try? info.get())
+            return
+        }
+        serverInfo(c, root: root) { info in
+            // With token_url set, a server without a readable rest/info still gets a token (not exchanged).
+            if case .failure(let e) = info, s.tokenURL == nil {
+                done(.failure(e))
+                return
             }
+            proceed(try? info.get())
         }
     }
 

@@ -1,0 +1,68 @@
+import Foundation
+
+/// How an `arcgis-token` credential (username and password) gets a token for a root: the pure decisions of
+/// ``TokenFetcher``'s password login — whether the server's `rest/info` is read, which token service gets the
+/// password, what lifetime is asked for, and whether the token is then exchanged for a federated server's.
+enum PasswordLogin {
+    /// Whether the server's `rest/info` must be read before logging in. For a server root it always is, even
+    /// when `token_url` and `expiration_minutes` are both configured: only `rest/info` says which portal the
+    /// server is federated with (`owningSystemUrl`), and a portal token sent to a federated server is refused
+    /// (498) until it is exchanged for a server token. A portal root has no `rest/info`.
+    static func readsServerInfo(isPortal: Bool) -> Bool { !isPortal }
+
+    /// What to do for one login.
+    struct Plan: Equatable, Sendable {
+        /// The token service that gets the password.
+        var tokenURL: String
+        /// The `expiration` field (minutes), if one is sent.
+        var expirationMinutes: Int?
+        /// The portal root whose token must be exchanged for a token of the server root (federation), else nil.
+        var exchangeAt: String?
+    }
+
+    /// The plan for `root` (a portal root when `isPortal`), given the server's `rest/info` when it could be
+    /// read; a failure is the message for the client's 502.
+    static func plan(_ s: ArcGISTokenSettings, root: String, isPortal: Bool, info: ServerInfoResponse?)
+        -> Result<Plan, PlanError>
+    {
+        let tokenURL: String
+        if let u = s.tokenURL {
+            tokenURL = u
+        } else if isPortal {
+            tokenURL = ServerRoot.sharingRest(root) + "/generateToken"
+        } else if let u = info?.tokenServicesURL
+            ?? info?.owningSystemURL.map({ ServerRoot.sharingRest($0) + "/generateToken" })
+        {
+            // rest/info is the server's word: never send a password to another host, or over http when
+            // the server itself is https, on its say-so alone.
+            guard TokenFetcher.isSafeTokenService(u, for: root) else {
+                return .failure(
+                    PlanError(
+                        message:
+                            "\(root)/rest/info names the token service \(TokenFetcher.redacted(u)) on another host or without https; set token_url to trust it"
+                    ))
+            }
+            tokenURL = u
+        } else {
+            return .failure(PlanError(message: "\(root)/rest/info does not name a token service; set token_url"))
+        }
+        var plan = Plan(tokenURL: tokenURL, expirationMinutes: s.expirationMinutes ?? info?.shortLivedTokenValidity)
+        // A portal token for a server federated with that portal is exchanged for a server token.
+        if !isPortal, let portal = portalRoot(ofTokenService: tokenURL), let owner = info?.owningSystemURL,
+            ServerRoot.same(owner, portal)
+        {
+            plan.exchangeAt = portal
+        }
+        return .success(plan)
+    }
+
+    /// The portal root of a portal token service (`https://host/portal/sharing/rest/generateToken` →
+    /// `https://host/portal`), nil for a server's own token service.
+    static func portalRoot(ofTokenService url: String) -> String? {
+        url.range(of: "/sharing/", options: .caseInsensitive).map { String(url[..<$0.lowerBound]) }
+    }
+
+    struct PlanError: Error, Equatable, Sendable {
+        var message: String
+    }
+}
