@@ -151,6 +151,28 @@ def arcgis_cred(ags, **extra):
     return cred("gis", "arcgis-token", ags.server_root, username="alice", password="alice-pass", **extra)
 
 
+@pytest.mark.parametrize("how", ["query", "header", "authorization", "form"])
+def test_empty_client_token_gets_the_proxys(proxy_factory, ags, session, how):
+    # The REST Services Directory's query form submits an empty `token=`; a client may send
+    # `X-Esri-Authorization: Bearer ` with nothing after it. Neither is a token: the proxy's goes in, alone.
+    p = proxy_factory(extra_config=arcgis_cred(ags))
+    url = ags.query_url() + "?where=1%3D1&text=&objectIds=&outFields=*&f=json"
+    kw = {}
+    if how == "query":
+        url += "&token="
+    elif how == "header":
+        kw["headers"] = {"X-Esri-Authorization": "Bearer "}
+    elif how == "authorization":
+        kw["headers"] = {"Authorization": "Bearer "}
+    if how == "form":
+        r = via(p, session, "POST", ags.query_url(), data={"where": "1=1", "token": "", "f": "json"})
+    else:
+        r = via(p, session, "GET", url, **kw)
+    assert r.status_code == 200 and r.json().get("features"), r.text[:300]
+    e = ags.request_log()[-1]
+    assert e["outcome"] == "ok" and e["token_count"] == 1, e
+
+
 def test_arcgis_token_with_curl_requests_and_gdal(proxy_factory, ags, session):
     p = proxy_factory(extra_config=arcgis_cred(ags))
     url = ags.query_url() + "?where=1%3D1&outFields=*&f=json"

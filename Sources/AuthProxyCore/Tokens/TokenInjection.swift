@@ -1,14 +1,45 @@
 /// How a token goes into a request: pure functions over the request's URL, headers and (small, buffered)
 /// urlencoded form body. A request never carries two tokens: injecting removes any token the client sent.
 public enum TokenInjection {
-    /// Whether the client already sent a token of its own: a `token` query parameter (or form field, when
-    /// the form is given), `X-Esri-Authorization`, or `Authorization: Bearer`.
+    /// Whether the client already sent a token of its own: a non-empty `token` query parameter (or form field,
+    /// when the form is given), `X-Esri-Authorization` with a value, or `Authorization: Bearer <token>`.
+    ///
+    /// An empty value is no token: the REST Services Directory's forms submit `token=` with every query, and
+    /// `X-Esri-Authorization: Bearer ` with nothing after it carries nothing either. Such a request gets the
+    /// proxy's token, and ``apply(token:site:pathAndQuery:headers:form:)`` removes the empty one first.
     public static func clientHasToken(pathAndQuery: String, headers: HTTPHeaders, form: [UInt8]? = nil) -> Bool {
-        if headers.contains("x-esri-authorization") { return true }
-        if headers.values("authorization").contains(where: { $0.lowercased().hasPrefix("bearer ") }) { return true }
-        if queryHasTokenField(pathAndQuery) { return true }
-        if let form, hasTokenField(form) { return true }
+        for v in headers.values("x-esri-authorization") {
+            switch headerCredential(v) {
+            case .bearerToken, .other: return true
+            case .none, .emptyBearer: break
+            }
+        }
+        if headers.values("authorization").contains(where: { headerCredential($0) == .bearerToken }) { return true }
+        if queryHasTokenValue(pathAndQuery) { return true }
+        if let form, hasTokenValue(form) { return true }
         return false
+    }
+
+    /// What an `Authorization` or `X-Esri-Authorization` value holds.
+    public enum HeaderCredential: Equatable, Sendable {
+        /// Nothing at all.
+        case none
+        /// `Bearer` and nothing after it.
+        case emptyBearer
+        /// `Bearer <token>`.
+        case bearerToken
+        /// Another scheme (`Basic …`, `NTLM …`), or a bare value.
+        case other
+    }
+
+    public static func headerCredential(_ value: String) -> HeaderCredential {
+        let v = value.trimmingHTTPWhitespace()
+        if v.isEmpty { return .none }
+        let u = Array(v.utf8)
+        guard u.count >= 6, String(decoding: u[0..<6], as: UTF8.self).lowercased() == "bearer" else { return .other }
+        if u.count == 6 { return .emptyBearer }
+        guard u[6] == 32 || u[6] == 9 else { return .other }  // `Bearerish`: not the scheme
+        return .bearerToken  // the value is trimmed, so something follows the blank
     }
 
     /// Whether the request body is an urlencoded form (the one body a token can go into).
@@ -37,7 +68,10 @@ public enum TokenInjection {
     ) -> (pathAndQuery: String, headers: HTTPHeaders, form: [UInt8]?) {
         var h = headers
         h.remove(name: "x-esri-authorization")
-        let bearer = h.values("authorization").contains { $0.lowercased().hasPrefix("bearer ") }
+        let bearer = h.values("authorization").contains {
+            let c = headerCredential($0)
+            return c == .bearerToken || c == .emptyBearer
+        }
         if bearer { h.remove(name: "authorization") }
         var path = removingTokenField(fromURL: pathAndQuery)
         var body = form.map(removingTokenField)
@@ -61,12 +95,17 @@ public enum TokenInjection {
         bytes.withUnsafeBytes { hasField($0, tokenName) }
     }
 
+    /// Whether an `a=1&b=2` sequence has a `token` field with a value (`token=` alone is no token).
+    static func hasTokenValue(_ bytes: [UInt8]) -> Bool {
+        bytes.withUnsafeBytes { hasField($0, tokenName, nonEmpty: true) }
+    }
+
     /// Whether an `a=1&b=2` sequence has a field whose decoded name is `lowercased` (scanned in place: this runs
     /// for every request with a query).
-    static func hasField(_ bytes: UnsafeRawBufferPointer, _ lowercased: [UInt8]) -> Bool {
+    static func hasField(_ bytes: UnsafeRawBufferPointer, _ lowercased: [UInt8], nonEmpty: Bool = false) -> Bool {
         var found = false
         forEachField(bytes) { field in
-            if fieldNameIs(field, lowercased) { found = true }
+            if fieldNameIs(field, lowercased), !nonEmpty || fieldHasValue(field) { found = true }
             return !found
         }
         return found
@@ -86,6 +125,17 @@ public enum TokenInjection {
     /// Whether the query of `pathAndQuery` has a `token` field.
     static func queryHasTokenField(_ pathAndQuery: String) -> Bool {
         queryHasField(pathAndQuery, tokenName)
+    }
+
+    /// Whether the query of `pathAndQuery` has a `token` field with a value.
+    static func queryHasTokenValue(_ pathAndQuery: String) -> Bool {
+        queryHasField(pathAndQuery, tokenName, nonEmpty: true)
+    }
+
+    /// Whether a `name=value` field has a non-empty value.
+    static func fieldHasValue(_ field: UnsafeRawBufferPointer) -> Bool {
+        guard let eq = field.firstIndex(of: UInt8(ascii: "=")) else { return false }
+        return eq + 1 < field.count
     }
 
     private static let tokenName = Array("token".utf8)
@@ -129,11 +179,12 @@ public enum TokenInjection {
         queryHasField(pathAndQuery, Array(name.lowercased().utf8))
     }
 
-    private static func queryHasField(_ pathAndQuery: String, _ lowercased: [UInt8]) -> Bool {
+    private static func queryHasField(_ pathAndQuery: String, _ lowercased: [UInt8], nonEmpty: Bool = false) -> Bool {
         var s = pathAndQuery
         return s.withUTF8 { u in
             guard let q = u.firstIndex(of: UInt8(ascii: "?")) else { return false }
-            return hasField(UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: u[(q + 1)...])), lowercased)
+            return hasField(
+                UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: u[(q + 1)...])), lowercased, nonEmpty: nonEmpty)
         }
     }
 

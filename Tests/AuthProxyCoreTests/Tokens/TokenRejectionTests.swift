@@ -90,6 +90,36 @@ import Testing
         #expect(TokenInjection.clientHasToken(pathAndQuery: "/x", headers: HTTPHeaders([("authorization", "Bearer q")])))
         #expect(!TokenInjection.clientHasToken(pathAndQuery: "/x", headers: HTTPHeaders([("Authorization", "Basic q")])))
         #expect(TokenInjection.clientHasToken(pathAndQuery: "/x", headers: HTTPHeaders(), form: Array("a=1&token=z".utf8)))
+        #expect(TokenInjection.clientHasToken(pathAndQuery: "/x", headers: HTTPHeaders([("X-Esri-Authorization", "Bearer t ")])))
+        #expect(TokenInjection.clientHasToken(pathAndQuery: "/x", headers: HTTPHeaders([("X-Esri-Authorization", "t")])))
+    }
+
+    /// An empty value is no token: the Services Directory's forms submit `token=`, and `Bearer ` alone carries
+    /// nothing. The proxy's token goes in, and the empty one goes out (never two `token` parameters).
+    @Test func emptyClientTokensAreNoTokens() {
+        let none = HTTPHeaders()
+        #expect(!TokenInjection.clientHasToken(pathAndQuery: "/q?where=1%3D1&text=&token=&outFields=*&f=json", headers: none))
+        #expect(!TokenInjection.clientHasToken(pathAndQuery: "/q?f=json&token", headers: none))
+        #expect(!TokenInjection.clientHasToken(pathAndQuery: "/q?token=&Token=", headers: none))
+        #expect(TokenInjection.clientHasToken(pathAndQuery: "/q?token=&Token=x", headers: none))
+        #expect(!TokenInjection.clientHasToken(pathAndQuery: "/q", headers: none, form: Array("f=json&token=".utf8)))
+        for v in ["Bearer ", "Bearer", "bearer \t", ""] {
+            #expect(!TokenInjection.clientHasToken(pathAndQuery: "/q", headers: HTTPHeaders([("X-Esri-Authorization", v)])), "\(v)")
+            #expect(!TokenInjection.clientHasToken(pathAndQuery: "/q", headers: HTTPHeaders([("Authorization", v)])), "\(v)")
+        }
+        #expect(TokenInjection.headerCredential("Bearerx") == .other)
+        #expect(TokenInjection.headerCredential("Basic dTpw") == .other)
+
+        let q = TokenInjection.apply(token: "t", site: .query, pathAndQuery: "/q?where=1%3D1&text=&token=&outFields=*&f=json",
+            headers: HTTPHeaders([("X-Esri-Authorization", "Bearer"), ("Authorization", "Bearer")]), form: nil)
+        #expect(q.pathAndQuery == "/q?where=1%3D1&text=&outFields=*&f=json&token=t")
+        #expect(!q.headers.contains("x-esri-authorization") && !q.headers.contains("authorization"))
+        let f = TokenInjection.apply(token: "t", site: .form, pathAndQuery: "/q", headers: none,
+            form: Array("token=&f=json".utf8))
+        #expect(String(decoding: f.form!, as: UTF8.self) == "f=json&token=t")
+        // Web-tier credentials stay.
+        let b = TokenInjection.apply(token: "t", site: .query, pathAndQuery: "/q", headers: HTTPHeaders([("Authorization", "Basic dTpw")]), form: nil)
+        #expect(b.headers.values("authorization") == ["Basic dTpw"])
     }
 }
 
