@@ -237,6 +237,18 @@ def test_403_is_not_a_token_error(proxy_factory, ags, session):
     assert ags.stats()["tokens_issued_total"] == 0
 
 
+def test_no_permission_in_a_200_body_is_not_a_token_error(proxy_factory, ags, session):
+    # ArcGIS answers a signed-in user without permission with HTTP 200 and
+    # {"error":{"code":403,"messageCode":"GWM_0003",...}}: no token would help, so nothing is retried or fetched.
+    p = proxy_factory(extra_config=arcgis_cred(ags))
+    for _ in range(10):
+        assert via(p, session, "GET", ags.query_url() + "?f=json").status_code == 200
+        r = via(p, session, "GET", ags.query_url() + "?f=json&__err=403-body")
+        assert r.status_code == 200 and r.json()["error"]["code"] == 403, r.text[:300]
+    assert ags.stats()["tokens_issued_total"] == 1, ags.stats()["tokens_issued"]
+    assert [e["outcome"] for e in ags.request_log()].count("403") == 10     # each sent once, never replayed
+
+
 def test_urlencoded_post_retried_after_expiry(proxy_factory, ags, session):
     p = proxy_factory(extra_config=arcgis_cred(ags))
     via(p, session, "GET", ags.query_url() + "?f=json")

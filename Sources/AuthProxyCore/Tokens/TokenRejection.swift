@@ -2,12 +2,13 @@
 /// servers use:
 /// - HTTP status 498/499;
 /// - a JSON body `{"error":{"code":498,…}}` with any spacing (usually with HTTP 200), or with
-///   `"messageCode":"GWM_0003"` (token required) whatever its code;
+///   `"messageCode":"GWM_0003"` (token required) without a code or with any code but 403;
 /// - the unwrapped shape of ArcGIS Server and older releases, `{"code":499,"message":"Token Required",…}`;
 /// - either wrapped in a JSONP callback;
 /// - the HTML "Invalid Token" / "Token Required" page of tile endpoints;
 /// - any of those sent with `Content-Encoding: gzip` or `deflate` (a bounded decoded copy is read).
-/// HTTP 403 (with GWM_0003) means "no permission" and is never a token error.
+/// HTTP 403, or an error object of code 403 (with GWM_0003 or not, as ArcGIS answers a user without
+/// permission with HTTP 200), means "no permission": never a token error, as no new token would help.
 public enum TokenRejection {
     /// How much of a body is examined at most (encoded, and again decoded).
     public static let lookAhead = 64 * 1024
@@ -57,7 +58,14 @@ public enum TokenRejection {
         var code: Int?
         var messageCode: String?
 
-        var isTokenError: Bool { code == 498 || code == 499 || messageCode == "GWM_0003" }
+        var isTokenError: Bool { Self.isTokenError(code: code, messageCode: messageCode) }
+
+        /// 498 (invalid/expired) or 499 (required), or `GWM_0003` (token required) unless the code is 403: the
+        /// same messageCode comes with 403 for "no permission", which a new token would not change.
+        static func isTokenError(code: Int?, messageCode: String?) -> Bool {
+            if code == 498 || code == 499 { return true }
+            return messageCode == "GWM_0003" && code != 403
+        }
     }
 
     /// The members of a body that *is* an ArcGIS error object (optionally JSONP-wrapped), else nil: either

@@ -56,9 +56,9 @@ struct TokenServiceRefusal: Sendable, Equatable {
     /// For messages: `message`, else `error_description`, else the bare string, else "error".
     var message: String { messageMember ?? errorDescription ?? text ?? "error" }
 
-    /// The service refused the token it was given (498 invalid/expired, 499 required, or GWM_0003): for a
-    /// federation exchange, the portal token is dead.
-    var rejectsToken: Bool { code == 498 || code == 499 || messageCode == "GWM_0003" }
+    /// The service refused the token it was given (498 invalid/expired, 499 required, or GWM_0003 but not with
+    /// 403, "no permission"): for a federation exchange, the portal token is dead.
+    var rejectsToken: Bool { TokenRejection.ErrorFields.isTokenError(code: code, messageCode: messageCode) }
 
     private enum Keys: String, CodingKey {
         case code, messageCode, message, details

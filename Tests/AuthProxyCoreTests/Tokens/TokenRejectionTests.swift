@@ -242,10 +242,10 @@ import Testing
         #"{"code":499,"message":"Token Required","messageCode":"GWM_0003","details":[]}"#,
         #"{ "code" : 498, "message" : "Invalid token.", "details" : [ ] }"#,
         #"cb({"code":499,"message":"Token Required"});"#,
-        // GWM_0003 is "token required" whatever the code (arcgis-rest-js does the same).
+        // GWM_0003 is "token required" without a code or with any code but 403 (arcgis-rest-js does the same).
         #"{"error":{"code":400,"message":"Token Required","messageCode":"GWM_0003","details":[]}}"#,
-        #"{"error":{"messageCode":"GWM_0003","code":403}}"#,
         #"{"messageCode":"GWM_0003","message":"Token Required"}"#,
+        #"{"error":{"messageCode":"GWM_0003","message":"Token Required"}}"#,
         // The code after other members of the error object.
         #"{"error":{"message":"x","details":[{"code":1}],"code":499}}"#,
     ])
@@ -267,6 +267,22 @@ import Testing
 
     @Test func http403WithGWM0003IsStillNoPermission() {
         #expect(!check(403, "application/json", #"{"error":{"code":403,"messageCode":"GWM_0003"}}"#))
+    }
+
+    /// ArcGIS answers "no permission" with HTTP 200 and an error object of code 403 and messageCode GWM_0003:
+    /// not retryable, so not a token error, whatever the messageCode.
+    @Test(arguments: [
+        #"{"error":{"code":403,"message":"You do not have permissions to access this resource or perform this operation.","messageCode":"GWM_0003","details":[]}}"#,
+        #"{"error":{"messageCode":"GWM_0003","code":403}}"#,
+        #"{"code":403,"messageCode":"GWM_0003","message":"You do not have permissions"}"#,
+        #"cb({"error":{"code":403,"messageCode":"GWM_0003"}});"#,
+        #"{"error":{"code":403,"messageCode":"GWM_0007"}}"#,
+    ])
+    func bodyCode403IsNoPermission(_ body: String) {
+        #expect(!check(200, "application/json", body), "\(body)")
+        #expect(TokenRejection.ErrorFields(code: 403, messageCode: "GWM_0003").isTokenError == false)
+        #expect(TokenRejection.ErrorFields(code: nil, messageCode: "GWM_0003").isTokenError)
+        #expect(TokenRejection.ErrorFields(code: 499, messageCode: "GWM_0003").isTokenError)
     }
 
     @Test(arguments: [BoundedInflate.Encoding.gzip, .deflate])

@@ -67,7 +67,9 @@ OOB_REDIRECT = "urn:ietf:wg:oauth:2.0:oob"
 INTERNAL_HEADER = "X-Arcgis-Test-Internal"   # marks server<->portal back-channel calls
 REASON_HEADER = "X-Arcgis-Test-Reason"       # why a request was rejected (test aid)
 
-ERROR_FORMS = ("json", "json-spaced", "status", "jsonp", "html", "403", "unwrapped")
+# "403": HTTP 403 + ERR_403 instead of any token check; "403-body": a valid token is answered with HTTP 200 and
+# the ERR_403 body (how ArcGIS tells a signed-in user without permission); token errors stay in the json form.
+ERROR_FORMS = ("json", "json-spaced", "status", "jsonp", "html", "403", "unwrapped", "403-body")
 
 DEFAULT_USERS = ("alice:alice-pass", "bob:bob-pass")
 DEFAULT_APPS = ("proxyapp:proxyapp-secret",)
@@ -991,6 +993,8 @@ class _App:
         cb = req.params.get("callback", "")
         if form == "403":
             code = 403
+        elif form == "403-body" and code != 403:
+            form = "json"                       # token errors look as usual; only "no permission" differs
         label = form if not cb else "jsonp"
         self._log(h, req, outcome=str(code), reason=reason, form=label, **(logkw or {}))
         s = self.st.stats
@@ -1012,6 +1016,8 @@ class _App:
         ctype = PORTAL_JSON_CTYPE if portal else self.cfg["server_json_ctype"]
         if form == "403":
             h.send_bytes(403, _dumps(body).encode(), ctype, hdrs)
+        elif form == "403-body":
+            h.send_bytes(200, _dumps(body).encode(), ctype, hdrs)
         elif form == "json-spaced":
             h.send_bytes(200, _SPACED[code].encode(), ctype, hdrs)
         elif form == "status":
@@ -1067,6 +1073,9 @@ class _App:
             ok, reason, user = self.validate_for_server(h, value)
         if not ok:
             self.reject(h, req, 498, reason, portal, logkw)
+            return False, None, None
+        if secured and self._error_form(req) == "403-body":
+            self.reject(h, req, 403, "no_permission", portal, logkw)
             return False, None, None
         with s.lock:
             s.accepted += 1

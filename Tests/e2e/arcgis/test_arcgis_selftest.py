@@ -285,6 +285,17 @@ def test_rejection_forms(http, standalone, code):
     assert st["rejected_%d" % code] == 10 and st["accepted"] == 0
 
 
+def test_403_body_form_answers_a_valid_token_with_200_and_err_403(http, standalone):
+    srv = standalone
+    tok = gen_server_token(http, srv)["token"]
+    r = query(http, srv, tok, __err="403-body")
+    assert r.status_code == 200 and r.json() == ERR_403
+    r = query(http, srv, "bad", __err="403-body")       # token errors keep their usual shape
+    assert r.status_code == 200 and r.json()["error"]["code"] == 498
+    r = query(http, srv, None, __err="403-body")
+    assert r.status_code == 200 and r.json()["error"]["code"] == 499
+
+
 def test_403_is_not_a_token_error_and_server_wide_form(http, standalone):
     srv = standalone
     tok = gen_server_token(http, srv)["token"]
