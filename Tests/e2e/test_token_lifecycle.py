@@ -1,6 +1,7 @@
 """Token lifecycle through the real binary against the ArcGIS test server (issue 9, part 2): the client never
 sees a failure the proxy could absorb, and a token service is never hammered."""
 import hashlib
+import re
 import threading
 import time
 
@@ -275,5 +276,27 @@ def test_outage_backoff_says_when_and_probes_at_its_end(proxy_factory, session):
         r = via(p, session, "GET", s.query_url() + "?f=json")
         assert r.status_code == 200
         assert len(s.token_calls("server.generateToken")) == len(calls) + 1
+    finally:
+        s.stop()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Clock skew: the server's `expires` is on its own clock
+# ---------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("skew", [-2 * 3600, 3600])
+def test_token_from_a_skewed_server_clock_is_reused(proxy_factory, session, skew):
+    # A server two hours behind reports an `expires` already in the proxy's past (one ahead, an hour too far in
+    # the future): its Date header says by how much, and the token lives its real ten minutes either way.
+    s = ArcGISServer(role="server", ttl=600, clock_skew=skew).start()
+    try:
+        p = proxy_factory(extra_config=arcgis_cred(s))
+        for _ in range(10):
+            r = via(p, session, "GET", s.query_url() + "?f=json")
+            assert r.status_code == 200 and r.json()["features"], r.text[:300]
+        assert s.stats()["tokens_issued"]["generate_password"] == 1, s.stats()["tokens_issued"]
+        # The expiry the proxy works with is the token's real one (ten minutes), not the server's reading.
+        got = [l for l in p.log_text().splitlines() if "token obtained" in l]
+        assert len(got) == 1 and re.search(r"expires_in_s=(59\d|600)\b", got[0]), got
     finally:
         s.stop()

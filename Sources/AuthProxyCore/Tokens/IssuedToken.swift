@@ -5,7 +5,8 @@ import Glibc
 /// A token ready to put on requests.
 public struct IssuedToken: Sendable, Equatable, Codable {
     public var value: String
-    /// Milliseconds since the epoch; nil: never expires (API keys).
+    /// Milliseconds since the epoch, by the local clock (a token service's `expires` is converted from the
+    /// server's clock, see ``ServerClock``); nil: never expires (API keys).
     public var expires: Int64?
     /// Milliseconds since the epoch when it was obtained (for the refresh margin).
     public var issued: Int64

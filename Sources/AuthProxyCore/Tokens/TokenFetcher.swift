@@ -282,7 +282,7 @@ final class TokenFetcher {
     /// (``TokenServiceReply``) is a failure naming the service and its message.
     private func post<Body: Decodable>(
         _ c: Credential, url: String, fields: [(String, String)], answer: Body.Type,
-        done: @escaping (Result<Body, TokenError>) -> Void
+        done: @escaping (Result<Answer<Body>, TokenError>) -> Void
     ) {
         let f = HTTPFetch(
             multi: multi, method: "POST", url: url, form: fields, timeoutSeconds: timeoutSeconds,
@@ -310,27 +310,34 @@ final class TokenFetcher {
                     failure.tokenRejected = refusal.rejectsToken
                     done(.failure(failure))
                 case .answered(let body):
-                    done(.success(body))
+                    done(.success(Answer(body: body, serverDate: ServerClock.date(in: r.headers))))
                 }
             }
         }
         f.start()
     }
 
-    private func issued(_ c: Credential, _ answer: GenerateTokenResponse, service: String) -> Result<
+    /// A token service's answer, with the `Date` of the response that carried it (the server's clock).
+    struct Answer<Body> {
+        var body: Body
+        var serverDate: Int64?
+    }
+
+    private func issued(_ c: Credential, _ answer: Answer<GenerateTokenResponse>, service: String) -> Result<
         IssuedToken, TokenError
     > {
-        guard let t = answer.issuedToken(at: nowMillis()) else {
+        guard let t = answer.body.issuedToken(at: nowMillis(), serverDate: answer.serverDate) else {
             return .failure(
                 TokenError(credential: c.name, message: "token service \(Self.redacted(service)) returned no token"))
         }
         return .success(t)
     }
 
-    private func issued(_ c: Credential, _ answer: OAuthTokenResponse, service: String) -> Result<
+    private func issued(_ c: Credential, _ answer: Answer<OAuthTokenResponse>, service: String) -> Result<
         IssuedToken, TokenError
     > {
-        guard let t = answer.issuedToken(at: nowMillis()) else {
+        // expires_in is relative: no clock to correct.
+        guard let t = answer.body.issuedToken(at: nowMillis()) else {
             return .failure(
                 TokenError(
                     credential: c.name,

@@ -126,10 +126,13 @@ struct GenerateTokenResponse: Decodable, Sendable, Equatable {
         self.init(token: c.lenientString(.token), expires: c.lenientInt64(.expires), ssl: c.lenientBool(.ssl) ?? false)
     }
 
-    /// The token, obtained at `now`; nil when the answer carries none (or an empty one).
-    func issuedToken(at now: Int64) -> IssuedToken? {
+    /// The token, obtained at `now`, in an answer dated `serverDate` (the server's clock); nil when the answer
+    /// carries none (or an empty one). `expires` is converted to the local clock (``ServerClock``).
+    func issuedToken(at now: Int64, serverDate: Int64? = nil) -> IssuedToken? {
         guard let token, !token.isEmpty else { return nil }
-        return IssuedToken(value: token, expires: expires, issued: now, ssl: ssl, referer: nil)
+        return IssuedToken(
+            value: token, expires: expires.map { ServerClock.localExpiry(expires: $0, serverDate: serverDate, now: now) },
+            issued: now, ssl: ssl, referer: nil)
     }
 }
 

@@ -47,8 +47,10 @@ import Testing
         GenerateCase(json: #"{"token":"t1","expires":"1700000060000"}"#, token: issued("t1", expires: nil)),
         GenerateCase(json: #"{"token":"t1","expires":null}"#, token: issued("t1", expires: nil)),
         GenerateCase(json: #"{"token":"t1"}"#, token: issued("t1", expires: nil)),
-        // A flag where a number is expected counts as 1 or 0, as NSNumber did.
-        GenerateCase(json: #"{"token":"t1","expires":true}"#, token: issued("t1", expires: 1)),
+        // A flag where a number is expected counts as 1 or 0, as NSNumber did; an expiry before the token
+        // arrived (and no Date to correct it) means "lifetime unknown", never "expired on arrival".
+        GenerateCase(
+            json: #"{"token":"t1","expires":true}"#, token: issued("t1", expires: now + ServerClock.unknownLifetime)),
         // `ssl` as 1/0 counts as a flag; any other value as false.
         GenerateCase(json: #"{"token":"t1","ssl":1}"#, token: issued("t1", expires: nil, ssl: true)),
         GenerateCase(json: #"{"token":"t1","ssl":0}"#, token: issued("t1", expires: nil)),

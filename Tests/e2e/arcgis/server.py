@@ -465,6 +465,12 @@ class _Handler(BaseHTTPRequestHandler):
     def version_string(self):
         return self.server_version
 
+    def date_time_string(self, timestamp=None):
+        # The Date header reads the server's clock, which clock_skew sets off from the real one.
+        if timestamp is None:
+            timestamp = time.time() + float(self.cfg.get("clock_skew") or 0)
+        return super().date_time_string(timestamp)
+
     # -- connection lifecycle ------------------------------------------------
     def setup(self):
         try:
@@ -752,6 +758,11 @@ class _App:
                         return table[rest2]
                     return "portal_other"
         return "not_found"
+
+    def _reported_ms(self, t):
+        """A moment as the server reports it: on its own clock, clock_skew seconds off the real one (tokens
+        are still checked against the real time: only what the server says is skewed)."""
+        return _ms(t + float(self.cfg.get("clock_skew") or 0))
 
     # -- stats helpers ----------------------------------------------------------
     def _token_call(self, endpoint, kind, ok, reason=None):
@@ -1155,7 +1166,7 @@ class _App:
         t = self._issue("generate_password", user, None, self._lifetime(p.get("expiration")),
                         audience, *b)
         self._token_call(ep, "generate_password", True)
-        self._json(h, req, {"token": t.value, "expires": _ms(t.expires),
+        self._json(h, req, {"token": t.value, "expires": self._reported_ms(t.expires),
                             "ssl": self.cfg["ssl"]})
 
     def r_catalog(self, h, req):
@@ -1370,7 +1381,7 @@ class _App:
         nt = self._issue("generate_federated", t.username or t.client_id, t.client_id,
                          self._lifetime(p.get("expiration")), audience, *b)
         self._token_call(ep, kind, True)
-        self._json(h, req, {"token": nt.value, "expires": _ms(nt.expires),
+        self._json(h, req, {"token": nt.value, "expires": self._reported_ms(nt.expires),
                             "ssl": self.cfg["ssl"]})
 
     # ---- OAuth 2.0 ----------------------------------------------------------------
@@ -1715,7 +1726,7 @@ class _App:
                 "oauth_error_status": int, "enforce_referer": "bool", "enforce_ip": "bool",
                 "legacy_tokens_url": "bool", "auto_federate": "bool", "default_user": str,
                 "revoke_app_tokens": "bool", "server_json_ctype": str, "reject_all": "bool",
-                "content_encoding": str}
+                "content_encoding": str, "clock_skew": float}
 
     def set_options(self, opts):
         for k, v in opts.items():
@@ -1803,6 +1814,8 @@ class ArcGISServer:
     portal whose tokens this server accepts (default owning_system_url).
     federated_servers: server roots this portal federates (it also accepts any
     server whose rest/info names it as owningSystemUrl, unless auto_federate=False).
+    clock_skew: seconds the server's clock is off (negative: behind); it shows in the Date header and in the
+    ``expires`` of generateToken answers, while tokens are still valid for ``ttl`` real seconds.
     """
 
     def __init__(self, role="both", host="127.0.0.1", port=0, ttl=60.0, users=None,
@@ -1813,7 +1826,7 @@ class ArcGISServer:
                  error_form=None, legacy_tokens_url=False, enforce_referer=True, enforce_ip=True,
                  auto_federate=True, revoke_app_tokens=False, redirect_uris=(), code_ttl=300.0,
                  server_json_ctype=SERVER_JSON_CTYPE, federate_self=False, verbose=False,
-                 reject_all=False, content_encoding=None):
+                 reject_all=False, content_encoding=None, clock_skew=0.0):
         if role not in ("portal", "server", "both"):
             raise ValueError("role must be portal, server or both")
         if error_form not in (None, "auto") + ERROR_FORMS:
@@ -1845,6 +1858,7 @@ class ArcGISServer:
             "server_json_ctype": server_json_ctype,
             "reject_all": bool(reject_all),
             "content_encoding": content_encoding or None,
+            "clock_skew": float(clock_skew or 0),
         }
         if cfg["portal_path"] == cfg["server_path"] and role == "both":
             raise ValueError("portal_path and server_path must differ")
