@@ -27,6 +27,27 @@ public enum TokenRejection {
             || asciiContainsIgnoringCase(ct, "javascript") || asciiContainsIgnoringCase(ct, "html")
     }
 
+    /// The `Accept-Encoding` to send upstream on a request whose answer will be inspected for a token error:
+    /// the client's codings the sniffer can decode (`gzip`, `x-gzip`, `deflate`, `identity`, with their
+    /// weights), so a 498 can never come back in `br` or `zstd` and slip through unrecognised. `*` names any
+    /// coding, so it goes too; `identity` is sent when none remain. Nil when nothing needs to change (no
+    /// `Accept-Encoding`, or only codings the sniffer reads): the client's field goes as it is.
+    public static func acceptEncodingForInspection(_ values: [String]) -> String? {
+        var kept: [Substring] = []
+        var dropped = false
+        for item in values.joined(separator: ",").split(separator: ",") {
+            let entry = item.trimmingHTTPWhitespace()
+            if entry.isEmpty { continue }
+            let name = (entry.split(separator: ";", maxSplits: 1).first ?? "").trimmingHTTPWhitespace().lowercased()
+            if decodable.contains(name) { kept.append(entry) } else { dropped = true }
+        }
+        guard dropped else { return nil }
+        return kept.isEmpty ? "identity" : kept.joined(separator: ", ")
+    }
+
+    /// The content codings ``isRejection(status:contentType:contentEncoding:body:)`` reads.
+    static let decodable: Set<String> = ["gzip", "x-gzip", "deflate", "identity"]
+
     /// Whether the status alone says so.
     public static func isRejection(status: Int) -> Bool { status == 498 || status == 499 }
 

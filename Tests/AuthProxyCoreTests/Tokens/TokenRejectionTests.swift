@@ -339,3 +339,31 @@ private func compress(_ text: String, _ encoding: BoundedInflate.Encoding, raw: 
     try #require(status == Z_STREAM_END)
     return Array(out[0..<Int(stream.total_out)])
 }
+
+/// What a request whose answer is inspected offers upstream: only codings the rejection sniffer decodes.
+@Suite struct AcceptEncodingForInspectionTests {
+    @Test(arguments: [
+        (["gzip, deflate, br, zstd"], "gzip, deflate"),
+        (["br;q=1.0, gzip;q=0.8, *;q=0.1"], "gzip;q=0.8"),
+        (["gzip", "BR", "x-gzip ; q=0.5"], "gzip, x-gzip ; q=0.5"),
+        (["br"], "identity"),
+        (["zstd, *"], "identity"),
+        (["identity, br"], "identity"),
+    ])
+    func undecodableCodingsAreDropped(_ values: [String], _ sent: String) {
+        #expect(TokenRejection.acceptEncodingForInspection(values) == sent, "\(values)")
+    }
+
+    @Test(arguments: [[String](), ["gzip, deflate"], ["identity"], ["gzip;q=1, deflate;q=0.5"], [""]])
+    func decodableOrAbsentIsLeftAsIs(_ values: [String]) {
+        #expect(TokenRejection.acceptEncodingForInspection(values) == nil, "\(values)")
+    }
+
+    @Test func everyCodingKeptIsOneTheSnifferReads() throws {
+        let sent = try #require(TokenRejection.acceptEncodingForInspection(["gzip, deflate, br, zstd, x-gzip, compress"]))
+        for coding in sent.split(separator: ",") {
+            let name = String(coding.split(separator: ";")[0]).trimmingCharacters(in: .whitespaces)
+            #expect(BoundedInflate.Encoding(contentEncoding: name) != nil || name == "identity", "\(name)")
+        }
+    }
+}

@@ -180,6 +180,46 @@ def norm_root(url):
     return "%s://%s%s" % (s.scheme.lower(), s.netloc.lower(), path.rstrip("/"))
 
 
+def brotli_stored(data):
+    """A valid brotli stream (RFC 7932) of `data` in uncompressed meta-blocks: no brotli module needed, and
+    any brotli decoder reads it."""
+    bits = []
+
+    def put(value, n):
+        bits.extend((value >> i) & 1 for i in range(n))
+
+    def flush():
+        while len(bits) % 8:
+            bits.append(0)
+        b = bytes(sum(bit << i for i, bit in enumerate(bits[k:k + 8])) for k in range(0, len(bits), 8))
+        bits.clear()
+        return b
+
+    out = bytearray()
+    put(1, 1); put(5, 3)                         # WBITS = 22
+    for k in range(0, len(data), 65536):
+        chunk = data[k:k + 65536]
+        put(0, 1)                                # ISLAST = 0
+        put(0, 2)                                # MNIBBLES = 4
+        put(len(chunk) - 1, 16)                  # MLEN - 1
+        put(1, 1)                                # ISUNCOMPRESSED
+        out += flush() + chunk
+    put(1, 1); put(1, 1)                         # ISLAST, ISLASTEMPTY
+    return bytes(out + flush())
+
+
+def zstd_raw(data):
+    """A valid zstd frame (RFC 8878) of `data` in raw blocks."""
+    out = bytearray(struct.pack("<I", 0xFD2FB528))
+    out.append(0xA0)                             # 4-byte content size, single segment, no checksum
+    out += struct.pack("<I", len(data))
+    blocks = [data[k:k + 131072] for k in range(0, len(data), 131072)] or [b""]
+    for i, b in enumerate(blocks):
+        last = 1 if i == len(blocks) - 1 else 0
+        out += struct.pack("<I", last | (0 << 1) | (len(b) << 3))[:3] + b
+    return bytes(out)
+
+
 def _png(width, height, rgb):
     raw = b"".join(b"\x00" + bytes(rgb) * width for _ in range(height))
 
@@ -592,6 +632,10 @@ class _Handler(BaseHTTPRequestHandler):
             body = gzip.compress(body, mtime=0)
         elif enc == "deflate":
             body = zlib.compress(body)
+        elif enc == "br":
+            body = brotli_stored(body)
+        elif enc == "zstd":
+            body = zstd_raw(body)
         self.send_response(status, reason)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
@@ -1831,8 +1875,8 @@ class ArcGISServer:
             raise ValueError("role must be portal, server or both")
         if error_form not in (None, "auto") + ERROR_FORMS:
             raise ValueError("bad error_form")
-        if content_encoding not in (None, "", "gzip", "deflate"):
-            raise ValueError("content_encoding must be gzip or deflate")
+        if content_encoding not in (None, "", "gzip", "deflate", "br", "zstd"):
+            raise ValueError("content_encoding must be gzip, deflate, br or zstd")
         users = users if isinstance(users, dict) else _pairs(
             DEFAULT_USERS if users is None else users, "user")
         apps = apps if isinstance(apps, dict) else _pairs(
