@@ -382,6 +382,26 @@ def test_arcgis_token_from_portal_is_exchanged(proxy_factory, federation, sessio
     assert issued.get("generate_password") == 1 and issued.get("generate_federated") == 1, issued
 
 
+@pytest.mark.parametrize("token_url", [False, True])
+def test_portal_pages_outside_the_api_are_forwarded_untouched(proxy_factory, federation, session, token_url):
+    # arcgis-token matching a portal: its home page is no API (no /rest/, /sharing/ ...). It must reach the
+    # portal as is — no token, no rest/info discovery, no backoff — and never spoil the portal API after it.
+    portal, server = federation
+    extra = {"token_url": portal.sharing_url + "/generateToken"} if token_url else {}
+    p = proxy_factory(extra_config=cred("fed", "arcgis-token", [server.server_root, portal.portal_url],
+                                        username="bob", password="bob-pass", **extra))
+    for path in ["/home/index.html", "/apps/mapviewer/index.html?webmap=1"]:
+        direct = session.get(portal.portal_url + path, timeout=30)
+        r = via(p, session, "GET", portal.portal_url + path)
+        assert r.status_code == direct.status_code and r.content == direct.content, r.text[:300]
+    assert portal.stats()["tokens_issued_total"] == 0, portal.stats()["tokens_issued"]
+    assert "rest/info" not in p.log_text()
+    r = via(p, session, "GET", portal.sharing_url + "/portals/self?f=json")
+    assert r.status_code == 200 and "error" not in r.json(), r.text[:300]
+    r = via(p, session, "GET", server.query_url() + "?f=json")
+    assert r.status_code == 200 and r.json()["features"], r.text[:300]
+
+
 @pytest.mark.parametrize("expiration", [None, 30])
 def test_arcgis_token_with_token_url_and_expiration_still_exchanged(proxy_factory, federation, session, expiration):
     # token_url at the portal (what `authproxy doctor` proposes) plus expiration_minutes: the server's rest/info

@@ -74,6 +74,12 @@ extension ClientConnection {
             startTransfer(url: x.upstreamURL!, headers: h.headers)
             return
         }
+        if c.isRefreshable, ServerRoot.api(match) == nil {
+            // Outside the ArcGIS APIs (a portal's home and app pages, static files): no token is needed, so
+            // none is obtained — no discovery, no token request, no backoff to poison the credential's API roots.
+            startTransfer(url: x.upstreamURL!, headers: h.headers)
+            return
+        }
         if !c.overrideClientToken, TokenInjection.clientHasToken(pathAndQuery: url.pathAndQuery, headers: h.headers) {
             // The client authenticates itself: leave its token alone and do not retry.
             startTransfer(url: x.upstreamURL!, headers: h.headers)

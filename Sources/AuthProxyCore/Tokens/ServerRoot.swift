@@ -1,23 +1,49 @@
+import Foundation
+
 /// ArcGIS roots of a URL: a server root is the URL up to `/rest/` (`https://host/arcgis`), a portal root the
 /// URL up to `/sharing/` (`https://host/portal`).
 enum ServerRoot {
-    /// The root of `target`, and whether it is a portal.
-    static func of(_ target: URLTarget) -> (root: String, isPortal: Bool) {
-        let origin = target.isDefaultPort ? "\(target.scheme)://\(target.urlHost)" : "\(target.scheme)://\(target.urlHost):\(target.port)"
+    /// The path segments that mark an ArcGIS API taking tokens, and whether the root before them is a portal:
+    /// the REST API of a server (`/rest/`) and of a portal (`/sharing/`), their token services (`/tokens/`),
+    /// their administrator APIs (`/admin/`, `/portaladmin/`) and a server's OGC/SOAP endpoints
+    /// (`/services/…/WMSServer`).
+    static let apiSegments: [(segment: String, isPortal: Bool)] = [
+        ("sharing", true), ("portaladmin", true), ("rest", false), ("tokens", false), ("admin", false),
+        ("services", false),
+    ]
+
+    /// An API root, comparable (tests).
+    struct API: Equatable, Sendable {
+        var root: String
+        var isPortal: Bool
+    }
+
+    /// The root of `target` and whether it is a portal, when the URL is in an ArcGIS API that takes tokens
+    /// (the earliest segment of ``apiSegments`` decides); nil for anything else — a portal's home and app pages,
+    /// a web adaptor's static files — which needs no token.
+    static func api(_ target: URLTarget) -> (root: String, isPortal: Bool)? {
         let path = String(target.path)
-        let lower = path.lowercased()
-        if let r = lower.firstRange(of: "/sharing/") ?? (lower.hasSuffix("/sharing") ? lower.firstRange(of: "/sharing") : nil) {
-            return (origin + path[..<r.lowerBound], true)
+        var best: (at: String.Index, isPortal: Bool)?
+        for (segment, isPortal) in apiSegments {
+            let inner = path.range(of: "/\(segment)/", options: .caseInsensitive)
+            let atEnd = path.range(of: "/\(segment)", options: [.caseInsensitive, .backwards, .anchored])
+            guard let r = inner ?? atEnd else { continue }
+            if best.map({ r.lowerBound < $0.at }) ?? true { best = (r.lowerBound, isPortal) }
         }
-        if let r = lower.firstRange(of: "/rest/") ?? (lower.hasSuffix("/rest") ? lower.firstRange(of: "/rest") : nil) {
-            return (origin + path[..<r.lowerBound], false)
-        }
-        if let r = lower.firstRange(of: "/tokens/") {
-            return (origin + path[..<r.lowerBound], false)
-        }
-        // Otherwise the first path segment (`/arcgis`), or the bare origin.
-        let segments = path.split(separator: "/", maxSplits: 1, omittingEmptySubsequences: true)
-        return (segments.first.map { origin + "/" + $0 } ?? origin, false)
+        guard let best else { return nil }
+        return (origin(target) + path[..<best.at], best.isPortal)
+    }
+
+    /// The root of `target`, and whether it is a portal: ``api(_:)``, else the first path segment (`/arcgis`)
+    /// or the bare origin (what `authproxy doctor` probes).
+    static func of(_ target: URLTarget) -> (root: String, isPortal: Bool) {
+        if let a = api(target) { return a }
+        let segments = String(target.path).split(separator: "/", maxSplits: 1, omittingEmptySubsequences: true)
+        return (segments.first.map { origin(target) + "/" + $0 } ?? origin(target), false)
+    }
+
+    private static func origin(_ target: URLTarget) -> String {
+        target.isDefaultPort ? "\(target.scheme)://\(target.urlHost)" : "\(target.scheme)://\(target.urlHost):\(target.port)"
     }
 
     /// `https://host/portal` → `https://host/portal/sharing/rest`.

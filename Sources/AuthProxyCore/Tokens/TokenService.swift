@@ -16,7 +16,7 @@ import Synchronization
 ///   allows it.
 /// - A token within its refresh margin is still handed out while a background refresh runs.
 /// - Keys are `credential|server root`: a federated server gets its own token, exchanged from the portal
-///   token (cached under `credential|portal root`).
+///   token (cached under `credential|portal root/sharing/rest`, never the key of a server root).
 ///
 /// Those decisions are ``TokenCache``'s; this class carries them out: token requests run on the service's own
 /// queue with its own libcurl multi handle (``TokenFetcher``), tokens are saved to and followed in the state
@@ -72,11 +72,14 @@ public final class TokenService: @unchecked Sendable {
 
     /// The cache key of a request to `target` under credential `c`.
     public static func key(for c: Credential, target: URLTarget) -> String {
-        key(c.name, root: ServerRoot.of(target).root)
+        let r = ServerRoot.of(target)
+        return key(c.name, root: r.root, isPortal: r.isPortal)
     }
 
-    static func key(_ credential: String, root: String) -> String {
-        "\(credential)|\(ServerRoot.normalized(root))"
+    /// `credential|server root`, or `credential|portal root/sharing/rest` for a portal: a portal and a server
+    /// root under the same path never share a token, a failure backoff or a rejection backoff.
+    static func key(_ credential: String, root: String, isPortal: Bool) -> String {
+        "\(credential)|\(ServerRoot.normalized(root))\(isPortal ? "/sharing/rest" : "")"
     }
 
     /// A token usable right now without waiting, if there is one. A token inside its refresh margin is
@@ -230,7 +233,7 @@ public final class TokenService: @unchecked Sendable {
             return
         }
         noticeSignInChange(c)
-        let key = Self.key(c.name, root: root)
+        let key = Self.key(c.name, root: root, isPortal: isPortal)
         let now = nowMillis()
         let lookup = cache.withLock { $0.acquire(key: key, credential: c.name, now: now, waiter: completion) }
         run(lookup, c, root: root, isPortal: isPortal, completion: completion)
@@ -241,7 +244,7 @@ public final class TokenService: @unchecked Sendable {
         guard isCurrent(c) else { return }  // a reload replaced it: its successor refreshes its own tokens
         noticeSignInChange(c)
         let (root, isPortal) = ServerRoot.of(target)
-        let key = Self.key(c.name, root: root)
+        let key = Self.key(c.name, root: root, isPortal: isPortal)
         let now = nowMillis()
         let lookup = cache.withLock { $0.refreshInBackground(key: key, credential: c.name, now: now) }
         run(lookup, c, root: root, isPortal: isPortal, completion: nil)
@@ -327,7 +330,7 @@ public final class TokenService: @unchecked Sendable {
     /// One probe when the key's backoff ends, if a request wanted a token meanwhile: recovery does not wait
     /// for the next request to arrive after the deadline (and the one that does finds a token).
     private func scheduleProbe(_ c: Credential, root: String, isPortal: Bool, at probeAt: Int64) {
-        let key = Self.key(c.name, root: root)
+        let key = Self.key(c.name, root: root, isPortal: isPortal)
         let delay = max(0, probeAt - nowMillis())
         queue.asyncAfter(deadline: .now() + .milliseconds(Int(delay))) { [self] in
             noticeSignInChange(c)
