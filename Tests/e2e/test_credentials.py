@@ -382,6 +382,27 @@ def test_arcgis_token_from_portal_is_exchanged(proxy_factory, federation, sessio
     assert issued.get("generate_password") == 1 and issued.get("generate_federated") == 1, issued
 
 
+def test_arcgis_token_logs_in_once_for_every_federated_server(proxy_factory, federation, session):
+    # Two servers federated with one portal, and the portal itself: one password login at the portal, whose
+    # token is exchanged per server root (as oauth-app does), not a password login per server root.
+    portal, server = federation
+    server2 = ArcGISServer(role="server", ttl=60).start()
+    try:
+        federate(portal, server2)
+        p = proxy_factory(extra_config=cred("fed", "arcgis-token",
+                                            [portal.portal_url, server.server_root, server2.server_root],
+                                            username="bob", password="bob-pass"))
+        for srv in (server, server2, server):
+            r = via(p, session, "GET", srv.query_url() + "?f=json")
+            assert r.status_code == 200 and r.json()["features"], r.text[:300]
+        r = via(p, session, "GET", portal.sharing_url + "/portals/self?f=json")
+        assert r.status_code == 200 and "error" not in r.json(), r.text[:300]
+        issued = portal.stats()["tokens_issued"]
+        assert issued["generate_password"] == 1 and issued["generate_federated"] == 2, issued
+    finally:
+        server2.stop()
+
+
 @pytest.mark.parametrize("token_url", [False, True])
 def test_portal_pages_outside_the_api_are_forwarded_untouched(proxy_factory, federation, session, token_url):
     # arcgis-token matching a portal: its home page is no API (no /rest/, /sharing/ ...). It must reach the

@@ -2,7 +2,8 @@ import Foundation
 
 /// How an `arcgis-token` credential (username and password) gets a token for a root: the pure decisions of
 /// ``TokenFetcher``'s password login — whether the server's `rest/info` is read, which token service gets the
-/// password, what lifetime is asked for, and whether the token is then exchanged for a federated server's.
+/// password and what lifetime is asked for, or whether the portal's token is exchanged for a federated
+/// server's.
 enum PasswordLogin {
     /// Whether the server's `rest/info` must be read before logging in. For a server root it always is, even
     /// when `token_url` and `expiration_minutes` are both configured: only `rest/info` says which portal the
@@ -10,14 +11,13 @@ enum PasswordLogin {
     /// (498) until it is exchanged for a server token. A portal root has no `rest/info`.
     static func readsServerInfo(isPortal: Bool) -> Bool { !isPortal }
 
-    /// What to do for one login.
-    struct Plan: Equatable, Sendable {
-        /// The token service that gets the password.
-        var tokenURL: String
-        /// The `expiration` field (minutes), if one is sent.
-        var expirationMinutes: Int?
-        /// The portal root whose token must be exchanged for a token of the server root (federation), else nil.
-        var exchangeAt: String?
+    /// How the token for one root is had.
+    enum Plan: Equatable, Sendable {
+        /// The password goes to `tokenURL` (asking for `expirationMinutes`, if any).
+        case login(tokenURL: String, expirationMinutes: Int?)
+        /// A server federated with `portal`: the portal's token — one password login for every server root,
+        /// cached under the portal's own key — is exchanged for this server root's token.
+        case exchange(portal: String)
     }
 
     /// The plan for `root` (a portal root when `isPortal`), given the server's `rest/info` when it could be
@@ -46,14 +46,13 @@ enum PasswordLogin {
         } else {
             return .failure(PlanError(message: "\(root)/rest/info does not name a token service; set token_url"))
         }
-        var plan = Plan(tokenURL: tokenURL, expirationMinutes: s.expirationMinutes ?? info?.shortLivedTokenValidity)
         // A portal token for a server federated with that portal is exchanged for a server token.
         if !isPortal, let portal = portalRoot(ofTokenService: tokenURL), let owner = info?.owningSystemURL,
             ServerRoot.same(owner, portal)
         {
-            plan.exchangeAt = portal
+            return .success(.exchange(portal: portal))
         }
-        return .success(plan)
+        return .success(.login(tokenURL: tokenURL, expirationMinutes: s.expirationMinutes ?? info?.shortLivedTokenValidity))
     }
 
     /// The portal root of a portal token service (`https://host/portal/sharing/rest/generateToken` →

@@ -132,28 +132,25 @@ final class TokenFetcher {
         done: @escaping (Result<IssuedToken, TokenError>) -> Void
     ) {
         let proceed: (ServerInfoResponse?) -> Void = { [self] info in
-            let plan: PasswordLogin.Plan
             switch PasswordLogin.plan(s, root: root, isPortal: isPortal, info: info) {
             case .failure(let e):
                 done(.failure(TokenError(credential: c.name, message: e.message)))
-                return
-            case .success(let p):
-                plan = p
-            }
-            var fields = [("username", s.username), ("password", s.password), ("client", s.client)]
-            if let r = s.referer, s.client == "referer" { fields.append(("referer", r)) }
-            if let m = plan.expirationMinutes { fields.append(("expiration", String(m))) }
-            fields.append(("f", "json"))
-            post(c, url: plan.tokenURL, fields: fields, answer: GenerateTokenResponse.self) { [self] result in
-                switch result.flatMap({ issued(c, $0, service: plan.tokenURL) }) {
-                case .failure(let e): done(.failure(e))
-                case .success(var t):
-                    t.referer = s.client == "referer" ? s.referer : nil
-                    if let portal = plan.exchangeAt {
-                        exchange(c, portalToken: t, portal: portal, serverRoot: root, done: done)
-                    } else {
-                        done(.success(t))
-                    }
+            case .success(.exchange(let portal)):
+                // One password login at the portal serves every federated server root: its token is cached
+                // under the portal's key, and renewed once if the portal refuses it as dead.
+                exchangeWithPortalToken(c, portal: portal, root: root, renewed: false, done: done)
+            case .success(.login(let tokenURL, let expiration)):
+                var fields = [("username", s.username), ("password", s.password), ("client", s.client)]
+                if let r = s.referer, s.client == "referer" { fields.append(("referer", r)) }
+                if let m = expiration { fields.append(("expiration", String(m))) }
+                fields.append(("f", "json"))
+                post(c, url: tokenURL, fields: fields, answer: GenerateTokenResponse.self) { [self] result in
+                    done(
+                        result.flatMap { issued(c, $0, service: tokenURL) }.map { t in
+                            var t = t
+                            t.referer = s.client == "referer" ? s.referer : nil
+                            return t
+                        })
                 }
             }
         }

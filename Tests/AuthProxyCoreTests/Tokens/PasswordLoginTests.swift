@@ -29,14 +29,14 @@ import Testing
             Self.settings(tokenURL: Self.portalTokens, expiration: 30), root: Self.server, isPortal: false,
             info: info
         ).get()
-        #expect(plan == .init(tokenURL: Self.portalTokens, expirationMinutes: 30, exchangeAt: Self.portal))
+        #expect(plan == .exchange(portal: Self.portal))
     }
 
     @Test func withoutRestInfoNothingIsExchanged() throws {
         let plan = try PasswordLogin.plan(
             Self.settings(tokenURL: Self.portalTokens, expiration: 30), root: Self.server, isPortal: false, info: nil
         ).get()
-        #expect(plan == .init(tokenURL: Self.portalTokens, expirationMinutes: 30, exchangeAt: nil))
+        #expect(plan == .login(tokenURL: Self.portalTokens, expirationMinutes: 30))
     }
 
     @Test func discoveredTokenServiceAndLifetime() throws {
@@ -45,13 +45,13 @@ import Testing
             Self.settings(), root: Self.server, isPortal: false,
             info: ServerInfoResponse(tokenServicesURL: own, shortLivedTokenValidity: 90)
         ).get()
-        #expect(plan == .init(tokenURL: own, expirationMinutes: 90, exchangeAt: nil))
+        #expect(plan == .login(tokenURL: own, expirationMinutes: 90))
         // Federated, discovered through owningSystemUrl alone.
         let fed = try PasswordLogin.plan(
             Self.settings(), root: Self.server, isPortal: false,
             info: ServerInfoResponse(owningSystemURL: Self.portal + "/")
         ).get()
-        #expect(fed == .init(tokenURL: Self.portalTokens, expirationMinutes: nil, exchangeAt: Self.portal))
+        #expect(fed == .exchange(portal: Self.portal))
     }
 
     @Test func aServerFederatedWithAnotherPortalIsNotExchangedThere() throws {
@@ -59,12 +59,25 @@ import Testing
             Self.settings(tokenURL: Self.portalTokens), root: Self.server, isPortal: false,
             info: ServerInfoResponse(owningSystemURL: "https://other.example.com/portal")
         ).get()
-        #expect(plan.exchangeAt == nil)
+        #expect(plan == .login(tokenURL: Self.portalTokens, expirationMinutes: nil))
+    }
+
+    /// Every server federated with the portal is served by the portal's one token (one password login):
+    /// the plan for each server root is an exchange, and only the portal root logs in.
+    @Test func federatedServersShareThePortalsLogin() throws {
+        for server in ["https://gis.example.com/arcgis", "https://gis.example.com/hosting", "https://gis.example.com/image"] {
+            let plan = try PasswordLogin.plan(
+                Self.settings(), root: server, isPortal: false, info: ServerInfoResponse(owningSystemURL: Self.portal)
+            ).get()
+            #expect(plan == .exchange(portal: Self.portal), "\(server)")
+        }
+        let portal = try PasswordLogin.plan(Self.settings(expiration: 30), root: Self.portal, isPortal: true, info: nil).get()
+        #expect(portal == .login(tokenURL: Self.portalTokens, expirationMinutes: 30))
     }
 
     @Test func portalRootLogsInAtItsSharingGenerateToken() throws {
         let plan = try PasswordLogin.plan(Self.settings(), root: Self.portal, isPortal: true, info: nil).get()
-        #expect(plan == .init(tokenURL: Self.portalTokens, expirationMinutes: nil, exchangeAt: nil))
+        #expect(plan == .login(tokenURL: Self.portalTokens, expirationMinutes: nil))
     }
 
     @Test func discoveredServiceOnAnotherHostOrOverHTTPIsRefused() {
