@@ -22,16 +22,42 @@ enum ServerRoot {
     /// (the earliest segment of ``apiSegments`` decides); nil for anything else — a portal's home and app pages,
     /// a web adaptor's static files — which needs no token.
     static func api(_ target: URLTarget) -> (root: String, isPortal: Bool)? {
-        let path = String(target.path)
-        var best: (at: String.Index, isPortal: Bool)?
-        for (segment, isPortal) in apiSegments {
-            let inner = path.range(of: "/\(segment)/", options: .caseInsensitive)
-            let atEnd = path.range(of: "/\(segment)", options: [.caseInsensitive, .backwards, .anchored])
-            guard let r = inner ?? atEnd else { continue }
-            if best.map({ r.lowerBound < $0.at }) ?? true { best = (r.lowerBound, isPortal) }
+        // A byte scan of whole segments, the first listed one wins (this runs for every request under a
+        // refreshable credential: no Foundation searches).
+        var path = target.path
+        let found: (at: Int, isPortal: Bool)? = path.withUTF8 { u in
+            var i = 0
+            while i < u.count {
+                guard u[i] == UInt8(ascii: "/") else {
+                    i += 1
+                    continue
+                }
+                var j = i + 1
+                while j < u.count, u[j] != UInt8(ascii: "/") { j += 1 }
+                if let isPortal = apiSegment(UnsafeBufferPointer(rebasing: u[(i + 1)..<j])) { return (i, isPortal) }
+                i = j
+            }
+            return nil
         }
-        guard let best else { return nil }
-        return (origin(target) + path[..<best.at], best.isPortal)
+        guard let found else { return nil }
+        return (origin(target) + String(decoding: Array(path.utf8.prefix(found.at)), as: UTF8.self), found.isPortal)
+    }
+
+    /// Whether `segment` is one of ``apiSegments`` (ASCII case ignored), and if so whether it marks a portal.
+    private static func apiSegment(_ segment: UnsafeBufferPointer<UInt8>) -> Bool? {
+        for (name, isPortal) in apiSegmentBytes where name.count == segment.count {
+            var same = true
+            for k in 0..<name.count where segment[k] | 0x20 != name[k] {
+                same = false
+                break
+            }
+            if same { return isPortal }
+        }
+        return nil
+    }
+
+    private static let apiSegmentBytes: [(name: [UInt8], isPortal: Bool)] = apiSegments.map {
+        (Array($0.segment.utf8), $0.isPortal)
     }
 
     /// The root of `target`, and whether it is a portal: ``api(_:)``, else the first path segment (`/arcgis`)
