@@ -199,6 +199,9 @@ struct Check: ParsableCommand {
             let placement = cred.kind.isToken
                 ? ", token_placement=\(cred.placement.rawValue)\(cred.overrideClientToken ? ", override_client_token" : "")" : ""
             print("    - \(cred.name) (\(cred.kind.typeName)\(placement)\(limit)): \(cred.match.map(\.description).joined(separator: ", "))")
+            for prefix in TokenService.unprefetchable(cred) {
+                warnings.append("credential '\(cred.name)': prefetch cannot fetch a token ahead for match \(prefix) (a host alone names no server root or portal): give the root, e.g. \(prefix)/arcgis or \(prefix)/portal; /readyz does not wait for it")
+            }
             if case .token(_, _, let expires?) = cred.kind, expires <= Int64(time(nil)) * 1000 {
                 warnings.append("credential '\(cred.name)': its pregenerated token expired (expires is in the past); requests get 502 until it is renewed")
             }

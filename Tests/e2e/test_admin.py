@@ -182,6 +182,31 @@ def test_readyz_waits_for_prefetched_tokens(proxy_factory, ags):
     assert len(ags.token_calls()) == calls  # a valid token is not fetched again
 
 
+def test_prefetch_with_a_host_alone_as_match_is_ready_and_warned(proxy_factory, tmp_path):
+    """match = the origin alone (a host serving /arcgis and /portal): which root a request needs shows only in
+    its path, so prefetch has nothing to fetch ahead. /readyz stayed 503 for ever ('…/rest/info answered HTTP
+    404') while requests worked; now it is ready, check and serve say why nothing is prefetched, and the
+    server root given as a second prefix is still prefetched."""
+    s = ArcGISServer(role="both", ttl=600, federate_self=True).start()
+    try:
+        block = cred("gis", "arcgis-token", [s.url, s.server_root], username="alice", password="alice-pass",
+                     prefetch=True)
+        p = start_with_admin(proxy_factory, block)
+        deadline = time.time() + 10
+        while admin_get(p, "/readyz").status_code != 200 and time.time() < deadline:
+            time.sleep(0.2)
+        assert admin_get(p, "/readyz").json() == {"ready": True}
+        assert len(s.token_calls()) >= 1            # the server root was prefetched
+        assert p.wait_for_log(lambda l: "prefetch cannot fetch a token ahead" in l and s.url in l)
+        conf = tmp_path / "check.conf"
+        conf.write_text('[proxy]\nlisten = ["127.0.0.1:%d"]\n' % harness.free_port() + block)
+        r = subprocess.run([harness.proxy_bin(), "check", "--config", str(conf)], capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0, r.stderr
+        assert "prefetch cannot fetch a token ahead for match %s" % s.url in r.stderr, r.stderr
+    finally:
+        s.stop()
+
+
 def test_prefetch_refreshes_before_expiry_without_requests(proxy_factory):
     s = ArcGISServer(role="server", ttl=2).start()  # 2-minute tokens: refresh margin 12 s
     try:

@@ -89,6 +89,12 @@ public final class ProxyServer: @unchecked Sendable {
             kerberos = tickets
         }
         warnInsecure(config.credentials)
+        for c in config.credentials {
+            for prefix in TokenService.unprefetchable(c) {
+                logger.warning("prefetch cannot fetch a token ahead for a match that is a host alone; /readyz does not wait for it",
+                    metadata: ["credential": "\(c.name)", "match": "\(prefix)", "hint": "give the server root or portal, e.g. \(prefix)/arcgis"])
+            }
+        }
         DescriptorExhaustion.prepare(maxConnections: config.maxConnections, logger: logger)
         let context = ServerContext(
             generation: 1, config: config, logger: logger, ownAuthorities: own, tokens: tokens, tlsServer: tlsServer,

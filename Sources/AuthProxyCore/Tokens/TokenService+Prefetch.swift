@@ -10,11 +10,27 @@ extension TokenService {
     static func prefetchTargets(_ c: Credential) -> [URLTarget] {
         var seen = Set<String>()
         return c.match.compactMap { prefix in
-            guard case .absolute(let u)? = try? RequestHeadParser.parseTarget(method: "GET", prefix.description + "/"),
-                seen.insert(key(for: c, target: u)).inserted
-            else { return nil }
+            guard let u = prefetchTarget(prefix), seen.insert(key(for: c, target: u)).inserted else { return nil }
             return u
         }
+    }
+
+    /// The URL a prefix is prefetched for: the prefix itself, which names a server root (`https://host/arcgis`)
+    /// or a portal (`https://host/portal`, `…/sharing/rest`); nil for a host alone (`https://host`). Which server
+    /// root or portal the requests under a host will use is known only from their paths, so nothing can be
+    /// fetched ahead for it (and `/readyz` does not wait for it); ``unprefetchable(_:)`` names such prefixes.
+    static func prefetchTarget(_ prefix: MatchPrefix) -> URLTarget? {
+        guard case .absolute(let u)? = try? RequestHeadParser.parseTarget(method: "GET", prefix.description + "/"),
+            u.path.contains(where: { $0 != "/" })
+        else { return nil }
+        return u
+    }
+
+    /// The `match` prefixes of a `prefetch = true` credential that name no ArcGIS API root (see
+    /// ``prefetchTarget(_:)``), for a warning at start and in `check`.
+    public static func unprefetchable(_ c: Credential) -> [String] {
+        guard c.prefetch, c.isRefreshable else { return [] }
+        return c.match.filter { prefetchTarget($0) == nil }.map(\.description)
     }
 
     /// Starts prefetching for `credentials` (those with `prefetch = true`).
