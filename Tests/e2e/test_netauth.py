@@ -125,6 +125,60 @@ def test_a_clients_own_ntlm_login_never_serves_another_client(proxy_factory, net
     assert lines and all('user="-"' in l for l in lines), lines
 
 
+@pytest.mark.parametrize("client", ["native", "libcurl"])
+def test_a_client_doing_ntlm_whose_response_is_cut_does_not_take_the_proxy_down(proxy_factory, client):
+    """The upstream cuts a response mid-body for a client that does NTLM itself: the connection ends from inside
+    the transfer's completion, and its own libcurl multi handle used to be torn down right there, while libcurl's
+    message loop went on reading from it (use after free). The proxy keeps serving."""
+    import socket
+    ls = socket.socket()
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind(("127.0.0.1", 0))
+    ls.listen(16)
+    port = ls.getsockname()[1]
+
+    def serve(c):
+        try:
+            buf = b""
+            while b"\r\n\r\n" not in buf:
+                d = c.recv(65536)
+                if not d:
+                    return
+                buf += d
+            if b"/cut" in buf.split(b"\r\n", 1)[0]:
+                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n" + b"x" * 1000)
+            else:
+                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        finally:
+            c.close()
+
+    def accept():
+        while True:
+            try:
+                c, _ = ls.accept()
+            except OSError:
+                return
+            threading.Thread(target=serve, args=(c,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        p = proxy_factory(proxy={"http_client": client})
+        for i in range(20):
+            with RawConn(p.host, p.port, timeout=5) as c:
+                c.send(request_bytes("GET", "http://127.0.0.1:%d/cut%d" % (port, i),
+                                     headers=[("Authorization", "NTLM TlRMTVNTUAABAAAAB4IIogAAAAAAAAAAAAAAAAAAAAAGAbEdAAAADw==")]))
+                try:
+                    c.read_to_eof()
+                except OSError:
+                    pass
+        assert p.alive()
+        import requests
+        r = requests.get("http://127.0.0.1:%d/after" % port, proxies=p.proxies, timeout=10)
+        assert r.status_code == 200 and r.text == "ok"
+    finally:
+        ls.close()
+
+
 def test_iis_like_negotiate_plus_ntlm_falls_back_to_ntlm(proxy_factory, netauth_rig, session):
     rig = netauth_rig
     p = proxy_factory(extra_config=cred("iwa", "password", rig.iis.url, username="alice", password="alice-pw", domain="TESTDOM"))

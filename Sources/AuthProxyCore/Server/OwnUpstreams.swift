@@ -33,11 +33,9 @@ final class OwnUpstreams {
         loop.http1.closeOwned(by: owner)
         guard let m = curl else { return }
         curl = nil
-        // A cancel made inside libcurl is deferred to the queue; the teardown must come after it.
-        if m.insideCurl {
-            loop.queue.async { m.tearDown() }
-        } else {
-            m.tearDown()
-        }
+        // Always on a later turn of the queue: close() may run from a delegate call that the multi handle makes
+        // and then carries on (reading its next message, asking for its next timeout), and a cancel made inside
+        // libcurl is itself deferred to the queue. The teardown comes after both.
+        loop.queue.async { m.tearDown() }
     }
 }

@@ -145,7 +145,7 @@ final class CurlMulti: @unchecked Sendable {
             queue.async { [self] in withExtendedLifetime(owner) { cancel(easy, owner: owner) } }
             return
         }
-        guard easy.owner == ObjectIdentifier(owner) else { return }
+        guard !tornDown, easy.owner == ObjectIdentifier(owner) else { return }
         easy.owner = nil
         easy.transfer = nil
         depth += 1
@@ -164,7 +164,7 @@ final class CurlMulti: @unchecked Sendable {
             queue.async { [self] in withExtendedLifetime(owner) { unpause(easy, owner: owner) } }
             return
         }
-        guard easy.owner == ObjectIdentifier(owner) else { return }
+        guard !tornDown, easy.owner == ObjectIdentifier(owner) else { return }
         depth += 1
         curl_easy_pause(easy.raw, CURLPAUSE_CONT)
         depth -= 1
@@ -186,7 +186,9 @@ final class CurlMulti: @unchecked Sendable {
     private func drainMessages() {
         guard depth == 0 else { return }
         var left: Int32 = 0
-        while let msg = curl_multi_info_read(handle, &left) {
+        // A delegate told of a finished transfer may end its client connection, and with it a multi handle of
+        // its own (``OwnUpstreams``), whose teardown is queued: never read messages from a torn-down handle.
+        while !tornDown, let msg = curl_multi_info_read(handle, &left) {
             guard msg.pointee.msg == CURLMSG_DONE, let easy = msg.pointee.easy_handle else { continue }
             let result = msg.pointee.data.result
             var priv: UnsafeMutableRawPointer? = nil
@@ -210,12 +212,21 @@ final class CurlMulti: @unchecked Sendable {
     func tearDown() {
         assertOnQueue(queue)
         guard !tornDown else { return }
+        precondition(!insideCurl, "CurlMulti.tearDown from inside a libcurl call")
         tornDown = true
         timer.cancel()
         for (_, w) in watches { w.cancel() }
         watches.removeAll()
+        // Handles still in the multi handle (a transfer whose removal was deferred): out, and cleaned up.
+        for h in handles.values where h.owner != nil {
+            h.owner = nil
+            h.transfer = nil
+            curl_multi_remove_handle(handle, h.raw)
+            h.cleanup()
+        }
         for h in idlePlain { h.cleanup() }
         for pool in idleTrusted { for h in pool.handles { h.cleanup() } }
+        handles.removeAll()
         idlePlain.removeAll()
         idleTrusted.removeAll()
         idleCount = 0
@@ -272,7 +283,9 @@ final class CurlMulti: @unchecked Sendable {
 
     private func timerFired() {
         armedDeadline = .max
+        guard !tornDown else { return }
         socketAction(CURL_SOCKET_TIMEOUT, 0)
+        guard !tornDown else { return }
         // libcurl does not repeat a timeout it already reported (and we may have skipped it because an
         // earlier one was armed): ask for the next one explicitly.
         var ms = -1
