@@ -10,7 +10,8 @@ extension TokenService {
     static func prefetchTargets(_ c: Credential) -> [URLTarget] {
         var seen = Set<String>()
         return c.match.compactMap { prefix in
-            guard let u = prefetchTarget(prefix), seen.insert(key(for: c, target: u)).inserted else { return nil }
+            guard let u = prefetchTarget(prefix, portal: portalRoot(c)), seen.insert(key(for: c, target: u)).inserted
+            else { return nil }
             return u
         }
     }
@@ -19,18 +20,35 @@ extension TokenService {
     /// or a portal (`https://host/portal`, `…/sharing/rest`); nil for a host alone (`https://host`). Which server
     /// root or portal the requests under a host will use is known only from their paths, so nothing can be
     /// fetched ahead for it (and `/readyz` does not wait for it); ``unprefetchable(_:)`` names such prefixes.
-    static func prefetchTarget(_ prefix: MatchPrefix) -> URLTarget? {
-        guard case .absolute(let u)? = try? RequestHeadParser.parseTarget(method: "GET", prefix.description + "/"),
+    ///
+    /// A prefix that is the credential's portal (`portal_url` of an OAuth credential, the portal of a `token_url`
+    /// under `/sharing/`) is prefetched as that portal (`…/sharing/rest/`), under the key its API requests use.
+    static func prefetchTarget(_ prefix: MatchPrefix, portal: String?) -> URLTarget? {
+        var text = prefix.description
+        if let portal, ServerRoot.same(text, portal) { text = ServerRoot.sharingRest(text) }
+        guard case .absolute(let u)? = try? RequestHeadParser.parseTarget(method: "GET", text + "/"),
             u.path.contains(where: { $0 != "/" })
         else { return nil }
         return u
+    }
+
+    /// The portal root a credential names itself, if any.
+    static func portalRoot(_ c: Credential) -> String? {
+        switch c.kind {
+        case .oauthApp(let o): return o.portalURL
+        case .oauthUser(let o): return o.portalURL
+        case .arcgisToken(let a):
+            guard let t = a.tokenURL, let r = t.range(of: "/sharing/", options: .caseInsensitive) else { return nil }
+            return String(t[..<r.lowerBound])
+        default: return nil
+        }
     }
 
     /// The `match` prefixes of a `prefetch = true` credential that name no ArcGIS API root (see
     /// ``prefetchTarget(_:)``), for a warning at start and in `check`.
     public static func unprefetchable(_ c: Credential) -> [String] {
         guard c.prefetch, c.isRefreshable else { return [] }
-        return c.match.filter { prefetchTarget($0) == nil }.map(\.description)
+        return c.match.filter { prefetchTarget($0, portal: portalRoot(c)) == nil }.map(\.description)
     }
 
     /// Starts prefetching for `credentials` (those with `prefetch = true`).
