@@ -77,8 +77,10 @@ def test_injected_token_never_reaches_the_client_in_a_redirect(proxy_factory, se
             buf += d
         target = buf.split(b" ")[1]
         seen.append(target)
+        body = b'<html><body><h1>Object Moved</h1>This object may be found <a HREF="https://127.0.0.1:%d%s">here</a>.</body></html>' % (port, target)
         c.sendall(b"HTTP/1.1 301 Moved Permanently\r\nLocation: https://127.0.0.1:%d%s\r\n"
-                  b"Content-Location: %s\r\nContent-Length: 0\r\nConnection: close\r\n\r\n" % (port, target, target))
+                  b"Content-Location: %s\r\nRefresh: 0; url=%s\r\nContent-Type: text/html\r\n"
+                  b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (port, target, target, target, len(body), body))
         c.close()
 
     def accept():
@@ -99,7 +101,11 @@ def test_injected_token_never_reaches_the_client_in_a_redirect(proxy_factory, se
         assert seen and b"token=ORG-SECRET-KEY" in seen[-1]          # the upstream got the key
         assert r.headers["Location"] == "https://127.0.0.1:%d/arcgis/rest/services?f=json&where=1%%3D1" % port
         assert r.headers["Content-Location"] == "/arcgis/rest/services?f=json&where=1%3D1"
+        assert r.headers["Refresh"] == "0; url=/arcgis/rest/services?f=json&where=1%3D1"
         assert "ORG-SECRET-KEY" not in str(r.headers)
+        # The body that repeats the URL keeps its length, with the key masked.
+        assert "ORG-SECRET-KEY" not in r.text and "token=**************" in r.text, r.text
+        assert int(r.headers["Content-Length"]) == len(r.content)
     finally:
         ls.close()
 

@@ -317,7 +317,7 @@ struct ResponseHeadAssembler {
         }
     }
 
-    /// Replaces the values of `Location` and `Content-Location` fields for which `transform` returns new bytes
+    /// Replaces the values of `Location`, `Content-Location` and `Refresh` (`0; url=…`) fields for which `transform` returns new bytes
     /// (nil: the value stays). Used to keep an injected token out of redirect URLs (``RedirectTokenScrub``).
     mutating func rewriteLocations(_ transform: (UnsafeRawBufferPointer) -> [UInt8]?) {
         for i in fields.indices {
@@ -325,6 +325,7 @@ struct ResponseHeadAssembler {
             let replacement: [UInt8]? = storage.withUnsafeBytes { s in
                 let name = Self.bytes(s, f.nameStart, f.nameEnd)
                 guard Self.equalsIgnoringCase(name, "location") || Self.equalsIgnoringCase(name, "content-location")
+                    || Self.equalsIgnoringCase(name, "refresh")
                 else { return nil }
                 return transform(Self.bytes(s, f.valueStart, f.valueEnd))
             }

@@ -222,6 +222,9 @@ extension ClientConnection {
         x.heldHead.removeAll()
         if let injected = x.injectedToken {
             x.responseHead.rewriteLocations { RedirectTokenScrub.scrub($0, token: injected.value) }
+            // A redirect's body repeats its URL ("Object moved ... <a href=...>"): the token is masked there too.
+            let s = x.responseHead.status
+            x.bodyMask = s >= 300 && s < 400 ? injected.value : nil
         }
         let framing = x.responseHead.write(into: &x.heldHead, options: .init(isHeadRequest: x.head?.isHead ?? false,
             clientMinorVersion: x.head?.minorVersion ?? 1, keepAlive: machine.keepAlive, corsOrigin: x.corsOrigin,
@@ -298,6 +301,13 @@ extension ClientConnection {
     }
 
     func transferDidReceiveBody(_ bytes: UnsafeRawBufferPointer) -> BodyAcceptance {
+        if let token = ex?.bodyMask, let masked = RedirectTokenScrub.mask(bytes, token: token) {
+            return masked.withUnsafeBytes { relayBody($0) }
+        }
+        return relayBody(bytes)
+    }
+
+    private func relayBody(_ bytes: UnsafeRawBufferPointer) -> BodyAcceptance {
         while true {
             switch machine.upstreamBody(count: bytes.count, clientPending: channel.pendingCount,
                 clientFailed: channel.failed || channel.isClosed, now: now)

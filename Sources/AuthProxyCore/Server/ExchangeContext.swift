@@ -43,6 +43,9 @@ final class ExchangeContext {
     /// The upstream answered `injectedToken` with a token error that was relayed (not retried): the response
     /// does not prove the token good.
     var injectedTokenRejected = false
+    /// The injected token, masked in the body of a redirect (``RedirectTokenScrub/mask(_:token:)``); nil for
+    /// every other response.
+    var bodyMask: String? = nil
     var tokenSite: TokenInjection.Site = .query
     /// A copy of the streamed request body for the retry; `replayOffset` is how much of it the current
     /// transfer has read.
@@ -91,6 +94,7 @@ final class ExchangeContext {
         credential = nil
         injectedToken = nil
         injectedTokenRejected = false
+        bodyMask = nil
         tokenSite = .query
         replay = nil  // closes (and so frees) a spill file at once
         replayOffset = 0

@@ -41,6 +41,29 @@ enum RedirectTokenScrub {
         return out
     }
 
+    /// `body` with every occurrence of `token` (as is, or percent-encoded) replaced by as many `*`: the length
+    /// stays, so the response's framing does too. nil when it holds none. For the body of a redirect, whose
+    /// HTML repeats the URL; a token split across two body chunks is not caught (such bodies are a few hundred
+    /// bytes, one chunk).
+    static func mask(_ body: UnsafeRawBufferPointer, token: String) -> [UInt8]? {
+        var out: [UInt8]? = nil
+        for form in Set([token, TokenInjection.percentEncoded(token)]) {
+            let t = Array(form.utf8)
+            guard !t.isEmpty, body.count >= t.count else { continue }
+            var i = 0
+            while i + t.count <= body.count {
+                if body[i] == t[0], (0..<t.count).allSatisfy({ body[i + $0] == t[$0] }) {
+                    if out == nil { out = Array(body) }
+                    for k in 0..<t.count { out![i + k] = UInt8(ascii: "*") }
+                    i += t.count
+                } else {
+                    i += 1
+                }
+            }
+        }
+        return out
+    }
+
     /// `token=<t>`, however encoded.
     private static func isInjected(_ field: UnsafeRawBufferPointer, token: [UInt8]) -> Bool {
         guard let eq = field.firstIndex(of: UInt8(ascii: "=")),

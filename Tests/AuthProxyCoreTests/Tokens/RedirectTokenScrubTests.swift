@@ -28,4 +28,15 @@ private func scrub(_ value: String, _ token: String = "SECRET-KEY") -> String? {
         #expect(scrub("https://gis/a?f=json") == nil)
         #expect(scrub("https://gis/a?token=SECRET-KEY", "") == nil)
     }
+
+    @Test func aRedirectBodyKeepsItsLengthWithTheTokenMasked() {
+        func mask(_ body: String, _ token: String = "SECRET-KEY") -> String? {
+            Array(body.utf8).withUnsafeBytes { RedirectTokenScrub.mask($0, token: token) }.map { String(decoding: $0, as: UTF8.self) }
+        }
+        #expect(mask("<a href=\"https://h/a?token=SECRET-KEY&f=json\">") == "<a href=\"https://h/a?token=**********&f=json\">")
+        #expect(mask("SECRET-KEYSECRET-KEY") == "********************")
+        #expect(mask("a+b/= and a%2Bb%2F%3D", "a+b/=") == "***** and ***********")
+        #expect(mask("nothing here") == nil)
+        #expect(mask("SECRET") == nil)
+    }
 }
