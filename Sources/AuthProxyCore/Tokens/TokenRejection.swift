@@ -42,7 +42,19 @@ public enum TokenRejection {
             if decodable.contains(name) { kept.append(entry) } else { dropped = true }
         }
         guard dropped else { return nil }
-        return kept.isEmpty ? "identity" : kept.joined(separator: ", ")
+        // What is left must accept something: `br, identity;q=0` would otherwise become `identity;q=0`, which
+        // accepts nothing (a 406 from a strict server).
+        return kept.contains(where: { !refused($0) }) ? kept.joined(separator: ", ") : "identity"
+    }
+
+    /// Whether an `Accept-Encoding` element has `q=0` (RFC 9110 §12.4.2: "not acceptable").
+    static func refused(_ entry: Substring) -> Bool {
+        for p in entry.split(separator: ";").dropFirst() {
+            let kv = p.split(separator: "=", maxSplits: 1).map { $0.trimmingHTTPWhitespace() }
+            guard kv.count == 2, kv[0].lowercased() == "q", let q = Double(kv[1]) else { continue }
+            return q == 0
+        }
+        return false
     }
 
     /// The content codings ``isRejection(status:contentType:contentEncoding:body:)`` reads.

@@ -349,6 +349,10 @@ private func compress(_ text: String, _ encoding: BoundedInflate.Encoding, raw: 
         (["br"], "identity"),
         (["zstd, *"], "identity"),
         (["identity, br"], "identity"),
+        // What is left must accept something.
+        (["br, identity;q=0"], "identity"),
+        (["br, gzip;q=0, identity;q=0.0"], "identity"),
+        (["br, gzip;q=0.5, identity;q=0"], "gzip;q=0.5, identity;q=0"),
     ])
     func undecodableCodingsAreDropped(_ values: [String], _ sent: String) {
         #expect(TokenRejection.acceptEncodingForInspection(values) == sent, "\(values)")
