@@ -86,6 +86,8 @@ struct ResponseHeadAssembler {
         static let contentLength: UInt8 = 4
         static let transferEncoding: UInt8 = 8
         static let allowOrigin: UInt8 = 16
+        /// `Location`, `Content-Location` or `Refresh`: URLs an injected token is kept out of.
+        static let location: UInt8 = 32
 
         static func of(_ name: UnsafeRawBufferPointer) -> UInt8 {
             var k: UInt8 = 0
@@ -94,6 +96,12 @@ struct ResponseHeadAssembler {
             if ResponseHeadAssembler.equalsIgnoringCase(name, "content-length") { k |= contentLength }
             if ResponseHeadAssembler.equalsIgnoringCase(name, "transfer-encoding") { k |= transferEncoding }
             if ResponseHeadAssembler.equalsIgnoringCase(name, "access-control-allow-origin") { k |= allowOrigin }
+            if ResponseHeadAssembler.equalsIgnoringCase(name, "location")
+                || ResponseHeadAssembler.equalsIgnoringCase(name, "content-location")
+                || ResponseHeadAssembler.equalsIgnoringCase(name, "refresh")
+            {
+                k |= location
+            }
             return k
         }
     }
@@ -110,6 +118,8 @@ struct ResponseHeadAssembler {
     /// How many fields are `Connection`/`Proxy-Connection` (usually one; with none, no name needs checking
     /// against their lists).
     private var listingFields = 0
+    /// How many fields are `Location`, `Content-Location` or `Refresh` (``rewriteLocations(_:)``).
+    private var locationFields = 0
     /// The first reason the head being read may not be relayed; nil while it is valid.
     private(set) var violation: Violation? = nil
     /// The length the `Content-Length` fields seen so far agree on (for ``Violation/conflictingContentLength``).
@@ -134,6 +144,7 @@ struct ResponseHeadAssembler {
         status = 0
         isComplete = false
         listingFields = 0
+        locationFields = 0
         violation = nil
         lengthSeen = nil
         lengthVoid = false
@@ -173,6 +184,7 @@ struct ResponseHeadAssembler {
         check(name: name)
         let kind = Kind.of(name)
         if kind & Kind.listing != 0 { listingFields += 1 }
+        if kind & Kind.location != 0 { locationFields += 1 }
         let nameStart = storage.count
         storage.append(contentsOf: name)
         let valueStart = storage.count
@@ -233,6 +245,7 @@ struct ResponseHeadAssembler {
         reason = nil
         isComplete = false
         listingFields = 0
+        locationFields = 0
         violation = nil
         lengthSeen = nil
         lengthVoid = false
@@ -320,14 +333,13 @@ struct ResponseHeadAssembler {
     /// Replaces the values of `Location`, `Content-Location` and `Refresh` (`0; url=…`) fields for which `transform` returns new bytes
     /// (nil: the value stays). Used to keep an injected token out of redirect URLs (``RedirectTokenScrub``).
     mutating func rewriteLocations(_ transform: (UnsafeRawBufferPointer) -> [UInt8]?) {
-        for i in fields.indices {
+        // Nearly every response has none of them: no loop then (this runs for every response to a request with
+        // an injected token).
+        guard locationFields > 0 else { return }
+        for i in fields.indices where fields[i].kind & Kind.location != 0 {
             let f = fields[i]
             let replacement: [UInt8]? = storage.withUnsafeBytes { s in
-                let name = Self.bytes(s, f.nameStart, f.nameEnd)
-                guard Self.equalsIgnoringCase(name, "location") || Self.equalsIgnoringCase(name, "content-location")
-                    || Self.equalsIgnoringCase(name, "refresh")
-                else { return nil }
-                return transform(Self.bytes(s, f.valueStart, f.valueEnd))
+                transform(Self.bytes(s, f.valueStart, f.valueEnd))
             }
             guard let replacement else { continue }
             fields[i].valueStart = storage.count

@@ -622,3 +622,37 @@ let headCases: [HeadCase] = [
         #expect(got == Int64(text))
     }
 }
+
+@Suite struct ResponseHeadLocationRewriteTests {
+    @Test func onlyLocationFieldsAreRewrittenAndTheHeadStaysWellFormed() {
+        var a = ResponseHeadAssembler()
+        let lines = [
+            "HTTP/1.1 301 Moved\r\n", "Location: https://h/a?f=json&token=T\r\n", "X-Other: token=T\r\n",
+            "content-location: /a?token=T\r\n", "Refresh: 0; url=/a?token=T\r\n", "Content-Length: 0\r\n", "\r\n",
+        ]
+        for l in lines { _ = Array(l.utf8).withUnsafeBytes { a.add(line: $0) } }
+        a.rewriteLocations { v in
+            Array(v).withUnsafeBytes { RedirectTokenScrub.scrub($0, token: "T") }
+        }
+        var out = ByteBuffer()
+        _ = a.write(into: &out, options: .init(isHeadRequest: false, clientMinorVersion: 1, keepAlive: true,
+            corsOrigin: nil, via: "1.1 authproxy"))
+        let head = String(decoding: out.unreadBytes, as: UTF8.self)
+        #expect(head.contains("Location: https://h/a?f=json\r\n"))
+        #expect(head.contains("content-location: /a\r\n"))
+        #expect(head.contains("Refresh: 0; url=/a\r\n"))
+        #expect(head.contains("X-Other: token=T\r\n"))
+        #expect(head.hasSuffix("\r\n\r\n"))
+        // The next head has no location field: nothing is looked at.
+        a.reset()
+        for l in ["HTTP/1.1 200 OK\r\n", "Content-Length: 0\r\n", "\r\n"] {
+            _ = Array(l.utf8).withUnsafeBytes { a.add(line: $0) }
+        }
+        var called = false
+        a.rewriteLocations { _ in
+            called = true
+            return nil
+        }
+        #expect(!called)
+    }
+}
