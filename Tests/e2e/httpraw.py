@@ -222,3 +222,48 @@ def wait_until(pred, timeout, interval=0.05):
         if time.monotonic() >= deadline:
             return v
         time.sleep(interval)
+
+
+class OneShotServer:
+    """A loopback server that reads one request head per connection, hands it to `answer(head) -> bytes`,
+    sends what it returns and closes: for upstreams that must misbehave in exact ways. `with` stops it."""
+
+    def __init__(self, answer):
+        import threading
+        self._answer = answer
+        self._sock = socket.socket()
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(16)
+        self.port = self._sock.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        import threading
+        while True:
+            try:
+                c, _ = self._sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+
+    def _serve(self, c):
+        try:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                d = c.recv(65536)
+                if not d:
+                    return
+                head += d
+            c.sendall(self._answer(head))
+        except OSError:
+            pass
+        finally:
+            c.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._sock.close()
+

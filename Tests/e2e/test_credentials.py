@@ -15,6 +15,7 @@ import requests
 import harness
 from harness import cred
 from arcgis import ArcGISServer, federate
+from httpraw import OneShotServer
 
 
 
@@ -59,40 +60,18 @@ def test_injected_token_never_reaches_the_client_in_a_redirect(proxy_factory, se
     """An upstream redirect that echoes the request target (IIS/Web Adaptor http->https, trailing-slash
     redirects) used to hand the injected API key to the client in Location; the injected token field is removed
     there (and in Content-Location), the client's own fields stay byte for byte."""
-    import socket
-    ls = socket.socket()
-    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    ls.bind(("127.0.0.1", 0))
-    ls.listen(16)
-    port = ls.getsockname()[1]
     seen = []
 
-    def serve(c):
-        buf = b""
-        while b"\r\n\r\n" not in buf:
-            d = c.recv(65536)
-            if not d:
-                c.close()
-                return
-            buf += d
-        target = buf.split(b" ")[1]
+    def answer(head):
+        target = head.split(b" ")[1]
         seen.append(target)
         body = b'<html><body><h1>Object Moved</h1>This object may be found <a HREF="https://127.0.0.1:%d%s">here</a>.</body></html>' % (port, target)
-        c.sendall(b"HTTP/1.1 301 Moved Permanently\r\nLocation: https://127.0.0.1:%d%s\r\n"
-                  b"Content-Location: %s\r\nRefresh: 0; url=%s\r\nContent-Type: text/html\r\n"
-                  b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (port, target, target, target, len(body), body))
-        c.close()
+        return (b"HTTP/1.1 301 Moved Permanently\r\nLocation: https://127.0.0.1:%d%s\r\n"
+                b"Content-Location: %s\r\nRefresh: 0; url=%s\r\nContent-Type: text/html\r\n"
+                b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (port, target, target, target, len(body), body))
 
-    def accept():
-        while True:
-            try:
-                c, _ = ls.accept()
-            except OSError:
-                return
-            threading.Thread(target=serve, args=(c,), daemon=True).start()
-
-    threading.Thread(target=accept, daemon=True).start()
-    try:
+    with OneShotServer(answer) as upstream:
+        port = upstream.port
         p = proxy_factory(proxy={"http_client": client},
                           extra_config=cred("svc", "api-key", "http://127.0.0.1:%d/arcgis" % port, key="ORG-SECRET-KEY"))
         r = via(p, session, "GET", "http://127.0.0.1:%d/arcgis/rest/services?f=json&where=1%%3D1" % port,
@@ -106,8 +85,6 @@ def test_injected_token_never_reaches_the_client_in_a_redirect(proxy_factory, se
         # The body that repeats the URL keeps its length, with the key masked.
         assert "ORG-SECRET-KEY" not in r.text and "token=**************" in r.text, r.text
         assert int(r.headers["Content-Length"]) == len(r.content)
-    finally:
-        ls.close()
 
 
 def test_header_placement_and_override(proxy_factory, origin, session):

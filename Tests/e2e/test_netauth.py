@@ -9,7 +9,7 @@ import threading
 import pytest
 
 import harness
-from httpraw import RawConn, request_bytes, wait_until
+from httpraw import OneShotServer, RawConn, request_bytes, wait_until
 from netauth.fixtures import netauth_big_file, netauth_rig  # noqa: F401  (fixtures)
 from harness import cred
 from test_credentials import via
@@ -130,38 +130,13 @@ def test_a_client_doing_ntlm_whose_response_is_cut_does_not_take_the_proxy_down(
     """The upstream cuts a response mid-body for a client that does NTLM itself: the connection ends from inside
     the transfer's completion, and its own libcurl multi handle used to be torn down right there, while libcurl's
     message loop went on reading from it (use after free). The proxy keeps serving."""
-    import socket
-    ls = socket.socket()
-    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    ls.bind(("127.0.0.1", 0))
-    ls.listen(16)
-    port = ls.getsockname()[1]
+    def answer(head):
+        if b"/cut" in head.split(b"\r\n", 1)[0]:
+            return b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n" + b"x" * 1000
+        return b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 
-    def serve(c):
-        try:
-            buf = b""
-            while b"\r\n\r\n" not in buf:
-                d = c.recv(65536)
-                if not d:
-                    return
-                buf += d
-            if b"/cut" in buf.split(b"\r\n", 1)[0]:
-                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n" + b"x" * 1000)
-            else:
-                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-        finally:
-            c.close()
-
-    def accept():
-        while True:
-            try:
-                c, _ = ls.accept()
-            except OSError:
-                return
-            threading.Thread(target=serve, args=(c,), daemon=True).start()
-
-    threading.Thread(target=accept, daemon=True).start()
-    try:
+    with OneShotServer(answer) as upstream:
+        port = upstream.port
         p = proxy_factory(proxy={"http_client": client})
         for i in range(20):
             with RawConn(p.host, p.port, timeout=5) as c:
@@ -175,8 +150,6 @@ def test_a_client_doing_ntlm_whose_response_is_cut_does_not_take_the_proxy_down(
         import requests
         r = requests.get("http://127.0.0.1:%d/after" % port, proxies=p.proxies, timeout=10)
         assert r.status_code == 200 and r.text == "ok"
-    finally:
-        ls.close()
 
 
 def test_iis_like_negotiate_plus_ntlm_falls_back_to_ntlm(proxy_factory, netauth_rig, session):
