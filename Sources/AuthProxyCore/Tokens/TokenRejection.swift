@@ -47,6 +47,26 @@ public enum TokenRejection {
         return kept.contains(where: { !refused($0) }) ? kept.joined(separator: ", ") : "identity"
     }
 
+    /// Whether the `Accept-Encoding` fields name only codings the check reads (or none): then nothing is rewritten
+    /// and ``acceptEncodingForInspection(_:)`` need not run. No allocation: this runs for every request with a
+    /// refreshable token, whose clients nearly always send `gzip, deflate` or nothing.
+    static func namesOnlyDecodable(_ headers: HTTPHeaders) -> Bool {
+        for f in headers.fields where f.name.caseInsensitiveEquals("accept-encoding") {
+            var rest = Substring(f.value)
+            while !rest.isEmpty {
+                let end = rest.firstIndex(of: ",") ?? rest.endIndex
+                var item = rest[..<end]
+                if let semi = item.firstIndex(of: ";") { item = item[..<semi] }
+                let name = item.trimmingHTTPWhitespace()
+                if !name.isEmpty, !decodableNames.contains(where: { name.caseInsensitiveEquals($0) }) { return false }
+                rest = end == rest.endIndex ? rest[end...] : rest[rest.index(after: end)...]
+            }
+        }
+        return true
+    }
+
+    private static let decodableNames = ["gzip", "x-gzip", "deflate", "identity"]
+
     /// Whether an `Accept-Encoding` element has `q=0` (RFC 9110 §12.4.2: "not acceptable").
     static func refused(_ entry: Substring) -> Bool {
         for p in entry.split(separator: ";").dropFirst() {

@@ -356,6 +356,14 @@ private func compress(_ text: String, _ encoding: BoundedInflate.Encoding, raw: 
     ])
     func undecodableCodingsAreDropped(_ values: [String], _ sent: String) {
         #expect(TokenRejection.acceptEncodingForInspection(values) == sent, "\(values)")
+        // The allocation-free check agrees: something is to be dropped.
+        #expect(!TokenRejection.namesOnlyDecodable(HTTPHeaders(values.map { ("Accept-Encoding", $0) })))
+    }
+
+    @Test(arguments: [[], ["gzip, deflate"], ["GZIP;q=1.0 , Deflate", "identity"], ["x-gzip", ""], ["gzip;q=0, identity"]])
+    func decodableOnlyIsLeftAlone(_ values: [String]) {
+        #expect(TokenRejection.namesOnlyDecodable(HTTPHeaders(values.map { ("accept-encoding", $0) })))
+        #expect(TokenRejection.acceptEncodingForInspection(values) == nil)
     }
 
     @Test(arguments: [[String](), ["gzip, deflate"], ["identity"], ["gzip;q=1, deflate;q=0.5"], [""]])
