@@ -321,6 +321,16 @@ final class HTTP1Transfer: UpstreamExchange {
         // and the read side reports the reset or the end.
         writeFailed = true
         if !bodyDone { bodyDone = true }
+        // Do not wait for the read source alone: a reset arriving while libdispatch re-arms the descriptor's write
+        // source can leave the descriptor out of epoll, and the read event never comes (the same loss
+        // ``SocketChannel/resumeReading()`` guards against). The exchange then hung until the client gave up (an
+        // upload whose upstream reset it: no answer, no log line, in 1 of several CI runs). Look at the socket on
+        // the next turn; reading until EAGAIN makes a spurious look harmless.
+        nonisolated(unsafe) let me = self
+        pool.queue.async {
+            guard !me.ended, !me.responsePaused, me.connection != nil else { return }
+            me.connectionReadable()
+        }
     }
 
     // MARK: the response
