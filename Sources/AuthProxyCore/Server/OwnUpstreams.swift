@@ -24,6 +24,7 @@ final class OwnUpstreams {
     var multi: CurlMulti {
         if let curl { return curl }
         let m = CurlMulti(queue: loop.queue)
+        m.ownedByOneClient = true
         curl = m
         return m
     }

@@ -39,6 +39,9 @@ final class CurlMulti: @unchecked Sendable {
     /// unretained, so this keeps them alive (entered once per handle, not per request).
     private var handles: [ObjectIdentifier: CurlEasyHandle] = [:]
     private var tornDown = false
+    /// The multi handle of one client connection (``OwnUpstreams``): its connections may carry another request
+    /// after a HEAD, 204 or 304 answer (an NTLM login lives on them; late bytes could only reach that client).
+    var ownedByOneClient = false
 
     /// Pooled connections by address, and back: a connection is entered the first time a transfer on it ends
     /// (so before its first reuse), and removed when libcurl closes it.

@@ -126,7 +126,7 @@ final class UpstreamTransfer {
         let isHead = request.method == "HEAD"
         h.setMethod(CurlEasyHandle.Method(method: request.method, isHead: isHead, bodyLength: request.bodyLength))
         // Bytes after a HEAD answer can't be told from a late body: never pool the connection.
-        h.setForbidReuse(isHead)
+        h.setForbidReuse(isHead && !multi.ownedByOneClient)
         if request.network.hasCredential || request.totalTimeoutSeconds != nil {
             h.markCarriesCredential()
             if let total = request.totalTimeoutSeconds { ap_easy_setopt_long(e, CURLOPT_TIMEOUT, total) }
@@ -245,7 +245,7 @@ final class UpstreamTransfer {
         guard let d = delegate else { return 0 }
         if p.count >= 12, p.starts(with: "HTTP/".utf8) {
             status = Int(p[9] &- 48) * 100 + Int(p[10] &- 48) * 10 + Int(p[11] &- 48)
-        } else if p.count <= 2, status == 204 || status == 304, let easy {
+        } else if p.count <= 2, status == 204 || status == 304, !multi.ownedByOneClient, let easy {
             // A bodiless answer: late bytes after it (a body it should not have) could only be caught by the
             // peek before reuse if they arrived in time. Closing costs one connection per 204/304 and leaves
             // no window for one client's response to reach another. (The handle records it; the next request

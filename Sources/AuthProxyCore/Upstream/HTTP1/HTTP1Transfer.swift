@@ -62,7 +62,7 @@ final class HTTP1Transfer: UpstreamExchange {
         self.fields = fields
         self.via = via
         self.delegate = delegate
-        reader = ResponseReader(isHeadRequest: request.method == "HEAD")
+        reader = ResponseReader(isHeadRequest: request.method == "HEAD", reuseAfterBodiless: owner != 0)
         bodyDone = request.bodyLength == nil
     }
 

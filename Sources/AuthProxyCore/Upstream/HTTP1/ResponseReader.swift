@@ -110,8 +110,15 @@ struct ResponseReader {
     /// Set when the response is complete: whether the connection may carry another request.
     private(set) var reusable = false
 
-    init(isHeadRequest: Bool) {
+    /// Whether a connection may carry another request after an answer without a body (HEAD, 204, 304). Not on
+    /// a shared pool: bytes a server sends late after such an answer could not be told from the next response.
+    /// Yes on a client's own connections (``OwnUpstreams``), where an NTLM login lives on the connection and
+    /// late bytes could only reach that client.
+    private let reuseAfterBodiless: Bool
+
+    init(isHeadRequest: Bool, reuseAfterBodiless: Bool = false) {
         self.isHeadRequest = isHeadRequest
+        self.reuseAfterBodiless = reuseAfterBodiless
     }
 
     var isComplete: Bool { state == .done }
@@ -299,7 +306,7 @@ struct ResponseReader {
             return
         }
         if isHeadRequest || status == 204 || status == 304 {
-            finish(reusable: false)
+            finish(reusable: reuseAfterBodiless && keepsAlive)
             return
         }
         if transferEncoding {

@@ -20,6 +20,8 @@ final class UpstreamConnectionPool {
 
     static let maxIdlePerDestination = 64
     static let maxIdle = 256
+    /// Idle connections one client connection keeps to one destination for itself.
+    static let maxIdlePerOwnedDestination = 8
     static let idleTimeout: UInt64 = 60 * 1_000_000_000
 
     let queue: DispatchQueue
@@ -66,7 +68,13 @@ final class UpstreamConnectionPool {
         assertOnQueue(queue)
         c.user = nil
         var list = idle[c.key] ?? []
-        guard list.count < Self.maxIdlePerDestination, idleCount < Self.maxIdle, c.channel.isReading else {
+        // A client's own connections (``OwnUpstreams``) are bounded by its connection, which closes them, not by
+        // the shared caps: closed because the pool is full of other clients' connections, the one an NTLM login
+        // lives on was gone between the handshake's steps (a 401 for a client that logs in itself).
+        let room = c.key.owner != 0
+            ? list.count < Self.maxIdlePerOwnedDestination
+            : list.count < Self.maxIdlePerDestination && idleCount < Self.maxIdle
+        guard room, c.channel.isReading else {
             c.close()
             return
         }
