@@ -5,6 +5,7 @@ import hashlib
 import os
 import subprocess
 import threading
+import time
 
 import pytest
 
@@ -150,6 +151,101 @@ def test_a_client_doing_ntlm_whose_response_is_cut_does_not_take_the_proxy_down(
         import requests
         r = requests.get("http://127.0.0.1:%d/after" % port, proxies=p.proxies, timeout=10)
         assert r.status_code == 200 and r.text == "ok"
+
+
+def _curl_codes(proxy, args, urls, env=None):
+    env = env or {k: v for k, v in os.environ.items()
+                  if k.lower() not in ("http_proxy", "https_proxy", "all_proxy", "no_proxy")}
+    outputs = [a for u in urls for a in ("-o", "/dev/null", u)]
+    r = subprocess.run(["curl", "-sS", "-x", proxy.url, "-w", "%{http_code} "] + args + outputs,
+                       capture_output=True, text=True, env=env, timeout=60)
+    return r.stdout.split()
+
+
+@pytest.mark.parametrize("client", ["native", "libcurl"])
+def test_a_clients_own_ntlm_login_made_with_head_requests(proxy_factory, netauth_rig, client):
+    """curl -I --ntlm: the handshake's 401 answers a HEAD, and connections that answered HEAD were never reused,
+    so the Type-3 went out on a new connection (401). A client's own connections carry on after HEAD."""
+    rig = netauth_rig
+    p = proxy_factory(proxy={"http_client": client})
+    assert _curl_codes(p, ["-I", "--ntlm", "-u", "TESTDOM\\alice:alice-pw"], [rig.iis.url + "h1", rig.ntlm.url + "h2"]) == ["200", "200"]
+
+
+def test_a_clients_own_ntlm_login_survives_a_full_idle_pool(proxy_factory, netauth_rig):
+    """The own client's pool keeps at most 256 idle connections per loop: with it full of other clients'
+    connections, the one a client's NTLM login lived on was closed between the handshake's steps (401)."""
+    import asyncio
+    rig = netauth_rig
+    ports = [harness.free_port() for _ in range(5)]
+    started = threading.Event()
+
+    async def handle(reader, writer):
+        try:
+            while True:
+                await reader.readuntil(b"\r\n\r\n")
+                await asyncio.sleep(0.5)  # every filler request in flight at once: 320 upstream connections
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                await writer.drain()
+        except Exception:
+            pass
+        finally:
+            writer.close()
+
+    loop = asyncio.new_event_loop()
+
+    def serve():
+        asyncio.set_event_loop(loop)
+        servers = [loop.run_until_complete(asyncio.start_server(handle, "127.0.0.1", pt, backlog=512)) for pt in ports]
+        started.set()
+        loop.run_forever()
+        for srv in servers:
+            srv.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    started.wait(10)
+    try:
+        p = proxy_factory(proxy={"workers": 1})
+
+        async def fill():
+            async def one(pt, i):
+                r, w = await asyncio.open_connection(p.host, p.port)
+                w.write(("GET http://127.0.0.1:%d/f%d HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n" % (pt, i, pt)).encode())
+                await w.drain()
+                data = await r.readuntil(b"\r\n\r\nok")
+                w.close()
+                return b" 200 " in data
+            return sum(await asyncio.gather(*[one(pt, i) for pt in ports for i in range(64)]))
+
+        assert asyncio.run(fill()) == 320
+        time.sleep(0.3)
+        assert _curl_codes(p, ["--ntlm", "-u", "TESTDOM\\alice:alice-pw"],
+                           [rig.iis.url + "full%d" % i for i in range(3)]) == ["200"] * 3
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+
+
+def test_a_clients_own_authorization_wins_over_the_proxys_network_credential(proxy_factory, netauth_rig):
+    """A client that sends its own Authorization to a host with a password credential logs in itself: before,
+    a client's NTLM beside the proxy's gave 401 and a client's Basic silently overrode the configured user;
+    now the proxy's credential stays out of that request, and applies to requests without one."""
+    rig = netauth_rig
+    p = proxy_factory(extra_config=cred("ntlm-alice", "password", rig.ntlm.url, username="alice", password="alice-pw",
+                                        domain="TESTDOM")
+                      + cred("basic-alice", "password", rig.basic.url, username="alice", password="alice-pw",
+                             allow_basic_over_http=True))
+    import requests
+    s = requests.Session()
+    s.trust_env = False
+    assert _user(s.get(rig.ntlm.url + "own0", proxies=p.proxies, timeout=30)) == "TESTDOM\\alice"
+    assert _curl_codes(p, ["--ntlm", "-u", "TESTDOM\\bob:bob-pw"], [rig.ntlm.url + "own1"]) == ["200"]
+    assert _curl_codes(p, ["-u", "bob:bob-pw"], [rig.basic.url + "own2"]) == ["200"]
+    assert _curl_codes(p, ["-u", "bob:wrong"], [rig.basic.url + "own3"]) == ["401"]
+    assert _user(s.get(rig.basic.url + "own4", proxies=p.proxies, timeout=30)) == "alice"
+    lines = wait_until(lambda: [l for l in rig.apache.access_log_lines() if "/own" in l and '"GET /own0' not in l], 5)
+    # Apache's log writes the backslash of DOMAIN\\user escaped.
+    users = {l.split('"GET /')[1].split(" ")[0]: l.split('user="')[1].split('"')[0].replace("\\\\", "\\")
+             for l in lines if '" 200 ' in l}
+    assert users.get("own1") == "TESTDOM\\bob" and users.get("own2") == "bob", lines
 
 
 def test_iis_like_negotiate_plus_ntlm_falls_back_to_ntlm(proxy_factory, netauth_rig, session):

@@ -21,4 +21,18 @@ enum ConnectionBoundAuthentication {
         if let end = scheme.firstIndex(where: { $0 == " " || $0 == "\t" }) { scheme = scheme[..<end] }
         return scheme.caseInsensitiveEquals("ntlm") || scheme.caseInsensitiveEquals("negotiate")
     }
+
+    /// Whether the client authenticates itself to the server: an `Authorization` with any scheme but `Bearer`
+    /// (a bearer token is a token credential's concern). Such a request gets no password or Kerberos credential
+    /// of the proxy: the client's own header and libcurl's answer would contradict each other (seen: a client's
+    /// NTLM beside the proxy's NTLM gave 401, a client's Basic overrode the configured user, a client's
+    /// Negotiate lost to the proxy's Kerberos identity).
+    static func clientAuthenticates(_ headers: HTTPHeaders) -> Bool {
+        headers.fields.contains { f in
+            guard f.name.caseInsensitiveEquals("authorization") else { return false }
+            let v = f.value.trimmingHTTPWhitespace()
+            let scheme = v.prefix { $0 != " " && $0 != "\t" }
+            return !scheme.isEmpty && !scheme.caseInsensitiveEquals("bearer")
+        }
+    }
 }

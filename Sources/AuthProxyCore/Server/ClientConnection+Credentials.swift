@@ -50,6 +50,16 @@ extension ClientConnection {
                 let u = x.upstreamURL ?? raw
                 x.networkAuth = x.networkAuth.keepingShared(with: network(store, u, raw))
             }
+            if x.networkAuth.password != nil || x.networkAuth.kerberos != nil,
+                ConnectionBoundAuthentication.clientAuthenticates(h.headers)
+            {
+                // The client logs in itself: its header goes upstream as it is, and the proxy's password or
+                // Kerberos credential stays out of this request (TLS settings, server trust and a client
+                // certificate still apply).
+                x.networkAuth.password = nil
+                x.networkAuth.passwordName = nil
+                x.networkAuth.kerberos = nil
+            }
         }
         if context.access.hasRateLimits, let limited = rateLimited(store: store, targets: [match, upstreamMatch]) {
             respond(limited.error, close: false, extraHeaders: "Retry-After: \(limited.retryAfter)\r\n")

@@ -27,4 +27,14 @@ import Testing
         #expect(ConnectionBoundAuthentication.starts(
             HTTPHeaders([("Authorization", "Basic abc"), ("Authorization", "NTLM abc")])))
     }
+
+    @Test func anyOwnSchemeButBearerMeansTheClientLogsInItself() {
+        for v in ["Basic Ym9iOnB3", "Digest username=\"bob\"", "NTLM TlRMTVNTUAAB", "Negotiate YII=", " basic x"] {
+            #expect(ConnectionBoundAuthentication.clientAuthenticates(HTTPHeaders([("Authorization", v)])), "\(v)")
+        }
+        for v in ["Bearer abc", "bearer abc", "", "   "] {
+            #expect(!ConnectionBoundAuthentication.clientAuthenticates(HTTPHeaders([("Authorization", v)])), "\(v)")
+        }
+        #expect(!ConnectionBoundAuthentication.clientAuthenticates(HTTPHeaders([("Proxy-Authorization", "Basic x")])))
+    }
 }
