@@ -175,34 +175,32 @@ def test_a_clients_own_ntlm_login_survives_a_full_idle_pool(proxy_factory, netau
     """The own client's pool keeps at most 256 idle connections per loop: with it full of other clients'
     connections, the one a client's NTLM login lived on was closed between the handshake's steps (401)."""
     import asyncio
+    import http.server
     rig = netauth_rig
-    ports = [harness.free_port() for _ in range(5)]
-    started = threading.Event()
 
-    async def handle(reader, writer):
-        try:
-            while True:
-                await reader.readuntil(b"\r\n\r\n")
-                await asyncio.sleep(0.5)  # every filler request in flight at once: 320 upstream connections
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-                await writer.drain()
-        except Exception:
+    class Slow(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *a):
             pass
-        finally:
-            writer.close()
 
-    loop = asyncio.new_event_loop()
+        def do_GET(self):
+            time.sleep(0.5)  # every filler request in flight at once: 320 upstream connections
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
 
-    def serve():
-        asyncio.set_event_loop(loop)
-        servers = [loop.run_until_complete(asyncio.start_server(handle, "127.0.0.1", pt, backlog=512)) for pt in ports]
-        started.set()
-        loop.run_forever()
-        for srv in servers:
-            srv.close()
+    class Server(http.server.ThreadingHTTPServer):
+        daemon_threads = True
+        request_queue_size = 512
 
-    threading.Thread(target=serve, daemon=True).start()
-    started.wait(10)
+    servers = []
+    for _ in range(5):
+        srv = Server(("127.0.0.1", 0), Slow)
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        servers.append(srv)
+    ports = [srv.server_address[1] for srv in servers]
     try:
         p = proxy_factory(proxy={"workers": 1})
 
@@ -221,7 +219,9 @@ def test_a_clients_own_ntlm_login_survives_a_full_idle_pool(proxy_factory, netau
         assert _curl_codes(p, ["--ntlm", "-u", "TESTDOM\\alice:alice-pw"],
                            [rig.iis.url + "full%d" % i for i in range(3)]) == ["200"] * 3
     finally:
-        loop.call_soon_threadsafe(loop.stop)
+        for srv in servers:
+            srv.shutdown()
+            srv.server_close()
 
 
 def test_a_clients_own_authorization_wins_over_the_proxys_network_credential(proxy_factory, netauth_rig):
