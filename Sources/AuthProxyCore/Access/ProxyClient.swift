@@ -72,10 +72,10 @@ public struct ProxyAuthenticator: Sendable {
     /// every byte is a character), so `pässwörd` verifies from either. Valid UTF-8 is taken as UTF-8: a Latin-1
     /// text of non-ASCII letters is practically never valid UTF-8.
     static func basicCredentials(_ header: String) -> (String, [UInt8])? {
-        let trimmed = header.trimmingHTTPWhitespace()
-        guard let space = trimmed.firstIndex(of: " "), trimmed[..<space].caseInsensitiveEquals("basic") else { return nil }
-        let encoded = trimmed[trimmed.index(after: space)...].trimmingHTTPWhitespace()
-        guard let decoded = Base64.decode(encoded) else { return nil }
+        let (scheme, encoded) = header.authorizationScheme()
+        guard scheme.caseInsensitiveEquals("basic"), !encoded.isEmpty, let decoded = Base64.decode(encoded) else {
+            return nil
+        }
         let raw = Self.utf8(decoded)
         guard let colon = raw.firstIndex(of: UInt8(ascii: ":")) else { return nil }
         return (String(decoding: raw[..<colon], as: UTF8.self), Array(raw[(colon + 1)...]))

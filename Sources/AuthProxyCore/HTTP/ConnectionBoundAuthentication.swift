@@ -17,8 +17,7 @@ enum ConnectionBoundAuthentication {
 
     /// Whether an `Authorization` value uses NTLM or Negotiate (scheme names are case-insensitive).
     static func isConnectionBound(_ value: String) -> Bool {
-        var scheme = Substring(value.drop { $0 == " " || $0 == "\t" })
-        if let end = scheme.firstIndex(where: { $0 == " " || $0 == "\t" }) { scheme = scheme[..<end] }
+        let scheme = value.authorizationScheme().scheme
         return scheme.caseInsensitiveEquals("ntlm") || scheme.caseInsensitiveEquals("negotiate")
     }
 
@@ -30,8 +29,7 @@ enum ConnectionBoundAuthentication {
     static func clientAuthenticates(_ headers: HTTPHeaders) -> Bool {
         headers.fields.contains { f in
             guard f.name.caseInsensitiveEquals("authorization") else { return false }
-            let v = f.value.trimmingHTTPWhitespace()
-            let scheme = v.prefix { $0 != " " && $0 != "\t" }
+            let scheme = f.value.authorizationScheme().scheme
             return !scheme.isEmpty && !scheme.caseInsensitiveEquals("bearer")
         }
     }

@@ -207,4 +207,13 @@ extension StringProtocol {
         else { return s[s.endIndex...] }
         return s[first..<u.index(after: last)]
     }
+
+    /// An `Authorization`-style value split into its scheme and what follows it, both without surrounding
+    /// spaces and tabs: `Basic dTpw` → (`Basic`, `dTpw`), `Bearer ` → (`Bearer`, ``). One reading for every place
+    /// that looks at a scheme (proxy authentication, client tokens, client logins).
+    func authorizationScheme() -> (scheme: Substring, credentials: Substring) {
+        let v = trimmingHTTPWhitespace()
+        guard let gap = v.utf8.firstIndex(where: { $0 == 32 || $0 == 9 }) else { return (v, v[v.endIndex...]) }
+        return (v[..<gap], v[gap...].trimmingHTTPWhitespace())
+    }
 }

@@ -33,13 +33,10 @@ public enum TokenInjection {
     }
 
     public static func headerCredential(_ value: String) -> HeaderCredential {
-        let v = value.trimmingHTTPWhitespace()
-        if v.isEmpty { return .none }
-        let u = Array(v.utf8)
-        guard u.count >= 6, String(decoding: u[0..<6], as: UTF8.self).lowercased() == "bearer" else { return .other }
-        if u.count == 6 { return .emptyBearer }
-        guard u[6] == 32 || u[6] == 9 else { return .other }  // `Bearerish`: not the scheme
-        return .bearerToken  // the value is trimmed, so something follows the blank
+        let (scheme, credentials) = value.authorizationScheme()
+        if scheme.isEmpty { return .none }
+        guard scheme.caseInsensitiveEquals("bearer") else { return .other }  // `Bearerish` too: not the scheme
+        return credentials.isEmpty ? .emptyBearer : .bearerToken
     }
 
     /// Whether the request body is an urlencoded form (the one body a token can go into).
