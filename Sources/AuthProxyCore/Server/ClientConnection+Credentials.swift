@@ -222,9 +222,7 @@ extension ClientConnection {
             // Responses are inspected for token errors when a retry (or a clear error) can follow.
             var inspect = true
             if case .apiKey = c.kind { inspect = false }
-            if inspect, c.isRefreshable, !TokenRejection.namesOnlyDecodable(headers),
-                let ae = TokenRejection.acceptEncodingForInspection(headers.values("accept-encoding"))
-            {
+            if inspect, c.isRefreshable, let ae = TokenRejection.acceptEncodingForInspection(headers) {
                 // A rejection must come back in a coding the sniffer reads (not br or zstd), or it is missed.
                 headers.remove(name: "accept-encoding")
                 headers.add(name: "Accept-Encoding", value: ae)

@@ -32,40 +32,50 @@ public enum TokenRejection {
     /// weights), so a 498 can never come back in `br` or `zstd` and slip through unrecognised. `*` names any
     /// coding, so it goes too; `identity` is sent when none remain. Nil when nothing needs to change (no
     /// `Accept-Encoding`, or only codings the sniffer reads): the client's field goes as it is.
-    public static func acceptEncodingForInspection(_ values: [String]) -> String? {
+    public static func acceptEncodingForInspection(_ headers: HTTPHeaders) -> String? {
+        // The usual case (`gzip, deflate`, or none) costs one scan and no allocation.
+        guard !namesOnlyDecodable(headers) else { return nil }
         var kept: [Substring] = []
-        var dropped = false
-        for item in values.joined(separator: ",").split(separator: ",") {
-            let entry = item.trimmingHTTPWhitespace()
-            if entry.isEmpty { continue }
-            let name = (entry.split(separator: ";", maxSplits: 1).first ?? "").trimmingHTTPWhitespace().lowercased()
-            if decodable.contains(name) { kept.append(entry) } else { dropped = true }
+        forEachCoding(headers) { entry, name in
+            if isDecodable(name) { kept.append(entry) }
+            return true
         }
-        guard dropped else { return nil }
         // What is left must accept something: `br, identity;q=0` would otherwise become `identity;q=0`, which
         // accepts nothing (a 406 from a strict server).
         return kept.contains(where: { !refused($0) }) ? kept.joined(separator: ", ") : "identity"
     }
 
-    /// Whether the `Accept-Encoding` fields name only codings the check reads (or none): then nothing is rewritten
-    /// and ``acceptEncodingForInspection(_:)`` need not run. No allocation: this runs for every request with a
-    /// refreshable token, whose clients nearly always send `gzip, deflate` or nothing.
+    /// Whether the `Accept-Encoding` fields name only codings the check reads (or none): then nothing is rewritten.
     static func namesOnlyDecodable(_ headers: HTTPHeaders) -> Bool {
+        var only = true
+        forEachCoding(headers) { _, name in
+            only = isDecodable(name)
+            return only
+        }
+        return only
+    }
+
+    /// Each element of the `Accept-Encoding` fields (trimmed) and its coding name, in order, without allocating;
+    /// `body` returns false to stop.
+    private static func forEachCoding(_ headers: HTTPHeaders, _ body: (_ entry: Substring, _ name: Substring) -> Bool) {
         for f in headers.fields where f.name.caseInsensitiveEquals("accept-encoding") {
             var rest = Substring(f.value)
             while !rest.isEmpty {
                 let end = rest.firstIndex(of: ",") ?? rest.endIndex
-                var item = rest[..<end]
-                if let semi = item.firstIndex(of: ";") { item = item[..<semi] }
-                let name = item.trimmingHTTPWhitespace()
-                if !name.isEmpty, !decodableNames.contains(where: { name.caseInsensitiveEquals($0) }) { return false }
+                let entry = rest[..<end].trimmingHTTPWhitespace()
                 rest = end == rest.endIndex ? rest[end...] : rest[rest.index(after: end)...]
+                if entry.isEmpty { continue }
+                let name = entry[..<(entry.firstIndex(of: ";") ?? entry.endIndex)].trimmingHTTPWhitespace()
+                if !body(entry, name) { return }
             }
         }
-        return true
     }
 
-    private static let decodableNames = ["gzip", "x-gzip", "deflate", "identity"]
+    /// The content codings ``isRejection(status:contentType:contentEncoding:body:)`` reads.
+    private static func isDecodable(_ name: Substring) -> Bool {
+        name.caseInsensitiveEquals("gzip") || name.caseInsensitiveEquals("x-gzip")
+            || name.caseInsensitiveEquals("deflate") || name.caseInsensitiveEquals("identity")
+    }
 
     /// Whether an `Accept-Encoding` element has `q=0` (RFC 9110 §12.4.2: "not acceptable").
     static func refused(_ entry: Substring) -> Bool {
@@ -76,9 +86,6 @@ public enum TokenRejection {
         }
         return false
     }
-
-    /// The content codings ``isRejection(status:contentType:contentEncoding:body:)`` reads.
-    static let decodable: Set<String> = ["gzip", "x-gzip", "deflate", "identity"]
 
     /// Whether the status alone says so.
     public static func isRejection(status: Int) -> Bool { status == 498 || status == 499 }
