@@ -646,6 +646,17 @@ def curl(*args, timeout=60, env=None):
                           env=env if env is not None else clean_env(), stdin=subprocess.DEVNULL)
 
 
+def read_head(c):
+    """The bytes of a connection up to and including the first blank line (less when it closes first)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        d = c.recv(65536)
+        if not d:
+            break
+        data += d
+    return data
+
+
 class ScriptedUpstream:
     """Accepts connections on 127.0.0.1 and runs `behaviour(conn)` for each in a thread. `rcvbuf` sets the accepted
     sockets' receive buffer (small: the upstream cannot soak up a large body it does not read)."""

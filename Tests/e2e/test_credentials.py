@@ -15,7 +15,6 @@ import requests
 import harness
 from harness import cred
 from arcgis import ArcGISServer, federate
-from httpraw import OneShotServer
 
 
 
@@ -62,16 +61,18 @@ def test_injected_token_never_reaches_the_client_in_a_redirect(proxy_factory, se
     there (and in Content-Location), the client's own fields stay byte for byte."""
     seen = []
 
-    def answer(head):
-        target = head.split(b" ")[1]
+    def answer(c):
+        target = harness.read_head(c).split(b" ")[1]
         seen.append(target)
         body = b'<html><body><h1>Object Moved</h1>This object may be found <a HREF="https://127.0.0.1:%d%s">here</a>.</body></html>' % (port, target)
-        return (b"HTTP/1.1 301 Moved Permanently\r\nLocation: https://127.0.0.1:%d%s\r\n"
-                b"Content-Location: %s\r\nRefresh: 0; url=%s\r\nContent-Type: text/html\r\n"
-                b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (port, target, target, target, len(body), body))
+        c.sendall(b"HTTP/1.1 301 Moved Permanently\r\nLocation: https://127.0.0.1:%d%s\r\n"
+                  b"Content-Location: %s\r\nRefresh: 0; url=%s\r\nContent-Type: text/html\r\n"
+                  b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (port, target, target, target, len(body), body))
+        c.close()
 
-    with OneShotServer(answer) as upstream:
-        port = upstream.port
+    upstream = harness.ScriptedUpstream(answer)
+    port = upstream.port
+    try:
         p = proxy_factory(proxy={"http_client": client},
                           extra_config=cred("svc", "api-key", "http://127.0.0.1:%d/arcgis" % port, key="ORG-SECRET-KEY"))
         r = via(p, session, "GET", "http://127.0.0.1:%d/arcgis/rest/services?f=json&where=1%%3D1" % port,
@@ -85,6 +86,8 @@ def test_injected_token_never_reaches_the_client_in_a_redirect(proxy_factory, se
         # The body that repeats the URL keeps its length, with the key masked.
         assert "ORG-SECRET-KEY" not in r.text and "token=**************" in r.text, r.text
         assert int(r.headers["Content-Length"]) == len(r.content)
+    finally:
+        upstream.close()
 
 
 def test_header_placement_and_override(proxy_factory, origin, session):

@@ -131,14 +131,7 @@ def timed(fn):
     return out, time.monotonic() - t0
 
 
-def read_head(c):
-    data = b""
-    while b"\r\n\r\n" not in data:
-        d = c.recv(65536)
-        if not d:
-            break
-        data += d
-    return data
+read_head = harness.read_head
 
 
 def reset(c):

@@ -10,7 +10,7 @@ import time
 import pytest
 
 import harness
-from httpraw import OneShotServer, RawConn, request_bytes, wait_until
+from httpraw import RawConn, request_bytes, wait_until
 from netauth.fixtures import netauth_big_file, netauth_rig  # noqa: F401  (fixtures)
 from harness import cred
 from test_credentials import via
@@ -131,13 +131,16 @@ def test_a_client_doing_ntlm_whose_response_is_cut_does_not_take_the_proxy_down(
     """The upstream cuts a response mid-body for a client that does NTLM itself: the connection ends from inside
     the transfer's completion, and its own libcurl multi handle used to be torn down right there, while libcurl's
     message loop went on reading from it (use after free). The proxy keeps serving."""
-    def answer(head):
-        if b"/cut" in head.split(b"\r\n", 1)[0]:
-            return b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n" + b"x" * 1000
-        return b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+    def answer(c):
+        if b"/cut" in harness.read_head(c).split(b"\r\n", 1)[0]:
+            c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n" + b"x" * 1000)
+        else:
+            c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        c.close()
 
-    with OneShotServer(answer) as upstream:
-        port = upstream.port
+    upstream = harness.ScriptedUpstream(answer)
+    port = upstream.port
+    try:
         p = proxy_factory(proxy={"http_client": client})
         for i in range(20):
             with RawConn(p.host, p.port, timeout=5) as c:
@@ -151,6 +154,8 @@ def test_a_client_doing_ntlm_whose_response_is_cut_does_not_take_the_proxy_down(
         import requests
         r = requests.get("http://127.0.0.1:%d/after" % port, proxies=p.proxies, timeout=10)
         assert r.status_code == 200 and r.text == "ok"
+    finally:
+        upstream.close()
 
 
 def _curl_codes(proxy, args, urls, env=None):
