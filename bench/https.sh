@@ -2,13 +2,15 @@
 # HTTPS interception benchmark: authproxy vs. mitmproxy vs. an nginx TLS reverse proxy vs. the TLS floor.
 #
 #   bash bench/https.sh [--authproxy PATH] [--floor-tls PATH] [--duration SECONDS] [--warmup SECONDS]
-#                       [--out FILE] [--profile DIR]
+#                       [--out FILE] [--profile DIR] [--syscalls]
 #
 # --floor-tls PATH is the TLS floor (bench/floor-tls: CONNECT, then TLS with the origin's own certificate, one
 # kept-alive upstream TLS connection per client, the token appended to the request line, on Dispatch sources and
 # OpenSSL only); without it, bench/floor-tls/.build/release/floor-tls is used, built if missing.
 # --profile DIR records a perf cpu-clock profile (-g) of authproxy during its c50 run into DIR/perf.data and
 # prints it by shared object and by symbol.
+# --syscalls counts the syscalls and context switches of every target during its c50 run (perf stat) and prints
+# them per request: counts hardly move with other load on the machine, unlike CPU time.
 # The proxy under test and every peer (floor-tls too) run on core 0 (taskset -c 0), tlsload and the origin on
 # core 1.
 # Everything listens on 127.0.0.1 only and is torn down on exit.
@@ -24,6 +26,7 @@ DURATION=10
 WARMUP=2
 OUT_FILE="$BENCH_DIR/results-https-latest.md"
 PROFILE_DIR=""
+SYSCALLS=0
 TOKEN="BENCHKEY"
 
 usage() {
@@ -43,6 +46,7 @@ while [[ $# -gt 0 ]]; do
         --out) OUT_FILE="$2"; shift 2 ;;
         --out=*) OUT_FILE="${1#*=}"; shift ;;
         --profile) PROFILE_DIR="$2"; shift 2 ;;
+        --syscalls) SYSCALLS=1; shift ;;
         -h|--help) usage; exit 0 ;;
         *) echo "unknown argument: $1" >&2; usage >&2; exit 2 ;;
     esac
@@ -380,9 +384,20 @@ for entry in "${TARGETS[@]}"; do
             perf_pid=$!
             sleep 0.3
         fi
+        stat_pid=""
+        if [[ $SYSCALLS -eq 1 && $label == c50 ]]; then
+            perf stat -x, -e 'syscalls:sys_enter_*' -e context-switches -p "$(tree_pids "${PID_OF[$name]}" | paste -sd,)" \
+                -o "$TMP/stat-$name.csv" >/dev/null 2>&1 &
+            stat_pid=$!
+            sleep 0.3
+        fi
         # shellcheck disable=SC2086
         out=$(run_load "$proxy" "$ca" "$port" "$c" "$DURATION" $extra)
         after=$(cpu_ticks "${PID_OF[$name]}")
+        if [[ -n "$stat_pid" ]]; then
+            kill -INT "$stat_pid"; wait "$stat_pid" || true
+            syscalls_per_request "$TMP/stat-$name.csv" "$(field requests "$out")" | sed "s/^/  /" >&2
+        fi
         if [[ -n "$perf_pid" ]]; then
             kill -INT "$perf_pid"; wait "$perf_pid" || true
             perf report -i "$PROFILE_DIR/perf.data" --no-children --sort dso --stdio -g none 2>/dev/null \

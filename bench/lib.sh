@@ -127,6 +127,49 @@ print(total)
 PY
 }
 
+# The process and its descendants (nginx master + workers), one pid per line.
+tree_pids() { # pid
+    python3 - "$1" <<'PY'
+import os, sys
+children = {}
+for d in os.listdir("/proc"):
+    if not d.isdigit(): continue
+    try:
+        with open(f"/proc/{d}/stat") as f:
+            s = f.read()
+    except OSError:
+        continue
+    children.setdefault(int(s[s.rindex(")") + 2:].split()[1]), []).append(int(d))
+stack = [int(sys.argv[1])]
+while stack:
+    p = stack.pop()
+    print(p)
+    stack.extend(children.get(p, []))
+PY
+}
+
+# syscalls_per_request CSV REQUESTS: a `perf stat -x,` file of syscalls:sys_enter_* and context-switches,
+# printed per request (all syscalls, then each one with ≥ 0.05 per request, then context switches).
+syscalls_per_request() { # csv requests
+    python3 - "$1" "${2:-0}" <<'PY'
+import sys
+rows = []
+for line in open(sys.argv[1]):
+    f = line.strip().split(",")
+    if len(f) < 3 or not f[0].replace(".", "").isdigit():
+        continue
+    rows.append((float(f[0]), f[2].replace("syscalls:sys_enter_", "")))
+n = int(sys.argv[2] or 0)
+if n <= 0:
+    print("syscalls: no requests completed")
+    sys.exit(0)
+total = sum(c for c, e in rows if e != "context-switches")
+parts = ["%s %.2f" % (e, c / n) for c, e in sorted(rows, reverse=True) if e != "context-switches" and c / n >= 0.05]
+cs = sum(c for c, e in rows if e == "context-switches")
+print("syscalls/req %.2f (%s), context switches/req %.2f" % (total / n, ", ".join(parts), cs / n))
+PY
+}
+
 # cpu_us_per_request TICKS_BEFORE TICKS_AFTER REQUESTS: CPU µs per request, or nan without requests.
 cpu_us_per_request() {
     python3 -c "import sys; b, a, r = map(int, sys.argv[1:4]); print('%.1f' % ((a - b) * 1e6 / $CLK_TCK / r) if r else 'nan')" "$1" "$2" "$3"

@@ -29,6 +29,7 @@ CURLcode ap_easy_setopt_prereq_cb(CURL *easy, int (*cb)(void *, char *, char *, 
 const struct sockaddr *ap_curl_sockaddr_addr(const struct curl_sockaddr *a) { return &a->addr; }
 CURLcode ap_easy_getinfo_long(CURL *easy, CURLINFO info, long *value) { return curl_easy_getinfo(easy, info, value); }
 CURLcode ap_easy_getinfo_ptr(CURL *easy, CURLINFO info, void **value) { return curl_easy_getinfo(easy, info, value); }
+CURLcode ap_easy_getinfo_socket(CURL *easy, CURLINFO info, curl_socket_t *value) { return curl_easy_getinfo(easy, info, value); }
 
 CURLMcode ap_multi_setopt_long(CURLM *multi, CURLMoption option, long value) { return curl_multi_setopt(multi, option, value); }
 CURLMcode ap_multi_setopt_ptr(CURLM *multi, CURLMoption option, const void *value) { return curl_multi_setopt(multi, option, value); }
@@ -56,11 +57,33 @@ int ap_malloc_fix_mmap_threshold(int bytes) {
 const char *ap_curl_version(void) { return curl_version(); }
 
 /* CURLOPT_SSL_CTX_FUNCTION: libcurl makes an SSL_CTX per connection and sets SSL_MODE_RELEASE_BUFFERS on it;
-   the connection's SSL inherits the mode when libcurl creates it right after this callback. */
+   the connection's SSL inherits the mode when libcurl creates it right after this callback.
+   SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER: a write that would block is retried from the proxy's own send queue
+   (curl_easy_send on a CONNECT_ONLY connection), not from the buffer the first attempt passed. */
 static CURLcode ap_keep_tls_buffers_cb(CURL *easy, void *ssl_ctx, void *userdata) {
     (void)easy; (void)userdata;
     SSL_CTX_clear_mode((SSL_CTX *)ssl_ctx, SSL_MODE_RELEASE_BUFFERS);
+    SSL_CTX_set_mode((SSL_CTX *)ssl_ctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
     return CURLE_OK;
+}
+
+void *ap_share_connections_new(void) {
+    CURLSH *sh = curl_share_init();
+    if (!sh) return NULL;
+    if (curl_share_setopt(sh, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT) != CURLSHE_OK) {
+        curl_share_cleanup(sh);
+        return NULL;
+    }
+    return sh;
+}
+
+void ap_share_free(void *share) { curl_share_cleanup((CURLSH *)share); }
+
+int ap_easy_tls_has_pending(CURL *easy) {
+    struct curl_tlssessioninfo *info = NULL;
+    if (curl_easy_getinfo(easy, CURLINFO_TLS_SSL_PTR, &info) != CURLE_OK || !info) return 0;
+    if (info->backend != CURLSSLBACKEND_OPENSSL || !info->internals) return 0;
+    return SSL_has_pending((SSL *)info->internals);
 }
 
 CURLcode ap_easy_keep_tls_buffers(CURL *easy) { return curl_easy_setopt(easy, CURLOPT_SSL_CTX_FUNCTION, ap_keep_tls_buffers_cb); }

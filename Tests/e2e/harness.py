@@ -6,6 +6,7 @@ import os
 import re
 import signal
 import socket
+import ssl
 import subprocess
 import threading
 import time
@@ -427,12 +428,19 @@ class RawBackend:
     request cannot be delimited the backend stops answering on that connection and keeps recording.
 
     `respond(req)` returns the bytes to send, or a list of actions: bytes (sent), a number (seconds to sleep),
-    RawBackend.CLOSE (close the connection). The default answers 200 with a body naming the request."""
+    RawBackend.CLOSE (close the connection). The default answers 200 with a body naming the request.
+
+    `tls=(cert, key)` makes it an https server (each connection's handshake in its own thread); `received` then
+    holds the decrypted bytes, and CLOSE closes the TCP connection without a TLS close_notify, as many servers do."""
 
     CLOSE = object()
 
-    def __init__(self, respond=None, host="127.0.0.1"):
+    def __init__(self, respond=None, host="127.0.0.1", tls=None):
         self.respond = respond or self.default_response
+        self.ssl_ctx = None
+        if tls:
+            self.ssl_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            self.ssl_ctx.load_cert_chain(tls[0], tls[1])
         self.sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind((host, 0))
@@ -517,6 +525,10 @@ class RawBackend:
         buf = b""
         delimiting = True
         try:
+            if self.ssl_ctx is not None:
+                c = self.ssl_ctx.wrap_socket(c, server_side=True)
+                with self.lock:
+                    self._socks.append(c)
             while True:
                 try:
                     d = c.recv(65536)

@@ -261,3 +261,100 @@ def test_the_rest_of_an_upload_answered_early_is_read_while_it_keeps_coming(prox
             assert (r.get("connection") or "").lower() == "close", r.headers
     finally:
         backend.close()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# https upstreams: libcurl makes the TLS connection, the own client speaks HTTP/1.1 over it
+# ---------------------------------------------------------------------------------------------------------
+
+def tls_proxy(proxy_factory, backend, cert, **proxy):
+    """A proxy sending the client's http://127.0.0.1:PORT requests to the backend over https (upgrade_to_https),
+    trusting its self-signed certificate, with an api key injected."""
+    return proxy_factory(proxy=proxy or None, extra_config=harness.cred("k", "api-key", backend.url, key="TLS-KEY",
+                                                                        upgrade_to_https=True)
+                         + harness.cred("t", "server-trust", "https://" + backend.authority, ca_file=cert))
+
+
+def test_one_tls_upstream_connection_carries_sequential_requests(proxy_factory, tls_cert):
+    backend = RawBackend(tls=tls_cert)
+    try:
+        p = tls_proxy(proxy_factory, backend, tls_cert[0])
+        for i in range(5):
+            r = get(p, backend.url + "/seq/%d?f=json" % i)
+            assert (r.status, r.body) == (200, b"GET /seq/%d?f=json&token=TLS-KEY 0" % i), r.body
+        # At most one upstream connection per event loop, each one TLS handshake.
+        assert 1 <= len(backend.received) <= 4, len(backend.received)
+        assert sum(bytes(d).count(b"GET /seq/") for d in backend.received) == 5
+        head = bytes(backend.received[0]).partition(b"\r\n\r\n")[0].split(b"\r\n")
+        assert head[0].startswith(b"GET /seq/") and head[1] == b"Host: " + backend.authority.encode(), head
+    finally:
+        backend.stop()
+
+
+def test_a_pooled_tls_connection_the_server_dropped_is_retried_on_a_new_one(proxy_factory, tls_cert):
+    """The server reads the second request on a kept-alive TLS connection and closes TCP without a close_notify:
+    the request goes again on a new TLS connection, and the client never sees it."""
+    calls = []
+    lock = threading.Lock()
+
+    def respond(req):
+        with lock:
+            calls.append(req.target)
+            n = len(calls)
+        return [RawBackend.CLOSE] if n == 2 else RawBackend.default_response(req)
+
+    backend = RawBackend(respond=respond, tls=tls_cert)
+    try:
+        p = tls_proxy(proxy_factory, backend, tls_cert[0])
+        with RawConn(p.host, p.port, timeout=10) as c:
+            for path in ("/first", "/second"):
+                c.send(("GET %s%s HTTP/1.1\r\nHost: x\r\n\r\n" % (backend.url, path)).encode())
+                r = c.read_response()
+                assert (r.status, r.body) == (200, ("GET %s?token=TLS-KEY 0" % path).encode()), r.body
+        assert calls == ["/first?token=TLS-KEY", "/second?token=TLS-KEY", "/second?token=TLS-KEY"]
+        assert len(backend.received) == 2
+    finally:
+        backend.stop()
+
+
+def test_a_new_tls_connection_closed_without_an_answer_is_a_clear_502(proxy_factory, tls_cert):
+    backend = RawBackend(respond=lambda req: [RawBackend.CLOSE], tls=tls_cert)
+    try:
+        p = tls_proxy(proxy_factory, backend, tls_cert[0])
+        r = get(p, backend.url + "/nothing")
+        err = harness.assert_error_json(r.status, r.get, r.body, 502)
+        assert "closed the connection without a response" in err["message"], err
+        assert len(backend.received) == 1
+    finally:
+        backend.stop()
+
+
+def test_a_chunked_tls_response_arriving_in_pieces_then_the_next_request(proxy_factory, tls_cert):
+    pieces = [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r", 0.05, b"\nhello\r\n6\r\n wor", 0.05,
+              b"ld\r\n0\r\n", 0.05, b"\r\n"]
+    backend = RawBackend(respond=lambda req: pieces if req.target.startswith("/drip")
+                         else RawBackend.default_response(req), tls=tls_cert)
+    try:
+        p = tls_proxy(proxy_factory, backend, tls_cert[0])
+        with RawConn(p.host, p.port, timeout=10) as c:
+            c.send(("GET %s/drip HTTP/1.1\r\nHost: x\r\n\r\n" % backend.url).encode())
+            r = c.read_response()
+            assert (r.status, r.body) == (200, b"hello world")
+            c.send(("GET %s/next HTTP/1.1\r\nHost: x\r\n\r\n" % backend.url).encode())
+            r = c.read_response()
+            assert (r.status, r.body) == (200, b"GET /next?token=TLS-KEY 0")
+        assert len(backend.received) == 1  # both on one TLS connection
+    finally:
+        backend.stop()
+
+
+def test_libcurl_can_carry_https_instead(proxy_factory, tls_cert):
+    backend = RawBackend(tls=tls_cert)
+    try:
+        p = tls_proxy(proxy_factory, backend, tls_cert[0], http_client="libcurl")
+        r = get(p, backend.url + "/via-libcurl")
+        assert (r.status, r.body) == (200, b"GET /via-libcurl?token=TLS-KEY 0")
+        head = bytes(backend.received[0]).partition(b"\r\n\r\n")[0]
+        assert head.startswith(b"GET /via-libcurl?token=TLS-KEY HTTP/1.1\r\n")
+    finally:
+        backend.stop()

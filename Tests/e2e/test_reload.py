@@ -5,6 +5,7 @@ observed from outside: what the origin receives (the token in the URL), what the
 connections opened before the reload keep working."""
 
 import hashlib
+import json
 import os
 import re
 import signal
@@ -433,3 +434,27 @@ def test_a_reload_notice_names_a_new_client_password_and_a_retuned_credential(pr
     rewrite(p, p.config_text.replace('schemes = ["basic"]', 'schemes = ["basic"]\nallow_basic_over_http = true'))
     line = sighup(p, "configuration reloaded")
     assert "no changes" not in line and "retuned=pw" in line, line
+
+
+def test_a_pooled_https_connection_is_not_reused_under_stricter_trust_after_a_reload(proxy_factory, tls_cert):
+    """A kept-alive https connection is pooled with the server-trust settings it was verified with: once a reload
+    drops `insecure = true`, the next request makes a new connection and verifies it (and fails here, the
+    certificate being self-signed) instead of riding the connection nobody verified."""
+    backend = harness.RawBackend(tls=tls_cert)
+    try:
+        trust = cred("t", "server-trust", "https://" + backend.authority, insecure=True)
+        p = proxy_factory(extra_config=cred("k", "api-key", backend.url, key="K", upgrade_to_https=True) + trust)
+        # One client connection for both requests, so both run on the same event loop and its connection pool.
+        with RawConn(p.host, p.port, timeout=10) as c:
+            c.send(("GET %s/before HTTP/1.1\r\nHost: x\r\n\r\n" % backend.url).encode())
+            r = c.read_response()
+            assert (r.status, r.body) == (200, b"GET /before?token=K 0")
+            rewrite(p, p.config_text.replace(trust, ""))
+            sighup(p, "configuration reloaded")
+            c.send(("GET %s/after HTTP/1.1\r\nHost: x\r\n\r\n" % backend.url).encode())
+            r = c.read_response()
+        err = harness.assert_error_json(r.status, r.get, r.body, 502)
+        assert "server-trust" in json.dumps(err), err
+        assert [q.target for q in backend.requests] == ["/before?token=K"]
+    finally:
+        backend.stop()

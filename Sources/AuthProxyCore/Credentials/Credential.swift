@@ -121,7 +121,7 @@ public struct OAuthUserSettings: Sendable, Equatable {
     public var redirectURI: String
 }
 
-public struct ServerTrustSettings: Sendable, Equatable {
+public struct ServerTrustSettings: Sendable, Hashable {
     /// Extra CA bundle (PEM) trusted for matched hosts, in addition to the system CAs.
     public var caFile: String?
     /// `sha256//<base64>` of the upstream's public key; the pin replaces chain verification (self-signed

@@ -13,10 +13,10 @@ extension ClientConnection {
     /// `inspect`: the response is looked at for a token error (a refreshable token was injected).
     func startTransfer(url: URLTarget, headers: HTTPHeaders, inspect: Bool = false) {
         guard !machine.isClosed, let x = ex, let h = x.head else { return }
-        // The proxy's own HTTP/1.1 client for plain http:// without a network credential; libcurl for the rest
-        // (TLS, and the authentication schemes it answers). The own client writes the head from `headers` itself;
-        // libcurl gets them as header lines in its syntax.
-        let native = context.config.httpClient == .native && url.scheme == "http" && !x.networkAuth.hasCredential
+        // The proxy's own HTTP/1.1 client without a network credential (over a TLS connection libcurl makes for
+        // https); libcurl for the rest (the authentication schemes it answers). The own client writes the head from
+        // `headers` itself; libcurl gets them as header lines in its syntax.
+        let native = context.config.httpClient == .native && !x.networkAuth.hasCredential
         // A client doing NTLM/Negotiate itself: from now on, upstream connections of its own (never pooled for
         // anyone else, closed with this connection).
         if ownUpstreams == nil, ConnectionBoundAuthentication.starts(headers) { ownUpstreams = OwnUpstreams(loop: loop) }

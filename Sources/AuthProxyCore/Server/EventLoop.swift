@@ -11,7 +11,7 @@ import Glibc
 final class EventLoop: @unchecked Sendable {
     let queue: DispatchQueue
     let multi: CurlMulti
-    /// Kept-alive connections of the proxy's own HTTP/1.1 client (plain `http://` upstreams).
+    /// Kept-alive connections of the proxy's own HTTP/1.1 client (`http://` and `https://` upstreams).
     let http1: UpstreamConnectionPool
     /// The configuration generation new exchanges on this loop use. Replaced (on `queue`) by a reload; an
     /// exchange keeps the one it began with (``ExchangeContext/context``).
@@ -39,7 +39,7 @@ final class EventLoop: @unchecked Sendable {
     init(index: Int, context: ServerContext) {
         queue = ProxyQueue.make("authproxy.loop.\(index)")
         multi = CurlMulti(queue: queue)
-        http1 = UpstreamConnectionPool(queue: queue)
+        http1 = UpstreamConnectionPool(queue: queue, multi: multi)
         self.context = context
         scratch = .allocate(byteCount: 64 * 1024, alignment: 16)
         assembly = .allocate(byteCount: 80 * 1024, alignment: 16)

@@ -21,6 +21,19 @@ extension SocketChannelOwner {
     func channelConnected(_ channel: SocketChannel, error: Int32) {}
 }
 
+/// A layer a ``SocketChannel`` reads and writes through instead of the socket (TLS on an upstream connection of
+/// the proxy's own client: ``CurlTLSLink``). The channel's Dispatch sources still watch the socket; the layer
+/// owns the descriptor and closes it when the channel is done with it.
+protocol SecureStream: AnyObject {
+    func read(into buffer: UnsafeMutableRawBufferPointer) -> SocketChannel.ReadResult
+    /// Bytes taken, 0 when the socket would block, -1 with `error` set.
+    func send(_ bytes: UnsafeRawBufferPointer, error: inout Int32) -> Int
+    /// Bytes the layer holds that a read returns without the socket becoming readable again.
+    var hasBufferedInput: Bool { get }
+    /// Called once both Dispatch sources are cancelled: the layer closes the descriptor.
+    func closeDescriptor()
+}
+
 /// A non-blocking stream socket driven by one read and one write Dispatch source on its event loop's queue.
 ///
 /// Writes go straight to the socket; what the kernel does not take waits in ``pending`` and the write source
@@ -51,6 +64,8 @@ final class SocketChannel: @unchecked Sendable {
     /// When a send last moved bytes (uptime ns): a slow but steady reader is not idle.
     private(set) var lastSendProgress: UInt64 = 0
     unowned var owner: (any SocketChannelOwner)?
+    /// Reads and writes go through this layer when set (it then closes the descriptor, not the channel).
+    let secure: (any SecureStream)?
     /// Sources whose cancel handler has not run yet; the descriptor is closed when this reaches 0.
     private var liveSources: UInt8 = 1
     private var readResumed = false
@@ -65,10 +80,11 @@ final class SocketChannel: @unchecked Sendable {
     private var awaitingConnect = false
     private var wasAboveLowWater = false
 
-    init(fd: Int32, queue: DispatchQueue, owner: (any SocketChannelOwner)? = nil) {
+    init(fd: Int32, queue: DispatchQueue, owner: (any SocketChannelOwner)? = nil, secure: (any SecureStream)? = nil) {
         self.fd = fd
         self.queue = queue
         self.owner = owner
+        self.secure = secure
         // The concrete class behind every source the overlay makes (8 bytes stored instead of a 40-byte existential).
         readSource = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue) as! DispatchSource
         readSource.setEventHandler { [unowned self] in self.owner?.channelReadable(self) }
@@ -79,7 +95,8 @@ final class SocketChannel: @unchecked Sendable {
     private var sourceCancelled: @Sendable () -> Void {
         { [self] in
             self.liveSources -= 1
-            if self.liveSources == 0 { Glibc.close(self.fd) }
+            guard self.liveSources == 0 else { return }
+            if let s = self.secure { s.closeDescriptor() } else { Glibc.close(self.fd) }
         }
     }
 
@@ -133,9 +150,10 @@ final class SocketChannel: @unchecked Sendable {
         case error(Int32)
     }
 
-    /// One `read(2)` into `buffer`.
+    /// One `read(2)` into `buffer` (or one read of the ``secure`` layer).
     func read(into buffer: UnsafeMutableRawBufferPointer) -> ReadResult {
         assertOnQueue(queue)
+        if let s = secure { return s.read(into: buffer) }
         while true {
             let n = Glibc.read(fd, buffer.baseAddress, buffer.count)
             if n > 0 { return .bytes(n) }
@@ -210,6 +228,15 @@ final class SocketChannel: @unchecked Sendable {
 
     /// Sends with MSG_NOSIGNAL; returns bytes written (0 on EAGAIN) or -1 after reporting the error.
     private func send(_ bytes: UnsafeRawBufferPointer) -> Int {
+        if let s = secure {
+            var e: Int32 = 0
+            let n = s.send(bytes, error: &e)
+            if n >= 0 { return n }
+            failed = true
+            pending.removeAll()
+            owner?.channelWriteFailed(self, error: e)
+            return -1
+        }
         while true {
             let n = Glibc.send(fd, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL))
             if n >= 0 { return n }

@@ -35,6 +35,14 @@ final class CurlEasyHandle {
     /// libcurl reports it done (nil once that transfer was cancelled). `CURLOPT_PRIVATE` points at the handle.
     var owner: ObjectIdentifier? = nil
     var transfer: Unmanaged<UpstreamTransfer>? = nil
+    /// A `CONNECT_ONLY` handle (``CurlMulti/makeConnectOnlyHandle()``): it opens one TLS connection for the
+    /// proxy's own HTTP/1.1 client and stays in the multi handle for that connection's life. It has a
+    /// connection cache of its own (`share`), so no other transfer's pruning of dead or old connections ever
+    /// looks at it. Never pooled for another request.
+    private(set) var share: UnsafeMutableRawPointer? = nil
+    var isConnectOnly: Bool { share != nil }
+    /// While connecting: who hears that libcurl is done (nil once it was cancelled).
+    var connector: Unmanaged<TLSConnector>? = nil
 
     // Per-request options whose current value differs from libcurl's default only when a request set it.
     private var noBody = false
@@ -78,7 +86,19 @@ final class CurlEasyHandle {
     /// Only ``CurlMulti`` calls this, after the handle left the multi handle for good.
     func cleanup() {
         curl_easy_cleanup(raw)
+        if let share { ap_share_free(share) }
+        share = nil
         errorBuffer.deallocate()
+    }
+
+    /// Makes this (new) handle a `CONNECT_ONLY` one with a connection cache of its own; false when libcurl
+    /// could not make the share handle.
+    func makeConnectOnly() -> Bool {
+        guard share == nil, let sh = ap_share_connections_new() else { return false }
+        share = sh
+        ap_easy_setopt_ptr(raw, CURLOPT_SHARE, sh)
+        ap_easy_setopt_long(raw, CURLOPT_CONNECT_ONLY, 1)
+        return true
     }
 
     /// Back to a fresh handle's state (every option at its default), then the fixed options again.

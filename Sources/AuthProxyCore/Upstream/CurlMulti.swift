@@ -81,6 +81,9 @@ final class CurlMulti: @unchecked Sendable {
     /// Whether a libcurl call is on the stack right now.
     var insideCurl: Bool { depth > 0 }
 
+    /// Whether ``tearDown()`` ran: every handle is cleaned up, nothing may be called on one any more.
+    var isTornDown: Bool { tornDown }
+
     // MARK: easy handles
 
     /// An idle handle for a request with server-trust settings `trust`: one that already carries exactly these,
@@ -104,6 +107,49 @@ final class CurlMulti: @unchecked Sendable {
         let h = CurlEasyHandle(multi: self)
         handles[ObjectIdentifier(h)] = h
         return h
+    }
+
+    /// A new `CONNECT_ONLY` handle (``CurlEasyHandle/makeConnectOnly()``), never from or back to the pools.
+    func makeConnectOnlyHandle() -> CurlEasyHandle? {
+        assertOnQueue(queue)
+        let h = CurlEasyHandle(multi: self)
+        guard h.makeConnectOnly() else {
+            h.cleanup()
+            return nil
+        }
+        handles[ObjectIdentifier(h)] = h
+        return h
+    }
+
+    /// Adds a `CONNECT_ONLY` handle for `connector`, which ``TLSConnector/finished(_:on:)`` is called on. On
+    /// success the handle stays in the multi handle (removing it closes its connection) until
+    /// ``releaseConnectOnly(_:)``.
+    func addConnectOnly(_ easy: CurlEasyHandle, connector: TLSConnector) {
+        assertOnQueue(queue)
+        easy.owner = ObjectIdentifier(connector)
+        easy.connector = Unmanaged.passUnretained(connector)
+        depth += 1
+        curl_multi_add_handle(handle, easy.raw)
+        depth -= 1
+    }
+
+    /// Closes the connection of a `CONNECT_ONLY` handle (libcurl closes its socket through our close callback,
+    /// once no Dispatch source watches it) and frees the handle. Deferred when inside libcurl.
+    func releaseConnectOnly(_ easy: CurlEasyHandle) {
+        assertOnQueue(queue)
+        if insideCurl {
+            nonisolated(unsafe) let easy = easy
+            queue.async { [self] in releaseConnectOnly(easy) }
+            return
+        }
+        // After a teardown the handle is already cleaned up.
+        guard !tornDown, handles.removeValue(forKey: ObjectIdentifier(easy)) != nil else { return }
+        easy.owner = nil
+        easy.connector = nil
+        depth += 1
+        curl_multi_remove_handle(handle, easy.raw)
+        depth -= 1
+        easy.cleanup()
     }
 
     /// Takes back a handle that left the multi handle. A handle that carried a credential is reset first, so
@@ -196,6 +242,10 @@ final class CurlMulti: @unchecked Sendable {
             let result = msg.pointee.data.result
             var priv: UnsafeMutableRawPointer? = nil
             ap_easy_getinfo_ptr(easy, CURLINFO_PRIVATE, &priv)
+            if let priv, case let h = Unmanaged<CurlEasyHandle>.fromOpaque(priv).takeUnretainedValue(), h.isConnectOnly {
+                connectOnlyDone(h, result: result)
+                continue
+            }
             depth += 1
             curl_multi_remove_handle(handle, easy)
             depth -= 1
@@ -208,6 +258,19 @@ final class CurlMulti: @unchecked Sendable {
             transfer?.takeUnretainedValue().finished(result, on: h)
             recycle(h)
         }
+    }
+
+    /// A `CONNECT_ONLY` handle is connected (or failed): it stays in the multi handle, holding its connection,
+    /// for its connector; a failed one, or one whose connector was cancelled meanwhile, is released.
+    private func connectOnlyDone(_ h: CurlEasyHandle, result: CURLcode) {
+        let connector = h.connector
+        h.connector = nil
+        guard result == CURLE_OK, let connector else {
+            connector?.takeUnretainedValue().finished(result, on: h)
+            releaseConnectOnly(h)
+            return
+        }
+        connector.takeUnretainedValue().finished(result, on: h)
     }
 
     /// Cancels the timer and every source, then cleans up the multi handle (which re-enters the socket and

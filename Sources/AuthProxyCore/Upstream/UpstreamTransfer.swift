@@ -70,13 +70,8 @@ final class UpstreamTransfer {
     let request: UpstreamRequest
     /// Host and port for error messages.
     let destination: String
-    /// A resolved address libcurl wanted to connect to and `deny_destinations` refused.
-    private(set) var deniedAddress: IPAddress? = nil
-    /// Whether some resolved address was allowed (then a failure is the network's, not the policy's).
-    private var openedAny = false
-    /// EMFILE/ENFILE when a socket could not be opened for lack of descriptors: the failure is the proxy's own,
-    /// not the upstream's (libcurl only reports "could not connect").
-    private(set) var socketError: Int32? = nil
+    /// `deny_destinations` at socket opening, and what it saw.
+    private var destinationCheck: DestinationCheck
     /// Status of the response head being read (1xx heads included).
     private var status = 0
 
@@ -85,6 +80,7 @@ final class UpstreamTransfer {
         self.request = request
         self.destination = destination
         self.delegate = delegate
+        destinationCheck = DestinationCheck(deny: request.denyDestinations)
     }
 
     deinit {
@@ -203,38 +199,15 @@ final class UpstreamTransfer {
         easy = nil
         let d = delegate
         delegate = nil
-        var error: UpstreamError? = nil
-        if code != CURLE_OK {
-            error = UpstreamError(code: code, detail: String(cString: h.errorBuffer), destination: destination,
-                timeoutSeconds: request.timeoutSeconds, deniedAddress: openedAny ? nil : deniedAddress)
-            switch code {
-            case CURLE_COULDNT_CONNECT, CURLE_OPERATION_TIMEDOUT:
-                error?.outOfDescriptors = socketError
-            case CURLE_COULDNT_RESOLVE_HOST where DescriptorExhaustion.processIsOut():
-                // The lookup (its thread's socket pair, /etc/hosts, a DNS socket) needs descriptors too.
-                error?.outOfDescriptors = EMFILE
-            default:
-                break
-            }
-        }
+        let error = code == CURLE_OK ? nil : destinationCheck.error(code: code, detail: String(cString: h.errorBuffer),
+            destination: destination, timeoutSeconds: request.timeoutSeconds)
         d?.transferDidFinish(error: error)
     }
 
     /// `CURLOPT_OPENSOCKETFUNCTION`: refuses denied destinations, opens the socket, and registers it with the
     /// multi handle (which closes it only after its Dispatch sources are gone).
     fileprivate func openSocket(_ address: UnsafePointer<curl_sockaddr>) -> curl_socket_t {
-        if !request.denyDestinations.isEmpty, let ip = IPAddress(ap_curl_sockaddr_addr(address)), request.denyDestinations.contains(ip) {
-            deniedAddress = ip
-            return CURL_SOCKET_BAD
-        }
-        openedAny = true
-        let fd = socket(address.pointee.family, address.pointee.socktype | Int32(SOCK_CLOEXEC.rawValue), address.pointee.protocol)
-        guard fd >= 0 else {
-            if DescriptorExhaustion.isExhaustion(errno) { socketError = errno }
-            return CURL_SOCKET_BAD
-        }
-        multi.socketOpened(fd)
-        return fd
+        destinationCheck.open(address, multi: multi)
     }
 
     fileprivate func rewind() -> Bool {

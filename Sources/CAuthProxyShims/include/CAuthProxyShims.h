@@ -24,6 +24,12 @@ CURLcode ap_easy_keep_tls_buffers(CURL *easy);
 const struct sockaddr *ap_curl_sockaddr_addr(const struct curl_sockaddr *a);
 CURLcode ap_easy_getinfo_long(CURL *easy, CURLINFO info, long *value);
 CURLcode ap_easy_getinfo_ptr(CURL *easy, CURLINFO info, void **value);
+CURLcode ap_easy_getinfo_socket(CURL *easy, CURLINFO info, curl_socket_t *value);
+/* A share handle holding a connection cache of its own (CURL_LOCK_DATA_CONNECT), or NULL. */
+void *ap_share_connections_new(void);
+void ap_share_free(void *share);
+/* Whether the OpenSSL connection of `easy` holds bytes not yet read by SSL_read (SSL_has_pending). */
+int ap_easy_tls_has_pending(CURL *easy);
 
 CURLMcode ap_multi_setopt_long(CURLM *multi, CURLMoption option, long value);
 CURLMcode ap_multi_setopt_ptr(CURLM *multi, CURLMoption option, const void *value);

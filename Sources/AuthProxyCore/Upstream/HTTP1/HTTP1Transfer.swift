@@ -5,16 +5,17 @@ import Dispatch
 import Glibc
 #endif
 
-/// One exchange with a plain `http://` upstream over the proxy's own HTTP/1.1 client: a kept-alive connection
-/// from the loop's ``UpstreamConnectionPool`` (or a new one: name resolution off the loop, `deny_destinations`
-/// checked on every resolved address, a non-blocking connect per address in turn), the request head written
+/// One exchange with an `http://` or `https://` upstream over the proxy's own HTTP/1.1 client: a kept-alive
+/// connection from the loop's ``UpstreamConnectionPool`` (or a new one: for http, name resolution off the loop,
+/// `deny_destinations` checked on every resolved address, a non-blocking connect per address in turn; for https,
+/// a TLS connection libcurl makes and verifies, ``TLSConnector``, read and written through ``CurlTLSLink``), the request head written
 /// from the ``UpstreamRequest`` and the client's fields, the body streamed from the delegate (chunked when its length is unknown), and
 /// the response read with ``ResponseReader`` and handed to the delegate line by line and chunk by chunk, exactly
 /// as ``UpstreamTransfer`` hands on what libcurl reads.
 ///
 /// It exists because libcurl's per-request machinery (a handle reset and re-armed per request, a `poll` per
 /// reuse, its own buffers and callbacks) was the largest block of the proxy's CPU per request (issue 10). libcurl
-/// still carries every `https://` upstream and every network-authentication scheme; the choice is made in
+/// still makes every TLS connection and carries every network-authentication scheme; the choice is made in
 /// ``ClientConnection/startTransfer(url:headers:inspect:)``.
 ///
 /// Failures are reported with the libcurl codes the rest of the proxy maps to answers, logs and metrics
@@ -33,6 +34,10 @@ final class HTTP1Transfer: UpstreamExchange {
     var destination: String { "\(target.urlHost):\(target.port)" }
     private unowned(unsafe) var delegate: (any UpstreamTransferDelegate)?
     private var connection: UpstreamConnection?
+    /// An https upstream: connections are TLS, made by libcurl with `trust`.
+    private let tls: Bool
+    private let trust: ServerTrustSettings?
+    private var connector: TLSConnector?
     private var reader: ResponseReader
     /// The connection came from the pool (a failure before any response byte is retried once).
     private var reused = false
@@ -64,6 +69,8 @@ final class HTTP1Transfer: UpstreamExchange {
         self.delegate = delegate
         reader = ResponseReader(isHeadRequest: request.method == "HEAD", reuseAfterBodiless: owner != 0)
         bodyDone = request.bodyLength == nil
+        tls = target.scheme == "https"
+        trust = tls ? request.network.trust : nil
     }
 
     deinit {
@@ -73,7 +80,9 @@ final class HTTP1Transfer: UpstreamExchange {
 
     /// Non-zero: the connections of one client connection that authenticates them itself (see ``OwnUpstreams``).
     private let owner: UInt64
-    private var key: UpstreamConnectionPool.Key { .init(host: target.host, port: target.port, owner: owner) }
+    private var key: UpstreamConnectionPool.Key {
+        .init(host: target.host, port: target.port, owner: owner, tls: tls, trust: trust)
+    }
 
     func start() {
         assertOnQueue(pool.queue)
@@ -105,6 +114,8 @@ final class HTTP1Transfer: UpstreamExchange {
         guard !ended else { return }
         ended = true
         delegate = nil
+        connector?.cancel()
+        connector = nil
         // Cut inside an exchange: what is left of it on the connection could never be told apart from the next.
         connection?.close()
         connection = nil
@@ -113,6 +124,10 @@ final class HTTP1Transfer: UpstreamExchange {
     // MARK: connecting
 
     private func connectNew() {
+        if tls {
+            connectTLS()
+            return
+        }
         if let numeric = Self.numericAddress(target.host, port: target.port) {
             addressesResolved(.success([numeric]))
             return
@@ -163,6 +178,27 @@ final class HTTP1Transfer: UpstreamExchange {
         let c = UpstreamConnection(fd: fd, key: key, pool: pool)
         attach(c)
         c.channel.awaitConnect()
+    }
+
+    /// libcurl makes the TLS connection (resolution, `deny_destinations`, handshake, verification).
+    private func connectTLS() {
+        let c = TLSConnector(multi: pool.multi, urlHost: target.urlHost, port: target.port, trust: trust,
+            timeoutSeconds: request.timeoutSeconds, denyDestinations: request.denyDestinations)
+        connector = c
+        // Not called after cancel() (which cancels the connector): the exchange is still on when this runs.
+        nonisolated(unsafe) let me = self
+        c.start { result in
+            me.connector = nil
+            switch result {
+            case .success(let link):
+                let conn = UpstreamConnection(link: link, key: me.key, pool: me.pool)
+                me.attach(conn)
+                conn.channel.resumeReading()
+                me.sendHead()
+            case .failure(let error):
+                me.fail(error)
+            }
+        }
     }
 
     func connectionConnected(error: Int32) {
@@ -373,8 +409,9 @@ final class HTTP1Transfer: UpstreamExchange {
                     c.inbuf.append(UnsafeRawBufferPointer(rebasing: scratch[consumed..<n]))
                 }
                 if !settle(outcome, leftover: n - consumed) { return }
-                // A short read emptied the socket: wait for the next event rather than read EAGAIN.
-                if n < scratch.count { return }
+                // A short read emptied the socket: wait for the next event rather than read EAGAIN. (A TLS layer
+                // returns one record per read: it says whether it holds more than the socket shows.)
+                if n < scratch.count, !(c.channel.secure?.hasBufferedInput ?? false) { return }
             case .wouldBlock:
                 return
             case .eof:
@@ -510,15 +547,19 @@ final class HTTP1Transfer: UpstreamExchange {
     }
 
     private func fail(_ code: CURLcode, _ detail: String, outOfDescriptors: Int32? = nil, invalidResponse: String? = nil) {
+        var error = UpstreamError(code: code, detail: detail, destination: destination,
+            timeoutSeconds: request.timeoutSeconds, deniedAddress: deniedAddress)
+        error.outOfDescriptors = outOfDescriptors
+        error.invalidResponse = invalidResponse
+        fail(error)
+    }
+
+    private func fail(_ error: UpstreamError) {
         guard !ended else { return }
         detach()?.close()
         ended = true
         let d = delegate
         delegate = nil
-        var error = UpstreamError(code: code, detail: detail, destination: destination,
-            timeoutSeconds: request.timeoutSeconds, deniedAddress: deniedAddress)
-        error.outOfDescriptors = outOfDescriptors
-        error.invalidResponse = invalidResponse
         d?.transferDidFinish(error: error)
     }
 }

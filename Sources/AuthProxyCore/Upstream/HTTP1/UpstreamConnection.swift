@@ -1,5 +1,6 @@
-/// One TCP connection of the proxy's own HTTP/1.1 client (``HTTP1Transfer``): in use by one exchange, or idle
-/// in its loop's ``UpstreamConnectionPool`` until the next exchange to the same host and port takes it.
+/// One TCP connection of the proxy's own HTTP/1.1 client (``HTTP1Transfer``), plain or TLS (then read and
+/// written through libcurl, ``CurlTLSLink``): in use by one exchange, or idle in its loop's
+/// ``UpstreamConnectionPool`` until the next exchange to the same destination takes it.
 ///
 /// An idle connection keeps reading: any event on it (the server closed it, or sent bytes nobody asked for)
 /// closes it at once, so a connection taken from the pool needs no liveness check of its own; one that dies
@@ -25,6 +26,14 @@ final class UpstreamConnection: SocketChannelOwner {
         self.key = key
         self.pool = pool
         channel = SocketChannel(fd: fd, queue: pool.queue)
+        channel.owner = self
+    }
+
+    /// A TLS connection libcurl made (``TLSConnector``).
+    init(link: CurlTLSLink, key: UpstreamConnectionPool.Key, pool: UpstreamConnectionPool) {
+        self.key = key
+        self.pool = pool
+        channel = SocketChannel(fd: link.fd, queue: pool.queue, secure: link)
         channel.owner = self
     }
 

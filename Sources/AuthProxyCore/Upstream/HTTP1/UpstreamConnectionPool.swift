@@ -1,7 +1,7 @@
 import Dispatch
 
-/// Idle upstream connections of the proxy's own HTTP/1.1 client, per event loop, by host and port, with the
-/// read and send buffers that loop's exchanges share.
+/// Idle upstream connections of the proxy's own HTTP/1.1 client, per event loop, by destination (host, port,
+/// plain or TLS with its server-trust settings), with the read and send buffers that loop's exchanges share.
 ///
 /// The most recently used connection is taken first (the likeliest to be alive, and the others age out). At
 /// most ``maxIdlePerDestination`` per destination and ``maxIdle`` in all are kept; one idle for
@@ -16,6 +16,11 @@ final class UpstreamConnectionPool {
         /// Non-zero: the connection belongs to one client connection (``OwnUpstreams``), which authenticated it
         /// itself; only that client's exchanges take it.
         var owner: UInt64 = 0
+        /// An https connection (made by libcurl, ``TLSConnector``).
+        var tls = false
+        /// The server-trust settings it was verified with: a connection verified more leniently (a pinned key,
+        /// no verification) is never handed to a request that expects the default verification, or the reverse.
+        var trust: ServerTrustSettings? = nil
     }
 
     static let maxIdlePerDestination = 64
@@ -25,6 +30,8 @@ final class UpstreamConnectionPool {
     static let idleTimeout: UInt64 = 60 * 1_000_000_000
 
     let queue: DispatchQueue
+    /// The loop's multi handle, which makes the TLS connections (``TLSConnector``).
+    let multi: CurlMulti
     /// Where every upstream read on this loop lands first.
     let readBuffer: UnsafeMutableRawBufferPointer
     /// Where request bodies are framed before they are written.
@@ -34,8 +41,9 @@ final class UpstreamConnectionPool {
     private var idle: [Key: [UpstreamConnection]] = [:]
     private(set) var idleCount = 0
 
-    init(queue: DispatchQueue) {
+    init(queue: DispatchQueue, multi: CurlMulti) {
         self.queue = queue
+        self.multi = multi
         readBuffer = .allocate(byteCount: 64 * 1024, alignment: 16)
         sendBuffer = .allocate(byteCount: 64 * 1024, alignment: 16)
     }
