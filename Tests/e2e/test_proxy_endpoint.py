@@ -83,3 +83,100 @@ def test_preflight_is_a_proper_204(proxy_factory, origin):
     assert b"content-length" not in first.lower() and b"content-type" not in first.lower(), first
     # Nothing between the 204 head and the next response.
     assert rest.startswith(b"HTTP/1.1 200 OK\r\n"), rest[:100]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# In a real browser (headless Chromium), as a web app uses proxyUrl
+# ---------------------------------------------------------------------------------------------------------
+
+class BrowserApp:
+    """A web app's origin on loopback: serves `page` at / and collects the JSON the page POSTs to /result."""
+
+    def __init__(self, page=""):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        self.results = None
+        self.done = threading.Event()
+        app = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                body = app.page.encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_POST(self):
+                app.results = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                self.send_response(204)
+                self.end_headers()
+                app.done.set()
+
+        self.page = page
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.origin = "http://127.0.0.1:%d" % self.httpd.server_port
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def run(self, tmp_path, timeout=60):
+        """Opens the page in headless Chromium and returns what it reported."""
+        import subprocess
+        from test_admin import chromium
+        browser = subprocess.Popen([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-proxy-server",
+                                    "--user-data-dir=%s" % (tmp_path / "chromium"), self.origin + "/"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            assert self.done.wait(timeout), "the page reported nothing within %d s" % timeout
+            return self.results
+        finally:
+            browser.kill()
+            browser.wait(10)
+            self.httpd.shutdown()
+
+
+def test_browser_reuses_no_cached_answer_without_cors_for_a_cors_request(proxy_factory, tmp_path):
+    """A map app shows a tile with <img> (no Origin: allowed by its Referer, answered without
+    Access-Control-Allow-Origin) and then fetches the same URL with fetch() (CORS). The first answer was cacheable
+    and did not say `Vary: Origin`, so Chromium reused it for the CORS request and failed it ("Failed to fetch")
+    without asking the proxy again. Every /proxy answer now says `Vary: Origin`."""
+    from arcgis.server import tile_png
+    png = tile_png(0, 0, 0)
+    seen = []
+
+    def tiles(c):
+        while True:
+            head = harness.read_head(c)
+            if not head:
+                return
+            seen.append(head.split(b" ")[1].decode())
+            c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: image/png\r\nCache-Control: max-age=600\r\n"
+                      b"Content-Length: %d\r\n\r\n%s" % (len(png), png))
+
+    upstream = harness.ScriptedUpstream(tiles)
+    try:
+        tile = upstream.url + "/arcgis/rest/services/Basemap/MapServer/tile/0/0/0"
+        app = BrowserApp()
+        p = proxy_factory(proxy={"allowed_origins": [app.origin]},
+                          extra_config=cred("k", "api-key", upstream.url + "/arcgis", key="TILEKEY"))
+        app.page = """<html><body><script>
+const url = %s;
+const out = {};
+const img = new Image();
+img.onload = async () => {
+  out.img = img.naturalWidth;
+  try { const r = await fetch(url); out.fetch = r.status + " " + (await r.arrayBuffer()).byteLength; }
+  catch (e) { out.fetch = String(e); }
+  await fetch("/result", {method: "POST", body: JSON.stringify(out)});
+};
+img.onerror = () => fetch("/result", {method: "POST", body: JSON.stringify({img: "error"})});
+img.src = url;
+</script></body></html>""" % json.dumps(p.url + "/proxy?" + tile)
+        out = app.run(tmp_path)
+        assert out == {"img": 256, "fetch": "200 %d" % len(png)}, out
+        assert seen and all("token=TILEKEY" in t for t in seen), seen
+    finally:
+        upstream.close()

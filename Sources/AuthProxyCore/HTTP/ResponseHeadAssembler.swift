@@ -64,6 +64,10 @@ struct ResponseHeadAssembler {
         var keepAlive: Bool
         /// The browser origin a `/proxy` exchange answers to (CORS), nil otherwise.
         var corsOrigin: String?
+        /// A `/proxy` exchange: the answer depends on the request's `Origin`, so it says `Vary: Origin` also when the
+        /// request had none (an `<img>` or `<script src>` load), or a browser reuses that cached answer, without
+        /// `Access-Control-Allow-Origin`, for the app's next CORS request to the same URL and fails it.
+        var varyOrigin: Bool = false
         /// The `Via` value.
         var via: String
     }
@@ -451,8 +455,9 @@ struct ResponseHeadAssembler {
         if let origin = o.corsOrigin {
             out.append("Access-Control-Allow-Origin: ")
             out.append(origin)
-            out.append("\r\nVary: Origin\r\n")
+            out.append("\r\n")
         }
+        if o.corsOrigin != nil || o.varyOrigin { out.append("Vary: Origin\r\n") }
         if !framing.keepAlive {
             out.append("Connection: close\r\n")
         } else if o.clientMinorVersion == 0 {

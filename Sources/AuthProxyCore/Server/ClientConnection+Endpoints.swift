@@ -35,6 +35,8 @@ extension ClientConnection {
     /// `[proxy] allowed_origins`, and a request from another origin is refused.
     func serveProxyEndpoint(_ target: String) {
         guard let x = ex, let h = x.head else { return }
+        // Every answer here depends on the Origin (or its absence): say so to browser caches.
+        x.varyOrigin = true
         let allowed = context.config.allowedOrigins
         guard !allowed.isEmpty else {
             respond(ErrorResponse(status: 404, message: "The /proxy endpoint is off",

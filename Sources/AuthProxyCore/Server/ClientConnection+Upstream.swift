@@ -228,7 +228,7 @@ extension ClientConnection {
         }
         let framing = x.responseHead.write(into: &x.heldHead, options: .init(isHeadRequest: x.head?.isHead ?? false,
             clientMinorVersion: x.head?.minorVersion ?? 1, keepAlive: machine.keepAlive, corsOrigin: x.corsOrigin,
-            via: context.viaValue))
+            varyOrigin: x.varyOrigin, via: context.viaValue))
         let status = x.responseHead.status
         if let m = ProxyMetrics.active {
             m.durationFirstByte.recordNanoseconds(Int64(bitPattern: now &- x.upstreamStarted))

@@ -37,6 +37,8 @@ final class ExchangeContext {
     var sniffBuffer: [UInt8] = []
     /// The browser origin a `/proxy` exchange answers to (CORS), nil otherwise.
     var corsOrigin: String? = nil
+    /// A `/proxy` exchange, whose answers all say `Vary: Origin` (``ResponseHeadAssembler/Options/varyOrigin``).
+    var varyOrigin = false
     /// The token-type credential applied to the exchange, and the token injected.
     var credential: Credential? = nil
     var injectedToken: IssuedToken? = nil
@@ -91,6 +93,7 @@ final class ExchangeContext {
         if heldHead.capacity > Self.keptCapacity { heldHead.releaseStorage() } else { heldHead.removeAll() }
         sniffBuffer = []
         corsOrigin = nil
+        varyOrigin = false
         credential = nil
         injectedToken = nil
         injectedTokenRejected = false

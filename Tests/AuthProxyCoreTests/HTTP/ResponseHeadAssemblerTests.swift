@@ -656,3 +656,38 @@ let headCases: [HeadCase] = [
         #expect(!called)
     }
 }
+
+@Suite struct ResponseHeadCORSTests {
+    private func head(cors: String?, vary: Bool) -> String {
+        var a = ResponseHeadAssembler()
+        for l in ["HTTP/1.1 200 OK\r\n", "Access-Control-Allow-Origin: *\r\n", "Vary: Accept-Encoding\r\n",
+            "Content-Length: 0\r\n", "\r\n"]
+        {
+            _ = Array(l.utf8).withUnsafeBytes { a.add(line: $0) }
+        }
+        var out = ByteBuffer()
+        _ = a.write(into: &out, options: .init(isHeadRequest: false, clientMinorVersion: 1, keepAlive: true,
+            corsOrigin: cors, varyOrigin: vary, via: "1.1 authproxy"))
+        return String(decoding: out.unreadBytes, as: UTF8.self)
+    }
+
+    /// A `/proxy` answer to a request without `Origin` (an `<img>`) still says `Vary: Origin`, so a browser does
+    /// not reuse it for a CORS request; it keeps the upstream's fields as they are.
+    @Test func aProxyEndpointAnswerVariesByOriginWithoutOne() {
+        let h = head(cors: nil, vary: true)
+        #expect(h.contains("Vary: Origin\r\n"))
+        #expect(h.contains("Access-Control-Allow-Origin: *\r\n"))
+        #expect(h.contains("Vary: Accept-Encoding\r\n"))
+    }
+
+    @Test func anAllowedOriginIsAnsweredOnceWithVary() {
+        let h = head(cors: "https://maps.example.test", vary: true)
+        #expect(h.contains("Access-Control-Allow-Origin: https://maps.example.test\r\nVary: Origin\r\n"))
+        #expect(!h.contains("Access-Control-Allow-Origin: *"))
+        #expect(h.components(separatedBy: "Vary: Origin").count == 2)
+    }
+
+    @Test func otherExchangesAreUntouched() {
+        #expect(!head(cors: nil, vary: false).contains("Vary: Origin"))
+    }
+}
