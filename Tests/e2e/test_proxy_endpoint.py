@@ -180,3 +180,20 @@ img.src = url;
         assert seen and all("token=TILEKEY" in t for t in seen), seen
     finally:
         upstream.close()
+
+
+def test_the_url_may_come_percent_encoded(proxy_factory, ags, session):
+    """Apps that build the proxied URL with encodeURIComponent (OpenLayers/Leaflet recipes written for Esri's
+    resource-proxy, which decodes it) send /proxy?https%3A%2F%2F...; it was answered 400. Both forms now name the
+    same URL; an encoded form that decodes to something a request line cannot carry is still refused."""
+    p = proxy_factory(proxy={"allowed_origins": [APP]},
+                      extra_config=cred("gis", "arcgis-token", ags.server_root, username="alice", password="alice-pass"))
+    url = ags.query_url() + "?where=1%3D1&outFields=*&f=json"
+    r = _get(p, session, "/proxy?" + urllib.parse.quote(url, safe=""), headers={"Origin": APP})
+    assert r.status_code == 200, r.text[:300]
+    assert len(r.json()["features"]) == 3 and r.headers["Access-Control-Allow-Origin"] == APP
+    e = ags.request_log()[-1]
+    assert e["outcome"] == "ok" and e["path"].endswith("/FeatureServer/0/query"), e
+    r = _get(p, session, "/proxy?" + urllib.parse.quote(ags.query_url() + "?f=json\r\nX-Injected: 1", safe=""),
+             headers={"Origin": APP})
+    harness.assert_error_json(r.status_code, r.headers.get, r.content, 400)

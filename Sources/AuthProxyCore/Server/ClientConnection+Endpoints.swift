@@ -67,9 +67,12 @@ extension ClientConnection {
             return
         }
         guard let q = target.firstIndex(of: "?"),
-            case .absolute(let url)? = try? RequestHeadParser.parseTarget(method: h.method, String(target[target.index(after: q)...]))
+            let text = ProxyEndpointTarget.url(fromQuery: target[target.index(after: q)...]),
+            case .absolute(let url)? = try? RequestHeadParser.parseTarget(method: h.method, text)
         else {
-            respond(ErrorResponse(status: 400, message: "Expected /proxy?<http(s) URL>"), close: false)
+            respond(ErrorResponse(status: 400, message: "Expected /proxy?<http(s) URL>",
+                details: ["The URL as is (/proxy?https://host/path?f=json) or percent-encoded as a whole (/proxy?https%3A%2F%2Fhost%2Fpath%3Ff%3Djson)."]),
+                close: false)
             return
         }
         if TokenInjection.queryHasField(url.pathAndQuery, "callback"), !jsonpAllowed(url) {
