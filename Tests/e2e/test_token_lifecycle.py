@@ -1,6 +1,7 @@
 """Token lifecycle through the real binary against the ArcGIS test server (issue 9, part 2): the client never
 sees a failure the proxy could absorb, and a token service is never hammered."""
 import hashlib
+import json
 import re
 import threading
 import time
@@ -243,6 +244,41 @@ def test_revoked_portal_token_oauth_user(proxy_factory, federation, session, tmp
     assert r.status_code == 200, r.text[:300]
     issued = portal.stats()["tokens_issued"]
     assert issued["oauth_refresh"] == 1 and issued["generate_federated"] == 1, issued
+
+
+def test_dead_refresh_token_says_to_sign_in_again(proxy_factory, federation, session, tmp_path):
+    """oauth-user: when the refresh token of `authproxy login` expires (two weeks) or is revoked, the client got
+    "token service …/oauth2/token refused: Invalid refresh_token" and the advice that the proxy would ask again
+    in a second, as for an outage: nothing told the operator that only a new sign-in helps. The error now names
+    the cause and the command; a portal outage does not say so (the same refresh token works once it is back)."""
+    from test_token_state import login, write_conf
+    portal, server = federation
+    state = tmp_path / "state"
+    creds = cred("me", "oauth-user", [portal.portal_url, server.server_root], client_id="proxyapp",
+                 portal_url=portal.portal_url, redirect_uri="http://127.0.0.1:%d/callback" % harness.free_port())
+    login(write_conf(tmp_path, "login.conf", state, None, creds))
+    refresh_token = json.loads((state / "tokens.json").read_text())["refreshTokens"][0]["refreshToken"]
+    p = proxy_factory(proxy={"state_dir": str(state)}, extra_config=creds)
+    assert via(p, session, "GET", server.query_url() + "?f=json").status_code == 200
+
+    portal.set_token_service("down")  # an outage: no sign-in advice
+    portal.expire_all("access")
+    server.expire_all("access")
+    r = via(p, session, "GET", server.query_url() + "?f=json")
+    err = harness.assert_error_json(r.status_code, r.headers.get, r.content, 502)
+    assert "authproxy login" not in err["message"], err
+
+    portal.set_token_service("ok")
+    portal.expire_all("refresh")  # the sign-in is over (expired, or revoked at the portal)
+    time.sleep(1.1)  # the outage's backoff
+    r = via(p, session, "GET", server.query_url() + "?f=json")
+    err = harness.assert_error_json(r.status_code, r.headers.get, r.content, 502)
+    assert "Credential 'me'" in err["message"] and "refresh token" in err["message"], err
+    assert "expired or was revoked" in err["message"] and "Invalid refresh_token" in err["message"], err
+    assert "authproxy login --config <file> --credential me" in err["message"], err
+    logged = p.wait_for_log(lambda l: "token request failed" in l and "authproxy login" in l)
+    assert logged, p.log_text()[-2000:]
+    assert refresh_token not in p.log_text() and refresh_token not in r.text
 
 
 # ---------------------------------------------------------------------------------------------------------

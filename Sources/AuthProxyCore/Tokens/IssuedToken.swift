@@ -50,6 +50,9 @@ public struct TokenError: Error, Sendable, Equatable {
     /// The token service refused the token it was given (498/499 or GWM_0003 in its answer): for a
     /// federation exchange, the portal token is dead.
     public var tokenRejected = false
+    /// The token service answered with a refusal (an error object), not an outage (no answer, HTTP error page):
+    /// the request itself was refused.
+    public var refused = false
     /// When the credential will ask its token service again (milliseconds since the epoch), if it is backing off.
     public var retryAt: Int64? = nil
 

@@ -195,7 +195,8 @@ final class TokenFetcher {
                 .failure(
                     TokenError(
                         credential: c.name,
-                        message: "no refresh token yet: run `authproxy login --config <file> --credential \(c.name)`",
+                        message: "no refresh token (not signed in yet, signed out, or the sign-in expired): "
+                            + Self.signInAgain(c),
                         local: true)))
             return
         }
@@ -204,8 +205,24 @@ final class TokenFetcher {
             ("grant_type", "refresh_token"), ("client_id", o.clientID), ("refresh_token", refresh), ("f", "json"),
         ]
         post(c, url: url, fields: fields, answer: OAuthTokenResponse.self) { [self] result in
-            done(result.flatMap { issued(c, $0, service: url) })
+            done(result.flatMap { issued(c, $0, service: url) }.mapError { Self.refreshRefused($0, c) })
         }
+    }
+
+    /// A refresh grant the portal refused: the refresh token from `authproxy login` expired (about two weeks
+    /// after the sign-in), was revoked (sign-out elsewhere, "revoke all tokens", a password change) or belongs to
+    /// another app. Nothing but a new sign-in helps, so the error says so, with the portal's own words. An outage
+    /// (no answer, an error page) stays as it is: the same refresh token works again when the portal is back.
+    static func refreshRefused(_ e: TokenError, _ c: Credential) -> TokenError {
+        guard e.refused else { return e }
+        var e = e
+        e.message = "the portal no longer accepts the refresh token of the last `authproxy login` "
+            + "(it expired or was revoked; \(e.message)): " + signInAgain(c)
+        return e
+    }
+
+    private static func signInAgain(_ c: Credential) -> String {
+        "sign in again with `authproxy login --config <file> --credential \(c.name)`"
     }
 
     /// Federation: a portal token → a token for `serverRoot` (portal `generateToken` with `token` + `serverUrl`).
@@ -305,6 +322,7 @@ final class TokenFetcher {
                         message: "token service \(Self.redacted(url)) refused: \(refusal.message)",
                         details: refusal.details)
                     failure.tokenRejected = refusal.rejectsToken
+                    failure.refused = true
                     done(.failure(failure))
                 case .answered(let body):
                     done(.success(Answer(body: body, serverDate: ServerClock.date(in: r.headers))))
