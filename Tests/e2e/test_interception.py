@@ -599,6 +599,56 @@ def test_upgrade_to_https(proxy_factory, origin_factory, certs, session):
     assert o.stats()["requests"] == 1
 
 
+def test_upgrade_to_https_redirects_keep_the_client_on_http(proxy_factory, certs):
+    """The server redirects with its own scheme (ArcGIS Server's REST root, trailing-slash redirects):
+    `Location: https://host:port/arcgis/rest/services/`. Relayed as is, it took a client of upgrade_to_https off
+    the proxy's upgrade: with only HTTP_PROXY set, requests followed it straight to the server, without the key.
+    A redirect to the upgraded origin now goes back as the http:// URL the client used (when that URL is upgraded
+    too); one to a place outside the upgraded prefix stays as the server wrote it."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(*certs["a"])
+    seen = []
+
+    def serve(c):
+        t = ctx.wrap_socket(c, server_side=True)
+        while True:
+            head = harness.read_head(t)
+            if not head:
+                return
+            target = head.split(b" ")[1]
+            seen.append(target.decode())
+            path = target.split(b"?")[0]
+            if path == b"/arcgis/rest/services":
+                loc = b"https://LOCALHOST:%d/arcgis/rest/services/?" % port + target.split(b"?", 1)[1]
+                t.sendall(b"HTTP/1.1 301 Moved Permanently\r\nLocation: %s\r\nContent-Length: 0\r\n\r\n" % loc)
+            elif path == b"/arcgis/login":
+                t.sendall(b"HTTP/1.1 302 Found\r\nLocation: https://localhost:%d/portal/home/\r\n"
+                          b"Content-Length: 0\r\n\r\n" % port)
+            else:
+                t.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+
+    upstream = harness.ScriptedUpstream(serve)
+    port = upstream.port
+    try:
+        base = "http://localhost:%d/arcgis" % port
+        p = proxy_factory(extra_config=cred("k", "api-key", base, key="UP-KEY", upgrade_to_https=True)
+                          + cred("t", "server-trust", "https://localhost:%d" % port, ca_file=certs["a"][0]))
+        s = requests.Session()
+        s.trust_env = False
+        r = s.get(base + "/rest/services?f=json", proxies={"http": p.url}, allow_redirects=False, timeout=T)
+        assert r.status_code == 301
+        assert r.headers["Location"] == base + "/rest/services/?f=json", r.headers
+        # A client that follows it stays on the proxy, and the key is injected again.
+        r = s.get(base + "/rest/services?f=json", proxies={"http": p.url}, timeout=T)
+        assert r.status_code == 200 and r.url == base + "/rest/services/?f=json", (r.status_code, r.url)
+        assert seen[-1] == "/arcgis/rest/services/?f=json&token=UP-KEY", seen
+        # Outside the upgraded prefix: left as the server wrote it (never sent to plain http).
+        r = s.get(base + "/login", proxies={"http": p.url}, allow_redirects=False, timeout=T)
+        assert r.headers["Location"] == "https://localhost:%d/portal/home/" % port
+    finally:
+        upstream.close()
+
+
 # ---------------------------------------------------------------------------------------------------------
 # 9. intercept = "none"
 # ---------------------------------------------------------------------------------------------------------

@@ -226,6 +226,13 @@ extension ClientConnection {
             let s = x.responseHead.status
             x.bodyMask = s >= 300 && s < 400 ? injected.value : nil
         }
+        if let client = x.originalURL, let upstream = x.upstreamURL, client.scheme == "http", upstream.scheme == "https" {
+            // upgrade_to_https: a redirect to the https origin goes back to the client as the http one it used.
+            let store = credentials
+            x.responseHead.rewriteLocations { v in
+                UpgradedRedirect.rewrite(v, upstream: upstream, client: client) { store.upgradesToHTTPS($0) }
+            }
+        }
         let framing = x.responseHead.write(into: &x.heldHead, options: .init(isHeadRequest: x.head?.isHead ?? false,
             clientMinorVersion: x.head?.minorVersion ?? 1, keepAlive: machine.keepAlive, corsOrigin: x.corsOrigin,
             varyOrigin: x.varyOrigin, via: context.viaValue))
