@@ -88,6 +88,17 @@ int ap_easy_tls_has_pending(CURL *easy) {
 
 CURLcode ap_easy_keep_tls_buffers(CURL *easy) { return curl_easy_setopt(easy, CURLOPT_SSL_CTX_FUNCTION, ap_keep_tls_buffers_cb); }
 
+/* The same for a CONNECT_ONLY connection of the proxy's own client, which also reads a TCP close without a TLS
+   close_notify as an end of input (SSL_ERROR_ZERO_RETURN, so curl_easy_recv returns 0 bytes) instead of an error,
+   as on a plain connection: HTTP/1.1 framing tells a complete response from a cut one. */
+static CURLcode ap_connect_only_tls_cb(CURL *easy, void *ssl_ctx, void *userdata) {
+    ap_keep_tls_buffers_cb(easy, ssl_ctx, userdata);
+    SSL_CTX_set_options((SSL_CTX *)ssl_ctx, SSL_OP_IGNORE_UNEXPECTED_EOF);
+    return CURLE_OK;
+}
+
+CURLcode ap_easy_connect_only_tls(CURL *easy) { return curl_easy_setopt(easy, CURLOPT_SSL_CTX_FUNCTION, ap_connect_only_tls_cb); }
+
 int ap_accept_nonblock(int fd, struct sockaddr *addr, unsigned int *len) {
     return accept4(fd, addr, (socklen_t *)len, SOCK_NONBLOCK | SOCK_CLOEXEC);
 }

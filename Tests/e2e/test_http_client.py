@@ -358,3 +358,17 @@ def test_libcurl_can_carry_https_instead(proxy_factory, tls_cert):
         assert head.startswith(b"GET /via-libcurl?token=TLS-KEY HTTP/1.1\r\n")
     finally:
         backend.stop()
+
+
+def test_a_tls_response_delimited_by_a_close_without_close_notify_is_complete(proxy_factory, tls_cert):
+    """No length, no chunks: the body ends when the server closes TCP, here without a TLS close_notify (as many
+    servers do). That is the end of the body, as on plain http, not a failure."""
+    body = b"x" * 40000 + b"end"
+    backend = RawBackend(respond=lambda req: [b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n" + body,
+                                              RawBackend.CLOSE], tls=tls_cert)
+    try:
+        p = tls_proxy(proxy_factory, backend, tls_cert[0])
+        r = get(p, backend.url + "/until-close")
+        assert (r.status, r.body) == (200, body)
+    finally:
+        backend.stop()

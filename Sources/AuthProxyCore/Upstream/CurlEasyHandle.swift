@@ -98,6 +98,7 @@ final class CurlEasyHandle {
         share = sh
         ap_easy_setopt_ptr(raw, CURLOPT_SHARE, sh)
         ap_easy_setopt_long(raw, CURLOPT_CONNECT_ONLY, 1)
+        ap_easy_connect_only_tls(raw)
         return true
     }
 

@@ -124,13 +124,22 @@ final class CurlMulti: @unchecked Sendable {
     /// Adds a `CONNECT_ONLY` handle for `connector`, which ``TLSConnector/finished(_:on:)`` is called on. On
     /// success the handle stays in the multi handle (removing it closes its connection) until
     /// ``releaseConnectOnly(_:)``.
-    func addConnectOnly(_ easy: CurlEasyHandle, connector: TLSConnector) {
+    /// False when libcurl refused the handle (then it is released and nothing is called).
+    func addConnectOnly(_ easy: CurlEasyHandle, connector: TLSConnector) -> Bool {
         assertOnQueue(queue)
         easy.owner = ObjectIdentifier(connector)
         easy.connector = Unmanaged.passUnretained(connector)
         depth += 1
-        curl_multi_add_handle(handle, easy.raw)
+        let rc = curl_multi_add_handle(handle, easy.raw)
         depth -= 1
+        guard rc == CURLM_OK else {
+            easy.connector = nil
+            handles.removeValue(forKey: ObjectIdentifier(easy))
+            easy.owner = nil
+            easy.cleanup()
+            return false
+        }
+        return true
     }
 
     /// Closes the connection of a `CONNECT_ONLY` handle (libcurl closes its socket through our close callback,
@@ -269,6 +278,14 @@ final class CurlMulti: @unchecked Sendable {
             connector?.takeUnretainedValue().finished(result, on: h)
             releaseConnectOnly(h)
             return
+        }
+        // The connection's socket is watched by the own client's channel from now on: the sources libcurl asked
+        // for while connecting go (the close still waits for their cancel handlers), and it is no pooled
+        // connection of libcurl's to peek at before reuse.
+        var fd: curl_socket_t = -1
+        if ap_easy_getinfo_socket(h.raw, CURLINFO_ACTIVESOCKET, &fd) == CURLE_OK, fd >= 0 {
+            watches.removeValue(forKey: fd)?.cancel()
+            if let key = pooledKeys.removeValue(forKey: fd) { pooled.removeValue(forKey: key) }
         }
         connector.takeUnretainedValue().finished(result, on: h)
     }
@@ -415,11 +432,13 @@ final class CurlMulti: @unchecked Sendable {
         }
     }
 
-    fileprivate func sourceCreated(_ fd: curl_socket_t) {
+    /// A Dispatch source on `fd` (one of the multi's own, or a ``CurlTLSLink``'s channel): `fd` is closed only
+    /// after every such source is gone.
+    func sourceCreated(_ fd: curl_socket_t) {
         liveSources[fd, default: 0] += 1
     }
 
-    fileprivate func sourceCancelled(_ fd: curl_socket_t) {
+    func sourceCancelled(_ fd: curl_socket_t) {
         let n = (liveSources[fd] ?? 1) - 1
         if n > 0 {
             liveSources[fd] = n

@@ -20,6 +20,7 @@ CURLcode ap_easy_setopt_prereq_cb(CURL *easy, int (*cb)(void *, char *, char *, 
 /// Has the handle's TLS connections keep their record buffers (libcurl sets SSL_MODE_RELEASE_BUFFERS, which
 /// frees and reallocates ~34 KiB per request on a kept-alive connection).
 CURLcode ap_easy_keep_tls_buffers(CURL *easy);
+CURLcode ap_easy_connect_only_tls(CURL *easy);
 /* The socket address inside a curl_sockaddr (sizeof(struct sockaddr) is too small for IPv6 in Swift's view). */
 const struct sockaddr *ap_curl_sockaddr_addr(const struct curl_sockaddr *a);
 CURLcode ap_easy_getinfo_long(CURL *easy, CURLINFO info, long *value);

@@ -23,10 +23,14 @@ final class CurlTLSLink: SecureStream {
     let fd: Int32
     private var released = false
 
+    /// The channel's two Dispatch sources on `fd` count as one live source in the multi handle: when libcurl
+    /// closes the socket (also at shutdown, when ``CurlMulti/tearDown()`` removes the handle before the channel's
+    /// cancel handlers ran), the close waits for them, so a reused descriptor number never meets a stale source.
     init(multi: CurlMulti, easy: CurlEasyHandle, fd: Int32) {
         self.multi = multi
         self.easy = easy
         self.fd = fd
+        multi.sourceCreated(fd)
     }
 
     deinit {
@@ -40,17 +44,16 @@ final class CurlTLSLink: SecureStream {
     /// peer closed TCP without one), or an error (reset, or a TLS failure).
     ///
     /// A close without close_notify is an end of input, as on a plain connection: many servers close that way,
-    /// and HTTP/1.1 framing (length, chunks) is what tells a complete response from a cut one. OpenSSL 3 reports it
-    /// as an error ("unexpected eof while reading"), which libcurl copies into the handle's error buffer.
+    /// and HTTP/1.1 framing (length, chunks) is what tells a complete response from a cut one. The connection's
+    /// SSL_CTX says so to OpenSSL (`SSL_OP_IGNORE_UNEXPECTED_EOF`, set by `ap_easy_connect_only_tls`), which then
+    /// reports it as it reports a close_notify.
     func read(into buffer: UnsafeMutableRawBufferPointer) -> SocketChannel.ReadResult {
         guard usable else { return .error(EBADF) }
         var n = 0
         switch curl_easy_recv(easy.raw, buffer.baseAddress, buffer.count, &n) {
         case CURLE_OK: return n > 0 ? .bytes(n) : .eof
         case CURLE_AGAIN: return .wouldBlock
-        default:
-            if strstr(easy.errorBuffer, "unexpected eof") != nil { return .eof }
-            return .error(ECONNRESET)
+        default: return .error(ECONNRESET)
         }
     }
 
@@ -84,5 +87,6 @@ final class CurlTLSLink: SecureStream {
         guard !released else { return }
         released = true
         multi.releaseConnectOnly(easy)
+        multi.sourceCancelled(fd)
     }
 }

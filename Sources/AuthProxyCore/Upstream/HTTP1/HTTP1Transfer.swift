@@ -344,6 +344,8 @@ final class HTTP1Transfer: UpstreamExchange {
     }
 
     private static let lastChunk: StaticString = "0\r\n\r\n"
+    /// The most plaintext one TLS record carries.
+    private static let fullTLSRecord = 16 * 1024
 
     func connectionDrained() {
         guard !ended else { return }
@@ -409,9 +411,15 @@ final class HTTP1Transfer: UpstreamExchange {
                     c.inbuf.append(UnsafeRawBufferPointer(rebasing: scratch[consumed..<n]))
                 }
                 if !settle(outcome, leftover: n - consumed) { return }
-                // A short read emptied the socket: wait for the next event rather than read EAGAIN. (A TLS layer
-                // returns one record per read: it says whether it holds more than the socket shows.)
-                if n < scratch.count, !(c.channel.secure?.hasBufferedInput ?? false) { return }
+                // A short read emptied the socket: wait for the next event rather than read EAGAIN. A TLS layer
+                // returns one record per read: after a full-size record (16 KiB of a longer body) the next is
+                // likely there already, so reading goes on; otherwise only when the layer holds more bytes than
+                // the socket shows.
+                if n < scratch.count, n < Self.fullTLSRecord || c.channel.secure == nil,
+                    !(c.channel.secure?.hasBufferedInput ?? false)
+                {
+                    return
+                }
             case .wouldBlock:
                 return
             case .eof:

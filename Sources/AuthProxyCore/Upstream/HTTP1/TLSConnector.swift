@@ -48,7 +48,13 @@ final class TLSConnector {
         ap_easy_setopt_opensocket_cb(e, connectorOpenSocketCallback)
         h.setConnectTimeout(timeoutSeconds)
         if let trust { h.applyTrust(trust) }
-        multi.addConnectOnly(h, connector: self)
+        guard multi.addConnectOnly(h, connector: self) else {
+            easy = nil
+            self.done = nil
+            done(.failure(UpstreamError(code: CURLE_FAILED_INIT, detail: "libcurl refused the connection handle",
+                destination: destination, timeoutSeconds: timeoutSeconds)))
+            return
+        }
     }
 
     /// Stops connecting; `done` is not called.
@@ -58,6 +64,9 @@ final class TLSConnector {
         guard let h = easy else { return }
         easy = nil
         h.connector = nil
+        // A removal deferred because libcurl is on the stack must not let that call open another address's socket
+        // through this object once it is gone: the open callback refuses without its data pointer.
+        ap_easy_setopt_ptr(h.raw, CURLOPT_OPENSOCKETDATA, nil)
         multi.releaseConnectOnly(h)
     }
 
