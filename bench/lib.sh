@@ -104,25 +104,18 @@ cleanup() {
 # CPU time (utime + stime, in clock ticks) of a server: the process and all its descendants
 # (nginx master + worker). /proc/PID/stat already sums all threads of a process.
 cpu_ticks() { # pid
-    python3 - "$1" <<'PY'
-import os, sys
-root = int(sys.argv[1])
-children, ticks = {}, {}
-for d in os.listdir("/proc"):
-    if not d.isdigit(): continue
+    # shellcheck disable=SC2046
+    python3 - $(tree_pids "$1") <<'PY'
+import sys
+total = 0
+for pid in sys.argv[1:]:
     try:
-        with open(f"/proc/{d}/stat") as f:
+        with open(f"/proc/{pid}/stat") as f:
             s = f.read()
     except OSError:
         continue
     fields = s[s.rindex(")") + 2:].split()   # fields[0] is field 3 (state)
-    children.setdefault(int(fields[1]), []).append(int(d))
-    ticks[int(d)] = int(fields[11]) + int(fields[12])   # fields 14 (utime) and 15 (stime)
-total, stack = 0, [root]
-while stack:
-    p = stack.pop()
-    stack.extend(children.get(p, []))
-    total += ticks.get(p, 0)
+    total += int(fields[11]) + int(fields[12])   # fields 14 (utime) and 15 (stime)
 print(total)
 PY
 }
@@ -148,10 +141,11 @@ while stack:
 PY
 }
 
-# syscalls_per_request CSV REQUESTS: a `perf stat -x,` file of syscalls:sys_enter_* and context-switches,
-# printed per request (all syscalls, then each one with ≥ 0.05 per request, then context switches).
-syscalls_per_request() { # csv requests
-    python3 - "$1" "${2:-0}" <<'PY'
+# syscalls_per_request CSV REQUESTS [--table]: a `perf stat -x,` file of syscalls:sys_enter_* and
+# context-switches, printed per request: all syscalls, then each one with ≥ 0.05 per request, then context
+# switches; on one line, or with --table one per line.
+syscalls_per_request() { # csv requests [--table]
+    python3 - "$1" "${2:-0}" "${3:-}" <<'PY'
 import sys
 rows = []
 for line in open(sys.argv[1]):
@@ -164,6 +158,12 @@ if n <= 0:
     print("syscalls: no requests completed")
     sys.exit(0)
 total = sum(c for c, e in rows if e != "context-switches")
+if sys.argv[3] == "--table":
+    print("  %-22s %8.3f" % ("syscalls (all)", total / n))
+    for c, e in sorted(rows, reverse=True):
+        if c / n >= 0.05:
+            print("  %-22s %8.3f" % (e, c / n))
+    sys.exit(0)
 parts = ["%s %.2f" % (e, c / n) for c, e in sorted(rows, reverse=True) if e != "context-switches" and c / n >= 0.05]
 cs = sum(c for c, e in rows if e == "context-switches")
 print("syscalls/req %.2f (%s), context switches/req %.2f" % (total / n, ", ".join(parts), cs / n))

@@ -26,6 +26,9 @@ for t in wrk nginx taskset python3 perf; do
 done
 export PATH="$PATH:/usr/sbin"
 
+BENCH_TAG="syscalls"
+# shellcheck source=bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/pinned.sh"
 start_small_origin
 EXTRA=""; [[ $CLOSE -eq 1 ]] && EXTRA=', ["Connection"]="close"'
@@ -44,20 +47,6 @@ for bin in "${BINS[@]}"; do
     reqs=$(awk '/requests in/ {print $1}' <<<"$out")
     grep -E "Socket errors|Non-2xx" <<<"$out" | sed 's/^ */  wrk: /' || true
     echo "== $bin (c$CONNS$([[ $CLOSE -eq 1 ]] && echo ", Connection: close"), $reqs requests)"
-    python3 - "$dir/perf.csv" "$reqs" <<'PY'
-import sys
-rows = []
-for line in open(sys.argv[1]):
-    f = line.strip().split(",")
-    if len(f) < 3 or not f[0].replace(".", "").isdigit():
-        continue
-    rows.append((float(f[0]), f[2].replace("syscalls:sys_enter_", "")))
-n = int(sys.argv[2])
-total = sum(c for c, e in rows if e != "context-switches")
-print("  %-22s %8.3f" % ("syscalls (all)", total / n))
-for c, e in sorted(rows, reverse=True):
-    if c / n >= 0.05:
-        print("  %-22s %8.3f" % (e, c / n))
-PY
+    syscalls_per_request "$dir/perf.csv" "$reqs" --table
     kill "$pid"
 done

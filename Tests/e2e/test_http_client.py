@@ -1,4 +1,5 @@
-"""The proxy's own HTTP/1.1 client (plain http:// upstreams without a network credential, `[proxy] http_client`):
+"""The proxy's own HTTP/1.1 client (upstreams without a network credential, `[proxy] http_client`; https over a
+TLS connection libcurl makes):
 what it writes on the wire, connection reuse, the retry on a pooled connection that died, responses arriving in
 pieces, and the switch back to libcurl. The rest of the suite runs through it too (it is the default)."""
 import subprocess
@@ -40,22 +41,62 @@ def test_request_head_on_the_wire(proxy):
         backend.stop()
 
 
-def test_one_upstream_connection_carries_sequential_requests(proxy):
-    backend = RawBackend()
+class Relay:
+    """The proxy and a raw backend for one upstream scheme. "http": plain. "https": the backend speaks TLS and the
+    proxy reaches it with upgrade_to_https (the client still asks for http://, an api key is injected), so the
+    own client runs over a TLS connection libcurl made; `suffix` is what the proxy adds to a bare path."""
+
+    def __init__(self, scheme, request, tls_cert):
+        self.scheme = scheme
+        self._request = request
+        self._cert = tls_cert
+        self.suffix = "?token=TLS-KEY" if scheme == "https" else ""
+        self.proxy = None
+
+    def start(self, respond=None):
+        tls = self._cert if self.scheme == "https" else None
+        backend = RawBackend(respond=respond, tls=tls)
+        if tls:
+            self.proxy = tls_proxy(self._request.getfixturevalue("proxy_factory"), backend, tls[0])
+        else:
+            self.proxy = self._request.getfixturevalue("proxy")
+        return backend
+
+    def body(self, path):
+        return ("GET %s%s 0" % (path, self.suffix)).encode()
+
+
+@pytest.fixture(params=["http", "https"])
+def relay(request, tls_cert):
+    return Relay(request.param, request, tls_cert)
+
+
+def tls_proxy(proxy_factory, backend, cert, **proxy):
+    """A proxy sending the client's http://127.0.0.1:PORT requests to the backend over https (upgrade_to_https),
+    trusting its self-signed certificate, with an api key injected."""
+    return proxy_factory(proxy=proxy or None, extra_config=harness.cred("k", "api-key", backend.url, key="TLS-KEY",
+                                                                        upgrade_to_https=True)
+                         + harness.cred("t", "server-trust", "https://" + backend.authority, ca_file=cert))
+
+
+def test_one_upstream_connection_carries_sequential_requests(relay):
+    backend = relay.start()
     try:
         for i in range(5):
-            r = get(proxy, backend.url + "/seq/%d" % i)
-            assert (r.status, r.body) == (200, b"GET /seq/%d 0" % i)
-        # Different client connections, one loop or another: at most one upstream connection per event loop.
+            r = get(relay.proxy, backend.url + "/seq/%d" % i)
+            assert (r.status, r.body) == (200, relay.body("/seq/%d" % i)), r.body
+        # Different client connections, one loop or another: at most one upstream connection per event loop (for
+        # https, one TLS handshake each).
         assert 1 <= len(backend.received) <= 4, len(backend.received)
         assert sum(bytes(d).count(b"GET /seq/") for d in backend.received) == 5
     finally:
         backend.stop()
 
 
-def test_a_pooled_connection_that_died_is_retried_once_on_a_new_one(proxy):
+def test_a_pooled_connection_that_died_is_retried_once_on_a_new_one(relay):
     """The upstream reads the second request on a kept-alive connection and closes it without an answer (as a server
-    whose keep-alive timer fired just then): the proxy sends the request again on a new connection."""
+    whose keep-alive timer fired just then; over TLS without a close_notify): the proxy sends the request again on a
+    new connection."""
     calls = []
     lock = threading.Lock()
 
@@ -67,23 +108,23 @@ def test_a_pooled_connection_that_died_is_retried_once_on_a_new_one(proxy):
             return [RawBackend.CLOSE]
         return RawBackend.default_response(req)
 
-    backend = RawBackend(respond=respond)
+    backend = relay.start(respond)
     try:
-        with RawConn(proxy.host, proxy.port, timeout=10) as c:
+        with RawConn(relay.proxy.host, relay.proxy.port, timeout=10) as c:
             for path in ("/first", "/second"):
                 c.send(("GET %s%s HTTP/1.1\r\nHost: x\r\n\r\n" % (backend.url, path)).encode())
                 r = c.read_response()
-                assert (r.status, r.body) == (200, ("GET %s 0" % path).encode()), r.body
-        assert calls == ["/first", "/second", "/second"]
+                assert (r.status, r.body) == (200, relay.body(path)), r.body
+        assert calls == [t + relay.suffix for t in ("/first", "/second", "/second")]
         assert len(backend.received) == 2
     finally:
         backend.stop()
 
 
-def test_a_new_connection_that_closes_without_an_answer_is_a_clear_502(proxy):
-    backend = RawBackend(respond=lambda req: [RawBackend.CLOSE])
+def test_a_new_connection_that_closes_without_an_answer_is_a_clear_502(relay):
+    backend = relay.start(lambda req: [RawBackend.CLOSE])
     try:
-        r = get(proxy, backend.url + "/nothing")
+        r = get(relay.proxy, backend.url + "/nothing")
         err = harness.assert_error_json(r.status, r.get, r.body, 502)
         assert "closed the connection without a response" in err["message"], err
         assert len(backend.received) == 1  # not retried: the connection was new
@@ -97,16 +138,16 @@ def test_a_new_connection_that_closes_without_an_answer_is_a_clear_502(proxy):
      b"ld\r\n0\r\n", 0.05, b"\r\n"],
     [b"HTTP/1.1 100 Continue\r\n\r\n", 0.05, b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\nhello world"],
 ])
-def test_a_response_arriving_in_pieces_is_relayed_whole(proxy, pieces):
-    backend = RawBackend(respond=lambda req: pieces if req.target == "/drip" else RawBackend.default_response(req))
+def test_a_response_arriving_in_pieces_is_relayed_whole(relay, pieces):
+    backend = relay.start(lambda req: pieces if req.target.startswith("/drip") else RawBackend.default_response(req))
     try:
-        with RawConn(proxy.host, proxy.port, timeout=10) as c:
+        with RawConn(relay.proxy.host, relay.proxy.port, timeout=10) as c:
             c.send(("GET %s/drip HTTP/1.1\r\nHost: x\r\n\r\n" % backend.url).encode())
             r = c.read_response()
             assert (r.status, r.body) == (200, b"hello world")
             c.send(("GET %s/next HTTP/1.1\r\nHost: x\r\n\r\n" % backend.url).encode())
             r = c.read_response()
-            assert (r.status, r.body) == (200, b"GET /next 0")
+            assert (r.status, r.body) == (200, relay.body("/next"))
     finally:
         backend.stop()
 
@@ -264,89 +305,8 @@ def test_the_rest_of_an_upload_answered_early_is_read_while_it_keeps_coming(prox
 
 
 # ---------------------------------------------------------------------------------------------------------
-# https upstreams: libcurl makes the TLS connection, the own client speaks HTTP/1.1 over it
+# https upstreams (also above, through `relay`): libcurl makes the TLS connection, the own client speaks HTTP/1.1
 # ---------------------------------------------------------------------------------------------------------
-
-def tls_proxy(proxy_factory, backend, cert, **proxy):
-    """A proxy sending the client's http://127.0.0.1:PORT requests to the backend over https (upgrade_to_https),
-    trusting its self-signed certificate, with an api key injected."""
-    return proxy_factory(proxy=proxy or None, extra_config=harness.cred("k", "api-key", backend.url, key="TLS-KEY",
-                                                                        upgrade_to_https=True)
-                         + harness.cred("t", "server-trust", "https://" + backend.authority, ca_file=cert))
-
-
-def test_one_tls_upstream_connection_carries_sequential_requests(proxy_factory, tls_cert):
-    backend = RawBackend(tls=tls_cert)
-    try:
-        p = tls_proxy(proxy_factory, backend, tls_cert[0])
-        for i in range(5):
-            r = get(p, backend.url + "/seq/%d?f=json" % i)
-            assert (r.status, r.body) == (200, b"GET /seq/%d?f=json&token=TLS-KEY 0" % i), r.body
-        # At most one upstream connection per event loop, each one TLS handshake.
-        assert 1 <= len(backend.received) <= 4, len(backend.received)
-        assert sum(bytes(d).count(b"GET /seq/") for d in backend.received) == 5
-        head = bytes(backend.received[0]).partition(b"\r\n\r\n")[0].split(b"\r\n")
-        assert head[0].startswith(b"GET /seq/") and head[1] == b"Host: " + backend.authority.encode(), head
-    finally:
-        backend.stop()
-
-
-def test_a_pooled_tls_connection_the_server_dropped_is_retried_on_a_new_one(proxy_factory, tls_cert):
-    """The server reads the second request on a kept-alive TLS connection and closes TCP without a close_notify:
-    the request goes again on a new TLS connection, and the client never sees it."""
-    calls = []
-    lock = threading.Lock()
-
-    def respond(req):
-        with lock:
-            calls.append(req.target)
-            n = len(calls)
-        return [RawBackend.CLOSE] if n == 2 else RawBackend.default_response(req)
-
-    backend = RawBackend(respond=respond, tls=tls_cert)
-    try:
-        p = tls_proxy(proxy_factory, backend, tls_cert[0])
-        with RawConn(p.host, p.port, timeout=10) as c:
-            for path in ("/first", "/second"):
-                c.send(("GET %s%s HTTP/1.1\r\nHost: x\r\n\r\n" % (backend.url, path)).encode())
-                r = c.read_response()
-                assert (r.status, r.body) == (200, ("GET %s?token=TLS-KEY 0" % path).encode()), r.body
-        assert calls == ["/first?token=TLS-KEY", "/second?token=TLS-KEY", "/second?token=TLS-KEY"]
-        assert len(backend.received) == 2
-    finally:
-        backend.stop()
-
-
-def test_a_new_tls_connection_closed_without_an_answer_is_a_clear_502(proxy_factory, tls_cert):
-    backend = RawBackend(respond=lambda req: [RawBackend.CLOSE], tls=tls_cert)
-    try:
-        p = tls_proxy(proxy_factory, backend, tls_cert[0])
-        r = get(p, backend.url + "/nothing")
-        err = harness.assert_error_json(r.status, r.get, r.body, 502)
-        assert "closed the connection without a response" in err["message"], err
-        assert len(backend.received) == 1
-    finally:
-        backend.stop()
-
-
-def test_a_chunked_tls_response_arriving_in_pieces_then_the_next_request(proxy_factory, tls_cert):
-    pieces = [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r", 0.05, b"\nhello\r\n6\r\n wor", 0.05,
-              b"ld\r\n0\r\n", 0.05, b"\r\n"]
-    backend = RawBackend(respond=lambda req: pieces if req.target.startswith("/drip")
-                         else RawBackend.default_response(req), tls=tls_cert)
-    try:
-        p = tls_proxy(proxy_factory, backend, tls_cert[0])
-        with RawConn(p.host, p.port, timeout=10) as c:
-            c.send(("GET %s/drip HTTP/1.1\r\nHost: x\r\n\r\n" % backend.url).encode())
-            r = c.read_response()
-            assert (r.status, r.body) == (200, b"hello world")
-            c.send(("GET %s/next HTTP/1.1\r\nHost: x\r\n\r\n" % backend.url).encode())
-            r = c.read_response()
-            assert (r.status, r.body) == (200, b"GET /next?token=TLS-KEY 0")
-        assert len(backend.received) == 1  # both on one TLS connection
-    finally:
-        backend.stop()
-
 
 def test_libcurl_can_carry_https_instead(proxy_factory, tls_cert):
     backend = RawBackend(tls=tls_cert)
