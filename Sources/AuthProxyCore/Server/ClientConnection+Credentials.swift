@@ -39,6 +39,7 @@ extension ClientConnection {
         if url.scheme == "http", store.upgradesToHTTPS(match) {
             // upgrade_to_https: the client speaks plain http to us, we speak https upstream.
             x.upstreamURL = URLTarget(scheme: "https", host: url.host, port: url.port == 80 ? 443 : url.port, pathAndQuery: url.pathAndQuery)
+            x.upgradedToHTTPS = true
         }
         var upstreamMatch = match
         if let u = x.upstreamURL, u != url {

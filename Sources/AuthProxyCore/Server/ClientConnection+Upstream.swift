@@ -226,7 +226,7 @@ extension ClientConnection {
             let s = x.responseHead.status
             x.bodyMask = s >= 300 && s < 400 ? injected.value : nil
         }
-        if let client = x.originalURL, let upstream = x.upstreamURL, client.scheme == "http", upstream.scheme == "https" {
+        if x.upgradedToHTTPS, let client = x.originalURL, let upstream = x.upstreamURL {
             // upgrade_to_https: a redirect to the https origin goes back to the client as the http one it used.
             let store = credentials
             x.responseHead.rewriteLocations { v in

@@ -59,6 +59,9 @@ final class ExchangeContext {
     var originalURL: URLTarget? = nil
     /// Where the request goes: the client's URL, or its https form under `upgrade_to_https`.
     var upstreamURL: URLTarget? = nil
+    /// `upgrade_to_https` applied (the response head then gets its redirects written back to http): a flag, so
+    /// that every other response does not copy both URLs to find out.
+    var upgradedToHTTPS = false
     /// Network-type credentials for the exchange (matched on the upstream URL, then the client's).
     var networkAuth = NetworkAuth()
     /// When the current upstream transfer started (for the time-to-first-byte metric).
@@ -105,6 +108,7 @@ final class ExchangeContext {
         formOffset = 0
         originalURL = nil
         upstreamURL = nil
+        upgradedToHTTPS = false
         networkAuth = NetworkAuth()
         upstreamStarted = 0
         challengeScheme = nil

@@ -12,6 +12,8 @@ import time
 
 import pytest
 
+import harness
+
 from netauth import rig
 
 EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
@@ -297,13 +299,7 @@ def test_ntlm_type1_with_expect_closes_connection(netauth_rig):
             head = ("POST / HTTP/1.1\r\nHost: %s\r\nAuthorization: NTLM %s\r\nContent-Length: 10\r\n%s\r\n"
                     % (netauth_rig.ntlm.authority, CURL_TYPE1, "Expect: 100-continue\r\n" if expect else ""))
             s.sendall(head.encode() + (b"" if expect else b"0123456789"))
-            data = b""
-            while b"\r\n\r\n" not in data:
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
-            return data.split(b"\r\n\r\n")[0].decode("latin-1").lower()
+            return harness.read_head(s).split(b"\r\n\r\n")[0].decode("latin-1").lower()
         finally:
             s.close()
     with_expect = type1(True)
