@@ -26,10 +26,12 @@ public struct MatchPrefix: Sendable, Equatable, CustomStringConvertible {
         let scheme = text[..<schemeEnd.lowerBound].lowercased()
         guard scheme == "http" || scheme == "https" else { return nil }
         let rest = text[schemeEnd.upperBound...]
-        let slash = rest.firstIndex(of: "/") ?? rest.endIndex
+        // Bytes, not Characters: a `/`, `?` or `#` followed by a combining mark is one Character with it, which a
+        // Character search would not find (the fuzzer's `http://h/…?\u{6DC}…` was taken as a path with a query).
+        let slash = rest.utf8.firstIndex(of: UInt8(ascii: "/")) ?? rest.endIndex
         var authority = rest[..<slash]
         var path = String(rest[slash...])
-        if path.contains("?") || path.contains("#") { return nil }
+        if path.utf8.contains(where: { $0 == UInt8(ascii: "?") || $0 == UInt8(ascii: "#") }) { return nil }
         while path.hasSuffix("/") { path.removeLast() }
         var wildcard = false
         if authority.hasPrefix("*.") {

@@ -214,4 +214,12 @@ func expectRejected(_ loader: ConfigLoader, _ text: String, key: String, line: I
         #expect(!p.matches(URLTarget(scheme: "https", host: "example.com", port: 443, pathAndQuery: "/")))
         #expect(!p.matches(URLTarget(scheme: "https", host: "badexample.com", port: 443, pathAndQuery: "/")))
     }
+
+    /// Found by the `url` fuzz target: a `?` followed by a combining mark is one Character with it, so a Character
+    /// search missed it and the prefix kept a query in its path (and then matched nothing below it).
+    @Test func aQueryOrFragmentIsRefusedAlsoBeforeACombiningMark() {
+        #expect(MatchPrefix.parse("http://h/a?\u{6DC}b") == nil)
+        #expect(MatchPrefix.parse("http://h/a#\u{301}") == nil)
+        #expect(MatchPrefix.parse("http://h/a/\u{301}b")?.path == "/a/\u{301}b")
+    }
 }
