@@ -4,7 +4,7 @@ import Logging
 import Glibc
 #endif
 
-/// One serial queue with everything that runs on it: a libcurl multi handle, the client connections
+/// One serial queue, run by a thread of its own (``ProxyQueue/ownThread(_:)``), with everything that runs on it: a libcurl multi handle, the client connections
 /// assigned to this loop, a read scratch buffer and a once-a-second timer that enforces timeouts.
 ///
 /// All state is touched only on `queue` (`@unchecked Sendable` so other queues can hand it work).
@@ -31,13 +31,12 @@ final class EventLoop: @unchecked Sendable {
     var requestCounters = RequestCounters()
     private var sweeper: (any DispatchSourceTimer)?
     /// Whether the sweep timer is running: it stops at the first tick that finds no connection, so an idle
-    /// proxy does not wake up every second per loop (and libdispatch's idle worker threads can time out and
-    /// exit: a thread woken at least once every 5 s never does).
+    /// proxy does not wake its loops' threads (and libdispatch's manager) every second.
     private var sweeperArmed = true
     private(set) var shuttingDown = false
 
     init(index: Int, context: ServerContext) {
-        queue = ProxyQueue.make("authproxy.loop.\(index)")
+        queue = ProxyQueue.ownThread("authproxy.loop.\(index)")
         multi = CurlMulti(queue: queue)
         http1 = UpstreamConnectionPool(queue: queue, multi: multi)
         self.context = context

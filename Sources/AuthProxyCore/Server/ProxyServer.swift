@@ -101,10 +101,12 @@ public final class ProxyServer: @unchecked Sendable {
             shared: SharedServerState(config: config))
         current = context
         loops = (0..<config.workers).map { EventLoop(index: $0, context: context) }
+        for fallback in ProxyQueue.takeThreadFallbacks() {
+            logger.warning("a queue runs on libdispatch's worker pool instead of a thread of its own: the thread count can grow under load", metadata: ["cause": "\(fallback)"])
+        }
         // Each listening socket is served by an event loop's queue (the first on loop 0, the next on loop 1, ...),
-        // not by a queue of its own: one queue fewer that can run at the same time as the loops, so libdispatch's
-        // worker pool has one thread fewer to grow to, and a connection accepted for that loop is adopted without
-        // a hand-over to another thread.
+        // not by a queue of its own: no thread of its own, and a connection accepted for that loop is adopted
+        // without a hand-over to another thread.
         for (i, a) in config.listen.enumerated() {
             let l = try Listener(address: a, loops: loops, queue: loops[i % loops.count].queue, access: context.access,
                 descriptors: context.descriptors, logger: logger)

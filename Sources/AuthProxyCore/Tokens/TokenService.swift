@@ -30,7 +30,7 @@ import Synchronization
 /// fetcher, the credential table, the state-file mirror, the watcher) only on `queue`, where every completion
 /// runs.
 public final class TokenService: @unchecked Sendable {
-    let queue = ProxyQueue.make("authproxy.tokens")
+    let queue = ProxyQueue.ownThread("authproxy.tokens")
     private let multi: CurlMulti
     let logger: Logger
     private let timeoutSeconds: Int

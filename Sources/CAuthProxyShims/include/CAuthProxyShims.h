@@ -85,5 +85,6 @@ int ap_ssl_reason_bad_certificate(void);
 int ap_ssl_reason_certificate_unknown(void);
 
 #include "CAuthProxyTLSProbe.h"
+#include "CAuthProxyDispatchThread.h"
 
 #endif
