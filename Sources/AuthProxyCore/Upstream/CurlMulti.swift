@@ -29,6 +29,9 @@ final class CurlMulti: @unchecked Sendable {
     private var liveSources: [curl_socket_t: Int] = [:]
     /// Descriptors libcurl asked us to close while sources on them were still live.
     private var closePending: Set<curl_socket_t> = []
+    /// What runs once the last source on a descriptor is gone (a connect-only connection handed to its
+    /// channel, see ``connectOnlyDone(_:result:)``).
+    private var afterSourcesGone: [curl_socket_t: () -> Void] = [:]
     private var depth = 0
     /// Idle easy handles without server-trust settings, and pools of handles that carry some (each reused only
     /// for the same settings; see ``CurlEasyHandle`` for the reuse rule).
@@ -272,9 +275,9 @@ final class CurlMulti: @unchecked Sendable {
     /// A `CONNECT_ONLY` handle is connected (or failed): it stays in the multi handle, holding its connection,
     /// for its connector; a failed one, or one whose connector was cancelled meanwhile, is released.
     private func connectOnlyDone(_ h: CurlEasyHandle, result: CURLcode) {
-        let connector = h.connector
-        h.connector = nil
-        guard result == CURLE_OK, let connector else {
+        guard result == CURLE_OK, let connector = h.connector else {
+            let connector = h.connector
+            h.connector = nil
             connector?.takeUnretainedValue().finished(result, on: h)
             releaseConnectOnly(h)
             return
@@ -283,11 +286,30 @@ final class CurlMulti: @unchecked Sendable {
         // for while connecting go (the close still waits for their cancel handlers), and it is no pooled
         // connection of libcurl's to peek at before reuse.
         var fd: curl_socket_t = -1
-        if ap_easy_getinfo_socket(h.raw, CURLINFO_ACTIVESOCKET, &fd) == CURLE_OK, fd >= 0 {
-            watches.removeValue(forKey: fd)?.cancel()
-            if let key = pooledKeys.removeValue(forKey: fd) { pooled.removeValue(forKey: key) }
+        guard ap_easy_getinfo_socket(h.raw, CURLINFO_ACTIVESOCKET, &fd) == CURLE_OK, fd >= 0 else {
+            h.connector = nil
+            connector.takeUnretainedValue().finished(result, on: h)
+            return
         }
-        connector.takeUnretainedValue().finished(result, on: h)
+        watches.removeValue(forKey: fd)?.cancel()
+        if let key = pooledKeys.removeValue(forKey: fd) { pooled.removeValue(forKey: key) }
+        // The channel's sources are made only once those are gone. A cancelled source leaves libdispatch's
+        // epoll set when its cancellation is processed, later; a source made on the same descriptor meanwhile
+        // shares its registration, and was seen to lose it (the descriptor left epoll with the new source still
+        // waiting on it: an exchange hung until its timeout, about once in 10 runs of
+        // test_host_without_certificate_credential_gets_none once the loops ran on threads of their own).
+        // The handle keeps its connector until then: a ``TLSConnector/cancel()`` meanwhile clears it and
+        // releases the handle, and nothing is handed over.
+        let handOver = {
+            guard let connector = h.connector else { return }
+            h.connector = nil
+            connector.takeUnretainedValue().finished(result, on: h)
+        }
+        if (liveSources[fd] ?? 0) > 0 {
+            afterSourcesGone[fd] = handOver
+        } else {
+            handOver()
+        }
     }
 
     /// Cancels the timer and every source, then cleans up the multi handle (which re-enters the socket and
@@ -446,6 +468,7 @@ final class CurlMulti: @unchecked Sendable {
         }
         liveSources.removeValue(forKey: fd)
         if closePending.remove(fd) != nil { Glibc.close(fd) }
+        afterSourcesGone.removeValue(forKey: fd)?()
     }
 
     /// A socket libcurl opened through a transfer's open callback (and so will close through ours).
