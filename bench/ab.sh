@@ -34,10 +34,8 @@ while [[ $# -gt 0 ]]; do
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
 done
-for t in wrk nginx taskset python3; do
-    command -v "$t" >/dev/null 2>&1 || [[ -x "/usr/sbin/$t" ]] || { echo "needs $t (apt-get install wrk nginx-light util-linux)" >&2; exit 2; }
-done
 source "$(dirname "${BASH_SOURCE[0]}")/pinned.sh"
+require_tools wrk nginx taskset python3
 start_small_origin
 A_PORT=$(free_port); B_PORT=$(free_port)
 A_PID=$(BENCH_WORKERS=$WORKERS_A start_bench_proxy "$A_BIN" "$A_PORT"); PIDS+=("$A_PID")

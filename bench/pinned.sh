@@ -1,4 +1,4 @@
-# Shared by the single-proxy scripts (ab.sh, profile.sh, syscalls.sh): a temp dir torn down on exit, an nginx
+# Shared by the single-proxy scripts (ab.sh, profile.sh, syscalls.sh, threads.sh): a temp dir torn down on exit, an nginx
 # origin serving the 2 KB fixture on core 1, and authproxy instances pinned to core 0 with the api-key
 # credential issue 10 measures. Source it after `set -euo pipefail`. Listens on 127.0.0.1 only.
 
@@ -7,6 +7,14 @@ PIDS=()
 cleanup() { for p in "${PIDS[@]:-}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$TMP"; }
 trap cleanup EXIT
 export PATH="$PATH:/usr/sbin"
+
+# require_tools TOOL... : exits 2 naming the first tool that is missing, with the Debian packages to install.
+require_tools() {
+    local t
+    for t in "$@"; do
+        command -v "$t" >/dev/null 2>&1 || { echo "needs $t (apt-get install wrk nginx-light util-linux python3 linux-perf)" >&2; exit 2; }
+    done
+}
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 

@@ -24,10 +24,8 @@ while [[ $# -gt 0 ]]; do
     esac
 done
 [[ -x "$BIN" ]] || { echo "no binary at $BIN (swift build -c release)" >&2; exit 2; }
-for t in wrk nginx taskset perf python3; do
-    command -v "$t" >/dev/null 2>&1 || [[ -x "/usr/sbin/$t" ]] || { echo "needs $t (apt-get install wrk nginx-light util-linux linux-perf)" >&2; exit 2; }
-done
 source "$(dirname "${BASH_SOURCE[0]}")/pinned.sh"
+require_tools wrk nginx taskset perf python3
 [[ -n "$OUT" ]] || OUT="$TMP/out"
 mkdir -p "$OUT"
 start_small_origin

@@ -21,15 +21,12 @@ while [[ $# -gt 0 ]]; do
     esac
 done
 [[ ${#BINS[@]} -ge 1 ]] || { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
-for t in wrk nginx taskset python3 perf; do
-    command -v "$t" >/dev/null 2>&1 || [[ -x "/usr/sbin/$t" ]] || { echo "needs $t" >&2; exit 2; }
-done
-export PATH="$PATH:/usr/sbin"
 
 BENCH_TAG="syscalls"
 # shellcheck source=bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/pinned.sh"
+require_tools wrk nginx taskset python3 perf
 start_small_origin
 EXTRA=""; [[ $CLOSE -eq 1 ]] && EXTRA=', ["Connection"]="close"'
 write_proxy_lua "$EXTRA"

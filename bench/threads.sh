@@ -20,14 +20,11 @@ while [[ $# -gt 0 ]]; do
     esac
 done
 [[ ${#BINS[@]} -ge 1 ]] || { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
-for t in wrk nginx taskset python3; do
-    command -v "$t" >/dev/null 2>&1 || [[ -x "/usr/sbin/$t" ]] || { echo "needs $t" >&2; exit 2; }
-done
-export PATH="$PATH:/usr/sbin"
 
 BENCH_TAG="threads"
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/pinned.sh"
+require_tools wrk nginx taskset python3
 start_small_origin
 write_proxy_lua ""
 
