@@ -63,6 +63,7 @@ final class HTTPFetch: UpstreamTransferDelegate {
         var request = UpstreamRequest(method: method, url: url, headerLines: lines,
             bodyLength: method == "POST" ? Int64(form.count) : nil, timeoutSeconds: timeoutSeconds)
         request.network = network
+        request.harmlessToRepeat = true
         // A token service that accepts and never answers must not hold its credential (and every request
         // waiting on it) forever.
         request.totalTimeoutSeconds = timeoutSeconds

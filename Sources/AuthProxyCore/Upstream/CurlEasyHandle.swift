@@ -50,6 +50,7 @@ final class CurlEasyHandle {
     private var customRequest: String? = nil
     private var inFileSize: Int64 = -1
     private var forbidReuse = false
+    private var freshConnect = false
     private var connectTimeout = 0
 
     /// How the request line and body are chosen (`NOBODY`, `UPLOAD`, `CUSTOMREQUEST`, `INFILESIZE_LARGE`).
@@ -113,6 +114,7 @@ final class CurlEasyHandle {
         customRequest = nil
         inFileSize = -1
         forbidReuse = false
+        freshConnect = false
         connectTimeout = 0
         applyFixedOptions(multi: multi)
     }
@@ -149,6 +151,12 @@ final class CurlEasyHandle {
         guard on != forbidReuse else { return }
         ap_easy_setopt_long(raw, CURLOPT_FORBID_REUSE, on ? 1 : 0)
         forbidReuse = on
+    }
+
+    func setFreshConnect(_ on: Bool) {
+        guard on != freshConnect else { return }
+        ap_easy_setopt_long(raw, CURLOPT_FRESH_CONNECT, on ? 1 : 0)
+        freshConnect = on
     }
 
     func setConnectTimeout(_ seconds: Int) {

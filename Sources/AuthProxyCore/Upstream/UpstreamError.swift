@@ -17,6 +17,9 @@ struct UpstreamError: Error {
     var outOfDescriptors: Int32? = nil
     /// Why the proxy's own client refused the response (RFC 9112): it was not relayed.
     var invalidResponse: String? = nil
+    /// The method of a request that a kept-alive connection lost after it was sent, and that was not sent again
+    /// because the server may have processed it (``ResendPolicy``).
+    var notResent: String? = nil
 
     /// The client hung up or its body could not be read: nobody to answer.
     var isClientSide: Bool {
@@ -47,6 +50,12 @@ struct UpstreamError: Error {
         if let why = invalidResponse {
             return ErrorResponse(status: 502, message: "Upstream \(destination) sent an invalid response: \(why)",
                 details: ["The response was not relayed (RFC 9112)."])
+        }
+        if let method = notResent {
+            return ErrorResponse(status: 502,
+                message: "Upstream \(destination) closed a kept-alive connection after the \(method) request was sent, without answering",
+                details: ["The request was not sent again: the server may have processed it, and a \(method) is not "
+                    + "idempotent (RFC 9112 §9.3.1). Check whether it took effect before repeating it."])
         }
         if let ip = deniedAddress, code == CURLE_COULDNT_CONNECT {
             return ErrorResponse(status: 403, message: "Destination \(destination) is not allowed",

@@ -48,6 +48,12 @@ struct UpstreamRequest {
     /// Addresses never connected to (`deny_destinations`), checked on each resolved address as libcurl opens
     /// the socket, so neither a host name nor DNS rebinding gets around it.
     var denyDestinations: [AddressBlock] = []
+    /// The proxy's own requests (token and sign-in fetches): asking for a token twice does no harm, so they go
+    /// again on a new connection like idempotent ones (``ResendPolicy``).
+    var harmlessToRepeat = false
+
+    /// Whether the request may go again after a reused connection died with it unanswered.
+    var resendable: Bool { harmlessToRepeat || ResendPolicy.isIdempotent(method) }
 }
 
 /// One exchange with an upstream server, on a pooled libcurl easy handle (``CurlEasyHandle``).
@@ -74,6 +80,11 @@ final class UpstreamTransfer {
     private var destinationCheck: DestinationCheck
     /// Status of the response head being read (1xx heads included).
     private var status = 0
+    /// A response line arrived since the request (or its last rewind) went out: a rewind now is for an
+    /// authentication round, not for a connection that died with the request unanswered.
+    private var answeredSinceSend = false
+    /// ``rewind()`` refused to send a non-idempotent request again.
+    private var refusedResend = false
 
     init(multi: CurlMulti, request: UpstreamRequest, destination: String, delegate: any UpstreamTransferDelegate) {
         self.multi = multi
@@ -123,6 +134,12 @@ final class UpstreamTransfer {
         h.setMethod(CurlEasyHandle.Method(method: request.method, isHead: isHead, bodyLength: request.bodyLength))
         // Bytes after a HEAD answer can't be told from a late body: never pool the connection.
         h.setForbidReuse(isHead && !multi.ownedByOneClient)
+        // libcurl sends a request again on a new connection when a reused one dies before the answer, whatever
+        // the method (``ResendPolicy``). With a body it rewinds first, and ``rewind()`` refuses; a
+        // non-idempotent request without a body has nothing to rewind, so it never takes a reused connection.
+        // (A client's own connections are exempt: its NTLM handshake lives on the connection, and its empty
+        // negotiation POSTs must stay on it.)
+        h.setFreshConnect(!multi.ownedByOneClient && (request.bodyLength ?? 0) == 0 && !request.resendable)
         if request.network.hasCredential || request.totalTimeoutSeconds != nil {
             h.markCarriesCredential()
             if let total = request.totalTimeoutSeconds { ap_easy_setopt_long(e, CURLOPT_TIMEOUT, total) }
@@ -199,8 +216,13 @@ final class UpstreamTransfer {
         easy = nil
         let d = delegate
         delegate = nil
-        let error = code == CURLE_OK ? nil : destinationCheck.error(code: code, detail: String(cString: h.errorBuffer),
+        var error = code == CURLE_OK ? nil : destinationCheck.error(code: code, detail: String(cString: h.errorBuffer),
             destination: destination, timeoutSeconds: request.timeoutSeconds)
+        if refusedResend, error != nil {
+            error = UpstreamError(code: CURLE_GOT_NOTHING, detail: "", destination: destination,
+                timeoutSeconds: request.timeoutSeconds)
+            error?.notResent = request.method
+        }
         d?.transferDidFinish(error: error)
     }
 
@@ -210,12 +232,21 @@ final class UpstreamTransfer {
         destinationCheck.open(address, multi: multi)
     }
 
+    /// libcurl rewinds the body to send it again: after an authentication round (a 401 answered the request,
+    /// so it was not processed), or because a reused connection died before any answer, when the server may
+    /// have processed what it read: then only an idempotent request goes again (``ResendPolicy``).
     fileprivate func rewind() -> Bool {
-        delegate?.transferRewindBody() ?? false
+        if !answeredSinceSend, !request.resendable {
+            refusedResend = true
+            return false
+        }
+        answeredSinceSend = false
+        return delegate?.transferRewindBody() ?? false
     }
 
     fileprivate func header(_ p: UnsafeRawBufferPointer) -> Int {
         guard let d = delegate else { return 0 }
+        answeredSinceSend = true
         if p.count >= 12, p.starts(with: "HTTP/".utf8) {
             status = Int(p[9] &- 48) * 100 + Int(p[10] &- 48) * 10 + Int(p[11] &- 48)
         } else if p.count <= 2, status == 204 || status == 304, !multi.ownedByOneClient, let easy {

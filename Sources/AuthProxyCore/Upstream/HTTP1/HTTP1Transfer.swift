@@ -354,7 +354,8 @@ final class HTTP1Transfer: UpstreamExchange {
 
     func connectionWriteFailed(_ error: Int32) {
         guard !ended else { return }
-        if staleRetry() { return }
+        // The request did not all reach the server, which therefore cannot have processed it: any method goes again.
+        if staleRetry(requestFullySent: false) { return }
         // The upstream may have answered before it stopped reading (a 413 to an upload): its answer is read,
         // and the read side reports the reset or the end.
         writeFailed = true
@@ -498,7 +499,15 @@ final class HTTP1Transfer: UpstreamExchange {
 
     private func endOfInput(resetError: Int32?) {
         guard !ended else { return }
-        if staleRetry() { return }
+        let fullySent = headSent && bodyDone && !writeFailed && (connection?.channel.pendingCount ?? 0) == 0
+        if staleRetry(requestFullySent: fullySent) { return }
+        if reused, !retried, !reader.receivedAny, !ResendPolicy.mayResend(method: request.method, requestFullySent: fullySent) {
+            var error = UpstreamError(code: resetError == nil ? CURLE_GOT_NOTHING : CURLE_RECV_ERROR, detail: "",
+                destination: destination, timeoutSeconds: request.timeoutSeconds)
+            error.notResent = request.method
+            fail(error)
+            return
+        }
         if let e = resetError {
             fail(CURLE_RECV_ERROR, "Recv failure: \(String(cString: strerror(e)))")
             return
@@ -514,9 +523,12 @@ final class HTTP1Transfer: UpstreamExchange {
     }
 
     /// A pooled connection that turns out dead before any byte of the answer (the server closed it as it was
-    /// taken): the request goes again, once, on a new connection, as libcurl does; a body is rewound first.
-    private func staleRetry() -> Bool {
-        guard reused, !retried, !reader.receivedAny else { return false }
+    /// taken): the request goes again, once, on a new connection, as libcurl does, when ``ResendPolicy`` allows
+    /// it; a body is rewound first.
+    private func staleRetry(requestFullySent: Bool) -> Bool {
+        guard reused, !retried, !reader.receivedAny,
+            ResendPolicy.mayResend(method: request.method, requestFullySent: requestFullySent)
+        else { return false }
         if bodyStarted, !(delegate?.transferRewindBody() ?? false) { return false }
         if ended { return true }
         retried = true
