@@ -341,15 +341,28 @@ struct ResponseHeadAssembler {
         // an injected token).
         guard locationFields > 0 else { return }
         for i in fields.indices where fields[i].kind & Kind.location != 0 {
-            let f = fields[i]
-            let replacement: [UInt8]? = storage.withUnsafeBytes { s in
-                transform(Self.bytes(s, f.valueStart, f.valueEnd))
-            }
-            guard let replacement else { continue }
-            fields[i].valueStart = storage.count
-            storage.append(contentsOf: replacement)
-            fields[i].valueEnd = storage.count
+            replaceValue(i) { transform($0) }
         }
+    }
+
+    /// Gives every field value to `transform` (with whether it is a `Location`, `Content-Location` or `Refresh`
+    /// URL) and keeps what it returns instead; nil keeps the value.
+    mutating func rewriteValues(_ transform: (UnsafeRawBufferPointer, _ isLocation: Bool) -> [UInt8]?) {
+        for i in fields.indices {
+            let isLocation = fields[i].kind & Kind.location != 0
+            replaceValue(i) { transform($0, isLocation) }
+        }
+    }
+
+    private mutating func replaceValue(_ i: Int, _ transform: (UnsafeRawBufferPointer) -> [UInt8]?) {
+        let f = fields[i]
+        let replacement: [UInt8]? = storage.withUnsafeBytes { s in
+            transform(Self.bytes(s, f.valueStart, f.valueEnd))
+        }
+        guard let replacement else { return }
+        fields[i].valueStart = storage.count
+        storage.append(contentsOf: replacement)
+        fields[i].valueEnd = storage.count
     }
 
     /// ``value(of:)`` as a String, for rare callers (token-error sniffing).

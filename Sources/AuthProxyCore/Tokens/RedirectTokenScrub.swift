@@ -1,4 +1,5 @@
-/// Keeps an injected token out of the URLs an upstream sends back in `Location` and `Content-Location`.
+/// Keeps an injected token out of what an upstream sends back: the URLs of `Location`, `Content-Location` and
+/// `Refresh`, every other header value, and the bodies of redirects.
 ///
 /// A server that redirects echoes the request target, and the target it got carries the token the proxy put
 /// in (IIS and the Web Adaptor's http→https redirect, a trailing-slash redirect, a portal sign-in hop). Relayed
@@ -41,27 +42,27 @@ enum RedirectTokenScrub {
         return out
     }
 
-    /// `body` with every occurrence of `token` (as is, or percent-encoded) replaced by as many `*`: the length
-    /// stays, so the response's framing does too. nil when it holds none. For the body of a redirect, whose
-    /// HTML repeats the URL; a token split across two body chunks is not caught (such bodies are a few hundred
-    /// bytes, one chunk).
-    static func mask(_ body: UnsafeRawBufferPointer, token: String) -> [UInt8]? {
-        var out: [UInt8]? = nil
-        for form in Set([token, TokenInjection.percentEncoded(token)]) {
-            let t = Array(form.utf8)
-            guard !t.isEmpty, body.count >= t.count else { continue }
-            var i = 0
-            while i + t.count <= body.count {
-                if body[i] == t[0], (0..<t.count).allSatisfy({ body[i + $0] == t[$0] }) {
-                    if out == nil { out = Array(body) }
-                    for k in 0..<t.count { out![i + k] = UInt8(ascii: "*") }
-                    i += t.count
-                } else {
-                    i += 1
-                }
-            }
-        }
+    /// `bytes` with every occurrence of `token`, in any encoding ``EncodedTokenFinder`` knows, replaced by as
+    /// many `*`: the length stays, so a body's framing does too. nil when it holds none. For every response header
+    /// value (after ``scrub(_:token:)`` on URLs) and the body of a redirect, whose HTML repeats the URL; a token
+    /// split across two body chunks is not caught (such bodies are a few hundred bytes, one chunk).
+    static func mask(_ bytes: UnsafeRawBufferPointer, token: String) -> [UInt8]? {
+        guard let finder = EncodedTokenFinder(token) else { return nil }
+        let found = finder.ranges(in: bytes)
+        guard !found.isEmpty else { return nil }
+        var out = Array(bytes)
+        for r in found { for k in r { out[k] = UInt8(ascii: "*") } }
         return out
+    }
+
+    /// A response header value as the client gets it: a URL field (`Location`, `Content-Location`, `Refresh`)
+    /// loses its `token=<token>` query fields, and what is left of the token anywhere, in any encoding (nested
+    /// in `ReturnUrl=`, after `&amp;` or `;`, in `Link` or `Set-Cookie`), is masked. nil when nothing changed.
+    static func clean(_ value: UnsafeRawBufferPointer, token: String, isURLField: Bool) -> [UInt8]? {
+        if isURLField, let scrubbed = scrub(value, token: token) {
+            return scrubbed.withUnsafeBytes { mask($0, token: token) } ?? scrubbed
+        }
+        return mask(value, token: token)
     }
 
     /// `token=<t>`, however encoded.

@@ -39,4 +39,38 @@ private func scrub(_ value: String, _ token: String = "SECRET-KEY") -> String? {
         #expect(mask("nothing here") == nil)
         #expect(mask("SECRET") == nil)
     }
+
+    /// Issue 25 item 2: the request URL nested in another parameter, escaped for HTML, after `;`, and in fields
+    /// other than Location: each kept the key in front of the client (and the next host) before.
+    @Test func everyEncodingOfTheTokenIsMaskedInAnyHeaderValue() {
+        func clean(_ v: String, url: Bool = true, _ token: String = "SECRET.KEY") -> String? {
+            Array(v.utf8).withUnsafeBytes { RedirectTokenScrub.clean($0, token: token, isURLField: url) }
+                .map { String(decoding: $0, as: UTF8.self) }
+        }
+        // Top-level field removed as before, and nothing else to mask.
+        #expect(clean("https://gis/a?f=json&token=SECRET.KEY") == "https://gis/a?f=json")
+        // Nested once and twice (ReturnUrl=, next=, redirect_uri=), hex in either case.
+        #expect(clean("https://idp/login?ReturnUrl=%2Fa%3Ftoken%3DSECRET.KEY") == "https://idp/login?ReturnUrl=%2Fa%3Ftoken%3D**********")
+        #expect(clean("https://idp/login?next=https%253A%252F%252Fgis%252Fa%253Ftoken%253DSECRET%252eKEY")
+            == "https://idp/login?next=https%253A%252F%252Fgis%252Fa%253Ftoken%253D" + String(repeating: "*", count: 14))
+        #expect(clean("https://x/?redirect_uri=%53%45%43%52%45%54%2e%4b%45%59") == "https://x/?redirect_uri=" + String(repeating: "*", count: 30))
+        // HTML-escaped separators and entities, `;` separators.
+        #expect(clean("https://gis/a?f=json&amp;token=SECRET.KEY") == "https://gis/a?f=json&amp;token=**********")
+        #expect(clean("https://gis/a;token=SECRET.KEY") == "https://gis/a;token=**********")
+        #expect(clean("https://gis/a?t=SECRET&#46;KEY&#x2E;") == "https://gis/a?t=**************&#x2E;")
+        // Any header, not only URLs.
+        #expect(clean("<https://gis/a?token=SECRET.KEY>; rel=next", url: false) == "<https://gis/a?token=**********>; rel=next")
+        #expect(clean("last=SECRET%2EKEY; Path=/", url: false) == "last=************; Path=/")
+        // Near misses stay as they are.
+        #expect(clean("https://gis/a?token=SECRET.KE", url: false) == nil)
+        #expect(clean("%%%&#;&#x;SECRET%2", url: false) == nil)
+        #expect(clean("SECRET.KEY", url: false, "") == nil)
+    }
+
+    @Test func theFinderReportsEachOccurrenceOnce() {
+        let f = EncodedTokenFinder("ab")!
+        let r = Array("xab%61%62%2561b&#97;&#x62;".utf8).withUnsafeBytes { f.ranges(in: $0) }
+        #expect(r == [1..<3, 3..<9, 9..<15, 15..<26])
+        #expect(EncodedTokenFinder("") == nil)
+    }
 }
