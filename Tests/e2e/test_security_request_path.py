@@ -1,0 +1,200 @@
+"""Reproducers for the request-path findings of issue 25's outside probe: a POST sent twice after a kept-alive
+upstream connection died unanswered, the injected key leaking through response headers, allow_clients narrowed
+by a reload not reaching kept-alive connections, %u dot segments, TRACE echoing the key, and a client's
+Connection list stripping what the proxy injects. Each failed on the build the probe tested."""
+import json
+import socket
+import threading
+import time
+import urllib.parse
+
+import pytest
+
+import harness
+from harness import cred
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 1. A non-idempotent request is never sent twice
+# ---------------------------------------------------------------------------------------------------------
+
+class DropsSecondRequest:
+    """A raw HTTP/1.1 backend: on each connection it answers the first request (kept alive), then reads the
+    second one to its end (head and Content-Length body) and closes without a byte of answer: the shape of a
+    server that processed a request and died, or an idle-timeout close that raced the request. Every request it
+    read is recorded as (connection number, method, path, body)."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.lock = threading.Lock()
+        self.seen = []
+        self.connections = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self):
+        return "http://127.0.0.1:%d" % self.port
+
+    def _accept(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            with self.lock:
+                self.connections += 1
+                n = self.connections
+            threading.Thread(target=self._serve, args=(c, n), daemon=True).start()
+
+    def _serve(self, c, n):
+        buf = b""
+        count = 0
+        try:
+            while True:
+                while b"\r\n\r\n" not in buf:
+                    d = c.recv(65536)
+                    if not d:
+                        return
+                    buf += d
+                head, _, buf = buf.partition(b"\r\n\r\n")
+                lines = head.split(b"\r\n")
+                method, target = lines[0].split(b" ")[:2]
+                length = 0
+                for line in lines[1:]:
+                    k, _, v = line.partition(b":")
+                    if k.strip().lower() == b"content-length":
+                        length = int(v.strip())
+                while len(buf) < length:
+                    d = c.recv(65536)
+                    if not d:
+                        return
+                    buf += d
+                body, buf = buf[:length], buf[length:]
+                count += 1
+                with self.lock:
+                    self.seen.append((n, method.decode(), target.decode(), body))
+                if count == 2:
+                    c.shutdown(socket.SHUT_RDWR)
+                    return
+                reply = b"answer-%d-%d" % (n, count)
+                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(reply) + reply)
+        except OSError:
+            pass
+        finally:
+            c.close()
+
+    def requests_for(self, marker):
+        with self.lock:
+            return [s for s in self.seen if marker in s[2]]
+
+    def stop(self):
+        self.sock.close()
+
+
+@pytest.fixture
+def drops_second():
+    b = DropsSecondRequest()
+    yield b
+    b.stop()
+
+
+def _two_on_one_connection(p, backend, method, body):
+    """A first GET that leaves a pooled upstream connection, then `method` on the same client connection."""
+    conn = harness.proxied_conn(p)
+    try:
+        conn.request("GET", backend.url + "/warm")
+        r = conn.getresponse()
+        assert r.status == 200 and r.read().startswith(b"answer-")
+        conn.request(method, backend.url + "/second?op=%s" % method, body=body,
+                     headers={"Content-Type": "application/x-www-form-urlencoded"} if body is not None else {})
+        r = conn.getresponse()
+        return r.status, r.read()
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("body", [b"features=%5B%7B%7D%5D&f=json", None], ids=["with-body", "empty"])
+@pytest.mark.parametrize("method", ["POST", "PATCH"])
+def test_a_non_idempotent_request_is_not_sent_again_after_the_connection_died(proxy_factory, drops_second,
+                                                                              method, body):
+    p = proxy_factory(proxy={"workers": 1})
+    if body is None:
+        body = b""
+    status, text = _two_on_one_connection(p, drops_second, method, body)
+    seen = drops_second.requests_for("/second")
+    assert len(seen) == 1, "the %s reached the server %d times: %r" % (method, len(seen), seen)
+    if status == 200:
+        # libcurl never puts a bodyless non-idempotent request on a reused connection: it had a new one.
+        assert body == b"" and seen[0][0] != drops_second.requests_for("/warm")[0][0], (status, text, seen)
+        return
+    assert status == 502, (status, text)
+    err = json.loads(text)
+    assert "not sent again" in json.dumps(err), err
+    assert method in err["error"]["message"], err
+
+
+@pytest.mark.parametrize("method", ["GET", "PUT", "DELETE"])
+def test_an_idempotent_request_still_goes_again_on_a_new_connection(proxy_factory, drops_second, method):
+    p = proxy_factory(proxy={"workers": 1})
+    status, text = _two_on_one_connection(p, drops_second, method, b"x=1" if method == "PUT" else None)
+    seen = drops_second.requests_for("/second")
+    assert status == 200, (status, text)
+    assert text.startswith(b"answer-")
+    assert len(seen) == 2 and seen[0][0] != seen[1][0], seen
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 2. The injected key never leaves in a response header, in any encoding
+# ---------------------------------------------------------------------------------------------------------
+
+KEY = "AAPK.SECRET-key_42"
+
+
+def _redirect_kinds(key, other):
+    """(name, header lines) for the redirects the probe followed with Python requests: each echoes the request
+    URL, key included, the way a real server does."""
+    q = urllib.parse.quote
+    own = "/arcgis/rest/services?f=json&token=" + key
+    return [
+        ("returnurl", ["Location: %s/login?ReturnUrl=%s" % (other, q(own, safe=""))]),
+        ("next-double", ["Location: %s/login?next=%s" % (other, q(q("http://gis" + own, safe=""), safe=""))]),
+        ("redirect-uri", ["Location: %s/authorize?redirect_uri=%s" % (other, q("http://gis" + own, safe=""))]),
+        ("amp-escaped", ["Location: %s/next?f=json&amp;token=%s" % (other, key)]),
+        ("semicolon", ["Location: %s/next;token=%s" % (other, key)]),
+        ("hex-everything", ["Location: %s/next?t=%s" % (other, "".join("%%%02X" % b for b in key.encode()))]),
+        ("link", ["Location: %s/plain" % other, "Link: <%s>; rel=canonical" % ("http://gis" + own)]),
+        ("set-cookie", ["Location: %s/plain" % other, "Set-Cookie: last=%s; Path=/" % q(key, safe="")]),
+    ]
+
+
+@pytest.mark.parametrize("kind", [k for k, _ in _redirect_kinds("K", "http://x")])
+def test_a_redirect_never_carries_the_injected_key_to_the_client_or_the_next_host(proxy_factory, session, kind):
+    other = harness.RawBackend()  # the host a client follows the redirect to (no credential there)
+    lines = dict(_redirect_kinds(KEY, other.url))[kind]
+
+    def respond(req):
+        return ("HTTP/1.1 302 Found\r\n" + "".join(l + "\r\n" for l in lines)
+                + "Content-Length: 0\r\n\r\n").encode()
+
+    gis = harness.RawBackend(respond)
+    try:
+        p = proxy_factory(extra_config=cred("svc", "api-key", gis.url + "/arcgis", key=KEY))
+        r = session.get(gis.url + "/arcgis/rest/services?f=json", proxies=p.proxies, allow_redirects=False,
+                        timeout=10)
+        assert r.status_code == 302
+        assert gis.requests and ("token=" + KEY) in gis.requests[0].target  # it was injected upstream
+        head = "\r\n".join("%s: %s" % kv for kv in r.raw.headers.items())
+        for form in (KEY, urllib.parse.quote(KEY, safe=""), urllib.parse.quote(urllib.parse.quote(KEY, safe=""), safe=""),
+                     "".join("%%%02X" % b for b in KEY.encode())):
+            assert form not in head, (kind, head)
+        # Followed as a client does: the next host never sees the key either.
+        r = session.get(gis.url + "/arcgis/rest/services?f=json", proxies=p.proxies, timeout=10)
+        seen = b"".join(other.received) + b"".join(h.encode() for h in r.headers.values())
+        assert KEY.encode() not in seen and urllib.parse.quote(KEY, safe="").encode() not in seen, (kind, seen[:600])
+    finally:
+        gis.stop()
+        other.stop()
