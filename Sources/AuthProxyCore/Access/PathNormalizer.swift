@@ -6,7 +6,8 @@
 /// (§5.2.4). Paths whose meaning differs between servers are reported as ambiguous instead of guessed: an
 /// encoded slash (`%2F`), a backslash (IIS reads it as `/`), a dot-segment with path parameters (`..;`, which
 /// Tomcat resolves as `..`), and empty segments mixed with dot-segments (`//..`, which servers that merge
-/// slashes resolve differently).
+/// slashes resolve differently). So are a `%` that is not an escape (IIS decodes `%u002e`), an encoded NUL, a
+/// double-encoded dot or slash (`%252e`), and a dot-segment followed by an encoded `;` (`..%3b`).
 public enum PathNormalizer {
     public enum Result: Sendable, Equatable {
         case normal(String)
@@ -44,9 +45,22 @@ public enum PathNormalizer {
         while i < u.count {
             let c = u[i]
             if c == UInt8(ascii: "\\") { return .ambiguous("backslash in path") }
-            if c == UInt8(ascii: "%"), i + 2 < u.count, let hi = hexDigitValue(u[i + 1]), let lo = hexDigitValue(u[i + 2]) {
+            if c == UInt8(ascii: "%") {
+                // IIS (http.sys, where the Web Adaptor runs) decodes `%uXXXX`: `%u002e%u002e` is `..` there. Any
+                // `%` that is not an escape is read differently by some server.
+                guard i + 2 < u.count, let hi = hexDigitValue(u[i + 1]), let lo = hexDigitValue(u[i + 2]) else {
+                    return .ambiguous("a % in the path that is not followed by two hex digits (%uXXXX is decoded by IIS)")
+                }
                 let b = hi << 4 | lo
                 if b == UInt8(ascii: "/") || b == UInt8(ascii: "\\") { return .ambiguous("encoded slash in path") }
+                if b == 0 { return .ambiguous("encoded NUL in path") }
+                // `%252e`, `%252f`, `%255c`: a server or a filter in front of it that decodes twice sees a dot
+                // or a slash. Other `%25` (a literal `%` in a name) is kept.
+                if b == UInt8(ascii: "%"), i + 4 < u.count, let h2 = hexDigitValue(u[i + 3]), let l2 = hexDigitValue(u[i + 4]),
+                    [UInt8(ascii: "."), UInt8(ascii: "/"), UInt8(ascii: "\\")].contains(h2 << 4 | l2)
+                {
+                    return .ambiguous("double-encoded dot or slash in path")
+                }
                 if isUnreservedURIByte(b) {
                     decoded.append(b)
                 } else {
@@ -72,6 +86,8 @@ public enum PathNormalizer {
                 hasDot = true
                 if name.count != s.count { return .ambiguous("dot-segment with parameters in path") }
             }
+            // `..%3b`: servers that decode before splitting off path parameters (and Tomcat's `..;`) see `..`.
+            if Self.isDotsThenEncodedSemicolon(s) { return .ambiguous("dot-segment with parameters in path") }
             if s.isEmpty && n < segments.count - 1 { hasEmpty = true }
         }
         if hasDot && hasEmpty { return .ambiguous("empty and dot-segments in path") }
@@ -99,4 +115,11 @@ public enum PathNormalizer {
     }
 
     private static func upperHex(_ v: UInt8) -> UInt8 { v < 10 ? 48 + v : 55 + v }
+
+    /// `.%3B…` or `..%3B…` (escapes are upper-case by now).
+    private static func isDotsThenEncodedSemicolon(_ s: ArraySlice<UInt8>) -> Bool {
+        let dots = s.prefix { $0 == 46 }.count
+        guard dots == 1 || dots == 2 else { return false }
+        return s.dropFirst(dots).starts(with: [37, 51, 66])
+    }
 }

@@ -27,6 +27,10 @@ import Testing
         ("/a/./", "/a/"),
         ("/a//b.json", "/a//b.json"),
         ("/.well-known/x", "/.well-known/x"),
+        // A literal % in a name (`%25` not followed by an encoded dot or slash) stays a name.
+        ("/arcgis/100%25/x", "/arcgis/100%25/x"),
+        ("/arcgis/a%2541", "/arcgis/a%2541"),
+        ("/arcgis/..x%3b/y", "/arcgis/..x%3B/y"),
     ])
     func normalizes(path: String, expected: String) {
         #expect(PathNormalizer.normalize(Substring(path)) == .normal(expected))
@@ -35,6 +39,11 @@ import Testing
     @Test(arguments: [
         "/arcgis/%2E%2E%2Fother", "/arcgis%2fother", "/arcgis/..;/other", "/arcgis/.;x/other",
         "/arcgis\\..\\other", "/arcgis/%5c..", "/arcgis//../other",
+        // Issue 25 item 6: IIS decodes %uXXXX, so any % that is not an escape is ambiguous.
+        "/arcgis/%u002e%u002e/admin", "/arcgis/%U002E%U002E/admin", "/arcgis/%", "/arcgis/%4", "/arcgis/%zz",
+        // Double-encoded dots and slashes, an encoded NUL, and `..%3b`.
+        "/arcgis/%252e%252e/admin", "/arcgis/%252E./admin", "/arcgis%252fadmin", "/arcgis/..%3b/admin",
+        "/arcgis/.%3Bx/admin", "/arcgis/..%00/admin",
     ])
     func ambiguous(path: String) {
         guard case .ambiguous = PathNormalizer.normalize(Substring(path)) else {
