@@ -117,10 +117,16 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
     /// last one): the timeouts, the client's credential scope and its proxy authentication are taken from `g`.
     /// A client admitted before is checked again against `g`'s `[[client]]` entries with the
     /// `Proxy-Authorization` it presented, so a removed client or a changed password stops working on a kept-alive
-    /// connection too. Returns false when the connection is an intercepted tunnel whose client `g` no longer
-    /// admits (requests inside a tunnel carry no `Proxy-Authorization` of their own): the caller refuses it.
-    func adoptGeneration(_ g: ServerContext) -> Bool {
+    /// connection too. Returns the refusal when `g` no longer admits the connection: its address is outside
+    /// `g`'s `allow_clients` (checked at accept for new connections, here for kept-alive ones), or it is an
+    /// intercepted tunnel whose client `g` no longer admits (requests inside a tunnel carry no
+    /// `Proxy-Authorization` of their own). The caller answers with it and closes.
+    func adoptGeneration(_ g: ServerContext) -> ErrorResponse? {
         generationSeen = g.generation
+        if !g.access.allowClients.contains(address) {
+            return ErrorResponse(status: 403, message: "Client address \(address) is not allowed",
+                details: ["The configuration was reloaded and [proxy] allow_clients no longer admits it."])
+        }
         let cfg = g.config
         machine.limits = .init(seconds: cfg.headerTimeoutSeconds, idle: cfg.idleTimeoutSeconds, upstream: cfg.upstreamTimeoutSeconds)
         let auth = g.access.authenticator
@@ -128,12 +134,25 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
             if auth.isRequired, let c = auth.authenticate(a.authorization) {
                 authenticated = AuthenticatedClient(client: c, authorization: a.authorization)
                 credentials = g.access.store(for: c)
-                return true
+                return nil
             }
             authenticated = nil
         }
         credentials = g.access.all
-        return !(interception != nil && auth.isRequired)
+        guard interception != nil, auth.isRequired else { return nil }
+        return ErrorResponse(status: 407, message: "Proxy authentication required",
+            details: ["The configuration was reloaded and no longer admits the client that opened this tunnel: open a new one."])
+    }
+
+    /// A reload installed `g` while this connection was open: one whose address `g` no longer admits and that
+    /// has no request in progress (idle between requests, or a blind tunnel, which carries no more requests to
+    /// refuse) is closed now; one with a request in progress finishes it and is refused at its next one.
+    func reloadInstalled(_ g: ServerContext) {
+        guard !g.access.allowClients.contains(address), ex == nil || tunnel != nil else { return }
+        logger.warning("connection closed: client address no longer in [proxy] allow_clients after a reload",
+            metadata: ["client": "\(peer)"])
+        ProxyMetrics.active?.denied(.clientAddress)
+        close()
     }
 
     /// The exchange has ended: its context goes back to the loop's pool, reset.
@@ -318,10 +337,8 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
         machine.requestBegan(.init(isHead: h.isHead, minorVersion: h.minorVersion, expectsContinue: h.expectsContinue,
             keepAlive: h.keepAlive, hasBody: hasBody), shuttingDown: loop.shuttingDown, now: now)
         x.head = h
-        if let g = x.context, g.generation != generationSeen, !adoptGeneration(g) {
-            respond(ErrorResponse(status: 407, message: "Proxy authentication required",
-                details: ["The configuration was reloaded and no longer admits the client that opened this tunnel: open a new one."]),
-                close: true)
+        if let g = x.context, g.generation != generationSeen, let refusal = adoptGeneration(g) {
+            respond(refusal, close: true)
             return
         }
         guard authorize(h) else { return }

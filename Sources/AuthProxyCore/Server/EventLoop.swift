@@ -59,6 +59,8 @@ final class EventLoop: @unchecked Sendable {
     func install(_ next: ServerContext) {
         dispatchPrecondition(condition: .onQueue(queue))
         context = next
+        // A narrowed allow_clients reaches open connections too, not only the next accepted ones.
+        for c in Array(connections.values) { c.reloadInstalled(next) }
     }
 
     /// Takes ownership of an accepted socket, which holds a slot of ``AccessControl/connections`` for
