@@ -29,6 +29,22 @@ public struct HTTPHeaders: Sendable, Equatable, Sequence {
         fields.removeAll { $0.name.caseInsensitiveEquals(name) }
     }
 
+    /// Adds a field the proxy itself sets (an injected token, a `Referer` a token is bound to): the client's
+    /// fields of that name go, and so does the name from the client's `Connection` lists, which would otherwise
+    /// make the proxy drop its own field as hop-by-hop (`Connection: X-Esri-Authorization` stripped the token,
+    /// and the upstream's refusals marked the credential rejected).
+    public mutating func setInjected(name: String, value: String) {
+        remove(name: name)
+        for i in fields.indices where Self.connectionListing.contains(where: { fields[i].name.caseInsensitiveEquals($0) }) {
+            let kept = fields[i].value.split(separator: ",").filter { !$0.trimmingHTTPWhitespace().caseInsensitiveEquals(name) }
+            fields[i].value = kept.map { String($0.trimmingHTTPWhitespace()) }.joined(separator: ", ")
+        }
+        fields.removeAll { f in
+            f.value.isEmpty && Self.connectionListing.contains(where: { f.name.caseInsensitiveEquals($0) })
+        }
+        add(name: name, value: value)
+    }
+
     /// All values of `name`, in order.
     public func values(_ name: String) -> [String] {
         fields.compactMap { $0.name.caseInsensitiveEquals(name) ? $0.value : nil }

@@ -36,6 +36,13 @@ extension ClientConnection {
                 }
             }
         }
+        if h.method == "TRACE", !store.isEmpty, store.matchesOrigin(url) {
+            // A server that answers TRACE echoes the request it got: the key or token the proxy put in.
+            respond(ErrorResponse(status: 405, message: "TRACE is not allowed to a host with credentials",
+                details: ["The server would echo the credentials the proxy adds to the request."]),
+                close: false, extraHeaders: "Allow: GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS\r\n")
+            return
+        }
         if url.scheme == "http", store.upgradesToHTTPS(match) {
             // upgrade_to_https: the client speaks plain http to us, we speak https upstream.
             x.upstreamURL = URLTarget(scheme: "https", host: url.host, port: url.port == 80 ? 443 : url.port, pathAndQuery: url.pathAndQuery)
@@ -214,8 +221,7 @@ extension ClientConnection {
                 headers: h.headers, form: x.tokenSite == .form ? x.formBody : nil)
             var headers = applied.headers
             if let r = t.referer {
-                headers.remove(name: "referer")
-                headers.add(name: "Referer", value: r)
+                headers.setInjected(name: "Referer", value: r)
             }
             if x.tokenSite == .form { x.formBody = applied.form }
             var target = upstream
@@ -225,8 +231,7 @@ extension ClientConnection {
             if case .apiKey = c.kind { inspect = false }
             if inspect, c.isRefreshable, let ae = TokenRejection.acceptEncodingForInspection(headers) {
                 // A rejection must come back in a coding the sniffer reads (not br or zstd), or it is missed.
-                headers.remove(name: "accept-encoding")
-                headers.add(name: "Accept-Encoding", value: ae)
+                headers.setInjected(name: "Accept-Encoding", value: ae)
             }
             startTransfer(url: target, headers: headers, inspect: inspect)
         }

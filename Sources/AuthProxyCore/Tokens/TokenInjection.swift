@@ -74,7 +74,7 @@ public enum TokenInjection {
         var body = form.map(removingTokenField)
         switch site {
         case .header:
-            h.add(name: "X-Esri-Authorization", value: "Bearer \(token)")
+            h.setInjected(name: "X-Esri-Authorization", value: "Bearer \(token)")
         case .query:
             path += (path.utf8.contains(UInt8(ascii: "?")) ? (path.hasSuffix("?") || path.hasSuffix("&") ? "" : "&") : "?")
             path += "token=" + percentEncoded(token)
