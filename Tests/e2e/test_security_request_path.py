@@ -198,3 +198,200 @@ def test_a_redirect_never_carries_the_injected_key_to_the_client_or_the_next_hos
     finally:
         gis.stop()
         other.stop()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 5. A reload that narrows allow_clients reaches connections already open
+# ---------------------------------------------------------------------------------------------------------
+
+def _rewrite_and_reload(p, text):
+    from test_reload import rewrite, sighup
+    rewrite(p, text)
+    sighup(p, "configuration reloaded")
+
+
+def _connected_from(source, p):
+    s = socket.socket()
+    s.settimeout(10)
+    s.bind((source, 0))
+    s.connect((p.host, p.port))
+    return s
+
+
+def _get_on(s, url, key_header=None):
+    u = urllib.parse.urlsplit(url)
+    s.sendall(("GET %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (url, u.netloc)).encode())
+    data = b""
+    try:
+        while b"\r\n\r\n" not in data:
+            d = s.recv(65536)
+            if not d:
+                break
+            data += d
+        head, _, rest = data.partition(b"\r\n\r\n")
+        n = 0
+        for line in head.split(b"\r\n")[1:]:
+            k, _, v = line.partition(b":")
+            if k.strip().lower() == b"content-length":
+                n = int(v)
+        while len(rest) < n:
+            d = s.recv(65536)
+            if not d:
+                break
+            rest += d
+        return data
+    except (ConnectionResetError, BrokenPipeError):
+        return data
+
+
+def _closed_by_peer(s, timeout=5.0):
+    s.settimeout(timeout)
+    try:
+        return s.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except socket.timeout:
+        return False
+
+
+def test_a_reload_that_narrows_allow_clients_closes_kept_alive_connections_and_tunnels(proxy_factory, origin):
+    echo = harness.RawBackend()  # a CONNECT target
+    try:
+        p = proxy_factory(proxy={"allow_clients": ["127.0.0.0/8"], "connect_ports": [echo.port]},
+                          extra_config=cred("k", "api-key", origin.url + "/echo", key="RELOAD-KEY"))
+        kept = _connected_from("127.0.0.2", p)
+        assert _get_on(kept, origin.url + "/echo").startswith(b"HTTP/1.1 200")
+        tunnel = _connected_from("127.0.0.2", p)
+        tunnel.sendall(("CONNECT 127.0.0.1:%d HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n" % (echo.port, echo.port)).encode())
+        assert tunnel.recv(4096).startswith(b"HTTP/1.1 200")
+        still = _connected_from("127.0.0.1", p)
+        assert _get_on(still, origin.url + "/echo").startswith(b"HTTP/1.1 200")
+        before = len(origin.request_log())
+
+        _rewrite_and_reload(p, p.config_text.replace('allow_clients = ["127.0.0.0/8"]', 'allow_clients = ["127.0.0.1/32"]'))
+
+        # The idle kept-alive connection and the tunnel from the address no longer allowed are closed ...
+        assert _closed_by_peer(kept), "the kept-alive connection from 127.0.0.2 stayed open"
+        assert _closed_by_peer(tunnel), "the tunnel from 127.0.0.2 stayed open"
+        # ... nothing more from there reaches the service with the key ...
+        try:
+            answer = _get_on(kept, origin.url + "/echo")
+        except OSError:
+            answer = b""
+        assert not answer.startswith(b"HTTP/1.1 200"), answer[:200]
+        assert len(origin.request_log()) == before
+        # ... and the allowed client carries on, on its kept-alive connection.
+        assert _get_on(still, origin.url + "/echo").startswith(b"HTTP/1.1 200")
+        assert any("no longer in [proxy] allow_clients" in l for l in p.log_lines())
+        for s in (kept, tunnel, still):
+            s.close()
+    finally:
+        echo.stop()
+
+
+def test_a_request_in_flight_across_the_narrowing_reload_finishes_and_the_next_gets_403(proxy_factory):
+    release = threading.Event()
+
+    def respond(req):
+        if "slow" in req.target:
+            release.wait(10)
+        return b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+
+    slow = harness.RawBackend(respond)
+    try:
+        p = proxy_factory(proxy={"allow_clients": ["127.0.0.0/8"]})
+        s = _connected_from("127.0.0.2", p)
+        s.sendall(("GET %s/slow HTTP/1.1\r\nHost: %s\r\n\r\n" % (slow.url, slow.authority)).encode())
+        deadline = time.monotonic() + 5
+        while not slow.requests and time.monotonic() < deadline:
+            time.sleep(0.02)
+        _rewrite_and_reload(p, p.config_text.replace('allow_clients = ["127.0.0.0/8"]', 'allow_clients = ["127.0.0.1/32"]'))
+        release.set()
+        data = b""
+        while b"ok" not in data:
+            d = s.recv(4096)
+            if not d:
+                break
+            data += d
+        assert data.startswith(b"HTTP/1.1 200"), data
+        second = _get_on(s, slow.url + "/again")
+        assert second.startswith(b"HTTP/1.1 403"), second[:300]
+        assert b"allow_clients" in second
+        assert not any("again" in r.target for r in slow.requests)
+        s.close()
+    finally:
+        release.set()
+        slow.stop()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 6. %u dot segments and other ambiguous escapes never carry the key
+# ---------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("path", ["/arcgis/%u002e%u002e/admin", "/arcgis/%U002E%U002E/admin", "/arcgis/%252e%252e/admin",
+                                  "/arcgis/..%3b/admin", "/arcgis/..%00/admin", "/arcgis/%zz/x"])
+def test_ambiguous_escapes_get_400_on_a_host_with_credentials(proxy_factory, path):
+    gis = harness.RawBackend()
+    try:
+        p = proxy_factory(extra_config=cred("svc", "api-key", gis.url + "/arcgis", key="PATH-KEY"))
+        conn = harness.proxied_conn(p)
+        conn.putrequest("GET", gis.url + path, skip_host=False, skip_accept_encoding=True)
+        conn.endheaders()
+        r = conn.getresponse()
+        body = r.read()
+        conn.close()
+        assert r.status == 400, (r.status, body)
+        assert not gis.requests, gis.requests
+    finally:
+        gis.stop()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 9. TRACE to a host with credentials is refused; 10. a client's Connection list keeps what the proxy injects
+# ---------------------------------------------------------------------------------------------------------
+
+def _echoing(req):
+    """A server that answers TRACE as RFC 9110 says: the request it received, as the body."""
+    if req.method == "TRACE":
+        echoed = ("TRACE %s HTTP/1.1\r\n" % req.target + "".join("%s: %s\r\n" % kv for kv in req.headers)).encode()
+        return b"HTTP/1.1 200 OK\r\nContent-Type: message/http\r\nContent-Length: %d\r\n\r\n" % len(echoed) + echoed
+    body = json.dumps({"target": req.target, "headers": req.headers}).encode()
+    return b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+
+
+@pytest.mark.parametrize("placement", ["param", "header"])
+def test_trace_to_a_host_with_credentials_is_refused(proxy_factory, placement):
+    gis = harness.RawBackend(_echoing)
+    try:
+        p = proxy_factory(extra_config=cred("svc", "api-key", gis.url + "/arcgis", key="TRACE-KEY",
+                                            token_placement=placement))
+        r, body = harness.fetch(p, "TRACE", gis.url + "/arcgis/rest/services")
+        assert r.status == 405, (r.status, body)
+        assert b"TRACE-KEY" not in body
+        assert not gis.requests
+        # Elsewhere TRACE is relayed as before.
+        other = harness.RawBackend(_echoing)
+        try:
+            r, body = harness.fetch(p, "TRACE", other.url + "/x")
+            assert r.status == 200 and body.startswith(b"TRACE /x")
+        finally:
+            other.stop()
+    finally:
+        gis.stop()
+
+
+@pytest.mark.parametrize("listed", ["X-Esri-Authorization", "keep-alive, x-esri-authorization, Referer"])
+def test_a_client_connection_list_does_not_strip_the_injected_header(proxy_factory, listed):
+    gis = harness.RawBackend(_echoing)
+    try:
+        p = proxy_factory(extra_config=cred("svc", "api-key", gis.url + "/arcgis", key="HDR-KEY",
+                                            token_placement="header"))
+        for _ in range(3):
+            r, body = harness.fetch(p, "GET", gis.url + "/arcgis/rest/services?f=json",
+                                    headers={"Connection": listed})
+            assert r.status == 200, body
+        for req in gis.requests:
+            assert req.header("X-Esri-Authorization") == ["Bearer HDR-KEY"], req.headers
+        assert "rejected" not in p.log_text()
+    finally:
+        gis.stop()
