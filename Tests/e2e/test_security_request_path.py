@@ -395,3 +395,37 @@ def test_a_client_connection_list_does_not_strip_the_injected_header(proxy_facto
         assert "rejected" not in p.log_text()
     finally:
         gis.stop()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 11. A reload that changes only the CA bundle's contents does not reuse connections verified with the old one
+# ---------------------------------------------------------------------------------------------------------
+
+def test_a_ca_bundle_changed_in_place_is_not_bypassed_by_pooled_connections(proxy_factory, tls_cert, tmp_path):
+    import subprocess
+    from httpraw import RawConn
+    other_key, other_cert = str(tmp_path / "other.key"), str(tmp_path / "other.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-sha256", "-days", "2",
+                    "-subj", "/CN=unrelated", "-keyout", other_key, "-out", other_cert,
+                    "-addext", "basicConstraints=critical,CA:TRUE"], check=True, capture_output=True, timeout=60)
+    bundle = tmp_path / "bundle.pem"
+    bundle.write_bytes(open(tls_cert[0], "rb").read())
+    backend = harness.RawBackend(tls=tls_cert)
+    try:
+        trust = cred("t", "server-trust", "https://" + backend.authority, ca_file=str(bundle))
+        # A password credential too under libcurl transfers (http_client = "libcurl"): the pooled connection is
+        # then libcurl's, matched by its TLS settings.
+        p = proxy_factory(extra_config=cred("k", "api-key", backend.url, key="K", upgrade_to_https=True) + trust)
+        with RawConn(p.host, p.port, timeout=10) as c:
+            c.send(("GET %s/before HTTP/1.1\r\nHost: x\r\n\r\n" % backend.url).encode())
+            r = c.read_response()
+            assert (r.status, r.body) == (200, b"GET /before?token=K 0")
+            # The compromised CA is removed from the bundle: same path, other contents.
+            bundle.write_bytes(open(other_cert, "rb").read())
+            _rewrite_and_reload(p, p.config_text + "\n# bundle rotated\n")
+            c.send(("GET %s/after HTTP/1.1\r\nHost: x\r\n\r\n" % backend.url).encode())
+            r = c.read_response()
+        harness.assert_error_json(r.status, r.get, r.body, 502)
+        assert [q.target for q in backend.requests] == ["/before?token=K"]
+    finally:
+        backend.stop()

@@ -315,7 +315,15 @@ public struct ConfigLoader: Sendable {
                 throw ConfigError(key: entry.path, line: entry.table.line,
                     "a server-trust credential needs exactly one of ca_file, pinned_public_key, insecure = true")
             }
-            kind = .serverTrust(ServerTrustSettings(caFile: caFile, pinnedPublicKey: pin, insecure: insecure))
+            var bundle: [UInt8]? = nil
+            if let caFile {
+                guard let text = readTextFile(caFile) else {
+                    throw ConfigError(key: entry.path + ".ca_file", line: entry.line(of: "ca_file"),
+                        "cannot read \(entry.shown("ca_file", caFile)): \(lastErrorString())")
+                }
+                bundle = Array(text.utf8)
+            }
+            kind = .serverTrust(ServerTrustSettings(caFile: caFile, pinnedPublicKey: pin, insecure: insecure, caBundle: bundle))
         case "password":
             var schemes = Set(PasswordScheme.allCases)
             if let list = try entry.stringArray("schemes") {

@@ -171,8 +171,18 @@ final class CurlEasyHandle {
         trust = t
         hasTrust = true
         if let ca = t.caFile {
-            // Added to the system CAs (CAPATH), not instead of them.
-            ap_easy_setopt_ptr(raw, CURLOPT_CAINFO, ca)
+            // Added to the system CAs (CAPATH), not instead of them. As the bytes read at load time: libcurl
+            // matches cached connections by the blob's contents, where by a path it would reuse a connection
+            // verified with a bundle since changed.
+            if let pem = t.caBundle {
+                pem.withUnsafeBytes { b in
+                    var blob = curl_blob(data: UnsafeMutableRawPointer(mutating: b.baseAddress), len: b.count,
+                        flags: UInt32(CURL_BLOB_COPY))
+                    _ = ap_easy_setopt_ptr(raw, CURLOPT_CAINFO_BLOB, &blob)
+                }
+            } else {
+                ap_easy_setopt_ptr(raw, CURLOPT_CAINFO, ca)
+            }
             ap_easy_setopt_ptr(raw, CURLOPT_CAPATH, "/etc/ssl/certs")
         }
         if let pin = t.pinnedPublicKey {
