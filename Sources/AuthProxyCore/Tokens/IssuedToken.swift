@@ -53,6 +53,9 @@ public struct TokenError: Error, Sendable, Equatable {
     /// The token service answered with a refusal (an error object), not an outage (no answer, HTTP error page):
     /// the request itself was refused.
     public var refused = false
+    /// The token service refused the credential's own secret (password, client secret, refresh token): the
+    /// whole credential backs off, not only the root that asked (see ``TokenFetcher/loginRefused(_:)``).
+    public var loginRefused = false
     /// When the credential will ask its token service again (milliseconds since the epoch), if it is backing off.
     public var retryAt: Int64? = nil
 

@@ -106,8 +106,20 @@ struct TokenCache<Waiter> {
         var token: IssuedToken?
     }
 
+    /// A credential whose own secret the token service refused (``TokenError/loginRefused``): its backoff, the
+    /// refusal, and whether one probe is scheduled for the end of the backoff.
+    struct LoginRefusal {
+        var backoff = TokenBackoff()
+        var error: TokenError
+        var probeScheduled = false
+    }
+
     private(set) var entries: [String: Entry] = [:]
     private(set) var rejections: [String: Rejection] = [:]
+    /// By credential name: a refused password or client secret backs off the credential, not one root, so a
+    /// request for another root (or many) makes no further failed login meanwhile (issue 25: 50 roots made 50
+    /// failed logins and locked the account).
+    private(set) var loginRefusals: [String: LoginRefusal] = [:]
     /// Waiters of token requests started before their credential's sign-in changed.
     private var detached: [FetchTicket: [Waiter]] = [:]
     /// The last ticket number handed out: every token request gets its own, so a request started before its
@@ -141,6 +153,7 @@ struct TokenCache<Waiter> {
         guard var e = entries[key] else { return nil }
         e.probeScheduled = false
         entries[key] = e
+        loginRefusals[e.credential]?.probeScheduled = false
         guard e.wantedWhileBackingOff, !e.inFlight, e.token.map({ $0.isExpired(at: now) }) ?? true else { return nil }
         return lookup(key: key, credential: e.credential, now: now, refresh: false, waiter: nil)
     }
@@ -175,6 +188,26 @@ struct TokenCache<Waiter> {
             }
             entries[key] = e
             return .backingOff(error, probeAt: probeAt)
+        }
+        if var l = loginRefusals[credential] {
+            // The token service refused this credential's secret: no other root may try it while the backoff
+            // runs, nor while the one login after it is in flight (one failed login per backoff step, however
+            // many roots are asked for). One probe per credential at the end of the backoff.
+            let backingOff = l.backoff.isBackingOff(at: now)
+            if backingOff || entries.contains(where: { $0.key != key && $0.value.credential == credential && $0.value.inFlight }) {
+                var error = l.error
+                error.retryAt = backingOff ? l.backoff.retryAt : nil
+                var probeAt: Int64?
+                if backingOff, !l.probeScheduled, !refresh {
+                    l.probeScheduled = true
+                    probeAt = l.backoff.retryAt
+                    e.wantedWhileBackingOff = true
+                    e.probeScheduled = true
+                    entries[key] = e
+                    loginRefusals[credential] = l
+                }
+                return .backingOff(error, probeAt: probeAt)
+            }
         }
         e.inFlight = true
         e.wantedWhileBackingOff = false
@@ -214,11 +247,22 @@ struct TokenCache<Waiter> {
             e.backoff.succeeded()
             e.lastError = nil
             entries[ticket.key] = e
+            loginRefusals[e.credential] = nil  // the secret works
             t.fresh = true  // these requests waited for it: the upstream has never seen it
             return Settlement(outcome: .stored, deliveries: waiters.map { Delivery(waiter: $0, result: .success(t)) })
         case .failure(var error):
             let wait = error.local ? 0 : e.backoff.failed(at: now)
             e.lastError = error
+            if error.loginRefused {
+                var l = loginRefusals[e.credential] ?? LoginRefusal(error: error)
+                // Roots that shared one refusal (a federated server waiting for its portal's login) count once.
+                if !l.backoff.isBackingOff(at: now) {
+                    l.backoff.failed(at: now)
+                    l.probeScheduled = false
+                }
+                l.error = error
+                loginRefusals[e.credential] = l
+            }
             // A token that is only due for refresh stays usable until it really expires.
             if let t = e.token, t.isExpired(at: now) { e.token = nil }
             entries[ticket.key] = e
@@ -339,6 +383,7 @@ struct TokenCache<Waiter> {
     /// to the old grant. They are forgotten, and token requests running for it are detached: their waiters
     /// still get their results, but new requests start a request of their own and nothing old is cached.
     mutating func grantChanged(credential: String) {
+        loginRefusals[credential] = nil  // a new sign-in: its refresh token has not been refused
         for (k, var e) in entries where e.credential == credential {
             e.token = nil
             if e.inFlight {
@@ -363,11 +408,13 @@ struct TokenCache<Waiter> {
             entries[k] = nil
         }
         for (k, r) in rejections where r.credential == credential { rejections[k] = nil }
+        loginRefusals[credential] = nil
     }
 
     /// Whether anything is held for `credential` (tests).
     func holds(credential: String) -> Bool {
         entries.values.contains { $0.credential == credential } || rejections.values.contains { $0.credential == credential }
+            || loginRefusals[credential] != nil
     }
 
     // MARK: - the state file

@@ -23,7 +23,9 @@ protocol TokenFetcherHost: AnyObject {
 /// completion runs.
 final class TokenFetcher {
     private let multi: CurlMulti
-    private let timeoutSeconds: Int
+    /// `upstream_timeout_seconds` for every request it makes (set again by a configuration reload; confined to
+    /// the queue).
+    var timeoutSeconds: Int
     /// Network credentials (server trust above all) for the token service and `rest/info` requests.
     /// Network credentials for token requests (replaced by a configuration reload; confined to the queue).
     var store: CredentialStore
@@ -38,7 +40,14 @@ final class TokenFetcher {
     private struct InfoEntry {
         var info: ServerInfoResponse?
         var fetchedAt: Int64 = 0
-        var waiters: [(Result<ServerInfoResponse, TokenError>) -> Void] = []
+        var waiters: [(Result<ServerInfoResponse, InfoFailure>) -> Void] = []
+    }
+
+    /// A `rest/info` that could not be read: whether anything answered (a 404, an error object, an HTML page)
+    /// or nothing did (refused, timeout), which may be transient.
+    private struct InfoFailure: Error {
+        var error: TokenError
+        var answered: Bool
     }
 
     init(multi: CurlMulti, timeoutSeconds: Int, store: CredentialStore, logger: Logger, host: any TokenFetcherHost) {
@@ -150,7 +159,7 @@ final class TokenFetcher {
                             var t = t
                             t.referer = s.client == "referer" ? s.referer : nil
                             return t
-                        })
+                        }.mapError(Self.loginRefused))
                 }
             }
         }
@@ -179,7 +188,7 @@ final class TokenFetcher {
         fields.append(("f", "json"))
         let url = ServerRoot.sharingRest(o.portalURL) + "/oauth2/token"
         post(c, url: url, fields: fields, answer: OAuthTokenResponse.self) { [self] result in
-            done(result.flatMap { issued(c, $0, service: url) })
+            done(result.flatMap { issued(c, $0, service: url) }.mapError(Self.loginRefused))
         }
     }
 
@@ -205,8 +214,18 @@ final class TokenFetcher {
             ("grant_type", "refresh_token"), ("client_id", o.clientID), ("refresh_token", refresh), ("f", "json"),
         ]
         post(c, url: url, fields: fields, answer: OAuthTokenResponse.self) { [self] result in
-            done(result.flatMap { issued(c, $0, service: url) }.mapError { Self.refreshRefused($0, c) })
+            done(result.flatMap { issued(c, $0, service: url) }.mapError { Self.loginRefused(Self.refreshRefused($0, c)) })
         }
+    }
+
+    /// A token service's refusal of the credential's own secret (password, client secret, refresh token) is
+    /// the credential's failure, not one root's: ``TokenCache`` backs off the whole credential, so roots asked
+    /// for meanwhile cost no further failed login (account lockout). An outage stays a failure of the root.
+    static func loginRefused(_ e: TokenError) -> TokenError {
+        guard e.refused else { return e }
+        var e = e
+        e.loginRefused = true
+        return e
     }
 
     /// A refresh grant the portal refused: the refresh token from `authproxy login` expired (about two weeks
@@ -250,7 +269,36 @@ final class TokenFetcher {
         _ c: Credential, root: String,
         done: @escaping (Result<ServerInfoResponse, TokenError>) -> Void
     ) {
-        let key = ServerRoot.normalized(root)
+        info(c, root: root, url: root + "/rest/info?f=json") { done($0.mapError(\.error)) }
+    }
+
+    /// Whether `root` (a portal root when `isPortal`) is an ArcGIS root, from its `rest/info` (a portal's
+    /// `sharing/rest/info`): what ``RootConfirmations`` needs before a password is spent on a root a client's
+    /// path named. A server's answer is kept for the token request that follows (one `rest/info` request).
+    func probeRoot(
+        _ c: Credential, root: String, isPortal: Bool,
+        done: @escaping (RootConfirmations<TokenService.Completion>.Verdict) -> Void
+    ) {
+        let url = isPortal ? ServerRoot.sharingRest(root) + "/info?f=json" : root + "/rest/info?f=json"
+        info(c, root: root, url: url) { result in
+            switch result {
+            case .success(let i) where i.describesRoot:
+                done(.root)
+            case .success:
+                done(.notARoot(reason: "\(Self.redacted(url)) answered without ArcGIS server information"))
+            case .failure(let f):
+                done(f.answered ? .notARoot(reason: f.error.message) : .unreachable(reason: f.error.message))
+            }
+        }
+    }
+
+    /// The information document at `url` (of the root `root`): one request at a time per URL, answers reused
+    /// for ``infoLifetime``.
+    private func info(
+        _ c: Credential, root: String, url: String,
+        done: @escaping (Result<ServerInfoResponse, InfoFailure>) -> Void
+    ) {
+        let key = ServerRoot.normalized(url)
         var e = infos[key] ?? InfoEntry()
         if let info = e.info, nowMillis() - e.fetchedAt < Self.infoLifetime {
             done(.success(info))
@@ -259,7 +307,6 @@ final class TokenFetcher {
         e.waiters.append(done)
         infos[key] = e
         guard e.waiters.count == 1 else { return }
-        let url = root + "/rest/info?f=json"
         let f = HTTPFetch(
             multi: multi, method: "GET", url: url, form: nil, timeoutSeconds: timeoutSeconds,
             network: network(for: url)
@@ -267,11 +314,14 @@ final class TokenFetcher {
             var e = infos[key] ?? InfoEntry()
             let waiters = e.waiters
             e.waiters = []
-            let outcome: Result<ServerInfoResponse, TokenError>
+            let outcome: Result<ServerInfoResponse, InfoFailure>
+            let where_ = Self.redacted(url)
             switch result {
             case .failure(let err):
                 outcome = .failure(
-                    TokenError(credential: c.name, message: "cannot read \(root)/rest/info: \(err.message)"))
+                    InfoFailure(
+                        error: TokenError(credential: c.name, message: "cannot read \(where_): \(err.message)"),
+                        answered: false))
             case .success(let r):
                 if let info = try? JSONDecoder().decode(ServerInfoResponse.self, from: Data(r.body)) {
                     e.info = info
@@ -279,12 +329,16 @@ final class TokenFetcher {
                     outcome = .success(info)
                 } else {
                     outcome = .failure(
-                        TokenError(
-                            credential: c.name,
-                            message: "\(root)/rest/info answered HTTP \(r.status) without server information"))
+                        InfoFailure(
+                            error: TokenError(
+                                credential: c.name,
+                                message: "\(where_) answered HTTP \(r.status) without server information"),
+                            answered: true))
                 }
             }
-            infos[key] = e
+            // Only answers are kept: a failed URL takes no entry (a client naming invented roots must not grow
+            // this table; ``RootConfirmations`` remembers refusals, bounded).
+            infos[key] = e.info == nil ? nil : e
             for w in waiters { w(outcome) }
         }
         f.start()

@@ -197,9 +197,13 @@ struct ServerInfoResponse: Decodable, Sendable, Equatable {
     var owningSystemURL: String?
     /// `authInfo.shortLivedTokenValidity`, in minutes: the lifetime to ask for.
     var shortLivedTokenValidity: Int?
+    /// Whether the answer describes an ArcGIS server or portal root (it has `currentVersion`, `authInfo` or
+    /// `owningSystemUrl`, as every `rest/info` and `sharing/rest/info` does), not merely some JSON object: what confirms a
+    /// root a client's path named before a password is spent on it (``RootConfirmations``).
+    var describesRoot = true
 
     private enum Keys: String, CodingKey {
-        case error, authInfo
+        case error, authInfo, currentVersion
         case owningSystemURL = "owningSystemUrl"
     }
 
@@ -225,6 +229,7 @@ struct ServerInfoResponse: Decodable, Sendable, Equatable {
             tokenServicesURL: auth?.lenientString(.tokenServicesURL),
             owningSystemURL: c.lenientString(.owningSystemURL),
             shortLivedTokenValidity: auth?.lenientInt64(.shortLivedTokenValidity).map { Int($0) })
+        describesRoot = c.contains(.authInfo) || c.contains(.currentVersion) || c.contains(.owningSystemURL)
     }
 }
 

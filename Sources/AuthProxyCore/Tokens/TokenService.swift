@@ -33,7 +33,9 @@ public final class TokenService: @unchecked Sendable {
     let queue = ProxyQueue.ownThread("authproxy.tokens")
     private let multi: CurlMulti
     let logger: Logger
-    private let timeoutSeconds: Int
+    /// `upstream_timeout_seconds` of the token service's requests: confined to `queue`, set again by a reload
+    /// (``update(credentials:timeoutSeconds:)``).
+    private var timeoutSeconds: Int
     let stateFile: TokenStateFile
     /// Every token decision, under one lock: event loops read it on every request, the queue changes it.
     let cache = Mutex(TokenCache<Completion>())
@@ -52,6 +54,8 @@ public final class TokenService: @unchecked Sendable {
     /// Credentials kept fresh by `prefetch = true`, by name, with the fingerprint of the settings they were
     /// started with (see `TokenService+Prefetch.swift`).
     var prefetching: [String: String] = [:]
+    /// Which roots a client's path named may have a token at all (``RootConfirmations``). Confined to `queue`.
+    private var confirmations = RootConfirmations<Completion>()
     private lazy var fetcher = TokenFetcher(
         multi: multi, timeoutSeconds: timeoutSeconds, store: store,
         logger: logger, host: self)
@@ -121,8 +125,108 @@ public final class TokenService: @unchecked Sendable {
         default:
             queue.async { [self] in
                 let (root, isPortal) = ServerRoot.of(target)
-                acquire(c, root: root, isPortal: isPortal, completion: completion)
+                confirmThenAcquire(c, root: root, isPortal: isPortal, completion: completion)
             }
+        }
+    }
+
+    /// The roots a credential's configuration names, as cache keys: those of its `match` prefixes (a prefix
+    /// without an API segment, `https://host/arcgis`, is taken as a server root and as a portal root, as its
+    /// requests may use either), of its `token_url`, and its portal. These need no probe (``RootConfirmations``).
+    /// Wildcard prefixes name no root.
+    static func configuredRootKeys(_ c: Credential) -> Set<String> {
+        var keys = Set<String>()
+        func add(_ text: String, both: Bool) {
+            guard case .absolute(let u)? = try? RequestHeadParser.parseTarget(method: "GET", text + "/") else { return }
+            if let a = ServerRoot.api(u) {
+                keys.insert(key(c.name, root: a.root, isPortal: a.isPortal))
+            } else if both {
+                var root = text
+                while root.hasSuffix("/") { root.removeLast() }
+                keys.insert(key(c.name, root: root, isPortal: false))
+                keys.insert(key(c.name, root: root, isPortal: true))
+            }
+        }
+        for m in c.match where !m.wildcard {
+            add(m.description, both: true)
+            if c.upgradeToHTTPS, m.scheme == "http" {
+                // Tokens are requested for the https URL the request really goes to (upgrade_to_https).
+                var h = m
+                h.scheme = "https"
+                if h.port == nil || h.port == 80 { h.port = nil }
+                add(h.description, both: true)
+            }
+        }
+        switch c.kind {
+        case .arcgisToken(let a):
+            if let t = a.tokenURL { add(t, both: false) }
+        case .oauthApp(let o):
+            add(o.portalURL, both: true)
+        case .oauthUser(let o):
+            add(o.portalURL, both: true)
+        default:
+            break
+        }
+        return keys
+    }
+
+    /// A root a request's path named gets a token only once confirmed (``RootConfirmations``): configured, or
+    /// its `rest/info` answered as an ArcGIS root. Until then no password or client secret is spent on it.
+    private func confirmThenAcquire(_ c: Credential, root: String, isPortal: Bool, completion: @escaping Completion) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        let key = Self.key(c.name, root: root, isPortal: isPortal)
+        let configured = Self.configuredRootKeys(c).contains(key)
+        switch confirmations.check(credential: c.name, key: key, configured: configured, now: nowMillis(), waiter: completion) {
+        case .confirmed:
+            acquire(c, root: root, isPortal: isPortal, completion: completion)
+        case .wait:
+            break
+        case .refused(let why):
+            completion(.failure(Self.unconfirmed(c, root: root, why)))
+        case .probe:
+            fetcher.probeRoot(c, root: root, isPortal: isPortal) { [self] verdict in
+                let settled = confirmations.settle(credential: c.name, key: key, verdict: verdict, now: nowMillis())
+                switch settled.decision {
+                case .confirmed:
+                    logger.info("server root confirmed", metadata: ["credential": "\(c.name)", "root": "\(root)"])
+                    for w in settled.waiters { acquire(c, root: root, isPortal: isPortal, completion: w) }
+                case .refused(let why):
+                    // At most one line per probe, and probes are budgeted per credential: invented roots
+                    // cannot flood the log.
+                    var meta: Logger.Metadata = ["credential": "\(c.name)", "root": "\(root)"]
+                    if case .notARoot(let reason, _) = why { meta["cause"] = "\(reason)" }
+                    if case .tooManyRoots(let limit) = why { meta["cause"] = "the credential has \(limit) confirmed roots already" }
+                    logger.warning("not a usable ArcGIS root: no token is requested for it", metadata: meta)
+                    let error = Self.unconfirmed(c, root: root, why)
+                    for w in settled.waiters { w(.failure(error)) }
+                case .probe, .wait:
+                    break  // not a settlement's answer
+                }
+            }
+        }
+    }
+
+    /// The client's 502 for a root that gets no token: names the root (the client's own path) and the cause,
+    /// never a secret.
+    static func unconfirmed(_ c: Credential, root: String, _ why: RootConfirmations<Completion>.Refusal) -> TokenError {
+        func seconds(_ at: Int64) -> Int64 { max(1, (at - nowMillis() + 999) / 1000) }
+        let advice = "A token is requested only for the server roots of the credential's match prefixes and token_url, "
+            + "and for roots whose rest/info answers as ArcGIS Server or Portal; list a root as a match prefix to use it without a check."
+        switch why {
+        case .notARoot(let reason, let retryAt):
+            return TokenError(
+                credential: c.name, message: "\(root) is not a confirmed ArcGIS server root (\(reason)); no token was requested",
+                details: ["It is checked again in \(seconds(retryAt)) s.", advice], local: true)
+        case .probeBudget(let retryAt):
+            return TokenError(
+                credential: c.name,
+                message: "\(root) is not a confirmed ArcGIS server root, and too many unconfirmed roots were checked for this credential just now; no token was requested",
+                details: ["Another root may be checked in \(seconds(retryAt)) s.", advice], local: true)
+        case .tooManyRoots(let limit):
+            return TokenError(
+                credential: c.name,
+                message: "\(root) is not a confirmed ArcGIS server root, and the credential already uses \(limit) server roots found through requests (the most it may); no token was requested",
+                details: [advice], local: true)
         }
     }
 
@@ -186,8 +290,10 @@ public final class TokenService: @unchecked Sendable {
     /// (``Credential/identityMaterial``) changed, and removed ones, lose their tokens, backoffs and refresh
     /// tokens, in memory and in the state file; token requests running for them finish for the exchanges that
     /// waited but are not kept. The others keep everything. Returns the names whose tokens were dropped.
+    /// `timeoutSeconds`: `upstream_timeout_seconds` now configured, for token and `rest/info` requests started
+    /// from now on (nil: unchanged).
     @discardableResult
-    public func update(credentials: [Credential]) -> [String] {
+    public func update(credentials: [Credential], timeoutSeconds: Int? = nil) -> [String] {
         var next: [String: String] = [:]
         for c in credentials { next[c.name] = Crypto.sha256Hex(c.identityMaterial) }
         let store = CredentialStore(credentials)
@@ -196,6 +302,11 @@ public final class TokenService: @unchecked Sendable {
             let dropped = fingerprints.keys.filter { next[$0] != fingerprints[$0] }.sorted()
             cache.withLock { cache in
                 for name in dropped { cache.forget(credential: name) }
+            }
+            for name in dropped { confirmations.forget(credential: name) }
+            if let timeoutSeconds {
+                self.timeoutSeconds = timeoutSeconds
+                fetcher.timeoutSeconds = timeoutSeconds
             }
             fingerprints = next
             oauthUsers = users
