@@ -413,12 +413,12 @@ def test_post_reload_applies_or_rejects_and_is_counted(proxy_factory, origin, se
     s.trust_env = False
     assert s.get(p.admin + "/reload", timeout=10).status_code == 405
     rewrite(p, p.config_text.replace("FIRST-KEY", "SECOND-KEY"))
-    r = s.post(p.admin + "/reload", timeout=10)
+    r = s.post(p.admin + "/reload", headers={"X-Authproxy-Reload": "1"}, timeout=10)
     assert r.status_code == 200 and r.json()["applied"] is True, r.text
     assert "changed k" in r.json()["message"] and "SECOND-KEY" not in r.text
     assert echo_token(p, origin, session) == "SECOND-KEY"
     rewrite(p, p.config_text + "\n[proxy]\nbogus = 1\n")
-    r = s.post(p.admin + "/reload", timeout=10)
+    r = s.post(p.admin + "/reload", headers={"X-Authproxy-Reload": "1"}, timeout=10)
     assert r.status_code == 422 and r.json()["applied"] is False, r.text
     assert "line" in r.json()["message"]
     assert echo_token(p, origin, session) == "SECOND-KEY"

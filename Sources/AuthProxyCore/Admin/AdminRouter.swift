@@ -1,5 +1,5 @@
-/// What the admin listener answers, decided from the request line alone (no sockets): the routes of issue 12's
-/// admin listener over an ``AdminBackend``.
+/// What the admin listener answers, decided from an ``AdminRequest`` alone (no sockets): the routes of issue 12's
+/// admin listener over an ``AdminBackend``, behind ``AdminRequestPolicy``'s Host and cross-site checks.
 enum AdminRouter {
     struct Response: Equatable {
         var status: Int
@@ -24,8 +24,12 @@ enum AdminRouter {
     /// The Prometheus text format version 0.0.4 content type.
     static let prometheusContentType = "text/plain; version=0.0.4; charset=utf-8"
 
-    static func route(method: String, target: String, backend: any AdminBackend) -> Response {
-        let path = String(target.prefix { $0 != "?" })
+    /// `hosts`: `[admin] hosts`, lowercased.
+    static func route(_ request: AdminRequest, hosts: Set<String>, backend: any AdminBackend) -> Response {
+        // Before any route: a page that rebound its name to this address must learn nothing, not even 404s.
+        if let refusal = AdminRequestPolicy.hostRefusal(request, names: hosts) { return refusal }
+        let method = request.method
+        let path = String(request.target.prefix { $0 != "?" })
         let get = method == "GET" || method == "HEAD"
         switch path {
         case "/healthz":
@@ -47,6 +51,7 @@ enum AdminRouter {
             return .json(200, backend.statusJSON())
         case "/reload":
             guard method == "POST" else { return methodNotAllowed("POST") }
+            if let refusal = AdminRequestPolicy.reloadRefusal(request) { return .text(403, refusal + "\n") }
             let outcome = backend.reload(trigger: "POST /reload")
             return .json(outcome.applied ? 200 : 422,
                 "{\"applied\":\(outcome.applied),\"message\":\"\(jsonEscaped(outcome.message))\"}\n")

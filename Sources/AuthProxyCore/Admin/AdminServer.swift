@@ -7,21 +7,30 @@ import Glibc
 
 /// The `[admin]` listener: a small HTTP/1.1 server on its own queue, apart from the proxy's listeners so clients
 /// of the proxy cannot reach it. Each connection carries one request (answered with `Connection: close`);
-/// addresses outside `allow` are closed at accept, at most ``maxConnections`` are served at once, and a
-/// connection that has not sent its request within ``requestTimeout`` is closed. Answers come from
-/// ``AdminRouter``.
+/// addresses outside `allow` are closed at accept, at most ``maxConnections`` are open at once and
+/// ``maxConnectionsPerAddress`` per source address (at a limit the oldest connection still sending its request
+/// makes room: ``AdminConnectionSlots``), and a connection that has not sent its request within
+/// ``requestTimeout`` is closed. Answers come from ``AdminRouter``.
 ///
 /// Ownership: confined to `queue` (`@unchecked Sendable` so Dispatch handlers may capture it).
 final class AdminServer: @unchecked Sendable {
     static let maxConnections = 32
+    /// So one source cannot hold every slot (issue 25, item 8).
+    static let maxConnectionsPerAddress = 8
     static let maxRequestBytes = 16 * 1024
-    static let requestTimeout: DispatchTimeInterval = .seconds(10)
+    /// A probe, Prometheus or curl sends its request at once; 3 s (was 10 s) bounds how long a slow connection
+    /// holds a slot.
+    static let requestTimeout: DispatchTimeInterval = .seconds(3)
+    private let slots = AdminConnectionSlots(total: maxConnections, perAddress: maxConnectionsPerAddress)
 
     let address: ListenAddress
     let boundPort: Int
     private let fd: Int32
-    /// Who may connect; a reload may change it (``update(allow:)``).
+    /// Who may connect; a reload may change it (``update(allow:hosts:)``).
     private var allow: [AddressBlock]
+    /// `[admin] hosts`, lowercased: names besides IP literals and localhost that requests may be addressed to.
+    private var hosts: Set<String>
+    private var accepted: UInt64 = 0
     private let backend: any AdminBackend
     private let logger: Logger
     let queue = ProxyQueue.make("authproxy.admin")
@@ -32,6 +41,9 @@ final class AdminServer: @unchecked Sendable {
     /// One admin connection: its socket, what it sent so far, and the answer being written.
     private final class Connection {
         let fd: Int32
+        let peer: IPAddress
+        /// Accept order, for choosing the oldest to evict.
+        let sequence: UInt64
         var input: [UInt8] = []
         var output: [UInt8] = []
         var written = 0
@@ -39,12 +51,17 @@ final class AdminServer: @unchecked Sendable {
         var writer: (any DispatchSourceWrite)?
         var timer: (any DispatchSourceTimer)?
 
-        init(fd: Int32) { self.fd = fd }
+        init(fd: Int32, peer: IPAddress, sequence: UInt64) {
+            self.fd = fd
+            self.peer = peer
+            self.sequence = sequence
+        }
     }
 
     init(config: AdminConfig, backend: any AdminBackend, logger: Logger) throws(ServerError) {
         address = config.listen
         allow = config.allow
+        hosts = Set(config.hosts.map { $0.lowercased() })
         self.backend = backend
         self.logger = logger
         (fd, boundPort) = try openListeningSocket(config.listen)
@@ -59,9 +76,13 @@ final class AdminServer: @unchecked Sendable {
         source = startAcceptSource(fd: fd, queue: queue) { [unowned self] in self.acceptAll() }
     }
 
-    /// `[admin] allow` changed by a reload: applies to the next connections.
-    func update(allow: [AddressBlock]) {
-        queue.async { [self] in self.allow = allow }
+    /// `[admin] allow` or `hosts` changed by a reload: applies to the next connections and requests.
+    func update(allow: [AddressBlock], hosts: [String]) {
+        let names = Set(hosts.map { $0.lowercased() })
+        queue.async { [self] in
+            self.allow = allow
+            self.hosts = names
+        }
     }
 
     /// Stops accepting and closes open admin connections.
@@ -92,16 +113,42 @@ final class AdminServer: @unchecked Sendable {
                 ProxyMetrics.active?.denied(.clientAddress)
                 continue
             }
-            guard connections.count < Self.maxConnections else {
+            switch admission(for: ip) {
+            case .admit:
+                break
+            case .admitEvicting(let id):
+                guard let victim = connections[id] else { break }
+                close(victim)
+                if let held = throttle.admit("admin-evict", now: DispatchTime.now().uptimeNanoseconds) {
+                    logger.warning("admin connection closed to make room: it had not sent its request yet",
+                        metadata: ["client": "\(victim.peer)", "new_client": "\(describePeer(peer))",
+                            "evicted_since_last_report": "\(held)"])
+                }
+            case .refuse:
                 Glibc.close(c)
                 continue
             }
-            adopt(c)
+            adopt(c, peer: ip)
         }
     }
 
-    private func adopt(_ fd: Int32) {
-        let c = Connection(fd: fd)
+    /// Whether a connection from `ip` may be adopted, and whom it replaces.
+    private func admission(for ip: IPAddress) -> AdminConnectionSlots.Decision {
+        let first = slots.decide(peer: ip, open: openConnections())
+        guard first != .admit else { return first }
+        // Answer first what has already arrived: a connection whose request sits in its socket buffer (a probe
+        // accepted in the same batch) is not slow and must not be the one evicted.
+        for c in connections.values.sorted(by: { $0.sequence < $1.sequence }) where c.reader != nil { readable(c) }
+        return slots.decide(peer: ip, open: openConnections())
+    }
+
+    private func openConnections() -> [AdminConnectionSlots.Open] {
+        connections.values.map { .init(id: $0.fd, peer: $0.peer, sequence: $0.sequence, reading: $0.reader != nil) }
+    }
+
+    private func adopt(_ fd: Int32, peer: IPAddress) {
+        accepted += 1
+        let c = Connection(fd: fd, peer: peer, sequence: accepted)
         connections[fd] = c
         let r = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
         r.setEventHandler { [unowned self] in self.readable(c) }
@@ -151,13 +198,7 @@ final class AdminServer: @unchecked Sendable {
                 return
             }
             guard Int64(c.input.count - consumed) >= bodyLength else { return }
-            let target: String
-            switch head.target {
-            case .origin(let p): target = p
-            case .absolute(let u): target = u.pathAndQuery
-            case .authority: target = "*"
-            }
-            var response = AdminRouter.route(method: head.method, target: target, backend: backend)
+            var response = AdminRouter.route(AdminRequest(head: head), hosts: hosts, backend: backend)
             if head.isHead { response.body = [] }
             answer(c, response, bodyLengthOverride: head.isHead ? nil : response.body.count)
         }

@@ -54,7 +54,7 @@ public struct ConfigLoader: Sendable {
                 guard !l.values.isEmpty else { throw ConfigError(key: "proxy.listen", line: l.line, "needs at least one address") }
                 config.listen = try l.values.map { (s: String) throws(ConfigError) -> ListenAddress in
                     guard let a = ListenAddress.parse(s) else {
-                        throw ConfigError(key: "proxy.listen", line: l.line, "'\(s)' is not an address like 127.0.0.1:3128 or [::1]:3128")
+                        throw ConfigError(key: "proxy.listen", line: l.line, "\(proxy.shown("listen", s)) is not an address like 127.0.0.1:3128 or [::1]:3128")
                     }
                     return a
                 }
@@ -83,7 +83,7 @@ public struct ConfigLoader: Sendable {
                 for origin in o.values where origin != "*" {
                     guard let u = HTTPURL.parse(origin), u.target.pathAndQuery == "/", !origin.hasSuffix("/") else {
                         throw ConfigError(key: "proxy.allowed_origins", line: o.line,
-                            "'\(origin)' is not an origin like https://maps.example.com (scheme, host, optional port; no path)")
+                            "\(proxy.shown("allowed_origins", origin)) is not an origin like https://maps.example.com (scheme, host, optional port; no path)")
                     }
                 }
                 config.allowedOrigins = o.values
@@ -102,7 +102,7 @@ public struct ConfigLoader: Sendable {
             if let l = try log.string("level") {
                 guard let level = Logger.Level(rawValue: l) else {
                     throw ConfigError(key: "log.level", line: log.line(of: "level"),
-                        "'\(l)' is not one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", "))")
+                        "\(log.shown("level", l)) is not one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", "))")
                 }
                 config.logLevel = level
             }
@@ -114,10 +114,20 @@ public struct ConfigLoader: Sendable {
                 throw ConfigError(key: "admin.listen", line: admin.table.line, "[admin] needs listen, e.g. listen = \"127.0.0.1:9128\"")
             }
             guard let address = ListenAddress.parse(l) else {
-                throw ConfigError(key: "admin.listen", line: admin.line(of: "listen"), "'\(l)' is not an address like 127.0.0.1:9128 or [::1]:9128")
+                throw ConfigError(key: "admin.listen", line: admin.line(of: "listen"), "\(admin.shown("listen", l)) is not an address like 127.0.0.1:9128 or [::1]:9128")
             }
             var settings = AdminConfig(listen: address)
             if let blocks = try admin.addressBlocks("allow") { settings.allow = blocks }
+            if let names = try admin.stringArray("hosts") {
+                settings.hosts = try names.values.map { (h: String) throws(ConfigError) -> String in
+                    guard let name = Self.hostName(h) else {
+                        throw ConfigError(key: "admin.hosts", line: names.line,
+                            "\(admin.shown("hosts", h)) is not a host name like admin.example (no scheme, port or wildcard; "
+                                + "IP addresses and localhost are always accepted)")
+                    }
+                    return name
+                }
+            }
             try admin.finish()
             config.admin = settings
         }
@@ -152,8 +162,10 @@ public struct ConfigLoader: Sendable {
             return nil
         })
         if principals.count > 1 {
+            // The credentials, not the principals: a principal may have been read from a file or the environment.
+            let holders = config.credentials.filter { if case .kerberos = $0.kind { true } else { false } }.map(\.name)
             throw ConfigError(key: "credential", line: nil,
-                "only one Kerberos identity per proxy process is supported (GSS-API's credential cache is process-wide); found \(principals.sorted().joined(separator: ", "))")
+                "only one Kerberos identity per proxy process is supported (GSS-API's credential cache is process-wide); found \(principals.count) different principals in \(holders.joined(separator: ", "))")
         }
         try top.finish()
         let listen = listenOverride ?? config.listen
@@ -177,7 +189,7 @@ public struct ConfigLoader: Sendable {
         let known = Set(credentials.map(\.name))
         var out: [ProxyClient] = []
         for var entry in entries {
-            guard let name = try entry.string("name"), !name.isEmpty else {
+            guard let name = try entry.literalString("name"), !name.isEmpty else {
                 throw entry.missing("name", "every client needs a name")
             }
             guard !name.contains(":"), name.utf8.allSatisfy({ $0 > 0x20 && $0 != 0x7f }) else {
@@ -194,7 +206,7 @@ public struct ConfigLoader: Sendable {
             if let list = try entry.stringArray("credentials") {
                 for c in list.values where !known.contains(c) {
                     throw ConfigError(key: entry.path + ".credentials", line: list.line,
-                        "client '\(name)' names credential '\(c)', which is not defined")
+                        "client '\(name)' names credential \(entry.shown("credentials", c)), which is not defined")
                 }
                 scope = list.values
             }
@@ -205,7 +217,7 @@ public struct ConfigLoader: Sendable {
     }
 
     private func parseCredential(_ entry: inout TableReader, index: Int) throws(ConfigError) -> Credential {
-        guard let name = try entry.string("name"), !name.isEmpty else {
+        guard let name = try entry.literalString("name"), !name.isEmpty else {
             throw entry.missing("name", "every credential needs a name")
         }
         guard let type = try entry.string("type") else {
@@ -217,7 +229,7 @@ public struct ConfigLoader: Sendable {
         let prefixes = try match.values.map { (s: String) throws(ConfigError) -> MatchPrefix in
             guard let p = MatchPrefix.parse(s) else {
                 throw ConfigError(key: entry.path + ".match", line: match.line,
-                    "'\(s)' is not a URL prefix like https://host[:port][/path] (a leading *. matches subdomains)")
+                    "\(entry.shown("match", s)) is not a URL prefix like https://host[:port][/path] (a leading *. matches subdomains)")
             }
             return p
         }
@@ -246,7 +258,7 @@ public struct ConfigLoader: Sendable {
         func url(_ key: String, required isRequired: Bool) throws(ConfigError) -> String? {
             guard let v = isRequired ? try required(key) : try entry.string(key) else { return nil }
             guard let u = HTTPURL.parse(v) else {
-                throw ConfigError(key: entry.path + "." + key, line: entry.line(of: key), "'\(v)' is not an http(s) URL")
+                throw ConfigError(key: entry.path + "." + key, line: entry.line(of: key), "\(entry.shown(key, v)) is not an http(s) URL")
             }
             return u.withoutTrailingSlash
         }
@@ -269,7 +281,7 @@ public struct ConfigLoader: Sendable {
                     throw ConfigError(key: entry.path + ".expires", line: n.line, "expected an RFC 3339 date-time")
                 }
                 guard let ms = parseRFC3339(text) else {
-                    throw ConfigError(key: entry.path + ".expires", line: n.line, "'\(text)' is not an RFC 3339 date-time like 2026-12-31T23:59:00Z")
+                    throw ConfigError(key: entry.path + ".expires", line: n.line, "\(entry.shown("expires", text)) is not an RFC 3339 date-time like 2026-12-31T23:59:00Z")
                 }
                 expires = ms
             }
@@ -278,7 +290,7 @@ public struct ConfigLoader: Sendable {
             let referer = try entry.string("referer")
             let client = try entry.string("client") ?? (referer == nil ? "requestip" : "referer")
             guard ["referer", "requestip", "ip"].contains(client) else {
-                throw ConfigError(key: entry.path + ".client", line: entry.line(of: "client"), "'\(client)' is not one of \"referer\", \"requestip\", \"ip\"")
+                throw ConfigError(key: entry.path + ".client", line: entry.line(of: "client"), "\(entry.shown("client", client)) is not one of \"referer\", \"requestip\", \"ip\"")
             }
             if client == "referer" && referer == nil {
                 throw ConfigError(key: entry.path + ".referer", line: entry.table.line, "client = \"referer\" needs a referer")
@@ -296,7 +308,7 @@ public struct ConfigLoader: Sendable {
             let redirect = try required("redirect_uri")
             guard redirect == "urn:ietf:wg:oauth:2.0:oob" || HTTPURL.parse(redirect) != nil else {
                 throw ConfigError(key: entry.path + ".redirect_uri", line: entry.line(of: "redirect_uri"),
-                    "'\(redirect)' is neither an http(s) URL nor urn:ietf:wg:oauth:2.0:oob")
+                    "\(entry.shown("redirect_uri", redirect)) is neither an http(s) URL nor urn:ietf:wg:oauth:2.0:oob")
             }
             kind = .oauthUser(OAuthUserSettings(
                 clientID: try required("client_id"), portalURL: try url("portal_url", required: true)!, redirectURI: redirect))
@@ -305,7 +317,7 @@ public struct ConfigLoader: Sendable {
             let pin = try entry.string("pinned_public_key")
             let insecure = try entry.bool("insecure") ?? false
             if let caFile, access(caFile, R_OK) != 0 {
-                throw ConfigError(key: entry.path + ".ca_file", line: entry.line(of: "ca_file"), "cannot read '\(caFile)': \(lastErrorString())")
+                throw ConfigError(key: entry.path + ".ca_file", line: entry.line(of: "ca_file"), "cannot read \(entry.shown("ca_file", caFile)): \(lastErrorString())")
             }
             if let pin, !pin.hasPrefix("sha256//") {
                 throw ConfigError(key: entry.path + ".pinned_public_key", line: entry.line(of: "pinned_public_key"),
@@ -330,7 +342,7 @@ public struct ConfigLoader: Sendable {
                 schemes = []
                 for s in list.values {
                     guard let scheme = PasswordScheme(rawValue: s.lowercased()) else {
-                        throw ConfigError(key: entry.path + ".schemes", line: list.line, "'\(s)' is not one of basic, digest, ntlm")
+                        throw ConfigError(key: entry.path + ".schemes", line: list.line, "\(entry.shown("schemes", s)) is not one of basic, digest, ntlm")
                     }
                     schemes.insert(scheme)
                 }
@@ -352,7 +364,7 @@ public struct ConfigLoader: Sendable {
                 throw ConfigError(key: entry.path, line: entry.table.line, "a kerberos credential needs exactly one of keytab or password")
             }
             if let keytab, access(keytab, R_OK) != 0 {
-                throw ConfigError(key: entry.path + ".keytab", line: entry.line(of: "keytab"), "cannot read '\(keytab)': \(lastErrorString())")
+                throw ConfigError(key: entry.path + ".keytab", line: entry.line(of: "keytab"), "cannot read \(entry.shown("keytab", keytab)): \(lastErrorString())")
             }
             kind = .kerberos(KerberosSettings(principal: principal, keytab: keytab, password: password))
         case "certificate":
@@ -362,13 +374,17 @@ public struct ConfigLoader: Sendable {
                 throw ConfigError(key: entry.path, line: entry.table.line,
                     "a certificate credential needs file (+ password) for PKCS#12, or cert + key (+ key_password) for PEM")
             }
-            if let problem = ClientCertificateCheck.validate(s) {
+            if var problem = ClientCertificateCheck.validate(s) {
+                // The check quotes the paths it could not use: not those read from a file or the environment.
+                for (k, v) in [("file", s.file), ("cert", s.cert), ("key", s.key)] where entry.isReference(k) {
+                    if let v, !v.isEmpty { problem = problem.replacing("'\(v)'", with: entry.shown(k, v)) }
+                }
                 throw ConfigError(key: entry.path + (s.file != nil ? ".file" : ".cert"), line: entry.line(of: s.file != nil ? "file" : "cert"), problem)
             }
             kind = .certificate(s)
         default:
             throw ConfigError(key: entry.path + ".type", line: entry.line(of: "type"),
-                "credential type '\(type)' of '\(name)' is not supported (supported: api-key, token, arcgis-token, oauth-app, oauth-user, server-trust, password, kerberos, certificate)")
+                "credential type \(entry.shown("type", type)) of '\(name)' is not supported (supported: api-key, token, arcgis-token, oauth-app, oauth-user, server-trust, password, kerberos, certificate)")
         }
         try entry.finish()
         var credential = Credential(name: name, kind: kind, match: prefixes, placement: placement, overrideClientToken: override,
@@ -384,6 +400,20 @@ public struct ConfigLoader: Sendable {
             credential.prefetch = true
         }
         return credential
+    }
+
+    /// `[admin] hosts` entry `text` lowercased when it is a DNS name (letters, digits, hyphens, dots; labels of
+    /// 1–63 characters), else nil: no scheme, port, path or wildcard, so the list says exactly what is accepted.
+    static func hostName(_ text: String) -> String? {
+        let name = text.lowercased()
+        guard !name.isEmpty, name.utf8.count <= 253 else { return nil }
+        let labels = name.split(separator: ".", omittingEmptySubsequences: false)
+        for label in labels {
+            guard (1...63).contains(label.utf8.count), label.first != "-", label.last != "-",
+                label.utf8.allSatisfy({ ($0 >= 97 && $0 <= 122) || ($0 >= 48 && $0 <= 57) || $0 == 45 })
+            else { return nil }
+        }
+        return name
     }
 
     public static func processEnvironment() -> [String: String] {
@@ -407,6 +437,12 @@ struct TableReader {
     /// Where resolved `file:` secrets are recorded (nil: nobody asked).
     let reads: SecretFileReads?
     private var used: Set<String> = []
+    /// Keys whose value (or one of whose array items) was read from `file:` or `${ENV}`, with that reference as
+    /// written: such a value is never quoted in an error (issue 25, item 7).
+    private var references: [String: String] = [:]
+
+    /// Keys that hold secrets: their values are never quoted in an error, even when written literally.
+    static let secretKeys: Set<String> = ["key", "token", "password", "client_secret", "key_password", "state_key"]
 
     /// See ``ConfigLoader/acceptUnfilled``.
     let acceptUnfilled: Bool
@@ -436,7 +472,35 @@ struct TableReader {
         ConfigError(key: key(k), line: n.line, "expected \(expected), found \(n.value.typeName)")
     }
 
-    func resolve(_ raw: String, key k: String, line: Int) throws(ConfigError) -> String {
+    /// How an error shows the value `value` of key `k`: quoted when the operator wrote it literally into a key
+    /// that holds no secret; otherwise only where it came from. Someone who may edit the configuration but not
+    /// read a secret could otherwise name the secret in a field that quotes what it got and read the error.
+    func shown(_ k: String, _ value: String) -> String {
+        if let reference = references[k] { return "the value read from \(reference)" }
+        if Self.secretKeys.contains(k) { return "the value (a secret, not shown)" }
+        return "'\(value)'"
+    }
+
+    /// Whether key `k`'s value (or one of its items) came from `file:` or `${ENV}`.
+    func isReference(_ k: String) -> Bool { references[k] != nil }
+
+    static func isReference(_ raw: String) -> Bool {
+        (raw.hasPrefix("${") && raw.hasSuffix("}") && raw.count > 3) || raw.hasPrefix("file:")
+    }
+
+    /// A string that must be written literally: a name shown in logs, metrics and on the status page, where a
+    /// value read from a secret would be published.
+    mutating func literalString(_ k: String) throws(ConfigError) -> String? {
+        if let n = table[k], case .string(let raw) = n.value, Self.isReference(raw) {
+            used.insert(k)
+            throw ConfigError(key: key(k), line: n.line,
+                "must be written literally, not read from a file or the environment (it is shown in logs, metrics and on the status page)")
+        }
+        return try string(k)
+    }
+
+    mutating func resolve(_ raw: String, key k: String, line: Int) throws(ConfigError) -> String {
+        if Self.isReference(raw), references[k] == nil { references[k] = raw }
         if raw.hasPrefix("${"), raw.hasSuffix("}"), raw.count > 3 {
             let name = String(raw.dropFirst(2).dropLast())
             guard let v = env[name] else {
@@ -489,7 +553,7 @@ struct TableReader {
         guard let s = try string(k) else { return nil }
         guard let v = E(rawValue: s) else {
             throw ConfigError(key: key(k), line: line(of: k),
-                "'\(s)' is not one of \(E.allCases.map { "\"\($0.rawValue)\"" }.joined(separator: ", "))")
+                "\(shown(k, s)) is not one of \(E.allCases.map { "\"\($0.rawValue)\"" }.joined(separator: ", "))")
         }
         return v
     }
@@ -510,7 +574,7 @@ struct TableReader {
         guard let list = try stringArray(k) else { return nil }
         return try list.values.map { (s: String) throws(ConfigError) -> AddressBlock in
             guard let b = AddressBlock.parse(s) else {
-                throw ConfigError(key: key(k), line: list.line, "'\(s)' is not a CIDR block like 10.42.0.0/16 or fd00::/8")
+                throw ConfigError(key: key(k), line: list.line, "\(shown(k, s)) is not a CIDR block like 10.42.0.0/16 or fd00::/8")
             }
             return b
         }

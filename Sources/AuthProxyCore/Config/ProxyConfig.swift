@@ -98,10 +98,14 @@ public struct AdminConfig: Sendable, Equatable {
     public var listen: ListenAddress
     /// Client addresses served; others are closed right after accept. Default: loopback only.
     public var allow: [AddressBlock] = AddressBlock.loopback
+    /// Host names (lowercase, no port) that requests may be addressed to besides IP literals and `localhost`:
+    /// a guard against DNS rebinding from web pages (``AdminRequestPolicy``). Default: none.
+    public var hosts: [String] = []
 
-    public init(listen: ListenAddress, allow: [AddressBlock] = AddressBlock.loopback) {
+    public init(listen: ListenAddress, allow: [AddressBlock] = AddressBlock.loopback, hosts: [String] = []) {
         self.listen = listen
         self.allow = allow
+        self.hosts = hosts
     }
 }
 

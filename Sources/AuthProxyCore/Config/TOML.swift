@@ -73,6 +73,9 @@ public struct TOMLParser {
     /// (`a.a.a.…= 1`): a key path has at most as many parts. Nesting stays in the low thousands at most.
     private var depth = 0
     static let maxDepth = 64
+    /// The key whose value is being read, for errors: they name the key and where, never the text that failed
+    /// to parse (an unquoted API key is a syntax error, and errors reach logs and the admin listener).
+    private var valueKey = ""
 
     public static func parse(_ text: String) throws(TOMLError) -> TOMLTable {
         var p = TOMLParser(s: Array(text.utf8))
@@ -85,6 +88,19 @@ public struct TOMLParser {
     private var peek: UInt8 { i < s.count ? s[i] : 0 }
     private func peek(_ k: Int) -> UInt8 { i + k < s.count ? s[i + k] : 0 }
     private func fail(_ m: String) -> TOMLError { TOMLError(line: line, message: m) }
+
+    /// The 1-based (byte) column of position `j` on its line.
+    private func column(at j: Int) -> Int {
+        var k = min(j, s.count)
+        while k > 0, s[k - 1] != 10 { k -= 1 }
+        return min(j, s.count) - k + 1
+    }
+
+    /// The error for a value that could not be read at `start`: key, column and a hint, not the text.
+    private func invalidValue(at start: Int) -> TOMLError {
+        let key = valueKey.isEmpty ? "" : " for key '\(valueKey)'"
+        return fail("column \(column(at: start)): invalid value\(key) (a string needs quotes: key = \"...\")")
+    }
 
     private mutating func skipSpaces() {
         while !atEnd, peek == 32 || peek == 9 { i += 1 }
@@ -198,9 +214,13 @@ public struct TOMLParser {
         let keyLine = line
         let path = try keyPath()
         skipSpaces()
-        guard peek == 61 /* = */ else { throw fail("expected '=' after key '\(path.joined(separator: "."))'") }
+        // Not quoting the key: a line holding only a pasted secret reads as a bare key.
+        guard peek == 61 /* = */ else { throw fail("column \(column(at: i)): expected '=' after a key") }
         i += 1
         skipSpaces()
+        let outer = valueKey
+        valueKey = path.joined(separator: ".")
+        defer { valueKey = outer }
         let v = try value()
         var t = table
         for key in path.dropLast() { t = try descend(t, key, line: keyLine) }
@@ -241,7 +261,7 @@ public struct TOMLParser {
         case 116, 102:
             if matches("true") { i += 4; return .bool(true) }
             if matches("false") { i += 5; return .bool(false) }
-            throw fail("invalid value")
+            throw invalidValue(at: i)
         default: return try numberOrDate()
         }
     }
@@ -410,7 +430,10 @@ public struct TOMLParser {
             while !atEnd, isBareKeyChar(peek) || peek == 43 || peek == 46 || peek == 58 { i += 1 }
         }
         let text = String(decoding: s[start..<i], as: UTF8.self)
-        guard !text.isEmpty else { throw fail("expected a value") }
+        guard !text.isEmpty else {
+            let key = valueKey.isEmpty ? "" : " for key '\(valueKey)'"
+            throw fail("column \(column(at: start)): expected a value\(key)")
+        }
         let u = Array(text.utf8)
         if u.count >= 10, u[4] == 45, u[7] == 45, u[0...3].allSatisfy({ $0 >= 48 && $0 <= 57 }) {
             return .datetime(text)
@@ -430,7 +453,7 @@ public struct TOMLParser {
         default: break
         }
         if let d = Double(clean), clean.contains(where: { $0 == "." || $0 == "e" || $0 == "E" }) { return .float(d) }
-        throw fail("invalid value '\(text.prefix(40))'")
+        throw invalidValue(at: start)
     }
 }
 

@@ -111,6 +111,7 @@ public struct ConfigDiff: Sendable, Equatable {
         note("proxy.http_client", old.httpClient != new.httpClient)
         note("log.level", old.logLevel != new.logLevel)
         note("admin.allow", old.admin != nil && new.admin != nil && old.admin?.allow != new.admin?.allow)
+        note("admin.hosts", old.admin != nil && new.admin != nil && old.admin?.hosts != new.admin?.hosts)
         note("tls", old.tls != new.tls)
         // Client passwords are compared by their per-process fingerprints (never by value).
         note(

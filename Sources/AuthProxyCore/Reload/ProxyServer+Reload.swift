@@ -83,7 +83,8 @@ extension ProxyServer {
             self.kerberos?.stop()
             self.kerberos = kerberos
         }
-        if !tokensCreated { tokens?.update(credentials: next.credentials) }
+        // The token service's requests take the reloaded upstream_timeout_seconds too (it outlives reloads).
+        if !tokensCreated { tokens?.update(credentials: next.credentials, timeoutSeconds: next.upstreamTimeoutSeconds) }
         // Prefetching follows: stopped for removed and changed credentials, started for changed and added ones
         // (one already running with the same settings goes on).
         tokens?.stopPrefetching(diff.removed + diff.changed)
@@ -103,7 +104,7 @@ extension ProxyServer {
         // uses the new one.
         for loop in loops { loop.queue.async { loop.install(context) } }
         for l in listeners { l.install(context.access) }
-        if let a = next.admin { admin?.update(allow: a.allow) }
+        if let a = next.admin { admin?.update(allow: a.allow, hosts: a.hosts) }
         updateWatcher()
 
         let result = ReloadResult(trigger: trigger, outcome: .applied(diff), generation: context.generation)
