@@ -223,7 +223,11 @@ extension ClientConnection {
         if let injected = x.injectedToken {
             // Echoed anywhere in the head (a redirect's URL, nested in its ReturnUrl=, a Link or a Set-Cookie),
             // the token would reach the client and whatever host it follows the redirect to.
-            x.responseHead.rewriteValues { RedirectTokenScrub.clean($0, token: injected.value, isURLField: $1) }
+            if let finder = EncodedTokenFinder(injected.value) {
+                x.responseHead.rewriteValues {
+                    RedirectTokenScrub.clean($0, finder: finder, token: injected.value, isURLField: $1)
+                }
+            }
             // A redirect's body repeats its URL ("Object moved ... <a href=...>"): the token is masked there too.
             let s = x.responseHead.status
             x.bodyMask = s >= 300 && s < 400 ? injected.value : nil

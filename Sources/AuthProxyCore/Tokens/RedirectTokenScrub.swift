@@ -47,7 +47,10 @@ enum RedirectTokenScrub {
     /// value (after ``scrub(_:token:)`` on URLs) and the body of a redirect, whose HTML repeats the URL; a token
     /// split across two body chunks is not caught (such bodies are a few hundred bytes, one chunk).
     static func mask(_ bytes: UnsafeRawBufferPointer, token: String) -> [UInt8]? {
-        guard let finder = EncodedTokenFinder(token) else { return nil }
+        EncodedTokenFinder(token).flatMap { mask(bytes, finder: $0) }
+    }
+
+    static func mask(_ bytes: UnsafeRawBufferPointer, finder: EncodedTokenFinder) -> [UInt8]? {
         let found = finder.ranges(in: bytes)
         guard !found.isEmpty else { return nil }
         var out = Array(bytes)
@@ -59,10 +62,15 @@ enum RedirectTokenScrub {
     /// loses its `token=<token>` query fields, and what is left of the token anywhere, in any encoding (nested
     /// in `ReturnUrl=`, after `&amp;` or `;`, in `Link` or `Set-Cookie`), is masked. nil when nothing changed.
     static func clean(_ value: UnsafeRawBufferPointer, token: String, isURLField: Bool) -> [UInt8]? {
+        EncodedTokenFinder(token).flatMap { clean(value, finder: $0, token: token, isURLField: isURLField) }
+    }
+
+    /// ``clean(_:token:isURLField:)`` with the finder made once for all of a head's fields.
+    static func clean(_ value: UnsafeRawBufferPointer, finder: EncodedTokenFinder, token: String, isURLField: Bool) -> [UInt8]? {
         if isURLField, let scrubbed = scrub(value, token: token) {
-            return scrubbed.withUnsafeBytes { mask($0, token: token) } ?? scrubbed
+            return scrubbed.withUnsafeBytes { mask($0, finder: finder) } ?? scrubbed
         }
-        return mask(value, token: token)
+        return mask(value, finder: finder)
     }
 
     /// `token=<t>`, however encoded.
