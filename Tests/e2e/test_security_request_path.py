@@ -18,81 +18,25 @@ from harness import cred
 # 1. A non-idempotent request is never sent twice
 # ---------------------------------------------------------------------------------------------------------
 
-class DropsSecondRequest:
-    """A raw HTTP/1.1 backend: on each connection it answers the first request (kept alive), then reads the
-    second one to its end (head and Content-Length body) and closes without a byte of answer: the shape of a
-    server that processed a request and died, or an idle-timeout close that raced the request. Every request it
-    read is recorded as (connection number, method, path, body)."""
+class DropsSecondRequest(harness.RawBackend):
+    """An upstream that answers the first request on each connection (kept alive), then reads the second one to
+    its end and closes without a byte of answer: the shape of a server that processed a request and died, or of
+    an idle-timeout close that raced the request. `requests` records every request it read."""
 
     def __init__(self):
-        self.sock = socket.socket()
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.port = self.sock.getsockname()[1]
-        self.lock = threading.Lock()
-        self.seen = []
-        self.connections = 0
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__(respond=self._answer)
 
-    @property
-    def url(self):
-        return "http://127.0.0.1:%d" % self.port
-
-    def _accept(self):
-        while True:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                return
-            with self.lock:
-                self.connections += 1
-                n = self.connections
-            threading.Thread(target=self._serve, args=(c, n), daemon=True).start()
-
-    def _serve(self, c, n):
-        buf = b""
-        count = 0
-        try:
-            while True:
-                while b"\r\n\r\n" not in buf:
-                    d = c.recv(65536)
-                    if not d:
-                        return
-                    buf += d
-                head, _, buf = buf.partition(b"\r\n\r\n")
-                lines = head.split(b"\r\n")
-                method, target = lines[0].split(b" ")[:2]
-                length = 0
-                for line in lines[1:]:
-                    k, _, v = line.partition(b":")
-                    if k.strip().lower() == b"content-length":
-                        length = int(v.strip())
-                while len(buf) < length:
-                    d = c.recv(65536)
-                    if not d:
-                        return
-                    buf += d
-                body, buf = buf[:length], buf[length:]
-                count += 1
-                with self.lock:
-                    self.seen.append((n, method.decode(), target.decode(), body))
-                if count == 2:
-                    c.shutdown(socket.SHUT_RDWR)
-                    return
-                reply = b"answer-%d-%d" % (n, count)
-                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(reply) + reply)
-        except OSError:
-            pass
-        finally:
-            c.close()
+    def _answer(self, req):
+        with self.lock:
+            nth = sum(1 for r in self.requests if r.conn == req.conn)
+        if nth == 2:
+            return [harness.RawBackend.CLOSE]
+        reply = b"answer-%d-%d" % (req.conn, nth)
+        return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(reply) + reply
 
     def requests_for(self, marker):
         with self.lock:
-            return [s for s in self.seen if marker in s[2]]
-
-    def stop(self):
-        self.sock.close()
+            return [r for r in self.requests if marker in r.target]
 
 
 @pytest.fixture
@@ -129,7 +73,7 @@ def test_a_non_idempotent_request_is_not_sent_again_after_the_connection_died(pr
     assert len(seen) == 1, "the %s reached the server %d times: %r" % (method, len(seen), seen)
     if status == 200:
         # libcurl never puts a bodyless non-idempotent request on a reused connection: it had a new one.
-        assert body == b"" and seen[0][0] != drops_second.requests_for("/warm")[0][0], (status, text, seen)
+        assert body == b"" and seen[0].conn != drops_second.requests_for("/warm")[0].conn, (status, text, seen)
         return
     assert status == 502, (status, text)
     err = json.loads(text)
@@ -144,7 +88,7 @@ def test_an_idempotent_request_still_goes_again_on_a_new_connection(proxy_factor
     seen = drops_second.requests_for("/second")
     assert status == 200, (status, text)
     assert text.startswith(b"answer-")
-    assert len(seen) == 2 and seen[0][0] != seen[1][0], seen
+    assert len(seen) == 2 and seen[0].conn != seen[1].conn, seen
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -218,16 +162,16 @@ def _connected_from(source, p):
     return s
 
 
-def _get_on(s, url, key_header=None):
+def _get_on(s, url):
+    """One GET on the raw connection `s` -> the bytes of the answer (head and Content-Length body)."""
     u = urllib.parse.urlsplit(url)
     s.sendall(("GET %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (url, u.netloc)).encode())
-    data = b""
+    return _read_answer(s)
+
+
+def _read_answer(s):
     try:
-        while b"\r\n\r\n" not in data:
-            d = s.recv(65536)
-            if not d:
-                break
-            data += d
+        data = harness.read_head(s)
         head, _, rest = data.partition(b"\r\n\r\n")
         n = 0
         for line in head.split(b"\r\n")[1:]:
@@ -239,9 +183,9 @@ def _get_on(s, url, key_header=None):
             if not d:
                 break
             rest += d
-        return data
+        return head + b"\r\n\r\n" + rest
     except (ConnectionResetError, BrokenPipeError):
-        return data
+        return b""
 
 
 def _closed_by_peer(s, timeout=5.0):
@@ -307,13 +251,8 @@ def test_a_request_in_flight_across_the_narrowing_reload_finishes_and_the_next_g
             time.sleep(0.02)
         _rewrite_and_reload(p, p.config_text.replace('allow_clients = ["127.0.0.0/8"]', 'allow_clients = ["127.0.0.1/32"]'))
         release.set()
-        data = b""
-        while b"ok" not in data:
-            d = s.recv(4096)
-            if not d:
-                break
-            data += d
-        assert data.startswith(b"HTTP/1.1 200"), data
+        data = _read_answer(s)
+        assert data.startswith(b"HTTP/1.1 200") and data.endswith(b"ok"), data
         second = _get_on(s, slow.url + "/again")
         assert second.startswith(b"HTTP/1.1 403"), second[:300]
         assert b"allow_clients" in second
