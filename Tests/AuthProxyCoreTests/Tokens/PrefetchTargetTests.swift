@@ -3,17 +3,9 @@ import Testing
 @testable import AuthProxyCore
 
 @Suite struct PrefetchTargetTests {
-    func credential(_ body: String) throws -> Credential {
-        try #require(try ConfigLoader(environment: [:]).parse("[proxy]\nlisten = [\"127.0.0.1:3128\"]\n" + body).credentials.first)
-    }
+    func credential(_ body: String) throws -> Credential { try TokenTestSupport.credential(body) }
 
-    func key(_ c: Credential, _ url: String) throws -> String {
-        guard case .absolute(let u)? = try? RequestHeadParser.parseTarget(method: "GET", url) else {
-            Issue.record("bad url \(url)")
-            return ""
-        }
-        return TokenService.key(for: c, target: u)
-    }
+    func key(_ c: Credential, _ url: String) throws -> String { TokenTestSupport.key(c, url) }
 
     @Test func aPortalMatchIsPrefetchedUnderTheKeyItsAPIRequestsUse() throws {
         let c = try credential("""
