@@ -345,10 +345,12 @@ struct ResponseHeadAssembler {
         }
     }
 
-    /// Gives every field value to `transform` (with whether it is a `Location`, `Content-Location` or `Refresh`
-    /// URL) and keeps what it returns instead; nil keeps the value.
-    mutating func rewriteValues(_ transform: (UnsafeRawBufferPointer, _ isLocation: Bool) -> [UInt8]?) {
-        for i in fields.indices {
+    /// Gives every field value of at least `minLength` bytes to `transform` (with whether it is a `Location`,
+    /// `Content-Location` or `Refresh` URL) and keeps what it returns instead; nil keeps the value. The length
+    /// check comes first because this runs for every response to a request with an injected token, and a value
+    /// shorter than the token cannot hold it (nearly every field: dates, types, lengths).
+    mutating func rewriteValues(minLength: Int, _ transform: (UnsafeRawBufferPointer, _ isLocation: Bool) -> [UInt8]?) {
+        for i in fields.indices where fields[i].valueEnd - fields[i].valueStart >= minLength {
             let isLocation = fields[i].kind & Kind.location != 0
             replaceValue(i) { transform($0, isLocation) }
         }

@@ -224,7 +224,7 @@ extension ClientConnection {
             // Echoed anywhere in the head (a redirect's URL, nested in its ReturnUrl=, a Link or a Set-Cookie),
             // the token would reach the client and whatever host it follows the redirect to.
             if let finder = EncodedTokenFinder(injected.value) {
-                x.responseHead.rewriteValues {
+                x.responseHead.rewriteValues(minLength: injected.value.utf8.count) {
                     RedirectTokenScrub.clean($0, finder: finder, token: injected.value, isURLField: $1)
                 }
             }
