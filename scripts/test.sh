@@ -18,8 +18,8 @@ if [ ${#need[@]} -gt 0 ]; then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
 fi
-python3 -c 'import requests, pytest, yaml, prometheus_client' 2>/dev/null \
-  || python3 -m pip install -q requests pytest pyyaml prometheus-client
+python3 -c 'import requests, pytest, yaml, prometheus_client, websockets, sys; sys.exit(int(websockets.__version__.split(".")[0]) < 15)' 2>/dev/null \
+  || python3 -m pip install -q requests pytest pyyaml prometheus-client 'websockets>=15'
 
 echo "== swift build (release: what the run command builds)"
 swift build -c release --product authproxy

@@ -229,7 +229,7 @@ public struct ConfigLoader: Sendable {
         let prefixes = try match.values.map { (s: String) throws(ConfigError) -> MatchPrefix in
             guard let p = MatchPrefix.parse(s) else {
                 throw ConfigError(key: entry.path + ".match", line: match.line,
-                    "\(entry.shown("match", s)) is not a URL prefix like https://host[:port][/path] (a leading *. matches subdomains)")
+                    "\(entry.shown("match", s)) is not a URL prefix like https://host[:port][/path] (http, https, ws or wss; a leading *. matches subdomains)")
             }
             return p
         }

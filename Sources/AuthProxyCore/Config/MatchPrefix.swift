@@ -23,7 +23,9 @@ public struct MatchPrefix: Sendable, Equatable, CustomStringConvertible {
 
     public static func parse(_ text: String) -> MatchPrefix? {
         guard let schemeEnd = text.firstRange(of: "://") else { return nil }
-        let scheme = text[..<schemeEnd.lowerBound].lowercased()
+        var scheme = text[..<schemeEnd.lowerBound].lowercased()
+        // A WebSocket prefix is its handshake's http(s) prefix (RFC 6455 §3): `ws://h/p` matches as `http://h/p`.
+        if scheme == "ws" { scheme = "http" } else if scheme == "wss" { scheme = "https" }
         guard scheme == "http" || scheme == "https" else { return nil }
         let rest = text[schemeEnd.upperBound...]
         // Bytes, not Characters: a `/`, `?` or `#` followed by a combining mark is one Character with it, which a

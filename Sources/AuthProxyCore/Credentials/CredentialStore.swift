@@ -106,9 +106,11 @@ public struct CredentialStore: Sendable {
         credentials.contains { c in c.match.contains { $0.matches(target) } }
     }
 
-    /// Whether any credential's prefix covers `host:port` over https (for CONNECT).
+    /// Whether any credential's prefix covers `host:port`, over https or http (for CONNECT: browsers, .NET and
+    /// Python `websockets` tunnel even plain `ws://` through CONNECT, which then carries http inside).
     public func matchesHost(_ host: String, port: Int) -> Bool {
         matchesOrigin(URLTarget(scheme: "https", host: host, port: port, pathAndQuery: "/"))
+            || matchesOrigin(URLTarget(scheme: "http", host: host, port: port, pathAndQuery: "/"))
     }
 
     public func credential(named name: String) -> Credential? {

@@ -296,6 +296,41 @@ extension ExchangeStateMachine {
         state = .exchange(e)
     }
 
+    /// The upstream answered the exchange's WebSocket handshake with `101`: the connection becomes a two-way byte
+    /// relay (the tunnel state: its own idle timeout, half-close and back-pressure), and the exchange is kept for
+    /// the access-log line written when the relay ends. False when there is no exchange (the client went away).
+    mutating func upgraded() -> Bool {
+        guard case .exchange(var e) = state else { return false }
+        e.status = 101
+        e.upstream = .finished
+        e.keepAlive = false
+        state = .tunnel(e)
+        return true
+    }
+
+    /// Inside a CONNECT to a matched host (answered 200, waiting for its first bytes in ``State/tlsHandshake``),
+    /// the client began TLS and no interception applies: a blind tunnel relays it, with an exchange for the
+    /// CONNECT's access-log line (begun at `started`).
+    mutating func tunnelAfterFirstBytes(started: UInt64) {
+        guard case .tlsHandshake = state else { return }
+        exchanges += 1
+        var e = Exchange(serial: exchanges, started: started, isHead: false, clientMinorVersion: 1, expectsContinue: false,
+            keepAlive: false, request: .complete)
+        e.upstream = .finished
+        e.status = 200
+        state = .tunnel(e)
+    }
+
+    /// Inside a CONNECT to a matched host, the first bytes are neither TLS nor HTTP (or TLS no rule lets through): an
+    /// exchange without a request begins, to be answered with an error and a close (a matched host never becomes
+    /// a raw tunnel past `connect_ports`).
+    mutating func tunnelContentRefused(started: UInt64) {
+        guard case .tlsHandshake = state else { return }
+        exchanges += 1
+        state = .exchange(Exchange(serial: exchanges, started: started, isHead: false, clientMinorVersion: 1,
+            expectsContinue: false, keepAlive: false, request: .complete))
+    }
+
     /// CONNECT to an intercepted host was answered 200: the exchange ends and the TLS handshake begins.
     mutating func interceptionStarted(now: UInt64) {
         guard exchange != nil else { return }

@@ -51,11 +51,12 @@ struct ExchangeStateMachine: Equatable {
     enum State: Equatable {
         /// Between requests. `headStarted`: when the first byte of the next head arrived (nil: none yet).
         case awaitingHead(headStarted: UInt64?)
-        /// TLS with the client after an intercepted CONNECT, handshake not finished.
+        /// TLS with the client after an intercepted CONNECT, handshake not finished; or a CONNECT to a matched host
+        /// answered 200 whose first bytes (TLS, plain HTTP, anything else) are awaited. The header timeout applies.
         case tlsHandshake(since: UInt64)
         case exchange(Exchange)
-        /// A blind CONNECT tunnel owns the socket (its own timeouts apply); the CONNECT's exchange is kept for
-        /// its answer should the tunnel fail to open.
+        /// A blind CONNECT tunnel, or a WebSocket relayed after its `101`, owns the socket (its own timeouts apply);
+        /// the exchange is kept for its answer should the tunnel fail to open, and for the access-log line.
         case tunnel(Exchange)
         /// The last response is written or being written and our side half-closes when it is flushed; input is
         /// discarded until the client closes, sends nothing for ``Limits/linger``, or ``Limits/lingerTotal`` has

@@ -69,6 +69,10 @@ public struct RequestHead: Sendable, Equatable {
     /// Whether the client wants the connection kept open after this exchange.
     public var keepAlive: Bool
     public var expectsContinue: Bool
+    /// The `Upgrade` value of a WebSocket handshake (`GET`, HTTP/1.1, `Connection: upgrade`, `Upgrade: websocket`,
+    /// no body), which goes upstream with `Connection: Upgrade` so that a `101` can answer it; nil for every other
+    /// request (their `Upgrade`, such as `h2c`, stays hop-by-hop and is dropped).
+    public var upgrade: String? = nil
 
     public var isHead: Bool { method == "HEAD" }
 }

@@ -185,9 +185,24 @@ public struct RequestHeadParser: Sendable {
             expectsContinue = minor == 1
         }
 
-        return RequestHead(
+        var head = RequestHead(
             method: method, target: target, minorVersion: minor, headers: headers, framing: framing,
             keepAlive: keepAlive, expectsContinue: expectsContinue)
+        // Looked at only when `Connection` lists `upgrade`: every other request pays one look at a short list.
+        if connection.contains("upgrade") { head.upgrade = webSocketUpgrade(head) }
+        return head
+    }
+
+    /// The `Upgrade` value to forward when `head` is a WebSocket handshake (RFC 6455 §4.1: GET, HTTP/1.1, no body,
+    /// `Upgrade` naming `websocket`), nil otherwise. Other protocols (`h2c`) are not relayed.
+    static func webSocketUpgrade(_ head: RequestHead) -> String? {
+        guard head.method == "GET", head.minorVersion == 1, head.framing == .none || head.framing == .contentLength(0),
+            head.headers.tokens("upgrade").contains("websocket")
+        else { return nil }
+        switch head.target {
+        case .absolute, .origin: return head.headers.values("upgrade").joined(separator: ", ")
+        case .authority: return nil
+        }
     }
 
     static func parseTarget(method: String, _ t: String) throws -> RequestTarget {
@@ -216,6 +231,14 @@ public struct RequestHeadParser: Sendable {
         } else if hasPrefix("https://") {
             scheme = "https"
             rest = Substring(u.dropFirst(8))
+        } else if hasPrefix("ws://") {
+            // WebSocket URLs in absolute form (curl up to 8.20 sends `GET ws://…`): the handshake is an http(s)
+            // request (RFC 6455 §3), matched and forwarded as one.
+            scheme = "http"
+            rest = Substring(u.dropFirst(5))
+        } else if hasPrefix("wss://") {
+            scheme = "https"
+            rest = Substring(u.dropFirst(6))
         } else if let colon = u.firstIndex(of: UInt8(ascii: ":")) {
             throw HTTPParseError.bad("unsupported URL scheme '\(t[..<colon].prefix(16))'")
         } else {

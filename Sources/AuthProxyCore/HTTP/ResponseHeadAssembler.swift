@@ -482,6 +482,36 @@ struct ResponseHeadAssembler {
         return framing
     }
 
+    /// Appends the client-facing head of a `101` that answered a WebSocket handshake: the status line, the fields
+    /// without hop-by-hop ones (as ``write(into:options:)``, `Content-Length` included: no body follows), then
+    /// `Upgrade` (the upstream's value, else `requested`) and `Connection: Upgrade` — the two hop-by-hop fields
+    /// the switch itself needs on this hop too — and `Via`.
+    func writeSwitchingProtocols(into out: inout ByteBuffer, upgrade requested: String, via: String) {
+        out.append("HTTP/1.1 101 ")
+        storage.withUnsafeBytes { s in
+            if let reason {
+                out.append(Self.bytes(s, reason.lowerBound, reason.upperBound))
+            } else {
+                out.append(reasonPhrase(101))
+            }
+            out.append("\r\n")
+            for f in fields {
+                if f.kind & (Kind.hopByHop | Kind.contentLength) != 0 { continue }
+                let name = Self.bytes(s, f.nameStart, f.nameEnd)
+                if namedInConnection(name, s) { continue }
+                out.append(name)
+                out.append(": ")
+                out.append(Self.bytes(s, f.valueStart, f.valueEnd))
+                out.append("\r\n")
+            }
+        }
+        out.append("Upgrade: ")
+        out.append(string(of: "upgrade") ?? requested)
+        out.append("\r\nConnection: Upgrade\r\nVia: ")
+        out.append(via)
+        out.append("\r\n\r\n")
+    }
+
     // MARK: helpers
 
     /// Whether `name` is listed in a `Connection` or `Proxy-Connection` field (comma-separated, trimmed tokens).

@@ -26,6 +26,8 @@ public final class ProxyMetrics: Sendable {
 
     let clientConnections: CoreMetrics.Meter
     let tunnels: CoreMetrics.Meter
+    /// WebSockets being relayed now (after their `101`), kept up to date as they open and end.
+    let webSockets: CoreMetrics.Meter
     let bytesUpstream: CoreMetrics.Counter
     let bytesDownstream: CoreMetrics.Counter
     let certificatesMinted: CoreMetrics.Counter
@@ -50,6 +52,7 @@ public final class ProxyMetrics: Sendable {
         startedAt = now
         clientConnections = CoreMetrics.Meter(label: "authproxy_client_connections", dimensions: [], factory: f)
         tunnels = CoreMetrics.Meter(label: "authproxy_tunnels", dimensions: [], factory: f)
+        webSockets = CoreMetrics.Meter(label: "authproxy_websockets_open", dimensions: [], factory: f)
         bytesUpstream = CoreMetrics.Counter(label: "authproxy_bytes_total", dimensions: [("direction", "upstream")], factory: f)
         bytesDownstream = CoreMetrics.Counter(label: "authproxy_bytes_total", dimensions: [("direction", "downstream")], factory: f)
         certificatesMinted = CoreMetrics.Counter(label: "authproxy_certificates_minted_total", dimensions: [], factory: f)
@@ -70,6 +73,7 @@ public final class ProxyMetrics: Sendable {
         // Present from the start (at 0) so dashboards and alerts see the series before the first event.
         clientConnections.set(0)
         tunnels.set(0)
+        webSockets.set(0)
     }
 
     /// Turns metrics on for this process (once; later calls return the same instance).
@@ -89,6 +93,16 @@ public final class ProxyMetrics: Sendable {
     func denied(_ reason: MetricLabels.DeniedReason) { denied[reason]?.increment() }
 
     func upstreamError(_ cause: MetricLabels.UpstreamCause) { upstreamErrors[cause]?.increment() }
+
+    func webSocketOpened() { webSockets.increment() }
+    func webSocketClosed() { webSockets.decrement() }
+
+    /// A WebSocket handshake ended: `result` is `upgraded` (a `101`, now relayed) or `refused` (any other answer).
+    /// Rare next to requests, so the handle is made per event.
+    func webSocketUpgrade(credential: String, result: String) {
+        CoreMetrics.Counter(label: "authproxy_websocket_upgrades_total",
+            dimensions: [("credential", credential), ("result", result)], factory: factory).increment()
+    }
 
     /// A token request for `credential` finished (`result`: `success` or `failure`).
     func tokenRequest(credential: String, success: Bool) {

@@ -69,6 +69,10 @@ extension ClientConnection {
                 x.networkAuth.kerberos = nil
             }
         }
+        if h.upgrade != nil, let refusal = webSocketRefusal(x) {
+            respond(refusal, close: false)
+            return
+        }
         if context.access.hasRateLimits, let limited = rateLimited(store: store, targets: [match, upstreamMatch]) {
             respond(limited.error, close: false, extraHeaders: "Retry-After: \(limited.retryAfter)\r\n")
             return

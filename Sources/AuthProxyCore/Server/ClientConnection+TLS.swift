@@ -81,25 +81,23 @@ extension ClientConnection {
         s.withUTF8 { send(UnsafeRawBufferPointer($0)) }
     }
 
-    /// CONNECT to a matched host: answer 200, then speak TLS to the client with a minted certificate and handle
-    /// the requests inside like any other (credentials, retries, streaming).
-    func startInterception(server: TLSServer, host: String, port: Int) {
-        guard let session = TLSSession(server: server, host: host) else {
-            respond(ErrorResponse(status: 500, message: "Cannot start TLS for \(host):\(port)"), close: true)
+    /// The first bytes inside a tunnel to a matched host are TLS and `[tls]` intercepts: the CONNECT's line is logged
+    /// (its exchange ends here; the requests inside are exchanges of their own), then TLS with the client begins
+    /// with a minted certificate, and the requests inside are handled like any other (credentials, retries,
+    /// streaming).
+    func startInterception(_ ic: Interception, server: TLSServer) {
+        guard let session = TLSSession(server: server, host: ic.host) else {
+            logger.warning("cannot start TLS for an intercepted tunnel", metadata: ["client": "\(peer)", "host": "\(ic.host):\(ic.port)"])
+            logAccess(status: 500, started: ic.connectStarted)
+            close()
             return
         }
-        _ = machine.answerLocally(status: 200, close: false)
-        channel.write("HTTP/1.1 200 Connection Established\r\nVia: \(context.viaValue)\r\n\r\n")
-        logAccess()
-        // The CONNECT's exchange ends here; the requests inside the tunnel are exchanges of their own.
+        logAccess(status: 200, started: ic.connectStarted)
         detachExchange()
-        interception = Interception(session: session, server: server, host: host, port: port)
-        machine.interceptionStarted(now: now)
-        if !inbuf.isEmpty {
-            // A client may send its ClientHello right behind the CONNECT.
-            inbuf.withUnreadBytes { session.feed($0) }
-            inbuf.removeAll()
-            if case .closed = pullTLS() { return }
-        }
+        ic.session = session
+        // The ClientHello (and whatever followed it) is in the input buffer.
+        inbuf.withUnreadBytes { session.feed($0) }
+        inbuf.removeAll()
+        _ = pullTLS()
     }
 }

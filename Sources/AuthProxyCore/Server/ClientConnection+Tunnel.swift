@@ -6,17 +6,21 @@ import Logging
 import Glibc
 #endif
 
-/// CONNECT: interception for matched hosts, a blind ``Tunnel`` otherwise.
+/// CONNECT: a tunnel served by the proxy for matched hosts (TLS intercepted, or plain HTTP), a blind ``Tunnel``
+/// otherwise; and the relay of a WebSocket after its `101`.
 extension ClientConnection {
     func startTunnel(host: String, port: Int) {
-        guard context.config.connectPorts.contains(port) else {
+        let matched = credentials.matchesHost(host, port: port)
+        let portAllowed = context.config.connectPorts.contains(port)
+        // A matched host may be reached on any port: what goes through is what the proxy serves itself (its first
+        // bytes decide, ``firstTunnelBytes(_:)``), never a raw tunnel past connect_ports.
+        guard portAllowed || matched else {
             ProxyMetrics.active?.denied(.connectPort)
             respond(ErrorResponse(status: 403, message: "CONNECT to \(host):\(port) is not allowed",
                 details: ["Port \(port) is not in [proxy] connect_ports (\(context.config.connectPorts.sorted().map(String.init).joined(separator: ", ")))."]),
                 close: true)  // after any refused CONNECT: bytes meant for the tunnel must never be read as requests
             return
         }
-        let matched = credentials.matchesHost(host, port: port)
         if context.config.unmatched == .deny, !matched {
             ProxyMetrics.active?.denied(.unmatched)
             respond(ErrorResponse(status: 403, message: "Destination \(host):\(port) is not allowed",
@@ -24,14 +28,8 @@ extension ClientConnection {
             return
         }
         if matched {
-            if let server = context.tlsServer {
-                startInterception(server: server, host: host, port: port)
-                return
-            }
-            if context.notices.first("\(host):\(port)") {
-                logger.warning("CONNECT to a matched host relayed blindly: credentials cannot be applied without [tls] interception",
-                    metadata: ["host": "\(host):\(port)", "hint": "run `authproxy ca init` and configure [tls], or use upgrade_to_https"])
-            }
+            startServedTunnel(host: host, port: port, blindAllowed: portAllowed)
+            return
         }
         machine.tunnelStarted()
         channel.pauseReading()
@@ -41,18 +39,94 @@ extension ClientConnection {
         t.start()
     }
 
-    /// The upstream socket is connected: answer 200 and hand the bytes the client already sent to it.
-    func tunnelEstablished() -> ByteBuffer {
+    /// CONNECT to a matched host: answer 200 at once and let the first bytes inside decide what the tunnel is
+    /// (``firstTunnelBytes(_:)``). Meanwhile the header timeout applies, and the CONNECT's context stays attached
+    /// for its access-log line.
+    func startServedTunnel(host: String, port: Int, blindAllowed: Bool) {
+        let started = machine.current?.started ?? now
+        _ = machine.answerLocally(status: 200, close: false)
         channel.write("HTTP/1.1 200 Connection Established\r\nVia: \(context.viaValue)\r\n\r\n")
+        interception = Interception(session: nil, server: context.tlsServer, host: host, port: port,
+            awaitingFirstBytes: true, blindAllowed: blindAllowed, connectStarted: started)
+        machine.interceptionStarted(now: now)
+    }
+
+    /// The first bytes inside a served tunnel (in `inbuf`) arrived. Returns true when requests may be parsed now
+    /// (plain HTTP inside); false when more bytes are needed or the tunnel became something else.
+    func firstTunnelBytes(_ ic: Interception) -> Bool {
+        let kind = inbuf.withUnreadBytes { TunnelContent.classify($0) }
+        switch kind {
+        case .needMore:
+            return false
+        case .http:
+            ic.awaitingFirstBytes = false
+            logAccess(status: 200, started: ic.connectStarted)
+            detachExchange()
+            machine.handshakeFinished(now: now)
+            return true
+        case .tls:
+            ic.awaitingFirstBytes = false
+            if let server = ic.server {
+                startInterception(ic, server: server)
+                return false
+            }
+            let destination = "\(ic.host):\(ic.port)"
+            guard ic.blindAllowed else {
+                logger.warning("TLS inside a CONNECT to a matched host on a port outside connect_ports, without [tls] interception: refused",
+                    metadata: ["client": "\(peer)", "host": "\(destination)",
+                        "hint": "configure [tls] to intercept it, or add the port to [proxy] connect_ports"])
+                refuseTunnelContent(ic, ErrorResponse(status: 403, message: "TLS to \(destination) cannot be relayed",
+                    details: ["Port \(ic.port) is not in [proxy] connect_ports and there is no [tls] interception."]))
+                return false
+            }
+            if context.notices.first(destination) {
+                logger.warning("CONNECT to a matched host relayed blindly: credentials cannot be applied without [tls] interception",
+                    metadata: ["host": "\(destination)", "hint": "run `authproxy ca init` and configure [tls], or use upgrade_to_https"])
+            }
+            interception = nil
+            machine.tunnelAfterFirstBytes(started: ic.connectStarted)
+            channel.pauseReading()
+            let t = Tunnel(connection: self, host: ic.host, port: ic.port, timeoutSeconds: context.config.upstreamTimeoutSeconds,
+                idleTimeoutSeconds: context.config.tunnelIdleTimeoutSeconds, answered: true)
+            tunnel = t
+            t.start()
+            return false
+        case .other:
+            ic.awaitingFirstBytes = false
+            refuseTunnelContent(ic, ErrorResponse(status: 400, message: "Bad request: the tunnel to \(ic.host):\(ic.port) carries neither TLS nor HTTP",
+                details: ["A CONNECT to a host with credentials may carry TLS or HTTP requests only."]))
+            return false
+        }
+    }
+
+    /// Answers the CONNECT's tunnel with an error and closes (its access-log line says so).
+    private func refuseTunnelContent(_ ic: Interception, _ e: ErrorResponse) {
+        interception = nil
+        inbuf.removeAll()
+        machine.tunnelContentRefused(started: ic.connectStarted)
+        respond(e, close: true)
+    }
+
+    /// The upstream socket is connected: answer 200 (unless the CONNECT was answered already) and hand the bytes the
+    /// client already sent to it.
+    func tunnelEstablished(answered: Bool) -> ByteBuffer {
+        if !answered { channel.write("HTTP/1.1 200 Connection Established\r\nVia: \(context.viaValue)\r\n\r\n") }
         let early = inbuf
         inbuf.removeAll()
         return early
     }
 
-    func tunnelFailed(_ e: ErrorResponse) {
+    func tunnelFailed(_ e: ErrorResponse, answered: Bool) {
         if e.status == 403 { ProxyMetrics.active?.denied(.destination) }
         tunnel = nil
         machine.tunnelFailed()
+        guard !answered else {
+            // The client was told 200 and speaks TLS: an HTTP answer would only be garbage to it.
+            logger.warning("tunnel could not be opened", metadata: ["client": "\(peer)", "cause": "\(e.message)"])
+            logAccess(status: e.status)
+            close()
+            return
+        }
         respond(e, close: true)
     }
 
@@ -61,9 +135,58 @@ extension ClientConnection {
             x.bodyBytesIn = bytesUp
             x.bodyBytesOut = bytesDown
         }
-        logAccess()
+        logAccess(webSocket: tunnel?.isWebSocket ?? false)
         detachExchange()
         tunnel = nil
         close()
+    }
+}
+
+/// WebSocket: the `101` answer to a handshake turns the connection into a relay.
+extension ClientConnection {
+    /// Why a WebSocket handshake cannot be relayed from here, nil when it can: the relay reads the client socket
+    /// directly (so not inside an intercepted TLS tunnel), and only the own HTTP/1.1 client hands its connection
+    /// over after a `101` (so no network credential, which needs libcurl).
+    func webSocketRefusal(_ x: ExchangeContext) -> ErrorResponse? {
+        if tls != nil {
+            return ErrorResponse(status: 501, message: "WebSocket inside an intercepted TLS tunnel (wss:// through CONNECT) is not supported",
+                details: ["Use ws:// (plain, through CONNECT or in absolute form) or GET wss://... in absolute form to the proxy."])
+        }
+        if x.networkAuth.hasCredential {
+            return ErrorResponse(status: 501, message: "WebSocket to a host with a network credential (password, Kerberos, client certificate) is not supported",
+                details: ["Only token and API-key credentials apply to WebSocket handshakes."])
+        }
+        return nil
+    }
+
+    func transferSwitchedProtocols(channel up: SocketChannel, leftover: ByteBuffer) {
+        guard let x = ex, let url = x.upstreamURL, !machine.isClosed else {
+            up.close()
+            return
+        }
+        x.transfer = nil
+        if let violation = x.responseHead.violation {
+            up.close()
+            refuseResponseHead(violation)
+            return
+        }
+        guard machine.upgraded() else {
+            up.close()
+            return
+        }
+        if let injected = x.injectedToken { maskInjectedToken(in: x, token: injected.value) }
+        x.heldHead.removeAll()
+        x.responseHead.writeSwitchingProtocols(into: &x.heldHead, upgrade: x.head?.upgrade ?? "websocket", via: context.viaValue)
+        x.heldHead.withUnreadBytes { channel.write($0) }
+        x.heldHead.removeAll()
+        tokenAccepted()
+        ProxyMetrics.active?.webSocketUpgrade(credential: appliedCredential(x) ?? MetricLabels.noCredential, result: "upgraded")
+        // Frames the client sent right behind its handshake go first.
+        let early = inbuf
+        inbuf.removeAll()
+        let t = Tunnel(connection: self, host: url.host, port: url.port, timeoutSeconds: context.config.upstreamTimeoutSeconds,
+            idleTimeoutSeconds: context.config.tunnelIdleTimeoutSeconds, isWebSocket: true)
+        tunnel = t
+        t.adopt(up, toUpstream: early, toClient: leftover)
     }
 }

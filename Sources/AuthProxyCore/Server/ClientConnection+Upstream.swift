@@ -16,7 +16,9 @@ extension ClientConnection {
         // The proxy's own HTTP/1.1 client without a network credential (over a TLS connection libcurl makes for
         // https); libcurl for the rest (the authentication schemes it answers). The own client writes the head from
         // `headers` itself; libcurl gets them as header lines in its syntax.
-        let native = context.config.httpClient == .native && !x.networkAuth.hasCredential
+        // A WebSocket handshake always goes over the own client, the one that hands its connection over after a
+        // `101` (``ClientConnection/webSocketRefusal(_:)`` turned away those that need libcurl).
+        let native = (context.config.httpClient == .native || h.upgrade != nil) && !x.networkAuth.hasCredential
         // A client doing NTLM/Negotiate itself: from now on, upstream connections of its own (never pooled for
         // anyone else, closed with this connection).
         if ownUpstreams == nil, ConnectionBoundAuthentication.starts(headers) { ownUpstreams = OwnUpstreams(loop: loop) }
@@ -48,6 +50,7 @@ extension ClientConnection {
             timeoutSeconds: context.config.upstreamTimeoutSeconds)
         request.network = x.networkAuth
         request.denyDestinations = context.access.denyDestinations
+        request.upgrade = h.upgrade
         x.responseHead.reset()
         let started = now
         x.upstreamStarted = started
@@ -221,13 +224,7 @@ extension ClientConnection {
         if x.responseHead.status < 200 || !x.responseHead.isComplete { x.responseHead.substituteStatus(502) }
         x.heldHead.removeAll()
         if let injected = x.injectedToken {
-            // Echoed anywhere in the head (a redirect's URL, nested in its ReturnUrl=, a Link or a Set-Cookie),
-            // the token would reach the client and whatever host it follows the redirect to.
-            if let finder = EncodedTokenFinder(injected.value) {
-                x.responseHead.rewriteValues(minLength: injected.value.utf8.count) {
-                    RedirectTokenScrub.clean($0, finder: finder, token: injected.value, isURLField: $1)
-                }
-            }
+            maskInjectedToken(in: x, token: injected.value)
             // A redirect's body repeats its URL ("Object moved ... <a href=...>"): the token is masked there too.
             let s = x.responseHead.status
             x.bodyMask = s >= 300 && s < 400 ? injected.value : nil
@@ -258,6 +255,16 @@ extension ClientConnection {
             tokenRejected()
         }
         return true
+    }
+
+    /// Masks the injected token wherever it is echoed in the response head: a redirect's URL, nested in its
+    /// `ReturnUrl=`, a `Link` or a `Set-Cookie` would hand it to the client and whatever host it follows the
+    /// redirect to (``RedirectTokenScrub``).
+    func maskInjectedToken(in x: ExchangeContext, token: String) {
+        guard let finder = EncodedTokenFinder(token) else { return }
+        x.responseHead.rewriteValues(minLength: token.utf8.count) {
+            RedirectTokenScrub.clean($0, finder: finder, token: token, isURLField: $1)
+        }
     }
 
     /// An upstream head that a lenient client could read differently from libcurl (RFC 9112): it is never relayed.

@@ -52,8 +52,9 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
     var machine: ExchangeStateMachine
     var inbuf = ByteBuffer()
     var parser = RequestHeadParser()
-    /// TLS with the client after an intercepted CONNECT, and the host:port the tunnel was opened to (every
-    /// request on it goes there, over https); nil on a plain connection (one reference, not ~40 bytes inline).
+    /// A CONNECT tunnel to a matched host that the proxy serves itself (TLS with the client when intercepted, or
+    /// plain HTTP), and the host:port it was opened to (every request on it goes there); nil on a plain
+    /// connection (one reference, not ~40 bytes inline).
     var interception: Interception? = nil
     var tls: TLSSession? { interception?.session }
     /// The blind CONNECT tunnel that owns the socket, if any.
@@ -251,8 +252,8 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
         case .leave: return
         }
         // Decrypted-but-unread input does not make the socket readable again: pull it when there is room.
-        if let ic = interception, ic.session.handshakeDone, ic.session.hasBufferedInput, inbuf.count < Self.maxInput,
-            !ic.pullScheduled
+        if let ic = interception, let session = ic.session, session.handshakeDone, session.hasBufferedInput,
+            inbuf.count < Self.maxInput, !ic.pullScheduled
         {
             ic.pullScheduled = true
             nonisolated(unsafe) let me = self
@@ -289,6 +290,10 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
             }
             switch step {
             case .wait, .discard:
+                // The first bytes inside a CONNECT to a matched host say what the tunnel carries.
+                if step == .wait, let ic = interception, ic.awaitingFirstBytes, !inbuf.isEmpty, firstTunnelBytes(ic) {
+                    continue
+                }
                 return
             case .pumpBody:
                 pumpBody()
@@ -343,11 +348,12 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
         }
         guard authorize(h) else { return }
         if let ic = interception {
-            // Inside an intercepted tunnel every request goes to the CONNECT host, over https.
+            // Inside a served tunnel every request goes to the CONNECT host: over https when intercepted, over http
+            // when the tunnel carries plain HTTP.
             switch h.target {
             case .origin(let path):
-                x.head?.target = .absolute(URLTarget(scheme: "https", host: ic.host, port: ic.port, pathAndQuery: path == "*" ? "/" : path))
-            case .absolute(let u) where u.scheme == "https" && u.host == ic.host && u.port == ic.port:
+                x.head?.target = .absolute(URLTarget(scheme: ic.scheme, host: ic.host, port: ic.port, pathAndQuery: path == "*" ? "/" : path))
+            case .absolute(let u) where u.scheme == ic.scheme && u.host == ic.host && u.port == ic.port:
                 break
             default:
                 respond(ErrorResponse(status: 400, message: "Requests inside a tunnel to \(ic.host):\(ic.port) must be for that host"), close: true)
@@ -452,7 +458,7 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
 
     /// One access-log line for the exchange in progress; `status` and `started` stand in for the machine's when
     /// the exchange is already gone from it (a client that left: 499).
-    func logAccess(status: Int? = nil, started: UInt64? = nil) {
+    func logAccess(status: Int? = nil, started: UInt64? = nil, webSocket: Bool = false) {
         let x = ex
         if let m = ProxyMetrics.active {
             recordExchange(m, x, status: status ?? machine.current?.status ?? 0, started: started ?? machine.current?.started ?? now)
@@ -473,17 +479,20 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
         }
         let started = started ?? machine.current?.started ?? now
         let ms = Double(now &- started) / 1_000_000
-        logger.info("access", metadata: [
+        var metadata: Logger.Metadata = [
             "client": "\(peer)", "method": "\(method)", "url": "\(url)", "status": "\(status ?? machine.current?.status ?? 0)",
             "bytes_in": "\(x?.bodyBytesIn ?? 0)", "bytes_out": "\(x?.bodyBytesOut ?? 0)",
             "duration_ms": "\(Double(Int(ms * 10)) / 10)", "credential": "\(appliedCredential(x) ?? "-")",
             "user": "\(client?.name ?? "-")",
-        ])
+        ]
+        // The end of a relayed WebSocket: bytes are frames each way, the duration the socket's life.
+        if webSocket { metadata["upgrade"] = "websocket" }
+        logger.info("access", metadata: metadata)
     }
 
     /// The credential an exchange is counted and logged under: its token-type credential, the one whose
     /// rate limit refused it, else the network credential applied (password, Kerberos, client certificate).
-    private func appliedCredential(_ x: ExchangeContext?) -> String? {
+    func appliedCredential(_ x: ExchangeContext?) -> String? {
         guard let x else { return nil }
         return x.credential?.name ?? x.limitedBy ?? x.networkAuth.passwordName
             ?? (x.networkAuth.kerberos != nil ? context.kerberosCredentialName : nil) ?? x.networkAuth.certificateName
@@ -501,6 +510,8 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
             if let r = x.retry {
                 m.retry(credential: r.credential, result: r.result ?? (status >= 200 && status < 500 ? "success" : "failure"))
             }
+            // A handshake answered otherwise than with 101 (an upgraded one was counted at its 101).
+            if x.head?.upgrade != nil, status != 101 { m.webSocketUpgrade(credential: credential ?? MetricLabels.noCredential, result: "refused") }
         }
         if let credential {
             let at = nowMillis()

@@ -8,6 +8,10 @@ import Glibc
 /// buffers (a side that cannot keep up pauses reading from the other) and half-close (EOF from one side is
 /// passed on as `shutdown(SHUT_WR)` to the other; the tunnel ends when both directions are done).
 ///
+/// The same relay carries a WebSocket after its `101` (``adopt(_:toUpstream:toClient:)``): the upstream connection
+/// is the one the handshake went over (plain, or TLS through libcurl for `wss://`), and the bytes either side sent
+/// behind the handshake go first.
+///
 /// The interception of matched hosts (a later capability) replaces this relay with a TLS server; the
 /// connection only talks to it through ``clientReadable()``, ``clientDrained()``, ``clientEOF()``,
 /// ``checkTimeouts(now:)`` and ``close()``.
@@ -32,13 +36,43 @@ final class Tunnel: SocketChannelOwner {
     private var bytesDown: Int64 = 0
     private var addresses: [(family: Int32, addr: sockaddr_storage, len: socklen_t)] = []
     private let limit = ClientConnection.maxBuffered
+    /// The CONNECT was answered 200 before the upstream was connected (a matched host whose first bytes turned out
+    /// to be TLS): no second answer, and a failure to connect can only close.
+    private let answered: Bool
+    /// The relay carries a WebSocket (counted in the open-WebSockets gauge while it runs).
+    let isWebSocket: Bool
 
-    init(connection: ClientConnection, host: String, port: Int, timeoutSeconds: Int, idleTimeoutSeconds: Int) {
+    init(connection: ClientConnection, host: String, port: Int, timeoutSeconds: Int, idleTimeoutSeconds: Int,
+        answered: Bool = false, isWebSocket: Bool = false)
+    {
         self.connection = connection
         self.host = host
         self.port = port
         self.timeoutSeconds = timeoutSeconds
         self.idleTimeoutSeconds = idleTimeoutSeconds
+        self.answered = answered
+        self.isWebSocket = isWebSocket
+    }
+
+    /// Relays over an upstream connection that is already open (a WebSocket after its `101`, handed over by the
+    /// exchange): `toUpstream` holds bytes the client sent behind its handshake, `toClient` bytes the upstream sent
+    /// behind its `101`.
+    func adopt(_ channel: SocketChannel, toUpstream: ByteBuffer, toClient: ByteBuffer) {
+        channel.owner = self
+        upstream = channel
+        connected = true
+        lastActivity = DispatchTime.now().uptimeNanoseconds
+        if isWebSocket { ProxyMetrics.active?.webSocketOpened() }
+        if !toClient.isEmpty {
+            toClient.withUnreadBytes { client.write($0) }
+            bytesDown += Int64(toClient.count)
+        }
+        if !toUpstream.isEmpty {
+            toUpstream.withUnreadBytes { channel.write($0) }
+            bytesUp += Int64(toUpstream.count)
+        }
+        channel.resumeReading()
+        client.resumeReading()
     }
 
     private var destination: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
@@ -116,7 +150,7 @@ final class Tunnel: SocketChannelOwner {
         guard let up = upstream else { return }
         connected = true
         lastActivity = DispatchTime.now().uptimeNanoseconds
-        let early = connection.tunnelEstablished()
+        let early = connection.tunnelEstablished(answered: answered)
         if !early.isEmpty {
             early.withUnreadBytes { up.write($0) }
             bytesUp += Int64(early.count)
@@ -137,7 +171,7 @@ final class Tunnel: SocketChannelOwner {
         closed = true
         upstream?.close()
         upstream = nil
-        connection.tunnelFailed(e)
+        connection.tunnelFailed(e, answered: answered)
     }
 
     /// Relays from `from` to `to` until `to` has `limit` bytes pending; returns true at EOF.
@@ -239,6 +273,7 @@ final class Tunnel: SocketChannelOwner {
     private func close(notify: Bool) {
         guard !closed else { return }
         closed = true
+        if isWebSocket { ProxyMetrics.active?.webSocketClosed() }
         upstream?.close()
         upstream = nil
         if notify { connection.tunnelFinished(bytesUp: bytesUp, bytesDown: bytesDown) }

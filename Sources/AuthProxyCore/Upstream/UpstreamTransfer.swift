@@ -16,6 +16,18 @@ protocol UpstreamTransferDelegate: AnyObject {
     func transferRewindBody() -> Bool
     /// The transfer ended; `error` is nil on success.
     func transferDidFinish(error: UpstreamError?)
+    /// The upstream answered an upgrade request (``UpstreamRequest/upgrade``) with `101`, whose head lines were
+    /// handed on: the exchange is over and its connection is the delegate's, with `leftover` (bytes of the new
+    /// protocol read behind the head). The channel has no owner and reads paused: the delegate takes it over or
+    /// closes it. Only the own client (``HTTP1Transfer``) carries upgrades.
+    func transferSwitchedProtocols(channel: SocketChannel, leftover: ByteBuffer)
+}
+
+extension UpstreamTransferDelegate {
+    /// The proxy's own fetches (tokens, sign-in) never ask for an upgrade; a connection handed over anyway is closed.
+    func transferSwitchedProtocols(channel: SocketChannel, leftover: ByteBuffer) {
+        channel.close()
+    }
 }
 
 enum BodyAcceptance {
@@ -51,6 +63,9 @@ struct UpstreamRequest {
     /// The proxy's own requests (token and sign-in fetches): asking for a token twice does no harm, so they go
     /// again on a new connection like idempotent ones (``ResendPolicy``).
     var harmlessToRepeat = false
+    /// The `Upgrade` value of a WebSocket handshake, sent with `Connection: Upgrade` (the own client only); nil
+    /// for every other request.
+    var upgrade: String? = nil
 
     /// Whether the request may go again after a reused connection died with it unanswered.
     var resendable: Bool { harmlessToRepeat || ResendPolicy.isIdempotent(method) }

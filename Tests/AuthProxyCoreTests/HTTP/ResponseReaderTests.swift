@@ -12,9 +12,11 @@ private struct Run {
     var failure: ResponseReader.Failure? = nil
     /// Bytes left after the response.
     var leftover = 0
+    /// A `101` answered the upgrade asked for.
+    var switched = false
 
-    init(_ text: String, head: Bool = false, split: Int = .max, eof: Bool = false) {
-        var reader = ResponseReader(isHeadRequest: head)
+    init(_ text: String, head: Bool = false, split: Int = .max, eof: Bool = false, upgrade: Bool = false) {
+        var reader = ResponseReader(isHeadRequest: head, upgradeRequested: upgrade)
         let all = Array(text.utf8)
         var pending: [UInt8] = []
         var offset = 0
@@ -54,6 +56,10 @@ private struct Run {
                     case .needMore:
                         if offset >= all.count { break outer }
                         continue outer
+                    case .switched:
+                        switched = true
+                        leftover = pending.count + (all.count - offset)
+                        return
                     }
                 }
             }
@@ -72,6 +78,26 @@ private struct Run {
 
 @Suite struct ResponseReaderTests {
     static let splits = [Int.max, 1, 3, 7]
+
+    @Test(arguments: splits) func switchingProtocolsAnswersAnUpgradeRequest(split: Int) {
+        // The head is handed on line by line; the frame bytes behind it are left for the relay.
+        let r = Run("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n\u{81}\u{2}hi",
+            split: split, upgrade: true)
+        #expect(r.failure == nil)
+        #expect(r.switched && !r.complete && !r.reusable)
+        #expect(r.lines == ["HTTP/1.1 101 Switching Protocols\r\n", "Upgrade: websocket\r\n", "Connection: Upgrade\r\n", "\r\n"])
+        #expect(r.leftover == 5)  // U+0081 is two bytes in UTF-8
+    }
+
+    @Test func anUpgradeRequestMayStillGetAnOrdinaryAnswer() {
+        let r = Run("HTTP/1.1 498 Invalid Token\r\nContent-Length: 2\r\n\r\n{}", upgrade: true)
+        #expect(r.failure == nil && r.complete && !r.switched && r.body == Array("{}".utf8))
+    }
+
+    @Test func anUnrequested101IsStillRefused() {
+        let r = Run("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n")
+        #expect(r.failure == .unexpectedSwitchingProtocols && !r.switched)
+    }
 
     @Test(arguments: splits) func contentLengthBodyIsReadAndTheConnectionKept(split: Int) {
         let r = Run("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX: y\r\n\r\nhello", split: split)

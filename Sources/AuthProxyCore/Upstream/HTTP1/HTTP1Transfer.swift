@@ -67,7 +67,8 @@ final class HTTP1Transfer: UpstreamExchange {
         self.fields = fields
         self.via = via
         self.delegate = delegate
-        reader = ResponseReader(isHeadRequest: request.method == "HEAD", reuseAfterBodiless: owner != 0)
+        reader = ResponseReader(isHeadRequest: request.method == "HEAD", reuseAfterBodiless: owner != 0,
+            upgradeRequested: request.upgrade != nil)
         bodyDone = request.bodyLength == nil
         tls = target.scheme == "https"
         trust = tls ? request.network.trust : nil
@@ -278,6 +279,12 @@ final class HTTP1Transfer: UpstreamExchange {
                 h.append("\r\n")
             }
         }
+        if let upgrade = request.upgrade {
+            // A WebSocket handshake: the two hop-by-hop fields it needs go to this hop too (RFC 9110 §7.8).
+            h.append("Upgrade: ")
+            h.append(upgrade)
+            h.append("\r\nConnection: Upgrade\r\n")
+        }
         h.append("Via: ")
         h.append(via)
         h.append("\r\n")
@@ -381,6 +388,7 @@ final class HTTP1Transfer: UpstreamExchange {
         case failed(CURLcode, String)
         case invalid(ResponseReader.Failure)
         case cancelled
+        case switched
     }
 
     func connectionReadable() {
@@ -454,7 +462,30 @@ final class HTTP1Transfer: UpstreamExchange {
             return false
         case .cancelled:
             return false
+        case .switched:
+            switchedProtocols()
+            return false
         }
+    }
+
+    /// The upstream answered the upgrade with `101`: the exchange ends and its connection, with the bytes that
+    /// came after the head, goes to the delegate, which relays it from now on (it is never pooled).
+    private func switchedProtocols() {
+        guard !ended, let c = detach() else { return }
+        ended = true
+        let d = delegate
+        delegate = nil
+        var leftover = ByteBuffer()
+        swap(&leftover, &c.inbuf)
+        // The connection object goes away with this exchange: nothing may report to it (its owner reference is
+        // unowned). The delegate makes itself the owner, or closes the channel.
+        c.channel.owner = nil
+        c.channel.pauseReading()
+        guard let d else {
+            c.channel.close()
+            return
+        }
+        d.transferSwitchedProtocols(channel: c.channel, leftover: leftover)
     }
 
     /// Runs the reader over `input`, handing head lines and body bytes to the delegate; returns how many bytes
@@ -493,6 +524,8 @@ final class HTTP1Transfer: UpstreamExchange {
                 return (at, .complete)
             case .needMore:
                 return (at, .needMore)
+            case .switched:
+                return (at, .switched)
             }
         }
     }

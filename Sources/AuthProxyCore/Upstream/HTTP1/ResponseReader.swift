@@ -30,6 +30,9 @@ struct ResponseReader {
         case complete
         /// Nothing more can be read from the input given.
         case needMore
+        /// A `101` answered the upgrade the request asked for, its head handed on: every byte after it belongs to
+        /// the new protocol (the connection is the client's byte relay from now on, never pooled).
+        case switched
     }
 
     enum Failure: Error, Equatable, CustomStringConvertible {
@@ -86,6 +89,7 @@ struct ResponseReader {
         case trailers
         case untilClose
         case done
+        case switched
     }
 
     private enum FramingField { case none, contentLength, transferEncoding, connection }
@@ -116,9 +120,13 @@ struct ResponseReader {
     /// late bytes could only reach that client.
     private let reuseAfterBodiless: Bool
 
-    init(isHeadRequest: Bool, reuseAfterBodiless: Bool = false) {
+    /// The request asked for an upgrade (a WebSocket handshake): a `101` may answer it. Any other `101` is refused.
+    private let upgradeRequested: Bool
+
+    init(isHeadRequest: Bool, reuseAfterBodiless: Bool = false, upgradeRequested: Bool = false) {
         self.isHeadRequest = isHeadRequest
         self.reuseAfterBodiless = reuseAfterBodiless
+        self.upgradeRequested = upgradeRequested
     }
 
     var isComplete: Bool { state == .done }
@@ -126,7 +134,7 @@ struct ResponseReader {
     /// Whether the final head has been read (body bytes may follow).
     var inBody: Bool {
         switch state {
-        case .statusLine, .fields, .headEnd: return false
+        case .statusLine, .fields, .headEnd, .switched: return false
         default: return true
         }
     }
@@ -190,6 +198,8 @@ struct ResponseReader {
             return .framing(n)
         case .done:
             return .complete
+        case .switched:
+            return .switched
         }
     }
 
@@ -286,7 +296,7 @@ struct ResponseReader {
         else { throw .invalidStatusLine }
         minorVersion = Int(line[7] - 48)
         status = code
-        if status == 101 { throw .unexpectedSwitchingProtocols }
+        if status == 101, !upgradeRequested { throw .unexpectedSwitchingProtocols }
         contentLength = nil
         lengthInvalid = false
         transferEncoding = false
@@ -298,6 +308,12 @@ struct ResponseReader {
 
     private mutating func endOfHead() throws(Failure) {
         if lengthInvalid { throw .invalidContentLength }
+        if status == 101 {
+            // Only reached when the request asked for it (``statusLine(_:)``). Not reusable: the connection now
+            // speaks the upgraded protocol.
+            state = .switched
+            return
+        }
         if status < 200 {
             interim += 1
             if interim > Self.maxInterim { throw .tooManyInterimResponses }

@@ -1,0 +1,441 @@
+"""WebSocket through the proxy (issue 26 section 4), the ArcGIS case being stream services
+(`.../StreamServer/subscribe?token=...`): absolute form (`GET http://...` and `GET ws://...` with Upgrade), CONNECT
+with plain HTTP inside (Python `websockets` with `proxy=`), the credential applied to the handshake, a rejected
+handshake retried once with a fresh token, unmatched hosts untouched, back-pressure, refusals and the access log."""
+import asyncio
+import base64
+import json
+import os
+import re
+import socket
+import struct
+import threading
+import time
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+websockets = pytest.importorskip("websockets", minversion="15")
+from websockets.asyncio.server import serve  # noqa: E402
+from websockets.datastructures import Headers  # noqa: E402
+from websockets.http11 import Response  # noqa: E402
+from websockets.sync.client import connect as ws_connect  # noqa: E402
+
+import harness  # noqa: E402
+from harness import cred  # noqa: E402
+from arcgis import ArcGISServer  # noqa: E402
+
+PATH = "/arcgis/rest/services/Quakes/StreamServer/subscribe"
+FLOOD_FRAMES = 50
+FLOOD_FRAME = 1024 * 1024
+
+
+class EchoServer:
+    """A WebSocket echo server on 127.0.0.1 (websockets' asyncio server in a thread) that checks the `token`
+    query parameter with `accept(token)` and answers a refused handshake with an ArcGIS-style JSON token error
+    (HTTP `status`: 498, or 401 with the error in the body). The message "flood" makes it send FLOOD_FRAMES binary frames of FLOOD_FRAME bytes."""
+
+    def __init__(self, accept=lambda token: True, status=498, ssl_context=None):
+        self.ssl_context = ssl_context
+        self.accept = accept
+        self.status = status
+        self.handshakes = []      # (path with query, headers dict, outcome)
+        self.lock = threading.Lock()
+        self.flood_done = threading.Event()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self):
+        self._thread.start()
+        assert self._ready.wait(10)
+        return self
+
+    def _run(self):
+        self.loop = asyncio.new_event_loop()
+        self.loop.run_until_complete(self._main())
+
+    async def _main(self):
+        self._stop = self.loop.create_future()
+        async with serve(self._handler, "127.0.0.1", 0, process_request=self._process_request,
+                         max_size=None, compression=None, ssl=self.ssl_context) as server:
+            self.port = server.sockets[0].getsockname()[1]
+            self._ready.set()
+            await self._stop
+
+    def _process_request(self, connection, request):
+        if "upgrade" not in request.headers.get("Connection", "").lower():
+            # The proxy's own look at the server (`rest/info` discovery): not a handshake.
+            body = b'{"error":{"code":404,"message":"Not found"}}'
+            return Response(404, "Not Found", Headers([("Content-Type", "application/json"),
+                                                       ("Content-Length", str(len(body)))]), body)
+        token = parse_qs(urlsplit(request.path).query).get("token", [None])[0]
+        ok = self.accept(token)
+        with self.lock:
+            self.handshakes.append((request.path, dict(request.headers.raw_items()), "ok" if ok else str(self.status)))
+        if ok:
+            return None
+        # HTTP 498, or HTTP 401 whose body carries the token error (both shapes the proxy's detector knows; a 403 is
+        # "no permission" to it, which a new token would not change).
+        body = json.dumps({"error": {"code": 498, "message": "Invalid token.", "details": []}}).encode()
+        return Response(self.status, "Invalid Token" if self.status == 498 else "Unauthorized",
+                        Headers([("Content-Type", "application/json;charset=UTF-8"),
+                                 ("Content-Length", str(len(body)))]), body)
+
+    async def _handler(self, ws):
+        async for m in ws:
+            if m == "flood":
+                chunk = b"x" * FLOOD_FRAME
+                for _ in range(FLOOD_FRAMES):
+                    await ws.send(chunk)
+                self.flood_done.set()
+            else:
+                await ws.send(m)
+
+    def url(self, scheme="ws", path=PATH):
+        return "%s://127.0.0.1:%d%s" % (scheme, self.port, path)
+
+    def tokens(self):
+        with self.lock:
+            return [parse_qs(urlsplit(p).query).get("token", [None])[0] for p, _, _ in self.handshakes]
+
+    def outcomes(self):
+        with self.lock:
+            return [o for _, _, o in self.handshakes]
+
+    def stop(self):
+        self.loop.call_soon_threadsafe(self._stop.set_result, None)
+        self._thread.join(10)
+
+
+@pytest.fixture
+def echo():
+    s = EchoServer(accept=lambda t: t == "WS-KEY").start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def open_echo():
+    s = EchoServer().start()
+    yield s
+    s.stop()
+
+
+def api_key(echo, key="WS-KEY", scheme="ws"):
+    return cred("stream", "api-key", echo.url(scheme, "/arcgis"), key=key)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A minimal client over a raw socket: handshake by hand, masked frames out, unmasked frames in
+# ---------------------------------------------------------------------------------------------------------
+
+def handshake_bytes(target, host):
+    key = base64.b64encode(os.urandom(16)).decode()
+    return ("GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            "Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n" % (target, host, key)).encode()
+
+
+def read_head(sock):
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        d = sock.recv(4096)
+        if not d:
+            break
+        buf += d
+    head, _, rest = buf.partition(b"\r\n\r\n")
+    return head.decode("latin-1").replace("\r\n", "\n"), rest
+
+
+def frame(payload, opcode=1):
+    mask = os.urandom(4)
+    n = len(payload)
+    if n < 126:
+        h = struct.pack("!BB", 0x80 | opcode, 0x80 | n)
+    elif n < 65536:
+        h = struct.pack("!BBH", 0x80 | opcode, 0x80 | 126, n)
+    else:
+        h = struct.pack("!BBQ", 0x80 | opcode, 0x80 | 127, n)
+    return h + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+
+def read_frame(sock, buf):
+    def need(k):
+        nonlocal buf
+        while len(buf) < k:
+            d = sock.recv(65536)
+            if not d:
+                raise EOFError("connection closed inside a frame")
+            buf += d
+    need(2)
+    opcode, n = buf[0] & 0x0F, buf[1] & 0x7F
+    at = 2
+    if n == 126:
+        need(4)
+        n = struct.unpack("!H", buf[2:4])[0]
+        at = 4
+    elif n == 127:
+        need(10)
+        n = struct.unpack("!Q", buf[2:10])[0]
+        at = 10
+    need(at + n)
+    return opcode, buf[at:at + n], buf[at + n:]
+
+
+def raw_websocket(p, target, host):
+    s = socket.create_connection((p.host, p.port), timeout=10)
+    s.sendall(handshake_bytes(target, host))
+    head, rest = read_head(s)
+    return s, head, rest
+
+
+def echo_once(s, rest, text=b"hello stream"):
+    s.sendall(frame(text))
+    op, payload, rest = read_frame(s, rest)
+    assert (op, payload) == (1, text)
+    s.sendall(frame(b"", opcode=8))  # close
+    return rest
+
+
+# ---------------------------------------------------------------------------------------------------------
+# (a) (b) (d) absolute form, the credential applied
+# ---------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("scheme", ["http", "ws"])
+def test_absolute_form_upgrade_gets_the_token(proxy_factory, echo, scheme):
+    p = proxy_factory(extra_config=api_key(echo))
+    s, head, rest = raw_websocket(p, echo.url(scheme) + "?f=json", "127.0.0.1:%d" % echo.port)
+    try:
+        assert head.startswith("HTTP/1.1 101"), head
+        assert re.search(r"(?im)^upgrade: websocket$", head) and re.search(r"(?im)^connection: upgrade$", head), head
+        assert re.search(r"(?im)^sec-websocket-accept: ", head) and re.search(r"(?im)^via: ", head), head
+        echo_once(s, rest)
+    finally:
+        s.close()
+    # The client sent no token; the server saw the proxy's, and the client's own query kept.
+    assert echo.tokens() == ["WS-KEY"], echo.handshakes
+    path, headers, _ = echo.handshakes[0]
+    assert "f=json" in path
+    assert headers.get("Upgrade", "").lower() == "websocket"
+
+
+def test_absolute_form_websockets_client_sends_get_ws(proxy_factory, echo):
+    """curl <= 8.20 sends GET ws://...; websockets has no such mode, so the raw client stands in (b), and the
+    refused handshake without a credential shows the token is what made the difference (d)."""
+    p = proxy_factory()  # no credential: the server refuses the handshake and the client gets its answer
+    s, head, _ = raw_websocket(p, echo.url("ws"), "127.0.0.1:%d" % echo.port)
+    s.close()
+    assert head.startswith("HTTP/1.1 498"), head
+    assert echo.tokens() == [None]
+
+
+def test_absolute_form_wss_goes_upstream_over_tls(proxy_factory, tls_cert):
+    """`GET wss://...` to the proxy in plain text: the proxy speaks TLS upstream (libcurl-made, with the host's
+    server-trust) and relays the frames over it."""
+    import ssl
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(tls_cert[0], tls_cert[1])
+    s = EchoServer(accept=lambda t: t == "WSS-KEY", ssl_context=ctx).start()
+    try:
+        p = proxy_factory(extra_config=cred("stream", "api-key", s.url("wss", "/arcgis"), key="WSS-KEY")
+                          + cred("trust", "server-trust", s.url("https", "/"), ca_file=tls_cert[0]))
+        sock, head, rest = raw_websocket(p, s.url("wss"), "127.0.0.1:%d" % s.port)
+        try:
+            assert head.startswith("HTTP/1.1 101"), head
+            echo_once(sock, rest, b"over tls " * 100)
+        finally:
+            sock.close()
+        assert s.tokens() == ["WSS-KEY"], s.handshakes
+    finally:
+        s.stop()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# (c) CONNECT with plain HTTP inside, on a port outside connect_ports
+# ---------------------------------------------------------------------------------------------------------
+
+def test_websockets_client_through_connect_gets_the_token(proxy_factory, echo):
+    p = proxy_factory(proxy={"connect_ports": [443]}, extra_config=api_key(echo))
+    assert echo.port != 443
+    with ws_connect(echo.url(), proxy=p.url, open_timeout=10) as ws:
+        ws.send("ping")
+        assert ws.recv(timeout=10) == "ping"
+    assert echo.tokens() == ["WS-KEY"], echo.handshakes
+
+
+def test_plain_http_inside_a_matched_connect_is_served(proxy_factory, echo, origin):
+    """A matched CONNECT carrying ordinary HTTP: the requests inside go to http://host:port with the credential."""
+    p = proxy_factory(extra_config=cred("o", "api-key", origin.url + "/echo", key="IN-TUNNEL"))
+    port = int(origin.url.rsplit(":", 1)[1])
+    s = socket.create_connection((p.host, p.port), timeout=10)
+    try:
+        s.sendall(b"CONNECT 127.0.0.1:%d HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n" % (port, port))
+        head, rest = read_head(s)
+        assert head.startswith("HTTP/1.1 200"), head
+        s.sendall(b"GET /echo?f=json HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nConnection: close\r\n\r\n" % port)
+        out = rest
+        while True:
+            d = s.recv(65536)
+            if not d:
+                break
+            out += d
+    finally:
+        s.close()
+    assert out.startswith(b"HTTP/1.1 200"), out[:300]
+    log = origin.request_log()
+    assert "token=IN-TUNNEL" in json.dumps(log[-1]), log[-1]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# (e) a rejected handshake is retried once with a fresh token
+# ---------------------------------------------------------------------------------------------------------
+
+def ags_valid(ags):
+    def accept(token):
+        with ags.state.lock:
+            t = ags.state.tokens.get(token)
+            epoch = ags.state.expire_epoch
+        return t is not None and not t.revoked and time.time() < t.expires and t.issued > epoch
+    return accept
+
+
+@pytest.mark.parametrize("status", [498, 401])
+def test_rejected_handshake_is_retried_once_with_a_fresh_token(proxy_factory, status):
+    ags = ArcGISServer(role="server", ttl=60).start()
+    s = EchoServer(accept=ags_valid(ags), status=status).start()
+    try:
+        p = proxy_factory(extra_config=cred("stream", "arcgis-token", s.url("ws", "/arcgis"), username="alice",
+                                            password="alice-pass", token_url=ags.server_root + "/tokens/generateToken"))
+        with ws_connect(s.url(), proxy=p.url, open_timeout=15) as ws:
+            ws.send("one")
+            assert ws.recv(timeout=10) == "one"
+        first = s.tokens()[0]
+        assert first and s.outcomes() == ["ok"], s.handshakes
+        ags.expire_all()  # the cached token is now rejected by the server
+        sock, head, rest = raw_websocket(p, s.url("http"), "127.0.0.1:%d" % s.port)
+        try:
+            assert head.startswith("HTTP/1.1 101"), head
+            echo_once(sock, rest)
+        finally:
+            sock.close()
+        tokens = s.tokens()
+        assert s.outcomes() == ["ok", str(status), "ok"], s.handshakes
+        assert tokens[1] == first and tokens[2] not in (None, first), tokens
+        assert p.wait_for_log(lambda l: "token rejected, refreshing and retrying" in l)
+    finally:
+        s.stop()
+        ags.stop()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# (f) unmatched hosts: no token, still works
+# ---------------------------------------------------------------------------------------------------------
+
+def test_unmatched_websocket_gets_no_token(proxy_factory, open_echo):
+    other = harness.free_port()
+    p = proxy_factory(proxy={"connect_ports": [open_echo.port]},
+                      extra_config=cred("elsewhere", "api-key", "ws://127.0.0.1:%d/arcgis" % other, key="NOPE"))
+    s, head, rest = raw_websocket(p, open_echo.url("ws"), "127.0.0.1:%d" % open_echo.port)
+    try:
+        assert head.startswith("HTTP/1.1 101"), head
+        echo_once(s, rest)
+    finally:
+        s.close()
+    with ws_connect(open_echo.url(), proxy=p.url, open_timeout=10) as ws:  # a blind CONNECT tunnel
+        ws.send("x")
+        assert ws.recv(timeout=10) == "x"
+    assert open_echo.tokens() == [None, None], open_echo.handshakes
+
+
+def test_unmatched_connect_outside_connect_ports_is_still_refused(proxy_factory, open_echo):
+    p = proxy_factory(proxy={"connect_ports": [443]})
+    with pytest.raises(Exception):
+        with ws_connect(open_echo.url(), proxy=p.url, open_timeout=10):
+            pass
+    assert open_echo.handshakes == []
+
+
+# ---------------------------------------------------------------------------------------------------------
+# (g) back-pressure: 50 MB of frames to a slow reader
+# ---------------------------------------------------------------------------------------------------------
+
+def test_large_stream_to_a_slow_reader_keeps_memory_bounded(proxy_factory, echo):
+    p = proxy_factory(extra_config=api_key(echo))
+    before = p.rss()
+    s, head, rest = raw_websocket(p, echo.url("http"), "127.0.0.1:%d" % echo.port)
+    got = 0
+    try:
+        assert head.startswith("HTTP/1.1 101"), head
+        s.sendall(frame(b"flood"))
+        # Read slowly until the server has sent everything: the proxy may only hold its bounded buffers.
+        s.settimeout(30)
+        buf = rest
+        for _ in range(FLOOD_FRAMES):
+            while True:
+                op, payload, buf = read_frame(s, buf) if len(buf) >= 2 else (None, None, buf)
+                if op is not None:
+                    break
+                d = s.recv(64 * 1024)
+                if not d:
+                    raise EOFError
+                buf += d
+                time.sleep(0.002)
+            assert op == 2
+            got += len(payload)
+    finally:
+        s.close()
+    assert got == FLOOD_FRAMES * FLOOD_FRAME
+    grew = p.hwm() - before
+    assert grew < 24 * 1024 * 1024, "proxy peak RSS grew by %d bytes" % grew
+
+
+# ---------------------------------------------------------------------------------------------------------
+# (h) a matched CONNECT carrying neither TLS nor HTTP
+# ---------------------------------------------------------------------------------------------------------
+
+def test_garbage_inside_a_matched_connect_is_refused(proxy_factory, echo):
+    p = proxy_factory(extra_config=api_key(echo))
+    s = socket.create_connection((p.host, p.port), timeout=10)
+    try:
+        s.sendall(b"CONNECT 127.0.0.1:%d HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n" % (echo.port, echo.port))
+        head, rest = read_head(s)
+        assert head.startswith("HTTP/1.1 200"), head
+        s.sendall(b"\x00\x01\x02 not a protocol\r\n\r\n")
+        out = rest
+        while True:
+            d = s.recv(65536)
+            if not d:
+                break
+            out += d
+    finally:
+        s.close()
+    assert out.startswith(b"HTTP/1.1 400"), out[:200]
+    assert echo.handshakes == []
+
+
+# ---------------------------------------------------------------------------------------------------------
+# (i) the access-log line at the end, and the metrics
+# ---------------------------------------------------------------------------------------------------------
+
+def test_access_log_line_and_metrics_when_a_websocket_ends(proxy_factory, echo):
+    admin = harness.free_port()
+    p = proxy_factory(extra_config=api_key(echo) + '\n[admin]\nlisten = "127.0.0.1:%d"\n' % admin)
+    s, head, rest = raw_websocket(p, echo.url("http") + "?f=json", "127.0.0.1:%d" % echo.port)
+    try:
+        assert head.startswith("HTTP/1.1 101"), head
+        import urllib.request
+        metrics = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % admin, timeout=5).read().decode()
+        assert re.search(r"^authproxy_websockets_open 1(\.0)?$", metrics, re.M), metrics
+        echo_once(s, rest, b"x" * 1000)
+        time.sleep(0.2)
+    finally:
+        s.close()
+    assert p.wait_for_log(lambda l: "upgrade=websocket" in l, timeout=10)
+    line = [l for l in p.log_lines() if "upgrade=websocket" in l][-1]
+    kv = harness.parse_kv(line)
+    assert kv["status"] == "101" and kv["method"] == "GET" and kv["credential"] == "stream", line
+    assert kv["url"] == "http://127.0.0.1:%d%s" % (echo.port, PATH), line   # never the query (the token)
+    assert int(kv["bytes_in"]) >= 1000 and int(kv["bytes_out"]) >= 1000, line
+    assert "WS-KEY" not in p.log_text()
+    metrics = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % admin, timeout=5).read().decode()
+    assert re.search(r"^authproxy_websockets_open 0(\.0)?$", metrics, re.M), metrics
+    assert re.search(r'^authproxy_websocket_upgrades_total\{credential="stream",result="upgraded"\} 1', metrics, re.M), metrics
