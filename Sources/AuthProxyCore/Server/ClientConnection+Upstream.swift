@@ -57,7 +57,7 @@ extension ClientConnection {
         machine.transferStarted(inspect: inspect, now: started)
         if native {
             let t = HTTP1Transfer(pool: loop.http1, request: request, target: url, fields: headers,
-                via: context.viaValue, owner: ownUpstreams?.owner ?? 0, delegate: self)
+                via: context.viaValue, affinity: ownUpstreams.map { .ownedBy($0.owner) } ?? .shared, delegate: self)
             x.transfer = t
             t.start()
         } else {

@@ -34,7 +34,8 @@ final class Tunnel: SocketChannelOwner {
     private var upstreamDone = false
     private var bytesUp: Int64 = 0
     private var bytesDown: Int64 = 0
-    private var addresses: [(family: Int32, addr: sockaddr_storage, len: socklen_t)] = []
+    /// Connecting the upstream (``start()``); nil once connected or failed.
+    private var dialer: Dialer?
     private let limit = ClientConnection.maxBuffered
     /// The CONNECT was answered 200 before the upstream was connected (a matched host whose first bytes turned out
     /// to be TLS): no second answer, and a failure to connect can only close.
@@ -79,67 +80,32 @@ final class Tunnel: SocketChannelOwner {
 
     func start() {
         connectDeadline = DispatchTime.now().uptimeNanoseconds + UInt64(timeoutSeconds) * 1_000_000_000
-        let queue = connection.loop.queue
-        let host = host
-        let port = port
-        // getaddrinfo blocks: run it off the loop, come back with the answer.
-        nonisolated(unsafe) let me = self
-        DispatchQueue.global().async {
-            let result = resolve(host: host, port: port)
-            queue.async {
-                guard !me.closed else { return }
-                switch result {
-                case .success(let addrs):
-                    // deny_destinations is checked on the resolved addresses, so a name that resolves (or is
-                    // rebound) into a denied block is refused like the literal address.
-                    let access = me.connection.context.access
-                    me.addresses = addrs.filter { a in IPAddress(a.addr).map { !access.isDenied($0) } ?? false }
-                    if me.addresses.isEmpty, let first = addrs.first, let ip = IPAddress(first.addr) {
-                        me.fail(ErrorResponse(status: 403, message: "Destination \(me.destination) is not allowed",
-                            details: ["It resolves to \(ip), which [proxy] deny_destinations refuses."]))
-                        return
-                    }
-                    me.tryNextAddress(lastError: ECONNREFUSED)
-                case .failure(let message):
-                    me.fail(ErrorResponse(status: 502, message: "Could not resolve host \(me.destination)", details: [message]))
-                case .outOfDescriptors(let e):
-                    me.outOfDescriptors(e)
-                }
+        let d = Dialer(host: host, port: port, deny: connection.context.access.denyDestinations,
+            queue: connection.loop.queue, keepAlive: false)
+        dialer = d
+        d.start { [unowned self] outcome in
+            dialer = nil
+            switch outcome {
+            case .success(let ch):
+                ch.owner = self
+                upstream = ch
+                established()
+            case .failure(.denied(let ip)):
+                fail(ErrorResponse(status: 403, message: "Destination \(destination) is not allowed",
+                    details: ["It resolves to \(ip), which [proxy] deny_destinations refuses."]))
+            case .failure(.unresolved(let message)):
+                fail(ErrorResponse(status: 502, message: "Could not resolve host \(destination)", details: [message]))
+            case .failure(.unreachable(let e)):
+                fail(ErrorResponse(status: 502, message: "Could not connect to \(destination): connection refused or unreachable",
+                    details: [String(cString: strerror(e))]))
+            case .failure(.outOfDescriptors(let e)):
+                outOfDescriptors(e)
             }
         }
     }
 
-    private func tryNextAddress(lastError: Int32) {
-        guard !addresses.isEmpty else {
-            fail(ErrorResponse(status: 502, message: "Could not connect to \(destination): connection refused or unreachable",
-                details: [String(cString: strerror(lastError))]))
-            return
-        }
-        let fd: Int32
-        switch startConnect(to: addresses.removeFirst(), keepAlive: false) {
-        case .connecting(let s): fd = s
-        case .failed(let e):
-            tryNextAddress(lastError: e)
-            return
-        case .outOfDescriptors(let e):
-            outOfDescriptors(e)
-            return
-        }
-        let ch = SocketChannel(fd: fd, queue: connection.loop.queue, owner: self)
-        upstream = ch
-        ch.awaitConnect()
-    }
-
-    func channelConnected(_ channel: SocketChannel, error: Int32) {
-        guard !closed, channel === upstream else { return }
-        if error != 0 {
-            channel.close()
-            upstream = nil
-            tryNextAddress(lastError: error)
-        } else {
-            established()
-        }
-    }
+    // The upstream socket is connected by the ``Dialer`` before the tunnel owns it.
+    func channelConnected(_ channel: SocketChannel, error: Int32) {}
 
     // The upstream socket's events (the client's come through the connection).
     func channelReadable(_ channel: SocketChannel) { upstreamReadable() }
@@ -169,6 +135,8 @@ final class Tunnel: SocketChannelOwner {
     private func fail(_ e: ErrorResponse) {
         guard !closed else { return }
         closed = true
+        dialer?.cancel()
+        dialer = nil
         upstream?.close()
         upstream = nil
         connection.tunnelFailed(e, answered: answered)
@@ -274,71 +242,10 @@ final class Tunnel: SocketChannelOwner {
         guard !closed else { return }
         closed = true
         if isWebSocket { ProxyMetrics.active?.webSocketClosed() }
+        dialer?.cancel()
+        dialer = nil
         upstream?.close()
         upstream = nil
         if notify { connection.tunnelFinished(bytesUp: bytesUp, bytesDown: bytesDown) }
     }
-}
-
-/// How starting a connect went (``startConnect(to:keepAlive:)``).
-enum ConnectStart {
-    /// The socket is connecting (or connected): wait for it to become writable.
-    case connecting(Int32)
-    /// This address failed at once (the errno): try the next.
-    case failed(Int32)
-    /// No descriptor for a socket (EMFILE/ENFILE): the proxy's own failure.
-    case outOfDescriptors(Int32)
-}
-
-/// Opens a non-blocking TCP socket to `address` (`TCP_NODELAY`, and `SO_KEEPALIVE` for connections kept in a
-/// pool) and starts connecting it, for tunnels and the own HTTP/1.1 client alike.
-func startConnect(to address: (family: Int32, addr: sockaddr_storage, len: socklen_t), keepAlive: Bool) -> ConnectStart {
-    var a = address
-    let fd = socket(a.family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-    guard fd >= 0 else {
-        let e = errno
-        return DescriptorExhaustion.isExhaustion(e) ? .outOfDescriptors(e) : .failed(e)
-    }
-    var one: Int32 = 1
-    setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
-    if keepAlive { setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, socklen_t(MemoryLayout<Int32>.size)) }
-    let rc = withUnsafePointer(to: &a.addr) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, a.len) }
-    }
-    if rc != 0 && errno != EINPROGRESS {
-        let e = errno
-        Glibc.close(fd)
-        return .failed(e)
-    }
-    return .connecting(fd)
-}
-
-enum ResolveResult: Sendable {
-    case success([(family: Int32, addr: sockaddr_storage, len: socklen_t)])
-    case failure(String)
-    /// The lookup itself could not open a descriptor (EMFILE/ENFILE).
-    case outOfDescriptors(Int32)
-}
-
-/// Blocking name resolution (numeric hosts too), for the tunnel's own connects.
-func resolve(host: String, port: Int) -> ResolveResult {
-    var hints = addrinfo()
-    hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
-    hints.ai_family = AF_UNSPEC
-    var res: UnsafeMutablePointer<addrinfo>? = nil
-    let rc = getaddrinfo(host, String(port), &hints, &res)
-    if rc == EAI_SYSTEM, DescriptorExhaustion.isExhaustion(errno) { return .outOfDescriptors(errno) }
-    guard rc == 0, let first = res else { return .failure(String(cString: gai_strerror(rc))) }
-    defer { freeaddrinfo(first) }
-    var out: [(family: Int32, addr: sockaddr_storage, len: socklen_t)] = []
-    var p: UnsafeMutablePointer<addrinfo>? = first
-    while let ai = p {
-        var storage = sockaddr_storage()
-        withUnsafeMutableBytes(of: &storage) { dst in
-            dst.copyMemory(from: UnsafeRawBufferPointer(start: ai.pointee.ai_addr, count: Int(ai.pointee.ai_addrlen)))
-        }
-        out.append((ai.pointee.ai_family, storage, ai.pointee.ai_addrlen))
-        p = ai.pointee.ai_next
-    }
-    return out.isEmpty ? .failure("no addresses") : .success(out)
 }

@@ -42,9 +42,9 @@ final class HTTP1Transfer: UpstreamExchange {
     /// The connection came from the pool (a failure before any response byte is retried once).
     private var reused = false
     private var retried = false
-    private var addresses: [(family: Int32, addr: sockaddr_storage, len: socklen_t)] = []
+    /// Connecting a plain connection (``Dialer``); nil once connected or failed.
+    private var dialer: Dialer?
     private var deniedAddress: IPAddress? = nil
-    private var lastConnectError: Int32 = ECONNREFUSED
     /// The request body was written to its end (true from the start when there is none).
     private var bodyDone: Bool
     private var bodyStarted = false
@@ -58,16 +58,16 @@ final class HTTP1Transfer: UpstreamExchange {
     private var ended = false
 
     init(pool: UpstreamConnectionPool, request: UpstreamRequest, target: URLTarget, fields: HTTPHeaders, via: String,
-        owner: UInt64 = 0, delegate: any UpstreamTransferDelegate)
+        affinity: Affinity = .shared, delegate: any UpstreamTransferDelegate)
     {
         self.pool = pool
-        self.owner = owner
+        self.affinity = affinity
         self.request = request
         self.target = target
         self.fields = fields
         self.via = via
         self.delegate = delegate
-        reader = ResponseReader(isHeadRequest: request.method == "HEAD", reuseAfterBodiless: owner != 0,
+        reader = ResponseReader(isHeadRequest: request.method == "HEAD", reuseAfterBodiless: affinity.isOwned,
             upgradeRequested: request.upgrade != nil)
         bodyDone = request.bodyLength == nil
         tls = target.scheme == "https"
@@ -79,10 +79,10 @@ final class HTTP1Transfer: UpstreamExchange {
         connection?.close()
     }
 
-    /// Non-zero: the connections of one client connection that authenticates them itself (see ``OwnUpstreams``).
-    private let owner: UInt64
+    /// Whose connections it may use (``Affinity``): those of one client connection that authenticates them itself.
+    private let affinity: Affinity
     private var key: UpstreamConnectionPool.Key {
-        .init(host: target.host, port: target.port, owner: owner, tls: tls, trust: trust)
+        .init(host: target.host, port: target.port, affinity: affinity, route: .direct, tls: tls, trust: trust)
     }
 
     func start() {
@@ -117,6 +117,8 @@ final class HTTP1Transfer: UpstreamExchange {
         delegate = nil
         connector?.cancel()
         connector = nil
+        dialer?.cancel()
+        dialer = nil
         // Cut inside an exchange: what is left of it on the connection could never be told apart from the next.
         connection?.close()
         connection = nil
@@ -129,56 +131,30 @@ final class HTTP1Transfer: UpstreamExchange {
             connectTLS()
             return
         }
-        if let numeric = Self.numericAddress(target.host, port: target.port) {
-            addressesResolved(.success([numeric]))
-            return
-        }
-        let host = target.host, port = target.port, queue = pool.queue
+        let d = Dialer(host: target.host, port: target.port, deny: request.denyDestinations, queue: pool.queue,
+            keepAlive: true)
+        dialer = d
+        // Not called after cancel() (which cancels the dialer): the exchange is still on when this runs.
         nonisolated(unsafe) let me = self
-        DispatchQueue.global().async {
-            let result = resolve(host: host, port: port)
-            queue.async { if !me.ended { me.addressesResolved(result) } }
-        }
-    }
-
-    private func addressesResolved(_ result: ResolveResult) {
-        switch result {
-        case .success(let all):
-            // Checked on the resolved addresses, so neither a host name nor DNS rebinding gets around it.
-            let deny = request.denyDestinations
-            addresses = deny.isEmpty ? all : all.filter { a in IPAddress(a.addr).map { !deny.contains($0) } ?? false }
-            if addresses.isEmpty, let first = all.first.flatMap({ IPAddress($0.addr) }) {
-                deniedAddress = first
-                fail(CURLE_COULDNT_CONNECT, "")
-                return
+        d.start { outcome in
+            me.dialer = nil
+            switch outcome {
+            case .success(let channel):
+                let c = UpstreamConnection(channel: channel, key: me.key, pool: me.pool)
+                me.attach(c)
+                c.channel.resumeReading()
+                me.sendHead()
+            case .failure(.denied(let ip)):
+                me.deniedAddress = ip
+                me.fail(CURLE_COULDNT_CONNECT, "")
+            case .failure(.unresolved(let message)):
+                me.fail(CURLE_COULDNT_RESOLVE_HOST, "Could not resolve host: \(me.target.host) (\(message))")
+            case .failure(.unreachable(let e)):
+                me.fail(CURLE_COULDNT_CONNECT, "Failed to connect to \(me.target.host) port \(me.target.port): \(String(cString: strerror(e)))")
+            case .failure(.outOfDescriptors(let e)):
+                me.fail(CURLE_COULDNT_CONNECT, "Could not open a socket: \(String(cString: strerror(e)))", outOfDescriptors: e)
             }
-            tryNextAddress()
-        case .failure(let message):
-            fail(CURLE_COULDNT_RESOLVE_HOST, "Could not resolve host: \(target.host) (\(message))")
-        case .outOfDescriptors(let e):
-            fail(CURLE_COULDNT_RESOLVE_HOST, "Could not resolve host: \(target.host)", outOfDescriptors: e)
         }
-    }
-
-    private func tryNextAddress() {
-        guard !addresses.isEmpty else {
-            fail(CURLE_COULDNT_CONNECT, "Failed to connect to \(target.host) port \(target.port): \(String(cString: strerror(lastConnectError)))")
-            return
-        }
-        let fd: Int32
-        switch startConnect(to: addresses.removeFirst(), keepAlive: true) {
-        case .connecting(let s): fd = s
-        case .failed(let e):
-            lastConnectError = e
-            tryNextAddress()
-            return
-        case .outOfDescriptors(let e):
-            fail(CURLE_COULDNT_CONNECT, "Could not open a socket: \(String(cString: strerror(e)))", outOfDescriptors: e)
-            return
-        }
-        let c = UpstreamConnection(fd: fd, key: key, pool: pool)
-        attach(c)
-        c.channel.awaitConnect()
     }
 
     /// libcurl makes the TLS connection (resolution, `deny_destinations`, handshake, verification).
@@ -202,19 +178,6 @@ final class HTTP1Transfer: UpstreamExchange {
         }
     }
 
-    func connectionConnected(error: Int32) {
-        guard !ended, let c = connection else { return }
-        if error != 0 {
-            lastConnectError = error
-            detach()?.close()
-            tryNextAddress()
-            return
-        }
-        addresses = []
-        c.channel.resumeReading()
-        sendHead()
-    }
-
     private func attach(_ c: UpstreamConnection) {
         connection = c
         c.user = self
@@ -226,28 +189,6 @@ final class HTTP1Transfer: UpstreamExchange {
         c?.user = nil
         connection = nil
         return c
-    }
-
-    /// `host` when it is an IP literal, as a socket address (no lookup, no hop off the loop).
-    static func numericAddress(_ host: String, port: Int) -> (family: Int32, addr: sockaddr_storage, len: socklen_t)? {
-        var storage = sockaddr_storage()
-        let p = UInt16(port).bigEndian
-        let ok: socklen_t? = withUnsafeMutableBytes(of: &storage) { raw in
-            if host.utf8.contains(58) {
-                let sa = raw.baseAddress!.assumingMemoryBound(to: sockaddr_in6.self)
-                guard inet_pton(AF_INET6, host, &sa.pointee.sin6_addr) == 1 else { return nil }
-                sa.pointee.sin6_family = sa_family_t(AF_INET6)
-                sa.pointee.sin6_port = p
-                return socklen_t(MemoryLayout<sockaddr_in6>.size)
-            }
-            let sa = raw.baseAddress!.assumingMemoryBound(to: sockaddr_in.self)
-            guard inet_pton(AF_INET, host, &sa.pointee.sin_addr) == 1 else { return nil }
-            sa.pointee.sin_family = sa_family_t(AF_INET)
-            sa.pointee.sin_port = p
-            return socklen_t(MemoryLayout<sockaddr_in>.size)
-        }
-        guard let len = ok else { return nil }
-        return (Int32(storage.ss_family), storage, len)
     }
 
     // MARK: the request

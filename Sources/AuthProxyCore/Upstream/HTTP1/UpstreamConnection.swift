@@ -22,10 +22,11 @@ final class UpstreamConnection: SocketChannelOwner {
     /// Requests it carried to the end.
     var exchanges = 0
 
-    init(fd: Int32, key: UpstreamConnectionPool.Key, pool: UpstreamConnectionPool) {
+    /// A plain connection the ``Dialer`` connected.
+    init(channel: SocketChannel, key: UpstreamConnectionPool.Key, pool: UpstreamConnectionPool) {
         self.key = key
         self.pool = pool
-        channel = SocketChannel(fd: fd, queue: pool.queue)
+        self.channel = channel
         channel.owner = self
     }
 
@@ -49,9 +50,8 @@ final class UpstreamConnection: SocketChannelOwner {
         if let u = user { u.connectionWriteFailed(error) } else { pool.idleConnectionStirred(self) }
     }
 
-    func channelConnected(_ channel: SocketChannel, error: Int32) {
-        user?.connectionConnected(error: error)
-    }
+    // Connected before it is handed over (``Dialer``, ``TLSConnector``).
+    func channelConnected(_ channel: SocketChannel, error: Int32) {}
 
     /// Closes the socket; nothing is reported afterwards.
     func close() {

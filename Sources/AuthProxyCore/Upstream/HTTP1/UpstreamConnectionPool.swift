@@ -1,7 +1,8 @@
 import Dispatch
 
 /// Idle upstream connections of the proxy's own HTTP/1.1 client, per event loop, by destination (host, port,
-/// plain or TLS with its server-trust settings), with the read and send buffers that loop's exchanges share.
+/// plain or TLS with its server-trust settings), route and affinity, with the read and send buffers that loop's
+/// exchanges share.
 ///
 /// The most recently used connection is taken first (the likeliest to be alive, and the others age out). At
 /// most ``maxIdlePerDestination`` per destination and ``maxIdle`` in all are kept; one idle for
@@ -13,9 +14,10 @@ final class UpstreamConnectionPool {
     struct Key: Hashable {
         var host: String
         var port: Int
-        /// Non-zero: the connection belongs to one client connection (``OwnUpstreams``), which authenticated it
-        /// itself; only that client's exchanges take it.
-        var owner: UInt64 = 0
+        /// Whether only one client connection's exchanges may take it (``Affinity``).
+        var affinity: Affinity = .shared
+        /// How it reaches the destination (``Route``).
+        var route: Route = .direct
         /// An https connection (made by libcurl, ``TLSConnector``).
         var tls = false
         /// The server-trust settings it was verified with: a connection verified more leniently (a pinned key,
@@ -79,7 +81,7 @@ final class UpstreamConnectionPool {
         // A client's own connections (``OwnUpstreams``) are bounded by its connection, which closes them, not by
         // the shared caps: closed because the pool is full of other clients' connections, the one an NTLM login
         // lives on was gone between the handshake's steps (a 401 for a client that logs in itself).
-        let room = c.key.owner != 0
+        let room = c.key.affinity.isOwned
             ? list.count < Self.maxIdlePerOwnedDestination
             : list.count < Self.maxIdlePerDestination && idleCount < Self.maxIdle
         guard room, c.channel.isReading else {
@@ -115,7 +117,7 @@ final class UpstreamConnectionPool {
     func closeOwned(by owner: UInt64) {
         assertOnQueue(queue)
         guard idleCount > 0 else { return }
-        for (key, list) in idle where key.owner == owner {
+        for (key, list) in idle where key.affinity == .ownedBy(owner) {
             for c in list { c.close() }
             idle[key] = nil
             idleCount -= list.count
