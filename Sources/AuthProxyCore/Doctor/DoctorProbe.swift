@@ -147,12 +147,11 @@ public struct DoctorProbe {
 
     /// The transport failure of the probe request, by cause.
     static func unreachable(_ e: HTTPFetch.FetchError, destination: String) -> DoctorError {
-        switch e.curlCode {
-        case CURLE_COULDNT_RESOLVE_HOST?: return DoctorError(.dns, "cannot resolve host: \(e.message)")
-        case CURLE_COULDNT_CONNECT?: return DoctorError(.connect, "connection refused or unreachable: \(e.message)")
-        case CURLE_OPERATION_TIMEDOUT?: return DoctorError(.timeout, "timeout: \(e.message)")
-        case CURLE_SSL_CONNECT_ERROR?, CURLE_PEER_FAILED_VERIFICATION?, CURLE_SSL_PINNEDPUBKEYNOTMATCH?,
-            CURLE_SSL_CERTPROBLEM?, CURLE_SSL_CACERT_BADFILE?:
+        switch e.failure {
+        case .dns?: return DoctorError(.dns, "cannot resolve host: \(e.message)")
+        case .connect?: return DoctorError(.connect, "connection refused or unreachable: \(e.message)")
+        case .timeout?: return DoctorError(.timeout, "timeout: \(e.message)")
+        case .tlsHandshake?, .untrustedCertificate?, .pinMismatch?:
             return DoctorError(.tls, "TLS failure: \(e.message)")
         default: return DoctorError(.http, "request to \(destination) failed: \(e.message)")
         }

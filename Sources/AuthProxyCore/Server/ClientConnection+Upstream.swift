@@ -359,7 +359,7 @@ extension ClientConnection {
         if let error {
             end = error.isClientSide || machine.isClosed ? .clientSide : .upstreamFailed
             if end == .upstreamFailed, let m = ProxyMetrics.active {
-                if error.deniedAddress != nil, error.code == CURLE_COULDNT_CONNECT {
+                if error.deniedAddress != nil, error.cause == .connect {
                     m.denied(.destination)
                 } else {
                     m.upstreamError(error.metricCause)

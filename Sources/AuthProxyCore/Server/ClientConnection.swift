@@ -640,7 +640,7 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
         case .upstreamStalled:
             guard let t = ex?.transfer else { return }
             t.cancel()
-            transferDidFinish(error: UpstreamError(code: CURLE_OPERATION_TIMEDOUT,
+            transferDidFinish(error: UpstreamError(cause: .timeout,
                 detail: "no data from the upstream for \(cfg.upstreamTimeoutSeconds) s",
                 destination: t.destination, timeoutSeconds: cfg.upstreamTimeoutSeconds))
         case .tunnel:

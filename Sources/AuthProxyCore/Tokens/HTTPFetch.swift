@@ -34,8 +34,8 @@ final class HTTPFetch: UpstreamTransferDelegate {
 
     struct FetchError: Error, Sendable {
         let message: String
-        /// libcurl's code, when the transfer failed (so a caller can tell DNS from TLS from a timeout).
-        var curlCode: CURLcode? = nil
+        /// Why the transfer failed, when it did (so a caller can tell DNS from TLS from a timeout).
+        var failure: UpstreamFailure? = nil
     }
 
     /// Server trust and network credentials for the request (token services behind an internal CA or IWA).
@@ -118,9 +118,9 @@ final class HTTPFetch: UpstreamTransferDelegate {
         let done = completion
         completion = nil
         transfer = nil
-        if let error, !(truncated && error.code == CURLE_WRITE_ERROR) {
+        if let error, !(truncated && error.cause == .clientGone) {
             done?(.failure(FetchError(message: error.detail.isEmpty ? error.response.message : "\(error.response.message): \(error.detail)",
-                curlCode: error.code)))
+                failure: error.cause)))
         } else {
             done?(.success(Response(status: status, contentType: contentType, body: body, headers: headers)))
         }

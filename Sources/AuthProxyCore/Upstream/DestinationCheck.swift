@@ -41,7 +41,7 @@ struct DestinationCheck {
 
     /// The error a failed libcurl connection or transfer reports, with what this check saw.
     func error(code: CURLcode, detail: String, destination: String, timeoutSeconds: Int) -> UpstreamError {
-        var error = UpstreamError(code: code, detail: detail, destination: destination, timeoutSeconds: timeoutSeconds,
+        var error = UpstreamError(cause: UpstreamFailure(curl: code), detail: detail, destination: destination, timeoutSeconds: timeoutSeconds,
             deniedAddress: openedAny ? nil : deniedAddress)
         switch code {
         case CURLE_COULDNT_CONNECT, CURLE_OPERATION_TIMEDOUT:

@@ -1,13 +1,12 @@
 import CAuthProxyShims
-import CCurl
 #if canImport(Glibc)
 import Glibc
 #endif
 
 /// Why an upstream exchange failed, mapped to the status and message a GIS client should see.
 struct UpstreamError: Error {
-    let code: CURLcode
-    /// libcurl's own message (names hosts and causes; never URLs with query strings).
+    let cause: UpstreamFailure
+    /// More about the cause, such as libcurl's own message (names hosts and causes; never URLs with query strings).
     let detail: String
     let destination: String
     let timeoutSeconds: Int
@@ -23,22 +22,20 @@ struct UpstreamError: Error {
 
     /// The client hung up or its body could not be read: nobody to answer.
     var isClientSide: Bool {
-        code == CURLE_WRITE_ERROR || code == CURLE_ABORTED_BY_CALLBACK || code == CURLE_READ_ERROR
+        cause == .clientGone || cause == .requestBody
     }
 
     /// The `cause` label of `authproxy_upstream_errors_total`.
     var metricCause: MetricLabels.UpstreamCause {
         if outOfDescriptors != nil { return .descriptors }
-        switch code {
-        case CURLE_COULDNT_RESOLVE_HOST: return .dns
-        case CURLE_COULDNT_CONNECT: return .connect
-        case CURLE_OPERATION_TIMEDOUT: return .timeout
-        case CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_PINNEDPUBKEYNOTMATCH, CURLE_SSL_CONNECT_ERROR, CURLE_SSL_CERTPROBLEM,
-            CURLE_SSL_CACERT_BADFILE:
-            return .tls
-        case CURLE_RECV_ERROR, CURLE_SEND_ERROR, CURLE_GOT_NOTHING, CURLE_PARTIAL_FILE: return .reset
-        case CURLE_WEIRD_SERVER_REPLY, CURLE_UNSUPPORTED_PROTOCOL: return .protocolError
-        default: return .other
+        switch cause {
+        case .dns: return .dns
+        case .connect: return .connect
+        case .timeout: return .timeout
+        case .untrustedCertificate, .pinMismatch, .tlsHandshake: return .tls
+        case .reset, .nothing, .partial: return .reset
+        case .protocolError: return .protocolError
+        case .clientGone, .requestBody, .other: return .other
         }
     }
 
@@ -57,29 +54,37 @@ struct UpstreamError: Error {
                 details: ["The request was not sent again: the server may have processed it, and a \(method) is not "
                     + "idempotent (RFC 9112 §9.3.1). Check whether it took effect before repeating it."])
         }
-        if let ip = deniedAddress, code == CURLE_COULDNT_CONNECT {
+        if let ip = deniedAddress, cause == .connect {
             return ErrorResponse(status: 403, message: "Destination \(destination) is not allowed",
                 details: ["It resolves to \(ip), which [proxy] deny_destinations refuses."])
         }
-        switch code {
-        case CURLE_COULDNT_RESOLVE_HOST:
+        switch cause {
+        case .dns:
             return ErrorResponse(status: 502, message: "Could not resolve host \(destination)", details: details)
-        case CURLE_COULDNT_CONNECT:
+        case .connect:
             return ErrorResponse(status: 502, message: "Could not connect to \(destination): connection refused or unreachable", details: details)
-        case CURLE_OPERATION_TIMEDOUT:
+        case .timeout:
             return ErrorResponse(status: 504, message: "Upstream \(destination) did not respond within \(timeoutSeconds) s", details: details)
-        case CURLE_GOT_NOTHING:
+        case .nothing:
             return ErrorResponse(status: 502, message: "Upstream \(destination) closed the connection without a response", details: details)
-        case CURLE_PEER_FAILED_VERIFICATION:
+        case .untrustedCertificate:
             return ErrorResponse(status: 502,
                 message: "The TLS certificate of \(destination) could not be verified; if it is an internal or self-signed certificate, add a server-trust credential for it",
                 details: details)
-        case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
+        case .pinMismatch:
             return ErrorResponse(status: 502, message: "The public key of \(destination) does not match the pinned_public_key of its server-trust credential", details: details)
-        case CURLE_SSL_CONNECT_ERROR, CURLE_SSL_CERTPROBLEM, CURLE_SSL_CACERT_BADFILE:
+        case .tlsHandshake:
             return ErrorResponse(status: 502, message: "TLS handshake with \(destination) failed", details: details)
-        default:
-            return ErrorResponse(status: 502, message: "Upstream \(destination) failed: \(String(cString: curl_easy_strerror(code)))", details: details)
+        case .reset:
+            return ErrorResponse(status: 502, message: "Upstream \(destination) failed: the connection was reset or broken", details: details)
+        case .partial:
+            return ErrorResponse(status: 502, message: "Upstream \(destination) failed: the connection closed inside the response", details: details)
+        case .protocolError:
+            return ErrorResponse(status: 502, message: "Upstream \(destination) failed: its answer is not valid HTTP", details: details)
+        case .clientGone, .requestBody:
+            return ErrorResponse(status: 502, message: "Upstream \(destination) failed: the client's side of the exchange ended", details: details)
+        case .other(let what):
+            return ErrorResponse(status: 502, message: "Upstream \(destination) failed: \(what)", details: details)
         }
     }
 }

@@ -234,7 +234,7 @@ final class UpstreamTransfer {
         var error = code == CURLE_OK ? nil : destinationCheck.error(code: code, detail: String(cString: h.errorBuffer),
             destination: destination, timeoutSeconds: request.timeoutSeconds)
         if refusedResend, error != nil {
-            error = UpstreamError(code: CURLE_GOT_NOTHING, detail: "", destination: destination,
+            error = UpstreamError(cause: .nothing, detail: "", destination: destination,
                 timeoutSeconds: request.timeoutSeconds)
             error?.notResent = request.method
         }

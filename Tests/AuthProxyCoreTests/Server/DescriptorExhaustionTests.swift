@@ -1,4 +1,3 @@
-import CCurl
 import Testing
 
 #if canImport(Glibc)
@@ -31,9 +30,9 @@ import Glibc
 
     /// A socket the proxy could not open is its own temporary failure (503, Retry-After), never "connection
     /// refused or unreachable" (502) about a healthy upstream.
-    @Test(arguments: [CURLE_COULDNT_CONNECT, CURLE_OPERATION_TIMEDOUT, CURLE_COULDNT_RESOLVE_HOST])
-    func anUpstreamSocketThatCouldNotBeOpenedIs503(_ code: CURLcode) {
-        var e = UpstreamError(code: code, detail: "", destination: "gis.example.com:443", timeoutSeconds: 60)
+    @Test(arguments: [UpstreamFailure.connect, .timeout, .dns])
+    func anUpstreamSocketThatCouldNotBeOpenedIs503(_ cause: UpstreamFailure) {
+        var e = UpstreamError(cause: cause, detail: "", destination: "gis.example.com:443", timeoutSeconds: 60)
         #expect(e.response.status != 503)
         e.outOfDescriptors = EMFILE
         let r = e.response

@@ -1,5 +1,4 @@
 import CAuthProxyShims
-import CCurl
 import Dispatch
 #if canImport(Glibc)
 import Glibc
@@ -146,13 +145,13 @@ final class HTTP1Transfer: UpstreamExchange {
                 me.sendHead()
             case .failure(.denied(let ip)):
                 me.deniedAddress = ip
-                me.fail(CURLE_COULDNT_CONNECT, "")
+                me.fail(.connect, "")
             case .failure(.unresolved(let message)):
-                me.fail(CURLE_COULDNT_RESOLVE_HOST, "Could not resolve host: \(me.target.host) (\(message))")
+                me.fail(.dns, "Could not resolve host: \(me.target.host) (\(message))")
             case .failure(.unreachable(let e)):
-                me.fail(CURLE_COULDNT_CONNECT, "Failed to connect to \(me.target.host) port \(me.target.port): \(String(cString: strerror(e)))")
+                me.fail(.connect, "Failed to connect to \(me.target.host) port \(me.target.port): \(String(cString: strerror(e)))")
             case .failure(.outOfDescriptors(let e)):
-                me.fail(CURLE_COULDNT_CONNECT, "Could not open a socket: \(String(cString: strerror(e)))", outOfDescriptors: e)
+                me.fail(.connect, "Could not open a socket: \(String(cString: strerror(e)))", outOfDescriptors: e)
             }
         }
     }
@@ -286,7 +285,7 @@ final class HTTP1Transfer: UpstreamExchange {
             case .pause:
                 bodyPaused = true
             case .abort:
-                fail(CURLE_ABORTED_BY_CALLBACK, "the request body could not be read")
+                fail(.requestBody, "the request body could not be read")
             }
         }
     }
@@ -326,7 +325,7 @@ final class HTTP1Transfer: UpstreamExchange {
         case needMore
         case paused
         case complete
-        case failed(CURLcode, String)
+        case failed(UpstreamFailure, String)
         case invalid(ResponseReader.Failure)
         case cancelled
         case switched
@@ -399,7 +398,7 @@ final class HTTP1Transfer: UpstreamExchange {
             fail(code, detail)
             return false
         case .invalid(let why):
-            fail(CURLE_WEIRD_SERVER_REPLY, "", invalidResponse: "\(why)")
+            fail(.protocolError, "", invalidResponse: "\(why)")
             return false
         case .cancelled:
             return false
@@ -459,7 +458,7 @@ final class HTTP1Transfer: UpstreamExchange {
                     return (at, .paused)
                 case .abort:
                     if ended { return (at, .cancelled) }
-                    return (at, .failed(CURLE_WRITE_ERROR, "the client went away"))
+                    return (at, .failed(.clientGone, "the client went away"))
                 }
             case .complete:
                 return (at, .complete)
@@ -476,23 +475,23 @@ final class HTTP1Transfer: UpstreamExchange {
         let fullySent = headSent && bodyDone && !writeFailed && (connection?.channel.pendingCount ?? 0) == 0
         if staleRetry(requestFullySent: fullySent) { return }
         if reused, !retried, !reader.receivedAny, !ResendPolicy.mayResend(method: request.method, requestFullySent: fullySent) {
-            var error = UpstreamError(code: resetError == nil ? CURLE_GOT_NOTHING : CURLE_RECV_ERROR, detail: "",
+            var error = UpstreamError(cause: resetError == nil ? .nothing : .reset, detail: "",
                 destination: destination, timeoutSeconds: request.timeoutSeconds)
             error.notResent = request.method
             fail(error)
             return
         }
         if let e = resetError {
-            fail(CURLE_RECV_ERROR, "Recv failure: \(String(cString: strerror(e)))")
+            fail(.reset, "Recv failure: \(String(cString: strerror(e)))")
             return
         }
         do throws(ResponseReader.Failure) {
             try reader.endOfInput()
             complete(extraBytes: true)
         } catch .nothing {
-            fail(CURLE_GOT_NOTHING, "Empty reply from server")
+            fail(.nothing, "Empty reply from server")
         } catch {
-            fail(CURLE_PARTIAL_FILE, "The upstream closed the connection inside the response")
+            fail(.partial, "The upstream closed the connection inside the response")
         }
     }
 
@@ -540,8 +539,8 @@ final class HTTP1Transfer: UpstreamExchange {
         d?.transferDidFinish(error: nil)
     }
 
-    private func fail(_ code: CURLcode, _ detail: String, outOfDescriptors: Int32? = nil, invalidResponse: String? = nil) {
-        var error = UpstreamError(code: code, detail: detail, destination: destination,
+    private func fail(_ cause: UpstreamFailure, _ detail: String, outOfDescriptors: Int32? = nil, invalidResponse: String? = nil) {
+        var error = UpstreamError(cause: cause, detail: detail, destination: destination,
             timeoutSeconds: request.timeoutSeconds, deniedAddress: deniedAddress)
         error.outOfDescriptors = outOfDescriptors
         error.invalidResponse = invalidResponse

@@ -35,7 +35,7 @@ final class TLSConnector {
     func start(_ done: @escaping (Result<CurlTLSLink, UpstreamError>) -> Void) {
         assertOnQueue(multi.queue)
         guard let h = multi.makeConnectOnlyHandle() else {
-            done(.failure(UpstreamError(code: CURLE_OUT_OF_MEMORY, detail: "libcurl could not make a connection handle",
+            done(.failure(UpstreamError(cause: .other("out of memory"), detail: "libcurl could not make a connection handle",
                 destination: destination, timeoutSeconds: timeoutSeconds)))
             return
         }
@@ -51,7 +51,7 @@ final class TLSConnector {
         guard multi.addConnectOnly(h, connector: self) else {
             easy = nil
             self.done = nil
-            done(.failure(UpstreamError(code: CURLE_FAILED_INIT, detail: "libcurl refused the connection handle",
+            done(.failure(UpstreamError(cause: .other("libcurl refused the connection handle"), detail: "libcurl refused the connection handle",
                 destination: destination, timeoutSeconds: timeoutSeconds)))
             return
         }
@@ -83,7 +83,7 @@ final class TLSConnector {
         var fd: curl_socket_t = -1
         guard ap_easy_getinfo_socket(h.raw, CURLINFO_ACTIVESOCKET, &fd) == CURLE_OK, fd >= 0 else {
             multi.releaseConnectOnly(h)
-            d(.failure(UpstreamError(code: CURLE_COULDNT_CONNECT, detail: "libcurl made no connection",
+            d(.failure(UpstreamError(cause: .connect, detail: "libcurl made no connection",
                 destination: destination, timeoutSeconds: timeoutSeconds)))
             return
         }
