@@ -18,13 +18,17 @@ enum ResponseReaderFuzzer {
         var failure: ResponseReader.Failure? = nil
         var leftover = 0
         var status = 0
+        /// A `101` answered the upgrade (when the request asked for one): what follows is the new protocol's.
+        var switched = false
     }
 
     static func run(_ input: UnsafeRawBufferPointer) {
         let bytes = Array(input)
         let h = fuzzHash(input)
         let isHead = h & 1 != 0
-        let once = read(bytes, pieces: [bytes.count], isHead: isHead)
+        // A WebSocket handshake (a GET) lets a 101 through; every other request refuses it.
+        let upgrade = !isHead && h & 2 != 0
+        let once = read(bytes, pieces: [bytes.count], isHead: isHead, upgrade: upgrade)
         invariant(once.body.count <= bytes.count, "body \(once.body.count) > input \(bytes.count)")
 
         var pieces: [Int] = []
@@ -36,9 +40,11 @@ enum ResponseReaderFuzzer {
             left -= n
             k = k >> 5 | (k & 0x1f) << 59
         }
-        let split = read(bytes, pieces: pieces, isHead: isHead)
+        let split = read(bytes, pieces: pieces, isHead: isHead, upgrade: upgrade)
         invariant(split == once, "in pieces \(pieces): \(split) vs at once: \(once); input \(describe(bytes))")
 
+        invariant(!once.switched || (upgrade && once.status == 101 && once.body.isEmpty),
+            "switched without an upgrade to a 101: \(once); input \(describe(bytes))")
         if once.failure == nil, once.lines.count > 0, once.complete || !once.body.isEmpty {
             // The final head was read: the assembler, fed the same lines, gives the client the same status.
             var assembler = ResponseHeadAssembler()
@@ -50,9 +56,9 @@ enum ResponseReaderFuzzer {
         }
     }
 
-    static func read(_ bytes: [UInt8], pieces: [Int], isHead: Bool) -> Outcome {
+    static func read(_ bytes: [UInt8], pieces: [Int], isHead: Bool, upgrade: Bool) -> Outcome {
         var out = Outcome()
-        var reader = ResponseReader(isHeadRequest: isHead)
+        var reader = ResponseReader(isHeadRequest: isHead, upgradeRequested: upgrade)
         var pending: [UInt8] = []
         var offset = 0
         for piece in pieces + [0] {
@@ -80,6 +86,11 @@ enum ResponseReaderFuzzer {
                     }
                     pending.removeFirst(n)
                     continue
+                case .switched:
+                    out.switched = true
+                    out.leftover = pending.count + bytes.count - offset
+                    out.status = reader.status
+                    return out
                 case .complete:
                     out.complete = true
                     out.reusable = reader.reusable
