@@ -1,7 +1,3 @@
-#if canImport(Glibc)
-import Glibc
-#endif
-
 /// A token ready to put on requests.
 public struct IssuedToken: Sendable, Equatable, Codable {
     public var value: String
@@ -67,10 +63,4 @@ public struct TokenError: Error, Sendable, Equatable {
         }
         return ErrorResponse(status: 502, message: "Credential '\(credential)': \(message)", details: d)
     }
-}
-
-func nowMillis() -> Int64 {
-    var ts = timespec()
-    clock_gettime(CLOCK_REALTIME, &ts)
-    return Int64(ts.tv_sec) * 1000 + Int64(ts.tv_nsec / 1_000_000)
 }

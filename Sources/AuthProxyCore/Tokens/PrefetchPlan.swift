@@ -12,9 +12,27 @@ enum PrefetchPlan {
 
     /// How long to wait before looking again while a token request runs.
     static let pollMillis: Int64 = 1000
+    /// The shortest wait before looking again: a deadline a few milliseconds away (or one the clock passed
+    /// between the look and the timer) must not make the service spin.
+    static let minimumWaitMillis: Int64 = 10
 
     /// The action now, and when to look again (nil: never; the token does not expire).
     static func next(status: TokenStatus?, refreshMargin: Int64, now: Int64) -> (action: Action, checkIn: Int64?) {
+        let plan = unfloored(status: status, refreshMargin: refreshMargin, now: now)
+        return (plan.action, plan.checkIn.map { max(minimumWaitMillis, $0) })
+    }
+
+    /// The plan for `key` as `cache` has it at `now`: its status and the refresh margin of the token it holds.
+    static func next<Waiter>(key: String, in cache: TokenCache<Waiter>, now: Int64) -> (action: Action, checkIn: Int64?)
+    {
+        next(
+            status: cache.status(key: key, now: now), refreshMargin: cache.entries[key]?.token?.refreshMargin ?? 0,
+            now: now)
+    }
+
+    private static func unfloored(status: TokenStatus?, refreshMargin: Int64, now: Int64) -> (
+        action: Action, checkIn: Int64?
+    ) {
         guard let s = status else { return (.fetch, pollMillis) }
         switch s.state {
         case .refreshing:

@@ -31,6 +31,8 @@ final class TokenFetcher {
     var store: CredentialStore
     private let logger: Logger
     private unowned let host: any TokenFetcherHost
+    /// What `rest/info` reuse and the issue time of new tokens are measured on (the service's clock).
+    private let clock: any WallClock
     /// `rest/info` answers by normalized server root, with the requests waiting for one.
     private var infos: [String: InfoEntry] = [:]
 
@@ -50,8 +52,12 @@ final class TokenFetcher {
         var answered: Bool
     }
 
-    init(multi: CurlMulti, timeoutSeconds: Int, store: CredentialStore, logger: Logger, host: any TokenFetcherHost) {
+    init(
+        multi: CurlMulti, timeoutSeconds: Int, store: CredentialStore, logger: Logger, host: any TokenFetcherHost,
+        clock: any WallClock = SystemWallClock()
+    ) {
         self.multi = multi
+        self.clock = clock
         self.timeoutSeconds = timeoutSeconds
         self.store = store
         self.logger = logger
@@ -300,7 +306,7 @@ final class TokenFetcher {
     ) {
         let key = ServerRoot.normalized(url)
         var e = infos[key] ?? InfoEntry()
-        if let info = e.info, nowMillis() - e.fetchedAt < Self.infoLifetime {
+        if let info = e.info, clock.nowMillis() - e.fetchedAt < Self.infoLifetime {
             done(.success(info))
             return
         }
@@ -325,7 +331,7 @@ final class TokenFetcher {
             case .success(let r):
                 if let info = try? JSONDecoder().decode(ServerInfoResponse.self, from: Data(r.body)) {
                     e.info = info
-                    e.fetchedAt = nowMillis()
+                    e.fetchedAt = clock.nowMillis()
                     outcome = .success(info)
                 } else {
                     outcome = .failure(
@@ -395,7 +401,7 @@ final class TokenFetcher {
     private func issued(_ c: Credential, _ answer: Answer<GenerateTokenResponse>, service: String) -> Result<
         IssuedToken, TokenError
     > {
-        guard let t = answer.body.issuedToken(at: nowMillis(), serverDate: answer.serverDate) else {
+        guard let t = answer.body.issuedToken(at: clock.nowMillis(), serverDate: answer.serverDate) else {
             return .failure(
                 TokenError(credential: c.name, message: "token service \(Self.redacted(service)) returned no token"))
         }
@@ -406,7 +412,7 @@ final class TokenFetcher {
         IssuedToken, TokenError
     > {
         // expires_in is relative: no clock to correct.
-        guard let t = answer.body.issuedToken(at: nowMillis()) else {
+        guard let t = answer.body.issuedToken(at: clock.nowMillis()) else {
             return .failure(
                 TokenError(
                     credential: c.name,

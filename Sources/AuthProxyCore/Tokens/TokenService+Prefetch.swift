@@ -79,7 +79,7 @@ extension TokenService {
 
     /// The status of `key`, nil when no token was ever asked for under it.
     public func status(key: String) -> TokenStatus? {
-        let now = nowMillis()
+        let now = clock.nowMillis()
         return cache.withLock { $0.status(key: key, now: now) }
     }
 
@@ -87,11 +87,8 @@ extension TokenService {
         dispatchPrecondition(condition: .onQueue(queue))
         guard prefetching[c.name] == fingerprint else { return }
         let key = Self.key(for: c, target: target)
-        let now = nowMillis()
-        let (status, margin) = cache.withLock { cache -> (TokenStatus?, Int64) in
-            (cache.status(key: key, now: now), cache.entries[key]?.token?.refreshMargin ?? 0)
-        }
-        let plan = PrefetchPlan.next(status: status, refreshMargin: margin, now: now)
+        let now = clock.nowMillis()
+        let plan = cache.withLock { PrefetchPlan.next(key: key, in: $0, now: now) }
         switch plan.action {
         case .fetch:
             token(for: c, target: target) { _ in }
@@ -102,7 +99,7 @@ extension TokenService {
             break
         }
         guard let wait = plan.checkIn else { return }
-        queue.asyncAfter(deadline: .now() + .milliseconds(Int(max(10, wait)))) { [self] in
+        runAfter(wait) { [self] in
             prefetchTick(c, target: target, fingerprint: fingerprint)
         }
     }

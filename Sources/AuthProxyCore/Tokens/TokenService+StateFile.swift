@@ -82,7 +82,7 @@ extension TokenService {
                 metadata: ["credential": "\(name)"])
         }
         refreshTokens = current
-        let now = nowMillis()
+        let now = clock.nowMillis()
         let oauthUsers = oauthUsers
         let valid = contents.tokens.filter { t in
             fingerprints[t.credential] == t.fingerprint && !t.token.isExpired(at: now)
@@ -99,7 +99,7 @@ extension TokenService {
     func persist() {
         dispatchPrecondition(condition: .onQueue(queue))
         reloadIfChanged()  // a sign-out that just happened must not be written back
-        let now = nowMillis()
+        let now = clock.nowMillis()
         let fingerprints = fingerprints
         let ours = cache.withLock { $0.validTokens(now: now) }.map {
             TokenStateFile.StoredToken(

@@ -33,6 +33,9 @@ public final class TokenService: @unchecked Sendable {
     let queue = ProxyQueue.ownThread("authproxy.tokens")
     private let multi: CurlMulti
     let logger: Logger
+    /// Every time the service's decisions depend on (expiries, backoffs, probe budgets, when to look again)
+    /// is read from it: tests drive the schedule with a fake clock.
+    let clock: any WallClock
     /// `upstream_timeout_seconds` of the token service's requests: confined to `queue`, set again by a reload
     /// (``update(credentials:timeoutSeconds:)``).
     private var timeoutSeconds: Int
@@ -54,19 +57,24 @@ public final class TokenService: @unchecked Sendable {
     /// Credentials kept fresh by `prefetch = true`, by name, with the fingerprint of the settings they were
     /// started with (see `TokenService+Prefetch.swift`).
     var prefetching: [String: String] = [:]
-    /// Which roots a client's path named may have a token at all (``RootConfirmations``). Confined to `queue`.
-    private var confirmations = RootConfirmations<Completion>()
+    /// Which roots a client's path named may have a token at all (``RootConfirmations``). Confined to `queue`
+    /// (internal so tests can set it up there).
+    var confirmations = RootConfirmations<Completion>()
     private lazy var fetcher = TokenFetcher(
         multi: multi, timeoutSeconds: timeoutSeconds, store: store,
-        logger: logger, host: self)
+        logger: logger, host: self, clock: clock)
 
     public typealias Completion = @Sendable (Result<IssuedToken, TokenError>) -> Void
 
-    public init(credentials: [Credential], stateDir: String, stateKey: String?, timeoutSeconds: Int, logger: Logger) {
+    public init(
+        credentials: [Credential], stateDir: String, stateKey: String?, timeoutSeconds: Int, logger: Logger,
+        clock: any WallClock = SystemWallClock()
+    ) {
         multi = CurlMulti(queue: queue)
         self.logger = logger
+        self.clock = clock
         self.timeoutSeconds = timeoutSeconds
-        stateFile = TokenStateFile(directory: stateDir, secret: stateKey)
+        stateFile = TokenStateFile(directory: stateDir, secret: stateKey, clock: clock)
         var fingerprints: [String: String] = [:]
         for c in credentials { fingerprints[c.name] = Crypto.sha256Hex(c.identityMaterial) }
         self.fingerprints = fingerprints
@@ -93,13 +101,13 @@ public final class TokenService: @unchecked Sendable {
         case .apiKey(let key):
             return IssuedToken(value: key, expires: nil, issued: 0, ssl: false, referer: nil)
         case .token(let t, let referer, let expires):
-            guard !(expires.map { nowMillis() >= $0 } ?? false) else { return nil }
+            guard !(expires.map { clock.nowMillis() >= $0 } ?? false) else { return nil }
             return IssuedToken(value: t, expires: expires, issued: 0, ssl: false, referer: referer)
         default:
             break
         }
         let key = Self.key(for: c, target: target)
-        let now = nowMillis()
+        let now = clock.nowMillis()
         guard let (t, refreshDue) = cache.withLock({ $0.cached(key: key, now: now) }) else { return nil }
         if refreshDue {
             queue.async { [self] in refreshInBackground(c, target: target) }
@@ -176,16 +184,18 @@ public final class TokenService: @unchecked Sendable {
         dispatchPrecondition(condition: .onQueue(queue))
         let key = Self.key(c.name, root: root, isPortal: isPortal)
         let configured = Self.configuredRootKeys(c).contains(key)
-        switch confirmations.check(credential: c.name, key: key, configured: configured, now: nowMillis(), waiter: completion) {
+        let now = clock.nowMillis()
+        switch confirmations.check(credential: c.name, key: key, configured: configured, now: now, waiter: completion) {
         case .confirmed:
             acquire(c, root: root, isPortal: isPortal, completion: completion)
         case .wait:
             break
         case .refused(let why):
-            completion(.failure(Self.unconfirmed(c, root: root, why)))
+            completion(.failure(Self.unconfirmed(c, root: root, why, now: now)))
         case .probe:
             fetcher.probeRoot(c, root: root, isPortal: isPortal) { [self] verdict in
-                let settled = confirmations.settle(credential: c.name, key: key, verdict: verdict, now: nowMillis())
+                let now = clock.nowMillis()
+                let settled = confirmations.settle(credential: c.name, key: key, verdict: verdict, now: now)
                 switch settled.decision {
                 case .confirmed:
                     logger.info("server root confirmed", metadata: ["credential": "\(c.name)", "root": "\(root)"])
@@ -197,7 +207,7 @@ public final class TokenService: @unchecked Sendable {
                     if case .notARoot(let reason, _) = why { meta["cause"] = "\(reason)" }
                     if case .tooManyRoots(let limit) = why { meta["cause"] = "the credential has \(limit) confirmed roots already" }
                     logger.warning("not a usable ArcGIS root: no token is requested for it", metadata: meta)
-                    let error = Self.unconfirmed(c, root: root, why)
+                    let error = Self.unconfirmed(c, root: root, why, now: now)
                     for w in settled.waiters { w(.failure(error)) }
                 case .probe, .wait:
                     break  // not a settlement's answer
@@ -206,10 +216,12 @@ public final class TokenService: @unchecked Sendable {
         }
     }
 
-    /// The client's 502 for a root that gets no token: names the root (the client's own path) and the cause,
-    /// never a secret.
-    static func unconfirmed(_ c: Credential, root: String, _ why: RootConfirmations<Completion>.Refusal) -> TokenError {
-        func seconds(_ at: Int64) -> Int64 { max(1, (at - nowMillis() + 999) / 1000) }
+    /// The client's 502 for a root that gets no token at `now`: names the root (the client's own path) and the
+    /// cause, never a secret.
+    static func unconfirmed(
+        _ c: Credential, root: String, _ why: RootConfirmations<Completion>.Refusal, now: Int64
+    ) -> TokenError {
+        func seconds(_ at: Int64) -> Int64 { max(1, (at - now + 999) / 1000) }
         let advice = "A token is requested only for the server roots of the credential's match prefixes and token_url, "
             + "and for roots whose rest/info answers as ArcGIS Server or Portal; list a root as a match prefix to use it without a check."
         switch why {
@@ -241,7 +253,7 @@ public final class TokenService: @unchecked Sendable {
         let key = Self.key(for: c, target: target)
         var pregenerated = false
         if case .token = c.kind { pregenerated = true }
-        let now = nowMillis()
+        let now = clock.nowMillis()
         let outcome = cache.withLock {
             $0.rejected(
                 key: key, credential: c.name, token: token, attempt: attempt, pregenerated: pregenerated,
@@ -265,7 +277,7 @@ public final class TokenService: @unchecked Sendable {
         // Called for every completed exchange with a token: the key (string work) only when it can matter.
         guard cache.withLock({ $0.awaitsAcceptance }) else { return }
         let key = Self.key(for: c, target: target)
-        let now = nowMillis()
+        let now = clock.nowMillis()
         cache.withLock { $0.accepted(key: key, value: token.value, now: now) }
     }
 
@@ -345,7 +357,7 @@ public final class TokenService: @unchecked Sendable {
         }
         noticeSignInChange(c)
         let key = Self.key(c.name, root: root, isPortal: isPortal)
-        let now = nowMillis()
+        let now = clock.nowMillis()
         let lookup = cache.withLock { $0.acquire(key: key, credential: c.name, now: now, waiter: completion) }
         run(lookup, c, root: root, isPortal: isPortal, completion: completion)
     }
@@ -356,7 +368,7 @@ public final class TokenService: @unchecked Sendable {
         noticeSignInChange(c)
         let (root, isPortal) = ServerRoot.of(target)
         let key = Self.key(c.name, root: root, isPortal: isPortal)
-        let now = nowMillis()
+        let now = clock.nowMillis()
         let lookup = cache.withLock { $0.refreshInBackground(key: key, credential: c.name, now: now) }
         run(lookup, c, root: root, isPortal: isPortal, completion: nil)
     }
@@ -379,8 +391,10 @@ public final class TokenService: @unchecked Sendable {
                         message:
                             "the server at \(root) rejects newly issued tokens (check the referer/client binding, the user's access and the clocks)",
                         retryAt: retryAt)))
-        case .backingOff(let error, let probeAt):
-            if let probeAt { scheduleProbe(c, root: root, isPortal: isPortal, at: probeAt) }
+        case .backingOff(let error, _):
+            if let delay = ProbeSchedule.delay(for: lookup, now: clock.nowMillis()) {
+                scheduleProbe(c, root: root, isPortal: isPortal, after: delay)
+            }
             completion?(.failure(error))
         case .startFetch(let ticket):
             fetcher.fetch(c, root: root, isPortal: isPortal) { [self] result in
@@ -394,7 +408,7 @@ public final class TokenService: @unchecked Sendable {
         result: Result<IssuedToken, TokenError>
     ) {
         dispatchPrecondition(condition: .onQueue(queue))
-        let now = nowMillis()
+        let now = clock.nowMillis()
         let settled = cache.withLock { $0.complete(ticket, with: result, now: now) }
         if let m = ProxyMetrics.active {
             switch result {
@@ -412,7 +426,7 @@ public final class TokenService: @unchecked Sendable {
                 "token obtained",
                 metadata: [
                     "credential": "\(c.name)", "root": "\(root)",
-                    "expires_in_s": "\(t.expires.map { ($0 - nowMillis()) / 1000 } ?? -1)",
+                    "expires_in_s": "\(t.expires.map { ($0 - now) / 1000 } ?? -1)",
                 ])
         case (.failed(let wait), .failure(let err)):
             logger.warning(
@@ -438,19 +452,26 @@ public final class TokenService: @unchecked Sendable {
         if oauthUsers.contains(c.name) { reloadIfChanged() }
     }
 
-    /// One probe when the key's backoff ends, if a request wanted a token meanwhile: recovery does not wait
-    /// for the next request to arrive after the deadline (and the one that does finds a token).
-    private func scheduleProbe(_ c: Credential, root: String, isPortal: Bool, at probeAt: Int64) {
+    /// One probe when the key's backoff ends (`delay` from now, see ``ProbeSchedule``), if a request wanted a
+    /// token meanwhile: recovery does not wait for the next request to arrive after the deadline (and the one
+    /// that does finds a token).
+    private func scheduleProbe(_ c: Credential, root: String, isPortal: Bool, after delay: Int64) {
         let key = Self.key(c.name, root: root, isPortal: isPortal)
-        let delay = max(0, probeAt - nowMillis())
-        queue.asyncAfter(deadline: .now() + .milliseconds(Int(delay))) { [self] in
+        runAfter(delay) { [self] in
             noticeSignInChange(c)
-            let now = nowMillis()
+            let now = clock.nowMillis()
             guard let lookup = cache.withLock({ $0.probeDue(key: key, now: now) }) else { return }
             logger.info(
                 "backoff over: probing the token service", metadata: ["credential": "\(c.name)", "root": "\(root)"])
             run(lookup, c, root: root, isPortal: isPortal, completion: nil)
         }
+    }
+
+    /// Runs `work` on the queue `millis` milliseconds from now. When to run is decided on `clock` (by
+    /// ``ProbeSchedule`` and ``PrefetchPlan``); the dispatch deadline only carries that wait out, so this is the
+    /// one place the service reads dispatch time.
+    func runAfter(_ millis: Int64, _ work: @escaping @Sendable () -> Void) {
+        queue.asyncAfter(deadline: .now() + .milliseconds(Int(millis)), execute: work)
     }
 }
 

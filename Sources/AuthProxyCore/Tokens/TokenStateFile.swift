@@ -48,6 +48,8 @@ public struct TokenStateFile: Sendable {
 
     public let directory: String
     let secret: String?
+    /// What "expired" means when reading: tokens and refresh tokens past their expiry are left out.
+    let clock: any WallClock
     /// Current format: magic, 16-byte salt, 16-byte key check value, then the AES-GCM box.
     static let magic: [UInt8] = Array("APST2".utf8)
     /// The first format, without a key check value (still read).
@@ -55,9 +57,10 @@ public struct TokenStateFile: Sendable {
     static let saltLength = 16
     static let checkLength = 16
 
-    public init(directory: String, secret: String?) {
+    public init(directory: String, secret: String?, clock: any WallClock = SystemWallClock()) {
         self.directory = directory
         self.secret = secret
+        self.clock = clock
     }
 
     public var path: String { directory + "/tokens" + (secret == nil ? ".json" : ".enc") }
@@ -123,7 +126,7 @@ public struct TokenStateFile: Sendable {
         guard var c = try? JSONDecoder().decode(Contents.self, from: Data(bytes)) else {
             throw StateError("\(path) is not a valid state file", kind: .damaged)
         }
-        let now = nowMillis()
+        let now = clock.nowMillis()
         c.tokens.removeAll { $0.token.isExpired(at: now) }
         c.refreshTokens.removeAll { ($0.expires ?? .max) <= now }
         return c

@@ -65,7 +65,7 @@ extension TokenCache {
 extension TokenService {
     /// Every key's ``TokenStatus``.
     public func status() -> [TokenStatus] {
-        let now = nowMillis()
+        let now = clock.nowMillis()
         return cache.withLock { $0.status(now: now) }
     }
 }
