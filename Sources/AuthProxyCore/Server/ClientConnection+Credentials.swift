@@ -9,129 +9,49 @@ import Glibc
 /// Token-type credentials on a forwarded request: matching, token injection, and the one retry after a
 /// token rejection (with the request body replayed).
 extension ClientConnection {
+    /// Carries out the ``RequestPlanner``'s plan for a forwarded request: its local answer, or the rate limit,
+    /// the body's replay copy, and the transfer (after the token, when one goes in).
     func forward(_ url: URLTarget) {
         // A fresh context (``begin(_:)``): the credential, token, replay and form fields are unset.
         guard let x = ex, let h = x.head else { return }
         x.originalURL = url
         x.upstreamURL = url
         let store = credentials
-        // Credentials are matched on the path the server will resolve: `/arcgis/%2e%2e/x` must not carry the
-        // `/arcgis` token. The path goes upstream as written, and a front end may route on that raw text, so
-        // when the two differ a credential applies only if both select it (`raw` is set then).
-        var match = url
-        var raw: URLTarget? = nil
-        if !store.isEmpty {
-            switch PathNormalizer.normalize(url.path) {
-            case .normal(let p):
-                if p != url.path {
-                    match = url.replacingPath(p)
-                    raw = url
-                }
-            case .ambiguous(let why):
-                if store.matchesOrigin(url) {
-                    respond(ErrorResponse(status: 400, message: "Bad request: \(why)",
-                        details: ["Requests to a host with credentials need an unambiguous path: a server could resolve this one outside the credential's prefix."]),
-                        close: false)
-                    return
-                }
-            }
-        }
-        if h.method == "TRACE", !store.isEmpty, store.matchesOrigin(url) {
-            // A server that answers TRACE echoes the request it got: the key or token the proxy put in.
-            respond(ErrorResponse(status: 405, message: "TRACE is not allowed to a host with credentials",
-                details: ["The server would echo the credentials the proxy adds to the request."]),
-                close: false, extraHeaders: "Allow: GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS\r\n")
+        let plan: ForwardPlan
+        switch RequestPlanner.plan(h, url: url, store: store, settings: .init(unmatched: context.config.unmatched,
+            maxReplayBytes: context.config.maxReplayBytes, insideInterception: tls != nil))
+        {
+        case .failure(let refusal):
+            let a = refusal.answer
+            if let reason = a.denied { ProxyMetrics.active?.denied(reason) }
+            respond(a.error, close: false, extraHeaders: a.extraHeaders)
             return
+        case .success(let p):
+            plan = p
         }
-        if url.scheme == "http", store.upgradesToHTTPS(match) {
-            // upgrade_to_https: the client speaks plain http to us, we speak https upstream.
-            x.upstreamURL = URLTarget(scheme: "https", host: url.host, port: url.port == 80 ? 443 : url.port, pathAndQuery: url.pathAndQuery)
-            x.upgradedToHTTPS = true
-        }
-        var upstreamMatch = match
-        if let u = x.upstreamURL, u != url {
-            upstreamMatch = URLTarget(scheme: u.scheme, host: u.host, port: u.port, pathAndQuery: match.pathAndQuery)
-        }
-        if !store.isEmpty {
-            x.networkAuth = network(store, upstreamMatch, match)
-            if let raw {
-                let u = x.upstreamURL ?? raw
-                x.networkAuth = x.networkAuth.keepingShared(with: network(store, u, raw))
-            }
-            if x.networkAuth.password != nil || x.networkAuth.kerberos != nil,
-                ConnectionBoundAuthentication.clientAuthenticates(h.headers)
-            {
-                // The client logs in itself: its header goes upstream as it is, and the proxy's password or
-                // Kerberos credential stays out of this request (TLS settings, server trust and a client
-                // certificate still apply).
-                x.networkAuth.password = nil
-                x.networkAuth.passwordName = nil
-                x.networkAuth.kerberos = nil
-            }
-        }
-        if h.upgrade != nil, let refusal = webSocketRefusal(x) {
-            respond(refusal, close: false)
-            return
-        }
-        if context.access.hasRateLimits, let limited = rateLimited(store: store, targets: [match, upstreamMatch]) {
+        x.upstreamURL = plan.upstreamURL
+        x.upgradedToHTTPS = plan.upgradedToHTTPS
+        x.networkAuth = plan.network
+        if context.access.hasRateLimits, let limited = rateLimited(store: store, targets: plan.rateLimitTargets) {
             respond(limited.error, close: false, extraHeaders: "Retry-After: \(limited.retryAfter)\r\n")
             return
         }
-        if hasBody(h) {
-            // A copy of the body so libcurl can rewind: when a kept-alive upstream connection turns out dead
-            // (first MiB), or for multi-round-trip authentication (NTLM, Digest, Negotiate), up to
-            // max_replay_bytes. A token credential that may retry replaces it with a larger one.
-            let limit = x.networkAuth.answersChallenges ? context.config.maxReplayBytes : Int64(ReplayBuffer.memoryLimit)
-            x.replay = ReplayBuffer(limit: limit, directory: context.config.stateDir)
-        }
-        var selected = store.tokenCredential(for: match)
-        if let raw, let s = selected, store.tokenCredential(for: raw)?.name != s.name { selected = nil }
-        guard let c = selected else {
-            if context.config.unmatched == .deny, !store.matchesAny(match) {
-                ProxyMetrics.active?.denied(.unmatched)
-                respond(ErrorResponse(status: 403, message: "Destination \(url.origin) is not allowed",
-                    details: ["No credential matches it and [proxy] unmatched = \"deny\"."]), close: false)
-                return
-            }
-            startTransfer(url: x.upstreamURL!, headers: h.headers)
-            return
-        }
-        if c.isRefreshable, ServerRoot.api(match) == nil {
-            // Outside the ArcGIS APIs (a portal's home and app pages, static files): no token is needed, so
-            // none is obtained — no discovery, no token request, no backoff to poison the credential's API roots.
-            startTransfer(url: x.upstreamURL!, headers: h.headers)
-            return
-        }
-        if !c.overrideClientToken, TokenInjection.clientHasToken(pathAndQuery: url.pathAndQuery, headers: h.headers) {
-            // The client authenticates itself: leave its token alone and do not retry.
-            startTransfer(url: x.upstreamURL!, headers: h.headers)
+        if let limit = plan.replayLimit { x.replay = ReplayBuffer(limit: limit, directory: context.config.stateDir) }
+        guard case .inject(let c, let site, let collectForm) = plan.token else {
+            startTransfer(url: plan.upstreamURL, headers: h.headers)
             return
         }
         x.credential = c
-        x.tokenSite = TokenInjection.site(placement: c.placement, method: h.method, isForm: TokenInjection.isForm(h.headers))
-        if x.tokenSite == .form {
-            if case .contentLength(let n) = h.framing, n <= Int64(Self.maxFormBytes) {
-                // The token goes into the form: collect it whole first (small by nature), then inject.
-                x.formBody = []
-                x.formBody!.reserveCapacity(Int(n))
-                if machine.continueDue() { send("HTTP/1.1 100 Continue\r\n\r\n") }
-                if machine.collectForm() { pumpBody() } else { formCollected() }
-                return
-            }
-            x.tokenSite = .query  // a large or chunked form keeps streaming; the token goes into the URL
-        }
-        if c.isRefreshable, hasBody(h) {
-            x.replay = ReplayBuffer(limit: context.config.maxReplayBytes, directory: context.config.stateDir)
+        x.tokenSite = site
+        if collectForm, case .contentLength(let n) = h.framing {
+            // The token goes into the form: collect it whole first (small by nature), then inject.
+            x.formBody = []
+            x.formBody!.reserveCapacity(Int(n))
+            if machine.continueDue() { send("HTTP/1.1 100 Continue\r\n\r\n") }
+            if machine.collectForm() { pumpBody() } else { formCollected() }
+            return
         }
         obtainToken()
-    }
-
-    /// The network credentials for the upstream URL, completed by those written for the client's URL
-    /// (under upgrade_to_https a credential may name either).
-    private func network(_ store: CredentialStore, _ upstream: URLTarget, _ client: URLTarget) -> NetworkAuth {
-        var n = store.network(for: upstream)
-        if upstream != client { n.fill(from: store.network(for: client)) }
-        return n
     }
 
     /// `rate_limit`: spends one request of this client (its `[[client]]` name, else its address) from every
@@ -161,13 +81,6 @@ extension ClientConnection {
         }
         return nil
     }
-
-    func hasBody(_ h: RequestHead) -> Bool {
-        h.framing != .none && h.framing != .contentLength(0) && h.method != "HEAD"
-    }
-
-    /// Form bodies up to this size are collected to carry the token; larger ones get it in the URL.
-    static let maxFormBytes = 1024 * 1024
 
     /// The collected form is complete: check for a client token in it, then get ours.
     func formCollected() {

@@ -144,21 +144,6 @@ extension ClientConnection {
 
 /// WebSocket: the `101` answer to a handshake turns the connection into a relay.
 extension ClientConnection {
-    /// Why a WebSocket handshake cannot be relayed from here, nil when it can: the relay reads the client socket
-    /// directly (so not inside an intercepted TLS tunnel), and only the own HTTP/1.1 client hands its connection
-    /// over after a `101` (so no network credential, which needs libcurl).
-    func webSocketRefusal(_ x: ExchangeContext) -> ErrorResponse? {
-        if tls != nil {
-            return ErrorResponse(status: 501, message: "WebSocket inside an intercepted TLS tunnel (wss:// through CONNECT) is not supported",
-                details: ["Use ws:// (plain, through CONNECT or in absolute form) or GET wss://... in absolute form to the proxy."])
-        }
-        if x.networkAuth.hasCredential {
-            return ErrorResponse(status: 501, message: "WebSocket to a host with a network credential (password, Kerberos, client certificate) is not supported",
-                details: ["Only token and API-key credentials apply to WebSocket handshakes."])
-        }
-        return nil
-    }
-
     func transferSwitchedProtocols(channel up: SocketChannel, leftover: ByteBuffer) {
         guard let x = ex, let url = x.upstreamURL, !machine.isClosed else {
             up.close()

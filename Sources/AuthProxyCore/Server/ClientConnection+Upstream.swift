@@ -17,7 +17,7 @@ extension ClientConnection {
         // https); libcurl for the rest (the authentication schemes it answers). The own client writes the head from
         // `headers` itself; libcurl gets them as header lines in its syntax.
         // A WebSocket handshake always goes over the own client, the one that hands its connection over after a
-        // `101` (``ClientConnection/webSocketRefusal(_:)`` turned away those that need libcurl).
+        // `101` (``RequestPlanner/webSocketRefusal(network:insideInterception:)`` turned away those that need libcurl).
         let native = (context.config.httpClient == .native || h.upgrade != nil) && !x.networkAuth.hasCredential
         // A client doing NTLM/Negotiate itself: from now on, upstream connections of its own (never pooled for
         // anyone else, closed with this connection).

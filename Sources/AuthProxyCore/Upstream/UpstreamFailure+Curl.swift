@@ -1,3 +1,4 @@
+import CAuthProxyShims
 import CCurl
 
 /// The libcurl adapter's side of ``UpstreamFailure``: the only place a `CURLcode` becomes a failure.

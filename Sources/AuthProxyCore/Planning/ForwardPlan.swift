@@ -1,0 +1,43 @@
+/// What the executor does with a request the proxy forwards, decided by ``RequestPlanner/plan(_:url:store:settings:)``
+/// from the request, the credentials in scope and the configuration alone.
+struct ForwardPlan: Equatable {
+    /// Where the request goes: the client's URL, or its https form under `upgrade_to_https`.
+    var upstreamURL: URLTarget
+    var upgradedToHTTPS: Bool
+    /// Password, Kerberos, client certificate and server trust for the upstream.
+    var network: NetworkAuth
+    /// The URLs whose credentials' `rate_limit` this request spends (the client's and the upstream's).
+    var rateLimitTargets: [URLTarget]
+    /// How much of the request body is kept to send again (nil: it has none): for a kept-alive connection found
+    /// dead or a multi-round-trip login, and more for a refreshable token's retry.
+    var replayLimit: Int64?
+    var token: TokenPlan
+
+    /// The token-type credential's part.
+    enum TokenPlan: Equatable {
+        /// No token goes into the request (none matches, the path is outside the ArcGIS APIs, or the client
+        /// brings its own).
+        case none
+        /// A token of `credential` goes in at `site`. `collectForm`: the form body (of at most
+        /// ``RequestPlanner/maxFormBytes``) is collected whole first and the token goes into it.
+        case inject(Credential, site: TokenInjection.Site, collectForm: Bool)
+
+        // A credential is one by its name within a configuration generation.
+        static func == (a: TokenPlan, b: TokenPlan) -> Bool {
+            switch (a, b) {
+            case (.none, .none): return true
+            case (.inject(let c1, let s1, let f1), .inject(let c2, let s2, let f2)):
+                return c1.name == c2.name && s1 == s2 && f1 == f2
+            default: return false
+            }
+        }
+    }
+}
+
+/// What the planner decides instead of forwarding: a local answer.
+struct PlannedAnswer: Equatable {
+    var error: ErrorResponse
+    var extraHeaders: String = ""
+    /// The `authproxy_denied_total` reason it counts as, if any.
+    var denied: MetricLabels.DeniedReason? = nil
+}

@@ -1,0 +1,163 @@
+import Testing
+
+@testable import AuthProxyCore
+
+/// The routing rules the README states for forwarded requests, as tables over ``RequestPlanner``: no sockets.
+@Suite struct RequestPlannerTests {
+    static let config = """
+        [proxy]
+        listen = ["127.0.0.1:3128"]
+
+        [[credential]]
+        name = "key"
+        type = "api-key"
+        key = "K"
+        match = ["http://gis.example.com/arcgis"]
+
+        [[credential]]
+        name = "hdr"
+        type = "api-key"
+        key = "H"
+        token_placement = "header"
+        match = ["http://hdr.example.com/arcgis"]
+
+        [[credential]]
+        name = "ent"
+        type = "arcgis-token"
+        username = "u"
+        password = "p"
+        upgrade_to_https = true
+        match = ["http://ent.example.com/server"]
+
+        [[credential]]
+        name = "win"
+        type = "password"
+        username = "u"
+        password = "p"
+        schemes = ["ntlm"]
+        match = ["http://win.example.com/"]
+
+        [[credential]]
+        name = "over"
+        type = "api-key"
+        key = "O"
+        override_client_token = true
+        match = ["http://over.example.com/arcgis"]
+        """
+
+    static let store: CredentialStore = {
+        let c = try! ConfigLoader(environment: [:]).parse(config)
+        return CredentialStore(c.credentials)
+    }()
+
+    static func head(_ text: String) -> RequestHead {
+        var parser = RequestHeadParser()
+        let bytes = Array(text.replacingOccurrences(of: "\n", with: "\r\n").utf8)
+        guard case .complete(let h, _) = bytes.withUnsafeBytes({ parser.parse($0) }) else {
+            fatalError("not a request head: \(text)")
+        }
+        return h
+    }
+
+    static func plan(_ request: String, store: CredentialStore = store, unmatched: UnmatchedPolicy = .relay,
+        intercepted: Bool = false) -> Result<ForwardPlan, PlannedAnswerError>
+    {
+        let h = head(request)
+        guard case .absolute(let url) = h.target else { fatalError("not absolute: \(request)") }
+        return RequestPlanner.plan(h, url: url, store: store,
+            settings: .init(unmatched: unmatched, maxReplayBytes: 100, insideInterception: intercepted))
+    }
+
+    static func token(_ r: Result<ForwardPlan, PlannedAnswerError>) -> String {
+        switch r {
+        case .failure(let a): return "answer \(a.answer.error.status)"
+        case .success(let p):
+            switch p.token {
+            case .none: return "none"
+            case .inject(let c, let site, let form): return "\(c.name) \(site)\(form ? " form" : "")"
+            }
+        }
+    }
+
+    @Test(arguments: [
+        // matched, with the path normalised first
+        ("GET http://gis.example.com/arcgis/rest/services HTTP/1.1\nHost: gis.example.com\n\n", "key query"),
+        ("GET http://gis.example.com/arcgis/../other HTTP/1.1\nHost: gis.example.com\n\n", "none"),
+        ("GET http://gis.example.com/arcgis/%2e%2e/other HTTP/1.1\nHost: gis.example.com\n\n", "none"),
+        // the raw form selects no credential: a front end routing on it sees /other
+        ("GET http://gis.example.com/other/../arcgis/x HTTP/1.1\nHost: gis.example.com\n\n", "none"),
+        // ambiguous paths on a host with credentials, and TRACE
+        ("GET http://gis.example.com/arcgis/%2F..%2Fadmin HTTP/1.1\nHost: gis.example.com\n\n", "answer 400"),
+        ("GET http://gis.example.com/arcgis/%u002e%u002e/admin HTTP/1.1\nHost: gis.example.com\n\n", "answer 400"),
+        ("TRACE http://gis.example.com/arcgis/x HTTP/1.1\nHost: gis.example.com\n\n", "answer 405"),
+        // elsewhere the same shapes are relayed
+        ("GET http://other.example.com/a/%u002e HTTP/1.1\nHost: other.example.com\n\n", "none"),
+        ("TRACE http://other.example.com/x HTTP/1.1\nHost: other.example.com\n\n", "none"),
+        // placements: header, and a small urlencoded form collected, a chunked one in the URL
+        ("GET http://hdr.example.com/arcgis/rest HTTP/1.1\nHost: hdr.example.com\n\n", "hdr header"),
+        ("POST http://gis.example.com/arcgis/rest/q HTTP/1.1\nHost: gis.example.com\nContent-Type: application/x-www-form-urlencoded\nContent-Length: 3\n\n", "key form form"),
+        ("POST http://gis.example.com/arcgis/rest/q HTTP/1.1\nHost: gis.example.com\nContent-Type: application/x-www-form-urlencoded\nTransfer-Encoding: chunked\n\n", "key query"),
+        // the client's own token is left alone, unless the credential overrides it
+        ("GET http://gis.example.com/arcgis/rest?token=mine HTTP/1.1\nHost: gis.example.com\n\n", "none"),
+        ("GET http://gis.example.com/arcgis/rest HTTP/1.1\nHost: gis.example.com\nX-Esri-Authorization: Bearer mine\n\n", "none"),
+        ("GET http://over.example.com/arcgis/rest?token=mine HTTP/1.1\nHost: over.example.com\n\n", "over query"),
+        // a refreshable credential outside the ArcGIS APIs obtains nothing
+        ("GET http://ent.example.com/server/rest/services HTTP/1.1\nHost: ent.example.com\n\n", "ent query"),
+        ("GET http://ent.example.com/server/index.html HTTP/1.1\nHost: ent.example.com\n\n", "none"),
+    ])
+    func tokens(_ request: String, _ expected: String) {
+        #expect(Self.token(Self.plan(request)) == expected, "\(request)")
+    }
+
+    @Test func unmatchedDestinationsFollowThePolicy() {
+        let r = "GET http://elsewhere.example.com/x HTTP/1.1\nHost: elsewhere.example.com\n\n"
+        #expect(Self.token(Self.plan(r)) == "none")
+        guard case .failure(let a) = Self.plan(r, unmatched: .deny) else {
+            Issue.record("an unmatched destination was forwarded under unmatched = deny")
+            return
+        }
+        #expect(a.answer.error.status == 403 && a.answer.denied == .unmatched)
+        // A matched host, but a path outside every prefix, is unmatched too.
+        #expect(Self.token(Self.plan("GET http://gis.example.com/other HTTP/1.1\nHost: gis.example.com\n\n", unmatched: .deny)) == "answer 403")
+    }
+
+    @Test func upgradeToHTTPSChangesTheUpstreamURLOnly() throws {
+        let p = try Self.plan("GET http://ent.example.com/server/rest/info HTTP/1.1\nHost: ent.example.com\n\n").get()
+        #expect(p.upgradedToHTTPS)
+        #expect(p.upstreamURL.url == "https://ent.example.com/server/rest/info")
+        #expect(p.rateLimitTargets.map(\.url) == ["http://ent.example.com/server/rest/info", "https://ent.example.com/server/rest/info"])
+        let plain = try Self.plan("GET http://gis.example.com/arcgis/rest HTTP/1.1\nHost: gis.example.com\n\n").get()
+        #expect(!plain.upgradedToHTTPS && plain.upstreamURL.url == "http://gis.example.com/arcgis/rest")
+    }
+
+    @Test func aClientsOwnLoginWinsOverAPasswordCredential() throws {
+        let proxy = try Self.plan("GET http://win.example.com/x HTTP/1.1\nHost: win.example.com\n\n").get()
+        #expect(proxy.network.passwordName == "win")
+        let own = try Self.plan("GET http://win.example.com/x HTTP/1.1\nHost: win.example.com\nAuthorization: NTLM TlRMTVNTUAABAAAAB4IIogAAAAAAAAAAAAAAAAAAAAAGAbEdAAAADw==\n\n").get()
+        #expect(own.network.password == nil && own.network.passwordName == nil)
+    }
+
+    @Test func replayCopiesAreSizedByWhatMaySendTheBodyAgain() throws {
+        let post = "POST http://%@/q HTTP/1.1\nHost: h\nContent-Type: application/octet-stream\nContent-Length: 5\n\n"
+        func limit(_ host: String) throws -> Int64? {
+            try Self.plan(post.replacingOccurrences(of: "%@", with: host)).get().replayLimit
+        }
+        #expect(try limit("elsewhere.example.com") == Int64(ReplayBuffer.memoryLimit))  // a dead kept-alive connection
+        #expect(try limit("win.example.com") == 100)  // NTLM's rounds: max_replay_bytes
+        #expect(try limit("ent.example.com/server/rest") == 100)  // a refreshable token's retry
+        #expect(try Self.plan("GET http://gis.example.com/arcgis/rest HTTP/1.1\nHost: gis.example.com\n\n").get().replayLimit == nil)
+    }
+
+    @Test func aClientScopeSeesOnlyItsCredentials() {
+        let scoped = CredentialStore(Self.store.credentials.filter { $0.name == "hdr" })
+        #expect(Self.token(Self.plan("GET http://gis.example.com/arcgis/rest HTTP/1.1\nHost: gis.example.com\n\n", store: scoped)) == "none")
+        #expect(Self.token(Self.plan("GET http://hdr.example.com/arcgis/rest HTTP/1.1\nHost: hdr.example.com\n\n", store: scoped)) == "hdr header")
+    }
+
+    @Test func webSocketHandshakesThatCannotBeRelayedAreRefused() {
+        let ws = "GET http://%@/arcgis/ws HTTP/1.1\nHost: h\nUpgrade: websocket\nConnection: Upgrade\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\nSec-WebSocket-Version: 13\n\n"
+        #expect(Self.token(Self.plan(ws.replacingOccurrences(of: "%@", with: "gis.example.com"))) == "key query")
+        #expect(Self.token(Self.plan(ws.replacingOccurrences(of: "%@", with: "gis.example.com"), intercepted: true)) == "answer 501")
+        #expect(Self.token(Self.plan(ws.replacingOccurrences(of: "%@", with: "win.example.com"))) == "answer 501")
+    }
+}
