@@ -14,27 +14,14 @@ extension ClientConnection {
     func startTransfer(url: URLTarget, headers: HTTPHeaders, inspect: Bool = false) {
         guard !machine.isClosed, let x = ex, let h = x.head else { return }
         // The proxy's own HTTP/1.1 client without a network credential (over a TLS connection libcurl makes for
-        // https); libcurl for the rest (the authentication schemes it answers). The own client writes the head from
-        // `headers` itself; libcurl gets them as header lines in its syntax.
+        // https); libcurl for the rest (the authentication schemes it answers). Both write the head from the
+        // request's fields.
         // A WebSocket handshake always goes over the own client, the one that hands its connection over after a
         // `101` (``RequestPlanner/webSocketRefusal(network:insideInterception:)`` turned away those that need libcurl).
         let native = (context.config.httpClient == .native || h.upgrade != nil) && !x.networkAuth.hasCredential
         // A client doing NTLM/Negotiate itself: from now on, upstream connections of its own (never pooled for
         // anyone else, closed with this connection).
         if ownUpstreams == nil, ConnectionBoundAuthentication.starts(headers) { ownUpstreams = OwnUpstreams(loop: loop) }
-        var lines: [String] = []
-        if !native {
-            lines.reserveCapacity(headers.count + 3)
-            var hasAccept = false
-            headers.forEachForwardedField { name, value in
-                if name.caseInsensitiveEquals("accept") { hasAccept = true }
-                lines.append(value.isEmpty ? "\(name);" : "\(name): \(value)")
-            }
-            lines.append("Via: \(context.viaValue)")
-            // Stop libcurl adding headers the client did not send.
-            lines.append("Expect:")
-            if !hasAccept { lines.append("Accept:") }
-        }
         var bodyLength: Int64?
         if let form = x.formBody {
             bodyLength = Int64(form.count)
@@ -46,8 +33,9 @@ extension ClientConnection {
             }
         }
         if h.method == "HEAD" { bodyLength = nil }
-        var request = UpstreamRequest(method: h.method, url: url.url, headerLines: lines, bodyLength: bodyLength,
+        var request = UpstreamRequest(method: h.method, url: url.url, fields: headers, bodyLength: bodyLength,
             timeoutSeconds: context.config.upstreamTimeoutSeconds)
+        request.via = context.viaValue
         request.network = x.networkAuth
         request.denyDestinations = context.access.denyDestinations
         request.upgrade = h.upgrade
@@ -56,8 +44,7 @@ extension ClientConnection {
         x.upstreamStarted = started
         machine.transferStarted(inspect: inspect, now: started)
         if native {
-            let t = HTTP1Transfer(pool: loop.http1, request: request, target: url, fields: headers,
-                via: context.viaValue, affinity: ownUpstreams.map { .ownedBy($0.owner) } ?? .shared, delegate: self)
+            let t = HTTP1Transfer(pool: loop.http1, request: request, target: url, affinity: ownUpstreams.map { .ownedBy($0.owner) } ?? .shared, delegate: self)
             x.transfer = t
             t.start()
         } else {

@@ -57,10 +57,10 @@ final class HTTPFetch: UpstreamTransferDelegate {
 
     func start() {
         keepAlive = self
-        var lines = ["Accept: application/json", "Expect:", "User-Agent: authproxy/\(AuthProxyVersion.string)"]
-        if method == "POST" { lines.append("Content-Type: application/x-www-form-urlencoded") }
+        var fields = HTTPHeaders([("Accept", "application/json"), ("User-Agent", "authproxy/\(AuthProxyVersion.string)")])
+        if method == "POST" { fields.add(name: "Content-Type", value: "application/x-www-form-urlencoded") }
         let destination = HTTPURL.parse(url).map { "\($0.target.urlHost):\($0.target.port)" } ?? url
-        var request = UpstreamRequest(method: method, url: url, headerLines: lines,
+        var request = UpstreamRequest(method: method, url: url, fields: fields,
             bodyLength: method == "POST" ? Int64(form.count) : nil, timeoutSeconds: timeoutSeconds)
         request.network = network
         request.harmlessToRepeat = true

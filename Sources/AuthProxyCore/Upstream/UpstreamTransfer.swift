@@ -44,12 +44,17 @@ enum BodySupply {
     case abort
 }
 
-/// A request to send upstream: everything libcurl needs, already filtered for hop-by-hop fields.
+/// A request to send upstream, for either client: the own HTTP/1.1 client writes its head from it, and the libcurl
+/// adapter (``UpstreamTransfer``) turns it into options and header lines.
 struct UpstreamRequest {
     var method: String
     var url: String
-    /// Header lines `Name: value` (libcurl syntax: `Name;` for an empty value).
-    var headerLines: [String]
+    /// The request's fields as the client sent them (or as the proxy's own request sets them): hop-by-hop fields,
+    /// those listed in `Connection`, `Host`, `Content-Length` and `Expect` are left out as the head is written
+    /// (``HTTPHeaders/forEachForwardedField(_:)``).
+    var fields: HTTPHeaders
+    /// The `Via` value the request carries upstream (nil: none, for the proxy's own requests).
+    var via: String? = nil
     /// nil: no body; -1: length unknown (sent chunked); otherwise the exact length.
     var bodyLength: Int64?
     var timeoutSeconds: Int
@@ -161,10 +166,26 @@ final class UpstreamTransfer {
             applyNetworkAuth(e)
         }
         var list: UnsafeMutablePointer<curl_slist>? = nil
-        for line in request.headerLines { list = line.withCString { curl_slist_append(list, $0) } }
+        for line in Self.headerLines(request) { list = line.withCString { curl_slist_append(list, $0) } }
         headers = list
         ap_easy_setopt_ptr(e, CURLOPT_HTTPHEADER, list)
         multi.add(h, transfer: self)
+    }
+
+    /// The request's fields in libcurl's syntax (`Name;` for an empty value), with `Expect:` and, when the request
+    /// has none, `Accept:` so that libcurl adds no header the client did not send.
+    static func headerLines(_ request: UpstreamRequest) -> [String] {
+        var lines: [String] = []
+        lines.reserveCapacity(request.fields.count + 3)
+        var hasAccept = false
+        request.fields.forEachForwardedField { name, value in
+            if name.caseInsensitiveEquals("accept") { hasAccept = true }
+            lines.append(value.isEmpty ? "\(name);" : "\(name): \(value)")
+        }
+        if let via = request.via { lines.append("Via: \(via)") }
+        lines.append("Expect:")
+        if !hasAccept { lines.append("Accept:") }
+        return lines
     }
 
     /// libcurl's CURLAUTH_* bits (macros with casts that Swift does not import).

@@ -26,9 +26,6 @@ final class HTTP1Transfer: UpstreamExchange {
     private let pool: UpstreamConnectionPool
     let request: UpstreamRequest
     private let target: URLTarget
-    /// The client's request fields (filtered while the head is written) and the `Via` value.
-    private let fields: HTTPHeaders
-    private let via: String
     /// Host and port for error messages (made only when asked: most exchanges never need it).
     var destination: String { "\(target.urlHost):\(target.port)" }
     private unowned(unsafe) var delegate: (any UpstreamTransferDelegate)?
@@ -56,15 +53,13 @@ final class HTTP1Transfer: UpstreamExchange {
     private var writeFailed = false
     private var ended = false
 
-    init(pool: UpstreamConnectionPool, request: UpstreamRequest, target: URLTarget, fields: HTTPHeaders, via: String,
+    init(pool: UpstreamConnectionPool, request: UpstreamRequest, target: URLTarget,
         affinity: Affinity = .shared, delegate: any UpstreamTransferDelegate)
     {
         self.pool = pool
         self.affinity = affinity
         self.request = request
         self.target = target
-        self.fields = fields
-        self.via = via
         self.delegate = delegate
         reader = ResponseReader(isHeadRequest: request.method == "HEAD", reuseAfterBodiless: affinity.isOwned,
             upgradeRequested: request.upgrade != nil)
@@ -209,7 +204,7 @@ final class HTTP1Transfer: UpstreamExchange {
             h.append(String(target.port))
         }
         h.append("\r\n")
-        fields.forEachForwardedField { name, value in
+        request.fields.forEachForwardedField { name, value in
             h.append(name)
             if value.isEmpty {
                 h.append(":\r\n")
@@ -225,9 +220,11 @@ final class HTTP1Transfer: UpstreamExchange {
             h.append(upgrade)
             h.append("\r\nConnection: Upgrade\r\n")
         }
-        h.append("Via: ")
-        h.append(via)
-        h.append("\r\n")
+        if let via = request.via {
+            h.append("Via: ")
+            h.append(via)
+            h.append("\r\n")
+        }
         if let n = request.bodyLength {
             if n < 0 {
                 h.append("Transfer-Encoding: chunked\r\n")
