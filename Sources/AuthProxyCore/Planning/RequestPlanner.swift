@@ -11,6 +11,35 @@ enum RequestPlanner {
         var insideInterception: Bool
     }
 
+    /// The first decision about a request, from its target: inside a tunnel the proxy serves (`tunnel`: its
+    /// scheme, host and port) every request goes to the tunnel's host, an origin-form one as a URL there and an
+    /// absolute one only if it names that host; elsewhere an origin-form target is one of the proxy's own
+    /// endpoints, as is an absolute `http://` one naming the proxy itself (`ownAuthorities`, `host:port`), an
+    /// authority one is a CONNECT, and any other absolute one is forwarded.
+    static func route(_ target: RequestTarget, tunnel: (scheme: String, host: String, port: Int)?,
+        ownAuthorities: Set<String>) -> RequestRoute
+    {
+        if let t = tunnel {
+            switch target {
+            case .origin(let path):
+                return .forward(URLTarget(scheme: t.scheme, host: t.host, port: t.port, pathAndQuery: path == "*" ? "/" : path))
+            case .absolute(let u) where u.scheme == t.scheme && u.host == t.host && u.port == t.port:
+                return .forward(u)
+            default:
+                return .refuse(ErrorResponse(status: 400, message: "Requests inside a tunnel to \(t.host):\(t.port) must be for that host"))
+            }
+        }
+        switch target {
+        case .origin(let path):
+            return .ownEndpoint(path)
+        case .authority(let host, let port):
+            return .tunnel(host: host, port: port)
+        case .absolute(let url):
+            if url.scheme == "http", ownAuthorities.contains("\(url.urlHost):\(url.port)") { return .ownEndpoint(url.pathAndQuery) }
+            return .forward(url)
+        }
+    }
+
     /// Form bodies up to this size are collected to carry the token; larger ones get it in the URL.
     static let maxFormBytes: Int64 = 1024 * 1024
 

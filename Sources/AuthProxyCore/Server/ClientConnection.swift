@@ -347,32 +347,19 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
             return
         }
         guard authorize(h) else { return }
-        if let ic = interception {
-            // Inside a served tunnel every request goes to the CONNECT host: over https when intercepted, over http
-            // when the tunnel carries plain HTTP.
-            switch h.target {
-            case .origin(let path):
-                x.head?.target = .absolute(URLTarget(scheme: ic.scheme, host: ic.host, port: ic.port, pathAndQuery: path == "*" ? "/" : path))
-            case .absolute(let u) where u.scheme == ic.scheme && u.host == ic.host && u.port == ic.port:
-                break
-            default:
-                respond(ErrorResponse(status: 400, message: "Requests inside a tunnel to \(ic.host):\(ic.port) must be for that host"), close: true)
-                return
-            }
-            if case .absolute(let u)? = x.head?.target { forward(u) }
-            return
-        }
-        switch h.target {
-        case .origin(let path):
+        switch RequestPlanner.route(h.target, tunnel: interception.map { ($0.scheme, $0.host, $0.port) },
+            ownAuthorities: context.ownAuthorities)
+        {
+        case .ownEndpoint(let path):
             serveOwnEndpoint(path)
-        case .authority(let host, let port):
+        case .tunnel(let host, let port):
             startTunnel(host: host, port: port)
-        case .absolute(let url):
-            if url.scheme == "http", context.ownAuthorities.contains("\(url.urlHost):\(url.port)") {
-                serveOwnEndpoint(url.pathAndQuery)
-            } else {
-                forward(url)
-            }
+        case .forward(let url):
+            // Inside a served tunnel the request's target becomes the URL it goes to (for the access log).
+            if interception != nil { x.head?.target = .absolute(url) }
+            forward(url)
+        case .refuse(let e):
+            respond(e, close: true)
         }
     }
 

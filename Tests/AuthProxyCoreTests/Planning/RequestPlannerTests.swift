@@ -160,4 +160,30 @@ import Testing
         #expect(Self.token(Self.plan(ws.replacingOccurrences(of: "%@", with: "gis.example.com"), intercepted: true)) == "answer 501")
         #expect(Self.token(Self.plan(ws.replacingOccurrences(of: "%@", with: "win.example.com"))) == "answer 501")
     }
+
+    @Test func routesFollowTheTargetAndTheTunnel() throws {
+        func route(_ line: String, tunnel: (String, String, Int)? = nil) -> RequestRoute {
+            RequestPlanner.route(Self.head(line + "\nHost: x\n\n").target, tunnel: tunnel.map { (scheme: $0.0, host: $0.1, port: $0.2) },
+                ownAuthorities: ["127.0.0.1:3128", "proxy.local:3128"])
+        }
+        let u = try #require(HTTPURL.parse("http://gis.example.com/arcgis/rest")).target
+        #expect(route("GET /healthz HTTP/1.1") == .ownEndpoint("/healthz"))
+        #expect(route("GET http://127.0.0.1:3128/proxy?x HTTP/1.1") == .ownEndpoint("/proxy?x"))
+        #expect(route("GET http://proxy.local:3128/healthz HTTP/1.1") == .ownEndpoint("/healthz"))
+        #expect(route("CONNECT gis.example.com:443 HTTP/1.1") == .tunnel(host: "gis.example.com", port: 443))
+        #expect(route("GET http://gis.example.com/arcgis/rest HTTP/1.1") == .forward(u))
+        // Inside a tunnel the proxy serves: every request goes to the tunnel's host.
+        let inside = ("https", "gis.example.com", 443)
+        let https = try #require(HTTPURL.parse("https://gis.example.com/arcgis/rest")).target
+        #expect(route("GET /arcgis/rest HTTP/1.1", tunnel: inside) == .forward(https))
+        #expect(route("GET https://gis.example.com/arcgis/rest HTTP/1.1", tunnel: inside) == .forward(https))
+        #expect(route("OPTIONS * HTTP/1.1", tunnel: inside) == .forward(try #require(HTTPURL.parse("https://gis.example.com/")).target))
+        guard case .refuse(let e) = route("GET https://other.example.com/x HTTP/1.1", tunnel: inside) else {
+            Issue.record("a request for another host went through the tunnel")
+            return
+        }
+        #expect(e.status == 400)
+        #expect(route("GET /x HTTP/1.1", tunnel: ("http", "ws.example.com", 8080))
+            == .forward(try #require(HTTPURL.parse("http://ws.example.com:8080/x")).target))
+    }
 }
