@@ -118,18 +118,13 @@ extension ClientConnection {
         switch result {
         case .failure(let e):
             if x.retry != nil { x.retry?.result = "token_failure" }
-            respond(e.response, close: false)
-            process()
-            updateReadInterest()
+            respondOutsideProcess(e.response, close: false)
         case .success(let t):
             let upstream = x.upstreamURL ?? url
             if t.ssl && upstream.scheme == "http" {
-                respond(ErrorResponse(status: 502, message: "Credential '\(c.name)': its token may only be sent over https",
+                respondOutsideProcess(ErrorResponse(status: 502, message: "Credential '\(c.name)': its token may only be sent over https",
                     details: ["The token service marked the token ssl:true; request \(url.origin) over https (or set upgrade_to_https when available)."]),
                     close: false)
-                // Like every local answer: go on with a pipelined request already buffered.
-                process()
-                updateReadInterest()
                 return
             }
             x.injectedToken = t

@@ -386,9 +386,7 @@ extension ClientConnection {
             case .answerError(let close):
                 ex?.heldHead.removeAll()
                 ex?.sniffBuffer = []
-                respond(error!.response, close: close)
-                process()
-                updateReadInterest()
+                respondOutsideProcess(error!.response, close: close)
                 return
             case .commitHeadFirst:
                 guard commitResponseHead(inspect: false) else { return }

@@ -430,6 +430,15 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
             extraHeaders: e.retryAfter.map { "Retry-After: \($0)\r\n" + extraHeaders } ?? extraHeaders)
     }
 
+    /// ``respond(_:close:extraHeaders:)`` from a callback that runs outside ``process()`` (a token answer, the end of a
+    /// transfer): a pipelined request already buffered is taken up next, as after every answer. Forgetting that
+    /// follow-up left such a request unanswered until the client sent more.
+    func respondOutsideProcess(_ e: ErrorResponse, close: Bool) {
+        respond(e, close: close)
+        process()
+        updateReadInterest()
+    }
+
     /// The exchange is answered: log it, give its context back (which frees a replay spill file at once), and
     /// keep the connection or begin closing it.
     func finishExchange() {
