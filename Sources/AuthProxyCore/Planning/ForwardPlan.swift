@@ -6,8 +6,12 @@ struct ForwardPlan: Equatable {
     var upgradedToHTTPS: Bool
     /// Password, Kerberos, client certificate and server trust for the upstream.
     var network: NetworkAuth
-    /// The URLs whose credentials' `rate_limit` this request spends (the client's and the upstream's).
-    var rateLimitTargets: [URLTarget]
+    /// The client's URL as credentials are matched on it (its path normalised), and the upstream's.
+    var clientMatch: URLTarget
+    var upstreamMatch: URLTarget
+    /// The URLs whose credentials' `rate_limit` this request spends (made only when rate limits exist: an array
+    /// per request showed in the relay's profile).
+    var rateLimitTargets: [URLTarget] { [clientMatch, upstreamMatch] }
     /// How much of the request body is kept to send again (nil: it has none): for a kept-alive connection found
     /// dead or a multi-round-trip login, and more for a refreshable token's retry.
     var replayLimit: Int64?

@@ -103,7 +103,7 @@ enum RequestPlanner {
         // MiB), or for multi-round-trip authentication (NTLM, Digest, Negotiate), up to max_replay_bytes.
         var replayLimit: Int64? = hasBody ? (network.answersChallenges ? settings.maxReplayBytes : Int64(ReplayBuffer.memoryLimit)) : nil
         var plan = ForwardPlan(upstreamURL: upstreamURL, upgradedToHTTPS: upgraded, network: network,
-            rateLimitTargets: [match, upstreamMatch], replayLimit: replayLimit, token: .none)
+            clientMatch: match, upstreamMatch: upstreamMatch, replayLimit: replayLimit, token: .none)
 
         var selected = store.tokenCredential(for: match)
         if let raw, let s = selected, store.tokenCredential(for: raw)?.name != s.name { selected = nil }
