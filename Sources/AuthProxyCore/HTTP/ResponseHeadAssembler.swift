@@ -1,3 +1,7 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// An upstream response head collected from libcurl's raw header lines as bytes, and written out as the head the
 /// client gets.
 ///
@@ -343,6 +347,38 @@ struct ResponseHeadAssembler {
         for i in fields.indices where fields[i].kind & Kind.location != 0 {
             replaceValue(i) { transform($0) }
         }
+    }
+
+    /// Whether any field could hold `token`, as is or encoded: it appears literally, or the head has a `%` or an
+    /// `&#` at all. Three scans with libc's string functions, so that the common head (no escapes, no token) costs
+    /// no per-field pass: this runs for every response to a request with an injected token.
+    func mayHold(token: String) -> Bool {
+        storage.withUnsafeBytes { s in
+            guard !s.isEmpty else { return false }
+            if memchr(s.baseAddress!, 37, s.count) != nil || Self.find(s, "&#") { return true }
+            var t = token
+            return t.withUTF8 { Self.find(s, UnsafeRawBufferPointer($0)) }
+        }
+    }
+
+    /// Whether `needle` occurs in `haystack` (memchr to each candidate first byte, then memcmp).
+    private static func find(_ haystack: UnsafeRawBufferPointer, _ needle: UnsafeRawBufferPointer) -> Bool {
+        guard let n = needle.baseAddress, let h = haystack.baseAddress, !needle.isEmpty, haystack.count >= needle.count
+        else { return false }
+        let first = Int32(needle[0])
+        var at = 0
+        let last = haystack.count - needle.count
+        while at <= last {
+            guard let p = memchr(h + at, first, last - at + 1) else { return false }
+            let found = UnsafeRawPointer(p)
+            if memcmp(found, n, needle.count) == 0 { return true }
+            at = (found - h) + 1
+        }
+        return false
+    }
+
+    private static func find(_ haystack: UnsafeRawBufferPointer, _ needle: StaticString) -> Bool {
+        find(haystack, UnsafeRawBufferPointer(start: needle.utf8Start, count: needle.utf8CodeUnitCount))
     }
 
     /// Gives every field value of at least `minLength` bytes to `transform` (with whether it is a `Location`,

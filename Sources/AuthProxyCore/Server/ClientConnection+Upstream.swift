@@ -248,7 +248,7 @@ extension ClientConnection {
     /// `ReturnUrl=`, a `Link` or a `Set-Cookie` would hand it to the client and whatever host it follows the
     /// redirect to (``RedirectTokenScrub``).
     func maskInjectedToken(in x: ExchangeContext, token: String) {
-        guard let finder = EncodedTokenFinder(token) else { return }
+        guard x.responseHead.mayHold(token: token), let finder = EncodedTokenFinder(token) else { return }
         x.responseHead.rewriteValues(minLength: token.utf8.count) {
             RedirectTokenScrub.clean($0, finder: finder, token: token, isURLField: $1)
         }

@@ -73,4 +73,20 @@ private func scrub(_ value: String, _ token: String = "SECRET-KEY") -> String? {
         #expect(r == [1..<3, 3..<9, 9..<15, 15..<26])
         #expect(EncodedTokenFinder("") == nil)
     }
+
+    /// The prefilter that spares the common head a per-field pass: it must never miss a head that holds the token.
+    @Test func theHeadPrefilterLetsThroughEveryHeadThatMayHoldTheToken() {
+        func head(_ lines: [String]) -> ResponseHeadAssembler {
+            var a = ResponseHeadAssembler()
+            for l in ["HTTP/1.1 302 Found"] + lines + [""] { _ = Array((l + "\r\n").utf8).withUnsafeBytes { a.add(line: $0) } }
+            return a
+        }
+        let t = "SECRET.KEY"
+        #expect(!head(["Date: Fri, 27 Nov 2026 10:00:00 GMT", "Content-Type: text/html"]).mayHold(token: t))
+        #expect(head(["Location: https://x/?token=SECRET.KEY"]).mayHold(token: t))
+        #expect(head(["Location: https://x/?t=SECRET%2EKEY"]).mayHold(token: t))
+        #expect(head(["Link: <https://x/?t=SECRET&#46;KEY>"]).mayHold(token: t))
+        #expect(head(["X-Tail: ...SECRET.KEY"]).mayHold(token: t))
+        #expect(!head(["X-Near: SECRET.KE"]).mayHold(token: t))
+    }
 }

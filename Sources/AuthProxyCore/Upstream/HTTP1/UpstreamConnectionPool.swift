@@ -23,6 +23,14 @@ final class UpstreamConnectionPool {
         /// The server-trust settings it was verified with: a connection verified more leniently (a pinned key,
         /// no verification) is never handed to a request that expects the default verification, or the reverse.
         var trust: ServerTrustSettings? = nil
+
+        // Hashed by what tells destinations apart in practice; equality still compares every field. The
+        // synthesized hash of all six showed in the relay's instruction count (a key is hashed per request).
+        func hash(into h: inout Hasher) {
+            h.combine(host)
+            h.combine(port)
+            if case .ownedBy(let owner) = affinity { h.combine(owner) }
+        }
     }
 
     static let maxIdlePerDestination = 64
