@@ -1,4 +1,4 @@
-/// What the executor does with a request the proxy forwards, decided by ``RequestPlanner/plan(_:url:store:settings:)``
+/// What the executor does with a request the proxy forwards, decided by ``RequestPlanner/plan(_:url:store:settings:into:)``
 /// from the request, the credentials in scope and the configuration alone.
 struct ForwardPlan: Equatable {
     /// Where the request goes: the client's URL, or its https form under `upgrade_to_https`.
@@ -16,6 +16,17 @@ struct ForwardPlan: Equatable {
     /// dead or a multi-round-trip login, and more for a refreshable token's retry.
     var replayLimit: Int64?
     var token: TokenPlan
+
+    /// The plan for forwarding to `url` as it is, with no credential: what ``RequestPlanner`` starts from.
+    init(url: URLTarget) {
+        upstreamURL = url
+        upgradedToHTTPS = false
+        network = NetworkAuth()
+        clientMatch = url
+        upstreamMatch = url
+        replayLimit = nil
+        token = .none
+    }
 
     /// The token-type credential's part.
     enum TokenPlan: Equatable {

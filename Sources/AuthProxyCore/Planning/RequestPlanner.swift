@@ -43,83 +43,83 @@ enum RequestPlanner {
     /// Form bodies up to this size are collected to carry the token; larger ones get it in the URL.
     static let maxFormBytes: Int64 = 1024 * 1024
 
-    static func plan(_ h: RequestHead, url: URLTarget, store: CredentialStore, settings: Settings)
-        -> Result<ForwardPlan, PlannedAnswerError>
+    /// Fills `plan` (made with ``ForwardPlan/init(url:)``) for the request, or returns the answer that replaces it.
+    /// In place rather than returned: the plan is large (URLs, network credentials), and copying it through a
+    /// `Result` showed in the relay's instruction count.
+    static func plan(_ h: RequestHead, url: URLTarget, store: CredentialStore, settings: Settings,
+        into plan: inout ForwardPlan) -> PlannedAnswer?
     {
         // Credentials are matched on the path the server will resolve: `/arcgis/%2e%2e/x` must not carry the
         // `/arcgis` token. The path goes upstream as written, and a front end may route on that raw text, so
         // when the two differ a credential applies only if both select it (`raw` is set then).
-        var match = url
         var raw: URLTarget? = nil
         if !store.isEmpty {
             switch PathNormalizer.normalize(url.path) {
             case .normal(let p):
                 if p != url.path {
-                    match = url.replacingPath(p)
+                    plan.clientMatch = url.replacingPath(p)
+                    plan.upstreamMatch = plan.clientMatch
                     raw = url
                 }
             case .ambiguous(let why):
                 if store.matchesOrigin(url) {
-                    return .failure(.init(PlannedAnswer(error: ErrorResponse(status: 400, message: "Bad request: \(why)",
-                        details: ["Requests to a host with credentials need an unambiguous path: a server could resolve this one outside the credential's prefix."]))))
+                    return PlannedAnswer(error: ErrorResponse(status: 400, message: "Bad request: \(why)",
+                        details: ["Requests to a host with credentials need an unambiguous path: a server could resolve this one outside the credential's prefix."]))
                 }
             }
             if h.method == "TRACE", store.matchesOrigin(url) {
                 // A server that answers TRACE echoes the request it got: the key or token the proxy put in.
-                return .failure(.init(PlannedAnswer(error: ErrorResponse(status: 405, message: "TRACE is not allowed to a host with credentials",
+                return PlannedAnswer(error: ErrorResponse(status: 405, message: "TRACE is not allowed to a host with credentials",
                     details: ["The server would echo the credentials the proxy adds to the request."]),
-                    extraHeaders: "Allow: GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS\r\n")))
+                    extraHeaders: "Allow: GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS\r\n")
             }
         }
-        var upstreamURL = url
-        var upgraded = false
-        if url.scheme == "http", store.upgradesToHTTPS(match) {
+        if url.scheme == "http", store.upgradesToHTTPS(plan.clientMatch) {
             // upgrade_to_https: the client speaks plain http to us, we speak https upstream.
-            upstreamURL = URLTarget(scheme: "https", host: url.host, port: url.port == 80 ? 443 : url.port, pathAndQuery: url.pathAndQuery)
-            upgraded = true
+            let port = url.port == 80 ? 443 : url.port
+            plan.upstreamURL = URLTarget(scheme: "https", host: url.host, port: port, pathAndQuery: url.pathAndQuery)
+            plan.upgradedToHTTPS = true
+            plan.upstreamMatch = URLTarget(scheme: "https", host: url.host, port: port, pathAndQuery: plan.clientMatch.pathAndQuery)
         }
-        var upstreamMatch = match
-        if upstreamURL != url {
-            upstreamMatch = URLTarget(scheme: upstreamURL.scheme, host: upstreamURL.host, port: upstreamURL.port, pathAndQuery: match.pathAndQuery)
-        }
-        var network = NetworkAuth()
         if !store.isEmpty {
-            network = Self.network(store, upstreamMatch, match)
-            if let raw { network = network.keepingShared(with: Self.network(store, upstreamURL, raw)) }
-            if network.password != nil || network.kerberos != nil, ConnectionBoundAuthentication.clientAuthenticates(h.headers) {
+            plan.network = Self.network(store, plan.upstreamMatch, plan.clientMatch)
+            if let raw { plan.network = plan.network.keepingShared(with: Self.network(store, plan.upstreamURL, raw)) }
+            if plan.network.password != nil || plan.network.kerberos != nil,
+                ConnectionBoundAuthentication.clientAuthenticates(h.headers)
+            {
                 // The client logs in itself: its header goes upstream as it is, and the proxy's password or
                 // Kerberos credential stays out of this request (TLS settings, server trust and a client
                 // certificate still apply).
-                network.password = nil
-                network.passwordName = nil
-                network.kerberos = nil
+                plan.network.password = nil
+                plan.network.passwordName = nil
+                plan.network.kerberos = nil
             }
         }
-        if h.upgrade != nil, let refusal = webSocketRefusal(network: network, insideInterception: settings.insideInterception) {
-            return .failure(.init(PlannedAnswer(error: refusal)))
+        if h.upgrade != nil, let refusal = webSocketRefusal(network: plan.network, insideInterception: settings.insideInterception) {
+            return PlannedAnswer(error: refusal)
         }
         let hasBody = h.framing != .none && h.framing != .contentLength(0) && h.method != "HEAD"
         // A copy of the body so it can be sent again: when a kept-alive upstream connection turns out dead (first
         // MiB), or for multi-round-trip authentication (NTLM, Digest, Negotiate), up to max_replay_bytes.
-        var replayLimit: Int64? = hasBody ? (network.answersChallenges ? settings.maxReplayBytes : Int64(ReplayBuffer.memoryLimit)) : nil
-        var plan = ForwardPlan(upstreamURL: upstreamURL, upgradedToHTTPS: upgraded, network: network,
-            clientMatch: match, upstreamMatch: upstreamMatch, replayLimit: replayLimit, token: .none)
-
+        if hasBody {
+            plan.replayLimit = plan.network.answersChallenges ? settings.maxReplayBytes : Int64(ReplayBuffer.memoryLimit)
+        }
+        let match = plan.clientMatch
         var selected = store.tokenCredential(for: match)
         if let raw, let s = selected, store.tokenCredential(for: raw)?.name != s.name { selected = nil }
         guard let c = selected else {
             if settings.unmatched == .deny, !store.matchesAny(match) {
-                return .failure(.init(PlannedAnswer(error: ErrorResponse(status: 403, message: "Destination \(url.origin) is not allowed",
-                    details: ["No credential matches it and [proxy] unmatched = \"deny\"."]), denied: .unmatched)))
+                return PlannedAnswer(error: ErrorResponse(status: 403, message: "Destination \(url.origin) is not allowed",
+                    details: ["No credential matches it and [proxy] unmatched = \"deny\"."]), denied: .unmatched)
             }
-            return .success(plan)
+            return nil
         }
         // Outside the ArcGIS APIs (a portal's home and app pages, static files) no token is needed, so none is
         // obtained — no discovery, no token request, no backoff to poison the credential's API roots.
-        if c.isRefreshable, ServerRoot.api(match) == nil { return .success(plan) }
+        if c.isRefreshable, ServerRoot.api(match) == nil { return nil }
         // The client authenticates itself: its token is left alone and not retried.
         if !c.overrideClientToken, TokenInjection.clientHasToken(pathAndQuery: url.pathAndQuery, headers: h.headers) {
-            return .success(plan)
+            return nil
         }
         var site = TokenInjection.site(placement: c.placement, method: h.method, isForm: TokenInjection.isForm(h.headers))
         var collectForm = false
@@ -132,11 +132,10 @@ enum RequestPlanner {
         }
         if c.isRefreshable, hasBody, !collectForm {
             // A rejected token is retried with the body sent again, up to max_replay_bytes.
-            replayLimit = settings.maxReplayBytes
+            plan.replayLimit = settings.maxReplayBytes
         }
-        plan.replayLimit = replayLimit
         plan.token = .inject(c, site: site, collectForm: collectForm)
-        return .success(plan)
+        return nil
     }
 
     /// Why a WebSocket handshake cannot be relayed, nil when it can: the relay reads the client socket directly
@@ -163,8 +162,3 @@ enum RequestPlanner {
     }
 }
 
-/// A ``PlannedAnswer`` as the failure side of a plan.
-struct PlannedAnswerError: Error, Equatable {
-    let answer: PlannedAnswer
-    init(_ answer: PlannedAnswer) { self.answer = answer }
-}

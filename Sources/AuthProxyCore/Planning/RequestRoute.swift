@@ -4,7 +4,7 @@ enum RequestRoute: Equatable {
     case ownEndpoint(String)
     /// CONNECT to `host:port`.
     case tunnel(host: String, port: Int)
-    /// A request to forward, to this URL (``RequestPlanner/plan(_:url:store:settings:)`` decides how).
+    /// A request to forward, to this URL (``RequestPlanner/plan(_:url:store:settings:into:)`` decides how).
     case forward(URLTarget)
     /// Refused before anything else, and the connection closed.
     case refuse(ErrorResponse)

@@ -17,17 +17,13 @@ extension ClientConnection {
         x.originalURL = url
         x.upstreamURL = url
         let store = credentials
-        let plan: ForwardPlan
-        switch RequestPlanner.plan(h, url: url, store: store, settings: .init(unmatched: context.config.unmatched,
-            maxReplayBytes: context.config.maxReplayBytes, insideInterception: tls != nil))
+        var plan = ForwardPlan(url: url)
+        if let a = RequestPlanner.plan(h, url: url, store: store, settings: .init(unmatched: context.config.unmatched,
+            maxReplayBytes: context.config.maxReplayBytes, insideInterception: tls != nil), into: &plan)
         {
-        case .failure(let refusal):
-            let a = refusal.answer
             if let reason = a.denied { ProxyMetrics.active?.denied(reason) }
             respond(a.error, close: false, extraHeaders: a.extraHeaders)
             return
-        case .success(let p):
-            plan = p
         }
         x.upstreamURL = plan.upstreamURL
         x.upgradedToHTTPS = plan.upgradedToHTTPS

@@ -59,16 +59,23 @@ import Testing
         return h
     }
 
+    struct Answered: Error { let answer: PlannedAnswer }
+
     static func plan(_ request: String, store: CredentialStore = store, unmatched: UnmatchedPolicy = .relay,
-        intercepted: Bool = false) -> Result<ForwardPlan, PlannedAnswerError>
+        intercepted: Bool = false) -> Result<ForwardPlan, Answered>
     {
         let h = head(request)
         guard case .absolute(let url) = h.target else { fatalError("not absolute: \(request)") }
-        return RequestPlanner.plan(h, url: url, store: store,
-            settings: .init(unmatched: unmatched, maxReplayBytes: 100, insideInterception: intercepted))
+        var plan = ForwardPlan(url: url)
+        if let a = RequestPlanner.plan(h, url: url, store: store,
+            settings: .init(unmatched: unmatched, maxReplayBytes: 100, insideInterception: intercepted), into: &plan)
+        {
+            return .failure(Answered(answer: a))
+        }
+        return .success(plan)
     }
 
-    static func token(_ r: Result<ForwardPlan, PlannedAnswerError>) -> String {
+    static func token(_ r: Result<ForwardPlan, Answered>) -> String {
         switch r {
         case .failure(let a): return "answer \(a.answer.error.status)"
         case .success(let p):
