@@ -381,6 +381,21 @@ struct ResponseHeadAssembler {
         find(haystack, UnsafeRawBufferPointer(start: needle.utf8Start, count: needle.utf8CodeUnitCount))
     }
 
+    /// Writes the fields that go on to the client: not hop-by-hop, not named in `Connection`, no `Content-Length`
+    /// (the caller writes the framing), and no `Access-Control-Allow-Origin` when the proxy answers CORS itself.
+    private func appendEndToEndFields(_ s: UnsafeRawBufferPointer, to out: inout ByteBuffer, dropAllowOrigin: Bool) {
+        for f in fields {
+            if f.kind & (Kind.hopByHop | Kind.contentLength) != 0 { continue }
+            if dropAllowOrigin, f.kind & Kind.allowOrigin != 0 { continue }
+            let name = Self.bytes(s, f.nameStart, f.nameEnd)
+            if namedInConnection(name, s) { continue }
+            out.append(name)
+            out.append(": ")
+            out.append(Self.bytes(s, f.valueStart, f.valueEnd))
+            out.append("\r\n")
+        }
+    }
+
     /// Gives every field value of at least `minLength` bytes to `transform` (with whether it is a `Location`,
     /// `Content-Location` or `Refresh` URL) and keeps what it returns instead; nil keeps the value. The length
     /// check comes first because this runs for every response to a request with an injected token, and a value
@@ -487,16 +502,7 @@ struct ResponseHeadAssembler {
                 out.append(reasonPhrase(status))
             }
             out.append("\r\n")
-            for f in fields {
-                if f.kind & (Kind.hopByHop | Kind.contentLength) != 0 { continue }
-                if o.corsOrigin != nil, f.kind & Kind.allowOrigin != 0 { continue }
-                let name = Self.bytes(s, f.nameStart, f.nameEnd)
-                if namedInConnection(name, s) { continue }
-                out.append(name)
-                out.append(": ")
-                out.append(Self.bytes(s, f.valueStart, f.valueEnd))
-                out.append("\r\n")
-            }
+            appendEndToEndFields(s, to: &out, dropAllowOrigin: o.corsOrigin != nil)
             if let n = framing.contentLength { Self.appendContentLength(n, to: &out) }
             if framing.chunked { out.append("Transfer-Encoding: chunked\r\n") }
         }
@@ -531,15 +537,7 @@ struct ResponseHeadAssembler {
                 out.append(reasonPhrase(101))
             }
             out.append("\r\n")
-            for f in fields {
-                if f.kind & (Kind.hopByHop | Kind.contentLength) != 0 { continue }
-                let name = Self.bytes(s, f.nameStart, f.nameEnd)
-                if namedInConnection(name, s) { continue }
-                out.append(name)
-                out.append(": ")
-                out.append(Self.bytes(s, f.valueStart, f.valueEnd))
-                out.append("\r\n")
-            }
+            appendEndToEndFields(s, to: &out, dropAllowOrigin: false)
         }
         out.append("Upgrade: ")
         out.append(string(of: "upgrade") ?? requested)

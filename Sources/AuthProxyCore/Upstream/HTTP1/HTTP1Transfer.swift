@@ -134,10 +134,7 @@ final class HTTP1Transfer: UpstreamExchange {
             me.dialer = nil
             switch outcome {
             case .success(let channel):
-                let c = UpstreamConnection(channel: channel, key: me.key, pool: me.pool)
-                me.attach(c)
-                c.channel.resumeReading()
-                me.sendHead()
+                me.connected(UpstreamConnection(channel: channel, key: me.key, pool: me.pool))
             case .failure(.denied(let ip)):
                 me.deniedAddress = ip
                 me.fail(.connect, "")
@@ -162,14 +159,18 @@ final class HTTP1Transfer: UpstreamExchange {
             me.connector = nil
             switch result {
             case .success(let link):
-                let conn = UpstreamConnection(link: link, key: me.key, pool: me.pool)
-                me.attach(conn)
-                conn.channel.resumeReading()
-                me.sendHead()
+                me.connected(UpstreamConnection(link: link, key: me.key, pool: me.pool))
             case .failure(let error):
                 me.fail(error)
             }
         }
+    }
+
+    /// A new connection is up: the request goes out on it.
+    private func connected(_ c: UpstreamConnection) {
+        attach(c)
+        c.channel.resumeReading()
+        sendHead()
     }
 
     private func attach(_ c: UpstreamConnection) {
