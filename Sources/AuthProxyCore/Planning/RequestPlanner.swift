@@ -40,6 +40,27 @@ enum RequestPlanner {
         }
     }
 
+    /// A CONNECT: a host:port a credential matches may be reached on any port, since what goes through is what the
+    /// proxy serves itself (its first bytes decide), never a raw tunnel past `connect_ports`; other hosts only on
+    /// the ports `connect_ports` lists, and not at all under `unmatched = "deny"`.
+    static func connect(host: String, port: Int, store: CredentialStore, connectPorts: Set<Int>,
+        unmatched: UnmatchedPolicy) -> ConnectDecision
+    {
+        let matched = store.matchesHost(host, port: port)
+        let portAllowed = connectPorts.contains(port)
+        guard portAllowed || matched else {
+            return .refuse(ErrorResponse(status: 403, message: "CONNECT to \(host):\(port) is not allowed",
+                details: ["Port \(port) is not in [proxy] connect_ports (\(connectPorts.sorted().map(String.init).joined(separator: ", ")))."]),
+                denied: .connectPort)
+        }
+        if matched { return .serve(blindAllowed: portAllowed) }
+        if unmatched == .deny {
+            return .refuse(ErrorResponse(status: 403, message: "Destination \(host):\(port) is not allowed",
+                details: ["No credential matches it and [proxy] unmatched = \"deny\"."]), denied: .unmatched)
+        }
+        return .blind
+    }
+
     /// Form bodies up to this size are collected to carry the token; larger ones get it in the URL.
     static let maxFormBytes: Int64 = 1024 * 1024
 

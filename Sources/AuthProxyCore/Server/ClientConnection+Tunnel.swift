@@ -10,26 +10,18 @@ import Glibc
 /// otherwise; and the relay of a WebSocket after its `101`.
 extension ClientConnection {
     func startTunnel(host: String, port: Int) {
-        let matched = credentials.matchesHost(host, port: port)
-        let portAllowed = context.config.connectPorts.contains(port)
-        // A matched host may be reached on any port: what goes through is what the proxy serves itself (its first
-        // bytes decide, ``firstTunnelBytes(_:)``), never a raw tunnel past connect_ports.
-        guard portAllowed || matched else {
-            ProxyMetrics.active?.denied(.connectPort)
-            respond(ErrorResponse(status: 403, message: "CONNECT to \(host):\(port) is not allowed",
-                details: ["Port \(port) is not in [proxy] connect_ports (\(context.config.connectPorts.sorted().map(String.init).joined(separator: ", ")))."]),
-                close: true)  // after any refused CONNECT: bytes meant for the tunnel must never be read as requests
+        switch RequestPlanner.connect(host: host, port: port, store: credentials, connectPorts: context.config.connectPorts,
+            unmatched: context.config.unmatched)
+        {
+        case .refuse(let e, let reason):
+            ProxyMetrics.active?.denied(reason)
+            respond(e, close: true)
             return
-        }
-        if context.config.unmatched == .deny, !matched {
-            ProxyMetrics.active?.denied(.unmatched)
-            respond(ErrorResponse(status: 403, message: "Destination \(host):\(port) is not allowed",
-                details: ["No credential matches it and [proxy] unmatched = \"deny\"."]), close: true)
+        case .serve(let blindAllowed):
+            startServedTunnel(host: host, port: port, blindAllowed: blindAllowed)
             return
-        }
-        if matched {
-            startServedTunnel(host: host, port: port, blindAllowed: portAllowed)
-            return
+        case .blind:
+            break
         }
         machine.tunnelStarted()
         channel.pauseReading()

@@ -193,4 +193,23 @@ import Testing
         #expect(route("GET /x HTTP/1.1", tunnel: ("http", "ws.example.com", 8080))
             == .forward(try #require(HTTPURL.parse("http://ws.example.com:8080/x")).target))
     }
+
+    @Test func connectsFollowPortsMatchingAndThePolicy() {
+        func decide(_ host: String, _ port: Int, unmatched: UnmatchedPolicy = .relay, ports: Set<Int> = [443]) -> String {
+            switch RequestPlanner.connect(host: host, port: port, store: Self.store, connectPorts: ports, unmatched: unmatched) {
+            case .refuse(let e, let reason): return "\(e.status) \(reason.rawValue)"
+            case .serve(let blind): return blind ? "serve, blind allowed" : "serve"
+            case .blind: return "blind"
+            }
+        }
+        #expect(decide("elsewhere.example.com", 443) == "blind")
+        #expect(decide("elsewhere.example.com", 8443) == "403 connect_port")
+        #expect(decide("elsewhere.example.com", 443, unmatched: .deny) == "403 unmatched")
+        // A matched host: served on any port (Python websockets tunnels plain ws:// through CONNECT).
+        #expect(decide("gis.example.com", 80) == "serve")
+        #expect(decide("win.example.com", 80, unmatched: .deny) == "serve")
+        #expect(decide("gis.example.com", 80, ports: [80, 443]) == "serve, blind allowed")
+        // The credential is for port 80: the same host on 443 is not matched.
+        #expect(decide("gis.example.com", 443) == "blind")
+    }
 }

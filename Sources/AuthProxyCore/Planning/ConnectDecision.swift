@@ -1,0 +1,11 @@
+/// What a CONNECT becomes, decided by ``RequestPlanner/connect(host:port:store:connectPorts:unmatched:)``.
+enum ConnectDecision: Equatable {
+    /// Refused (answered, then the connection closes: bytes meant for the tunnel must never be read as requests).
+    case refuse(ErrorResponse, denied: MetricLabels.DeniedReason)
+    /// A host:port a credential matches: the proxy answers 200 and serves what the first bytes inside turn out to
+    /// be (TLS intercepted, plain HTTP). `blindAllowed`: the port is in `connect_ports`, so TLS that cannot be
+    /// intercepted may still be relayed blindly.
+    case serve(blindAllowed: Bool)
+    /// A blind byte relay to an unmatched host, on a port `connect_ports` allows.
+    case blind
+}
