@@ -40,6 +40,20 @@ enum RequestPlanner {
         }
     }
 
+    /// Proxy authentication: `known` is the `Proxy-Authorization` value the connection's last request verified.
+    static func proxyAuthentication(_ h: RequestHead, insideTunnel: Bool, authenticator: ProxyAuthenticator,
+        known: String?) -> ProxyAuthDecision
+    {
+        guard authenticator.isRequired, !insideTunnel else { return .notNeeded }
+        if case .origin(let p) = h.target, p.prefix(while: { $0 != "?" }) == "/healthz" { return .notNeeded }
+        let presented = h.headers.first("proxy-authorization")
+        if let presented, presented == known { return .alreadyVerified }
+        if let presented, let c = authenticator.authenticate(presented) { return .verified(c, authorization: presented) }
+        var close = false
+        if case .authority = h.target { close = true }
+        return .refused(presented: presented != nil, close: close)
+    }
+
     /// A CONNECT: a host:port a credential matches may be reached on any port, since what goes through is what the
     /// proxy serves itself (its first bytes decide), never a raw tunnel past `connect_ports`; other hosts only on
     /// the ports `connect_ports` lists, and not at all under `unmatched = "deny"`.

@@ -367,30 +367,29 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
     /// scope; otherwise it has been answered with 407. `/healthz` needs none (liveness probes), and requests
     /// inside an intercepted tunnel act for the client that opened it.
     func authorize(_ h: RequestHead) -> Bool {
-        let auth = context.access.authenticator
-        guard auth.isRequired, interception == nil else { return true }
-        if case .origin(let p) = h.target, p.prefix(while: { $0 != "?" }) == "/healthz" { return true }
-        let presented = h.headers.first("proxy-authorization")
-        if let presented, let a = authenticated, presented == a.authorization { return true }
-        if let presented, let c = auth.authenticate(presented) {
+        switch RequestPlanner.proxyAuthentication(h, insideTunnel: interception != nil, authenticator: context.access.authenticator,
+            known: authenticated?.authorization)
+        {
+        case .notNeeded, .alreadyVerified:
+            return true
+        case .verified(let c, let presented):
             authenticated = AuthenticatedClient(client: c, authorization: presented)
             credentials = context.access.store(for: c)
             return true
+        case .refused(let presented, let close):
+            authenticated = nil
+            if presented, let held = context.access.throttle.admit("proxy-auth", now: DispatchTime.now().uptimeNanoseconds) {
+                logger.warning("proxy authentication failed", metadata: ["client": "\(peer)", "failed_since_last_report": "\(held)"])
+            }
+            // A refused CONNECT closes (bytes meant for the tunnel must not be read as requests), and so does a
+            // request whose body was not read (the machine's rule for every local answer).
+            ProxyMetrics.active?.denied(.proxyAuthentication)
+            respond(ErrorResponse(status: 407, message: "Proxy authentication required",
+                details: ["Send Proxy-Authorization: Basic with the name and password of a [[client]] of this proxy "
+                    + "(curl --proxy-user, or http://name:password@host:port as the proxy URL)."]),
+                close: close, extraHeaders: "Proxy-Authenticate: Basic realm=\"authproxy\"\r\n")
+            return false
         }
-        authenticated = nil
-        if presented != nil, let held = context.access.throttle.admit("proxy-auth", now: DispatchTime.now().uptimeNanoseconds) {
-            logger.warning("proxy authentication failed", metadata: ["client": "\(peer)", "failed_since_last_report": "\(held)"])
-        }
-        // A refused CONNECT closes (bytes meant for the tunnel must not be read as requests), and so does a
-        // request whose body was not read (the machine's rule for every local answer).
-        var close = false
-        if case .authority = h.target { close = true }
-        ProxyMetrics.active?.denied(.proxyAuthentication)
-        respond(ErrorResponse(status: 407, message: "Proxy authentication required",
-            details: ["Send Proxy-Authorization: Basic with the name and password of a [[client]] of this proxy "
-                + "(curl --proxy-user, or http://name:password@host:port as the proxy URL)."]),
-            close: close, extraHeaders: "Proxy-Authenticate: Basic realm=\"authproxy\"\r\n")
-        return false
     }
 
     // MARK: responses and the end of an exchange

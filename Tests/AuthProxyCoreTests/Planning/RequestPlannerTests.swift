@@ -212,4 +212,39 @@ import Testing
         // The credential is for port 80: the same host on 443 is not matched.
         #expect(decide("gis.example.com", 443) == "blind")
     }
+
+    @Test func proxyAuthenticationIsAskedOnceAndNotOfProbesOrTunnels() throws {
+        let cfg = try ConfigLoader(environment: [:]).parse("""
+            [proxy]
+            listen = ["127.0.0.1:3128"]
+
+            [[client]]
+            name = "alice"
+            password = "alice-secret"
+            """)
+        let auth = ProxyAuthenticator(cfg.clients)
+        let good = "Basic YWxpY2U6YWxpY2Utc2VjcmV0"  // alice:alice-secret
+        func decide(_ line: String, _ header: String?, known: String? = nil, tunnel: Bool = false) -> String {
+            let h = Self.head(line + "\nHost: x\n" + (header.map { "Proxy-Authorization: \($0)\n" } ?? "") + "\n")
+            switch RequestPlanner.proxyAuthentication(h, insideTunnel: tunnel, authenticator: auth, known: known) {
+            case .notNeeded: return "not needed"
+            case .alreadyVerified: return "known"
+            case .verified(let c, _): return "verified \(c.name)"
+            case .refused(let presented, let close): return "407\(presented ? " presented" : "")\(close ? " close" : "")"
+            }
+        }
+        #expect(decide("GET http://h/x HTTP/1.1", good) == "verified alice")
+        #expect(decide("GET http://h/x HTTP/1.1", good, known: good) == "known")
+        #expect(decide("GET http://h/x HTTP/1.1", nil) == "407")
+        #expect(decide("GET http://h/x HTTP/1.1", "Basic YWxpY2U6d3Jvbmc=") == "407 presented")
+        #expect(decide("CONNECT h:443 HTTP/1.1", nil) == "407 close")
+        #expect(decide("GET /healthz HTTP/1.1", nil) == "not needed")
+        #expect(decide("GET /x HTTP/1.1", nil, tunnel: true) == "not needed")
+        guard case .notNeeded = RequestPlanner.proxyAuthentication(Self.head("GET http://h/ HTTP/1.1\nHost: h\n\n"),
+            insideTunnel: false, authenticator: ProxyAuthenticator([]), known: nil)
+        else {
+            Issue.record("authentication asked for without [[client]] entries")
+            return
+        }
+    }
 }
