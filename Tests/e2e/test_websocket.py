@@ -146,6 +146,25 @@ def read_head(sock):
     return head.decode("latin-1").replace("\r\n", "\n"), rest
 
 
+def inside_connect(p, port, data):
+    """CONNECT 127.0.0.1:`port` through the proxy (expecting its 200), send `data` inside the tunnel, and return
+    everything that comes back until the proxy closes."""
+    s = socket.create_connection((p.host, p.port), timeout=10)
+    try:
+        s.sendall(b"CONNECT 127.0.0.1:%d HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n" % (port, port))
+        head, out = read_head(s)
+        assert head.startswith("HTTP/1.1 200"), head
+        s.sendall(data)
+        while True:
+            d = s.recv(65536)
+            if not d:
+                break
+            out += d
+        return out
+    finally:
+        s.close()
+
+
 def frame(payload, opcode=1):
     mask = os.urandom(4)
     n = len(payload)
@@ -266,20 +285,7 @@ def test_plain_http_inside_a_matched_connect_is_served(proxy_factory, echo, orig
     """A matched CONNECT carrying ordinary HTTP: the requests inside go to http://host:port with the credential."""
     p = proxy_factory(extra_config=cred("o", "api-key", origin.url + "/echo", key="IN-TUNNEL"))
     port = int(origin.url.rsplit(":", 1)[1])
-    s = socket.create_connection((p.host, p.port), timeout=10)
-    try:
-        s.sendall(b"CONNECT 127.0.0.1:%d HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n" % (port, port))
-        head, rest = read_head(s)
-        assert head.startswith("HTTP/1.1 200"), head
-        s.sendall(b"GET /echo?f=json HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nConnection: close\r\n\r\n" % port)
-        out = rest
-        while True:
-            d = s.recv(65536)
-            if not d:
-                break
-            out += d
-    finally:
-        s.close()
+    out = inside_connect(p, port, b"GET /echo?f=json HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nConnection: close\r\n\r\n" % port)
     assert out.startswith(b"HTTP/1.1 200"), out[:300]
     log = origin.request_log()
     assert "token=IN-TUNNEL" in json.dumps(log[-1]), log[-1]
@@ -394,20 +400,7 @@ def test_large_stream_to_a_slow_reader_keeps_memory_bounded(proxy_factory, echo)
 
 def test_garbage_inside_a_matched_connect_is_refused(proxy_factory, echo):
     p = proxy_factory(extra_config=api_key(echo))
-    s = socket.create_connection((p.host, p.port), timeout=10)
-    try:
-        s.sendall(b"CONNECT 127.0.0.1:%d HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n" % (echo.port, echo.port))
-        head, rest = read_head(s)
-        assert head.startswith("HTTP/1.1 200"), head
-        s.sendall(b"\x00\x01\x02 not a protocol\r\n\r\n")
-        out = rest
-        while True:
-            d = s.recv(65536)
-            if not d:
-                break
-            out += d
-    finally:
-        s.close()
+    out = inside_connect(p, echo.port, b"\x00\x01\x02 not a protocol\r\n\r\n")
     assert out.startswith(b"HTTP/1.1 400"), out[:200]
     assert echo.handshakes == []
 
