@@ -136,13 +136,8 @@ def handshake_bytes(target, host):
 
 
 def read_head(sock):
-    buf = b""
-    while b"\r\n\r\n" not in buf:
-        d = sock.recv(4096)
-        if not d:
-            break
-        buf += d
-    head, _, rest = buf.partition(b"\r\n\r\n")
+    """(head as text with LF line ends, the bytes read after it)."""
+    head, _, rest = harness.read_head(sock).partition(b"\r\n\r\n")
     return head.decode("latin-1").replace("\r\n", "\n"), rest
 
 

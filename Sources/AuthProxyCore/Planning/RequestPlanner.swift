@@ -75,6 +75,27 @@ enum RequestPlanner {
         return .blind
     }
 
+    /// A CONNECT to a matched host carries only what the proxy serves itself: its first bytes (`content`) decide.
+    /// TLS is intercepted when it can be, else relayed blindly only where `connect_ports` allows a blind tunnel
+    /// anyway; anything but TLS or HTTP is refused, so a matched host never becomes a raw tunnel past
+    /// `connect_ports`.
+    static func servedTunnel(_ content: TunnelContent, host: String, port: Int, canIntercept: Bool, blindAllowed: Bool)
+        -> ServedTunnelDecision
+    {
+        switch content {
+        case .needMore: return .wait
+        case .http: return .serveHTTP
+        case .tls:
+            if canIntercept { return .intercept }
+            if blindAllowed { return .blind }
+            return .refuse(ErrorResponse(status: 403, message: "TLS to \(host):\(port) cannot be relayed",
+                details: ["Port \(port) is not in [proxy] connect_ports and there is no [tls] interception."]))
+        case .other:
+            return .refuse(ErrorResponse(status: 400, message: "Bad request: the tunnel to \(host):\(port) carries neither TLS nor HTTP",
+                details: ["A CONNECT to a host with credentials may carry TLS or HTTP requests only."]))
+        }
+    }
+
     /// Form bodies up to this size are collected to carry the token; larger ones get it in the URL.
     static let maxFormBytes: Int64 = 1024 * 1024
 

@@ -46,31 +46,23 @@ extension ClientConnection {
     /// The first bytes inside a served tunnel (in `inbuf`) arrived. Returns true when requests may be parsed now
     /// (plain HTTP inside); false when more bytes are needed or the tunnel became something else.
     func firstTunnelBytes(_ ic: Interception) -> Bool {
-        let kind = inbuf.withUnreadBytes { TunnelContent.classify($0) }
-        switch kind {
-        case .needMore:
+        let content = inbuf.withUnreadBytes { TunnelContent.classify($0) }
+        let decision = RequestPlanner.servedTunnel(content, host: ic.host, port: ic.port, canIntercept: ic.server != nil,
+            blindAllowed: ic.blindAllowed)
+        if decision != .wait { ic.awaitingFirstBytes = false }
+        let destination = "\(ic.host):\(ic.port)"
+        switch decision {
+        case .wait:
             return false
-        case .http:
-            ic.awaitingFirstBytes = false
+        case .serveHTTP:
             logAccess(status: 200, started: ic.connectStarted)
             detachExchange()
             machine.handshakeFinished(now: now)
             return true
-        case .tls:
-            ic.awaitingFirstBytes = false
-            if let server = ic.server {
-                startInterception(ic, server: server)
-                return false
-            }
-            let destination = "\(ic.host):\(ic.port)"
-            guard ic.blindAllowed else {
-                logger.warning("TLS inside a CONNECT to a matched host on a port outside connect_ports, without [tls] interception: refused",
-                    metadata: ["client": "\(peer)", "host": "\(destination)",
-                        "hint": "configure [tls] to intercept it, or add the port to [proxy] connect_ports"])
-                refuseTunnelContent(ic, ErrorResponse(status: 403, message: "TLS to \(destination) cannot be relayed",
-                    details: ["Port \(ic.port) is not in [proxy] connect_ports and there is no [tls] interception."]))
-                return false
-            }
+        case .intercept:
+            if let server = ic.server { startInterception(ic, server: server) }
+            return false
+        case .blind:
             if context.notices.first(destination) {
                 logger.warning("CONNECT to a matched host relayed blindly: credentials cannot be applied without [tls] interception",
                     metadata: ["host": "\(destination)", "hint": "run `authproxy ca init` and configure [tls], or use upgrade_to_https"])
@@ -83,10 +75,13 @@ extension ClientConnection {
             tunnel = t
             t.start()
             return false
-        case .other:
-            ic.awaitingFirstBytes = false
-            refuseTunnelContent(ic, ErrorResponse(status: 400, message: "Bad request: the tunnel to \(ic.host):\(ic.port) carries neither TLS nor HTTP",
-                details: ["A CONNECT to a host with credentials may carry TLS or HTTP requests only."]))
+        case .refuse(let e):
+            if e.status == 403 {
+                logger.warning("TLS inside a CONNECT to a matched host on a port outside connect_ports, without [tls] interception: refused",
+                    metadata: ["client": "\(peer)", "host": "\(destination)",
+                        "hint": "configure [tls] to intercept it, or add the port to [proxy] connect_ports"])
+            }
+            refuseTunnelContent(ic, e)
             return false
         }
     }

@@ -61,11 +61,7 @@ enum RedirectTokenScrub {
     /// A response header value as the client gets it: a URL field (`Location`, `Content-Location`, `Refresh`)
     /// loses its `token=<token>` query fields, and what is left of the token anywhere, in any encoding (nested
     /// in `ReturnUrl=`, after `&amp;` or `;`, in `Link` or `Set-Cookie`), is masked. nil when nothing changed.
-    static func clean(_ value: UnsafeRawBufferPointer, token: String, isURLField: Bool) -> [UInt8]? {
-        EncodedTokenFinder(token).flatMap { clean(value, finder: $0, token: token, isURLField: isURLField) }
-    }
-
-    /// ``clean(_:token:isURLField:)`` with the finder made once for all of a head's fields.
+    /// `finder` is made once for all of a head's fields.
     static func clean(_ value: UnsafeRawBufferPointer, finder: EncodedTokenFinder, token: String, isURLField: Bool) -> [UInt8]? {
         if isURLField, let scrubbed = scrub(value, token: token) {
             return scrubbed.withUnsafeBytes { mask($0, finder: finder) } ?? scrubbed

@@ -247,4 +247,23 @@ import Testing
             return
         }
     }
+
+    @Test func aServedTunnelIsWhatItsFirstBytesAreAndNeverARawTunnelPastConnectPorts() {
+        func decide(_ c: TunnelContent, intercept: Bool = false, blind: Bool = false) -> String {
+            switch RequestPlanner.servedTunnel(c, host: "h", port: 8080, canIntercept: intercept, blindAllowed: blind) {
+            case .wait: return "wait"
+            case .serveHTTP: return "http"
+            case .intercept: return "intercept"
+            case .blind: return "blind"
+            case .refuse(let e): return "\(e.status)"
+            }
+        }
+        #expect(decide(.needMore) == "wait")
+        #expect(decide(.http) == "http")
+        #expect(decide(.tls, intercept: true) == "intercept")
+        #expect(decide(.tls, intercept: true, blind: true) == "intercept")
+        #expect(decide(.tls, blind: true) == "blind")
+        #expect(decide(.tls) == "403")
+        #expect(decide(.other, intercept: true, blind: true) == "400")
+    }
 }

@@ -44,7 +44,9 @@ private func scrub(_ value: String, _ token: String = "SECRET-KEY") -> String? {
     /// other than Location: each kept the key in front of the client (and the next host) before.
     @Test func everyEncodingOfTheTokenIsMaskedInAnyHeaderValue() {
         func clean(_ v: String, url: Bool = true, _ token: String = "SECRET.KEY") -> String? {
-            Array(v.utf8).withUnsafeBytes { RedirectTokenScrub.clean($0, token: token, isURLField: url) }
+            EncodedTokenFinder(token).flatMap { f in
+                Array(v.utf8).withUnsafeBytes { RedirectTokenScrub.clean($0, finder: f, token: token, isURLField: url) }
+            }
                 .map { String(decoding: $0, as: UTF8.self) }
         }
         // Top-level field removed as before, and nothing else to mask.
