@@ -30,6 +30,7 @@ const struct sockaddr *ap_curl_sockaddr_addr(const struct curl_sockaddr *a) { re
 CURLcode ap_easy_getinfo_long(CURL *easy, CURLINFO info, long *value) { return curl_easy_getinfo(easy, info, value); }
 CURLcode ap_easy_getinfo_ptr(CURL *easy, CURLINFO info, void **value) { return curl_easy_getinfo(easy, info, value); }
 CURLcode ap_easy_getinfo_socket(CURL *easy, CURLINFO info, curl_socket_t *value) { return curl_easy_getinfo(easy, info, value); }
+CURLcode ap_easy_getinfo_off(CURL *easy, CURLINFO info, curl_off_t *value) { return curl_easy_getinfo(easy, info, value); }
 
 CURLMcode ap_multi_setopt_long(CURLM *multi, CURLMoption option, long value) { return curl_multi_setopt(multi, option, value); }
 CURLMcode ap_multi_setopt_ptr(CURLM *multi, CURLMoption option, const void *value) { return curl_multi_setopt(multi, option, value); }

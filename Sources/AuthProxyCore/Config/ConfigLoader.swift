@@ -96,6 +96,7 @@ public struct ConfigLoader: Sendable {
             }
             if let m = try proxy.int("max_replay_bytes", range: 0...(1 << 40)) { config.maxReplayBytes = Int64(m) }
             if let w = try proxy.bool("watch_config") { config.watchConfig = w }
+            try parseUpstreamProxy(&proxy, into: &config.upstreamProxy)
             try proxy.finish()
         }
         if var log = try top.table("log") {
@@ -143,7 +144,7 @@ public struct ConfigLoader: Sendable {
         if let entries = try top.tableArray("credential") {
             var names = Set<String>()
             for (index, var entry) in entries.enumerated() {
-                let credential = try parseCredential(&entry, index: index)
+                let credential = try parseCredential(&entry, index: index, parentCredential: config.upstreamProxy.credentialName)
                 guard names.insert(credential.name).inserted else {
                     throw ConfigError(key: entry.path + ".name", line: entry.line(of: "name"), "duplicate credential name '\(credential.name)'")
                 }
@@ -168,6 +169,7 @@ public struct ConfigLoader: Sendable {
                 "only one Kerberos identity per proxy process is supported (GSS-API's credential cache is process-wide); found \(principals.count) different principals in \(holders.joined(separator: ", "))")
         }
         try top.finish()
+        try checkParentCredential(config, line: root["proxy"]?.line)
         let listen = listenOverride ?? config.listen
         if let admin = config.admin, listen.contains(where: { $0.port == admin.listen.port && $0.port != 0
             && ($0.host == admin.listen.host || $0.host == "0.0.0.0" || $0.host == "::" || admin.listen.host == "0.0.0.0" || admin.listen.host == "::") }) {
@@ -181,6 +183,65 @@ public struct ConfigLoader: Sendable {
             }, problem)
         }
         return config
+    }
+
+    /// `upstream_proxy` (one URL or a list), `upstream_proxy_credential`, `upstream_proxy_backoff_seconds`,
+    /// `upstream_proxy_ca` and `no_proxy`.
+    private func parseUpstreamProxy(_ proxy: inout TableReader, into u: inout UpstreamProxyConfig) throws(ConfigError) {
+        if let list = try proxy.stringOrArray("upstream_proxy") {
+            var seen = Set<ParentProxy>()
+            for text in list.values {
+                guard let p = ParentProxy.parse(text) else {
+                    throw ConfigError(key: "proxy.upstream_proxy", line: list.line,
+                        "\(proxy.shown("upstream_proxy", text)) is not a proxy URL like http://proxy.corp.example:8080 "
+                            + "(http, https or socks5h; host and port; no path; the parent's user and password go in a "
+                            + "credential named by upstream_proxy_credential)")
+                }
+                guard seen.insert(p).inserted else {
+                    throw ConfigError(key: "proxy.upstream_proxy", line: list.line, "\(p) is listed twice")
+                }
+                u.parents.append(p)
+            }
+        }
+        u.credentialName = try proxy.literalString("upstream_proxy_credential")
+        if let b = try proxy.int("upstream_proxy_backoff_seconds", range: 1...3600) { u.backoffSeconds = b }
+        if let ca = try proxy.string("upstream_proxy_ca") {
+            guard access(ca, R_OK) == 0 else {
+                throw ConfigError(key: "proxy.upstream_proxy_ca", line: proxy.line(of: "upstream_proxy_ca"),
+                    "cannot read \(proxy.shown("upstream_proxy_ca", ca)): \(lastErrorString())")
+            }
+            u.caFile = ca
+        }
+        if let list = try proxy.stringArray("no_proxy") {
+            switch NoProxyList.parse(list.values) {
+            case .success(let n): u.noProxy = n
+            case .failure(let e):
+                throw ConfigError(key: "proxy.no_proxy", line: list.line,
+                    "\(proxy.shown("no_proxy", e.entry)) is not a host, host:port, domain (example.com, .example.com, "
+                        + "*.example.com), address block (10.0.0.0/8), <local> or *")
+            }
+        }
+        if u.parents.isEmpty {
+            for key in ["upstream_proxy_credential", "upstream_proxy_ca", "no_proxy", "upstream_proxy_backoff_seconds"]
+            where proxy.table[key] != nil {
+                throw ConfigError(key: "proxy." + key, line: proxy.line(of: key), "applies only with upstream_proxy")
+            }
+        }
+    }
+
+    /// The parent's credential exists and is a `password` or `kerberos` one.
+    private func checkParentCredential(_ config: ProxyConfig, line: Int?) throws(ConfigError) {
+        guard let name = config.upstreamProxy.credentialName else { return }
+        guard let c = config.credentials.first(where: { $0.name == name }) else {
+            throw ConfigError(key: "proxy.upstream_proxy_credential", line: line,
+                "names credential '\(name)', which is not defined")
+        }
+        switch c.kind {
+        case .password, .kerberos: break
+        default:
+            throw ConfigError(key: "proxy.upstream_proxy_credential", line: line,
+                "credential '\(name)' is not a password or kerberos credential (a parent proxy takes Basic, Digest, NTLM or Negotiate)")
+        }
     }
 
     /// `[[client]]`: users of the proxy (Proxy-Authorization: Basic) and the credentials each may use.
@@ -216,14 +277,16 @@ public struct ConfigLoader: Sendable {
         return out
     }
 
-    private func parseCredential(_ entry: inout TableReader, index: Int) throws(ConfigError) -> Credential {
+    private func parseCredential(_ entry: inout TableReader, index: Int, parentCredential: String?) throws(ConfigError) -> Credential {
         guard let name = try entry.literalString("name"), !name.isEmpty else {
             throw entry.missing("name", "every credential needs a name")
         }
         guard let type = try entry.string("type") else {
             throw entry.missing("type", "credential '\(name)' needs a type")
         }
-        guard let match = try entry.stringOrArray("match"), !match.values.isEmpty else {
+        // The parent proxy's credential may serve the parent only.
+        let match = try entry.stringOrArray("match") ?? (name == parentCredential ? ([], entry.table.line) : nil)
+        guard let match, !match.values.isEmpty || name == parentCredential else {
             throw entry.missing("match", "credential '\(name)' needs a match URL prefix")
         }
         let prefixes = try match.values.map { (s: String) throws(ConfigError) -> MatchPrefix in

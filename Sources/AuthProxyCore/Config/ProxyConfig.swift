@@ -71,6 +71,8 @@ public struct ProxyConfig: Sendable {
     public var httpClient: HTTPClientChoice = .native
     /// `[admin]`: the operations listener (metrics, status page, readiness, reload); nil: off.
     public var admin: AdminConfig? = nil
+    /// `[proxy] upstream_proxy` and friends: a parent proxy for upstream connections.
+    public var upstreamProxy = UpstreamProxyConfig()
 
     public init() {}
 

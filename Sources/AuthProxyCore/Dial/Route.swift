@@ -1,6 +1,7 @@
-/// How a connection reaches its destination, part of what keeps pooled connections apart. Every connection is
-/// direct today; a parent proxy (or a PAC file's choice) becomes another case here, so that a connection through
-/// one parent is never handed to a request routed elsewhere.
+/// How a connection reaches its destination, part of what keeps pooled connections apart: a connection through
+/// one parent is never handed to a request routed direct or through another parent.
 enum Route: Hashable {
     case direct
+    /// Through this parent proxy (a CONNECT tunnel to the destination, for the own client's connections).
+    case parent(ParentProxy)
 }

@@ -16,6 +16,8 @@ struct ForwardPlan: Equatable {
     /// dead or a multi-round-trip login, and more for a refreshable token's retry.
     var replayLimit: Int64?
     var token: TokenPlan
+    /// The parent proxies the request goes through (nil: direct; `no_proxy` and the route decided here).
+    var parentRoute: ParentRoute? = nil
 
     /// The plan for forwarding to `url` as it is, with no credential: what ``RequestPlanner`` starts from.
     init(url: URLTarget) {

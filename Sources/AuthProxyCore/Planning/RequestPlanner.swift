@@ -9,6 +9,11 @@ enum RequestPlanner {
         var maxReplayBytes: Int64
         /// The request arrived inside an intercepted TLS tunnel (a WebSocket cannot be relayed from there).
         var insideInterception: Bool
+        /// The parent proxies and `no_proxy` (nil: none configured).
+        var routing: ParentRouting? = nil
+        var denyDestinations: [AddressBlock] = []
+        /// This process's `Via` value, when a request could come back to it (a parent is configured).
+        var ownVia: String? = nil
     }
 
     /// The first decision about a request, from its target: inside a tunnel the proxy serves (`tunnel`: its
@@ -105,6 +110,7 @@ enum RequestPlanner {
     static func plan(_ h: RequestHead, url: URLTarget, store: CredentialStore, settings: Settings,
         into plan: inout ForwardPlan) -> PlannedAnswer?
     {
+        if let via = settings.ownVia, let loop = loopAnswer(h.headers, ownVia: via) { return loop }
         // Credentials are matched on the path the server will resolve: `/arcgis/%2e%2e/x` must not carry the
         // `/arcgis` token. The path goes upstream as written, and a front end may route on that raw text, so
         // when the two differ a credential applies only if both select it (`raw` is set then).
@@ -151,6 +157,12 @@ enum RequestPlanner {
                 plan.network.kerberos = nil
             }
         }
+        if let routing = settings.routing {
+            plan.parentRoute = routing.route(host: plan.upstreamURL.host, port: plan.upstreamURL.port)
+            if plan.parentRoute != nil, let refusal = deniedLiteral(plan.upstreamURL, deny: settings.denyDestinations) {
+                return PlannedAnswer(error: refusal)
+            }
+        }
         if h.upgrade != nil, let refusal = webSocketRefusal(network: plan.network, insideInterception: settings.insideInterception) {
             return PlannedAnswer(error: refusal)
         }
@@ -192,6 +204,32 @@ enum RequestPlanner {
         }
         plan.token = .inject(c, site: site, collectForm: collectForm)
         return nil
+    }
+
+    /// 508 for a request that already went through this process (its `Via` names it): a parent proxy or PAC
+    /// file that sends requests back to the proxy would otherwise loop until the connections run out.
+    static func loopAnswer(_ headers: HTTPHeaders, ownVia: String) -> PlannedAnswer? {
+        // The received-by part ("authproxy-<id>"), whatever protocol version precedes it.
+        let me = ownVia.split(separator: " ").last.map(String.init) ?? ownVia
+        for f in headers.fields where f.name.caseInsensitiveEquals("via") {
+            for hop in f.value.split(separator: ",") {
+                let parts = hop.split(separator: " ", omittingEmptySubsequences: true)
+                if parts.count >= 2, parts[1] == me {
+                    return PlannedAnswer(error: ErrorResponse(status: 508, message: "Loop detected: this request already went through this proxy",
+                        details: ["Its Via header names this authproxy (\(me)): a parent proxy or PAC file sends requests back to it. Add the destination to [proxy] no_proxy or fix the parent's configuration."]))
+                }
+            }
+        }
+        return nil
+    }
+
+    /// Through a parent the proxy never connects to the destination itself, so `deny_destinations` is checked
+    /// here on an IP-literal host (a name is resolved by the parent, often on a network whose names do not
+    /// resolve here).
+    static func deniedLiteral(_ url: URLTarget, deny: [AddressBlock]) -> ErrorResponse? {
+        guard !deny.isEmpty, let ip = IPAddress.parse(url.host), deny.contains(ip) else { return nil }
+        return ErrorResponse(status: 403, message: "Destination \(url.origin) is not allowed",
+            details: ["\(ip) is in [proxy] deny_destinations."])
     }
 
     /// Why a WebSocket handshake cannot be relayed, nil when it can: the relay reads the client socket directly

@@ -98,6 +98,7 @@ extension ProxyServer {
             generation: generation + 1, config: next, logger: logger, ownAuthorities: current.ownAuthorities,
             tokens: tokens, tlsServer: tlsServer, shared: shared)
         current = context
+        tokens?.use(routing: context.routing)
         running = next
         // Each loop swaps on its own queue, so no exchange ever sees a half-installed generation and the
         // request path needs no lock: a request read after this line (any event handled after these blocks)

@@ -19,7 +19,8 @@ extension ClientConnection {
         let store = credentials
         var plan = ForwardPlan(url: url)
         if let a = RequestPlanner.plan(h, url: url, store: store, settings: .init(unmatched: context.config.unmatched,
-            maxReplayBytes: context.config.maxReplayBytes, insideInterception: tls != nil), into: &plan)
+            maxReplayBytes: context.config.maxReplayBytes, insideInterception: tls != nil, routing: context.routing,
+            denyDestinations: context.access.denyDestinations, ownVia: context.routing == nil ? nil : context.viaValue), into: &plan)
         {
             if let reason = a.denied { ProxyMetrics.active?.denied(reason) }
             respond(a.error, close: false, extraHeaders: a.extraHeaders)
@@ -28,6 +29,7 @@ extension ClientConnection {
         x.upstreamURL = plan.upstreamURL
         x.upgradedToHTTPS = plan.upgradedToHTTPS
         x.networkAuth = plan.network
+        x.parentRoute = plan.parentRoute
         if context.access.hasRateLimits, let limited = rateLimited(store: store, targets: plan.rateLimitTargets) {
             respond(limited.error, close: false, extraHeaders: "Retry-After: \(limited.retryAfter)\r\n")
             return

@@ -18,7 +18,10 @@ extension ClientConnection {
         // request's fields.
         // A WebSocket handshake always goes over the own client, the one that hands its connection over after a
         // `101` (``RequestPlanner/webSocketRefusal(network:insideInterception:)`` turned away those that need libcurl).
+        // Through a parent, plain http goes in absolute form, which libcurl writes (and a WebSocket through a
+        // CONNECT tunnel the own client opens).
         let native = (context.config.httpClient == .native || h.upgrade != nil) && !x.networkAuth.hasCredential
+            && (x.parentRoute == nil || url.scheme == "https" || h.upgrade != nil)
         // A client doing NTLM/Negotiate itself: from now on, upstream connections of its own (never pooled for
         // anyone else, closed with this connection).
         if ownUpstreams == nil, ConnectionBoundAuthentication.starts(headers) { ownUpstreams = OwnUpstreams(loop: loop) }
@@ -39,6 +42,7 @@ extension ClientConnection {
         request.network = x.networkAuth
         request.denyDestinations = context.access.denyDestinations
         request.upgrade = h.upgrade
+        request.parentRoute = x.parentRoute
         x.responseHead.reset()
         let started = now
         x.upstreamStarted = started

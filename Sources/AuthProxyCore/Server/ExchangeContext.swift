@@ -64,6 +64,8 @@ final class ExchangeContext {
     var upgradedToHTTPS = false
     /// Network-type credentials for the exchange (matched on the upstream URL, then the client's).
     var networkAuth = NetworkAuth()
+    /// The parent proxies the exchange goes through (nil: direct).
+    var parentRoute: ParentRoute? = nil
     /// When the current upstream transfer started (for the time-to-first-byte metric).
     var upstreamStarted: UInt64 = 0
     /// The upstream challenged with 401 and the network credential answered: the scheme it offered that the
@@ -110,6 +112,7 @@ final class ExchangeContext {
         upstreamURL = nil
         upgradedToHTTPS = false
         networkAuth = NetworkAuth()
+        parentRoute = nil
         upstreamStarted = 0
         challengeScheme = nil
         retry = nil

@@ -100,6 +100,8 @@ public final class ProxyServer: @unchecked Sendable {
             generation: 1, config: config, logger: logger, ownAuthorities: own, tokens: tokens, tlsServer: tlsServer,
             shared: SharedServerState(config: config))
         current = context
+        tokens?.use(routing: context.routing)
+        warnParentBasic(config)
         loops = (0..<config.workers).map { EventLoop(index: $0, context: context) }
         for fallback in ProxyQueue.takeThreadFallbacks() {
             logger.warning("a queue runs on libdispatch's worker pool instead of a thread of its own: the thread count can grow under load", metadata: ["cause": "\(fallback)"])
@@ -167,6 +169,19 @@ public final class ProxyServer: @unchecked Sendable {
             if case .kerberos(let k) = c.kind { return k }
             return nil
         }.first
+    }
+
+    /// Basic to an `http://` parent sends the password in clear on the network to it (the parent usually
+    /// offers a stronger scheme too; libcurl takes the strongest).
+    func warnParentBasic(_ config: ProxyConfig) {
+        let u = config.upstreamProxy
+        guard let name = u.credentialName, let c = config.credentials.first(where: { $0.name == name }),
+            case .password(let pw) = c.kind, pw.schemes.contains(.basic)
+        else { return }
+        for p in u.parents where p.scheme == .http {
+            logger.warning("a parent proxy that offers only Basic gets the password in clear over http",
+                metadata: ["parent": "\(p)", "credential": "\(name)", "hint": "use an https:// parent, or schemes = [\"ntlm\"] / [\"digest\"] if the parent offers them"])
+        }
     }
 
     func warnInsecure(_ credentials: [Credential]) {

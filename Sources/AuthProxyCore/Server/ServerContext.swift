@@ -23,7 +23,11 @@ final class ServerContext: Sendable {
     let tlsServer: TLSServer?
     /// The process-wide live state, the same object in every generation.
     let shared: SharedServerState
-    let viaValue = "1.1 authproxy"
+    /// `Via` as this process writes it: a name of its own per process, so that a request that comes back to it
+    /// (a parent or PAC pointing at the proxy itself) is recognised (``ClientConnection``, 508).
+    var viaValue: String { shared.viaValue }
+    /// The parent proxies (nil: none configured).
+    let routing: ParentRouting?
 
     init(
         generation: Int, config: ProxyConfig, logger: Logger, ownAuthorities: Set<String>, tokens: TokenService?,
@@ -37,6 +41,9 @@ final class ServerContext: Sendable {
         self.tokens = tokens
         self.tlsServer = tlsServer
         self.shared = shared
+        routing = config.upstreamProxy.isConfigured
+            ? ParentRouting(config: config.upstreamProxy, credentials: config.credentials, health: shared.parents) : nil
+        shared.parents.setBackoff(seconds: config.upstreamProxy.backoffSeconds)
     }
 
     /// Hosts already reported as "matched but not interceptable" (logged once each).

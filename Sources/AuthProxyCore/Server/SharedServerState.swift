@@ -15,6 +15,14 @@ final class SharedServerState: Sendable {
     let notices = OnceSet()
     /// Running out of file descriptors: counted, logged (rate-limited), and the listeners' pause.
     let descriptors = DescriptorExhaustion()
+    /// The parent proxies' failover state and counts, kept across reloads.
+    let parents = ParentHealth(backoffSeconds: 30)
+    /// `1.1 authproxy-<8 hex>`, random per process (``ServerContext/viaValue``).
+    let viaValue: String = {
+        var g = SystemRandomNumberGenerator()
+        let id = String(UInt32.random(in: 0...UInt32.max, using: &g), radix: 16)
+        return "1.1 authproxy-" + String(repeating: "0", count: 8 - id.count) + id
+    }()
 
     init(config: ProxyConfig) {
         connections = ConnectionLimiter(

@@ -22,7 +22,7 @@ extension SocketChannelOwner {
 }
 
 /// A layer a ``SocketChannel`` reads and writes through instead of the socket (TLS on an upstream connection of
-/// the proxy's own client: ``CurlTLSLink``). The channel's Dispatch sources still watch the socket; the layer
+/// the proxy's own client: ``CurlLink``). The channel's Dispatch sources still watch the socket; the layer
 /// owns the descriptor and closes it when the channel is done with it.
 protocol SecureStream: AnyObject {
     func read(into buffer: UnsafeMutableRawBufferPointer) -> SocketChannel.ReadResult

@@ -41,11 +41,15 @@ final class HTTPFetch: UpstreamTransferDelegate {
     /// Server trust and network credentials for the request (token services behind an internal CA or IWA).
     private let network: NetworkAuth
 
+    /// The parent proxies it goes through (nil: direct).
+    private let route: ParentRoute?
+
     init(multi: CurlMulti, method: String, url: String, form: [(String, String)]?, timeoutSeconds: Int,
-        network: NetworkAuth = NetworkAuth(), bodyLimit: Int? = nil,
+        network: NetworkAuth = NetworkAuth(), route: ParentRoute? = nil, bodyLimit: Int? = nil,
         completion: @escaping (Result<Response, FetchError>) -> Void)
     {
         self.network = network
+        self.route = route
         self.bodyLimit = bodyLimit
         self.multi = multi
         self.method = method
@@ -64,6 +68,7 @@ final class HTTPFetch: UpstreamTransferDelegate {
             bodyLength: method == "POST" ? Int64(form.count) : nil, timeoutSeconds: timeoutSeconds)
         request.network = network
         request.harmlessToRepeat = true
+        request.parentRoute = route
         // A token service that accepts and never answers must not hold its credential (and every request
         // waiting on it) forever.
         request.totalTimeoutSeconds = timeoutSeconds

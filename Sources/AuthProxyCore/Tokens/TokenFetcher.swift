@@ -29,6 +29,8 @@ final class TokenFetcher {
     /// Network credentials (server trust above all) for the token service and `rest/info` requests.
     /// Network credentials for token requests (replaced by a configuration reload; confined to the queue).
     var store: CredentialStore
+    /// The parent proxies token, `rest/info` and sign-in requests go through (nil: direct; replaced by a reload).
+    var routing: ParentRouting? = nil
     private let logger: Logger
     private unowned let host: any TokenFetcherHost
     /// What `rest/info` reuse and the issue time of new tokens are measured on (the service's clock).
@@ -315,7 +317,7 @@ final class TokenFetcher {
         guard e.waiters.count == 1 else { return }
         let f = HTTPFetch(
             multi: multi, method: "GET", url: url, form: nil, timeoutSeconds: timeoutSeconds,
-            network: network(for: url)
+            network: network(for: url), route: routing?.route(url: url)
         ) { [self] result in
             var e = infos[key] ?? InfoEntry()
             let waiters = e.waiters
@@ -360,7 +362,7 @@ final class TokenFetcher {
     ) {
         let f = HTTPFetch(
             multi: multi, method: "POST", url: url, form: fields, timeoutSeconds: timeoutSeconds,
-            network: network(for: url)
+            network: network(for: url), route: routing?.route(url: url)
         ) { result in
             switch result {
             case .failure(let err):

@@ -304,6 +304,11 @@ public final class TokenService: @unchecked Sendable {
     /// waited but are not kept. The others keep everything. Returns the names whose tokens were dropped.
     /// `timeoutSeconds`: `upstream_timeout_seconds` now configured, for token and `rest/info` requests started
     /// from now on (nil: unchanged).
+    /// The parent proxies of the configuration now in use, for the requests started from now on.
+    func use(routing: ParentRouting?) {
+        queue.async { self.fetcher.routing = routing }
+    }
+
     @discardableResult
     public func update(credentials: [Credential], timeoutSeconds: Int? = nil) -> [String] {
         var next: [String: String] = [:]

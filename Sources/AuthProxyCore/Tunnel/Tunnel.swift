@@ -36,6 +36,8 @@ final class Tunnel: SocketChannelOwner {
     private var bytesDown: Int64 = 0
     /// Connecting the upstream (``start()``); nil once connected or failed.
     private var dialer: Dialer?
+    /// Connecting through a parent proxy instead; nil once connected or failed.
+    private var connector: CurlConnector?
     private let limit = ClientConnection.maxBuffered
     /// The CONNECT was answered 200 before the upstream was connected (a matched host whose first bytes turned out
     /// to be TLS): no second answer, and a failure to connect can only close.
@@ -80,6 +82,17 @@ final class Tunnel: SocketChannelOwner {
 
     func start() {
         connectDeadline = DispatchTime.now().uptimeNanoseconds + UInt64(timeoutSeconds) * 1_000_000_000
+        let context = connection.context
+        if let route = context.routing?.route(host: host, port: port) {
+            if let refusal = RequestPlanner.deniedLiteral(URLTarget(scheme: "https", host: host, port: port, pathAndQuery: "/"),
+                deny: context.access.denyDestinations)
+            {
+                fail(refusal)
+                return
+            }
+            startThroughParent(route)
+            return
+        }
         let d = Dialer(host: host, port: port, deny: connection.context.access.denyDestinations,
             queue: connection.loop.queue, keepAlive: false)
         dialer = d
@@ -100,6 +113,31 @@ final class Tunnel: SocketChannelOwner {
                     details: [String(cString: strerror(e))]))
             case .failure(.outOfDescriptors(let e)):
                 outOfDescriptors(e)
+            }
+        }
+    }
+
+    /// libcurl reaches the parent, sends CONNECT and answers its authentication; the connection it hands over
+    /// is relayed like a direct one, read and written through ``CurlLink`` (TLS to an https parent).
+    private func startThroughParent(_ route: ParentRoute) {
+        let loop = connection.loop
+        let c = CurlConnector(multi: loop.multi, urlHost: host.contains(":") ? "[\(host)]" : host, port: port, tls: false,
+            trust: nil, timeoutSeconds: timeoutSeconds, denyDestinations: [], route: route)
+        connector = c
+        c.start { [unowned self] result in
+            connector = nil
+            switch result {
+            case .success(let link):
+                let ch = SocketChannel(fd: link.fd, queue: loop.queue, secure: link)
+                ch.owner = self
+                upstream = ch
+                established()
+            case .failure(let e):
+                if let n = e.outOfDescriptors {
+                    outOfDescriptors(n)
+                } else {
+                    fail(e.response)
+                }
             }
         }
     }
@@ -137,6 +175,8 @@ final class Tunnel: SocketChannelOwner {
         closed = true
         dialer?.cancel()
         dialer = nil
+        connector?.cancel()
+        connector = nil
         upstream?.close()
         upstream = nil
         connection.tunnelFailed(e, answered: answered)
@@ -244,6 +284,8 @@ final class Tunnel: SocketChannelOwner {
         if isWebSocket { ProxyMetrics.active?.webSocketClosed() }
         dialer?.cancel()
         dialer = nil
+        connector?.cancel()
+        connector = nil
         upstream?.close()
         upstream = nil
         if notify { connection.tunnelFinished(bytesUp: bytesUp, bytesDown: bytesDown) }

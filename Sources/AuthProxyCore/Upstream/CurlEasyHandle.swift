@@ -42,7 +42,7 @@ final class CurlEasyHandle {
     private(set) var share: UnsafeMutableRawPointer? = nil
     var isConnectOnly: Bool { share != nil }
     /// While connecting: who hears that libcurl is done (nil once it was cancelled).
-    var connector: Unmanaged<TLSConnector>? = nil
+    var connector: Unmanaged<CurlConnector>? = nil
 
     // Per-request options whose current value differs from libcurl's default only when a request set it.
     private var noBody = false

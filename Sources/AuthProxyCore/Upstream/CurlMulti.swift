@@ -124,11 +124,11 @@ final class CurlMulti: @unchecked Sendable {
         return h
     }
 
-    /// Adds a `CONNECT_ONLY` handle for `connector`, which ``TLSConnector/finished(_:on:)`` is called on. On
+    /// Adds a `CONNECT_ONLY` handle for `connector`, which ``CurlConnector/finished(_:on:)`` is called on. On
     /// success the handle stays in the multi handle (removing it closes its connection) until
     /// ``releaseConnectOnly(_:)``.
     /// False when libcurl refused the handle (then it is released and nothing is called).
-    func addConnectOnly(_ easy: CurlEasyHandle, connector: TLSConnector) -> Bool {
+    func addConnectOnly(_ easy: CurlEasyHandle, connector: CurlConnector) -> Bool {
         assertOnQueue(queue)
         easy.owner = ObjectIdentifier(connector)
         easy.connector = Unmanaged.passUnretained(connector)
@@ -282,7 +282,7 @@ final class CurlMulti: @unchecked Sendable {
             releaseConnectOnly(h)
             return
         }
-        // The handle keeps its connector until the hand-over: a ``TLSConnector/cancel()`` meanwhile clears it and
+        // The handle keeps its connector until the hand-over: a ``CurlConnector/cancel()`` meanwhile clears it and
         // releases the handle, and nothing is handed over.
         let handOver = {
             guard let connector = h.connector else { return }
@@ -453,7 +453,7 @@ final class CurlMulti: @unchecked Sendable {
         }
     }
 
-    /// A Dispatch source on `fd` (one of the multi's own, or a ``CurlTLSLink``'s channel): `fd` is closed only
+    /// A Dispatch source on `fd` (one of the multi's own, or a ``CurlLink``'s channel): `fd` is closed only
     /// after every such source is gone.
     func sourceCreated(_ fd: curl_socket_t) {
         liveSources[fd, default: 0] += 1

@@ -19,6 +19,8 @@ struct UpstreamError: Error {
     /// The method of a request that a kept-alive connection lost after it was sent, and that was not sent again
     /// because the server may have processed it (``ResendPolicy``).
     var notResent: String? = nil
+    /// The request failed at its parent proxy (``ParentFailure``), not at the destination.
+    var parent: ParentFailure? = nil
 
     /// The client hung up or its body could not be read: nobody to answer.
     var isClientSide: Bool {
@@ -28,6 +30,13 @@ struct UpstreamError: Error {
     /// The `cause` label of `authproxy_upstream_errors_total`.
     var metricCause: MetricLabels.UpstreamCause {
         if outOfDescriptors != nil { return .descriptors }
+        if let p = parent {
+            switch p.cause {
+            case .connect: return .connect
+            case .timeout: return .timeout
+            case .auth, .refused: return .other
+            }
+        }
         switch cause {
         case .dns: return .dns
         case .connect: return .connect
@@ -43,6 +52,9 @@ struct UpstreamError: Error {
         let details = detail.isEmpty ? [] : [detail]
         if let e = outOfDescriptors {
             return .outOfDescriptors(e, destination: destination)
+        }
+        if let p = parent {
+            return p.response(destination: destination, timeoutSeconds: timeoutSeconds)
         }
         if let why = invalidResponse {
             return ErrorResponse(status: 502, message: "Upstream \(destination) sent an invalid response: \(why)",

@@ -71,6 +71,8 @@ struct UpstreamRequest {
     /// The `Upgrade` value of a WebSocket handshake, sent with `Connection: Upgrade` (the own client only); nil
     /// for every other request.
     var upgrade: String? = nil
+    /// The parent proxies it goes through (nil: direct).
+    var parentRoute: ParentRoute? = nil
 
     /// Whether the request may go again after a reused connection died with it unanswered.
     var resendable: Bool { harmlessToRepeat || ResendPolicy.isIdempotent(method) }
@@ -105,13 +107,22 @@ final class UpstreamTransfer {
     private var answeredSinceSend = false
     /// ``rewind()`` refused to send a non-idempotent request again.
     private var refusedResend = false
+    /// With a parent route: the parents in the order tried, and the one in use.
+    private var parents: [ParentProxy] = []
+    private var parentIndex = 0
+    /// A header line reached the delegate: the transfer can no longer move to another parent.
+    private var delivered = false
+    /// Request-body bytes were taken from the delegate (another parent needs them rewound).
+    private var bodyTaken = false
 
     init(multi: CurlMulti, request: UpstreamRequest, destination: String, delegate: any UpstreamTransferDelegate) {
         self.multi = multi
         self.request = request
         self.destination = destination
         self.delegate = delegate
-        destinationCheck = DestinationCheck(deny: request.denyDestinations)
+        // Through a parent, libcurl opens sockets to the parent only, an address the operator chose; the
+        // destination's address is checked where it is known (``RequestPlanner``, IP literals).
+        destinationCheck = DestinationCheck(deny: request.parentRoute == nil ? request.denyDestinations : [])
     }
 
     deinit {
@@ -164,6 +175,11 @@ final class UpstreamTransfer {
             h.markCarriesCredential()
             if let total = request.totalTimeoutSeconds { ap_easy_setopt_long(e, CURLOPT_TIMEOUT, total) }
             applyNetworkAuth(e)
+        }
+        if let route = request.parentRoute {
+            if parents.isEmpty { parents = route.routing.health.order(route.candidates) }
+            h.applyParent(parents[parentIndex], routing: route.routing, tunnel: false)
+            route.routing.health.attempted(parents[parentIndex])
         }
         var list: UnsafeMutablePointer<curl_slist>? = nil
         for line in Self.headerLines(request) { list = line.withCString { curl_slist_append(list, $0) } }
@@ -250,10 +266,33 @@ final class UpstreamTransfer {
     /// Called by ``CurlMulti`` when libcurl reports the transfer done.
     func finished(_ code: CURLcode, on h: CurlEasyHandle) {
         easy = nil
+        var parentFailure: ParentFailure? = nil
+        if let route = request.parentRoute {
+            let parent = parents[parentIndex]
+            if let cause = code == CURLE_OK && status == 407 ? .auth : h.parentFailure(code: code) {
+                route.routing.health.failed(parent, cause: cause)
+                // Nothing reached the client and the parent is at fault: the next parent gets the request.
+                if ParentFailover.backsOff(cause), parentIndex + 1 < parents.count, !delivered,
+                    !bodyTaken || delegate?.transferRewindBody() == true, delegate != nil
+                {
+                    parentIndex += 1
+                    status = 0
+                    bodyTaken = false
+                    answeredSinceSend = false
+                    start()
+                    return
+                }
+                parentFailure = ParentFailure(parent: parent, cause: cause,
+                    status: cause == .auth ? 407 : h.parentConnectStatus, credential: route.routing.credentialName)
+            } else if code == CURLE_OK {
+                route.routing.health.succeeded(parent)
+            }
+        }
         let d = delegate
         delegate = nil
-        var error = code == CURLE_OK ? nil : destinationCheck.error(code: code, detail: String(cString: h.errorBuffer),
+        var error = code == CURLE_OK && parentFailure == nil ? nil : destinationCheck.error(code: code, detail: String(cString: h.errorBuffer),
             destination: destination, timeoutSeconds: request.timeoutSeconds)
+        if let parentFailure { error?.parent = parentFailure }
         if refusedResend, error != nil {
             error = UpstreamError(cause: .nothing, detail: "", destination: destination,
                 timeoutSeconds: request.timeoutSeconds)
@@ -285,7 +324,12 @@ final class UpstreamTransfer {
         answeredSinceSend = true
         if p.count >= 12, p.starts(with: "HTTP/".utf8) {
             status = Int(p[9] &- 48) * 100 + Int(p[10] &- 48) * 10 + Int(p[11] &- 48)
-        } else if p.count <= 2, status == 204 || status == 304, !multi.ownedByOneClient, let easy {
+        }
+        // A 407 through a parent is the parent's (libcurl answers its challenges; one left is a refusal): neither
+        // its head nor its body reaches the client.
+        if status == 407, request.parentRoute != nil { return p.count }
+        delivered = true
+        if p.count <= 2, status == 204 || status == 304, !multi.ownedByOneClient, let easy {
             // A bodiless answer: late bytes after it (a body it should not have) could only be caught by the
             // peek before reuse if they arrived in time. Closing costs one connection per 204/304 and leaves
             // no window for one client's response to reach another. (The handle records it; the next request
@@ -299,6 +343,7 @@ final class UpstreamTransfer {
 
     fileprivate func body(_ p: UnsafeRawBufferPointer) -> Int {
         guard let d = delegate else { return 0 }
+        if status == 407, request.parentRoute != nil { return p.count }
         switch d.transferDidReceiveBody(p) {
         case .accepted: return p.count
         case .pause:
@@ -311,7 +356,9 @@ final class UpstreamTransfer {
     fileprivate func read(_ p: UnsafeMutableRawBufferPointer) -> Int {
         guard let d = delegate else { return Int(CURL_READFUNC_ABORT) }
         switch d.transferNeedsBody(p) {
-        case .bytes(let n): return n
+        case .bytes(let n):
+            bodyTaken = true
+            return n
         case .end: return 0
         case .pause:
             paused = true

@@ -26,6 +26,7 @@ const struct sockaddr *ap_curl_sockaddr_addr(const struct curl_sockaddr *a);
 CURLcode ap_easy_getinfo_long(CURL *easy, CURLINFO info, long *value);
 CURLcode ap_easy_getinfo_ptr(CURL *easy, CURLINFO info, void **value);
 CURLcode ap_easy_getinfo_socket(CURL *easy, CURLINFO info, curl_socket_t *value);
+CURLcode ap_easy_getinfo_off(CURL *easy, CURLINFO info, curl_off_t *value);
 /* A share handle holding a connection cache of its own (CURL_LOCK_DATA_CONNECT), or NULL. */
 void *ap_share_connections_new(void);
 void ap_share_free(void *share);

@@ -7,7 +7,7 @@ import Glibc
 /// One exchange with an `http://` or `https://` upstream over the proxy's own HTTP/1.1 client: a kept-alive
 /// connection from the loop's ``UpstreamConnectionPool`` (or a new one: for http, name resolution off the loop,
 /// `deny_destinations` checked on every resolved address, a non-blocking connect per address in turn; for https,
-/// a TLS connection libcurl makes and verifies, ``TLSConnector``, read and written through ``CurlTLSLink``), the request head written
+/// a TLS connection libcurl makes and verifies, ``CurlConnector``, read and written through ``CurlLink``), the request head written
 /// from the ``UpstreamRequest`` and the client's fields, the body streamed from the delegate (chunked when its length is unknown), and
 /// the response read with ``ResponseReader`` and handed to the delegate line by line and chunk by chunk, exactly
 /// as ``UpstreamTransfer`` hands on what libcurl reads.
@@ -33,7 +33,7 @@ final class HTTP1Transfer: UpstreamExchange {
     /// An https upstream: connections are TLS, made by libcurl with `trust`.
     private let tls: Bool
     private let trust: ServerTrustSettings?
-    private var connector: TLSConnector?
+    private var connector: CurlConnector?
     private var reader: ResponseReader
     /// The connection came from the pool (a failure before any response byte is retried once).
     private var reused = false
@@ -75,12 +75,16 @@ final class HTTP1Transfer: UpstreamExchange {
 
     /// Whose connections it may use (``Affinity``): those of one client connection that authenticates them itself.
     private let affinity: Affinity
+    /// Direct, or the parent the connection goes through: at the start the first one to try, then the one the
+    /// connector reached.
+    private var route: Route = .direct
     private var key: UpstreamConnectionPool.Key {
-        .init(host: target.host, port: target.port, affinity: affinity, route: .direct, tls: tls, trust: trust)
+        .init(host: target.host, port: target.port, affinity: affinity, route: route, tls: tls, trust: trust)
     }
 
     func start() {
         assertOnQueue(pool.queue)
+        if let r = request.parentRoute, let first = r.routing.health.order(r.candidates).first { route = .parent(first) }
         if let c = pool.take(key) {
             reused = true
             attach(c)
@@ -121,8 +125,8 @@ final class HTTP1Transfer: UpstreamExchange {
     // MARK: connecting
 
     private func connectNew() {
-        if tls {
-            connectTLS()
+        if tls || request.parentRoute != nil {
+            connectThroughCurl()
             return
         }
         let d = Dialer(host: target.host, port: target.port, deny: request.denyDestinations, queue: pool.queue,
@@ -148,10 +152,11 @@ final class HTTP1Transfer: UpstreamExchange {
         }
     }
 
-    /// libcurl makes the TLS connection (resolution, `deny_destinations`, handshake, verification).
-    private func connectTLS() {
-        let c = TLSConnector(multi: pool.multi, urlHost: target.urlHost, port: target.port, trust: trust,
-            timeoutSeconds: request.timeoutSeconds, denyDestinations: request.denyDestinations)
+    /// libcurl makes the TLS connection (resolution, `deny_destinations`, handshake, verification), and any
+    /// connection through a parent proxy (its CONNECT and authentication; TLS inside for https).
+    private func connectThroughCurl() {
+        let c = CurlConnector(multi: pool.multi, urlHost: target.urlHost, port: target.port, tls: tls, trust: trust,
+            timeoutSeconds: request.timeoutSeconds, denyDestinations: request.denyDestinations, route: request.parentRoute)
         connector = c
         // Not called after cancel() (which cancels the connector): the exchange is still on when this runs.
         nonisolated(unsafe) let me = self
@@ -159,6 +164,7 @@ final class HTTP1Transfer: UpstreamExchange {
             me.connector = nil
             switch result {
             case .success(let link):
+                if let p = c.parent { me.route = .parent(p) }
                 me.connected(UpstreamConnection(link: link, key: me.key, pool: me.pool))
             case .failure(let error):
                 me.fail(error)

@@ -1,5 +1,5 @@
 /// One TCP connection of the proxy's own HTTP/1.1 client (``HTTP1Transfer``), plain or TLS (then read and
-/// written through libcurl, ``CurlTLSLink``): in use by one exchange, or idle in its loop's
+/// written through libcurl, ``CurlLink``): in use by one exchange, or idle in its loop's
 /// ``UpstreamConnectionPool`` until the next exchange to the same destination takes it.
 ///
 /// An idle connection keeps reading: any event on it (the server closed it, or sent bytes nobody asked for)
@@ -30,8 +30,8 @@ final class UpstreamConnection: SocketChannelOwner {
         channel.owner = self
     }
 
-    /// A TLS connection libcurl made (``TLSConnector``).
-    init(link: CurlTLSLink, key: UpstreamConnectionPool.Key, pool: UpstreamConnectionPool) {
+    /// A TLS connection libcurl made (``CurlConnector``).
+    init(link: CurlLink, key: UpstreamConnectionPool.Key, pool: UpstreamConnectionPool) {
         self.key = key
         self.pool = pool
         channel = SocketChannel(fd: link.fd, queue: pool.queue, secure: link)
@@ -50,7 +50,7 @@ final class UpstreamConnection: SocketChannelOwner {
         if let u = user { u.connectionWriteFailed(error) } else { pool.idleConnectionStirred(self) }
     }
 
-    // Connected before it is handed over (``Dialer``, ``TLSConnector``).
+    // Connected before it is handed over (``Dialer``, ``CurlConnector``).
     func channelConnected(_ channel: SocketChannel, error: Int32) {}
 
     /// Closes the socket; nothing is reported afterwards.

@@ -18,7 +18,7 @@ final class UpstreamConnectionPool {
         var affinity: Affinity = .shared
         /// How it reaches the destination (``Route``).
         var route: Route = .direct
-        /// An https connection (made by libcurl, ``TLSConnector``).
+        /// An https connection (made by libcurl, ``CurlConnector``).
         var tls = false
         /// The server-trust settings it was verified with: a connection verified more leniently (a pinned key,
         /// no verification) is never handed to a request that expects the default verification, or the reverse.
@@ -40,7 +40,7 @@ final class UpstreamConnectionPool {
     static let idleTimeout: UInt64 = 60 * 1_000_000_000
 
     let queue: DispatchQueue
-    /// The loop's multi handle, which makes the TLS connections (``TLSConnector``).
+    /// The loop's multi handle, which makes the TLS connections (``CurlConnector``).
     let multi: CurlMulti
     /// Where every upstream read on this loop lands first.
     let readBuffer: UnsafeMutableRawBufferPointer

@@ -5,7 +5,7 @@ import Glibc
 #endif
 
 /// The TLS layer of one https connection of the proxy's own HTTP/1.1 client: libcurl's connection (made by
-/// ``TLSConnector``), read and written with `curl_easy_recv`/`curl_easy_send`, so the records are libcurl's and
+/// ``CurlConnector``), read and written with `curl_easy_recv`/`curl_easy_send`, so the records are libcurl's and
 /// OpenSSL's as on every other https transfer, while the HTTP/1.1 framing, keep-alive and pooling are the own
 /// client's (``HTTP1Transfer``, ``ResponseReader``). What that saves is libcurl's per-request machinery: the
 /// handle set up and torn down per request, its connection-cache lookup with two liveness `poll`s and a peek,
@@ -16,7 +16,7 @@ import Glibc
 /// connection (its close callback closes the socket through ``CurlMulti``).
 ///
 /// Confined to the loop's queue, like the multi handle.
-final class CurlTLSLink: SecureStream {
+final class CurlLink: SecureStream {
     private let multi: CurlMulti
     private let easy: CurlEasyHandle
     /// libcurl's socket (the channel watches it; libcurl closes it).
