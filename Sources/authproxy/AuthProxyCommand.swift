@@ -189,6 +189,17 @@ struct Check: ParsableCommand {
         print("  allow_clients:            \(c.allowClients.map(\.description).joined(separator: ", "))\(c.allowClientsSet ? "" : " (default)")")
         print("  deny_destinations:        \(c.denyDestinations.isEmpty ? "none" : c.denyDestinations.map(\.description).joined(separator: ", "))")
         print("  proxy authentication:     \(c.clients.isEmpty ? "off" : "\(c.clients.count) client(s): " + c.clients.map { cl in cl.name + (cl.credentials.map { " [\($0.joined(separator: ", "))]" } ?? "") }.joined(separator: "; "))")
+        let up = c.upstreamProxy
+        if up.isConfigured {
+            print("  upstream_proxy:           \(up.parents.map(\.url).joined(separator: ", "))\(up.parents.count > 1 ? " (tried in order; a failed one is skipped for \(up.backoffSeconds) s)" : "")")
+            print("    credential:             \(up.credentialName ?? "none")")
+            print("    no_proxy:               \(up.noProxy.isEmpty ? "none" : "\(up.noProxy.entries.count) entr\(up.noProxy.entries.count == 1 ? "y" : "ies")")")
+            for p in up.parents where p.scheme == .http {
+                print("    note: \(p.url) is plain http: https:// destinations go through it inside CONNECT tunnels (end-to-end TLS, or authproxy's interception), http:// ones in absolute form")
+            }
+        } else {
+            print("  upstream_proxy:           none (every destination is reached directly)")
+        }
         print("  log:                      level=\(c.logLevel.rawValue) format=\(c.logFormat.rawValue)")
         print("  state_key:                \(c.stateKey == nil ? "not set (token state stored in clear)" : "set")")
         print("  max_replay_bytes:         \(c.maxReplayBytes)")
@@ -240,10 +251,12 @@ struct Doctor: ParsableCommand {
             throw ExitCode(2)
         }
         // Blocks proposed by earlier runs may not be filled in yet (see ConfigLoader.acceptUnfilled).
-        let credentials = try config.map { try ConfigOptions.load($0, acceptUnfilled: true).credentials } ?? []
+        let loaded = try config.map { try ConfigOptions.load($0, acceptUnfilled: true) }
         ProxyServer.initializeLibraries()
         do throws(DoctorError) {
-            let report = try DoctorProbe(url: url, timeoutSeconds: timeout, credentials: credentials).run()
+            var probe = DoctorProbe(url: url, timeoutSeconds: timeout, credentials: loaded?.credentials ?? [])
+            if let u = loaded?.upstreamProxy { probe.upstreamProxy = u }
+            let report = try probe.run()
             printError(report.summary.hasSuffix("\n") ? String(report.summary.dropLast()) : report.summary)
             print(report.toml, terminator: "")
         } catch {
@@ -303,7 +316,7 @@ struct Login: ParsableCommand {
                 }
                 code = line.trimmingCharacters(in: .whitespaces)
             }
-            let fetch = SyncFetch(timeoutSeconds: config.upstreamTimeoutSeconds, credentials: config.credentials)
+            let fetch = SyncFetch(timeoutSeconds: config.upstreamTimeoutSeconds, credentials: config.credentials, upstreamProxy: config.upstreamProxy)
             let grant = try login.exchange(code: code, fetch: fetch)
             if let aside = try TokenService.storeRefreshToken(c, config: config, refreshToken: grant.refreshToken,
                 expires: grant.refreshExpires, username: grant.username)
@@ -333,7 +346,7 @@ struct SignOutCommand: ParsableCommand {
         let config = try options.load()
         ProxyServer.initializeLibraries()
         do throws(StateError) {
-            for line in try SignOut.run(config: config, credentialName: credential, fetch: SyncFetch(timeoutSeconds: config.upstreamTimeoutSeconds, credentials: config.credentials)) {
+            for line in try SignOut.run(config: config, credentialName: credential, fetch: SyncFetch(timeoutSeconds: config.upstreamTimeoutSeconds, credentials: config.credentials, upstreamProxy: config.upstreamProxy)) {
                 print(line)
             }
         } catch {

@@ -70,6 +70,16 @@ enum StatusPage {
             h += "<p class=\"muted\">off (no [tls] CA configured)</p>\n"
         }
 
+        if !r.parents.isEmpty {
+            h += "<h2>Parent proxies</h2>\n<table id=\"parents\"><tr><th>parent</th><th>requests</th><th>failures</th><th>state</th></tr>\n"
+            for p in r.parents {
+                let failures = p.failures.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
+                h += "<tr><td><code>\(esc(p.url))</code></td><td>\(p.requests)</td><td>\(esc(failures.isEmpty ? "-" : failures))</td>"
+                h += "<td class=\"\(p.inBackoff ? "bad" : "ok")\">\(p.inBackoff ? "in backoff" : "in use")</td></tr>\n"
+            }
+            h += "</table>\n"
+        }
+
         if let reload = r.lastReload {
             h += "<h2>Configuration</h2>\n<p id=\"reload\">Last reload \(esc(reload.at)): "
             h += "<span class=\"\(reload.applied ? "ok" : "bad")\">\(reload.applied ? "applied" : "rejected")</span> — \(esc(reload.message))</p>\n"

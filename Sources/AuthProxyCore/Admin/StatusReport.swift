@@ -47,6 +47,15 @@ public struct StatusReport: Codable, Sendable, Equatable {
         public var certificatesMinted: Int
     }
 
+    /// A parent proxy (`[proxy] upstream_proxy`, or one a PAC file named).
+    public struct Parent: Codable, Sendable, Equatable {
+        public var url: String
+        public var requests: UInt64
+        /// Failures by cause (`connect`, `timeout`, `auth`, `refused`).
+        public var failures: [String: UInt64]
+        public var inBackoff: Bool
+    }
+
     public struct Reload: Codable, Sendable, Equatable {
         public var at: String
         public var applied: Bool
@@ -69,4 +78,6 @@ public struct StatusReport: Codable, Sendable, Equatable {
     public var credentials: [Credential]
     public var interception: Interception?
     public var lastReload: Reload?
+    /// Empty when no parent proxy is configured.
+    public var parents: [Parent] = []
 }

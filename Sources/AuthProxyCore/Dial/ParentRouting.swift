@@ -20,6 +20,13 @@ final class ParentRouting: Sendable, Equatable {
         if case .kerberos(let k)? = c?.kind { kerberos = k } else { kerberos = nil }
     }
 
+    /// For a command-line tool (`doctor`, `login`, `signout`): the configured parents with a health record of
+    /// their own; nil when none is configured.
+    static func standalone(_ config: UpstreamProxyConfig, credentials: [Credential]) -> ParentRouting? {
+        guard config.isConfigured else { return nil }
+        return ParentRouting(config: config, credentials: credentials, health: ParentHealth(backoffSeconds: config.backoffSeconds))
+    }
+
     /// The route to `host:port`: nil for direct.
     func route(host: String, port: Int) -> ParentRoute? {
         let parents = config.parents(host: host, port: port)

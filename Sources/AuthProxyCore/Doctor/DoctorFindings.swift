@@ -8,8 +8,10 @@ struct DoctorFindings: Sendable {
     /// origin / first path segment of any other URL.
     var root: String
     var isPortal: Bool
-    /// nil for http URLs.
+    /// nil for http URLs (and for https ones reached through a parent proxy).
     var tls: TLS?
+    /// The parent proxies the probes went through (`[proxy] upstream_proxy` of `--config`); nil: direct.
+    var parents: [String]? = nil
     /// `<root>/rest/info` (or `/sharing/rest/info`).
     var restInfo: InfoProbe?
     /// The `/sharing/rest/info` of the portal a server is federated with.

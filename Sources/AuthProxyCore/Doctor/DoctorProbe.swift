@@ -16,6 +16,8 @@ public struct DoctorProbe {
     public var timeoutSeconds: Int
     /// From `--config` (empty without it): trust settings and what is configured already.
     public var credentials: [Credential]
+    /// From `--config`: the parent proxies the probes go through, as the proxy's own requests do.
+    public var upstreamProxy = UpstreamProxyConfig()
 
     /// Bytes of a body read at most (enough for any ArcGIS error or `rest/info`).
     static let bodyLimit = 256 * 1024
@@ -50,7 +52,10 @@ public struct DoctorProbe {
             if case .serverTrust(let s) = c.kind { trust = (c.name, s) }
         }
 
-        if target.scheme == "https" {
+        let routing = ParentRouting.standalone(upstreamProxy, credentials: credentials)
+        let route = routing?.route(host: target.host, port: target.port)
+        f.parents = route?.candidates.map(\.url)
+        if target.scheme == "https", route == nil {
             f.tls = try TLSProbe(
                 host: target.host, port: target.port, timeoutSeconds: timeoutSeconds,
                 pathAndQuery: target.pathAndQuery, trust: trust
@@ -64,7 +69,7 @@ public struct DoctorProbe {
         let unverified = f.tls.map { !$0.verifies } ?? false
         if unverified { network.trust = ServerTrustSettings(caFile: nil, pinnedPublicKey: nil, insecure: true) }
 
-        let fetch = SyncFetch(timeoutSeconds: timeoutSeconds)
+        let fetch = SyncFetch(timeoutSeconds: timeoutSeconds, routing: routing)
         switch fetch.get(target.url, network: network, bodyLimit: Self.bodyLimit) {
         case .success(let r):
             f.response = Self.response(r, unverified: unverified)

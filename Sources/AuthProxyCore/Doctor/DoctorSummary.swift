@@ -44,6 +44,10 @@ enum DoctorSummary {
             add("TLS", t.version, more)
         }
 
+        if let parents = f.parents {
+            add("route", "through parent proxy " + parents.joined(separator: " or "),
+                f.target.scheme == "https" ? ["TLS details not probed: the handshake goes through the parent's tunnel"] : [])
+        }
         if let p = f.restInfo { add("rest/info", p.url, describe(p)) }
         if let p = f.portalInfo { add("portal", p.url, describe(p)) }
 

@@ -20,7 +20,8 @@ extension ClientConnection {
         var plan = ForwardPlan(url: url)
         if let a = RequestPlanner.plan(h, url: url, store: store, settings: .init(unmatched: context.config.unmatched,
             maxReplayBytes: context.config.maxReplayBytes, insideInterception: tls != nil, routing: context.routing,
-            denyDestinations: context.access.denyDestinations, ownVia: context.routing == nil ? nil : context.viaValue), into: &plan)
+            denyDestinations: context.routing == nil ? [] : context.access.denyDestinations,
+            ownVia: context.routing == nil ? nil : context.viaValue), into: &plan)
         {
             if let reason = a.denied { ProxyMetrics.active?.denied(reason) }
             respond(a.error, close: false, extraHeaders: a.extraHeaders)

@@ -46,7 +46,9 @@ extension ProxyServer: AdminBackend {
         let (connections, tunnels) = liveCounts()
         m.clientConnections.set(Int64(connections))
         m.tunnels.set(Int64(tunnels))
-        return m.exposition()
+        guard let context = reloadQueue.sync(execute: { current }) else { return m.exposition() }
+        let parents = context.shared.parents.snapshot(configured: context.config.upstreamProxy.parents)
+        return m.exposition() + Array(ParentMetricsText.render(parents).utf8)
     }
 
     func statusReport() -> StatusReport {
@@ -86,7 +88,12 @@ extension ProxyServer: AdminBackend {
                 StatusReport.Interception(caSubject: t.minter.ca.subject,
                     caExpires: t.minter.ca.notAfterMillis.map { rfc3339(millis: $0) }, certificatesMinted: t.minter.mintedCount)
             },
-            lastReload: lastReload)
+            lastReload: lastReload,
+            parents: context.shared.parents.snapshot(configured: config.upstreamProxy.parents).map { s in
+                StatusReport.Parent(url: s.parent.url, requests: s.stats.requests,
+                    failures: Dictionary(uniqueKeysWithValues: s.stats.failures.map { ($0.key.rawValue, $0.value) }),
+                    inBackoff: s.inBackoff)
+            })
     }
 
     func statusJSON() -> String {

@@ -10,12 +10,21 @@ public final class SyncFetch: @unchecked Sendable {
     private let multi: CurlMulti
     private let timeoutSeconds: Int
     private let store: CredentialStore
+    /// The parent proxies requests go through (nil: direct).
+    private let routing: ParentRouting?
 
-    /// `credentials`: their server-trust (and other network) settings apply to the portal requests.
-    public init(timeoutSeconds: Int = 30, credentials: [Credential] = []) {
+    /// `credentials`: their server-trust (and other network) settings apply to the portal requests;
+    /// `upstreamProxy`: the parent proxies they go through, as the running proxy's own requests do.
+    public convenience init(timeoutSeconds: Int = 30, credentials: [Credential] = [], upstreamProxy: UpstreamProxyConfig = UpstreamProxyConfig()) {
+        self.init(timeoutSeconds: timeoutSeconds, credentials: credentials,
+            routing: ParentRouting.standalone(upstreamProxy, credentials: credentials))
+    }
+
+    init(timeoutSeconds: Int, credentials: [Credential] = [], routing: ParentRouting?) {
         self.timeoutSeconds = timeoutSeconds
         store = CredentialStore(credentials)
         multi = CurlMulti(queue: queue)
+        self.routing = routing
     }
 
     deinit {
@@ -36,9 +45,10 @@ public final class SyncFetch: @unchecked Sendable {
         nonisolated(unsafe) var outcome: Result<HTTPFetch.Response, HTTPFetch.FetchError>? = nil
         let multi = multi
         let timeout = timeoutSeconds
+        let route = routing?.route(url: url)
         queue.async {
             let f = HTTPFetch(multi: multi, method: "GET", url: url, form: nil, timeoutSeconds: timeout, network: network,
-                bodyLimit: bodyLimit) { r in
+                route: route, bodyLimit: bodyLimit) { r in
                 outcome = r
                 done.signal()
             }
@@ -55,8 +65,10 @@ public final class SyncFetch: @unchecked Sendable {
         let multi = multi
         let timeout = timeoutSeconds
         let network = HTTPURL.parse(url).map { store.network(for: $0.target) } ?? NetworkAuth()
+        let route = routing?.route(url: url)
         queue.async {
-            let f = HTTPFetch(multi: multi, method: "POST", url: url, form: form, timeoutSeconds: timeout, network: network) { r in
+            let f = HTTPFetch(multi: multi, method: "POST", url: url, form: form, timeoutSeconds: timeout, network: network,
+                route: route) { r in
                 outcome = r
                 done.signal()
             }
