@@ -10,9 +10,12 @@ final class ParentRouting: Sendable, Equatable {
     let password: PasswordSettings?
     let kerberos: KerberosSettings?
     let health: ParentHealth
+    /// This process's `Via` value, sent on CONNECT requests to the parents.
+    let via: String
 
-    init(config: UpstreamProxyConfig, credentials: [Credential], health: ParentHealth) {
+    init(config: UpstreamProxyConfig, credentials: [Credential], health: ParentHealth, via: String = "1.1 authproxy") {
         self.config = config
+        self.via = via
         self.health = health
         credentialName = config.credentialName
         let c = config.credentialName.flatMap { n in credentials.first { $0.name == n } }

@@ -353,6 +353,10 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
         case .ownEndpoint(let path):
             serveOwnEndpoint(path)
         case .tunnel(let host, let port):
+            if context.routing != nil, let loop = RequestPlanner.loopAnswer(h.headers, ownVia: context.viaValue) {
+                respond(loop.error, close: true)
+                return
+            }
             startTunnel(host: host, port: port)
         case .forward(let url):
             // Inside a served tunnel the request's target becomes the URL it goes to (for the access log).

@@ -12,6 +12,10 @@ extension CurlEasyHandle {
         markCarriesCredential()
         let e = raw
         parent.url.withCString { _ = ap_easy_setopt_ptr(e, CURLOPT_PROXY, $0) }
+        // The CONNECT carries this process's Via too, so a parent that sends it back is caught (508) like a
+        // relayed request.
+        if proxyHeaders == nil { proxyHeaders = "Via: \(routing.via)".withCString { curl_slist_append(nil, $0) } }
+        ap_easy_setopt_ptr(e, CURLOPT_PROXYHEADER, proxyHeaders)
         // The parent's answer to CONNECT is not the destination's: it never reaches a header callback.
         ap_easy_setopt_long(e, CURLOPT_SUPPRESS_CONNECT_HEADERS, 1)
         if tunnel { ap_easy_setopt_long(e, CURLOPT_HTTPPROXYTUNNEL, 1) }

@@ -41,6 +41,9 @@ final class CurlEasyHandle {
     /// looks at it. Never pooled for another request.
     private(set) var share: UnsafeMutableRawPointer? = nil
     var isConnectOnly: Bool { share != nil }
+    /// `CURLOPT_PROXYHEADER`'s list (the `Via` of a CONNECT to a parent), freed when the handle is reset or
+    /// cleaned up.
+    var proxyHeaders: UnsafeMutablePointer<curl_slist>? = nil
     /// While connecting: who hears that libcurl is done (nil once it was cancelled).
     var connector: Unmanaged<CurlConnector>? = nil
 
@@ -87,6 +90,8 @@ final class CurlEasyHandle {
     /// Only ``CurlMulti`` calls this, after the handle left the multi handle for good.
     func cleanup() {
         curl_easy_cleanup(raw)
+        if let l = proxyHeaders { curl_slist_free_all(l) }
+        proxyHeaders = nil
         if let share { ap_share_free(share) }
         share = nil
         errorBuffer.deallocate()
@@ -106,6 +111,8 @@ final class CurlEasyHandle {
     /// Back to a fresh handle's state (every option at its default), then the fixed options again.
     func reset(multi: CurlMulti) {
         curl_easy_reset(raw)
+        if let l = proxyHeaders { curl_slist_free_all(l) }
+        proxyHeaders = nil
         trust = nil
         hasTrust = false
         carriesCredential = false
