@@ -23,9 +23,11 @@ final class ServerContext: Sendable {
     let tlsServer: TLSServer?
     /// The process-wide live state, the same object in every generation.
     let shared: SharedServerState
-    /// `Via` as this process writes it: a name of its own per process, so that a request that comes back to it
-    /// (a parent or PAC pointing at the proxy itself) is recognised (``ClientConnection``, 508).
-    var viaValue: String { shared.viaValue }
+    /// `Via` as this process writes it: `1.1 authproxy`, or with a parent proxy configured a name of its own per
+    /// process, so that a request that comes back to it (a parent or PAC pointing at the proxy itself) is
+    /// recognised (508) while a chain of two authproxy instances (a sidecar whose parent is a central one) is not
+    /// taken for a loop.
+    let viaValue: String
     /// The parent proxies (nil: none configured).
     let routing: ParentRouting?
 
@@ -41,6 +43,7 @@ final class ServerContext: Sendable {
         self.tokens = tokens
         self.tlsServer = tlsServer
         self.shared = shared
+        viaValue = config.upstreamProxy.isConfigured ? shared.viaValue : "1.1 authproxy"
         routing = config.upstreamProxy.isConfigured
             ? ParentRouting(config: config.upstreamProxy, credentials: config.credentials, health: shared.parents,
                 via: shared.viaValue) : nil
