@@ -83,13 +83,15 @@ class RigError(Exception):
     pass
 
 
-def missing_packages():
-    """Debian packages whose marker file is missing."""
+def missing_packages(required=None):
+    """Debian packages whose marker file is missing (`required`: {marker path or glob: package}, default the
+    netauth rig's)."""
     import glob
-    return sorted({pkg for path, pkg in _REQUIRED_FILES.items() if not glob.glob(path)})
+    required = _REQUIRED_FILES if required is None else required
+    return sorted({pkg for path, pkg in required.items() if not glob.glob(path)})
 
 
-def ensure_installed(quiet=True):
+def ensure_installed(quiet=True, required=None, packages=None):
     """Install the Debian packages the rig needs, if any is missing.
 
     Idempotent and cheap when everything is there (only stat() calls).  Uses
@@ -97,18 +99,22 @@ def ensure_installed(quiet=True):
     temporary ``/usr/sbin/policy-rc.d`` that answers 101 is put in place when
     none exists, and removed afterwards).  mod_lua is part of apache2-bin on
     Debian 12; pyspnego is not needed (NTLM is fixed up with mod_lua).
+
+    Other rigs pass their own `required` markers ({path or glob: package}) and
+    `packages` (what apt-get installs when a marker is missing).
     """
-    missing = missing_packages()
+    packages = APT_PACKAGES if packages is None else packages
+    missing = missing_packages(required)
     if not missing:
         return []
     if os.geteuid() != 0:
-        raise RigError("netauth rig needs Debian packages %s (run as root or install them)"
+        raise RigError("the test rig needs Debian packages %s (run as root or install them)"
                        % " ".join(missing))
     lock_path = "/tmp/netauth-apt.lock"
     import fcntl
     with open(lock_path, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        missing = missing_packages()
+        missing = missing_packages(required)
         if not missing:
             return []
         policy = "/usr/sbin/policy-rc.d"
@@ -122,20 +128,20 @@ def ensure_installed(quiet=True):
         out = subprocess.DEVNULL if quiet else None
         try:
             r = subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends"]
-                               + APT_PACKAGES, env=env, stdout=out, stderr=subprocess.PIPE,
+                               + packages, env=env, stdout=out, stderr=subprocess.PIPE,
                                stdin=subprocess.DEVNULL)
             if r.returncode != 0:
                 subprocess.run(["apt-get", "update", "-q"], env=env, stdout=out,
                                stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
                 r = subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends"]
-                                   + APT_PACKAGES, env=env, stdout=out, stderr=subprocess.PIPE,
+                                   + packages, env=env, stdout=out, stderr=subprocess.PIPE,
                                    stdin=subprocess.DEVNULL)
             if r.returncode != 0:
                 raise RigError("apt-get install failed: %s" % r.stderr.decode(errors="replace")[-3000:])
         finally:
             if made_policy:
                 os.unlink(policy)
-        still = missing_packages()
+        still = missing_packages(required)
         if still:
             raise RigError("still missing after apt-get install: %s" % " ".join(still))
         return missing

@@ -62,8 +62,11 @@ local function shift_fields(msg, first, count, limit, delta)
   return msg
 end
 
-function fix_ntlm(r)
-  local h = r.headers_in["Authorization"]
+-- `header`: the request field carrying the messages ("Authorization" for an
+-- origin; "Proxy-Authorization" for a forward proxy, see fix_ntlm_proxy).
+function fix_ntlm(r, header)
+  header = header or "Authorization"
+  local h = r.headers_in[header]
   if not h then return apache2.DECLINED end
   local scheme, b64 = h:match("^%s*(%S+)%s+(%S+)%s*$")
   if not scheme then return apache2.DECLINED end
@@ -89,8 +92,14 @@ function fix_ntlm(r)
   end
   r:info(string.format("netauth ntlm_fix: type %d, %d -> %d bytes, flags 0x%08x -> 0x%08x",
                        mtype, before, #msg, flags, flags & CLEAR))
-  r.headers_in["Authorization"] = scheme .. " " .. b64encode(msg)
+  r.headers_in[header] = scheme .. " " .. b64encode(msg)
   return apache2.DECLINED
+end
+
+-- The same fix-up for proxy authentication (Tests/e2e/parents: Apache as an
+-- NTLM forward proxy, where libcurl's messages come in Proxy-Authorization).
+function fix_ntlm_proxy(r)
+  return fix_ntlm(r, "Proxy-Authorization")
 end
 
 -- ErrorDocument 401 handler of the NTLM-only vhost: keep only NTLM offers.
