@@ -21,14 +21,17 @@ final class ServerContext: Sendable {
     let tokens: TokenService?
     /// nil when interception is off (no `[tls]` CA).
     let tlsServer: TLSServer?
+    /// The listener's own TLS, for clients whose proxy URL is `https://`; nil: no certificate source.
+    let proxyTLS: ProxyTLSServer?
     /// The process-wide live state, the same object in every generation.
     let shared: SharedServerState
     let viaValue = "1.1 authproxy"
 
     init(
         generation: Int, config: ProxyConfig, logger: Logger, ownAuthorities: Set<String>, tokens: TokenService?,
-        tlsServer: TLSServer?, shared: SharedServerState
+        tlsServer: TLSServer?, proxyTLS: ProxyTLSServer? = nil, shared: SharedServerState
     ) {
+        self.proxyTLS = proxyTLS
         self.generation = generation
         self.config = config
         self.logger = logger
