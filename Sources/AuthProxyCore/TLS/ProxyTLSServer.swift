@@ -11,28 +11,39 @@ import COpenSSL
 ///
 /// Ownership: the context is configured in `init` and only read afterwards (OpenSSL contexts are safe to share
 /// between threads), so every loop may make links from it.
-final class ProxyTLSServer: @unchecked Sendable {
-    let source: ProxyTLSSource
+public final class ProxyTLSServer: @unchecked Sendable {
+    public let source: ProxyTLSSource
     /// SSL_CTX*: our own (files), or the minting server's (kept alive by ``minting``).
     private let ctx: OpaquePointer
     private let minting: TLSServer?
 
     /// A context with the certificate chain in `certPath` and the key in `keyPath` (PEM, unencrypted).
-    init(certPath: String, keyPath: String) throws(TLSError) {
+    public init(certPath: String, keyPath: String) throws(TLSError) {
         guard let ctx = SSL_CTX_new(TLS_server_method()) else { throw TLSError("SSL_CTX_new failed: \(openSSLError())") }
         guard SSL_CTX_use_certificate_chain_file(ctx, certPath) == 1 else {
             SSL_CTX_free(ctx)
             throw TLSError("cannot use \(certPath) as the proxy's certificate: \(openSSLError())")
         }
-        guard SSL_CTX_use_PrivateKey_file(ctx, keyPath, SSL_FILETYPE_PEM) == 1 else {
+        // Read here rather than with SSL_CTX_use_PrivateKey_file, so the errors can tell an unreadable or
+        // encrypted key from one that belongs to another certificate.
+        guard let bio = BIO_new_file(keyPath, "r") else {
             SSL_CTX_free(ctx)
+            throw TLSError("cannot read the proxy's TLS key \(keyPath): \(lastErrorString())")
+        }
+        let key = ap_pem_read_private_key(bio, nil)
+        BIO_free(bio)
+        guard let key else {
+            SSL_CTX_free(ctx)
+            _ = openSSLError()
             let encrypted = readTextFile(keyPath).map { $0.contains("ENCRYPTED") } ?? false
             throw TLSError(encrypted
-                ? "\(keyPath) is encrypted: the proxy needs its TLS key without a passphrase"
-                : "cannot use \(keyPath) as the proxy's TLS key: \(openSSLError())")
+                ? "\(keyPath) is encrypted: the proxy needs its TLS key without a passphrase (keep it 0600)"
+                : "\(keyPath) is not a PEM private key")
         }
-        guard SSL_CTX_check_private_key(ctx) == 1 else {
+        defer { EVP_PKEY_free(key) }
+        guard SSL_CTX_use_PrivateKey(ctx, key) == 1, SSL_CTX_check_private_key(ctx) == 1 else {
             SSL_CTX_free(ctx)
+            _ = openSSLError()
             throw TLSError("\(keyPath) does not belong to \(certPath)")
         }
         _ = ap_ssl_ctx_set_min_proto(ctx, TLS1_2_VERSION)
