@@ -37,10 +37,8 @@ final class ProxyTLSLink: SecureStream, TLSCertificateNaming {
         self.ssl = ssl
         self.fd = fd
         self.fallbackHost = fallbackHost
-        guard SSL_set_wfd(ssl, fd) == 1, let mem = BIO_new(BIO_s_mem()) else {
-            SSL_free(ssl)
-            return nil
-        }
+        // Every stored property is set by now: a failure here runs deinit, which frees `ssl`.
+        guard SSL_set_wfd(ssl, fd) == 1, let mem = BIO_new(BIO_s_mem()) else { return nil }
         if !prefix.isEmpty { _ = BIO_write(mem, prefix.baseAddress, Int32(prefix.count)) }
         SSL_set0_rbio(ssl, mem)
         self.prefix = mem
