@@ -20,6 +20,11 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 python3 -c 'import requests, pytest, yaml, prometheus_client, websockets, sys; sys.exit(int(websockets.__version__.split(".")[0]) < 15)' 2>/dev/null \
   || python3 -m pip install -q requests pytest pyyaml prometheus-client 'websockets>=15'
+# Esri's ArcGIS API for Python, for the proxy-over-TLS test (Tests/e2e/test_tls_proxy.py). Large and optional:
+# when it cannot be installed, only that test is skipped, saying why.
+(cd / && python3 -c 'import arcgis.gis' 2>/dev/null) \
+  || python3 -m pip install -q arcgis \
+  || echo "== warning: pip install arcgis failed; the ArcGIS API for Python test will be skipped"
 
 echo "== swift build (release: what the run command builds)"
 swift build -c release --product authproxy

@@ -111,6 +111,7 @@ void ap_ssl_ctx_harden(SSL_CTX *ctx) {
 }
 EVP_PKEY *ap_ec_p256_keygen(void) { return EVP_EC_gen("P-256"); }
 int ap_bio_pending(BIO *bio) { return BIO_pending(bio); }
+void ap_ssl_ignore_unexpected_eof(SSL *ssl) { SSL_set_options(ssl, SSL_OP_IGNORE_UNEXPECTED_EOF); }
 
 int ap_x509_add_ext(X509 *cert, X509 *issuer, int nid, const char *value) {
     X509V3_CTX ctx;

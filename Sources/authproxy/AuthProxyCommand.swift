@@ -163,6 +163,17 @@ struct Check: ParsableCommand {
                 throw ExitCode(2)
             }
         }
+        // The listener's own TLS (an https:// proxy URL): its certificate files must load, as `serve` needs.
+        let proxyTLS = ProxyTLSSource.choose(c)
+        if case .files(let cert, let key) = proxyTLS {
+            ProxyServer.initializeLibraries()
+            do throws(TLSError) {
+                _ = try ProxyTLSServer(certPath: cert, keyPath: key)
+            } catch {
+                printError("authproxy: \(options.config): [proxy] tls_cert, tls_key: \(error)")
+                throw ExitCode(2)
+            }
+        }
         // The token state must open with this configuration, or `serve` would refuse to start.
         let file = TokenStateFile(directory: c.stateDir, secret: c.stateKey)
         let state: String
@@ -219,6 +230,7 @@ struct Check: ParsableCommand {
         }
         for w in warnings { printError("authproxy: warning: \(w)") }
         print("  interception ([tls]):     \(interception)")
+        print("  proxy over TLS:           \(proxyTLS.summary)")
         print("  token state:              \(state)")
         if let why = file.unwritableReason() {
             // serve starts all the same, but every token save fails and tokens are fetched again after a restart.

@@ -97,6 +97,13 @@ public struct ConfigLoader: Sendable {
             if let m = try proxy.int("max_replay_bytes", range: 0...(1 << 40)) { config.maxReplayBytes = Int64(m) }
             if let w = try proxy.bool("watch_config") { config.watchConfig = w }
             try parseUpstreamProxy(&proxy, into: &config.upstreamProxy)
+            config.tlsCert = try proxy.string("tls_cert")
+            config.tlsKey = try proxy.string("tls_key")
+            if (config.tlsCert == nil) != (config.tlsKey == nil) {
+                let missing = config.tlsCert == nil ? "tls_cert" : "tls_key"
+                throw ConfigError(key: "proxy." + missing, line: proxy.line(of: missing == "tls_cert" ? "tls_key" : "tls_cert"),
+                    "missing: tls_cert and tls_key go together (the proxy's own TLS certificate and its key, PEM files)")
+            }
             try proxy.finish()
         }
         if var log = try top.table("log") {

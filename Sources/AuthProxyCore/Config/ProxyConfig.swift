@@ -60,6 +60,10 @@ public struct ProxyConfig: Sendable {
     public var credentials: [Credential] = []
     /// `[tls]`: the interception CA; nil paths: no interception.
     public var tls = TLSConfig()
+    /// `[proxy] tls_cert`, `tls_key`: the certificate (chain) and key (PEM files) the listener shows clients that
+    /// open TLS to the proxy itself; nil: minted from the interception CA, if any (``ProxyTLSSource``).
+    public var tlsCert: String? = nil
+    public var tlsKey: String? = nil
     /// Key material for encrypting the token state file (AES-256-GCM); nil: the file is stored in clear.
     public var stateKey: String? = nil
     /// Largest request body kept for replaying a request after a token rejection (memory, then a temp file).

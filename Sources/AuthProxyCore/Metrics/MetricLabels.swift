@@ -43,6 +43,8 @@ enum MetricLabels {
         case origin
         /// `max_connections` or `max_connections_per_client` reached (refused at accept).
         case connectionLimit = "connection_limit"
+        /// A client opened TLS to the proxy itself, which has no certificate for it (closed).
+        case proxyTLS = "proxy_tls"
     }
 
     /// Upstream failure causes (`authproxy_upstream_errors_total{cause}`).

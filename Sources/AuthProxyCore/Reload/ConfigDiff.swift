@@ -118,6 +118,7 @@ public struct ConfigDiff: Sendable, Equatable {
         note("admin.allow", old.admin != nil && new.admin != nil && old.admin?.allow != new.admin?.allow)
         note("admin.hosts", old.admin != nil && new.admin != nil && old.admin?.hosts != new.admin?.hosts)
         note("tls", old.tls != new.tls)
+        note("proxy.tls_cert", old.tlsCert != new.tlsCert || old.tlsKey != new.tlsKey)
         // Client passwords are compared by their per-process fingerprints (never by value).
         note(
             "client",

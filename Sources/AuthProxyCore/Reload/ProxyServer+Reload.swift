@@ -52,6 +52,12 @@ extension ProxyServer {
                 return rejected(trigger, generation, ConfigError(key: "tls", line: nil, error.description))
             }
         }
+        let proxyTLS: ProxyTLSServer?
+        do {
+            proxyTLS = try makeProxyTLS(next, interception: tlsServer)
+        } catch {
+            return rejected(trigger, generation, ConfigError(key: "proxy.tls_cert", line: nil, error.description))
+        }
         var tokens = self.tokens
         var tokensCreated = false
         if tokens == nil, !next.credentials.isEmpty {
@@ -96,7 +102,7 @@ extension ProxyServer {
         if let logLevel, source.overrides.logLevel == nil { logLevel.level = next.logLevel }
         let context = ServerContext(
             generation: generation + 1, config: next, logger: logger, ownAuthorities: current.ownAuthorities,
-            tokens: tokens, tlsServer: tlsServer, shared: shared)
+            tokens: tokens, tlsServer: tlsServer, proxyTLS: proxyTLS, shared: shared)
         current = context
         tokens?.use(routing: context.routing)
         running = next

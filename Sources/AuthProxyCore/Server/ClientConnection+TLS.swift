@@ -6,8 +6,58 @@ import Logging
 import Glibc
 #endif
 
-/// Intercepted CONNECT tunnels: TLS with the client over memory BIOs on the same socket sources.
+/// TLS with the client: the proxy's own TLS under the channel when the client's proxy URL is `https://`
+/// (``ProxyTLSLink``), and intercepted CONNECT tunnels over memory BIOs on the same socket sources (inside the
+/// proxy's own TLS, too, when both apply).
 extension ClientConnection {
+    /// The client's first bytes (`prefix`) are a TLS ClientHello: it speaks TLS to the proxy itself. The proxy's
+    /// TLS goes under the channel and the connection carries on as a plain one above it. Without a certificate
+    /// source the connection is closed (a TLS client could not read a plain-text error) and the log names the
+    /// settings. Returns false when the connection was closed.
+    func startProxyTLS(prefix: UnsafeRawBufferPointer) -> Bool {
+        guard let server = context.proxyTLS else {
+            if let held = context.access.throttle.admit("proxy-tls-off", now: now) {
+                logger.warning("a client opened TLS to the proxy (an https:// proxy URL) but the proxy has no certificate for it: connection closed",
+                    metadata: ["client": "\(peer)", "hint": "set [proxy] tls_cert and tls_key, or configure [tls] (its CA mints one); or give the client an http:// proxy URL",
+                        "held_back": "\(held)"])
+            }
+            ProxyMetrics.active?.denied(.proxyTLS)
+            close()
+            return false
+        }
+        guard let link = server.link(fd: channel.fd, prefix: prefix, localHost: localIPAddress(of: channel.fd) ?? "localhost") else {
+            logger.warning("cannot start TLS with a client of the proxy", metadata: ["client": "\(peer)", "cause": "\(openSSLError())"])
+            close()
+            return false
+        }
+        channel.layer(link)
+        return true
+    }
+
+    /// A read through the proxy's own TLS failed: a failed handshake is logged (the usual cause: the client does
+    /// not trust the proxy's certificate).
+    func proxyTLSFailed() {
+        guard let link = channel.secure as? ProxyTLSLink, let failure = link.failure else { return }
+        let name = link.servedName ?? link.fallbackHost
+        if failure.untrusted {
+            logger.warning("client did not trust the proxy's TLS certificate", metadata: ["client": "\(peer)", "name": "\(name)",
+                "cause": "\(failure.message)", "certificate": "\(context.proxyTLS?.source.summary ?? "-")",
+                "hint": "make the client trust it (curl --proxy-cacert; the CA of [proxy] tls_cert, or [tls] ca_cert when minted)"])
+        } else {
+            logger.warning("TLS handshake with a client of the proxy failed", metadata: ["client": "\(peer)", "name": "\(name)",
+                "cause": "\(failure.message)"])
+        }
+    }
+
+    /// The client finished the proxy's TLS handshake, then closed before a request: clients that check the
+    /// certificate after the handshake (GnuTLS) do that when they do not trust it.
+    func closedAfterProxyHandshake() {
+        guard let link = channel.secure as? ProxyTLSLink, link.handshakeDone else { return }
+        logger.warning("client closed its TLS connection to the proxy after the handshake without a request", metadata: [
+            "client": "\(peer)", "name": "\(link.servedName ?? link.fallbackHost)",
+            "hint": "the client may not trust the proxy's TLS certificate (GnuTLS and Node check it after the handshake and close without an alert)"])
+    }
+
     enum TLSPull { case ok, eof, closed }
 
     /// Advances the TLS handshake and decrypts buffered input into `inbuf` (up to its limit).

@@ -66,6 +66,9 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
     /// Upstream connections of this client alone, once it authenticates connections itself (NTLM/Negotiate);
     /// nil for nearly every client.
     var ownUpstreams: OwnUpstreams? = nil
+    /// The first bytes the client sent have been looked at (a TLS ClientHello puts the proxy's own TLS under the
+    /// channel, ``startProxyTLS(prefix:)``): later reads skip the look.
+    var firstBytesSeen = false
 
     deinit {
         // Backstop: a transfer must never outlive the connection whose memory its callbacks use (the transfer's
@@ -197,6 +200,14 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
                     machine.clientProgress(now: now)
                     if discarding { continue }
                     let bytes = UnsafeRawBufferPointer(rebasing: loop.scratch[0..<n])
+                    if !firstBytesSeen {
+                        firstBytesSeen = true
+                        // TLS to the proxy itself: everything from here on is read through the layer.
+                        if ClientHelloPrefix.isTLS(bytes) {
+                            guard startProxyTLS(prefix: bytes) else { return }
+                            continue
+                        }
+                    }
                     if let tls {
                         tls.feed(bytes)
                     } else if inbuf.isEmpty, n < loop.scratch.count, !toTheEnd {
@@ -217,6 +228,7 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
                     eof = true
                     break reading
                 case .error:
+                    if channel.secure != nil { proxyTLSFailed() }
                     clientGone()
                     return
                 }
@@ -232,6 +244,7 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
             process(inPlace: UnsafeRawBufferPointer(rebasing: loop.scratch[0..<inPlace]))
             if eof {
                 if let tls, tls.handshakeDone, !tls.receivedData { closedAfterHandshake(tls) }
+                if machine.exchanges == 0, channel.secure != nil { closedAfterProxyHandshake() }
                 clientEOF()
                 return
             }

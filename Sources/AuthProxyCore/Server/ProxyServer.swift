@@ -83,6 +83,8 @@ public final class ProxyServer: @unchecked Sendable {
         if tlsServer != nil {
             logger.notice("HTTPS interception on for matched hosts", metadata: ["ca": "\(config.tls.caCert ?? "")"])
         }
+        let proxyTLS = try makeProxyTLS(config, interception: tlsServer)
+        if let proxyTLS { logger.notice("the proxy listener serves TLS too", metadata: ["certificate": "\(proxyTLS.source.summary)"]) }
         if let k = Self.kerberosSettings(config) {
             let tickets = KerberosTickets(settings: k, stateDir: config.stateDir, logger: logger)
             try tickets.start()
@@ -98,7 +100,7 @@ public final class ProxyServer: @unchecked Sendable {
         DescriptorExhaustion.prepare(maxConnections: config.maxConnections, logger: logger)
         let context = ServerContext(
             generation: 1, config: config, logger: logger, ownAuthorities: own, tokens: tokens, tlsServer: tlsServer,
-            shared: SharedServerState(config: config))
+            proxyTLS: proxyTLS, shared: SharedServerState(config: config))
         current = context
         tokens?.use(routing: context.routing)
         warnParentBasic(config)
@@ -155,6 +157,17 @@ public final class ProxyServer: @unchecked Sendable {
             return (try TLSServer(minter: LeafMinter(ca: ca, logger: logger)), Self.digest(files: [certPath, keyPath]))
         } catch {
             throw ServerError(description: "cannot set up HTTPS interception: \(error)", isConfigurationError: true)
+        }
+    }
+
+    /// The listener's own TLS for `config` (nil without a certificate source), around `interception` when it
+    /// mints. Made again by every reload, so a renewed certificate file is picked up.
+    func makeProxyTLS(_ config: ProxyConfig, interception: TLSServer?) throws(ServerError) -> ProxyTLSServer? {
+        do {
+            return try ProxyTLSServer.make(config, interception: interception)
+        } catch {
+            throw ServerError(description: "cannot set up TLS on the proxy listener ([proxy] tls_cert, tls_key): \(error)",
+                isConfigurationError: true)
         }
     }
 

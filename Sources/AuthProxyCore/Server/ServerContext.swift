@@ -21,6 +21,8 @@ final class ServerContext: Sendable {
     let tokens: TokenService?
     /// nil when interception is off (no `[tls]` CA).
     let tlsServer: TLSServer?
+    /// The listener's own TLS, for clients whose proxy URL is `https://`; nil: no certificate source.
+    let proxyTLS: ProxyTLSServer?
     /// The process-wide live state, the same object in every generation.
     let shared: SharedServerState
     /// `Via` as this process writes it: `1.1 authproxy`, or with a parent proxy configured a name of its own per
@@ -33,8 +35,9 @@ final class ServerContext: Sendable {
 
     init(
         generation: Int, config: ProxyConfig, logger: Logger, ownAuthorities: Set<String>, tokens: TokenService?,
-        tlsServer: TLSServer?, shared: SharedServerState
+        tlsServer: TLSServer?, proxyTLS: ProxyTLSServer? = nil, shared: SharedServerState
     ) {
+        self.proxyTLS = proxyTLS
         self.generation = generation
         self.config = config
         self.logger = logger

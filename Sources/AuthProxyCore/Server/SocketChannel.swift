@@ -22,16 +22,24 @@ extension SocketChannelOwner {
 }
 
 /// A layer a ``SocketChannel`` reads and writes through instead of the socket (TLS on an upstream connection of
-/// the proxy's own client: ``CurlLink``). The channel's Dispatch sources still watch the socket; the layer
-/// owns the descriptor and closes it when the channel is done with it.
+/// the proxy's own client: ``CurlLink``; TLS from a client to the proxy listener itself: ``ProxyTLSLink``).
+/// The channel's Dispatch sources still watch the socket; the layer owns the descriptor and closes it when the
+/// channel is done with it.
 protocol SecureStream: AnyObject {
     func read(into buffer: UnsafeMutableRawBufferPointer) -> SocketChannel.ReadResult
     /// Bytes taken, 0 when the socket would block, -1 with `error` set.
     func send(_ bytes: UnsafeRawBufferPointer, error: inout Int32) -> Int
     /// Bytes the layer holds that a read returns without the socket becoming readable again.
     var hasBufferedInput: Bool { get }
+    /// Our sending side is about to be shut down (everything pending is written): a layer that can say so in
+    /// its own protocol does (a TLS close_notify), so the peer can tell the end from a cut.
+    func willShutdownWrite()
     /// Called once both Dispatch sources are cancelled: the layer closes the descriptor.
     func closeDescriptor()
+}
+
+extension SecureStream {
+    func willShutdownWrite() {}
 }
 
 /// A non-blocking stream socket driven by one read and one write Dispatch source on its event loop's queue.
@@ -64,8 +72,9 @@ final class SocketChannel: @unchecked Sendable {
     /// When a send last moved bytes (uptime ns): a slow but steady reader is not idle.
     private(set) var lastSendProgress: UInt64 = 0
     unowned var owner: (any SocketChannelOwner)?
-    /// Reads and writes go through this layer when set (it then closes the descriptor, not the channel).
-    let secure: (any SecureStream)?
+    /// Reads and writes go through this layer when set (it then closes the descriptor, not the channel). Set at
+    /// creation, or once by ``layer(_:)`` when a client's first bytes turn out to be TLS to the proxy itself.
+    private(set) var secure: (any SecureStream)?
     /// Sources whose cancel handler has not run yet; the descriptor is closed when this reaches 0.
     private var liveSources: UInt8 = 1
     private var readResumed = false
@@ -101,6 +110,15 @@ final class SocketChannel: @unchecked Sendable {
     }
 
     var pendingCount: Int { pending.count }
+
+    /// From now on every read and write goes through `stream`, which takes over the descriptor (a client that
+    /// opened TLS to the proxy listener: the bytes above it are the same as on a plain connection). Only before
+    /// anything was written and while no other layer is set.
+    func layer(_ stream: any SecureStream) {
+        assertOnQueue(queue)
+        precondition(secure == nil && pending.isEmpty, "a layer goes under a channel before anything is written")
+        secure = stream
+    }
 
     /// Frees the send queue's storage once it is empty (an idle connection keeps no buffer).
     func releaseIdleStorage() {
@@ -195,6 +213,7 @@ final class SocketChannel: @unchecked Sendable {
     func shutdownWriteWhenFlushed() {
         guard !isClosed else { return }
         if pending.isEmpty {
+            secure?.willShutdownWrite()
             Glibc.shutdown(fd, Int32(SHUT_WR))
         } else {
             shutdownWhenFlushed = true
@@ -296,6 +315,7 @@ final class SocketChannel: @unchecked Sendable {
             }
             if shutdownWhenFlushed {
                 shutdownWhenFlushed = false
+                secure?.willShutdownWrite()
                 Glibc.shutdown(fd, Int32(SHUT_WR))
             }
         }

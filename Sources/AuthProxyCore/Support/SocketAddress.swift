@@ -35,3 +35,33 @@ func describePeer(_ storage: sockaddr_storage) -> String {
         return "unknown"
     }
 }
+
+/// The local IP address of connected socket `fd` (no port, IPv6 without brackets): the address a client
+/// connected to, which a listener on a wildcard address does not know otherwise. nil when it cannot be read.
+func localIPAddress(of fd: Int32) -> String? {
+    var storage = sockaddr_storage()
+    var len = socklen_t(MemoryLayout<sockaddr_storage>.size)
+    let ok = withUnsafeMutablePointer(to: &storage) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) } == 0
+    }
+    guard ok else { return nil }
+    var buf = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN) + 1)
+    switch Int32(storage.ss_family) {
+    case AF_INET:
+        return withUnsafePointer(to: &storage) {
+            $0.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { sin in
+                var addr = sin.pointee.sin_addr
+                return inet_ntop(AF_INET, &addr, &buf, socklen_t(buf.count)) == nil ? nil : String(cString: buf)
+            }
+        }
+    case AF_INET6:
+        return withUnsafePointer(to: &storage) {
+            $0.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { sin in
+                var addr = sin.pointee.sin6_addr
+                return inet_ntop(AF_INET6, &addr, &buf, socklen_t(buf.count)) == nil ? nil : String(cString: buf)
+            }
+        }
+    default:
+        return nil
+    }
+}

@@ -26,10 +26,13 @@ public final class TLSServer: @unchecked Sendable {
 
     deinit { SSL_CTX_free(ctx) }
 
-    /// Installs the leaf for this handshake. Returns 1 on success.
+    /// Installs the leaf for this handshake. Returns 1 on success. The SSL's ex_data 0 is the connection's
+    /// ``TLSCertificateNaming`` (an intercepted tunnel's ``TLSSession``, or a ``ProxyTLSLink`` when a client opens
+    /// TLS to the proxy itself).
     fileprivate func selectCertificate(_ ssl: OpaquePointer) -> Int32 {
-        guard let raw = SSL_get_ex_data(ssl, 0) else { return 0 }
-        let session = Unmanaged<TLSSession>.fromOpaque(raw).takeUnretainedValue()
+        guard let raw = SSL_get_ex_data(ssl, 0),
+            let session = Unmanaged<AnyObject>.fromOpaque(raw).takeUnretainedValue() as? any TLSCertificateNaming
+        else { return 0 }
         var name = session.fallbackHost
         if let sni = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name) {
             let s = String(cString: sni)
@@ -49,8 +52,26 @@ private func tlsCertCallback(_ ssl: OpaquePointer?, _ arg: UnsafeMutableRawPoint
     return Unmanaged<TLSServer>.fromOpaque(arg).takeUnretainedValue().selectCertificate(ssl)
 }
 
+/// The object a ``TLSServer`` asks, at handshake time, which name to mint for when the client sends no SNI, and
+/// tells which name it minted for (for log lines).
+protocol TLSCertificateNaming: AnyObject {
+    var fallbackHost: String { get }
+    var servedName: String? { get set }
+}
+
+/// Why a server-side handshake failed, from the OpenSSL error queue (read once): the message, and whether the
+/// client refused our certificate (it does not trust the CA that issued it).
+func tlsHandshakeFailure(sslError e: Int32) -> (message: String, untrusted: Bool) {
+    var buf = [CChar](repeating: 0, count: 256)
+    let reason = ap_ssl_last_error(&buf, Int32(buf.count))
+    let untrusted = reason == ap_ssl_reason_unknown_ca() || reason == ap_ssl_reason_bad_certificate()
+        || reason == ap_ssl_reason_certificate_unknown()
+    let message = String(cString: buf)
+    return (message.isEmpty ? "TLS handshake failed (error \(e))" : message, untrusted)
+}
+
 /// Picks `http/1.1` from the client's ALPN list, or no ALPN at all (never h2).
-private func tlsALPNCallback(
+func tlsALPNCallback(
     _ ssl: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafePointer<UInt8>?>?, _ outlen: UnsafeMutablePointer<UInt8>?,
     _ input: UnsafePointer<UInt8>?, _ inlen: UInt32, _ arg: UnsafeMutableRawPointer?
 ) -> Int32 {
@@ -73,7 +94,7 @@ private func tlsALPNCallback(
 /// One client TLS session over memory BIOs: the connection feeds it ciphertext read from the socket, takes
 /// plaintext out, and writes the ciphertext it produces. Keeping OpenSSL off the socket keeps the Dispatch
 /// source logic identical for plain and TLS clients.
-final class TLSSession {
+final class TLSSession: TLSCertificateNaming {
     let ssl: OpaquePointer
     private let rbio: OpaquePointer
     private let wbio: OpaquePointer
@@ -124,12 +145,8 @@ final class TLSSession {
         }
         let e = SSL_get_error(ssl, r)
         if e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE { return .needMore }
-        var buf = [CChar](repeating: 0, count: 256)
-        let reason = ap_ssl_last_error(&buf, Int32(buf.count))
-        let untrusted = reason == ap_ssl_reason_unknown_ca() || reason == ap_ssl_reason_bad_certificate()
-            || reason == ap_ssl_reason_certificate_unknown()
-        let message = String(cString: buf)
-        return .failed(message.isEmpty ? "TLS handshake failed (error \(e))" : message, untrusted: untrusted)
+        let failure = tlsHandshakeFailure(sslError: e)
+        return .failed(failure.message, untrusted: failure.untrusted)
     }
 
     enum ReadResult {

@@ -84,6 +84,10 @@ int ap_ssl_last_error(char *buf, int len);
 int ap_ssl_reason_unknown_ca(void);
 int ap_ssl_reason_bad_certificate(void);
 int ap_ssl_reason_certificate_unknown(void);
+/// SSL_OP_IGNORE_UNEXPECTED_EOF on one connection (the macro is not visible to Swift): a TCP close without
+/// close_notify reads as an end of input, as on a plain connection.
+struct ssl_st;
+void ap_ssl_ignore_unexpected_eof(struct ssl_st *ssl);
 
 #include "CAuthProxyTLSProbe.h"
 #include "CAuthProxyDispatchThread.h"
