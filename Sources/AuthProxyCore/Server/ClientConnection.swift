@@ -401,8 +401,9 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
         // An answer to input that was not a request (400, 408) has no context yet: it gets one for the log line.
         let x = attachExchange()
         let minor = x.head?.minorVersion ?? 1
-        // A 204 has neither body nor Content-Length (RFC 9110 §8.6).
-        let noBody = status == 204
+        // A 204 has neither body nor Content-Length (RFC 9110 §8.6); a 304 has no body, and a Content-Length on it
+        // would have to be the 200's (§8.6), so it has none either.
+        let noBody = status == 204 || status == 304
         var s = "HTTP/1.1 \(status) \(reasonPhrase(status))\r\n"
         if !noBody { s += "Content-Type: \(contentType)\r\nContent-Length: \(body.utf8.count)\r\n" }
         s += extraHeaders

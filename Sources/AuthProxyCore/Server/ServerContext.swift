@@ -24,6 +24,8 @@ final class ServerContext: Sendable {
     /// The process-wide live state, the same object in every generation.
     let shared: SharedServerState
     let viaValue = "1.1 authproxy"
+    /// What `/proxy.pac` is made from in this generation (its rules are built once, not per fetch).
+    let pac: PacEndpoint.Settings
 
     init(
         generation: Int, config: ProxyConfig, logger: Logger, ownAuthorities: Set<String>, tokens: TokenService?,
@@ -37,6 +39,7 @@ final class ServerContext: Sendable {
         self.tokens = tokens
         self.tlsServer = tlsServer
         self.shared = shared
+        self.pac = PacEndpoint.Settings(config)
     }
 
     /// Hosts already reported as "matched but not interceptable" (logged once each).
