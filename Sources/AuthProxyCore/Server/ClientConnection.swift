@@ -364,8 +364,8 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
     }
 
     /// Proxy authentication (`[[client]]`): true when the request may go on, as `client` with its credential
-    /// scope; otherwise it has been answered with 407. `/healthz` needs none (liveness probes), and requests
-    /// inside an intercepted tunnel act for the client that opened it.
+    /// scope; otherwise it has been answered with 407. `/healthz` (liveness probes) and the PAC file (fetched before
+    /// the proxy is used) need none, and requests inside an intercepted tunnel act for the client that opened it.
     func authorize(_ h: RequestHead) -> Bool {
         switch RequestPlanner.proxyAuthentication(h, insideTunnel: interception != nil, authenticator: context.access.authenticator,
             known: authenticated?.authorization)
