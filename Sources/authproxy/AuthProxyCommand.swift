@@ -214,13 +214,16 @@ struct Check: ParsableCommand {
         print("  log:                      level=\(c.logLevel.rawValue) format=\(c.logFormat.rawValue)")
         print("  state_key:                \(c.stateKey == nil ? "not set (token state stored in clear)" : "set")")
         print("  max_replay_bytes:         \(c.maxReplayBytes)")
+        print("  pac_address:              \(c.pacAddress ?? "not set (/proxy.pac names the proxy by the Host it was fetched with)")")
+        print("  pac_fallback:             \(c.pacFallback.rawValue)")
         print("  credentials:              \(c.credentials.count)")
         var warnings: [String] = []
         for cred in c.credentials {
             let limit = cred.rateLimit.map { ", rate_limit=\($0.requests)/\($0.perSeconds)s" } ?? ""
             let placement = cred.kind.isToken
                 ? ", token_placement=\(cred.placement.rawValue)\(cred.overrideClientToken ? ", override_client_token" : "")" : ""
-            print("    - \(cred.name) (\(cred.kind.typeName)\(placement)\(limit)): \(cred.match.map(\.description).joined(separator: ", "))")
+            let blind = cred.intercept ? "" : ", intercept=false"
+            print("    - \(cred.name) (\(cred.kind.typeName)\(placement)\(limit)\(blind)): \(cred.match.map(\.description).joined(separator: ", "))")
             for prefix in TokenService.unprefetchable(cred) {
                 warnings.append("credential '\(cred.name)': prefetch cannot fetch a token ahead for match \(prefix) (a host alone names no server root or portal): give the root, e.g. \(prefix)/arcgis or \(prefix)/portal; /readyz does not wait for it")
             }
@@ -231,6 +234,9 @@ struct Check: ParsableCommand {
         for w in warnings { printError("authproxy: warning: \(w)") }
         print("  interception ([tls]):     \(interception)")
         print("  proxy over TLS:           \(proxyTLS.summary)")
+        if !c.tls.noIntercept.isEmpty {
+            print("  no_intercept ([tls]):     \(c.tls.noIntercept.map(\.description).joined(separator: ", ")) (blind tunnels on connect_ports)")
+        }
         print("  token state:              \(state)")
         if let why = file.unwritableReason() {
             // serve starts all the same, but every token save fails and tokens are fetched again after a restart.

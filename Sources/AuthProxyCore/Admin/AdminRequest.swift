@@ -13,11 +13,14 @@ struct AdminRequest: Equatable {
     /// Every header field name, as sent.
     var headerNames: [String] = []
     var contentType: String?
+    /// For the PAC file's revalidation.
+    var ifNoneMatch: String?
 
     init(
         method: String, target: String, host: String?, origin: String? = nil, referer: String? = nil,
-        secFetchSite: String? = nil, headerNames: [String] = [], contentType: String? = nil
+        secFetchSite: String? = nil, headerNames: [String] = [], contentType: String? = nil, ifNoneMatch: String? = nil
     ) {
+        self.ifNoneMatch = ifNoneMatch
         self.method = method
         self.target = target
         self.host = host
@@ -45,6 +48,7 @@ struct AdminRequest: Equatable {
         self.init(
             method: head.method, target: target, host: host, origin: head.headers.first("origin"),
             referer: head.headers.first("referer"), secFetchSite: head.headers.first("sec-fetch-site"),
-            headerNames: head.headers.map(\.name), contentType: head.headers.first("content-type"))
+            headerNames: head.headers.map(\.name), contentType: head.headers.first("content-type"),
+            ifNoneMatch: head.headers.first("if-none-match"))
     }
 }

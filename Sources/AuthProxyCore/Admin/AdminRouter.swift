@@ -49,6 +49,12 @@ enum AdminRouter {
         case "/status.json":
             guard get else { return methodNotAllowed("GET, HEAD") }
             return .json(200, backend.statusJSON())
+        case "/proxy.pac", "/wpad.dat":
+            let (settings, listeners) = backend.pacInputs()
+            let a = PacEndpoint.answer(method: method, ifNoneMatch: request.ifNoneMatch,
+                address: PacEndpoint.adminAddress(settings: settings, listeners: listeners, requestHost: request.host),
+                settings: settings)
+            return Response(status: a.status, contentType: a.contentType, body: Array(a.body.utf8), extraHeaders: a.headers)
         case "/reload":
             guard method == "POST" else { return methodNotAllowed("POST") }
             if let refusal = AdminRequestPolicy.reloadRefusal(request) { return .text(403, refusal + "\n") }
@@ -56,7 +62,7 @@ enum AdminRouter {
             return .json(outcome.applied ? 200 : 422,
                 "{\"applied\":\(outcome.applied),\"message\":\"\(jsonEscaped(outcome.message))\"}\n")
         default:
-            return .text(404, "not found: the admin listener serves /, /status.json, /metrics, /healthz, /readyz and POST /reload\n")
+            return .text(404, "not found: the admin listener serves /, /status.json, /metrics, /healthz, /readyz, /proxy.pac and POST /reload\n")
         }
     }
 
@@ -77,4 +83,6 @@ protocol AdminBackend: AnyObject, Sendable {
     func metricsExposition() -> [UInt8]
     /// Reloads the configuration (same as SIGHUP): whether it was applied, and what happened.
     func reload(trigger: String) -> (applied: Bool, message: String)
+    /// What the PAC file is made from: the generation in force, and the proxy listeners with their bound ports.
+    func pacInputs() -> (settings: PacEndpoint.Settings, listeners: [ListenAddress])
 }

@@ -199,16 +199,23 @@ final class AdminServer: @unchecked Sendable {
             }
             guard Int64(c.input.count - consumed) >= bodyLength else { return }
             var response = AdminRouter.route(AdminRequest(head: head), hosts: hosts, backend: backend)
+            // HEAD: the GET's Content-Length, without its body.
+            let length = response.body.count
             if head.isHead { response.body = [] }
-            answer(c, response, bodyLengthOverride: head.isHead ? nil : response.body.count)
+            answer(c, response, bodyLengthOverride: length)
         }
     }
 
     private func answer(_ c: Connection, _ r: AdminRouter.Response, bodyLengthOverride: Int? = nil) {
         c.reader?.cancel()
         c.reader = nil
-        var head = "HTTP/1.1 \(r.status) \(reasonPhrase(r.status))\r\nContent-Type: \(r.contentType)\r\n"
-        head += "Content-Length: \(bodyLengthOverride ?? r.body.count)\r\nCache-Control: no-store\r\n"
+        var head = "HTTP/1.1 \(r.status) \(reasonPhrase(r.status))\r\n"
+        // A 304 has no body, and a Content-Length on it would have to be the 200's (RFC 9110 §8.6).
+        if r.status != 304 {
+            head += "Content-Type: \(r.contentType)\r\nContent-Length: \(bodyLengthOverride ?? r.body.count)\r\n"
+        }
+        // The PAC file says how long it may be cached; nothing else here may be.
+        if !r.extraHeaders.contains(where: { $0.0 == "Cache-Control" }) { head += "Cache-Control: no-store\r\n" }
         head += "X-Content-Type-Options: nosniff\r\n"
         if r.contentType.hasPrefix("text/html") {
             head += "Content-Security-Policy: default-src 'none'; style-src 'unsafe-inline'\r\n"

@@ -104,6 +104,14 @@ public struct ConfigLoader: Sendable {
                 throw ConfigError(key: "proxy." + missing, line: proxy.line(of: missing == "tls_cert" ? "tls_key" : "tls_cert"),
                     "missing: tls_cert and tls_key go together (the proxy's own TLS certificate and its key, PEM files)")
             }
+            if let a = try proxy.string("pac_address") {
+                guard let address = PacEndpoint.authority(a) else {
+                    throw ConfigError(key: "proxy.pac_address", line: proxy.line(of: "pac_address"),
+                        "\(proxy.shown("pac_address", a)) is not a host:port like proxy.example.com:3128 (the address clients use in PROXY host:port; no scheme or path)")
+                }
+                config.pacAddress = address
+            }
+            if let f = try proxy.enumValue("pac_fallback", PacFallback.self) { config.pacFallback = f }
             try proxy.finish()
         }
         if var log = try top.table("log") {
@@ -143,6 +151,15 @@ public struct ConfigLoader: Sendable {
             config.tls.caCert = try tls.string("ca_cert")
             config.tls.caKey = try tls.string("ca_key")
             if let i = try tls.enumValue("intercept", TLSConfig.Intercept.self) { config.tls.intercept = i }
+            if let hosts = try tls.stringArray("no_intercept") {
+                config.tls.noIntercept = try hosts.values.map { (h: String) throws(ConfigError) -> HostPattern in
+                    guard let p = HostPattern.parse(h) else {
+                        throw ConfigError(key: "tls.no_intercept", line: hosts.line,
+                            "\(tls.shown("no_intercept", h)) is not a host, host:port or *.domain (no scheme or path)")
+                    }
+                    return p
+                }
+            }
             if (config.tls.caCert == nil) != (config.tls.caKey == nil) {
                 throw ConfigError(key: "tls", line: tls.table.line, "ca_cert and ca_key go together")
             }
@@ -308,6 +325,7 @@ public struct ConfigLoader: Sendable {
         let upgrade = try entry.bool("upgrade_to_https") ?? false
         let allowJSONP = try entry.bool("allow_jsonp") ?? false
         let prefetch = try entry.bool("prefetch") ?? false
+        let intercept = try entry.bool("intercept") ?? true
         var rateLimit: RateLimit? = nil
         if var r = try entry.table("rate_limit") {
             guard let n = try r.int("requests", range: 1...10_000_000), let per = try r.int("per_seconds", range: 1...86_400)
@@ -462,6 +480,7 @@ public struct ConfigLoader: Sendable {
         credential.upgradeToHTTPS = upgrade
         credential.rateLimit = rateLimit
         credential.allowJSONP = allowJSONP
+        credential.intercept = intercept
         if prefetch {
             guard credential.isRefreshable else {
                 throw ConfigError(key: entry.path + ".prefetch", line: entry.line(of: "prefetch"),

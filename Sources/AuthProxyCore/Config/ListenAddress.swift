@@ -9,6 +9,8 @@ public struct ListenAddress: Sendable, Equatable, CustomStringConvertible {
     }
 
     public var isIPv6: Bool { host.contains(":") }
+    /// `0.0.0.0` or `::`: every address of the machine, so not one a client can be told to use.
+    public var isWildcard: Bool { host == "0.0.0.0" || host == "::" }
     public var description: String { isIPv6 ? "[\(host)]:\(port)" : "\(host):\(port)" }
 
     /// Parses `host:port`; the host must be a numeric IPv4 or IPv6 address (or `localhost`).

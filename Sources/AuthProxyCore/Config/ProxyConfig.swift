@@ -17,6 +17,14 @@ public enum HTTPClientChoice: String, Sendable, CaseIterable {
     case libcurl
 }
 
+/// `[proxy] pac_fallback`: what the served PAC file says after `PROXY <address>` for matched hosts.
+public enum PacFallback: String, Sendable, CaseIterable {
+    /// `PROXY a` alone: when the proxy is down, matched hosts fail rather than go out without their credentials.
+    case none
+    /// `PROXY a; DIRECT`: when the proxy is down, clients go to matched hosts directly (and meet their logins).
+    case direct
+}
+
 public enum LogFormat: String, Sendable, CaseIterable {
     case text
     case json
@@ -77,6 +85,11 @@ public struct ProxyConfig: Sendable {
     public var admin: AdminConfig? = nil
     /// `[proxy] upstream_proxy` and friends: a parent proxy for upstream connections.
     public var upstreamProxy = UpstreamProxyConfig()
+    /// `[proxy] pac_address`: the `host:port` the served PAC file tells clients to use (`PROXY host:port`); nil:
+    /// the `Host` the PAC file was fetched with (see ``PacEndpoint``).
+    public var pacAddress: String? = nil
+    /// `[proxy] pac_fallback`.
+    public var pacFallback: PacFallback = .none
 
     public init() {}
 
@@ -127,6 +140,9 @@ public struct TLSConfig: Sendable, Equatable {
     public var caCert: String? = nil
     public var caKey: String? = nil
     public var intercept: Intercept = .matched
+    /// `[tls] no_intercept`: hosts whose CONNECT tunnels stay blind even when a credential matches them (Windows
+    /// logins bound to the server certificate, IIS Extended Protection, cannot pass through interception).
+    public var noIntercept: [HostPattern] = []
 
     public var enabled: Bool { caCert != nil && caKey != nil && intercept == .matched }
 }

@@ -65,6 +65,9 @@ public struct Credential: Sendable {
     public var allowJSONP: Bool = false
     /// Fetch a token at start-up and keep it fresh before any request needs it; `/readyz` waits for it.
     public var prefetch: Bool = false
+    /// `intercept = false`: a CONNECT to a host:port this credential matches stays a blind tunnel, whatever other
+    /// credentials match it (a Windows login bound to the server certificate cannot pass through interception).
+    public var intercept: Bool = true
     public var line: Int
 
     /// Whether tokens come from a token service (and so can be refreshed after a 498/499).

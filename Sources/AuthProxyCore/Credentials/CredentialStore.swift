@@ -113,6 +113,20 @@ public struct CredentialStore: Sendable {
             || matchesOrigin(URLTarget(scheme: "http", host: host, port: port, pathAndQuery: "/"))
     }
 
+    /// Whether a credential with `intercept = false` covers `host:port` (as ``matchesHost(_:port:)`` does): a CONNECT
+    /// there stays a blind tunnel, whatever other credentials match it.
+    public func declinesInterception(_ host: String, port: Int) -> Bool {
+        let https = URLTarget(scheme: "https", host: host, port: port, pathAndQuery: "/")
+        let http = URLTarget(scheme: "http", host: host, port: port, pathAndQuery: "/")
+        return credentials.contains { c in
+            !c.intercept && c.match.contains { p in
+                var hostOnly = p
+                hostOnly.path = ""
+                return hostOnly.matches(https) || hostOnly.matches(http)
+            }
+        }
+    }
+
     public func credential(named name: String) -> Credential? {
         credentials.first { $0.name == name }
     }

@@ -5,6 +5,8 @@
 /// - the TLS server asks for a client certificate → `certificate`;
 /// - a 401 offers Basic, Digest or NTLM → `password` with exactly those `schemes`; Negotiate alone →
 ///   `kerberos`; Negotiate with NTLM (IIS) → `password` for NTLM, `kerberos` as the commented alternative;
+/// - NTLM or Negotiate on an https host → a note that interception breaks clients' own Windows logins there
+///   (Extended Protection) and that `intercept = false` keeps it a blind tunnel;
 /// - token-based security (`rest/info`) or a 498/499 answer → `arcgis-token`: against the server's own token
 ///   service when it is standalone, against the owning portal when it is federated (with `oauth-app` as the
 ///   commented alternative), against the portal itself for portal URLs. When the URL answered without a
@@ -18,6 +20,17 @@ enum CredentialAdvisor {
         var suggestions: [CredentialSuggestion]
         /// Sentences for the summary: why something was not proposed, or what to watch out for.
         var notes: [String]
+    }
+
+    /// A Windows login (NTLM or Negotiate) to an https host that uses Extended Protection (IIS) is bound to the
+    /// certificate the client sees: through interception that is the proxy's, and the server refuses the login.
+    /// The proxy's own password/Kerberos credentials are not concerned (libcurl sees the server's certificate);
+    /// clients that log in themselves are.
+    static func extendedProtectionNote(_ f: DoctorFindings) -> String {
+        "\(f.originPlace) offers Windows logins (NTLM/Negotiate) over https: servers with Extended Protection (IIS) bind "
+            + "them to the server certificate the client sees, so intercepting this host breaks clients that log in "
+            + "with their own Windows identity; keep it a blind tunnel with intercept = false on the credential that "
+            + "matches it, or [tls] no_intercept = [\"\(f.originPlace)\"]"
     }
 
     static func advise(_ f: DoctorFindings) -> Advice {
@@ -64,6 +77,9 @@ enum CredentialAdvisor {
                 // A password credential cannot help: the proxy offers Negotiate only with a Kerberos identity.
                 out.append(kerberos(f, host: host))
             }
+        }
+        if f.target.scheme == "https", has("ntlm") || has("negotiate") {
+            notes.append(extendedProtectionNote(f))
         }
         let unknown = offered.filter { c in !["basic", "digest", "ntlm", "negotiate"].contains { c.is($0) } }
         if !unknown.isEmpty {

@@ -485,8 +485,9 @@ struct ResponseHeadAssembler {
     /// Appends the client-facing head to `out`: the status line with the upstream's reason phrase; the fields
     /// without hop-by-hop ones (the fixed list and what `Connection` names), without `Content-Length` and, for a
     /// CORS answer, without the upstream's `Access-Control-Allow-Origin`; then `Content-Length` (the agreed length,
-    /// also for a bodiless answer except 204) or `Transfer-Encoding: chunked` (HTTP/1.1 client, no length), `Via`,
-    /// the CORS fields and `Connection`. Returns how the body is framed.
+    /// also for a bodiless answer except 204) or `Transfer-Encoding: chunked` (HTTP/1.1 client, no length),
+    /// ``ProxySupport/fields`` on a 401 offering NTLM/Negotiate/Kerberos, `Via`, the CORS fields and `Connection`.
+    /// Returns how the body is framed.
     func write(into out: inout ByteBuffer, options o: Options) -> ResponseFraming {
         var framing = ResponseFraming(noBody: true, chunked: false, contentLength: nil, keepAlive: o.keepAlive)
         storage.withUnsafeBytes { s in
@@ -505,6 +506,10 @@ struct ResponseHeadAssembler {
             appendEndToEndFields(s, to: &out, dropAllowOrigin: o.corsOrigin != nil)
             if let n = framing.contentLength { Self.appendContentLength(n, to: &out) }
             if framing.chunked { out.append("Transfer-Encoding: chunked\r\n") }
+        }
+        // One comparison for every other response: this runs for each one relayed.
+        if status == 401, ProxySupport.applies(status: status, wwwAuthenticate: values(of: "www-authenticate")) {
+            out.append(ProxySupport.fields)
         }
         out.append("Via: ")
         out.append(o.via)

@@ -50,7 +50,10 @@ enum RequestPlanner {
         known: String?) -> ProxyAuthDecision
     {
         guard authenticator.isRequired, !insideTunnel else { return .notNeeded }
-        if case .origin(let p) = h.target, p.prefix(while: { $0 != "?" }) == "/healthz" { return .notNeeded }
+        // Liveness probes, and the PAC file: clients fetch it before they use the proxy, without its credentials.
+        if case .origin(let p) = h.target, p.prefix(while: { $0 != "?" }) == "/healthz" || PacEndpoint.isPacTarget(p) {
+            return .notNeeded
+        }
         let presented = h.headers.first("proxy-authorization")
         if let presented, presented == known { return .alreadyVerified }
         if let presented, let c = authenticator.authenticate(presented) { return .verified(c, authorization: presented) }
@@ -61,9 +64,12 @@ enum RequestPlanner {
 
     /// A CONNECT: a host:port a credential matches may be reached on any port, since what goes through is what the
     /// proxy serves itself (its first bytes decide), never a raw tunnel past `connect_ports`; other hosts only on
-    /// the ports `connect_ports` lists, and not at all under `unmatched = "deny"`.
+    /// the ports `connect_ports` lists, and not at all under `unmatched = "deny"`. A matched host:port that a
+    /// credential's `intercept = false` or `[tls] no_intercept` (`noIntercept`) covers is a blind tunnel instead,
+    /// so only on a `connect_ports` port: a Windows login bound to the server's certificate (IIS Extended
+    /// Protection) fails against any certificate the proxy would present.
     static func connect(host: String, port: Int, store: CredentialStore, connectPorts: Set<Int>,
-        unmatched: UnmatchedPolicy) -> ConnectDecision
+        unmatched: UnmatchedPolicy, noIntercept: [HostPattern] = []) -> ConnectDecision
     {
         let matched = store.matchesHost(host, port: port)
         let portAllowed = connectPorts.contains(port)
@@ -72,7 +78,17 @@ enum RequestPlanner {
                 details: ["Port \(port) is not in [proxy] connect_ports (\(connectPorts.sorted().map(String.init).joined(separator: ", ")))."]),
                 denied: .connectPort)
         }
-        if matched { return .serve(blindAllowed: portAllowed) }
+        if matched {
+            let blindByChoice = store.declinesInterception(host, port: port)
+                || noIntercept.contains { $0.matches(host: host, port: port) }
+            guard blindByChoice else { return .serve(blindAllowed: portAllowed) }
+            guard portAllowed else {
+                return .refuse(ErrorResponse(status: 403, message: "CONNECT to \(host):\(port) is not allowed",
+                    details: ["It is kept a blind tunnel (intercept = false or [tls] no_intercept), and port \(port) is not in [proxy] connect_ports."]),
+                    denied: .connectPort)
+            }
+            return .blind
+        }
         if unmatched == .deny {
             return .refuse(ErrorResponse(status: 403, message: "Destination \(host):\(port) is not allowed",
                 details: ["No credential matches it and [proxy] unmatched = \"deny\"."]), denied: .unmatched)

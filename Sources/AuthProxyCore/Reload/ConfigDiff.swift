@@ -6,7 +6,7 @@
 ///   every setting that obtains a token, secrets included) differs: its cached tokens are dropped. A credential
 ///   whose identity is the same is **kept** with its tokens, even if settings that do not affect a token
 ///   changed (`token_placement`, `rate_limit`, `upgrade_to_https`, `allow_jsonp`, `override_client_token`,
-///   `prefetch`: listed in ``retuned``).
+///   `prefetch`, `intercept`: listed in ``retuned``).
 /// - **Restart needed**: `[proxy] listen`, `workers`, `state_dir`, `state_key`, `[admin] listen` and
 ///   `[log] format` keep their running values (``effective``), and each change is reported.
 public struct ConfigDiff: Sendable, Equatable {
@@ -114,6 +114,8 @@ public struct ConfigDiff: Sendable, Equatable {
         note("proxy.no_proxy", old.upstreamProxy.noProxy != new.upstreamProxy.noProxy)
         note("proxy.upstream_proxy_backoff_seconds", old.upstreamProxy.backoffSeconds != new.upstreamProxy.backoffSeconds)
         note("proxy.upstream_proxy_ca", old.upstreamProxy.caFile != new.upstreamProxy.caFile)
+        note("proxy.pac_address", old.pacAddress != new.pacAddress)
+        note("proxy.pac_fallback", old.pacFallback != new.pacFallback)
         note("log.level", old.logLevel != new.logLevel)
         note("admin.allow", old.admin != nil && new.admin != nil && old.admin?.allow != new.admin?.allow)
         note("admin.hosts", old.admin != nil && new.admin != nil && old.admin?.hosts != new.admin?.hosts)
@@ -137,6 +139,7 @@ public struct ConfigDiff: Sendable, Equatable {
         a.kind == b.kind && a.placement == b.placement && a.overrideClientToken == b.overrideClientToken
             && a.upgradeToHTTPS == b.upgradeToHTTPS
             && a.rateLimit == b.rateLimit && a.allowJSONP == b.allowJSONP && a.prefetch == b.prefetch
+            && a.intercept == b.intercept
     }
 
     private static func list(_ l: [ListenAddress]) -> String { l.map(\.description).joined(separator: ",") }

@@ -6,7 +6,8 @@ import Logging
 import Glibc
 #endif
 
-/// The proxy's own endpoints: `/healthz` and the ArcGIS JS `proxyUrl` form (`/proxy?<url>`).
+/// The proxy's own endpoints: `/healthz`, the PAC file (`/proxy.pac`, `/wpad.dat`) and the ArcGIS JS `proxyUrl`
+/// form (`/proxy?<url>`).
 extension ClientConnection {
     func serveOwnEndpoint(_ target: String) {
         let path = target.prefix { $0 != "?" }
@@ -23,10 +24,28 @@ extension ClientConnection {
                 return
             }
             respondLocal(status: 200, contentType: "application/json", body: "{\"status\":\"ok\"}")
+        case "/proxy.pac", "/wpad.dat":
+            servePacFile()
         default:
             respond(ErrorResponse(status: 404, message: "No such endpoint on this proxy: \(path.prefix(200))",
-                details: ["Send requests in absolute form (configure this address as HTTP_PROXY), or GET /healthz."]), close: false)
+                details: ["Send requests in absolute form (configure this address as HTTP_PROXY), or GET /healthz or /proxy.pac."]), close: false)
         }
+    }
+
+    /// The PAC file (``PacEndpoint``): its `PROXY` address is `pac_address`, else the authority the client fetched
+    /// it from, which reaches this listener.
+    func servePacFile() {
+        guard let h = ex?.head else { return }
+        let host: String?
+        switch h.target {
+        case .absolute(let u): host = u.isDefaultPort ? u.urlHost : "\(u.urlHost):\(u.port)"
+        default: host = h.headers.first("host")
+        }
+        let settings = context.pac
+        let a = PacEndpoint.answer(method: h.method, ifNoneMatch: h.headers.first("if-none-match"),
+            address: PacEndpoint.address(settings: settings, hostHeader: host, listener: nil), settings: settings)
+        respondLocal(status: a.status, contentType: a.contentType, body: a.body,
+            extraHeaders: a.headers.map { "\($0.0): \($0.1)\r\n" }.joined())
     }
 
     /// The `/proxy?<url>` endpoint: ``RequestPlanner/proxyEndpoint(_:target:allowedOrigins:store:)`` decides, and a

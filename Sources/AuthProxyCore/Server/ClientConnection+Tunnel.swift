@@ -11,7 +11,7 @@ import Glibc
 extension ClientConnection {
     func startTunnel(host: String, port: Int) {
         switch RequestPlanner.connect(host: host, port: port, store: credentials, connectPorts: context.config.connectPorts,
-            unmatched: context.config.unmatched)
+            unmatched: context.config.unmatched, noIntercept: context.config.tls.noIntercept)
         {
         case .refuse(let e, let reason):
             ProxyMetrics.active?.denied(reason)

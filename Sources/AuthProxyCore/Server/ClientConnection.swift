@@ -381,8 +381,8 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
     }
 
     /// Proxy authentication (`[[client]]`): true when the request may go on, as `client` with its credential
-    /// scope; otherwise it has been answered with 407. `/healthz` needs none (liveness probes), and requests
-    /// inside an intercepted tunnel act for the client that opened it.
+    /// scope; otherwise it has been answered with 407. `/healthz` (liveness probes) and the PAC file (fetched before
+    /// the proxy is used) need none, and requests inside an intercepted tunnel act for the client that opened it.
     func authorize(_ h: RequestHead) -> Bool {
         switch RequestPlanner.proxyAuthentication(h, insideTunnel: interception != nil, authenticator: context.access.authenticator,
             known: authenticated?.authorization)
@@ -418,8 +418,9 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
         // An answer to input that was not a request (400, 408) has no context yet: it gets one for the log line.
         let x = attachExchange()
         let minor = x.head?.minorVersion ?? 1
-        // A 204 has neither body nor Content-Length (RFC 9110 §8.6).
-        let noBody = status == 204
+        // A 204 has neither body nor Content-Length (RFC 9110 §8.6); a 304 has no body, and a Content-Length on it
+        // would have to be the 200's (§8.6), so it has none either.
+        let noBody = status == 204 || status == 304
         var s = "HTTP/1.1 \(status) \(reasonPhrase(status))\r\n"
         if !noBody { s += "Content-Type: \(contentType)\r\nContent-Length: \(body.utf8.count)\r\n" }
         s += extraHeaders

@@ -35,6 +35,11 @@ extension ProxyServer: AdminBackend {
             prefetch: TokenService.prefetchKeys(config.credentials)) { key in tokens?.status(key: key) }
     }
 
+    func pacInputs() -> (settings: PacEndpoint.Settings, listeners: [ListenAddress]) {
+        let settings = snapshot().context.pac
+        return (settings, listeners.map { ListenAddress(host: $0.address.host, port: $0.boundPort) })
+    }
+
     func reload(trigger: String) -> (applied: Bool, message: String) {
         let r = reload(trigger: .admin)
         return (r.applied, r.description)

@@ -91,6 +91,10 @@ public final class ProxyServer: @unchecked Sendable {
             kerberos = tickets
         }
         warnInsecure(config.credentials)
+        if config.pacAddress == nil, let wildcard = config.listen.first(where: \.isWildcard) {
+            logger.warning("the PAC file (/proxy.pac) names the proxy by the Host it was fetched with: listening on a wildcard address, that may be a name or address not every client can reach",
+                metadata: ["listen": "\(wildcard)", "hint": "set [proxy] pac_address to the host:port clients should use"])
+        }
         for c in config.credentials {
             for prefix in TokenService.unprefetchable(c) {
                 logger.warning("prefetch cannot fetch a token ahead for a match that is a host alone; /readyz does not wait for it",

@@ -32,6 +32,8 @@ final class ServerContext: Sendable {
     let viaValue: String
     /// The parent proxies (nil: none configured).
     let routing: ParentRouting?
+    /// What `/proxy.pac` is made from in this generation (its rules are built once, not per fetch).
+    let pac: PacEndpoint.Settings
 
     init(
         generation: Int, config: ProxyConfig, logger: Logger, ownAuthorities: Set<String>, tokens: TokenService?,
@@ -51,6 +53,7 @@ final class ServerContext: Sendable {
             ? ParentRouting(config: config.upstreamProxy, credentials: config.credentials, health: shared.parents,
                 via: shared.viaValue) : nil
         shared.parents.setBackoff(seconds: config.upstreamProxy.backoffSeconds)
+        self.pac = PacEndpoint.Settings(config)
     }
 
     /// Hosts already reported as "matched but not interceptable" (logged once each).

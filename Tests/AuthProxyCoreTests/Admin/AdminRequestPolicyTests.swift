@@ -15,6 +15,9 @@ import Testing
             reloads += 1
             return (true, "applied")
         }
+        func pacInputs() -> (settings: PacEndpoint.Settings, listeners: [ListenAddress]) {
+            (PacEndpoint.Settings(rules: [], configuredAddress: nil, fallback: .none), [ListenAddress(host: "0.0.0.0", port: 3128)])
+        }
     }
 
     static func get(_ host: String?, _ path: String = "/status.json") -> AdminRequest {

@@ -29,6 +29,46 @@ func expectRejected(_ loader: ConfigLoader, _ text: String, key: String, line: I
         #expect(c.upstreamTimeoutSeconds == 60)
     }
 
+    @Test func pacAndInterceptionSettings() throws {
+        let d = try loader.parse("")
+        #expect(d.pacAddress == nil)
+        #expect(d.pacFallback == .none)
+        #expect(d.tls.noIntercept.isEmpty)
+        let c = try loader.parse("""
+            [proxy]
+            pac_address = "Proxy.Corp.example:3128"
+            pac_fallback = "direct"
+
+            [tls]
+            no_intercept = ["iis.corp", "*.farm.corp:443"]
+
+            [[credential]]
+            name = "win"
+            type = "password"
+            username = "u"
+            password = "p"
+            intercept = false
+            match = "https://iis.corp/"
+
+            [[credential]]
+            name = "key"
+            type = "api-key"
+            key = "k"
+            match = "https://gis.corp/"
+            """)
+        #expect(c.pacAddress == "proxy.corp.example:3128")
+        #expect(c.pacFallback == .direct)
+        #expect(c.tls.noIntercept.map(\.description) == ["iis.corp", "*.farm.corp:443"])
+        #expect(c.credentials.map(\.intercept) == [false, true])
+        expectRejected(loader, "[proxy]\npac_address = \"http://proxy:3128\"", key: "proxy.pac_address", line: 2,
+            fragment: "is not a host:port")
+        expectRejected(loader, "[proxy]\npac_address = \"proxy\"", key: "proxy.pac_address", line: 2, fragment: "is not a host:port")
+        expectRejected(loader, "[proxy]\npac_fallback = \"never\"", key: "proxy.pac_fallback", line: 2, fragment: "\"direct\"")
+        expectRejected(loader, "[tls]\nno_intercept = [\"https://iis.corp/\"]", key: "tls.no_intercept", line: 2,
+            fragment: "is not a host, host:port or *.domain")
+        expectRejected(loader, "[tls]\nno_intercept = \"iis.corp\"", key: "tls.no_intercept", line: 2, fragment: "array")
+    }
+
     @Test func fullProxySection() throws {
         let c = try loader.parse("""
             # comment

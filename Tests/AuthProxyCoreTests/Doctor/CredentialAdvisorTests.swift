@@ -172,6 +172,26 @@ let tokenRequiredBody = #"{"error":{"code":499,"message":"Token Required","messa
         #expect(field(a.suggestions[0], "domain")?.commentedOut == true)
     }
 
+    /// A Windows login over https may be bound to the server certificate (IIS Extended Protection): doctor says
+    /// interception breaks it and how to keep the host a blind tunnel; over http, and for Basic, it says nothing.
+    @Test(arguments: [
+        ("https://iis.corp/arcgis/rest/services", "NTLM", true),
+        ("https://iis.corp:8443/arcgis/rest/services", "Negotiate", true),
+        ("https://iis.corp/arcgis/rest/services", "Basic realm=\"r\"", false),
+        ("http://iis.corp/arcgis/rest/services", "NTLM", false),
+    ])
+    func windowsLoginsOverHTTPSWarnAboutInterception(_ url: String, _ challenge: String, _ warned: Bool) {
+        var f = doctorFindings(url)
+        f.response = doctorResponse(401, challenges: challenge)
+        let notes = CredentialAdvisor.advise(f).notes.filter { $0.contains("Extended Protection") }
+        #expect(notes.count == (warned ? 1 : 0))
+        if warned {
+            #expect(notes[0].contains("intercept = false"))
+            #expect(notes[0].contains("[tls] no_intercept = [\"\(f.originPlace)\"]"))
+            #expect(DoctorSummary.render(f, CredentialAdvisor.advise(f)).contains("Extended Protection"))
+        }
+    }
+
     @Test func negotiateOnlyIsKerberosEvenWithAPasswordConfigured() {
         var f = doctorFindings("http://localhost:8080/")
         f.response = doctorResponse(401, challenges: "Negotiate")

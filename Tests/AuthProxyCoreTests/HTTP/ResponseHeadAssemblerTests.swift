@@ -363,6 +363,30 @@ let headCases: [HeadCase] = [
     }
 
     /// One assembler for every case in turn, as a connection reuses it across exchanges.
+    /// .NET attempts NTLM/Negotiate to an http:// origin through a proxy only when the relayed 401 carries
+    /// `Proxy-Support: Session-Based-Authentication`; other answers are written as before.
+    @Test(arguments: [
+        (401, ["NTLM"], true),
+        (401, ["Negotiate"], true),
+        (401, ["negotiate oYGzMIGw"], true),
+        (401, ["Kerberos"], true),
+        (401, ["Basic realm=\"r\", NTLM"], true),
+        (401, ["Basic realm=\"NTLM, Negotiate\""], false),
+        (401, ["Basic realm=\"r\""], false),
+        (401, ["Bearer"], false),
+        (401, [], false),
+        (407, ["NTLM"], false),
+        (200, ["Negotiate oYGzMIGw"], false),
+    ])
+    func sessionBasedAuthenticationIsAnnouncedForWindowsLogins(_ status: Int, _ challenges: [String], _ expected: Bool) {
+        #expect(ProxySupport.applies(status: status, wwwAuthenticate: challenges) == expected)
+        let lines = ["HTTP/1.1 \(status) X"] + challenges.map { "WWW-Authenticate: \($0)" } + ["Content-Length: 0", ""]
+        var a = ResponseHeadAssembler()
+        let head = assemble(lines, options: headCases[0].options, answersChallenges: false, assembler: &a).head
+        #expect(head.contains("\r\nProxy-Support: Session-Based-Authentication\r\nConnection: Proxy-Support\r\n") == expected)
+        #expect(head.contains("Proxy-Support") == expected)
+    }
+
     @Test func resetReusesTheAssembler() {
         var a = ResponseHeadAssembler(capacity: 64)
         for c in headCases + headCases.reversed() {

@@ -213,6 +213,67 @@ import Testing
         #expect(decide("gis.example.com", 443) == "blind")
     }
 
+    /// `intercept = false` on a credential, or `[tls] no_intercept`, keeps a matched host a blind tunnel (a
+    /// Windows login bound to the server certificate cannot pass through interception), on `connect_ports` only.
+    @Test func hostsKeptOutOfInterceptionAreBlindTunnels() throws {
+        let store = CredentialStore(try ConfigLoader(environment: [:]).parse("""
+            [[credential]]
+            name = "portal"
+            type = "api-key"
+            key = "K"
+            match = ["https://iis.corp/portal", "https://gis.corp/arcgis", "https://*.farm.corp/"]
+
+            [[credential]]
+            name = "windows"
+            type = "password"
+            username = "u"
+            password = "p"
+            intercept = false
+            match = ["https://iis.corp/", "http://plain.corp:8080/"]
+
+            [[credential]]
+            name = "other"
+            type = "api-key"
+            key = "O"
+            match = ["https://other.corp:8443/"]
+            """).credentials)
+        let noIntercept = [HostPattern.parse("gis.corp")!, HostPattern.parse("*.farm.corp:443")!,
+            HostPattern.parse("other.corp:9443")!]
+        let rows: [(host: String, port: Int, ports: Set<Int>, unmatched: UnmatchedPolicy, expected: String)] = [
+            // Another credential would intercept it: intercept = false on the password credential wins.
+            ("iis.corp", 443, [443], .relay, "blind"),
+            ("iis.corp", 443, [443], .deny, "blind"),
+            // Blind only where connect_ports allows a blind tunnel.
+            ("plain.corp", 8080, [443], .relay, "403 connect_port"),
+            ("plain.corp", 8080, [443, 8080], .relay, "blind"),
+            // [tls] no_intercept: a host on every port, a *.domain on one port, a host:port.
+            ("gis.corp", 443, [443], .relay, "blind"),
+            ("a.farm.corp", 443, [443], .relay, "blind"),
+            // The list names port 9443: 8443 is served (intercepted) as before.
+            ("other.corp", 8443, [443, 8443], .relay, "serve, blind allowed"),
+            ("other.corp", 8443, [443], .relay, "serve"),
+            // Not matched at all (`*.` covers subdomains only): blind as any unmatched host.
+            ("farm.corp", 443, [443], .relay, "blind"),
+        ]
+        for r in rows {
+            let got: String
+            switch RequestPlanner.connect(host: r.host, port: r.port, store: store, connectPorts: r.ports,
+                unmatched: r.unmatched, noIntercept: noIntercept)
+            {
+            case .refuse(let e, let reason): got = "\(e.status) \(reason.rawValue)"
+            case .serve(let blind): got = blind ? "serve, blind allowed" : "serve"
+            case .blind: got = "blind"
+            }
+            #expect(got == r.expected, "\(r.host):\(r.port)")
+        }
+        // Without the list, the same hosts are served by the proxy.
+        guard case .serve = RequestPlanner.connect(host: "gis.corp", port: 443, store: store, connectPorts: [443], unmatched: .relay)
+        else {
+            Issue.record("gis.corp not served without [tls] no_intercept")
+            return
+        }
+    }
+
     @Test func proxyAuthenticationIsAskedOnceAndNotOfProbesOrTunnels() throws {
         let cfg = try ConfigLoader(environment: [:]).parse("""
             [proxy]
@@ -239,6 +300,11 @@ import Testing
         #expect(decide("GET http://h/x HTTP/1.1", "Basic YWxpY2U6d3Jvbmc=") == "407 presented")
         #expect(decide("CONNECT h:443 HTTP/1.1", nil) == "407 close")
         #expect(decide("GET /healthz HTTP/1.1", nil) == "not needed")
+        // The PAC file is fetched before the proxy is used, so without its credentials.
+        #expect(decide("GET /proxy.pac HTTP/1.1", nil) == "not needed")
+        #expect(decide("HEAD /wpad.dat?x=1 HTTP/1.1", nil) == "not needed")
+        #expect(decide("GET /proxy.pacx HTTP/1.1", nil) == "407")
+        #expect(decide("GET http://h/proxy.pac HTTP/1.1", nil) == "407")
         #expect(decide("GET /x HTTP/1.1", nil, tunnel: true) == "not needed")
         guard case .notNeeded = RequestPlanner.proxyAuthentication(Self.head("GET http://h/ HTTP/1.1\nHost: h\n\n"),
             insideTunnel: false, authenticator: ProxyAuthenticator([]), known: nil)

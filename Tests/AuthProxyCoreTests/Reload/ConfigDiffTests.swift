@@ -139,6 +139,23 @@ import Testing
         #expect(d.effective.idleTimeoutSeconds == 5)
     }
 
+    /// The PAC file's settings and the interception exceptions apply to the next fetch or CONNECT; `intercept` on a
+    /// credential keeps its tokens.
+    @Test func pacAndInterceptionExceptionsApplyLive() throws {
+        let new =
+            Self.base.replacingOccurrences(
+                of: "max_connections = 100",
+                with: "max_connections = 100\npac_address = \"gw.example:3128\"\npac_fallback = \"direct\"")
+            .replacingOccurrences(of: "key = \"K1\"", with: "key = \"K1\"\nintercept = false")
+            + "\n[tls]\nno_intercept = [\"iis.example\"]\n"
+        let d = try diff(Self.base, new)
+        #expect(d.live == ["proxy.pac_address", "proxy.pac_fallback", "tls"])
+        #expect(d.retuned == ["keep"])
+        #expect(d.changed.isEmpty)
+        #expect(d.restartNeeded.isEmpty)
+        #expect(d.effective.pacAddress == "gw.example:3128")
+    }
+
     @Test func adminAllowAppliesWhileItsListenerStays() throws {
         let old = Self.base + "\n[admin]\nlisten = \"127.0.0.1:9128\"\n"
         let new = Self.base + "\n[admin]\nlisten = \"127.0.0.1:9129\"\nallow = [\"10.0.0.0/8\"]\n"
