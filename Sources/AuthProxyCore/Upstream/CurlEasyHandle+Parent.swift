@@ -8,14 +8,16 @@ extension CurlEasyHandle {
     /// CONNECT even for an `http://` URL (a `CONNECT_ONLY` connection the proxy relays itself); otherwise libcurl
     /// tunnels https and sends http in absolute form. The handle is marked for a reset before reuse, so no
     /// later request inherits the parent or its password.
-    func applyParent(_ parent: ParentProxy, routing: ParentRouting, tunnel: Bool) {
+    func applyParent(_ parent: ParentProxy, routing: ParentRouting, tunnel: Bool, https: Bool) {
         markCarriesCredential()
         let e = raw
         parent.url.withCString { _ = ap_easy_setopt_ptr(e, CURLOPT_PROXY, $0) }
-        // The CONNECT carries this process's Via too, so a parent that sends it back is caught (508) like a
-        // relayed request.
-        if proxyHeaders == nil { proxyHeaders = "Via: \(routing.via)".withCString { curl_slist_append(nil, $0) } }
-        ap_easy_setopt_ptr(e, CURLOPT_PROXYHEADER, proxyHeaders)
+        if tunnel || https {
+            // The CONNECT carries this process's Via too, so a parent that sends it back is caught (508) like a
+            // relayed request. (A request in absolute form carries it already: libcurl would send both lists.)
+            if proxyHeaders == nil { proxyHeaders = "Via: \(routing.via)".withCString { curl_slist_append(nil, $0) } }
+            ap_easy_setopt_ptr(e, CURLOPT_PROXYHEADER, proxyHeaders)
+        }
         // The parent's answer to CONNECT is not the destination's: it never reaches a header callback.
         ap_easy_setopt_long(e, CURLOPT_SUPPRESS_CONNECT_HEADERS, 1)
         if tunnel { ap_easy_setopt_long(e, CURLOPT_HTTPPROXYTUNNEL, 1) }

@@ -178,7 +178,7 @@ final class UpstreamTransfer {
         }
         if let route = request.parentRoute {
             if parents.isEmpty { parents = route.routing.health.order(route.candidates) }
-            h.applyParent(parents[parentIndex], routing: route.routing, tunnel: false)
+            h.applyParent(parents[parentIndex], routing: route.routing, tunnel: false, https: request.url.hasPrefix("https:"))
             route.routing.health.attempted(parents[parentIndex])
         }
         var list: UnsafeMutablePointer<curl_slist>? = nil

@@ -72,7 +72,7 @@ final class CurlConnector {
         h.setConnectTimeout(timeoutSeconds)
         if let trust, tls { h.applyTrust(trust) }
         if let route, let p = parent {
-            h.applyParent(p, routing: route.routing, tunnel: true)
+            h.applyParent(p, routing: route.routing, tunnel: true, https: tls)
             route.routing.health.attempted(p)
         }
         guard multi.addConnectOnly(h, connector: self) else {
