@@ -325,6 +325,11 @@ public struct ConfigLoader: Sendable {
         let upgrade = try entry.bool("upgrade_to_https") ?? false
         let allowJSONP = try entry.bool("allow_jsonp") ?? false
         let prefetch = try entry.bool("prefetch") ?? false
+        let layer = try entry.enumValue("layer", Credential.Layer.self) ?? .service
+        if layer == .gateway, type != "header", type != "oauth2" {
+            throw ConfigError(key: entry.path + ".layer", line: entry.line(of: "layer"),
+                "layer = \"gateway\" applies to header and oauth2 credentials, not to \(type)")
+        }
         let intercept = try entry.bool("intercept") ?? true
         var rateLimit: RateLimit? = nil
         if var r = try entry.table("rate_limit") {
@@ -470,14 +475,17 @@ public struct ConfigLoader: Sendable {
                 throw ConfigError(key: entry.path + (s.file != nil ? ".file" : ".cert"), line: entry.line(of: s.file != nil ? "file" : "cert"), problem)
             }
             kind = .certificate(s)
+        case "header":
+            kind = .header(try headerFields(&entry, name: name))
         default:
             throw ConfigError(key: entry.path + ".type", line: entry.line(of: "type"),
-                "credential type \(entry.shown("type", type)) of '\(name)' is not supported (supported: api-key, token, arcgis-token, oauth-app, oauth-user, server-trust, password, kerberos, certificate)")
+                "credential type \(entry.shown("type", type)) of '\(name)' is not supported (supported: api-key, token, arcgis-token, oauth-app, oauth-user, server-trust, password, kerberos, certificate, header)")
         }
         try entry.finish()
         var credential = Credential(name: name, kind: kind, match: prefixes, placement: placement, overrideClientToken: override,
             line: entry.table.line)
         credential.upgradeToHTTPS = upgrade
+        credential.layer = layer
         credential.rateLimit = rateLimit
         credential.allowJSONP = allowJSONP
         credential.intercept = intercept
@@ -489,6 +497,33 @@ public struct ConfigLoader: Sendable {
             credential.prefetch = true
         }
         return credential
+    }
+
+    /// A `header` credential's `headers = { "Name" = "value", … }`: at least one field; names are header field
+    /// names the proxy does not manage itself; values (secrets, never quoted) may be `${ENV}` or `file:`.
+    private func headerFields(_ entry: inout TableReader, name: String) throws(ConfigError) -> [HeaderField] {
+        guard var t = try entry.table("headers"), !t.table.entries.isEmpty else {
+            throw entry.missing("headers", "credential '\(name)' of type header needs headers = { \"X-API-Key\" = \"…\" }")
+        }
+        var fields: [HeaderField] = []
+        var seen = Set<String>()
+        for (k, _) in t.table.entries {
+            if let why = HeaderField.problem(name: k) {
+                throw ConfigError(key: t.path + "." + k, line: t.line(of: k), "'\(k)' \(why)")
+            }
+            guard seen.insert(k.lowercased()).inserted else {
+                throw ConfigError(key: t.path + "." + k, line: t.line(of: k), "'\(k)' is set twice")
+            }
+            guard let v = try t.string(k), !v.isEmpty else {
+                throw ConfigError(key: t.path + "." + k, line: t.line(of: k), "needs a value")
+            }
+            guard !v.utf8.contains(where: { $0 == 13 || $0 == 10 || $0 == 0 }) else {
+                throw ConfigError(key: t.path + "." + k, line: t.line(of: k), "the value (a secret, not shown) holds a line break or NUL")
+            }
+            fields.append(HeaderField(name: k, value: v))
+        }
+        try t.finish()
+        return fields
     }
 
     /// `[admin] hosts` entry `text` lowercased when it is a DNS name (letters, digits, hyphens, dots; labels of

@@ -28,6 +28,9 @@ public struct Credential: Sendable {
         case kerberos(KerberosSettings)
         /// A client certificate for mutual TLS (network type).
         case certificate(ClientCertificateSettings)
+        /// Static header fields set on matched requests (an API gateway's key, an identity-aware proxy's
+        /// service token), replacing the client's fields of the same names.
+        case header([HeaderField])
 
         public var typeName: String {
             switch self {
@@ -40,13 +43,14 @@ public struct Credential: Sendable {
             case .password: return "password"
             case .kerberos: return "kerberos"
             case .certificate: return "certificate"
+            case .header: return "header"
             }
         }
 
         /// Token-type credentials put a token on requests; the others act on the connection.
         public var isToken: Bool {
             switch self {
-            case .apiKey, .token, .arcgisToken, .oauthApp, .oauthUser: return true
+            case .apiKey, .token, .arcgisToken, .oauthApp, .oauthUser, .header: return true
             case .serverTrust, .password, .kerberos, .certificate: return false
             }
         }
@@ -68,12 +72,21 @@ public struct Credential: Sendable {
     /// `intercept = false`: a CONNECT to a host:port this credential matches stays a blind tunnel, whatever other
     /// credentials match it (a Windows login bound to the server certificate cannot pass through interception).
     public var intercept: Bool = true
+    /// `layer = "gateway"`: applies together with the service credential matching the same request (an
+    /// identity-aware proxy in front of ArcGIS); `"service"` (default): competes with the other service
+    /// credentials by longest match.
+    public var layer: Layer = .service
     public var line: Int
+
+    public enum Layer: String, Sendable, CaseIterable {
+        case service
+        case gateway
+    }
 
     /// Whether tokens come from a token service (and so can be refreshed after a 498/499).
     public var isRefreshable: Bool {
         switch kind {
-        case .apiKey, .token, .serverTrust, .password, .kerberos, .certificate: return false
+        case .apiKey, .token, .serverTrust, .password, .kerberos, .certificate, .header: return false
         case .arcgisToken, .oauthApp, .oauthUser: return true
         }
     }
@@ -93,8 +106,35 @@ public struct Credential: Sendable {
         case .password(let pw): s += "\(pw.username)\u{0}\(pw.password)\u{0}\(pw.domain ?? "")"
         case .kerberos(let k): s += "\(k.principal)\u{0}\(k.keytab ?? "")\u{0}\(k.password ?? "")"
         case .certificate(let c): s += "\(c.file ?? "")\u{0}\(c.cert ?? "")\u{0}\(c.key ?? "")"
+        case .header(let fields): s += fields.map { "\($0.name)\u{0}\($0.value)" }.joined(separator: "\u{0}")
         }
+        s += "\u{0}\(layer.rawValue)"
         return s
+    }
+}
+
+/// One header field a `header` credential sets.
+public struct HeaderField: Sendable, Equatable {
+    public var name: String
+    public var value: String
+
+    public init(name: String, value: String) {
+        self.name = name
+        self.value = value
+    }
+
+    /// Fields the proxy owns (framing, routing, hop-by-hop) or that would change what the request is: never set
+    /// by a credential.
+    static let refused: Set<String> = ["host", "content-length", "transfer-encoding", "connection", "keep-alive",
+        "proxy-connection", "proxy-authorization", "proxy-authenticate", "te", "trailer", "upgrade", "expect", "via"]
+
+    /// Why `name` cannot be set by a credential, nil when it can: an RFC 9110 token not in ``refused``.
+    static func problem(name: String) -> String? {
+        let tchar = Set("!#$%&'*+-.^_`|~".utf8)
+        guard !name.isEmpty, name.utf8.allSatisfy({ ($0 >= 48 && $0 <= 57) || ($0 | 0x20 >= 97 && $0 | 0x20 <= 122) || tchar.contains($0) })
+        else { return "is not a header field name" }
+        if refused.contains(name.lowercased()) { return "is a field the proxy itself manages" }
+        return nil
     }
 }
 

@@ -9,11 +9,18 @@ public struct CredentialStore: Sendable {
     private let kerberosIndices: [Int]
     private let certificateIndices: [Int]
     private let trustIndices: [Int]
+    /// `layer = "gateway"` credentials: they apply together with the service credential, not instead of it.
+    private let gatewayIndices: [Int]
 
     public init(_ credentials: [Credential]) {
         self.credentials = credentials
         var token: [Int] = [], password: [Int] = [], kerberos: [Int] = [], certificate: [Int] = [], trust: [Int] = []
+        var gateway: [Int] = []
         for (i, c) in credentials.enumerated() {
+            if c.layer == .gateway {
+                gateway.append(i)
+                continue
+            }
             switch c.kind {
             case .password: password.append(i)
             case .kerberos: kerberos.append(i)
@@ -22,8 +29,13 @@ public struct CredentialStore: Sendable {
             default: if c.kind.isToken { token.append(i) }
             }
         }
-        (tokenIndices, passwordIndices, kerberosIndices, certificateIndices, trustIndices) =
-            (token, password, kerberos, certificate, trust)
+        (tokenIndices, passwordIndices, kerberosIndices, certificateIndices, trustIndices, gatewayIndices) =
+            (token, password, kerberos, certificate, trust, gateway)
+    }
+
+    /// The gateway-layer credential for `target` (the most specific), if any.
+    public func gatewayCredential(for target: URLTarget) -> Credential? {
+        gatewayIndices.isEmpty ? nil : best(among: gatewayIndices, for: target).map { credentials[$0] }
     }
 
     public var isEmpty: Bool { credentials.isEmpty }
@@ -60,9 +72,10 @@ public struct CredentialStore: Sendable {
         }
     }
 
-    /// Every credential that applies to a request for `target`: the token-type one and each network type's.
+    /// Every credential that applies to a request for `target`: the gateway one, the token-type one and each
+    /// network type's.
     public func applicable(for target: URLTarget) -> [Credential] {
-        ([tokenCredential(for: target)] + networkCredentials(for: target)).compactMap { $0 }
+        ([gatewayCredential(for: target), tokenCredential(for: target)] + networkCredentials(for: target)).compactMap { $0 }
     }
 
     /// Whether some credential's prefix is on `target`'s scheme, host and port (whatever its path).

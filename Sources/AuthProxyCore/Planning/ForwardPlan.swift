@@ -16,6 +16,10 @@ struct ForwardPlan: Equatable {
     /// dead or a multi-round-trip login, and more for a refreshable token's retry.
     var replayLimit: Int64?
     var token: TokenPlan
+    /// Header fields a `header` credential sets (the service one's, then the gateway one's, which wins a name
+    /// both set), replacing the client's fields of those names; and the credential named in the access log.
+    var setHeaders: [HeaderField] = []
+    var headerCredential: String? = nil
     /// The parent proxies the request goes through (nil: direct; `no_proxy` and the route decided here).
     var parentRoute: ParentRoute? = nil
 

@@ -189,6 +189,14 @@ enum RequestPlanner {
             plan.replayLimit = plan.network.answersChallenges ? settings.maxReplayBytes : Int64(ReplayBuffer.memoryLimit)
         }
         let match = plan.clientMatch
+        // A gateway credential (an identity-aware proxy in front of the service) applies whatever the service
+        // credential is; on the same rule as the others when the raw path selects differently.
+        if let g = store.gatewayCredential(for: match), raw.map({ store.gatewayCredential(for: $0)?.name == g.name }) ?? true,
+            case .header(let fields) = g.kind
+        {
+            plan.setHeaders = fields
+            plan.headerCredential = g.name
+        }
         var selected = store.tokenCredential(for: match)
         if let raw, let s = selected, store.tokenCredential(for: raw)?.name != s.name { selected = nil }
         guard let c = selected else {
@@ -196,6 +204,14 @@ enum RequestPlanner {
                 return PlannedAnswer(error: ErrorResponse(status: 403, message: "Destination \(url.origin) is not allowed",
                     details: ["No credential matches it and [proxy] unmatched = \"deny\"."]), denied: .unmatched)
             }
+            return nil
+        }
+        if case .header(let fields) = c.kind {
+            // Static fields go on every matched request (no ArcGIS API gate: a gateway guards every path). The
+            // gateway's fields, set above, win a name both set: the gateway is met first.
+            let gateway = plan.setHeaders
+            plan.setHeaders = fields.filter { f in !gateway.contains { $0.name.caseInsensitiveEquals(f.name) } } + gateway
+            plan.headerCredential = plan.headerCredential.map { "\(c.name)+\($0)" } ?? c.name
             return nil
         }
         // Outside the ArcGIS APIs (a portal's home and app pages, static files) no token is needed, so none is

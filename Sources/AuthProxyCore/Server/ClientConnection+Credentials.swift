@@ -31,6 +31,10 @@ extension ClientConnection {
         x.upgradedToHTTPS = plan.upgradedToHTTPS
         x.networkAuth = plan.network
         x.parentRoute = plan.parentRoute
+        if !plan.setHeaders.isEmpty {
+            x.setHeaders = plan.setHeaders
+            x.headerCredential = plan.headerCredential
+        }
         if context.access.hasRateLimits, let limited = rateLimited(store: store, targets: plan.rateLimitTargets) {
             respond(limited.error, close: false, extraHeaders: "Retry-After: \(limited.retryAfter)\r\n")
             return

@@ -36,7 +36,10 @@ extension ClientConnection {
             }
         }
         if h.method == "HEAD" { bodyLength = nil }
-        var request = UpstreamRequest(method: h.method, url: url.url, fields: headers, bodyLength: bodyLength,
+        var fields = headers
+        // Set last, on the fields as they go out: a token injected above never reads them as the client's own.
+        for f in x.setHeaders { fields.setInjected(name: f.name, value: f.value) }
+        var request = UpstreamRequest(method: h.method, url: url.url, fields: fields, bodyLength: bodyLength,
             timeoutSeconds: context.config.upstreamTimeoutSeconds)
         request.via = context.viaValue
         request.network = x.networkAuth

@@ -507,7 +507,7 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
     /// rate limit refused it, else the network credential applied (password, Kerberos, client certificate).
     func appliedCredential(_ x: ExchangeContext?) -> String? {
         guard let x else { return nil }
-        return x.credential?.name ?? x.limitedBy ?? x.networkAuth.passwordName
+        return x.credential?.name ?? x.headerCredential ?? x.limitedBy ?? x.networkAuth.passwordName
             ?? (x.networkAuth.kerberos != nil ? context.kerberosCredentialName : nil) ?? x.networkAuth.certificateName
     }
 

@@ -66,6 +66,9 @@ final class ExchangeContext {
     var networkAuth = NetworkAuth()
     /// The parent proxies the exchange goes through (nil: direct).
     var parentRoute: ParentRoute? = nil
+    /// Fields `header` credentials set on the request (``ForwardPlan/setHeaders``), and their name(s) for the log.
+    var setHeaders: [HeaderField] = []
+    var headerCredential: String? = nil
     /// When the current upstream transfer started (for the time-to-first-byte metric).
     var upstreamStarted: UInt64 = 0
     /// The upstream challenged with 401 and the network credential answered: the scheme it offered that the
@@ -113,6 +116,8 @@ final class ExchangeContext {
         upgradedToHTTPS = false
         networkAuth = NetworkAuth()
         parentRoute = nil
+        if !setHeaders.isEmpty { setHeaders = [] }
+        headerCredential = nil
         upstreamStarted = 0
         challengeScheme = nil
         retry = nil

@@ -70,7 +70,7 @@ final class TokenFetcher {
     func fetch(_ c: Credential, root: String, isPortal: Bool, done: @escaping (Result<IssuedToken, TokenError>) -> Void)
     {
         switch c.kind {
-        case .apiKey, .token, .serverTrust, .password, .kerberos, .certificate:
+        case .apiKey, .token, .serverTrust, .password, .kerberos, .certificate, .header:
             done(.failure(TokenError(credential: c.name, message: "not a refreshable credential")))
         case .arcgisToken(let s):
             generateWithPassword(c, s, root: root, isPortal: isPortal, done: done)

@@ -1,0 +1,103 @@
+import Testing
+
+@testable import AuthProxyCore
+
+/// `header` credentials and `layer = "gateway"` stacking, as tables over ``RequestPlanner``.
+@Suite struct HeaderCredentialPlanningTests {
+    static let store: CredentialStore = {
+        let c = try! ConfigLoader(environment: [:]).parse("""
+            [proxy]
+            listen = ["127.0.0.1:3128"]
+
+            [[credential]]
+            name = "iap"
+            type = "header"
+            layer = "gateway"
+            match = ["https://gis.example.com/"]
+            headers = { "Authorization" = "Bearer iap", "X-Both" = "gateway" }
+
+            [[credential]]
+            name = "key"
+            type = "api-key"
+            key = "K"
+            match = ["https://gis.example.com/arcgis"]
+
+            [[credential]]
+            name = "static"
+            type = "header"
+            match = ["https://gis.example.com/ogc", "https://api.example.com/"]
+            headers = { "X-API-Key" = "S", "X-Both" = "service" }
+            """)
+        return CredentialStore(c.credentials)
+    }()
+
+    static func plan(_ url: String) -> ForwardPlan {
+        let h = RequestPlannerTests.head("GET \(url) HTTP/1.1\nHost: x\n\n")
+        guard case .absolute(let u) = h.target else { fatalError("not absolute") }
+        var plan = ForwardPlan(url: u)
+        let answer = RequestPlanner.plan(h, url: u, store: store,
+            settings: .init(unmatched: .relay, maxReplayBytes: 100, insideInterception: false), into: &plan)
+        #expect(answer == nil)
+        return plan
+    }
+
+    static func describe(_ p: ForwardPlan) -> String {
+        var parts: [String] = []
+        if case .inject(let c, _, _) = p.token { parts.append("token \(c.name)") }
+        parts += p.setHeaders.map { "\($0.name)=\($0.value)" }
+        if let n = p.headerCredential { parts.append("[\(n)]") }
+        return parts.joined(separator: " ")
+    }
+
+    @Test(arguments: [
+        // the gateway alone on the rest of its host
+        ("https://gis.example.com/portal/home", "Authorization=Bearer iap X-Both=gateway [iap]"),
+        // gateway + the ArcGIS key of the service layer
+        ("https://gis.example.com/arcgis/rest/services", "token key Authorization=Bearer iap X-Both=gateway [iap]"),
+        // gateway + a static service header: the gateway wins a name both set
+        ("https://gis.example.com/ogc/collections", "X-API-Key=S Authorization=Bearer iap X-Both=gateway [static+iap]"),
+        // a service header alone, on every path (no ArcGIS API gate)
+        ("https://api.example.com/v1/items?x=1", "X-API-Key=S X-Both=service [static]"),
+        ("https://other.example.com/", ""),
+    ])
+    func applies(_ url: String, _ expected: String) {
+        #expect(Self.describe(Self.plan(url)) == expected, "\(url)")
+    }
+
+    @Test(arguments: [
+        ("headers = { \"Host\" = \"x\" }", "credential[0].headers.Host"),
+        ("headers = { \"Bad Name\" = \"x\" }", "credential[0].headers.Bad Name"),
+        ("headers = { }", "credential[0].headers"),
+        ("headers = { \"X-A\" = \"1\", \"x-a\" = \"2\" }", "credential[0].headers.x-a"),
+    ])
+    func badHeadersAreNamed(_ headers: String, _ key: String) {
+        do {
+            _ = try ConfigLoader(environment: [:]).parse("""
+                [[credential]]
+                name = "h"
+                type = "header"
+                match = ["https://x.example/"]
+                \(headers)
+                """)
+            Issue.record("accepted \(headers)")
+        } catch {
+            #expect(error.key == key, "\(error)")
+        }
+    }
+
+    @Test func onlyHeaderAndOAuth2CredentialsTakeTheGatewayLayer() {
+        do {
+            _ = try ConfigLoader(environment: [:]).parse("""
+                [[credential]]
+                name = "k"
+                type = "api-key"
+                key = "K"
+                layer = "gateway"
+                match = ["https://x.example/"]
+                """)
+            Issue.record("accepted a gateway api-key")
+        } catch {
+            #expect(error.key == "credential[0].layer")
+        }
+    }
+}
