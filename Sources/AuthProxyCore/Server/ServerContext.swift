@@ -42,7 +42,8 @@ final class ServerContext: Sendable {
         self.tlsServer = tlsServer
         self.shared = shared
         routing = config.upstreamProxy.isConfigured
-            ? ParentRouting(config: config.upstreamProxy, credentials: config.credentials, health: shared.parents) : nil
+            ? ParentRouting(config: config.upstreamProxy, credentials: config.credentials, health: shared.parents, pac: shared.pac)
+            : nil
         shared.parents.setBackoff(seconds: config.upstreamProxy.backoffSeconds)
     }
 
