@@ -272,3 +272,21 @@ def test_a_pac_file_from_disk_and_no_proxy_before_it(proxy_factory, origin, pare
     r = get(p, "http://127.0.0.1:%d/echo" % origin.port)
     assert r.status_code == 200 and not any("parent" in v for v in via_of(r.content))
     assert a.saw() == ["http://b.pac.test:%d/echo" % origin.port]
+
+
+def test_token_requests_take_the_pac_route_too(proxy_factory, parents, ags):
+    """The token service's own fetches (rest/info, generateToken) ask the PAC file from the token queue."""
+    from test_credentials import arcgis_cred
+    a, b = parents
+    pac = PacServer('function FindProxyForURL(url, host) { return host == "127.0.0.1" ? "PROXY %s" : "DIRECT"; }'
+                    % a.address).start()
+    try:
+        p = proxy_factory(proxy={"upstream_pac": pac.url}, extra_config=arcgis_cred(ags))
+        r = get(p, ags.query_url() + "?f=json")
+        assert r.status_code == 200 and r.json().get("features"), r.text[:300]
+        seen = a.saw()
+        assert any(t.startswith(ags.server_root + "/rest/info") for t in seen), seen
+        assert any("generateToken" in t for t in a.saw("POST")), seen
+        assert any(t.startswith(ags.query_url()) for t in a.saw("GET")), seen
+    finally:
+        pac.stop()
