@@ -31,6 +31,11 @@ let package = Package(
             pkgConfig: "zlib",
             providers: [.apt(["zlib1g-dev"])]
         ),
+        // The PAC engine (a JavaScript interpreter inside, no pkg-config file): `[proxy] upstream_pac`.
+        .systemLibrary(
+            name: "CPacParser",
+            providers: [.apt(["libpacparser-dev"])]
+        ),
         .target(
             name: "CAuthProxyShims",
             dependencies: ["CCurl", "COpenSSL"]
@@ -41,6 +46,7 @@ let package = Package(
                 "CAuthProxyShims",
                 "CCurl",
                 "COpenSSL",
+                "CPacParser",
                 "CZlib",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),

@@ -1,15 +1,23 @@
-/// `GET /readyz`: ready when every listener is open, the proxy is not shutting down, and every token credential
-/// with `prefetch = true` holds a valid token for each of its server roots. A pure decision over those facts.
+/// `GET /readyz`: ready when every listener is open, the proxy is not shutting down, every token credential
+/// with `prefetch = true` holds a valid token for each of its server roots, and, with `upstream_pac`, a PAC file
+/// is in force. A pure decision over those facts.
 public struct Readiness: Sendable, Equatable {
     public var ready: Bool
     /// Why not, one reason per problem (empty when ready).
     public var reasons: [String]
 
     static func evaluate(listeners: [StatusReport.Listener], shuttingDown: Bool,
-        prefetch: [(credential: String, key: String)], status: (String) -> TokenStatus?) -> Readiness
+        prefetch: [(credential: String, key: String)], pac: PacResolver.Status? = nil,
+        status: (String) -> TokenStatus?) -> Readiness
     {
         var reasons: [String] = []
         if shuttingDown { reasons.append("shutting down") }
+        // Without a PAC file in force every request that needs a route is refused (`upstream_pac`).
+        if let pac, !pac.loaded {
+            var r = "no PAC file loaded from \(pac.source ?? "upstream_pac")"
+            if let e = pac.lastError { r += ": \(e)" }
+            reasons.append(r)
+        }
         for l in listeners where !l.open { reasons.append("listener \(l.address) is not open") }
         for p in prefetch {
             let root = p.key.firstIndex(of: "|").map { String(p.key[p.key.index(after: $0)...]) } ?? p.key

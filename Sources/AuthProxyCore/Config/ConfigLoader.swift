@@ -209,8 +209,8 @@ public struct ConfigLoader: Sendable {
         return config
     }
 
-    /// `upstream_proxy` (one URL or a list), `upstream_proxy_credential`, `upstream_proxy_backoff_seconds`,
-    /// `upstream_proxy_ca` and `no_proxy`.
+    /// `upstream_proxy` (one URL or a list) or `upstream_pac` (with `upstream_pac_refresh_seconds`),
+    /// `upstream_proxy_credential`, `upstream_proxy_backoff_seconds`, `upstream_proxy_ca` and `no_proxy`.
     private func parseUpstreamProxy(_ proxy: inout TableReader, into u: inout UpstreamProxyConfig) throws(ConfigError) {
         if let list = try proxy.stringOrArray("upstream_proxy") {
             var seen = Set<ParentProxy>()
@@ -226,6 +226,26 @@ public struct ConfigLoader: Sendable {
                 }
                 u.parents.append(p)
             }
+        }
+        // Verbatim: `file:///path` is a PAC location here, not a secret file reference.
+        if let text = try proxy.verbatimString("upstream_pac") {
+            guard u.parents.isEmpty else {
+                throw ConfigError(key: "proxy.upstream_pac", line: proxy.line(of: "upstream_pac"),
+                    "upstream_proxy and upstream_pac are alternatives: set one of them (a PAC file names its parents itself)")
+            }
+            guard let source = PacSource.parse(text) else {
+                throw ConfigError(key: "proxy.upstream_pac", line: proxy.line(of: "upstream_pac"),
+                    "\(proxy.shown("upstream_pac", text)) is not a PAC file location like http://wpad.corp.example/wpad.dat, "
+                        + "file:///etc/authproxy/proxy.pac or an absolute path")
+            }
+            u.pac = source
+        }
+        if let r = try proxy.int("upstream_pac_refresh_seconds", range: 1...86400) {
+            guard u.pac != nil else {
+                throw ConfigError(key: "proxy.upstream_pac_refresh_seconds", line: proxy.line(of: "upstream_pac_refresh_seconds"),
+                    "applies only with upstream_pac")
+            }
+            u.pacRefreshSeconds = r
         }
         u.credentialName = try proxy.literalString("upstream_proxy_credential")
         if let b = try proxy.int("upstream_proxy_backoff_seconds", range: 1...3600) { u.backoffSeconds = b }
@@ -245,10 +265,10 @@ public struct ConfigLoader: Sendable {
                         + "*.example.com), address block (10.0.0.0/8), <local> or *")
             }
         }
-        if u.parents.isEmpty {
+        if !u.isConfigured {
             for key in ["upstream_proxy_credential", "upstream_proxy_ca", "no_proxy", "upstream_proxy_backoff_seconds"]
             where proxy.table[key] != nil {
-                throw ConfigError(key: "proxy." + key, line: proxy.line(of: key), "applies only with upstream_proxy")
+                throw ConfigError(key: "proxy." + key, line: proxy.line(of: key), "applies only with upstream_proxy or upstream_pac")
             }
         }
     }
@@ -642,6 +662,13 @@ struct TableReader {
             return String(text.trimmingWhitespace())
         }
         return raw
+    }
+
+    /// A string taken as written: a location whose own syntax overlaps the secret references (`file:///…`).
+    mutating func verbatimString(_ k: String) throws(ConfigError) -> String? {
+        guard let n = node(k) else { return nil }
+        guard case .string(let s) = n.value else { throw typeError(k, n, expected: "a string") }
+        return s
     }
 
     mutating func string(_ k: String) throws(ConfigError) -> String? {

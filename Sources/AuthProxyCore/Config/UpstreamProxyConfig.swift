@@ -1,8 +1,12 @@
-/// `[proxy] upstream_proxy`, `upstream_proxy_credential`, `no_proxy` and their companions: the corporate parent
-/// proxy that requests go through (``Route``).
+/// `[proxy] upstream_proxy` (or `upstream_pac`), `upstream_proxy_credential`, `no_proxy` and their companions: the
+/// corporate parent proxy that requests go through (``Route``).
 public struct UpstreamProxyConfig: Sendable, Equatable {
-    /// Tried in order; empty: every request goes direct.
+    /// Tried in order; empty: every request goes direct (unless ``pac`` chooses parents).
     public var parents: [ParentProxy] = []
+    /// `upstream_pac`: a PAC file chooses the parents per destination instead of ``parents``.
+    public var pac: PacSource? = nil
+    /// How often the PAC file is read again (and retried after a failure, at most this long apart).
+    public var pacRefreshSeconds = 300
     /// The `password` or `kerberos` credential the parents are authenticated with (nil: none).
     public var credentialName: String? = nil
     /// Destinations that bypass the parents.
@@ -14,11 +18,38 @@ public struct UpstreamProxyConfig: Sendable, Equatable {
 
     public init() {}
 
-    public var isConfigured: Bool { !parents.isEmpty }
+    public var isConfigured: Bool { !parents.isEmpty || pac != nil }
 
-    /// The parents a request to `host:port` goes through, in configured order; empty: direct.
+    /// The parents a request to `host:port` goes through, in configured order; empty: direct (or a PAC decides).
     public func parents(host: String, port: Int) -> [ParentProxy] {
         if parents.isEmpty || noProxy.bypasses(host: host, port: port) { return [] }
         return parents
+    }
+}
+
+/// Where `upstream_pac` reads the PAC file: an http(s) URL (fetched by the proxy itself, directly, never through a
+/// parent) or a local file.
+public enum PacSource: Equatable, Sendable, CustomStringConvertible {
+    case url(String)
+    case file(String)
+
+    /// `http://…`, `https://…`, `file:///path` or an absolute path.
+    public static func parse(_ text: String) -> PacSource? {
+        let lower = text.lowercased()
+        if lower.hasPrefix("http://") || lower.hasPrefix("https://") {
+            return HTTPURL.parse(text) == nil ? nil : .url(text)
+        }
+        if lower.hasPrefix("file://") {
+            let path = String(text.dropFirst("file://".count))
+            return path.hasPrefix("/") ? .file(path) : nil
+        }
+        return text.hasPrefix("/") ? .file(text) : nil
+    }
+
+    public var description: String {
+        switch self {
+        case .url(let u): return u
+        case .file(let p): return p
+        }
     }
 }

@@ -1,6 +1,7 @@
 /// One configuration generation's parent proxies as the executor uses them: which parents a destination goes
-/// through (``UpstreamProxyConfig``, `no_proxy`), the credential they are authenticated with, and the
-/// process-wide ``ParentHealth`` that orders them. Immutable; shared by the event loops and the token service.
+/// through (``UpstreamProxyConfig``, `no_proxy`, or the PAC file of `upstream_pac`), the credential they are
+/// authenticated with, and the process-wide ``ParentHealth`` that orders them. Immutable; shared by the event
+/// loops and the token service.
 final class ParentRouting: Sendable, Equatable {
     static func == (a: ParentRouting, b: ParentRouting) -> Bool { a === b }
 
@@ -12,11 +13,15 @@ final class ParentRouting: Sendable, Equatable {
     let health: ParentHealth
     /// This process's `Via` value, sent on CONNECT requests to the parents.
     let via: String
+    /// The PAC file's answers, with `upstream_pac` (nil: the configured list, or none).
+    let pac: PacResolver?
 
-    init(config: UpstreamProxyConfig, credentials: [Credential], health: ParentHealth, via: String = "1.1 authproxy") {
+    init(config: UpstreamProxyConfig, credentials: [Credential], health: ParentHealth, via: String = "1.1 authproxy",
+        pac: PacResolver? = nil) {
         self.config = config
         self.via = via
         self.health = health
+        self.pac = config.pac == nil ? nil : pac
         credentialName = config.credentialName
         let c = config.credentialName.flatMap { n in credentials.first { $0.name == n } }
         if case .password(let p)? = c?.kind { password = p } else { password = nil }
@@ -30,16 +35,75 @@ final class ParentRouting: Sendable, Equatable {
         return ParentRouting(config: config, credentials: credentials, health: ParentHealth(backoffSeconds: config.backoffSeconds))
     }
 
-    /// The route to `host:port`: nil for direct.
-    func route(host: String, port: Int) -> ParentRoute? {
-        let parents = config.parents(host: host, port: port)
-        return parents.isEmpty ? nil : ParentRoute(candidates: parents, routing: self)
+    /// The route to a destination, as far as it is known without evaluating a PAC file.
+    enum Lookup: Equatable {
+        /// nil: direct.
+        case ready(ParentRoute?)
+        /// The PAC file has not been asked about this destination lately: ``evaluate(scheme:host:port:then:)``,
+        /// then look up again.
+        case pending
+        /// No route can be given: no PAC file has loaded yet, or it failed for this destination.
+        case refused(ErrorResponse)
     }
 
-    /// The parents of `url` (an http(s) URL), nil for direct or an unparsable URL.
-    func route(url: String) -> ParentRoute? {
-        guard let u = HTTPURL.parse(url) else { return nil }
-        return route(host: u.target.host, port: u.target.port)
+    /// The route to `host:port` for a request of `scheme` (`http`, `https`; a CONNECT counts as `https`).
+    /// `no_proxy` is authproxy's own decision and comes first, before any PAC file.
+    func lookup(scheme: String, host: String, port: Int) -> Lookup {
+        if config.noProxy.bypasses(host: host, port: port) { return .ready(nil) }
+        guard let pac else {
+            return .ready(config.parents.isEmpty ? nil : ParentRoute(candidates: config.parents, routing: self))
+        }
+        let source = config.pac?.description ?? ""
+        switch pac.lookup(Self.key(scheme: scheme, host: host, port: port)) {
+        case .miss:
+            return .pending
+        case .answer(.directive(let d)):
+            let r = d.route
+            return .ready(r.parents.isEmpty ? nil : ParentRoute(candidates: r.parents, routing: self, fallbackDirect: r.fallbackDirect))
+        case .answer(.failed(let message)):
+            return .refused(ErrorResponse(status: 502, message: "The PAC file \(source) gave no route to \(host):\(port)",
+                details: [message]))
+        case .notLoaded(let status):
+            var details = ["authproxy refuses requests rather than guess a route while no PAC file is in force "
+                + "([proxy] upstream_pac); it reads the file again every few seconds."]
+            if let e = status.lastError { details.insert(e, at: 0) }
+            return .refused(ErrorResponse(status: 502, message: "No PAC file loaded from \(source)", details: details,
+                retryAfter: 10))
+        }
+    }
+
+    /// Asks the PAC file about the destination off the caller's queue; `then` runs on the PAC engine's queue.
+    func evaluate(scheme: String, host: String, port: Int, then: @escaping @Sendable () -> Void) {
+        guard let pac else {
+            then()
+            return
+        }
+        pac.evaluate(Self.key(scheme: scheme, host: host, port: port), then: then)
+    }
+
+    /// The route of `url` (an http(s) URL), evaluating the PAC file and waiting for it if needed: for the token
+    /// service's queue, which may block, never an event loop. An unparsable URL goes direct (its request fails
+    /// on its own).
+    func routeWaiting(url: String) -> Result<ParentRoute?, ErrorResponse> {
+        guard let u = HTTPURL.parse(url) else { return .success(nil) }
+        let t = u.target
+        var lookup = lookup(scheme: t.scheme, host: t.host, port: t.port)
+        if lookup == .pending, let pac {
+            pac.evaluateNow(Self.key(scheme: t.scheme, host: t.host, port: t.port))
+            lookup = self.lookup(scheme: t.scheme, host: t.host, port: t.port)
+        }
+        switch lookup {
+        case .ready(let r): return .success(r)
+        case .refused(let e): return .failure(e)
+        case .pending: return .failure(ErrorResponse(status: 502, message: "The PAC file gave no route to \(t.host):\(t.port)"))
+        }
+    }
+
+    /// Host names as the PAC file sees them: lower-cased, without a trailing dot.
+    private static func key(scheme: String, host: String, port: Int) -> PacRouteCache.Key {
+        var h = host.lowercased()
+        if h.count > 1, h.hasSuffix(".") { h.removeLast() }
+        return PacRouteCache.Key(scheme: scheme, host: h, port: port)
     }
 }
 
@@ -48,4 +112,8 @@ final class ParentRouting: Sendable, Equatable {
 struct ParentRoute: Equatable {
     let candidates: [ParentProxy]
     let routing: ParentRouting
+    /// When every candidate failed in a way that moves on to the next one (``ParentFailover/backsOff(_:)``), the
+    /// destination is reached directly (a PAC file's `PROXY a; PROXY b; DIRECT`), with `deny_destinations`
+    /// checked as for any direct connection.
+    var fallbackDirect = false
 }

@@ -53,7 +53,7 @@ public struct DoctorProbe {
         }
 
         let routing = ParentRouting.standalone(upstreamProxy, credentials: credentials)
-        let route = routing?.route(host: target.host, port: target.port)
+        let route = routing.flatMap { (try? $0.routeWaiting(url: target.url).get()) ?? nil }
         f.parents = route?.candidates.map(\.url)
         if target.scheme == "https", route == nil {
             f.tls = try TLSProbe(

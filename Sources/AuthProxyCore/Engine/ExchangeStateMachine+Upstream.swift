@@ -16,6 +16,21 @@ extension ExchangeStateMachine {
         }
     }
 
+    /// The route waits for the PAC file's answer. Returns the exchange's serial (nil: no exchange).
+    mutating func routeRequested() -> Int? {
+        withExchange { e in
+            e.upstream = .awaitingRoute
+            return e.serial
+        }
+    }
+
+    /// Whether the route answer for exchange `serial` is still wanted (the exchange may have been answered, or
+    /// the connection closed, meanwhile).
+    func awaitsRoute(serial: Int) -> Bool {
+        guard case .exchange(let e) = state, e.serial == serial, case .awaitingRoute = e.upstream else { return false }
+        return true
+    }
+
     /// Whether a token answer tagged `serial` is still wanted (the exchange may have ended or closed).
     func awaitsToken(serial: Int) -> Bool {
         guard case .exchange(let e) = state, e.serial == serial, case .awaitingToken = e.upstream else { return false }

@@ -102,6 +102,8 @@ struct ExchangeStateMachine: Equatable {
     enum Upstream: Equatable {
         /// Nothing asked of an upstream (being routed, or answered by the proxy itself).
         case none
+        /// The PAC file is being asked for the route (off the loop); the request is planned again with its answer.
+        case awaitingRoute
         case awaitingToken(attempt: Int)
         case transferring(Transfer)
         /// The first attempt's token was rejected and its transfer stopped; a fresh token is asked for on the

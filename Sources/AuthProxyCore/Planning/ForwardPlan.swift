@@ -22,6 +22,9 @@ struct ForwardPlan: Equatable {
     var headerCredential: String? = nil
     /// The parent proxies the request goes through (nil: direct; `no_proxy` and the route decided here).
     var parentRoute: ParentRoute? = nil
+    /// The route depends on a PAC answer not known yet: nothing else in the plan is final; the executor asks
+    /// (``ParentRouting/evaluate(scheme:host:port:then:)``) and plans again.
+    var routePending = false
 
     /// The plan for forwarding to `url` as it is, with no credential: what ``RequestPlanner`` starts from.
     init(url: URLTarget) {

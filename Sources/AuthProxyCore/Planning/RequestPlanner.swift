@@ -174,7 +174,16 @@ enum RequestPlanner {
             }
         }
         if let routing = settings.routing {
-            plan.parentRoute = routing.route(host: plan.upstreamURL.host, port: plan.upstreamURL.port)
+            switch routing.lookup(scheme: plan.upstreamURL.scheme, host: plan.upstreamURL.host, port: plan.upstreamURL.port) {
+            case .ready(let route):
+                plan.parentRoute = route
+            case .pending:
+                // The PAC file is to be asked first (off the loop); the executor plans again with its answer.
+                plan.routePending = true
+                return nil
+            case .refused(let e):
+                return PlannedAnswer(error: e)
+            }
             if plan.parentRoute != nil, let refusal = deniedLiteral(plan.upstreamURL, deny: settings.denyDestinations) {
                 return PlannedAnswer(error: refusal)
             }

@@ -105,6 +105,11 @@ extension ProxyServer {
             tokens: tokens, tlsServer: tlsServer, proxyTLS: proxyTLS, shared: shared)
         current = context
         tokens?.use(routing: context.routing)
+        // The PAC file is read again on every reload (the file or the server may have changed with the rest).
+        if next.upstreamProxy.pac != nil || running.upstreamProxy.pac != nil {
+            shared.pac.configure(next.upstreamProxy.pac, refreshSeconds: next.upstreamProxy.pacRefreshSeconds,
+                timeoutSeconds: next.upstreamTimeoutSeconds, logger: logger)
+        }
         running = next
         // Each loop swaps on its own queue, so no exchange ever sees a half-installed generation and the
         // request path needs no lock: a request read after this line (any event handled after these blocks)

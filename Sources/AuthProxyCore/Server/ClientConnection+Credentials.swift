@@ -27,6 +27,10 @@ extension ClientConnection {
             respond(a.error, close: false, extraHeaders: a.extraHeaders)
             return
         }
+        if plan.routePending, let routing = context.routing {
+            awaitRoute(routing, url: url, target: plan.upstreamURL)
+            return
+        }
         x.upstreamURL = plan.upstreamURL
         x.upgradedToHTTPS = plan.upgradedToHTTPS
         x.networkAuth = plan.network
@@ -55,6 +59,22 @@ extension ClientConnection {
             return
         }
         obtainToken()
+    }
+
+    /// The PAC file has not been asked about `target` lately: it is evaluated on the PAC engine's queue (a PAC may
+    /// resolve names, which blocks) while this loop goes on; the request body, if any, is buffered meanwhile as
+    /// while a token is obtained (reading pauses when the buffers are full). With the answer cached, the request
+    /// is planned again from the start, unless the exchange ended or the connection closed meanwhile.
+    private func awaitRoute(_ routing: ParentRouting, url: URLTarget, target: URLTarget) {
+        guard let serial = machine.routeRequested() else { return }
+        let queue = loop.queue
+        nonisolated(unsafe) let me = self
+        routing.evaluate(scheme: target.scheme, host: target.host, port: target.port) {
+            queue.async {
+                guard me.machine.awaitsRoute(serial: serial) else { return }
+                me.forward(url)
+            }
+        }
     }
 
     /// `rate_limit`: spends one request of this client (its `[[client]]` name, else its address) from every

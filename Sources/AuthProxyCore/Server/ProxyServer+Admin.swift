@@ -27,12 +27,14 @@ extension ProxyServer: AdminBackend {
 
     func readiness() -> Readiness {
         let s = snapshot()
-        return readiness(s.context.config, s.tokens)
+        return readiness(s.context, s.tokens)
     }
 
-    private func readiness(_ config: ProxyConfig, _ tokens: TokenService?) -> Readiness {
-        Readiness.evaluate(listeners: listenerStates, shuttingDown: stopping.load(ordering: .relaxed),
-            prefetch: TokenService.prefetchKeys(config.credentials)) { key in tokens?.status(key: key) }
+    private func readiness(_ context: ServerContext, _ tokens: TokenService?) -> Readiness {
+        let config = context.config
+        return Readiness.evaluate(listeners: listenerStates, shuttingDown: stopping.load(ordering: .relaxed),
+            prefetch: TokenService.prefetchKeys(config.credentials),
+            pac: config.upstreamProxy.pac == nil ? nil : context.shared.pac.snapshot) { key in tokens?.status(key: key) }
     }
 
     func pacInputs() -> (settings: PacEndpoint.Settings, listeners: [ListenAddress]) {
@@ -61,7 +63,7 @@ extension ProxyServer: AdminBackend {
         let (connections, tunnels) = liveCounts()
         let (context, tokens, lastReload) = snapshot()
         let config = context.config
-        let readiness = readiness(config, tokens)
+        let readiness = readiness(context, tokens)
         let statuses = tokens?.status() ?? []
         let activity = ProxyMetrics.active?.activity.withLock { $0 } ?? CredentialActivity()
         let credentials = config.credentials.map { c -> StatusReport.Credential in

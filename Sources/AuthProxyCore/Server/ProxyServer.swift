@@ -108,6 +108,7 @@ public final class ProxyServer: @unchecked Sendable {
         current = context
         tokens?.use(routing: context.routing)
         warnParentBasic(config)
+        startPac(config, shared: context.shared)
         loops = (0..<config.workers).map { EventLoop(index: $0, context: context) }
         for fallback in ProxyQueue.takeThreadFallbacks() {
             logger.warning("a queue runs on libdispatch's worker pool instead of a thread of its own: the thread count can grow under load", metadata: ["cause": "\(fallback)"])
@@ -186,6 +187,22 @@ public final class ProxyServer: @unchecked Sendable {
             if case .kerberos(let k) = c.kind { return k }
             return nil
         }.first
+    }
+
+    /// `upstream_pac`: the first read happens before the listeners open, waiting up to `upstream_timeout_seconds`
+    /// (at most 15 s) for it, so the first requests are routed by the PAC file instead of refused. A read that
+    /// fails or takes longer does not stop the start: the resolver keeps trying, and until a PAC file loads
+    /// requests that need a route get a 502 naming it and `/readyz` is not ready.
+    func startPac(_ config: ProxyConfig, shared: SharedServerState) {
+        let u = config.upstreamProxy
+        guard let source = u.pac else { return }
+        let first = DispatchSemaphore(value: 0)
+        shared.pac.configure(source, refreshSeconds: u.pacRefreshSeconds, timeoutSeconds: config.upstreamTimeoutSeconds,
+            logger: logger) { first.signal() }
+        if first.wait(timeout: .now() + .seconds(min(config.upstreamTimeoutSeconds, 15))) == .timedOut {
+            logger.warning("the PAC file did not load within the start-up wait: requests that need a route are refused until it does",
+                metadata: ["pac": "\(source)"])
+        }
     }
 
     /// Basic to an `http://` parent sends the password in clear on the network to it (the parent usually

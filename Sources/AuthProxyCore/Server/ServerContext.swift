@@ -51,7 +51,7 @@ final class ServerContext: Sendable {
         viaValue = config.upstreamProxy.isConfigured ? shared.viaValue : "1.1 authproxy"
         routing = config.upstreamProxy.isConfigured
             ? ParentRouting(config: config.upstreamProxy, credentials: config.credentials, health: shared.parents,
-                via: shared.viaValue) : nil
+                via: shared.viaValue, pac: shared.pac) : nil
         shared.parents.setBackoff(seconds: config.upstreamProxy.backoffSeconds)
         self.pac = PacEndpoint.Settings(config)
     }

@@ -17,6 +17,8 @@ final class SharedServerState: Sendable {
     let descriptors = DescriptorExhaustion()
     /// The parent proxies' failover state and counts, kept across reloads.
     let parents = ParentHealth(backoffSeconds: 30)
+    /// `upstream_pac`: the PAC file in force and its answers, kept across reloads.
+    let pac = PacResolver()
     /// `1.1 authproxy-<8 hex>`, random per process (``ServerContext/viaValue``).
     let viaValue: String = {
         var g = SystemRandomNumberGenerator()

@@ -45,7 +45,7 @@ public final class SyncFetch: @unchecked Sendable {
         nonisolated(unsafe) var outcome: Result<HTTPFetch.Response, HTTPFetch.FetchError>? = nil
         let multi = multi
         let timeout = timeoutSeconds
-        let route = routing?.route(url: url)
+        let route = routing.flatMap { (try? $0.routeWaiting(url: url).get()) ?? nil }
         queue.async {
             let f = HTTPFetch(multi: multi, method: "GET", url: url, form: nil, timeoutSeconds: timeout, network: network,
                 route: route, bodyLimit: bodyLimit) { r in
@@ -65,7 +65,7 @@ public final class SyncFetch: @unchecked Sendable {
         let multi = multi
         let timeout = timeoutSeconds
         let network = HTTPURL.parse(url).map { store.network(for: $0.target) } ?? NetworkAuth()
-        let route = routing?.route(url: url)
+        let route = routing.flatMap { (try? $0.routeWaiting(url: url).get()) ?? nil }
         queue.async {
             let f = HTTPFetch(multi: multi, method: "POST", url: url, form: form, timeoutSeconds: timeout, network: network,
                 route: route) { r in

@@ -315,9 +315,19 @@ final class TokenFetcher {
         e.waiters.append(done)
         infos[key] = e
         guard e.waiters.count == 1 else { return }
+        let route: ParentRoute?
+        switch parentRoute(url) {
+        case .success(let r): route = r
+        case .failure(let refusal):
+            infos[key] = nil
+            let failure = InfoFailure(error: TokenError(credential: c.name, message: "cannot read \(Self.redacted(url)): \(refusal.message)"),
+                answered: false)
+            for w in e.waiters { w(.failure(failure)) }
+            return
+        }
         let f = HTTPFetch(
             multi: multi, method: "GET", url: url, form: nil, timeoutSeconds: timeoutSeconds,
-            network: network(for: url), route: routing?.route(url: url)
+            network: network(for: url), route: route
         ) { [self] result in
             var e = infos[key] ?? InfoEntry()
             let waiters = e.waiters
@@ -352,6 +362,13 @@ final class TokenFetcher {
         f.start()
     }
 
+    /// The parents for a fetch of `url`. This queue may wait for the PAC file's answer (it is no event loop);
+    /// with no PAC file loaded the fetch fails as client requests do, instead of going direct.
+    private func parentRoute(_ url: String) -> Result<ParentRoute?, ErrorResponse> {
+        guard let routing else { return .success(nil) }
+        return routing.routeWaiting(url: url)
+    }
+
     // MARK: - token service calls
 
     /// POSTs `fields` to the token service at `url` and reads its answer as `Body`; a refusal in any shape
@@ -360,9 +377,16 @@ final class TokenFetcher {
         _ c: Credential, url: String, fields: [(String, String)], answer: Body.Type,
         done: @escaping (Result<Answer<Body>, TokenError>) -> Void
     ) {
+        let route: ParentRoute?
+        switch parentRoute(url) {
+        case .success(let r): route = r
+        case .failure(let refusal):
+            done(.failure(TokenError(credential: c.name, message: "token service \(Self.redacted(url)) failed: \(refusal.message)")))
+            return
+        }
         let f = HTTPFetch(
             multi: multi, method: "POST", url: url, form: fields, timeoutSeconds: timeoutSeconds,
-            network: network(for: url), route: routing?.route(url: url)
+            network: network(for: url), route: route
         ) { result in
             switch result {
             case .failure(let err):

@@ -82,8 +82,35 @@ final class Tunnel: SocketChannelOwner {
 
     func start() {
         connectDeadline = DispatchTime.now().uptimeNanoseconds + UInt64(timeoutSeconds) * 1_000_000_000
+        route()
+    }
+
+    /// Direct, through the parents, or, when the PAC file is to be asked first, later: the evaluation runs on the
+    /// PAC engine's queue and this comes back on the loop (the client's reading is paused meanwhile; the connect
+    /// timeout runs from ``start()``). A CONNECT is asked about as `https://host:port/`.
+    private func route() {
         let context = connection.context
-        if let route = context.routing?.route(host: host, port: port) {
+        var route: ParentRoute? = nil
+        if let routing = context.routing {
+            switch routing.lookup(scheme: "https", host: host, port: port) {
+            case .ready(let r):
+                route = r
+            case .refused(let e):
+                fail(e)
+                return
+            case .pending:
+                let queue = connection.loop.queue
+                nonisolated(unsafe) let me = self
+                routing.evaluate(scheme: "https", host: host, port: port) {
+                    queue.async {
+                        guard !me.closed else { return }
+                        me.route()
+                    }
+                }
+                return
+            }
+        }
+        if let route {
             if let refusal = RequestPlanner.deniedLiteral(URLTarget(scheme: "https", host: host, port: port, pathAndQuery: "/"),
                 deny: context.access.denyDestinations)
             {
@@ -121,8 +148,11 @@ final class Tunnel: SocketChannelOwner {
     /// is relayed like a direct one, read and written through ``CurlLink`` (TLS to an https parent).
     private func startThroughParent(_ route: ParentRoute) {
         let loop = connection.loop
+        // deny_destinations reaches the connector for a direct connection after every parent failed (a route
+        // ending in DIRECT); the sockets to the parents are not checked against it.
         let c = CurlConnector(multi: loop.multi, urlHost: host.contains(":") ? "[\(host)]" : host, port: port, tls: false,
-            trust: nil, timeoutSeconds: timeoutSeconds, denyDestinations: [], route: route)
+            trust: nil, timeoutSeconds: timeoutSeconds, denyDestinations: connection.context.access.denyDestinations,
+            route: route)
         connector = c
         c.start { [unowned self] result in
             connector = nil

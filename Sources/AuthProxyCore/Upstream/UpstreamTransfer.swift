@@ -110,6 +110,10 @@ final class UpstreamTransfer {
     /// With a parent route: the parents in the order tried, and the one in use.
     private var parents: [ParentProxy] = []
     private var parentIndex = 0
+    /// Every parent failed and the route allows the destination directly (a PAC file's trailing `DIRECT`).
+    private var wentDirect = false
+    /// Through a parent now (a route, and not gone direct after them).
+    private var viaParent: Bool { request.parentRoute != nil && !wentDirect }
     /// A header line reached the delegate: the transfer can no longer move to another parent.
     private var delivered = false
     /// Request-body bytes were taken from the delegate (another parent needs them rewound).
@@ -176,7 +180,7 @@ final class UpstreamTransfer {
             if let total = request.totalTimeoutSeconds { ap_easy_setopt_long(e, CURLOPT_TIMEOUT, total) }
             applyNetworkAuth(e)
         }
-        if let route = request.parentRoute {
+        if let route = request.parentRoute, !wentDirect {
             if parents.isEmpty { parents = route.routing.health.order(route.candidates) }
             h.applyParent(parents[parentIndex], routing: route.routing, tunnel: false, https: request.url.hasPrefix("https:"))
             route.routing.health.attempted(parents[parentIndex])
@@ -267,15 +271,23 @@ final class UpstreamTransfer {
     func finished(_ code: CURLcode, on h: CurlEasyHandle) {
         easy = nil
         var parentFailure: ParentFailure? = nil
-        if let route = request.parentRoute {
+        if let route = request.parentRoute, !wentDirect {
             let parent = parents[parentIndex]
             if let cause = code == CURLE_OK && status == 407 ? .auth : h.parentFailure(code: code) {
                 route.routing.health.failed(parent, cause: cause)
-                // Nothing reached the client and the parent is at fault: the next parent gets the request.
-                if ParentFailover.backsOff(cause), parentIndex + 1 < parents.count, !delivered,
+                // Nothing reached the client and the parent is at fault: the next parent gets the request, or,
+                // after the last one, the destination itself when the route allows it.
+                let next = parentIndex + 1 < parents.count
+                if ParentFailover.backsOff(cause), next || route.fallbackDirect, !delivered,
                     !bodyTaken || delegate?.transferRewindBody() == true, delegate != nil
                 {
-                    parentIndex += 1
+                    if next {
+                        parentIndex += 1
+                    } else {
+                        wentDirect = true
+                        // Now libcurl opens sockets to the destination: deny_destinations applies to them.
+                        destinationCheck = DestinationCheck(deny: request.denyDestinations)
+                    }
                     status = 0
                     bodyTaken = false
                     answeredSinceSend = false
@@ -327,7 +339,7 @@ final class UpstreamTransfer {
         }
         // A 407 through a parent is the parent's (libcurl answers its challenges; one left is a refusal): neither
         // its head nor its body reaches the client.
-        if status == 407, request.parentRoute != nil { return p.count }
+        if status == 407, viaParent { return p.count }
         delivered = true
         if p.count <= 2, status == 204 || status == 304, !multi.ownedByOneClient, let easy {
             // A bodiless answer: late bytes after it (a body it should not have) could only be caught by the
@@ -343,7 +355,7 @@ final class UpstreamTransfer {
 
     fileprivate func body(_ p: UnsafeRawBufferPointer) -> Int {
         guard let d = delegate else { return 0 }
-        if status == 407, request.parentRoute != nil { return p.count }
+        if status == 407, viaParent { return p.count }
         switch d.transferDidReceiveBody(p) {
         case .accepted: return p.count
         case .pause:

@@ -444,6 +444,25 @@ import Testing
         #expect(m.awaitsToken(serial: second))
     }
 
+    /// The PAC file's answer comes back on the loop after the exchange was answered (or the connection closed):
+    /// it is dropped; for the exchange still waiting it is taken, once.
+    @Test func aRouteAnswerIsTakenOnlyByTheExchangeWaitingForIt() {
+        var m = Self.forwarding(transfer: false)
+        let first = m.routeRequested()!
+        #expect(m.awaitsRoute(serial: first))
+        #expect(!m.awaitsToken(serial: first))
+        m.transferStarted(inspect: false, now: 1)
+        #expect(!m.awaitsRoute(serial: first))
+        _ = m.answerLocally(status: 502, close: false)
+        _ = m.endExchange(shuttingDown: false, now: 2)
+        m.requestBegan(.init(), shuttingDown: false, now: 3)
+        let second = m.routeRequested()!
+        #expect(!m.awaitsRoute(serial: first))
+        #expect(m.awaitsRoute(serial: second))
+        m.closed()
+        #expect(!m.awaitsRoute(serial: second))
+    }
+
     @Test func aClientGoneWhileARetryIsScheduledCancelsIt() {
         var m = Self.forwarding(inspect: true)
         _ = m.responseHeadCommitted(status: 498, framing: Self.plain, inspection: .rejectedByStatus)

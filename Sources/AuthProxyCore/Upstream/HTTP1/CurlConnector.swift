@@ -24,10 +24,14 @@ final class CurlConnector {
     private let timeoutSeconds: Int
     private let destination: String
     private let deny: [AddressBlock]
+    /// `deny_destinations`, for a direct connection after every parent failed.
+    private let denyDirect: [AddressBlock]
     private var destinationCheck: DestinationCheck
     private let route: ParentRoute?
     private var parents: [ParentProxy] = []
     private var parentIndex = 0
+    /// Every parent failed and the route allows the destination directly (a PAC file's trailing `DIRECT`).
+    private var wentDirect = false
     private var easy: CurlEasyHandle?
     private var done: ((Result<CurlLink, UpstreamError>) -> Void)?
 
@@ -44,12 +48,13 @@ final class CurlConnector {
         destination = "\(urlHost):\(port)"
         // Through a parent the sockets libcurl opens go to the parent (see ``UpstreamTransfer``).
         deny = route == nil ? denyDestinations : []
+        denyDirect = denyDestinations
         destinationCheck = DestinationCheck(deny: deny)
         if let route { parents = route.routing.health.order(route.candidates) }
     }
 
     /// The parent in use (nil: direct).
-    var parent: ParentProxy? { parents.isEmpty ? nil : parents[parentIndex] }
+    var parent: ParentProxy? { parents.isEmpty || wentDirect ? nil : parents[parentIndex] }
 
     func start(_ done: @escaping (Result<CurlLink, UpstreamError>) -> Void) {
         assertOnQueue(multi.queue)
@@ -104,10 +109,17 @@ final class CurlConnector {
         if let route, let p = parent {
             if let cause = h.parentFailure(code: code) {
                 route.routing.health.failed(p, cause: cause)
-                if ParentFailover.backsOff(cause), parentIndex + 1 < parents.count {
+                let next = parentIndex + 1 < parents.count
+                if ParentFailover.backsOff(cause), next || route.fallbackDirect {
                     // The handle failed: CurlMulti releases it after this call.
-                    parentIndex += 1
-                    destinationCheck = DestinationCheck(deny: deny)
+                    if next {
+                        parentIndex += 1
+                        destinationCheck = DestinationCheck(deny: deny)
+                    } else {
+                        // The destination itself now: deny_destinations applies to the sockets libcurl opens.
+                        wentDirect = true
+                        destinationCheck = DestinationCheck(deny: denyDirect)
+                    }
                     attempt()
                     return
                 }

@@ -164,7 +164,8 @@ final class HTTP1Transfer: UpstreamExchange {
             me.connector = nil
             switch result {
             case .success(let link):
-                if let p = c.parent { me.route = .parent(p) }
+                // The parent that carried it, or direct after every parent failed (a route ending in DIRECT).
+                me.route = c.parent.map { .parent($0) } ?? .direct
                 me.connected(UpstreamConnection(link: link, key: me.key, pool: me.pool))
             case .failure(let error):
                 me.fail(error)

@@ -1,0 +1,2 @@
+#include <stdarg.h>
+#include <pacparser.h>

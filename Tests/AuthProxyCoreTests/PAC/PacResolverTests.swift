@@ -1,0 +1,140 @@
+import Dispatch
+import Foundation
+import Logging
+import Testing
+
+@testable import AuthProxyCore
+
+/// The PAC file read from disk and evaluated by the real engine (pacparser), routes given through
+/// ``ParentRouting``: no sockets. Serialized: the engine is one per process.
+@Suite(.serialized) struct PacResolverTests {
+    static let pac = """
+        function FindProxyForURL(url, host) {
+            if (host == "a.example") return "PROXY pa.corp:3128";
+            if (dnsDomainIs(host, ".b.example")) return "PROXY pb.corp:3128; PROXY pc.corp:3128; DIRECT";
+            if (shExpMatch(url, "https://s.example:8443/")) return "HTTPS ps.corp:443";
+            if (host == "boom.example") throw "no rule for boom";
+            return "DIRECT";
+        }
+        """
+
+    let dir: String = {
+        let d = FileManager.default.temporaryDirectory.appendingPathComponent("pac-\(UUID().uuidString)").path
+        try? FileManager.default.createDirectory(atPath: d, withIntermediateDirectories: true)
+        return d
+    }()
+
+    func write(_ text: String) -> String {
+        let path = dir + "/proxy.pac"
+        FileManager.default.createFile(atPath: path, contents: Data(text.utf8))
+        return path
+    }
+
+    /// Configures `resolver` on `path` and waits for the read to end.
+    func load(_ resolver: PacResolver, _ path: String) {
+        let done = DispatchSemaphore(value: 0)
+        resolver.configure(.file(path), refreshSeconds: 3600, timeoutSeconds: 5, logger: Logger(label: "test")) { done.signal() }
+        done.wait()
+    }
+
+    func routing(_ resolver: PacResolver, noProxy: [String] = []) -> ParentRouting {
+        var u = UpstreamProxyConfig()
+        u.pac = .file(dir + "/proxy.pac")
+        if case .success(let n) = NoProxyList.parse(noProxy) { u.noProxy = n }
+        return ParentRouting(config: u, credentials: [], health: ParentHealth(backoffSeconds: 30), pac: resolver)
+    }
+
+    func route(_ r: ParentRouting, _ scheme: String, _ host: String, _ port: Int) -> ParentRouting.Lookup {
+        if r.lookup(scheme: scheme, host: host, port: port) == .pending {
+            let done = DispatchSemaphore(value: 0)
+            r.evaluate(scheme: scheme, host: host, port: port) { done.signal() }
+            done.wait()
+        }
+        return r.lookup(scheme: scheme, host: host, port: port)
+    }
+
+    @Test func destinationsGoWhereThePacFileSays() {
+        let resolver = PacResolver()
+        load(resolver, write(Self.pac))
+        #expect(resolver.snapshot.loaded)
+        let r = routing(resolver, noProxy: ["a.example:8080"])
+        #expect(r.lookup(scheme: "http", host: "a.example", port: 80) == .pending)
+        guard case .ready(let a?) = route(r, "http", "A.Example.", 80) else {
+            Issue.record("no route for a.example")
+            return
+        }
+        #expect(a.candidates.map(\.url) == ["http://pa.corp:3128"])
+        #expect(!a.fallbackDirect)
+        guard case .ready(let b?) = route(r, "https", "x.b.example", 443) else {
+            Issue.record("no route for x.b.example")
+            return
+        }
+        #expect(b.candidates.map(\.url) == ["http://pb.corp:3128", "http://pc.corp:3128"])
+        #expect(b.fallbackDirect)
+        guard case .ready(let s?) = route(r, "https", "s.example", 8443) else {
+            Issue.record("no route for s.example:8443")
+            return
+        }
+        #expect(s.candidates.map(\.url) == ["https://ps.corp:443"])
+        #expect(route(r, "https", "s.example", 443) == .ready(nil))
+        #expect(route(r, "http", "elsewhere.example", 80) == .ready(nil))
+        // no_proxy is authproxy's own decision, taken before the PAC file is asked.
+        #expect(r.lookup(scheme: "http", host: "a.example", port: 8080) == .ready(nil))
+        // A rule that throws: refused with a 502 naming the PAC file, not sent direct.
+        guard case .refused(let e) = route(r, "http", "boom.example", 80) else {
+            Issue.record("boom.example was routed")
+            return
+        }
+        #expect(e.status == 502)
+        #expect(e.message.contains("proxy.pac"))
+    }
+
+    @Test func aBrokenPacFileLeavesTheLastGoodOneInForce() {
+        let resolver = PacResolver()
+        load(resolver, write(Self.pac))
+        let r = routing(resolver)
+        #expect(route(r, "http", "a.example", 80) != .ready(nil))
+        load(resolver, write("function FindProxyForURL(url, host) { return \"PROXY x:1\"; "))
+        let s = resolver.snapshot
+        #expect(s.loaded)
+        #expect(s.lastError != nil)
+        #expect(s.failures == 1)
+        // The cache was not cleared, and a fresh evaluation still uses the old file.
+        guard case .ready(let again?) = route(r, "http", "x.b.example", 80) else {
+            Issue.record("the old PAC file is gone")
+            return
+        }
+        #expect(again.candidates.first?.host == "pb.corp")
+        // A file without FindProxyForURL is refused too.
+        load(resolver, write("var x = 1;"))
+        #expect(resolver.snapshot.failures == 2)
+        #expect(route(r, "http", "y.b.example", 80) != .ready(nil))
+        // A good new file replaces it, and its answers replace the old ones.
+        load(resolver, write("function FindProxyForURL(url, host) { return \"PROXY new.corp:1; DIRECT\"; }"))
+        #expect(resolver.snapshot.lastError == nil)
+        guard case .ready(let fresh?) = route(r, "http", "x.b.example", 80) else {
+            Issue.record("the new PAC file is not in force")
+            return
+        }
+        #expect(fresh.candidates.map(\.url) == ["http://new.corp:1"])
+    }
+
+    @Test func withoutAnyPacFileRequestsAreRefused() {
+        let resolver = PacResolver()
+        load(resolver, dir + "/missing.pac")
+        let s = resolver.snapshot
+        #expect(!s.loaded)
+        #expect(s.lastError?.contains("missing.pac") == true)
+        let r = routing(resolver)
+        guard case .refused(let e) = r.lookup(scheme: "http", host: "a.example", port: 80) else {
+            Issue.record("routed without a PAC file")
+            return
+        }
+        #expect(e.status == 502)
+        #expect(e.message.contains("No PAC file loaded"))
+        #expect(r.routeWaiting(url: "https://a.example/arcgis/tokens") == .failure(e))
+        let ready = Readiness.evaluate(listeners: [], shuttingDown: false, prefetch: [], pac: s) { _ in nil }
+        #expect(!ready.ready)
+        #expect(ready.reasons.first?.contains("no PAC file loaded") == true)
+    }
+}
