@@ -52,7 +52,7 @@ final class PacResolver: @unchecked Sendable {
     private var timeoutSeconds = 30
     private var logger = Logger(label: "authproxy")
     private var multi: CurlMulti?
-    private var timer: DispatchSourceTimer?
+    private var timer: (any DispatchSourceTimer)?
     private var loading = false
     /// A read was asked for (a reload) while one was under way: read again when it ends.
     private var again = false
