@@ -21,6 +21,7 @@ import harness
 from harness import cred
 from httpraw import wait_until
 from parents import rig as parents_rig
+from netauth.fixtures import netauth_rig  # noqa: F401,E402
 from parents.fixtures import (ntlm_parent, parents_dir, parents_realm, squid_basic, squid_factory,  # noqa: F401
                               squid_negotiate)
 from test_admin import samples, start_with_admin, value
@@ -463,3 +464,46 @@ def test_websocket_through_the_parent(proxy_factory, squid_basic):
         assert lines and lines[-1]["user"] == "alice", sq.access_log_lines()[-5:]
     finally:
         echo.stop()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# a real GIS client: GDAL behind a corporate parent, with no credential of its own
+# ---------------------------------------------------------------------------------------------------------
+
+def test_gdal_reads_a_token_secured_layer_through_the_parent(proxy_factory, squid_basic, ags):
+    import shutil
+    import subprocess
+    if not shutil.which("ogrinfo"):
+        pytest.skip("ogrinfo (gdal-bin) not installed")
+    sq = squid_basic
+    p = proxy_factory(proxy=parent_settings(sq), extra_config=corp()
+                      + cred("gis", "arcgis-token", ags.server_root, username="alice", password="alice-pass"))
+    env = harness.clean_env({"GDAL_HTTP_PROXY": p.authority, "GDAL_HTTP_TIMEOUT": "30", "GDAL_HTTP_MAX_RETRY": "0",
+                             "CPL_VSIL_CURL_ALLOWED_EXTENSIONS": ""})
+    url = ags.query_url() + "?where=1%3D1&outFields=*&f=json"
+    r = subprocess.run(["ogrinfo", "-ro", "-al", "-so", url], capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Feature Count:" in r.stdout, r.stdout
+    # the layer query, and the token request before it, went through the parent
+    assert squid_lines(sq, "GET", ags.query_url(), status=200), sq.access_log_lines()[-10:]
+    assert squid_lines(sq, "POST", ags.server_root + "/tokens/generateToken", status=200), sq.access_log_lines()[-10:]
+
+
+def test_a_clients_own_ntlm_login_passes_through_the_parent_on_its_own_connections(proxy_factory, squid_basic,
+                                                                                   netauth_rig):
+    """No credential of the proxy matches the NTLM server: the client (curl --ntlm) logs in itself, through
+    authproxy and the parent. Its authproxy→parent connection is its own (affinity), so the connection-bound
+    login holds for its second request, and another client without credentials is never served as it."""
+    import subprocess
+    rig = netauth_rig
+    p = proxy_factory(proxy=parent_settings(squid_basic), extra_config=corp())
+    env = harness.clean_env()
+    a = subprocess.run(["curl", "-sS", "-x", p.url, "--ntlm", "-u", "TESTDOM\\alice:alice-pw",
+                        "-o", "/dev/null", "-w", "%{http_code} ", rig.ntlm.url + "pa1", "-o", "/dev/null", rig.ntlm.url + "pa2"],
+                       capture_output=True, text=True, env=env, timeout=60)
+    assert a.stdout.split() == ["200", "200"], (a.stdout, a.stderr, p.log_text()[-2000:])
+    assert squid_lines(squid_basic, "GET", rig.ntlm.url + "pa2", status=200), squid_basic.access_log_lines()[-10:]
+    for i in range(4):
+        b = subprocess.run(["curl", "-sS", "-x", p.url, "-o", "/dev/null", "-w", "%{http_code}", rig.ntlm.url + "pb%d" % i],
+                           capture_output=True, text=True, env=env, timeout=60)
+        assert b.stdout == "401", (i, b.stdout, b.stderr)

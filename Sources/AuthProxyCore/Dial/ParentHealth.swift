@@ -13,6 +13,8 @@ final class ParentHealth: @unchecked Sendable {
     private let lock = Lock()
     private var failover: ParentFailover
     private var stats: [ParentProxy: Stats] = [:]
+    /// The schemes each parent's last 407 offered (lower-cased), for ``basicOnly(_:)``.
+    private var offers: [ParentProxy: Set<String>] = [:]
     private let now: @Sendable () -> UInt64
 
     init(backoffSeconds: Int, now: @escaping @Sendable () -> UInt64 = { DispatchTime.now().uptimeNanoseconds / 1_000_000 }) {
@@ -50,6 +52,17 @@ final class ParentHealth: @unchecked Sendable {
             stats[p, default: Stats()].failures[cause, default: 0] += 1
             failover.failed(p, cause: cause, now: t)
         }
+    }
+
+    /// A 407 from `p` offered these schemes.
+    func offered(_ p: ParentProxy, schemes: Set<String>) {
+        lock.withLock { offers[p] = schemes }
+    }
+
+    /// Whether `p` offers Basic alone: then the credential is sent with the first request (libcurl sends Basic
+    /// unasked only when it is the one scheme allowed), instead of every request first meeting a 407.
+    func basicOnly(_ p: ParentProxy) -> Bool {
+        lock.withLock { offers[p] == ["basic"] }
     }
 
     struct Snapshot: Sendable {

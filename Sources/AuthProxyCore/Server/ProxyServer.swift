@@ -213,7 +213,7 @@ public final class ProxyServer: @unchecked Sendable {
             case .password(let pw) = c.kind, pw.schemes.contains(.basic)
         else { return }
         for p in u.parents where p.scheme == .http {
-            logger.warning("a parent proxy that offers only Basic gets the password in clear over http",
+            logger.warning("a parent proxy that takes Basic gets the password in clear over http",
                 metadata: ["parent": "\(p)", "credential": "\(name)", "hint": "use an https:// parent, or schemes = [\"ntlm\"] / [\"digest\"] if the parent offers them"])
         }
     }

@@ -118,6 +118,8 @@ final class UpstreamTransfer {
     private var delivered = false
     /// Request-body bytes were taken from the delegate (another parent needs them rewound).
     private var bodyTaken = false
+    /// The schemes of the parent's 407 being read.
+    private var parentOffers: Set<String> = []
 
     init(multi: CurlMulti, request: UpstreamRequest, destination: String, delegate: any UpstreamTransferDelegate) {
         self.multi = multi
@@ -338,8 +340,11 @@ final class UpstreamTransfer {
             status = Int(p[9] &- 48) * 100 + Int(p[10] &- 48) * 10 + Int(p[11] &- 48)
         }
         // A 407 through a parent is the parent's (libcurl answers its challenges; one left is a refusal): neither
-        // its head nor its body reaches the client.
-        if status == 407, viaParent { return p.count }
+        // its head nor its body reaches the client. The schemes it offers are noted for the parent.
+        if status == 407, viaParent, let route = request.parentRoute {
+            noteParentOffer(p, route: route)
+            return p.count
+        }
         delivered = true
         if p.count <= 2, status == 204 || status == 304, !multi.ownedByOneClient, let easy {
             // A bodiless answer: late bytes after it (a body it should not have) could only be caught by the
@@ -351,6 +356,20 @@ final class UpstreamTransfer {
         d.transferDidReceiveHeaderLine(p)
         // Cancelled from the callback (a refused head, a token rejection): stop libcurl reading this response now.
         return delegate == nil ? 0 : p.count
+    }
+
+    /// The schemes of a parent's 407, collected line by line and recorded at the end of its head.
+    private func noteParentOffer(_ line: UnsafeRawBufferPointer, route: ParentRoute) {
+        if line.count >= 5, line.starts(with: "HTTP/".utf8) {
+            parentOffers = []
+        } else if line.count <= 2 {
+            if !parentOffers.isEmpty { route.routing.health.offered(parents[parentIndex], schemes: parentOffers) }
+        } else {
+            let text = String(decoding: line, as: UTF8.self)
+            guard let colon = text.firstIndex(of: ":"), text[..<colon].caseInsensitiveEquals("proxy-authenticate") else { return }
+            let value = text[text.index(after: colon)...].trimmingHTTPWhitespace()
+            if let scheme = value.split(separator: " ").first { parentOffers.insert(scheme.lowercased()) }
+        }
     }
 
     fileprivate func body(_ p: UnsafeRawBufferPointer) -> Int {
