@@ -1,3 +1,5 @@
+import Dispatch
+
 /// Where ``TokenService`` keeps tokens beyond its memory: what it saves for a restart, what other processes
 /// (`authproxy login`, `signout`, other replicas) change, and — for a fleet — who fetches a token and who waits.
 ///
@@ -49,6 +51,8 @@ protocol TokenStore: AnyObject {
 
 /// What ``TokenService`` learns from a store between its own calls.
 protocol TokenStoreObserver: AnyObject {
+    /// The queue the store's calls and completions run on (the token service's).
+    var queue: DispatchQueue { get }
     /// Another replica withdrew the token of `slot` that `matches` (an upstream rejected it): drop it here too.
     func sharedTokenWithdrawn(_ slot: TokenSlot, matches: (IssuedToken) -> Bool)
     /// A credential's sign-in changed elsewhere (`login`, `signout`).
