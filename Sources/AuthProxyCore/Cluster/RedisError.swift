@@ -40,7 +40,7 @@ struct RedisError: Error, Sendable, Equatable, CustomStringConvertible {
         case "MOVED", "ASK", "CLUSTERDOWN", "CROSSSLOT":
             return RedisError(
                 .clusterMode,
-                "the Redis endpoint is in cluster mode, which is not supported: use a single Redis (or a primary behind a failover address)")
+                "cluster mode is not supported: the Redis endpoint answered \(code) (a Redis Cluster); use a single Redis, or a primary behind a failover address")
         default:
             return RedisError(.server, "Redis refused \(command): \(text)")
         }

@@ -4,6 +4,11 @@ import Dispatch
 /// token already, or be fetching it), its result is published, a rejected token is withdrawn, and the refresh
 /// token of an `oauth-user` credential is the store's when it has one. Everything here runs on the service queue.
 extension TokenService: TokenStoreObserver {
+    /// `[cluster]`'s state as this replica sees it; nil without `[cluster]`. Any thread.
+    public var clusterStatus: ClusterStatus? {
+        (tokenStore as? ClusterTokenStore)?.status.withLock { $0 }
+    }
+
     /// The store's name for the token of `c` at `root`; nil for a credential not configured now.
     func slot(_ c: Credential, root: String, isPortal: Bool) -> TokenSlot? {
         dispatchPrecondition(condition: .onQueue(queue))
