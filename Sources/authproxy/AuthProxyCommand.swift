@@ -341,6 +341,11 @@ struct Login: ParsableCommand {
             {
                 printError("authproxy: warning: the damaged token state file was renamed to \(aside)")
             }
+            if config.cluster != nil {
+                try ClusterSignIn.store(c, config: config, refreshToken: grant.refreshToken,
+                    expires: grant.refreshExpires, username: grant.username)
+                printNow("The refresh token is in the fleet's Redis ([cluster]): every replica uses it.")
+            }
             printNow("Signed in\(grant.username.map { " as \($0)" } ?? ""); refresh token stored for credential '\(c.name)'.")
             printNow("A running proxy picks it up with its next request for this credential.")
         } catch let e as StateError {

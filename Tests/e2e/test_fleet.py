@@ -245,3 +245,37 @@ def test_nothing_readable_in_redis(proxy_factory, ags_fleet, redis_server):
                                   STATE_KEY]:
         assert secret not in dump, secret
     assert all(re.fullmatch(r"authproxy:[tlr]:[0-9a-f]{64}", k) for k in keys), keys
+
+
+def test_login_once_serves_every_replica_and_signout_once_stops_them_all(proxy_factory, federation, redis_server, tmp_path):
+    from test_token_state import login, last_user
+    portal, server = federation
+    creds = cluster_section(redis_server.url()) + cred(
+        "me", "oauth-user", [portal.portal_url, server.server_root], client_id="proxyapp",
+        portal_url=portal.portal_url, redirect_uri="http://127.0.0.1:%d/callback" % harness.free_port())
+    # `login` runs with a state directory of its own (another machine than any replica's).
+    section = harness.default_proxy_section(harness.free_port(), str(tmp_path / "login-state"))
+    section["state_key"] = STATE_KEY
+    conf = tmp_path / "login.conf"
+    conf.write_text(harness.render_config(section, harness.default_log_section()) + creds)
+    fleet = [proxy_factory(proxy={"state_key": STATE_KEY, "workers": 1}, extra_config=creds) for _ in range(3)]
+    wait_connected(fleet)
+    # Nobody signed in yet: every replica says so.
+    for p in fleet:
+        r = get(p, server.query_url() + "?f=json")
+        assert r.status_code == 502 and "no refresh token" in r.text, r.text[:300]
+    out = login(conf)
+    assert "fleet's Redis" in out, out
+    for p in fleet:
+        r = get(p, server.query_url() + "?f=json")
+        assert r.status_code == 200 and r.json().get("features"), r.text[:300]
+        assert last_user(server) == "alice"
+    # One refresh grant for the whole fleet (the lock): the other replicas took its tokens from Redis.
+    refresh = [c for c in portal.token_calls("oauth2.token") if c["kind"] != "oauth_authorization_code"]
+    assert len(refresh) == 1, portal.token_calls()
+    r = harness.run_cli(["signout", "--config", str(conf), "--credential", "me"])
+    assert r.returncode == 0 and "deleted from the fleet's Redis" in r.stdout, r.stdout + r.stderr
+    for p in fleet:
+        assert p.wait_for_log(lambda l: "refresh token removed from the fleet's store" in l, timeout=5), p.log_text()[-2000:]
+        r = get(p, server.query_url() + "?f=json")
+        assert r.status_code != 200 or not r.json().get("features"), r.text[:300]
