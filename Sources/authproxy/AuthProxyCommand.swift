@@ -213,6 +213,7 @@ struct Check: ParsableCommand {
         }
         print("  log:                      level=\(c.logLevel.rawValue) format=\(c.logFormat.rawValue)")
         print("  state_key:                \(c.stateKey == nil ? "not set (token state stored in clear)" : "set")")
+        print("  cluster:                  \(c.cluster.map { "\($0.endpoint.redacted), key_prefix \($0.keyPrefix), timeout_ms \($0.timeoutMillis)\($0.required ? ", required" : "") (tokens shared through Redis)" } ?? "off (this process alone)")")
         print("  max_replay_bytes:         \(c.maxReplayBytes)")
         print("  pac_address:              \(c.pacAddress ?? "not set (/proxy.pac names the proxy by the Host it was fetched with)")")
         print("  pac_fallback:             \(c.pacFallback.rawValue)")
