@@ -4,7 +4,7 @@
 
 FROM swift:6.1-bookworm AS build
 RUN apt-get update \
- && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libcurl4-openssl-dev libssl-dev libpacparser-dev pkg-config \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libcurl4-openssl-dev libssl-dev libpacparser-dev libhiredis-dev pkg-config \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY Package.swift ./
@@ -14,7 +14,7 @@ RUN swift build -c release --product authproxy --static-swift-stdlib \
 
 FROM debian:bookworm-slim
 RUN apt-get update \
- && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libcurl4 libssl3 libpacparser1 ca-certificates curl krb5-user \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libcurl4 libssl3 libpacparser1 libhiredis0.14 ca-certificates curl krb5-user \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --system --gid 10001 authproxy \
  && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/authproxy --shell /usr/sbin/nologin authproxy \

@@ -36,6 +36,13 @@ let package = Package(
             name: "CPacParser",
             providers: [.apt(["libpacparser-dev"])]
         ),
+        // Redis for a fleet (`[cluster]`): hiredis formats commands and parses replies; the connection is the
+        // proxy's own (RedisConnection.swift).
+        .systemLibrary(
+            name: "CHiredis",
+            pkgConfig: "hiredis",
+            providers: [.apt(["libhiredis-dev"])]
+        ),
         .target(
             name: "CAuthProxyShims",
             dependencies: ["CCurl", "COpenSSL"]
@@ -45,6 +52,7 @@ let package = Package(
             dependencies: [
                 "CAuthProxyShims",
                 "CCurl",
+                "CHiredis",
                 "COpenSSL",
                 "CPacParser",
                 "CZlib",

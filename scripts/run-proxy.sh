@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Builds authproxy (release) and runs it with the given config (default: proxy.conf.example).
-# Installs libcurl4-openssl-dev, libssl-dev and libpacparser-dev first if they are missing (Debian/Ubuntu, needs root or sudo).
+# Installs libcurl4-openssl-dev, libssl-dev, libpacparser-dev and libhiredis-dev first if they are missing (Debian/Ubuntu, needs root or sudo).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 config="${1:-proxy.conf.example}"
 shift || true
 
 need=()
-for pkg in libcurl4-openssl-dev libssl-dev libpacparser-dev pkg-config; do
+for pkg in libcurl4-openssl-dev libssl-dev libpacparser-dev libhiredis-dev pkg-config; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -213,6 +213,7 @@ struct Check: ParsableCommand {
         }
         print("  log:                      level=\(c.logLevel.rawValue) format=\(c.logFormat.rawValue)")
         print("  state_key:                \(c.stateKey == nil ? "not set (token state stored in clear)" : "set")")
+        print("  cluster:                  \(c.cluster.map { "\($0.endpoint.redacted), key_prefix \($0.keyPrefix), timeout_ms \($0.timeoutMillis)\($0.required ? ", required" : "") (tokens shared through Redis)" } ?? "off (this process alone)")")
         print("  max_replay_bytes:         \(c.maxReplayBytes)")
         print("  pac_address:              \(c.pacAddress ?? "not set (/proxy.pac names the proxy by the Host it was fetched with)")")
         print("  pac_fallback:             \(c.pacFallback.rawValue)")
@@ -340,6 +341,11 @@ struct Login: ParsableCommand {
                 expires: grant.refreshExpires, username: grant.username)
             {
                 printError("authproxy: warning: the damaged token state file was renamed to \(aside)")
+            }
+            if config.cluster != nil {
+                try ClusterSignIn.store(c, config: config, refreshToken: grant.refreshToken,
+                    expires: grant.refreshExpires, username: grant.username)
+                printNow("The refresh token is in the fleet's Redis ([cluster]): every replica uses it.")
             }
             printNow("Signed in\(grant.username.map { " as \($0)" } ?? ""); refresh token stored for credential '\(c.name)'.")
             printNow("A running proxy picks it up with its next request for this credential.")

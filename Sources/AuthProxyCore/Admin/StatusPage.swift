@@ -80,6 +80,14 @@ enum StatusPage {
             h += "</table>\n"
         }
 
+        if let c = r.cluster {
+            h += "<h2>Fleet ([cluster])</h2>\n<table id=\"cluster\"><tr><th>Redis</th><td><code>\(esc(c.redis))</code></td></tr>\n"
+            h += "<tr><th>state</th><td class=\"\(c.connected ? "ok" : "bad")\">\(c.connected ? "connected: tokens shared" : "not connected: this replica works alone")"
+            h += "\(c.since.map { " since \(esc($0))" } ?? "")</td></tr>\n"
+            if let p = c.problem, !c.connected { h += "<tr><th>cause</th><td>\(esc(p))</td></tr>\n" }
+            h += "<tr><th>required</th><td>\(c.required ? "yes (not ready while not connected)" : "no")</td></tr></table>\n"
+        }
+
         if let reload = r.lastReload {
             h += "<h2>Configuration</h2>\n<p id=\"reload\">Last reload \(esc(reload.at)): "
             h += "<span class=\"\(reload.applied ? "ok" : "bad")\">\(reload.applied ? "applied" : "rejected")</span> — \(esc(reload.message))</p>\n"

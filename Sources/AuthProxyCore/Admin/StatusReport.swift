@@ -80,4 +80,17 @@ public struct StatusReport: Codable, Sendable, Equatable {
     public var lastReload: Reload?
     /// Empty when no parent proxy is configured.
     public var parents: [Parent] = []
+
+    /// `[cluster]`: the fleet's Redis as this replica sees it.
+    public struct Cluster: Codable, Sendable, Equatable {
+        /// The Redis URL without user or password.
+        public var redis: String
+        public var connected: Bool
+        public var required: Bool
+        public var since: String?
+        public var problem: String?
+    }
+
+    /// nil without `[cluster]`.
+    public var cluster: Cluster? = nil
 }

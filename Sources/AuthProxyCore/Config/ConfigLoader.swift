@@ -165,6 +165,9 @@ public struct ConfigLoader: Sendable {
             }
             try tls.finish()
         }
+        if var cluster = try top.table("cluster") {
+            config.cluster = try parseCluster(&cluster)
+        }
         if let entries = try top.tableArray("credential") {
             var names = Set<String>()
             for (index, var entry) in entries.enumerated() {
@@ -193,6 +196,10 @@ public struct ConfigLoader: Sendable {
                 "only one Kerberos identity per proxy process is supported (GSS-API's credential cache is process-wide); found \(principals.count) different principals in \(holders.joined(separator: ", "))")
         }
         try top.finish()
+        if config.cluster != nil, config.stateKey == nil {
+            throw ConfigError(key: "proxy.state_key", line: root["cluster"]?.line,
+                "[cluster] needs [proxy] state_key: tokens in Redis are encrypted with it, and every replica must have the same one")
+        }
         try checkParentCredential(config, line: root["proxy"]?.line)
         let listen = listenOverride ?? config.listen
         if let admin = config.admin, listen.contains(where: { $0.port == admin.listen.port && $0.port != 0
@@ -207,6 +214,46 @@ public struct ConfigLoader: Sendable {
             }, problem)
         }
         return config
+    }
+
+    /// `[cluster]`: `redis` (a `redis://` or `rediss://` URL, user and password in it; the whole value may be
+    /// `${ENV}` or `file:`), `ca`/`cert`/`key` for `rediss://`, `key_prefix`, `timeout_ms`, `required`.
+    private func parseCluster(_ t: inout TableReader) throws(ConfigError) -> ClusterConfig {
+        guard let url = try t.string("redis") else {
+            throw ConfigError(key: "cluster.redis", line: t.table.line,
+                "[cluster] needs redis, e.g. redis = \"redis://redis.example:6379/0\" (or rediss:// for TLS)")
+        }
+        var endpoint: RedisEndpoint
+        switch RedisEndpoint.parse(url) {
+        case .success(let e): endpoint = e
+        case .failure(let p):
+            throw ConfigError(key: "cluster.redis", line: t.line(of: "redis"), "\(t.shown("redis", url)) \(p.message)")
+        }
+        let ca = try t.string("ca")
+        let cert = try t.string("cert")
+        let key = try t.string("key")
+        if (cert == nil) != (key == nil) {
+            throw ConfigError(key: "cluster." + (cert == nil ? "cert" : "key"), line: t.line(of: cert == nil ? "key" : "cert"),
+                "missing: cert and key go together (the client certificate Redis asks for, and its key; PEM files)")
+        }
+        if endpoint.tls != nil {
+            endpoint.tls = RedisEndpoint.TLS(ca: ca, cert: cert, key: key)
+        } else if ca != nil || cert != nil {
+            throw ConfigError(key: "cluster." + (ca != nil ? "ca" : "cert"), line: t.line(of: ca != nil ? "ca" : "cert"),
+                "is for TLS: write the redis URL as rediss://")
+        }
+        var c = ClusterConfig(endpoint: endpoint)
+        if let p = try t.literalString("key_prefix") {
+            guard !p.isEmpty, p.utf8.count <= 64, !p.contains(where: { $0 == " " || $0.isNewline }) else {
+                throw ConfigError(key: "cluster.key_prefix", line: t.line(of: "key_prefix"),
+                    "must be 1…64 characters without spaces, e.g. \"authproxy:\" or \"gis-fleet:\"")
+            }
+            c.keyPrefix = p
+        }
+        if let ms = try t.int("timeout_ms", range: 10...60_000) { c.timeoutMillis = ms }
+        if let r = try t.bool("required") { c.required = r }
+        try t.finish()
+        return c
     }
 
     /// `upstream_proxy` (one URL or a list) or `upstream_pac` (with `upstream_pac_refresh_seconds`),
@@ -586,7 +633,7 @@ struct TableReader {
     private var references: [String: String] = [:]
 
     /// Keys that hold secrets: their values are never quoted in an error, even when written literally.
-    static let secretKeys: Set<String> = ["key", "token", "password", "client_secret", "key_password", "state_key"]
+    static let secretKeys: Set<String> = ["key", "token", "password", "client_secret", "key_password", "state_key", "redis"]
 
     /// See ``ConfigLoader/acceptUnfilled``.
     let acceptUnfilled: Bool

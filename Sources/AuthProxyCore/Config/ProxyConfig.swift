@@ -90,6 +90,8 @@ public struct ProxyConfig: Sendable {
     public var pacAddress: String? = nil
     /// `[proxy] pac_fallback`.
     public var pacFallback: PacFallback = .none
+    /// `[cluster]`: tokens shared by the replicas of a fleet through Redis; nil: this process alone.
+    public var cluster: ClusterConfig? = nil
 
     public init() {}
 

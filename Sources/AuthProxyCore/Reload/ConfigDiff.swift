@@ -72,6 +72,13 @@ public struct ConfigDiff: Sendable, Equatable {
                 new.stateKey == nil ? "(none)" : "(changed)")
             effective.stateKey = old.stateKey
         }
+        if old.cluster != new.cluster {
+            // The URL may carry a password: only whether the section is there and where it points.
+            restart(
+                "cluster", old.cluster.map { $0.endpoint.redacted } ?? "(off)",
+                new.cluster.map { $0.endpoint.redacted + (old.cluster?.endpoint.redacted == $0.endpoint.redacted ? " (settings changed)" : "") } ?? "(off)")
+            effective.cluster = old.cluster
+        }
         if old.admin?.listen != new.admin?.listen {
             restart(
                 "admin.listen", old.admin.map { "\($0.listen)" } ?? "(off)", new.admin.map { "\($0.listen)" } ?? "(off)"

@@ -34,7 +34,8 @@ extension ProxyServer: AdminBackend {
         let config = context.config
         return Readiness.evaluate(listeners: listenerStates, shuttingDown: stopping.load(ordering: .relaxed),
             prefetch: TokenService.prefetchKeys(config.credentials),
-            pac: config.upstreamProxy.pac == nil ? nil : context.shared.pac.snapshot) { key in tokens?.status(key: key) }
+            pac: config.upstreamProxy.pac == nil ? nil : context.shared.pac.snapshot,
+            cluster: tokens?.clusterStatus) { key in tokens?.status(key: key) }
     }
 
     func pacInputs() -> (settings: PacEndpoint.Settings, listeners: [ListenAddress]) {
@@ -86,7 +87,7 @@ extension ProxyServer: AdminBackend {
                 })
         }
         let started = ProxyMetrics.active?.startedAt ?? now
-        return StatusReport(version: AuthProxyVersion.string, startedAt: rfc3339(millis: started),
+        var report = StatusReport(version: AuthProxyVersion.string, startedAt: rfc3339(millis: started),
             uptimeSeconds: (now - started) / 1000, workers: loops.count, cpus: CPUBudget.current.description,
             generatedAt: rfc3339(millis: now), ready: readiness.ready,
             notReadyBecause: readiness.reasons, listeners: listenerStates, clientConnections: connections,
@@ -101,6 +102,11 @@ extension ProxyServer: AdminBackend {
                     failures: Dictionary(uniqueKeysWithValues: s.stats.failures.map { ($0.key.rawValue, $0.value) }),
                     inBackoff: s.inBackoff)
             })
+        if let c = tokens?.clusterStatus {
+            report.cluster = StatusReport.Cluster(redis: c.redis, connected: c.connected, required: c.required,
+                since: c.since > 0 ? rfc3339(millis: c.since) : nil, problem: c.problem)
+        }
+        return report
     }
 
     func statusJSON() -> String {

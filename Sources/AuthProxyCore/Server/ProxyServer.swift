@@ -143,7 +143,17 @@ public final class ProxyServer: @unchecked Sendable {
 
     /// The token service for `config`'s credentials, with the saved tokens loaded.
     func makeTokenService(_ config: ProxyConfig) throws(ServerError) -> TokenService {
-        let service = TokenService(credentials: config.credentials, stateDir: config.stateDir, stateKey: config.stateKey,
+        let file = FileTokenStore(TokenStateFile(directory: config.stateDir, secret: config.stateKey))
+        var store: any TokenStore = file
+        if let cluster = config.cluster, let stateKey = config.stateKey {
+            guard let keys = ClusterKeys(stateKey: stateKey, prefix: cluster.keyPrefix) else {
+                throw ServerError(description: "cannot derive the [cluster] keys from state_key (PBKDF2 failed in libcrypto)",
+                    isConfigurationError: true)
+            }
+            store = ClusterTokenStore(file: file, config: cluster, keys: keys,
+                fetchTimeoutSeconds: config.upstreamTimeoutSeconds, logger: logger)
+        }
+        let service = TokenService(credentials: config.credentials, tokenStore: store,
             timeoutSeconds: config.upstreamTimeoutSeconds, logger: logger)
         do {
             try service.loadState()

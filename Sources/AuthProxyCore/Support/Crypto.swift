@@ -44,8 +44,22 @@ enum Crypto {
         return ok == 1 ? key : nil
     }
 
-    /// AES-256-GCM: returns iv (12) + tag (16) + ciphertext.
-    static func seal(_ plain: [UInt8], key: [UInt8]) -> [UInt8]? {
+    /// HMAC-SHA256 of `data` under `key`: names and digests that only holders of the key can compute or check.
+    static func hmacSHA256(key: [UInt8], _ data: [UInt8]) -> [UInt8] {
+        var out = [UInt8](repeating: 0, count: 32)
+        var len: UInt32 = 0
+        let ok = key.withUnsafeBytes { k in
+            data.withUnsafeBytes { d in
+                HMAC(EVP_sha256(), k.baseAddress, Int32(k.count), d.bindMemory(to: UInt8.self).baseAddress, d.count, &out, &len)
+            }
+        }
+        precondition(ok != nil && len == 32, "HMAC(SHA-256) failed")
+        return out
+    }
+
+    /// AES-256-GCM: returns iv (12) + tag (16) + ciphertext. `aad` (associated data) is authenticated, not
+    /// stored: ``open(_:key:aad:)`` fails unless it is given the same bytes.
+    static func seal(_ plain: [UInt8], key: [UInt8], aad: [UInt8] = []) -> [UInt8]? {
         guard let ctx = EVP_CIPHER_CTX_new() else { return nil }
         defer { EVP_CIPHER_CTX_free(ctx) }
         let iv = random(12)
@@ -53,6 +67,7 @@ enum Crypto {
         var len: Int32 = 0
         var total: Int32 = 0
         guard EVP_EncryptInit_ex(ctx, EVP_aes_256_gcm(), nil, key, iv) == 1,
+            aad.isEmpty || EVP_EncryptUpdate(ctx, nil, &len, aad, Int32(aad.count)) == 1,
             EVP_EncryptUpdate(ctx, &out, &len, plain, Int32(plain.count)) == 1
         else { return nil }
         total = len
@@ -64,8 +79,8 @@ enum Crypto {
         return iv + tag + Array(out[0..<Int(total)])
     }
 
-    /// The inverse of ``seal(_:key:)``; nil when the key is wrong or the data was altered.
-    static func open(_ sealed: [UInt8], key: [UInt8]) -> [UInt8]? {
+    /// The inverse of ``seal(_:key:aad:)``; nil when the key is wrong, the data was altered or `aad` differs.
+    static func open(_ sealed: [UInt8], key: [UInt8], aad: [UInt8] = []) -> [UInt8]? {
         guard sealed.count >= 28, let ctx = EVP_CIPHER_CTX_new() else { return nil }
         defer { EVP_CIPHER_CTX_free(ctx) }
         let iv = Array(sealed[0..<12])
@@ -74,6 +89,7 @@ enum Crypto {
         var out = [UInt8](repeating: 0, count: cipher.count + 16)
         var len: Int32 = 0
         guard EVP_DecryptInit_ex(ctx, EVP_aes_256_gcm(), nil, key, iv) == 1,
+            aad.isEmpty || EVP_DecryptUpdate(ctx, nil, &len, aad, Int32(aad.count)) == 1,
             EVP_DecryptUpdate(ctx, &out, &len, cipher, Int32(cipher.count)) == 1,
             EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, 16, &tag) == 1
         else { return nil }

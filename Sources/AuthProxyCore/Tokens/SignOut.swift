@@ -24,9 +24,13 @@ public enum SignOut {
             case .oauthUser(let o): portal = o.portalURL; clientID = o.clientID
             default: continue
             }
-            for r in contents.refreshTokens where r.credential == c.name {
+            var refresh = contents.refreshTokens.filter { $0.credential == c.name }.map(\.refreshToken)
+            if config.cluster != nil, let shared = try ClusterSignIn.refreshToken(c, config: config), !refresh.contains(shared) {
+                refresh.append(shared)  // signed in through another replica's machine: only Redis has it
+            }
+            for r in refresh {
                 do {
-                    try revokeToken(portalURL: portal, clientID: clientID, token: r.refreshToken, hint: "refresh_token", fetch: fetch)
+                    try revokeToken(portalURL: portal, clientID: clientID, token: r, hint: "refresh_token", fetch: fetch)
                     report.append("\(c.name): refresh token revoked at \(portal)")
                 } catch {
                     report.append("\(c.name): could not revoke the refresh token: \(error)")
@@ -52,6 +56,14 @@ public enum SignOut {
             report.append("warning: \(file.path) was damaged; renamed it to \(aside)")
         }
         report.append("deleted \(deleted) cached token(s) from \(file.path)")
+        if config.cluster != nil {
+            // Every replica stops using the sign-in: the notice makes each drop its tokens of that grant at once.
+            for c in selected {
+                guard case .oauthUser = c.kind else { continue }
+                try ClusterSignIn.store(c, config: config, refreshToken: nil)
+                report.append("\(c.name): refresh token deleted from the fleet's Redis ([cluster])")
+            }
+        }
         return report
     }
 }

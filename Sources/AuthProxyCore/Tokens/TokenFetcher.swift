@@ -6,8 +6,8 @@ protocol TokenFetcherHost: AnyObject {
     /// The portal's token for `c` (cached under `credential|portal root`, single flight like any other),
     /// obtained first when there is none.
     func portalToken(_ c: Credential, portal: String, done: @escaping (Result<IssuedToken, TokenError>) -> Void)
-    /// The portal refused `value` as dead (revoked or expired early): nobody may get it again.
-    func dropToken(_ c: Credential, value: String)
+    /// The portal at `portal` refused its own `token` as dead (revoked or expired early): nobody may get it again.
+    func dropToken(_ c: Credential, portal: String, token: IssuedToken)
     /// The refresh token of an `oauth-user` credential, as the state file has it now.
     func refreshToken(for c: Credential) -> String?
 }
@@ -130,7 +130,7 @@ final class TokenFetcher {
                         done(result)
                         return
                     }
-                    host.dropToken(c, value: portalToken.value)
+                    host.dropToken(c, portal: portal, token: portalToken)
                     if renewed {
                         done(result)  // a brand-new portal token refused as well: report, do not loop
                         return

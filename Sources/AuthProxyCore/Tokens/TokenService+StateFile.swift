@@ -10,21 +10,18 @@ extension TokenService {
     /// A damaged file is renamed aside (with a warning) and serving starts empty; a wrong `state_key` or an
     /// unreadable file throws, so the proxy never starts with a state it would overwrite.
     public func loadState() throws(StateError) {
-        var contents: TokenStateFile.Contents
-        do throws(StateError) {
-            // No lock to read: writers replace the file by rename, so a reader sees one whole version.
-            contents = try stateFile.load()
-        } catch  where error.kind == .damaged {
-            let aside = try stateFile.withLock { () throws(StateError) in try stateFile.quarantine() }
+        let loaded = try queue.sync { () -> Result<TokenStoreLoad, StateError> in
+            do throws(StateError) { return .success(try tokenStore.load()) } catch { return .failure(error) }
+        }.get()
+        if let aside = loaded.quarantined {
             logger.warning(
                 "token state file is damaged: renamed it aside and starting without saved tokens",
-                metadata: ["file": "\(stateFile.path)", "renamed_to": "\(aside)", "cause": "\(error)"])
-            contents = TokenStateFile.Contents()
+                metadata: ["file": "\(tokenStore.location)", "renamed_to": "\(aside)", "cause": "\(loaded.damage.map { "\($0)" } ?? "")"])
         }
+        let contents = loaded.contents
         let saved = queue.sync {
             let saved = contents.tokens.filter { fingerprints[$0.credential] == $0.fingerprint }
             let stored = contents.refreshTokens.filter { fingerprints[$0.credential] == $0.fingerprint }
-            fileStamp = stateFile.stamp()
             cache.withLock { cache in
                 for t in saved { cache.adopt(key: t.key, credential: t.credential, token: t.token) }
             }
@@ -34,7 +31,7 @@ extension TokenService {
         }
         if !saved.isEmpty {
             logger.notice(
-                "restored tokens from state", metadata: ["count": "\(saved.count)", "file": "\(stateFile.path)"])
+                "restored tokens from state", metadata: ["count": "\(saved.count)", "file": "\(tokenStore.location)"])
         }
     }
 
@@ -54,19 +51,16 @@ extension TokenService {
     /// saved for keys this one has never used are adopted.
     func reloadIfChanged() {
         dispatchPrecondition(condition: .onQueue(queue))
-        let stamp = stateFile.stamp()
-        guard stamp != fileStamp else { return }
-        fileStamp = stamp
-        let contents: TokenStateFile.Contents
-        do {
-            contents = try stateFile.load()
-        } catch {
+        switch tokenStore.changes() {
+        case nil:
+            return
+        case .failure(let error):
             logger.error(
                 "cannot re-read the token state file changed by another process; keeping the tokens in memory",
-                metadata: ["file": "\(stateFile.path)", "cause": "\(error)"])
-            return
+                metadata: ["file": "\(tokenStore.location)", "cause": "\(error)"])
+        case .success(let contents):
+            follow(contents)
         }
-        follow(contents)
     }
 
     /// Takes over what another process put in the state file (`contents`, as read now).
@@ -110,7 +104,7 @@ extension TokenService {
         let oauthUsers = oauthUsers
         let grants = refreshTokens.mapValues(\.refreshToken)
         do {
-            let result = try stateFile.update { (contents: inout TokenStateFile.Contents) throws(StateError) in
+            let result = try tokenStore.update { (contents: inout TokenStateFile.Contents) throws(StateError) in
                 // A user signed out, or in again, between our last look and the lock: the tokens we hold
                 // for them belong to the old grant and must not be written back.
                 var inFile: [String: String] = [:]
@@ -127,12 +121,11 @@ extension TokenService {
                 contents.tokens.sort { $0.key < $1.key }
                 // Refresh tokens in the file are left as they are (`login` and `signout` own them).
             }
-            fileStamp = result.stamp
             follow(result.contents)  // what another writer changed just before the lock
             if let aside = result.quarantined {
                 logger.warning(
                     "token state file was damaged: renamed it aside",
-                    metadata: ["file": "\(stateFile.path)", "renamed_to": "\(aside)"])
+                    metadata: ["file": "\(tokenStore.location)", "renamed_to": "\(aside)"])
             }
         } catch {
             logger.error("cannot save token state; the file is left as it is", metadata: ["cause": "\(error)"])

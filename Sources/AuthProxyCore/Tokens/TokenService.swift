@@ -39,7 +39,8 @@ public final class TokenService: @unchecked Sendable {
     /// `upstream_timeout_seconds` of the token service's requests: confined to `queue`, set again by a reload
     /// (``update(credentials:timeoutSeconds:)``).
     private var timeoutSeconds: Int
-    let stateFile: TokenStateFile
+    /// The state file, or a fleet's shared store in front of it (``TokenStore``). Confined to `queue`.
+    let tokenStore: any TokenStore
     /// Every token decision, under one lock: event loops read it on every request, the queue changes it.
     let cache = Mutex(TokenCache<Completion>())
     /// The SHA-256 of each configured credential's identity: saved tokens of a credential that changed are not
@@ -51,35 +52,49 @@ public final class TokenService: @unchecked Sendable {
 
     // Confined to `queue`.
     var refreshTokens: [String: TokenStateFile.StoredRefreshToken] = [:]
-    /// The state file version last read or written by this process (see ``reloadIfChanged()``).
-    var fileStamp: TokenStateFile.Stamp?
     var watcher: (any DispatchSourceTimer)?
+    /// Per cache key, the token value this process last saw rejected (or learnt was withdrawn): a store that still
+    /// has it does not hand it back (``TokenStore/claim(_:holding:rejected:done:)``).
+    var rejectedValues: [String: String] = [:]
+    /// Per `oauth-user` credential, the refresh token the shared store had at the last look (nil inside: none),
+    /// to notice a sign-in or sign-out made through another replica.
+    var sharedGrants: [String: String?] = [:]
     /// Credentials kept fresh by `prefetch = true`, by name, with the fingerprint of the settings they were
     /// started with (see `TokenService+Prefetch.swift`).
     var prefetching: [String: String] = [:]
     /// Which roots a client's path named may have a token at all (``RootConfirmations``). Confined to `queue`
     /// (internal so tests can set it up there).
     var confirmations = RootConfirmations<Completion>()
-    private lazy var fetcher = TokenFetcher(
+    lazy var fetcher = TokenFetcher(
         multi: multi, timeoutSeconds: timeoutSeconds, store: store,
         logger: logger, host: self, clock: clock)
 
     public typealias Completion = @Sendable (Result<IssuedToken, TokenError>) -> Void
 
-    public init(
+    public convenience init(
         credentials: [Credential], stateDir: String, stateKey: String?, timeoutSeconds: Int, logger: Logger,
+        clock: any WallClock = SystemWallClock()
+    ) {
+        self.init(
+            credentials: credentials, tokenStore: FileTokenStore(TokenStateFile(directory: stateDir, secret: stateKey, clock: clock)),
+            timeoutSeconds: timeoutSeconds, logger: logger, clock: clock)
+    }
+
+    init(
+        credentials: [Credential], tokenStore: any TokenStore, timeoutSeconds: Int, logger: Logger,
         clock: any WallClock = SystemWallClock()
     ) {
         multi = CurlMulti(queue: queue)
         self.logger = logger
         self.clock = clock
         self.timeoutSeconds = timeoutSeconds
-        stateFile = TokenStateFile(directory: stateDir, secret: stateKey, clock: clock)
+        self.tokenStore = tokenStore
         var fingerprints: [String: String] = [:]
         for c in credentials { fingerprints[c.name] = Crypto.sha256Hex(c.identityMaterial) }
         self.fingerprints = fingerprints
         store = CredentialStore(credentials)
         oauthUsers = Set(credentials.compactMap { c in if case .oauthUser = c.kind { c.name } else { nil } })
+        tokenStore.observer = self
     }
 
     /// The cache key of a request to `target` under credential `c`.
@@ -259,6 +274,13 @@ public final class TokenService: @unchecked Sendable {
                 key: key, credential: c.name, token: token, attempt: attempt, pregenerated: pregenerated,
                 refreshable: c.isRefreshable, replayImpossible: replayImpossible, now: now)
         }
+        // The cache forgot the token (a refresh follows): the fleet must not hand it out either.
+        if c.isRefreshable, cache.withLock({ $0.entries[key]?.token?.value != token.value }) {
+            queue.async { [self] in
+                let r = ServerRoot.of(target)
+                withdrawShared(c, root: r.root, isPortal: r.isPortal, token: token)
+            }
+        }
         if let wait = outcome.backoffStarted {
             logger.warning(
                 "the server rejects new tokens: relaying its rejection and backing off",
@@ -402,19 +424,39 @@ public final class TokenService: @unchecked Sendable {
             }
             completion?(.failure(error))
         case .startFetch(let ticket):
-            fetcher.fetch(c, root: root, isPortal: isPortal) { [self] result in
-                finish(ticket, c, root: root, result: result)
-            }
+            fetchThroughStore(ticket, c, root: root, isPortal: isPortal)
         }
     }
 
-    private func finish(
+    /// `shared`: the token is another replica's (``TokenStore/claim(_:holding:rejected:done:)``), no token
+    /// request of this process.
+    func finish(
         _ ticket: TokenCache<Completion>.FetchTicket, _ c: Credential, root: String,
-        result: Result<IssuedToken, TokenError>
+        result: Result<IssuedToken, TokenError>, shared: Bool = false
     ) {
         dispatchPrecondition(condition: .onQueue(queue))
         let now = clock.nowMillis()
         let settled = cache.withLock { $0.complete(ticket, with: result, now: now) }
+        if shared, settled.outcome == .stored, case .success(let t) = result {
+            persist()
+            ProxyMetrics.active?.tokenExpiry(credential: c.name, root: root, expires: t.expires)
+            logger.info(
+                "token taken from the fleet's shared store",
+                metadata: [
+                    "credential": "\(c.name)", "root": "\(root)",
+                    "expires_in_s": "\(t.expires.map { ($0 - now) / 1000 } ?? -1)",
+                ])
+            // Not fresh for the requests that waited either: it may have served elsewhere for a while, so a
+            // rejection of it is an expiry or a revocation (refresh and retry), not the server refusing new tokens.
+            for d in settled.deliveries {
+                d.waiter(d.result.map { t in
+                    var t = t
+                    t.fresh = false
+                    return t
+                })
+            }
+            return
+        }
         if let m = ProxyMetrics.active {
             switch result {
             case .success(let t):
@@ -487,12 +529,13 @@ extension TokenService: TokenFetcherHost {
         acquire(c, root: portal, isPortal: true) { done($0) }
     }
 
-    func dropToken(_ c: Credential, value: String) {
-        _ = cache.withLock { $0.invalidate(credential: c.name, value: value) }
+    func dropToken(_ c: Credential, portal: String, token: IssuedToken) {
+        _ = cache.withLock { $0.invalidate(credential: c.name, value: token.value) }
+        withdrawShared(c, root: portal, isPortal: true, token: token)
     }
 
     func refreshToken(for c: Credential) -> String? {
         reloadIfChanged()
-        return refreshTokens[c.name]?.refreshToken
+        return currentRefreshToken(c)
     }
 }

@@ -1,0 +1,97 @@
+import Dispatch
+
+/// The call sites of the ``TokenStore``: a token request goes through the store's claim (a fleet may have the
+/// token already, or be fetching it), its result is published, a rejected token is withdrawn, and the refresh
+/// token of an `oauth-user` credential is the store's when it has one. Everything here runs on the service queue.
+extension TokenService: TokenStoreObserver {
+    /// `[cluster]`'s state as this replica sees it; nil without `[cluster]`. Any thread.
+    public var clusterStatus: ClusterStatus? {
+        (tokenStore as? ClusterTokenStore)?.status.withLock { $0 }
+    }
+
+    /// The store's name for the token of `c` at `root`; nil for a credential not configured now.
+    func slot(_ c: Credential, root: String, isPortal: Bool) -> TokenSlot? {
+        dispatchPrecondition(condition: .onQueue(queue))
+        guard let fingerprint = fingerprints[c.name] else { return nil }
+        var grant: String?
+        if oauthUsers.contains(c.name) {
+            grant = currentRefreshToken(name: c.name).map { Crypto.sha256Hex("authproxy grant\u{0}" + $0) }
+        }
+        return TokenSlot(
+            key: Self.key(c.name, root: root, isPortal: isPortal), credential: c.name, fingerprint: fingerprint,
+            grant: grant)
+    }
+
+    /// The cache said a token request must start for `ticket`: the store says whether another replica's token
+    /// serves instead, or lets this process fetch (holding the fleet's lock when there is one).
+    func fetchThroughStore(
+        _ ticket: TokenCache<Completion>.FetchTicket, _ c: Credential, root: String, isPortal: Bool
+    ) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        guard let slot = slot(c, root: root, isPortal: isPortal) else {
+            fetcher.fetch(c, root: root, isPortal: isPortal) { [self] result in finish(ticket, c, root: root, result: result) }
+            return
+        }
+        let holding = cache.withLock { $0.entries[ticket.key]?.token }
+        tokenStore.claim(slot, holding: holding, rejected: rejectedValues[ticket.key]) { [self] claim in
+            switch claim {
+            case .shared(let t):
+                finish(ticket, c, root: root, result: .success(t), shared: true)
+            case .fetch(let lease):
+                fetcher.fetch(c, root: root, isPortal: isPortal) { [self] result in
+                    switch result {
+                    case .success(let t): tokenStore.publish(slot, token: t, lease: lease)
+                    case .failure: if let lease { tokenStore.abandon(slot, lease: lease) }
+                    }
+                    finish(ticket, c, root: root, result: result)
+                }
+            }
+        }
+    }
+
+    /// `token` of `c` at `root` was rejected: remembered, so the store does not hand it back, and withdrawn from
+    /// the store (only if it still holds that very token).
+    func withdrawShared(_ c: Credential, root: String, isPortal: Bool, token: IssuedToken) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        let key = Self.key(c.name, root: root, isPortal: isPortal)
+        rejectedValues[key] = token.value
+        guard let slot = slot(c, root: root, isPortal: isPortal) else { return }
+        tokenStore.withdraw(slot, token: token)
+    }
+
+    /// The refresh token of the `oauth-user` credential `name`: the shared store's when it has an answer (it is
+    /// the authority for a fleet: `login` and `signout` write it there), the state file's otherwise. A change the
+    /// store shows is a new sign-in (or a sign-out): tokens of the old grant go.
+    func currentRefreshToken(name: String) -> String? {
+        dispatchPrecondition(condition: .onQueue(queue))
+        guard let fingerprint = fingerprints[name],
+            case .some(let shared) = tokenStore.sharedRefreshToken(credential: name, fingerprint: fingerprint)
+        else { return refreshTokens[name]?.refreshToken }
+        let now = shared?.refreshToken
+        if let before = sharedGrants[name], before != now {
+            cache.withLock { $0.grantChanged(credential: name) }
+            logger.notice(
+                now == nil ? "refresh token removed from the fleet's store" : "new refresh token in the fleet's store",
+                metadata: ["credential": "\(name)"])
+        }
+        sharedGrants[name] = .some(now)
+        return now
+    }
+
+    func currentRefreshToken(_ c: Credential) -> String? { currentRefreshToken(name: c.name) }
+
+    func sharedTokenWithdrawn(_ slot: TokenSlot, matches: (IssuedToken) -> Bool) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        guard let held = cache.withLock({ $0.entries[slot.key]?.token }), matches(held) else { return }
+        rejectedValues[slot.key] = held.value
+        _ = cache.withLock { $0.invalidate(credential: slot.credential, value: held.value) }
+        logger.info(
+            "token withdrawn by another replica (rejected upstream): dropped it here",
+            metadata: ["credential": "\(slot.credential)", "root": "\(slot.root)"])
+    }
+
+    func sharedSignInChanged() {
+        dispatchPrecondition(condition: .onQueue(queue))
+        for name in oauthUsers.sorted() { _ = currentRefreshToken(name: name) }
+    }
+}

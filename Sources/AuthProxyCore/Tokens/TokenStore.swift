@@ -1,0 +1,100 @@
+import Dispatch
+
+/// Where ``TokenService`` keeps tokens beyond its memory: what it saves for a restart, what other processes
+/// (`authproxy login`, `signout`, other replicas) change, and — for a fleet — who fetches a token and who waits.
+///
+/// Two implementations:
+/// - ``FileTokenStore``: the encrypted state file of one process. Every token request is this process's own
+///   (``TokenCache`` already makes it one per key in the process).
+/// - ``ClusterTokenStore``: a Redis shared by the replicas of a fleet, with the state file as the local fallback
+///   when Redis cannot be reached.
+///
+/// Ownership: every method is called on the token service's queue (the store may block it for at most its own
+/// short operation timeout), and every completion runs there too.
+protocol TokenStore: AnyObject {
+    /// Where the state file is, for log lines.
+    var location: String { get }
+
+    /// Reads what was saved (expired entries left out). A damaged state file is renamed aside and reported in
+    /// ``TokenStoreLoad/quarantined``; a wrong `state_key` or an unreadable file throws.
+    func load() throws(StateError) -> TokenStoreLoad
+
+    /// What another process changed since this process last read or wrote: nil when nothing did.
+    func changes() -> Result<TokenStateFile.Contents, StateError>?
+
+    /// Read-modify-write of the saved state under the writers' lock (see ``TokenStateFile/update(_:)``).
+    func update(_ body: (inout TokenStateFile.Contents) throws(StateError) -> Void) throws(StateError)
+        -> TokenStateFile.UpdateResult
+
+    /// A token request is about to start for `slot`: asks the store whether another process has a token to use
+    /// instead, or is fetching one to wait for. `holding` is the token this process holds for the slot (inside its
+    /// refresh margin), `rejected` the value it last saw rejected: neither counts as a new token.
+    func claim(_ slot: TokenSlot, holding: IssuedToken?, rejected: String?, done: @escaping (TokenClaim) -> Void)
+
+    /// The token request that ``claim(_:holding:rejected:done:)`` allowed produced `token`: share it.
+    func publish(_ slot: TokenSlot, token: IssuedToken, lease: TokenLease?)
+
+    /// The token request that ``claim(_:holding:rejected:done:)`` allowed failed: let the others try.
+    func abandon(_ slot: TokenSlot, lease: TokenLease)
+
+    /// An upstream rejected `token` (or a portal refused it as dead): nobody may hand it out again. A newer
+    /// token in the store is kept.
+    func withdraw(_ slot: TokenSlot, token: IssuedToken)
+
+    /// The refresh token of an `oauth-user` credential as the store has it now; nil: the store does not know
+    /// (the state file's copy, which ``TokenService`` holds, is then the one).
+    func sharedRefreshToken(credential: String, fingerprint: String) -> TokenStateFile.StoredRefreshToken??
+
+    /// Who to tell about another process's changes that arrive on their own (a fleet's notices).
+    var observer: (any TokenStoreObserver)? { get set }
+}
+
+/// What ``TokenService`` learns from a store between its own calls.
+protocol TokenStoreObserver: AnyObject {
+    /// The queue the store's calls and completions run on (the token service's).
+    var queue: DispatchQueue { get }
+    /// Another replica withdrew the token of `slot` that `matches` (an upstream rejected it): drop it here too.
+    func sharedTokenWithdrawn(_ slot: TokenSlot, matches: (IssuedToken) -> Bool)
+    /// A credential's sign-in changed elsewhere (`login`, `signout`).
+    func sharedSignInChanged()
+}
+
+/// What ``TokenStore/load()`` found.
+struct TokenStoreLoad {
+    var contents: TokenStateFile.Contents
+    /// Where a damaged state file was moved to, if one was.
+    var quarantined: String?
+    var damage: StateError?
+}
+
+/// One token a fleet can share: the cache key in this process, and what names it across processes — the
+/// credential's settings fingerprint and the server root (never the credential's name alone: a credential
+/// changed on one replica must not get another's token).
+struct TokenSlot: Hashable, Sendable {
+    /// `credential|server root` (``TokenService/key(_:root:isPortal:)``).
+    var key: String
+    var credential: String
+    /// SHA-256 of the credential's ``Credential/identityMaterial``.
+    var fingerprint: String
+    /// For `oauth-user`: a digest of the refresh token its tokens come from, so a token of an earlier sign-in
+    /// is never taken for one of the current sign-in.
+    var grant: String?
+
+    /// The part of the key after the credential's name: the server root (and `/sharing/rest` for a portal).
+    var root: String {
+        key.firstIndex(of: "|").map { String(key[key.index(after: $0)...]) } ?? key
+    }
+}
+
+/// The answer to ``TokenStore/claim(_:holding:rejected:done:)``.
+enum TokenClaim: Sendable, Equatable {
+    /// Another replica's token: use it, no token request.
+    case shared(IssuedToken)
+    /// Make the token request. `lease` when this process holds the fleet's lock for the slot: publish with it.
+    case fetch(TokenLease?)
+}
+
+/// Proof of holding a fleet's lock for one slot: the random value the lock was set to.
+struct TokenLease: Sendable, Equatable, Hashable {
+    var value: String
+}

@@ -1,0 +1,281 @@
+"""[cluster]: a fleet of real authproxy replicas sharing their tokens through one real Redis (Debian's
+redis-server, started here on loopback), against the ArcGIS test server (issue 29)."""
+import concurrent.futures
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+import requests
+
+import harness
+from harness import cred
+from arcgis import ArcGISServer
+
+REDIS_PASSWORD = "fleet-redis-pass-7Qx"
+STATE_KEY = "fleet-state-key-0123456789abcdef"
+# Distinctive, so finding it in Redis cannot be chance (a short name could turn up inside base64).
+CRED_NAME = "fleetcredQZ"
+REPLICAS = 5
+
+pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server (Debian package) is not installed")
+
+
+class RedisServer:
+    """redis-server on a free loopback port with its own directory, no persistence, a password."""
+
+    def __init__(self, tmp, password=REDIS_PASSWORD):
+        self.dir = tmp / "redis"
+        self.dir.mkdir(exist_ok=True)
+        self.password = password
+        self.port = harness.free_port()
+        self.proc = None
+
+    def start(self):
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir),
+             "--save", "", "--appendonly", "no", "--requirepass", self.password,
+             "--logfile", str(self.dir / "redis.log"), "--daemonize", "no"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            if self.cli("PING").strip() == "PONG":
+                return self
+            time.sleep(0.05)
+        raise RuntimeError("redis-server did not start: " + (self.dir / "redis.log").read_text())
+
+    def cli(self, *args):
+        r = subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p", str(self.port), "-a", self.password,
+                            "--no-auth-warning", *args], capture_output=True, text=True, timeout=10)
+        return r.stdout
+
+    def kill(self):
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def url(self, password=None):
+        return "redis://:%s@127.0.0.1:%d/0" % (password or self.password, self.port)
+
+    def keys(self):
+        return [k for k in self.cli("--scan").split("\n") if k]
+
+
+@pytest.fixture
+def redis_server(tmp_path):
+    r = RedisServer(tmp_path).start()
+    yield r
+    r.stop()
+
+
+@pytest.fixture
+def ags_fleet():
+    s = ArcGISServer(role="server", ttl=600).start()
+    yield s
+    s.stop()
+
+
+def cluster_section(redis_url, **extra):
+    lines = ["[cluster]", 'redis = "%s"' % redis_url]
+    for k, v in extra.items():
+        lines.append("%s = %s" % (k, harness._toml_value(v)))
+    return "\n".join(lines) + "\n"
+
+
+def start_fleet(proxy_factory, ags, redis_url, n=REPLICAS, **cluster):
+    extra = cluster_section(redis_url, **cluster) + cred(
+        CRED_NAME, "arcgis-token", ags.server_root, username="alice", password="alice-pass")
+    return [proxy_factory(proxy={"state_key": STATE_KEY, "workers": 1}, extra_config=extra) for _ in range(n)]
+
+
+def get(p, url, session=None):
+    return (session or requests).get(url, proxies=p.proxies, timeout=30)
+
+
+def wait_connected(fleet, times=1, timeout=15):
+    deadline = time.time() + timeout
+    for p in fleet:
+        while p.log_text().count("Redis connected") < times:
+            assert time.time() < deadline, p.log_text()[-2000:]
+            time.sleep(0.05)
+
+
+def generate_calls(ags):
+    return len([c for c in ags.token_calls() if c["endpoint"].endswith("generateToken")])
+
+
+def test_the_first_request_on_each_replica_makes_one_token_request_in_all(proxy_factory, ags_fleet, redis_server):
+    fleet = start_fleet(proxy_factory, ags_fleet, redis_server.url())
+    wait_connected(fleet)
+    for p in fleet:
+        r = get(p, ags_fleet.query_url() + "?f=json")
+        assert r.status_code == 200 and r.json().get("features"), r.text[:300]
+    assert generate_calls(ags_fleet) == 1, ags_fleet.token_calls()
+    logs = "".join(p.log_text() for p in fleet)
+    assert logs.count("token taken from the fleet's shared store") == REPLICAS - 1
+
+
+def test_after_a_forced_expiry_500_concurrent_requests_over_the_fleet_make_one_token_request(
+        proxy_factory, ags_fleet, redis_server):
+    fleet = start_fleet(proxy_factory, ags_fleet, redis_server.url())
+    wait_connected(fleet)
+    for p in fleet:
+        assert get(p, ags_fleet.query_url() + "?f=json").status_code == 200
+    ags_fleet.expire_all()
+    ags_fleet.reset_stats()
+    sessions = [requests.Session() for _ in fleet]
+    for s in sessions:
+        s.trust_env = False
+
+    def one(i):
+        k = i % len(fleet)
+        r = get(fleet[k], ags_fleet.query_url() + "?f=json&i=%d" % i, sessions[k] if False else None)
+        return r.status_code, ("features" in r.json()) if r.status_code == 200 else r.text[:200]
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=40) as pool:
+        results = list(pool.map(one, range(500)))
+    failed = [r for r in results if r != (200, True)]
+    assert not failed, failed[:5]
+    assert generate_calls(ags_fleet) == 1, ags_fleet.token_calls()
+
+
+def test_a_revocation_seen_by_one_replica_reaches_every_replica_within_a_second(
+        proxy_factory, ags_fleet, redis_server):
+    fleet = start_fleet(proxy_factory, ags_fleet, redis_server.url())
+    wait_connected(fleet)
+    for p in fleet:
+        assert get(p, ags_fleet.query_url() + "?f=json").status_code == 200
+    old = {e.get("token") for e in ags_fleet.request_log() if e.get("outcome") == "ok"}
+    assert len(old) == 1, old
+    ags_fleet.expire_all()
+    ags_fleet.reset_stats()
+    # One replica meets the rejection, refreshes and replays.
+    r = get(fleet[0], ags_fleet.query_url() + "?f=json")
+    assert r.status_code == 200 and r.json().get("features"), r.text[:300]
+    seen = time.time()
+    time.sleep(1.0)
+    for p in fleet[1:]:
+        r = get(p, ags_fleet.query_url() + "?f=json")
+        assert r.status_code == 200 and r.json().get("features"), r.text[:300]
+    late = [e for e in ags_fleet.request_log() if e["t"] > seen and e.get("token") in old]
+    assert not late, late
+    assert generate_calls(ags_fleet) == 1, ags_fleet.token_calls()
+    # The newer token stays in Redis: the withdrawal deleted only the rejected one.
+    assert len([k for k in redis_server.keys() if ":t:" in k]) == 1, redis_server.keys()
+    for p in fleet[1:]:
+        assert "token withdrawn by another replica" in p.log_text(), p.log_text()[-2000:]
+
+
+def test_redis_killed_mid_run_then_restarted(proxy_factory, ags_fleet, redis_server):
+    fleet = start_fleet(proxy_factory, ags_fleet, redis_server.url(), n=3)
+    wait_connected(fleet)
+    for p in fleet:
+        assert get(p, ags_fleet.query_url() + "?f=json").status_code == 200
+    redis_server.kill()
+    # Each replica goes on alone: requests succeed, a forced expiry costs each replica its own token request.
+    ags_fleet.expire_all()
+    for p in fleet:
+        r = get(p, ags_fleet.query_url() + "?f=json")
+        assert r.status_code == 200 and r.json().get("features"), r.text[:300]
+    for p in fleet:
+        assert p.wait_for_log(lambda l: "Redis cannot be used" in l, timeout=5), p.log_text()[-2000:]
+    # One line per change of state, not one per operation.
+    for p in fleet:
+        assert p.log_text().count("Redis cannot be used") == 1, p.log_text()[-3000:]
+    redis_server.start()
+    wait_connected(fleet, times=2, timeout=40)
+    ags_fleet.expire_all()
+    ags_fleet.reset_stats()
+    for p in fleet:
+        r = get(p, ags_fleet.query_url() + "?f=json")
+        assert r.status_code == 200 and r.json().get("features"), r.text[:300]
+    assert generate_calls(ags_fleet) == 1, ags_fleet.token_calls()
+
+
+def test_a_wrong_redis_password_is_one_clear_warning_and_the_replica_works_alone(
+        proxy_factory, ags_fleet, redis_server):
+    [p] = start_fleet(proxy_factory, ags_fleet, redis_server.url(password="not-the-password"), n=1)
+    for _ in range(3):
+        r = get(p, ags_fleet.query_url() + "?f=json")
+        assert r.status_code == 200 and r.json().get("features"), r.text[:300]
+        ags_fleet.expire_all()
+    lines = [l for l in p.log_lines() if "Redis cannot be used" in l]
+    assert len(lines) == 1, lines
+    assert "WRONGPASS" in lines[0] and "password" in lines[0], lines[0]
+    assert "not-the-password" not in p.log_text()
+
+
+def test_a_wrong_password_with_required_makes_the_replica_not_ready(proxy_factory, ags_fleet, redis_server):
+    extra = cluster_section(redis_server.url(password="not-the-password"), required=True) + cred(
+        CRED_NAME, "arcgis-token", ags_fleet.server_root, username="alice", password="alice-pass")
+    admin = harness.free_port()
+    extra += '[admin]\nlisten = "127.0.0.1:%d"\n' % admin
+    p = proxy_factory(proxy={"state_key": STATE_KEY}, extra_config=extra)
+    assert p.wait_for_log(lambda l: "Redis cannot be used" in l and "error" in l.lower(), timeout=5)
+    r = requests.get("http://127.0.0.1:%d/readyz" % admin, timeout=5)
+    assert r.status_code == 503 and any("Redis" in x for x in r.json()["reasons"]), r.text
+    # Still serving on its own.
+    assert get(p, ags_fleet.query_url() + "?f=json").status_code == 200
+
+
+def test_nothing_readable_in_redis(proxy_factory, ags_fleet, redis_server):
+    fleet = start_fleet(proxy_factory, ags_fleet, redis_server.url(), n=2)
+    wait_connected(fleet)
+    for p in fleet:
+        assert get(p, ags_fleet.query_url() + "?f=json").status_code == 200
+    tokens = {e.get("token") for e in ags_fleet.request_log() if e.get("token")}
+    assert tokens
+    keys = redis_server.keys()
+    assert keys, "nothing was shared"
+    dump = "\n".join(keys)
+    for k in keys:
+        dump += "\n" + redis_server.cli("GET", k)
+    for secret in list(tokens) + ["alice", "alice-pass", CRED_NAME, "127.0.0.1", str(ags_fleet.url.rsplit(":", 1)[1]),
+                                  STATE_KEY]:
+        assert secret not in dump, secret
+    assert all(re.fullmatch(r"authproxy:[tlr]:[0-9a-f]{64}", k) for k in keys), keys
+
+
+def test_login_once_serves_every_replica_and_signout_once_stops_them_all(proxy_factory, federation, redis_server, tmp_path):
+    from test_token_state import login, last_user
+    portal, server = federation
+    creds = cluster_section(redis_server.url()) + cred(
+        "me", "oauth-user", [portal.portal_url, server.server_root], client_id="proxyapp",
+        portal_url=portal.portal_url, redirect_uri="http://127.0.0.1:%d/callback" % harness.free_port())
+    # `login` runs with a state directory of its own (another machine than any replica's).
+    section = harness.default_proxy_section(harness.free_port(), str(tmp_path / "login-state"))
+    section["state_key"] = STATE_KEY
+    conf = tmp_path / "login.conf"
+    conf.write_text(harness.render_config(section, harness.default_log_section()) + creds)
+    fleet = [proxy_factory(proxy={"state_key": STATE_KEY, "workers": 1}, extra_config=creds) for _ in range(3)]
+    wait_connected(fleet)
+    # Nobody signed in yet: every replica says so.
+    for p in fleet:
+        r = get(p, server.query_url() + "?f=json")
+        assert r.status_code == 502 and "no refresh token" in r.text, r.text[:300]
+    out = login(conf)
+    assert "fleet's Redis" in out, out
+    for p in fleet:
+        r = get(p, server.query_url() + "?f=json")
+        assert r.status_code == 200 and r.json().get("features"), r.text[:300]
+        assert last_user(server) == "alice"
+    # One refresh grant for the whole fleet (the lock): the other replicas took its tokens from Redis.
+    refresh = [c for c in portal.token_calls("oauth2.token") if c["kind"] != "oauth_authorization_code"]
+    assert len(refresh) == 1, portal.token_calls()
+    r = harness.run_cli(["signout", "--config", str(conf), "--credential", "me"])
+    assert r.returncode == 0 and "deleted from the fleet's Redis" in r.stdout, r.stdout + r.stderr
+    for p in fleet:
+        assert p.wait_for_log(lambda l: "refresh token removed from the fleet's store" in l, timeout=5), p.log_text()[-2000:]
+        r = get(p, server.query_url() + "?f=json")
+        assert r.status_code != 200 or not r.json().get("features"), r.text[:300]
