@@ -507,3 +507,97 @@ def test_a_clients_own_ntlm_login_passes_through_the_parent_on_its_own_connectio
         b = subprocess.run(["curl", "-sS", "-x", p.url, "-o", "/dev/null", "-w", "%{http_code}", rig.ntlm.url + "pb%d" % i],
                            capture_output=True, text=True, env=env, timeout=60)
         assert b.stdout == "401", (i, b.stdout, b.stderr)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# https:// (TLS to the parent itself: stunnel in front of Squid) and socks5h:// (microsocks) parents
+# ---------------------------------------------------------------------------------------------------------
+
+def _spawn(args, port, tmp_path, name):
+    import subprocess
+    log = open(str(tmp_path / (name + ".log")), "w")
+    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=harness.clean_env(), start_new_session=True)
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return proc
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    pytest.fail("%s did not start: %s" % (name, open(str(tmp_path / (name + ".log"))).read()))
+
+
+def _stop(proc):
+    proc.terminate()
+    try:
+        proc.wait(5)
+    except Exception:
+        proc.kill()
+
+
+def test_an_https_parent_carries_relayed_and_tunnelled_requests(proxy_factory, squid_basic, certs, origin_factory,
+                                                                 session, tmp_path):
+    import shutil
+    if not shutil.which("stunnel4"):
+        pytest.skip("stunnel4 not installed")
+    cert, key = certs["a"]
+    port = harness.free_port()
+    conf = tmp_path / "stunnel.conf"
+    conf.write_text("foreground = yes\npid =\n[parent]\naccept = 127.0.0.1:%d\nconnect = 127.0.0.1:%d\ncert = %s\nkey = %s\n"
+                    % (port, squid_basic.port, cert, key))
+    tls = _spawn(["stunnel4", str(conf)], port, tmp_path, "stunnel")
+    try:
+        origin = origin_factory()
+        tunnelled = origin_factory(tls=certs["b"])
+        p = proxy_factory(proxy=parent_settings("https://127.0.0.1:%d" % port, upstream_proxy_ca=cert,
+                                                connect_ports=[443, tunnelled.port]), extra_config=corp())
+        r = session.get(origin.url + "/echo?m=https-parent", proxies=p.proxies, timeout=T)
+        assert r.status_code == 200, r.text[:300]
+        assert any("squid" in e for e in via_elements(origin.request_log()[-1]))
+        c = harness.curl("-x", p.url, "--cacert", certs["b"][0], "https://127.0.0.1:%d/echo?m=tls-in-tls" % tunnelled.port)
+        assert c.returncode == 0, c.stderr
+        assert tunnelled.request_log(), "the tunnel through the https parent reached nothing"
+    finally:
+        _stop(tls)
+
+
+def test_an_https_parent_with_an_unknown_certificate_is_refused(proxy_factory, squid_basic, certs, origin, session,
+                                                                tmp_path):
+    import shutil
+    if not shutil.which("stunnel4"):
+        pytest.skip("stunnel4 not installed")
+    cert, key = certs["a"]
+    port = harness.free_port()
+    conf = tmp_path / "stunnel.conf"
+    conf.write_text("foreground = yes\npid =\n[parent]\naccept = 127.0.0.1:%d\nconnect = 127.0.0.1:%d\ncert = %s\nkey = %s\n"
+                    % (port, squid_basic.port, cert, key))
+    tls = _spawn(["stunnel4", str(conf)], port, tmp_path, "stunnel")
+    try:
+        # No upstream_proxy_ca: the parent's self-signed certificate is not trusted, and nothing goes through it.
+        p = proxy_factory(proxy=parent_settings("https://127.0.0.1:%d" % port), extra_config=corp())
+        before = len(origin.request_log())
+        r = session.get(origin.url + "/echo?m=untrusted-parent", proxies=p.proxies, timeout=T)
+        assert r.status_code in (502, 504), r.text[:300]
+        assert len(origin.request_log()) == before
+    finally:
+        _stop(tls)
+
+
+def test_a_socks5h_parent(proxy_factory, origin_factory, certs, session, tmp_path):
+    import shutil
+    if not shutil.which("microsocks"):
+        pytest.skip("microsocks not installed")
+    port = harness.free_port()
+    socks = _spawn(["microsocks", "-i", "127.0.0.1", "-p", str(port)], port, tmp_path, "microsocks")
+    try:
+        origin = origin_factory()
+        tunnelled = origin_factory(tls=certs["b"])
+        p = proxy_factory(proxy={"upstream_proxy": "socks5h://127.0.0.1:%d" % port, "connect_ports": [443, tunnelled.port]})
+        r = session.get(origin.url + "/echo?m=socks", proxies=p.proxies, timeout=T)
+        assert r.status_code == 200, r.text[:300]
+        c = harness.curl("-x", p.url, "--cacert", certs["b"][0], "https://127.0.0.1:%d/echo?m=socks-tunnel" % tunnelled.port)
+        assert c.returncode == 0, c.stderr
+        assert tunnelled.request_log()
+    finally:
+        _stop(socks)
