@@ -279,3 +279,57 @@ def test_login_once_serves_every_replica_and_signout_once_stops_them_all(proxy_f
         assert p.wait_for_log(lambda l: "refresh token removed from the fleet's store" in l, timeout=5), p.log_text()[-2000:]
         r = get(p, server.query_url() + "?f=json")
         assert r.status_code != 200 or not r.json().get("features"), r.text[:300]
+
+
+def _tls_material(d):
+    """A CA and a server certificate for 127.0.0.1, made with openssl."""
+    def ssl(*args):
+        r = subprocess.run(["openssl", *args], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+    ca_key, ca, key, csr, cert = (str(d / n) for n in ("ca.key", "ca.pem", "srv.key", "srv.csr", "srv.pem"))
+    ssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2",
+        "-subj", "/CN=fleet test CA", "-keyout", ca_key, "-out", ca)
+    ssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-subj", "/CN=127.0.0.1",
+        "-keyout", key, "-out", csr)
+    ext = d / "ext.cnf"
+    ext.write_text("subjectAltName=IP:127.0.0.1\n")
+    ssl("x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial", "-days", "2",
+        "-extfile", str(ext), "-out", cert)
+    return ca, cert, key
+
+
+def test_rediss_with_the_test_ca(proxy_factory, ags_fleet, tmp_path):
+    ca, cert, key = _tls_material(tmp_path)
+    port = harness.free_port()
+    rdir = tmp_path / "redis-tls"
+    rdir.mkdir()
+    proc = subprocess.Popen(
+        ["redis-server", "--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1", "--dir", str(rdir),
+         "--tls-cert-file", cert, "--tls-key-file", key, "--tls-ca-cert-file", ca, "--tls-auth-clients", "no",
+         "--save", "", "--appendonly", "no", "--requirepass", REDIS_PASSWORD, "--daemonize", "no",
+         "--logfile", str(rdir / "redis.log")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 10
+        while True:
+            r = subprocess.run(["redis-cli", "--tls", "--cacert", ca, "-h", "127.0.0.1", "-p", str(port), "-a",
+                                REDIS_PASSWORD, "--no-auth-warning", "PING"], capture_output=True, text=True)
+            if r.stdout.strip() == "PONG":
+                break
+            assert time.time() < deadline, (rdir / "redis.log").read_text()
+            time.sleep(0.1)
+        url = "rediss://:%s@127.0.0.1:%d/0" % (REDIS_PASSWORD, port)
+        fleet = start_fleet(proxy_factory, ags_fleet, url, n=2, ca=ca)
+        wait_connected(fleet)
+        for p in fleet:
+            assert get(p, ags_fleet.query_url() + "?where=1%3D1&f=json").status_code == 200
+        assert generate_calls(ags_fleet) == 1, ags_fleet.token_calls()
+        # Without the test CA the server's certificate is not trusted: the replica says so and works alone.
+        alone = proxy_factory(proxy={"state_key": STATE_KEY, "workers": 1}, extra_config=cluster_section(url) + cred(
+            CRED_NAME, "arcgis-token", ags_fleet.server_root, username="alice", password="alice-pass"))
+        assert get(alone, ags_fleet.query_url() + "?where=1%3D1&f=json").status_code == 200
+        assert alone.wait_for_log(lambda l: "Redis" in l and ("certificate" in l or "TLS" in l or "verify" in l), timeout=10), \
+            alone.log_text()[-2000:]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
