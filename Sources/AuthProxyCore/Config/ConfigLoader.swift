@@ -320,7 +320,8 @@ public struct ConfigLoader: Sendable {
             }
             return p
         }
-        let placement = try entry.enumValue("token_placement", TokenPlacement.self) ?? .param
+        // An oauth2 credential reads its own token_placement ("header" or "query", see OAuth2Settings).
+        let placement = type == "oauth2" ? .header : try entry.enumValue("token_placement", TokenPlacement.self) ?? .param
         let override = try entry.bool("override_client_token") ?? false
         let upgrade = try entry.bool("upgrade_to_https") ?? false
         let allowJSONP = try entry.bool("allow_jsonp") ?? false
@@ -400,6 +401,8 @@ public struct ConfigLoader: Sendable {
             }
             kind = .oauthUser(OAuthUserSettings(
                 clientID: try required("client_id"), portalURL: try url("portal_url", required: true)!, redirectURI: redirect))
+        case "oauth2":
+            kind = .oauth2(try Self.parseOAuth2(&entry, name: name))
         case "server-trust":
             let caFile = try entry.string("ca_file")
             let pin = try entry.string("pinned_public_key")
@@ -472,7 +475,7 @@ public struct ConfigLoader: Sendable {
             kind = .certificate(s)
         default:
             throw ConfigError(key: entry.path + ".type", line: entry.line(of: "type"),
-                "credential type \(entry.shown("type", type)) of '\(name)' is not supported (supported: api-key, token, arcgis-token, oauth-app, oauth-user, server-trust, password, kerberos, certificate)")
+                "credential type \(entry.shown("type", type)) of '\(name)' is not supported (supported: api-key, token, arcgis-token, oauth-app, oauth-user, oauth2, server-trust, password, kerberos, certificate)")
         }
         try entry.finish()
         var credential = Credential(name: name, kind: kind, match: prefixes, placement: placement, overrideClientToken: override,
@@ -484,7 +487,7 @@ public struct ConfigLoader: Sendable {
         if prefetch {
             guard credential.isRefreshable else {
                 throw ConfigError(key: entry.path + ".prefetch", line: entry.line(of: "prefetch"),
-                    "prefetch applies to credentials that fetch tokens (arcgis-token, oauth-app, oauth-user), not to \(type)")
+                    "prefetch applies to credentials that fetch tokens (arcgis-token, oauth-app, oauth-user, oauth2), not to \(type)")
             }
             credential.prefetch = true
         }
@@ -531,7 +534,7 @@ struct TableReader {
     private var references: [String: String] = [:]
 
     /// Keys that hold secrets: their values are never quoted in an error, even when written literally.
-    static let secretKeys: Set<String> = ["key", "token", "password", "client_secret", "key_password", "state_key"]
+    static let secretKeys: Set<String> = ["key", "token", "password", "client_secret", "key_password", "state_key", "refresh_token"]
 
     /// See ``ConfigLoader/acceptUnfilled``.
     let acceptUnfilled: Bool

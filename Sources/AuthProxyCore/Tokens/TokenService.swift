@@ -84,8 +84,15 @@ public final class TokenService: @unchecked Sendable {
 
     /// The cache key of a request to `target` under credential `c`.
     public static func key(for c: Credential, target: URLTarget) -> String {
-        let r = ServerRoot.of(target)
+        let r = root(for: c, target: target)
         return key(c.name, root: r.root, isPortal: r.isPortal)
+    }
+
+    /// What a token of `c` for a request to `target` is for: the ArcGIS server or portal root of `target`, or, for
+    /// an `oauth2` credential, its provider (one token serves every host it matches).
+    static func root(for c: Credential, target: URLTarget) -> (root: String, isPortal: Bool) {
+        if let o = c.oauth2 { return (o.providerURL, false) }
+        return ServerRoot.of(target)
     }
 
     /// `credential|server root`, or `credential|portal root/sharing/rest` for a portal: a portal and a server
@@ -130,6 +137,9 @@ public final class TokenService: @unchecked Sendable {
                             message: "the pregenerated token has expired; put a new token in proxy.conf and reload (SIGHUP) or restart")))
             }
             return
+        case .oauth2(let o):
+            // No root to confirm: the provider is configured, and the token goes wherever the credential matches.
+            queue.async { [self] in acquire(c, root: o.providerURL, isPortal: false, completion: completion) }
         default:
             queue.async { [self] in
                 let (root, isPortal) = ServerRoot.of(target)
@@ -263,7 +273,7 @@ public final class TokenService: @unchecked Sendable {
             logger.warning(
                 "the server rejects new tokens: relaying its rejection and backing off",
                 metadata: [
-                    "credential": "\(c.name)", "root": "\(ServerRoot.of(target).root)",
+                    "credential": "\(c.name)", "root": "\(Self.root(for: c, target: target).root)",
                     "consecutive": "\(outcome.consecutive)", "retry_in_s": "\(wait / 1000)",
                     "hint": "check the credential's referer/client binding, the user's access, and the clocks",
                 ])
@@ -371,7 +381,7 @@ public final class TokenService: @unchecked Sendable {
         dispatchPrecondition(condition: .onQueue(queue))
         guard isCurrent(c) else { return }  // a reload replaced it: its successor refreshes its own tokens
         noticeSignInChange(c)
-        let (root, isPortal) = ServerRoot.of(target)
+        let (root, isPortal) = Self.root(for: c, target: target)
         let key = Self.key(c.name, root: root, isPortal: isPortal)
         let now = clock.nowMillis()
         let lookup = cache.withLock { $0.refreshInBackground(key: key, credential: c.name, now: now) }
@@ -494,5 +504,9 @@ extension TokenService: TokenFetcherHost {
     func refreshToken(for c: Credential) -> String? {
         reloadIfChanged()
         return refreshTokens[c.name]?.refreshToken
+    }
+
+    func keepRotatedRefreshToken(_ c: Credential, _ value: String) {
+        keepRefreshToken(c, value)
     }
 }
