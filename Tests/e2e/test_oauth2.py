@@ -6,6 +6,7 @@ import concurrent.futures
 import hashlib
 import json
 import os
+import re
 import subprocess
 import time
 
@@ -405,3 +406,22 @@ def test_status_and_metrics_show_the_oauth2_token_and_never_the_token(proxy_fact
         assert token not in text and token[-20:] not in text and "s3cret" not in text
     metrics = admin_get(p, "/metrics").text
     assert 'authproxy_token_requests_total{credential="ogc",result="success"} 1' in metrics, metrics[:3000]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# doctor
+# ---------------------------------------------------------------------------------------------------------
+
+def test_doctor_proposes_an_oauth2_credential_that_works_once_filled_in(proxy_factory, idp, ogc, session):
+    import tomllib
+    r = subprocess.run([harness.proxy_bin(), "doctor", ogc.items_url()], capture_output=True, text=True, timeout=60,
+                       env=harness.clean_env(), stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, r.stderr
+    (block,) = tomllib.loads(r.stdout)["credential"]
+    assert block["type"] == "oauth2" and block["match"] in (ogc.base + "/ogc", [ogc.base + "/ogc"])
+    assert block["client_secret"].startswith("${AUTHPROXY_") and "Bearer challenge" in r.stdout
+    var = block["client_secret"][2:-1]
+    text = re.sub(r'(?m)^(issuer\s*=\s*)"REPLACE_ME"', lambda m: m.group(1) + '"%s"' % idp.issuer, r.stdout)
+    text = re.sub(r'(?m)^(client_id\s*=\s*)"REPLACE_ME"', lambda m: m.group(1) + '"gis-proxy"', text)
+    p = proxy_factory(extra_config="\n" + text, env={var: "s3cret:with/odd+chars"})
+    features(via(p, session, "GET", ogc.items_url()))
