@@ -221,7 +221,7 @@ struct Check: ParsableCommand {
         for cred in c.credentials {
             let limit = cred.rateLimit.map { ", rate_limit=\($0.requests)/\($0.perSeconds)s" } ?? ""
             let placement = cred.kind.isToken
-                ? ", token_placement=\(cred.placement.rawValue)\(cred.overrideClientToken ? ", override_client_token" : "")" : ""
+                ? ", token_placement=\(cred.oauth2?.placement.rawValue ?? cred.placement.rawValue)\(cred.overrideClientToken ? ", override_client_token" : "")" : ""
             let blind = cred.intercept ? "" : ", intercept=false"
             print("    - \(cred.name) (\(cred.kind.typeName)\(placement)\(limit)\(blind)): \(cred.match.map(\.description).joined(separator: ", "))")
             for prefix in TokenService.unprefetchable(cred) {
