@@ -425,3 +425,58 @@ def test_doctor_proposes_an_oauth2_credential_that_works_once_filled_in(proxy_fa
     text = re.sub(r'(?m)^(client_id\s*=\s*)"REPLACE_ME"', lambda m: m.group(1) + '"gis-proxy"', text)
     p = proxy_factory(extra_config="\n" + text, env={var: "s3cret:with/odd+chars"})
     features(via(p, session, "GET", ogc.items_url()))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# authorization_code: `authproxy login` (PKCE), then the refresh-token grant in the running proxy
+# ---------------------------------------------------------------------------------------------------------
+
+def test_login_with_authorization_code_and_pkce_then_serve(proxy_factory, idp, ogc, session, tmp_path):
+    port = harness.free_port()
+    redirect = "http://127.0.0.1:%d/callback" % port
+    idp.add_client("desktop", secret="desk-secret", redirect_uris=[redirect])
+    state = tmp_path / "login-state"
+    state.mkdir()
+    block = oauth2(ogc, issuer=idp.issuer, client_id="desktop", client_secret="desk-secret", grant="authorization_code",
+                   redirect_uri=redirect, scope="openid offline_access")
+    settings = {"state_dir": str(state), "state_key": "correct horse battery staple"}
+    p = proxy_factory(proxy=settings, extra_config=block)
+    r = via(p, session, "GET", ogc.items_url())
+    assert r.status_code == 502 and "authproxy login" in r.text  # not signed in yet: says what to run
+
+    login = subprocess.Popen([harness.proxy_bin(), "login", "--config", p.config_path, "--credential", "ogc"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=harness.clean_env())
+    try:
+        url = None
+        for line in login.stdout:
+            if line.strip().startswith("http"):
+                url = line.strip()
+            if "Waiting for the redirect" in line:
+                break
+        assert url and url.startswith(idp.issuer + "/protocol/openid-connect/auth?"), url
+        browser = requests.Session()
+        browser.trust_env = False
+        answer = browser.get(url, timeout=30)  # follows the 302 to the loopback listener of `login`
+        assert answer.status_code == 200 and "sign-in received" in answer.text
+        out, err = login.communicate(timeout=30)
+        assert login.returncode == 0, (out, err)
+    finally:
+        if login.poll() is None:
+            login.kill()
+    (auth,) = idp.authorize_requests
+    assert auth["code_challenge_method"] == "S256" and auth["scope"] == "openid offline_access"
+    code_exchange = idp.token_requests()[-1]
+    assert code_exchange["grant_type"] == "authorization_code" and code_exchange["outcome"] == "ok"
+    assert code_exchange["auth_method"] == "client_secret_basic" and code_exchange["form"]["code_verifier"]
+
+    # The running proxy picks the sign-in up from the state file.
+    deadline = time.time() + 5
+    while True:
+        r = via(p, session, "GET", ogc.items_url())
+        if r.status_code == 200 or time.time() > deadline:
+            break
+        time.sleep(0.3)
+    features(r)
+    refresh = idp.token_requests()[-1]
+    assert refresh["grant_type"] == "refresh_token" and refresh["outcome"] == "ok"
+    assert refresh["form"]["refresh_token"] == code_exchange["refresh_token_issued"]

@@ -45,13 +45,13 @@ extension ConfigLoader {
         s.resource = try entry.string("resource")
         if let grant = try entry.string("grant") {
             guard let g = OAuth2Settings.Grant(rawValue: grant) else {
-                throw fail("grant", grant == "authorization_code"
-                    ? "authorization_code is not supported yet: sign in elsewhere and seed its refresh token with grant = \"refresh_token\""
-                    : "\(entry.shown("grant", grant)) is not one of \"client_credentials\", \"refresh_token\"")
+                throw fail("grant", "\(entry.shown("grant", grant)) is not one of \"client_credentials\", \"refresh_token\", \"authorization_code\"")
             }
             s.grant = g
         }
         s.refreshToken = try entry.string("refresh_token")
+        s.redirectURI = try entry.string("redirect_uri")
+        s.authorizationURL = try url("authorization_url")
         s.placement = try entry.enumValue("token_placement", OAuth2Settings.Placement.self) ?? .header
         s.defaultLifetimeSeconds = try entry.int("default_lifetime_seconds", range: 1...86_400) ?? 300
         if let signals = try rejectionSignals(&entry) { s.rejection = signals }
@@ -77,6 +77,23 @@ extension ConfigLoader {
             }
         case .clientCredentials:
             if s.refreshToken != nil { throw fail("refresh_token", "is used only with grant = \"refresh_token\"") }
+        case .authorizationCode:
+            if s.refreshToken != nil {
+                throw fail("refresh_token", "grant = \"authorization_code\" gets its refresh token from `authproxy login`, not from the configuration")
+            }
+            guard let redirect = s.redirectURI else {
+                throw fail("redirect_uri", "grant = \"authorization_code\" needs redirect_uri (http://127.0.0.1:PORT/callback, registered with the provider, or urn:ietf:wg:oauth:2.0:oob)")
+            }
+            guard redirect == "urn:ietf:wg:oauth:2.0:oob" || HTTPURL.parse(redirect) != nil else {
+                throw fail("redirect_uri", "\(entry.shown("redirect_uri", redirect)) is neither an http(s) URL nor urn:ietf:wg:oauth:2.0:oob")
+            }
+            if case .tokenURL = s.endpoint, s.authorizationURL == nil {
+                throw fail("authorization_url", "grant = \"authorization_code\" with token_url needs authorization_url (discovery would give it with issuer)")
+            }
+        }
+        if s.grant != .authorizationCode {
+            if s.redirectURI != nil { throw fail("redirect_uri", "is used only with grant = \"authorization_code\"") }
+            if s.authorizationURL != nil { throw fail("authorization_url", "is used only with grant = \"authorization_code\"") }
         }
         let hasAssertion = s.privateKey != nil || s.clientAssertionFile != nil
         switch s.authMethod {

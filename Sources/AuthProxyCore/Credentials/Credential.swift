@@ -81,6 +81,16 @@ public struct Credential: Sendable {
         }
     }
 
+    /// Whether its refresh token comes from `authproxy login` (kept in the state file, which `login` and `signout`
+    /// change under a running proxy): `oauth-user`, and `oauth2` with the `authorization_code` grant.
+    public var signsIn: Bool {
+        switch kind {
+        case .oauthUser: return true
+        case .oauth2(let o): return o.grant == .authorizationCode
+        default: return false
+        }
+    }
+
     /// The `oauth2` settings, when this is one: its token is a bearer token for every matched request, with its
     /// own injection and rejection rules (``OAuth2Injection``, ``OAuth2Rejection``) instead of ArcGIS's.
     public var oauth2: OAuth2Settings? {

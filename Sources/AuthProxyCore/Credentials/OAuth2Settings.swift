@@ -15,6 +15,9 @@ public struct OAuth2Settings: Sendable, Equatable {
         case clientCredentials = "client_credentials"
         /// A refresh token seeded in the configuration (rotated ones are kept in the state file).
         case refreshToken = "refresh_token"
+        /// A sign-in with `authproxy login` (authorization code with PKCE) stores a refresh token in the state file;
+        /// access tokens come from the refresh-token grant.
+        case authorizationCode = "authorization_code"
     }
 
     /// How the client authenticates at the token endpoint (RFC 6749 §2.3, OIDC Core §9, RFC 8705).
@@ -78,6 +81,11 @@ public struct OAuth2Settings: Sendable, Equatable {
     public var grant: Grant = .clientCredentials
     /// The seeded refresh token (grant `refresh_token`).
     public var refreshToken: String?
+    /// Where `authproxy login` receives the code (grant `authorization_code`): a loopback `http://` URL or
+    /// `urn:ietf:wg:oauth:2.0:oob` (the code is pasted).
+    public var redirectURI: String?
+    /// The authorization endpoint, when discovery does not give it.
+    public var authorizationURL: String?
     public var placement: Placement = .header
     /// Seconds a token lives when neither `expires_in` nor the JWT's `exp` says.
     public var defaultLifetimeSeconds: Int = 300
@@ -106,7 +114,7 @@ public struct OAuth2Settings: Sendable, Equatable {
         let parts: [String] = [
             providerURL, clientID, clientSecret ?? "", authMethod?.rawValue ?? "", privateKey ?? "", keyAlgorithm.rawValue,
             kid ?? "", certificate ?? "", clientAssertionFile ?? "", scope ?? "", audience ?? "", resource ?? "",
-            grant.rawValue, refreshToken ?? "",
+            grant.rawValue, refreshToken ?? "", redirectURI ?? "", authorizationURL ?? "",
         ]
         return parts.joined(separator: "\u{0}")
     }

@@ -79,7 +79,7 @@ public final class TokenService: @unchecked Sendable {
         for c in credentials { fingerprints[c.name] = Crypto.sha256Hex(c.identityMaterial) }
         self.fingerprints = fingerprints
         store = CredentialStore(credentials)
-        oauthUsers = Set(credentials.compactMap { c in if case .oauthUser = c.kind { c.name } else { nil } })
+        oauthUsers = Set(credentials.filter(\.signsIn).map(\.name))
     }
 
     /// The cache key of a request to `target` under credential `c`.
@@ -324,7 +324,7 @@ public final class TokenService: @unchecked Sendable {
         var next: [String: String] = [:]
         for c in credentials { next[c.name] = Crypto.sha256Hex(c.identityMaterial) }
         let store = CredentialStore(credentials)
-        let users = Set(credentials.compactMap { c in if case .oauthUser = c.kind { c.name } else { nil } })
+        let users = Set(credentials.filter(\.signsIn).map(\.name))
         return queue.sync {
             let dropped = fingerprints.keys.filter { next[$0] != fingerprints[$0] }.sorted()
             cache.withLock { cache in

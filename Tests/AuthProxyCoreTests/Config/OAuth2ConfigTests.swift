@@ -53,8 +53,12 @@ import Testing
         expectRejected(loader, entry("token_url = \"https://a/t\"\n"), key: "credential[0].client_id", line: 1, fragment: "needs client_id")
         expectRejected(loader, entry("token_url = \"https://a/t\"\nclient_id = \"p\"\n"), key: "credential[0].client_secret", line: 1,
             fragment: "needs client_secret, private_key")
-        expectRejected(loader, entry(base + "token_url = \"https://a/t\"\ngrant = \"authorization_code\"\n"), key: "credential[0].grant",
-            line: 8, fragment: "not supported yet")
+        expectRejected(loader, entry(base + "token_url = \"https://a/t\"\ngrant = \"authorization_code\"\n"), key: "credential[0].redirect_uri",
+            line: 1, fragment: "needs redirect_uri")
+        expectRejected(loader, entry(base + "token_url = \"https://a/t\"\ngrant = \"authorization_code\"\nredirect_uri = \"http://127.0.0.1:7/cb\"\n"),
+            key: "credential[0].authorization_url", line: 1, fragment: "needs authorization_url")
+        expectRejected(loader, entry(base + "token_url = \"https://a/t\"\ngrant = \"device_code\"\n"), key: "credential[0].grant",
+            line: 8, fragment: "is not one of")
         expectRejected(loader, entry(base + "token_url = \"https://a/t\"\ngrant = \"refresh_token\"\n"), key: "credential[0].refresh_token",
             line: 1, fragment: "needs refresh_token")
         expectRejected(loader, entry(base + "token_url = \"https://a/t\"\nrejection = [\"sometimes\"]\n"), key: "credential[0].rejection",

@@ -8,7 +8,10 @@ Provider (``OIDCProvider``), issuer ``http://127.0.0.1:PORT/realms/test`` (Keycl
 
   GET  /realms/test/.well-known/openid-configuration   discovery (issuer, token_endpoint,
                                                         token_endpoint_auth_methods_supported)
-  POST /realms/test/protocol/openid-connect/token      grants client_credentials and refresh_token (with rotation:
+  GET  /realms/test/protocol/openid-connect/auth       authorization (auto-approved; PKCE S256 required): 302 to the
+                                                        registered redirect_uri with a single-use code
+  POST /realms/test/protocol/openid-connect/token      grants client_credentials, authorization_code (the PKCE
+                                                        verifier checked) and refresh_token (with rotation:
                                                         a spent refresh token is refused as invalid_grant);
                                                         client authentication client_secret_basic,
                                                         client_secret_post, private_key_jwt (signature verified
@@ -163,12 +166,33 @@ class _ProviderHandler(_Base):
                 "token_endpoint": p.token_endpoint,
                 "authorization_endpoint": p.issuer + "/protocol/openid-connect/auth",
                 "jwks_uri": p.issuer + "/protocol/openid-connect/certs",
-                "grant_types_supported": ["client_credentials", "refresh_token"],
+                "grant_types_supported": ["client_credentials", "refresh_token", "authorization_code"],
             }
             if p.auth_methods is not None:
                 doc["token_endpoint_auth_methods_supported"] = p.auth_methods
             return self.send(200, doc)
+        if path == REALM_PATH + "/protocol/openid-connect/auth":
+            return self.authorize()
         self.send(404, {"error": "not_found"})
+
+    def authorize(self):
+        """Auto-approves a sign-in: checks the client, its redirect URI and the PKCE challenge method, then redirects
+        back with a single-use code bound to them."""
+        p = self.srv
+        q = dict(parse_qsl(urlsplit(self.path).query, keep_blank_values=True))
+        c = p.clients.get(q.get("client_id"))
+        redirect = q.get("redirect_uri")
+        if not c or redirect not in c.get("redirect_uris", ()):
+            return self.send(400, {"error": "invalid_request", "error_description": "unknown client or redirect_uri"})
+        if q.get("response_type") != "code" or q.get("code_challenge_method") != "S256" or not q.get("code_challenge"):
+            return self.send(400, {"error": "invalid_request", "error_description": "PKCE S256 and response_type=code required"})
+        code = "code-" + secrets.token_urlsafe(12)
+        with p.lock:
+            p.codes[code] = {"client_id": q["client_id"], "redirect_uri": redirect, "challenge": q["code_challenge"],
+                             "scope": q.get("scope")}
+            p.authorize_requests.append(q)
+        sep = "&" if "?" in redirect else "?"
+        self.send(302, b"", ctype=None, headers=[("Location", redirect + sep + "code=%s&state=%s" % (code, q.get("state", "")))])
 
     def do_POST(self):
         p = self.srv
@@ -202,6 +226,8 @@ class OIDCProvider(_Listener):
         self.log = []
         self.discovery_requests = 0
         self.tokens = {}  # access token -> (client_id, exp)
+        self.codes = {}  # authorization code -> what it was issued for
+        self.authorize_requests = []
         self.refresh_tokens = {}  # refresh token -> client_id (live ones)
         self.spent_refresh_tokens = set()
         self.jtis = set()
@@ -217,7 +243,7 @@ class OIDCProvider(_Listener):
 
     # -- registration ------------------------------------------------------------------------------------------
     def add_client(self, client_id, secret=None, methods=None, public_key_pem=None, certificate_pem=None, kid=None,
-                   assertion_file=None):
+                   assertion_file=None, redirect_uris=()):
         """Registers a client. methods: the authentication methods it may use (default: what its settings allow)."""
         allowed = set(methods or [])
         if not methods:
@@ -236,7 +262,7 @@ class OIDCProvider(_Listener):
         elif public_key_pem:
             key = serialization.load_pem_public_key(public_key_pem)
         self.clients[client_id] = {"secret": secret, "methods": allowed, "key": key, "x5t": thumb, "kid": kid,
-                                   "assertion_file": assertion_file}
+                                   "assertion_file": assertion_file, "redirect_uris": tuple(redirect_uris)}
 
     def issue_refresh_token(self, client_id):
         t = "rt-" + secrets.token_urlsafe(16)
@@ -302,6 +328,15 @@ class OIDCProvider(_Listener):
             if owner != client_id:
                 entry["refresh_reused"] = owner is None and reused
                 return self._error(entry, 400, "invalid_grant", "refresh token is not active")
+            refresh = self.issue_refresh_token(client_id)
+        elif grant == "authorization_code":
+            with self.lock:
+                issued = self.codes.pop(form.get("code", ""), None)
+            if not issued or issued["client_id"] != client_id or issued["redirect_uri"] != form.get("redirect_uri"):
+                return self._error(entry, 400, "invalid_grant", "code not active for this client and redirect_uri")
+            verifier = form.get("code_verifier", "")
+            if b64url(hashlib.sha256(verifier.encode()).digest()) != issued["challenge"]:
+                return self._error(entry, 400, "invalid_grant", "PKCE verification failed")
             refresh = self.issue_refresh_token(client_id)
         else:
             return self._error(entry, 400, "unsupported_grant_type", "grant %r" % grant)

@@ -11,6 +11,8 @@ struct OAuth2Discovery: Sendable, Equatable {
     /// `mtls_endpoint_aliases.token_endpoint` (RFC 8705 §5): where `tls_client_auth` requests go when the
     /// provider serves mutual TLS on another host.
     var mtlsTokenEndpoint: String?
+    /// `authorization_endpoint`: where `authproxy login` sends the browser.
+    var authorizationEndpoint: String?
 
     /// The URL of the discovery document of `issuer` (OIDC Discovery §4.1: appended to the issuer's path).
     static func documentURL(issuer: String) -> String {
@@ -38,6 +40,7 @@ struct OAuth2Discovery: Sendable, Equatable {
             return .failure(OAuth2Problem("the discovery document's token_endpoint \(token) is not https, the issuer is"))
         }
         var d = OAuth2Discovery(issuer: issuer, tokenEndpoint: token)
+        d.authorizationEndpoint = (object["authorization_endpoint"] as? String).flatMap { HTTPURL.parse($0) != nil ? $0 : nil }
         d.authMethodsSupported = (object["token_endpoint_auth_methods_supported"] as? [Any])?.compactMap { $0 as? String }
         if let aliases = object["mtls_endpoint_aliases"] as? [String: Any], let m = aliases["token_endpoint"] as? String,
             HTTPURL.parse(m) != nil

@@ -16,17 +16,35 @@ struct OAuth2TokenRequest: Equatable {
         case assertion(String)
     }
 
-    /// The request for `s` with `method`; `refreshToken` for the refresh-token grant.
+    /// The grant a request makes.
+    enum GrantFields: Equatable {
+        case clientCredentials
+        case refresh(String)
+        /// `authproxy login`: the code the redirect carried, the redirect URI it went to and the PKCE verifier.
+        case code(String, redirectURI: String, verifier: String)
+    }
+
+    /// The request for `s` with `method`, as the running proxy makes it; `refreshToken` for the refresh-token grant
+    /// (which an `authorization_code` credential uses after its sign-in).
     static func make(
         _ s: OAuth2Settings, method: OAuth2Settings.AuthMethod, proof: ClientProof, refreshToken: String?
     ) -> OAuth2TokenRequest {
+        make(s, method: method, proof: proof, grant: s.grant == .clientCredentials ? .clientCredentials : .refresh(refreshToken ?? ""))
+    }
+
+    static func make(
+        _ s: OAuth2Settings, method: OAuth2Settings.AuthMethod, proof: ClientProof, grant: GrantFields
+    ) -> OAuth2TokenRequest {
         var fields: [(String, String)] = []
-        switch s.grant {
+        switch grant {
         case .clientCredentials:
             fields.append(("grant_type", "client_credentials"))
-        case .refreshToken:
+        case .refresh(let token):
             fields.append(("grant_type", "refresh_token"))
-            fields.append(("refresh_token", refreshToken ?? ""))
+            fields.append(("refresh_token", token))
+        case .code(let code, let redirectURI, let verifier):
+            fields += [("grant_type", "authorization_code"), ("code", code), ("redirect_uri", redirectURI),
+                ("code_verifier", verifier)]
         }
         if let scope = s.scope { fields.append(("scope", scope)) }
         if let audience = s.audience { fields.append(("audience", audience)) }

@@ -110,8 +110,18 @@ extension TokenFetcher {
             }
         }
         var refresh: String? = nil
-        if o.grant == .refreshToken {
+        switch o.grant {
+        case .clientCredentials:
+            break
+        case .refreshToken:
             refresh = host.refreshToken(for: c) ?? o.refreshToken
+        case .authorizationCode:
+            // The state file is the authority (`authproxy login` writes it): looked at before every refresh grant.
+            guard let stored = host.refreshToken(for: c) else {
+                local("not signed in (or signed out): sign in with `authproxy login --config <file> --credential \(c.name)`")
+                return
+            }
+            refresh = stored
         }
         let request = OAuth2TokenRequest.make(o, method: method, proof: proof, refreshToken: refresh)
         let f = HTTPFetch(
@@ -129,7 +139,7 @@ extension TokenFetcher {
                     defaultLifetimeSeconds: o.defaultLifetimeSeconds)
                 {
                 case .token(let t, let rotated):
-                    if o.grant == .refreshToken, let rotated, rotated != refresh { host.keepRotatedRefreshToken(c, rotated) }
+                    if o.grant != .clientCredentials, let rotated, rotated != refresh { host.keepRotatedRefreshToken(c, rotated) }
                     done(.success(t))
                 case .refused(let error, let description):
                     var e = TokenError(credential: c.name,
@@ -150,6 +160,10 @@ extension TokenFetcher {
     /// The `client_assertion` for one token request: the projected token file read now (it is rotated under the
     /// proxy: oauth2-proxy #3028 read it once and failed an hour later), or a JWT signed with the private key.
     private func clientAssertion(_ o: OAuth2Settings, audience: String) -> Result<String, OAuth2Problem> {
+        Self.clientAssertion(o, audience: audience, now: clock.nowMillis() / 1000)
+    }
+
+    static func clientAssertion(_ o: OAuth2Settings, audience: String, now: Int64) -> Result<String, OAuth2Problem> {
         if let file = o.clientAssertionFile {
             guard let text = readTextFile(file) else {
                 return .failure(.init("cannot read client_assertion_file '\(file)': \(lastErrorString())"))
@@ -162,8 +176,7 @@ extension TokenFetcher {
         do {
             let key = try JWTSigningKey(path: keyPath, algorithm: o.keyAlgorithm)
             let x5t = try o.certificate.map { (p: String) throws(OAuth2Problem) -> String in try JWTSigningKey.thumbprint(certificatePath: p) }
-            guard let jwt = key.assertion(clientID: o.clientID, audience: audience, kid: o.kid, x5tS256: x5t,
-                now: clock.nowMillis() / 1000)
+            guard let jwt = key.assertion(clientID: o.clientID, audience: audience, kid: o.kid, x5tS256: x5t, now: now)
             else { return .failure(.init("signing the client assertion with '\(keyPath)' failed in libcrypto")) }
             return .success(jwt)
         } catch {
@@ -179,9 +192,14 @@ extension TokenFetcher {
         case "invalid_scope":
             return ["Check scope, audience and resource against what the client may ask for."]
         case "invalid_grant":
-            return o.grant == .refreshToken
-                ? ["The refresh token expired, was revoked or was used twice: put a new refresh_token in proxy.conf and reload."]
-                : ["The provider refuses the grant for this client."]
+            switch o.grant {
+            case .refreshToken:
+                return ["The refresh token expired, was revoked or was used twice: put a new refresh_token in proxy.conf and reload."]
+            case .authorizationCode:
+                return ["The sign-in expired or was revoked: sign in again with `authproxy login --config <file> --credential <name>`."]
+            case .clientCredentials:
+                return ["The provider refuses the grant for this client."]
+            }
         default:
             return []
         }
