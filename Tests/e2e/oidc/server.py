@@ -353,7 +353,8 @@ class OIDCProvider(_Listener):
         sig = b64url(hmac.new(self.key, (header + "." + body).encode(), hashlib.sha256).digest())
         token = header + "." + body + "." + sig
         with self.lock:
-            self.tokens[token] = (client_id, exp)
+            # Valid for exactly the lifetime announced (the JWT's exp is whole seconds, up to 1 s earlier).
+            self.tokens[token] = (client_id, time.time() + (self.token_lifetime_override or lifetime))
         answer = {"access_token": token, "token_type": "Bearer"}
         if self.expires_in is not None:
             answer["expires_in"] = self.expires_in

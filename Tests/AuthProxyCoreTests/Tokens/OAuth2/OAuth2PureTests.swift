@@ -168,3 +168,36 @@ extension OAuth2TokenAnswer {
         return false
     }
 }
+
+/// `authproxy login` for an `oauth2` credential, without a provider: the authorize URL and the code exchange's form.
+@Suite struct OAuth2LoginTests {
+    @Test func authorizeURLCarriesPKCEAndTheCodeExchangeItsVerifier() throws {
+        let c = try ConfigLoader(environment: [:]).parse("""
+            [[credential]]
+            name = "desk"
+            type = "oauth2"
+            token_url = "https://idp.example.com/oauth2/token"
+            authorization_url = "https://idp.example.com/oauth2/authorize?prompt=login"
+            client_id = "d"
+            token_endpoint_auth_method = "none"
+            grant = "authorization_code"
+            redirect_uri = "http://127.0.0.1:7777/callback"
+            scope = "openid offline_access"
+            match = ["https://ogc.example.com/"]
+            """).credentials[0]
+        let login = try OAuth2Login(credential: c, fetch: SyncFetch(timeoutSeconds: 1))
+        #expect(login.loopbackPort == 7777)
+        let url = login.authorizeURL
+        #expect(url.hasPrefix("https://idp.example.com/oauth2/authorize?prompt=login&response_type=code&client_id=d&"))
+        #expect(url.contains("redirect_uri=http%3A%2F%2F127.0.0.1%3A7777%2Fcallback") && url.contains("scope=openid%20offline_access"))
+        #expect(url.contains("code_challenge=\(login.challenge)&code_challenge_method=S256"))
+        #expect(login.challenge == Base64URL.encode(Crypto.sha256(Array(login.verifier.utf8))))
+        let state = try #require(url.split(separator: "&").first { $0.hasPrefix("state=") }).dropFirst(6)
+        #expect(try login.code(fromCallback: "/callback?code=abc&state=\(state)") == "abc")
+        #expect(throws: StateError.self) { try login.code(fromCallback: "/callback?code=abc&state=other") }
+        let form = OAuth2TokenRequest.make(c.oauth2!, method: .none, proof: .settings,
+            grant: .code("abc", redirectURI: "http://127.0.0.1:7777/callback", verifier: login.verifier))
+        #expect(form.fields.map(\.0) == ["grant_type", "code", "redirect_uri", "code_verifier", "scope", "client_id"])
+        #expect(form.fields[0].1 == "authorization_code")
+    }
+}
