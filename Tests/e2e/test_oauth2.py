@@ -481,3 +481,36 @@ def test_login_with_authorization_code_and_pkce_then_serve(proxy_factory, idp, o
     refresh = idp.token_requests()[-1]
     assert refresh["grant_type"] == "refresh_token" and refresh["outcome"] == "ok"
     assert refresh["form"]["refresh_token"] == code_exchange["refresh_token_issued"]
+
+
+def test_tls_client_auth_with_a_certificate_credential(proxy_factory, ogc, session, tls_cert, keys):
+    import ssl
+    cert, key = tls_cert
+    client_key, client_cert, _ = keys["rsa"]  # CN=gis-proxy, self-signed: the provider trusts it as its own CA
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    ctx.verify_mode = ssl.CERT_OPTIONAL
+    ctx.load_verify_locations(client_cert)
+    idp = OIDCProvider(expires_in=60, auth_methods=["tls_client_auth", "client_secret_basic"])
+    idp.tls = ctx
+    idp.start()
+    try:
+        idp.add_client("mtls-client", tls_subject_cn="gis-proxy")
+        ogc.provider = idp
+        config = (cred("idp-trust", "server-trust", idp.base, ca_file=cert)
+                  + cred("idp-client-cert", "certificate", idp.token_endpoint, cert=client_cert, key=client_key)
+                  + oauth2(ogc, issuer=idp.issuer, client_id="mtls-client", token_endpoint_auth_method="tls_client_auth"))
+        p = proxy_factory(extra_config=config)
+        features(via(p, session, "GET", ogc.items_url()))
+        (e,) = idp.token_requests()
+        assert e["auth_method"] == "tls_client_auth" and e["outcome"] == "ok"
+        assert set(e["form"]) == {"grant_type", "client_id"}
+        # Without a certificate credential for the token endpoint nothing is sent, and the 502 says what is missing.
+        without = cred("idp-trust", "server-trust", idp.base, ca_file=cert) + oauth2(
+            ogc, issuer=idp.issuer, client_id="mtls-client", token_endpoint_auth_method="tls_client_auth")
+        p2 = proxy_factory(extra_config=without)
+        r = via(p2, session, "GET", ogc.items_url())
+        assert r.status_code == 502 and "needs a certificate credential" in r.text
+        assert len(idp.token_requests()) == 1
+    finally:
+        idp.stop()

@@ -18,7 +18,9 @@ Provider (``OIDCProvider``), issuer ``http://127.0.0.1:PORT/realms/test`` (Keycl
                                                         with the registered public key, claims iss/sub/aud/exp/jti,
                                                         the x5t#S256 header when a certificate is registered) and a
                                                         federated client_assertion (compared with the file the
-                                                        workload identity writes, read at each request)
+                                                        workload identity writes, read at each request), and
+                                                        tls_client_auth (served over https with ``tls`` set: the
+                                                        client certificate's CN)
 
 Access tokens are JWTs (HS256 with the provider's own key) carrying ``exp``; ``expires_in`` is configurable (None
 leaves it out, so the client must read ``exp``). Failure modes: ``mode`` = "invalid_client", "503", "empty200",
@@ -112,6 +114,7 @@ class _Listener:
 
     def __init__(self):
         self.port = 0
+        self.tls = None  # an ssl.SSLContext: serve https
         self._srv = None
         self._thread = None
         self.conn_lock = threading.Lock()
@@ -124,6 +127,8 @@ class _Listener:
             srv = owner
 
         self._srv = _Server(("127.0.0.1", self.port), H)
+        if self.tls:
+            self._srv.socket = self.tls.wrap_socket(self._srv.socket, server_side=True)
         self.port = self._srv.server_address[1]
         self._thread = threading.Thread(target=self._srv.serve_forever, daemon=True)
         self._thread.start()
@@ -151,7 +156,7 @@ class _Listener:
 
     @property
     def base(self):
-        return "http://127.0.0.1:%d" % self.port
+        return "%s://127.0.0.1:%d" % ("https" if self.tls else "http", self.port)
 
 
 class _ProviderHandler(_Base):
@@ -203,7 +208,8 @@ class _ProviderHandler(_Base):
         form = dict(parse_qsl(raw.decode("latin-1"), keep_blank_values=True))
         entry = {"time": time.time(), "grant_type": form.get("grant_type"), "form": form,
                  "authorization": self.headers.get("Authorization")}
-        status, answer = p.token_request(form, self.headers.get("Authorization"), entry)
+        peer = self.connection.getpeercert() if p.tls else None
+        status, answer = p.token_request(form, self.headers.get("Authorization"), entry, peer)
         entry["status"] = status
         with p.lock:
             p.log.append(entry)
@@ -243,7 +249,7 @@ class OIDCProvider(_Listener):
 
     # -- registration ------------------------------------------------------------------------------------------
     def add_client(self, client_id, secret=None, methods=None, public_key_pem=None, certificate_pem=None, kid=None,
-                   assertion_file=None, redirect_uris=()):
+                   assertion_file=None, redirect_uris=(), tls_subject_cn=None):
         """Registers a client. methods: the authentication methods it may use (default: what its settings allow)."""
         allowed = set(methods or [])
         if not methods:
@@ -253,6 +259,8 @@ class OIDCProvider(_Listener):
                 allowed.add("private_key_jwt")
             if assertion_file:
                 allowed.add("federated_assertion")
+            if tls_subject_cn:
+                allowed.add("tls_client_auth")
         key = None
         thumb = None
         if certificate_pem:
@@ -262,7 +270,8 @@ class OIDCProvider(_Listener):
         elif public_key_pem:
             key = serialization.load_pem_public_key(public_key_pem)
         self.clients[client_id] = {"secret": secret, "methods": allowed, "key": key, "x5t": thumb, "kid": kid,
-                                   "assertion_file": assertion_file, "redirect_uris": tuple(redirect_uris)}
+                                   "assertion_file": assertion_file, "redirect_uris": tuple(redirect_uris),
+                                   "tls_subject_cn": tls_subject_cn}
 
     def issue_refresh_token(self, client_id):
         t = "rt-" + secrets.token_urlsafe(16)
@@ -297,7 +306,7 @@ class OIDCProvider(_Listener):
         entry["outcome"] = error
         return status, {"error": error, "error_description": description}
 
-    def token_request(self, form, authorization, entry):
+    def token_request(self, form, authorization, entry, peer=None):
         mode = self.mode
         if mode == "503":
             entry["outcome"] = "503"
@@ -308,7 +317,7 @@ class OIDCProvider(_Listener):
         if mode == "empty200":
             entry["outcome"] = "empty200"
             return 200, b""
-        client_id, method, why = self._authenticate(form, authorization)
+        client_id, method, why = self._authenticate(form, authorization, peer)
         entry["client_id"] = client_id
         entry["auth_method"] = method
         if mode == "invalid_client" or why:
@@ -367,7 +376,7 @@ class OIDCProvider(_Listener):
 
     token_lifetime_override = None
 
-    def _authenticate(self, form, authorization):
+    def _authenticate(self, form, authorization, peer=None):
         """(client_id, method, refusal or None)."""
         if authorization and authorization.lower().startswith("basic "):
             try:
@@ -391,6 +400,12 @@ class OIDCProvider(_Listener):
             if form.get("client_assertion_type") != ASSERTION_TYPE:
                 return cid, "private_key_jwt", "client_assertion_type is %r" % form.get("client_assertion_type")
             return self._check_assertion(cid, c, form["client_assertion"])
+        if c and "tls_client_auth" in c["methods"]:
+            # RFC 8705 §2.1: the client certificate of the TLS connection, with the registered subject.
+            subject = dict(x[0] for x in (peer or {}).get("subject", ()))
+            if subject.get("commonName") != c["tls_subject_cn"]:
+                return cid, "tls_client_auth", "no client certificate with CN=%s" % c["tls_subject_cn"]
+            return cid, "tls_client_auth", None
         if c and "none" in c["methods"]:
             return cid, "none", None  # a public client
         return cid, "none", "no client authentication"
