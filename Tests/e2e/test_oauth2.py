@@ -334,6 +334,9 @@ def test_5xx_and_429_back_off_and_recover(proxy_factory, idp, ogc, session, mode
     idp.mode = None
     time.sleep(1.2)
     features(via(p, session, "GET", ogc.items_url()))
+    # A failed token request drops the discovery document: it is read again before the next attempt.
+    assert idp.discovery_requests == 2
+    assert [e["outcome"] for e in idp.token_requests()] == [mode, "ok"]
 
 
 def test_invalid_client_is_a_clear_502_and_does_not_hammer_the_provider(proxy_factory, idp, ogc, session):

@@ -201,3 +201,23 @@ extension OAuth2TokenAnswer {
         #expect(form.fields[0].1 == "authorization_code")
     }
 }
+
+/// One token per `oauth2` credential, whatever host it goes to, under a key of its own.
+@Suite struct OAuth2KeyTests {
+    @Test func oneKeyPerCredentialNamedAfterTheProvider() throws {
+        let c = try ConfigLoader(environment: [:]).parse("""
+            [[credential]]
+            name = "kc"
+            type = "oauth2"
+            issuer = "https://kc.example.com/realms/gis"
+            client_id = "c"
+            client_secret = "s"
+            match = ["https://ogc.example.com/", "https://*.geo.example.com/"]
+            """).credentials[0]
+        let a = try #require(HTTPURL.parse("https://ogc.example.com/arcgis/rest/services/x")).target
+        let b = try #require(HTTPURL.parse("https://wms.geo.example.com/geoserver/wms")).target
+        #expect(TokenService.key(for: c, target: a) == TokenService.key(for: c, target: b))
+        #expect(TokenService.key(for: c, target: a) == "kc|https://kc.example.com/realms/gis")
+        #expect(TokenService.prefetchTargets(c).count == 1)
+    }
+}
