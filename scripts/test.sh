@@ -18,8 +18,8 @@ if [ ${#need[@]} -gt 0 ]; then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
 fi
-python3 -c 'import requests, pytest, yaml, prometheus_client, websockets, sys; sys.exit(int(websockets.__version__.split(".")[0]) < 15)' 2>/dev/null \
-  || python3 -m pip install -q requests pytest pyyaml prometheus-client 'websockets>=15'
+python3 -c 'import requests, pytest, yaml, prometheus_client, websockets, cryptography, sys; sys.exit(int(websockets.__version__.split(".")[0]) < 15)' 2>/dev/null \
+  || python3 -m pip install -q requests pytest pyyaml prometheus-client 'websockets>=15' cryptography
 # Esri's ArcGIS API for Python, for the proxy-over-TLS test (Tests/e2e/test_tls_proxy.py). Large and optional:
 # when it cannot be installed, only that test is skipped, saying why.
 (cd / && python3 -c 'import arcgis.gis' 2>/dev/null) \

@@ -14,6 +14,8 @@
 #include <openssl/x509v3.h>
 #include <openssl/rand.h>
 #include <openssl/bn.h>
+#include <openssl/rsa.h>
+#include <openssl/core_names.h>
 
 CURLcode ap_easy_setopt_long(CURL *easy, CURLoption option, long value) { return curl_easy_setopt(easy, option, value); }
 CURLcode ap_easy_setopt_ptr(CURL *easy, CURLoption option, const void *value) { return curl_easy_setopt(easy, option, value); }
@@ -183,3 +185,47 @@ static int ap_pem_password(char *buf, int size, int rwflag, void *u) {
 EVP_PKEY *ap_pem_read_private_key(BIO *bio, const char *password) {
     return PEM_read_bio_PrivateKey(bio, NULL, ap_pem_password, (void *)password);
 }
+
+int ap_pkey_jws_kind(EVP_PKEY *key) {
+    if (EVP_PKEY_get_base_id(key) == EVP_PKEY_RSA) return EVP_PKEY_get_bits(key) >= 2048 ? 1 : 0;
+    if (EVP_PKEY_get_base_id(key) == EVP_PKEY_EC) {
+        char group[64];
+        size_t glen = 0;
+        if (EVP_PKEY_get_utf8_string_param(key, "group", group, sizeof(group), &glen) != 1) return 0;
+        return strcmp(group, "prime256v1") == 0 || strcmp(group, "P-256") == 0 ? 2 : 0;
+    }
+    return 0;
+}
+
+static int ap_pss(EVP_PKEY_CTX *pctx) {
+    return EVP_PKEY_CTX_set_rsa_padding(pctx, RSA_PKCS1_PSS_PADDING) == 1
+        && EVP_PKEY_CTX_set_rsa_pss_saltlen(pctx, 32) == 1
+        && EVP_PKEY_CTX_set_rsa_mgf1_md(pctx, EVP_sha256()) == 1;
+}
+
+int ap_sign_sha256(EVP_PKEY *key, int pss, const unsigned char *data, size_t len, unsigned char *out, size_t *outlen) {
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    if (!ctx) return 0;
+    EVP_PKEY_CTX *pctx = NULL;
+    int ok = EVP_DigestSignInit(ctx, &pctx, EVP_sha256(), NULL, key) == 1
+        && (!pss || ap_pss(pctx))
+        && EVP_DigestSign(ctx, out, outlen, data, len) == 1;
+    EVP_MD_CTX_free(ctx);
+    return ok;
+}
+
+int ap_verify_sha256(EVP_PKEY *key, int pss, const unsigned char *data, size_t len, const unsigned char *sig, size_t siglen) {
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    if (!ctx) return 0;
+    EVP_PKEY_CTX *pctx = NULL;
+    int ok = EVP_DigestVerifyInit(ctx, &pctx, EVP_sha256(), NULL, key) == 1
+        && (!pss || ap_pss(pctx))
+        && EVP_DigestVerify(ctx, sig, siglen, data, len) == 1;
+    EVP_MD_CTX_free(ctx);
+    return ok;
+}
+
+int ap_pkey_size(EVP_PKEY *key) { return EVP_PKEY_get_size(key); }
+EVP_PKEY *ap_rsa_keygen(unsigned bits) { return EVP_RSA_gen(bits); }
+int ap_x509_der(X509 *cert, unsigned char **out) { *out = NULL; return i2d_X509(cert, out); }
+void ap_openssl_free(void *p) { OPENSSL_free(p); }

@@ -222,7 +222,7 @@ struct Check: ParsableCommand {
         for cred in c.credentials {
             let limit = cred.rateLimit.map { ", rate_limit=\($0.requests)/\($0.perSeconds)s" } ?? ""
             let placement = cred.kind.isToken
-                ? ", token_placement=\(cred.placement.rawValue)\(cred.overrideClientToken ? ", override_client_token" : "")" : ""
+                ? ", token_placement=\(cred.oauth2?.placement.rawValue ?? cred.placement.rawValue)\(cred.overrideClientToken ? ", override_client_token" : "")" : ""
             let blind = cred.intercept ? "" : ", intercept=false"
             print("    - \(cred.name) (\(cred.kind.typeName)\(placement)\(limit)\(blind)): \(cred.match.map(\.description).joined(separator: ", "))")
             for prefix in TokenService.unprefetchable(cred) {
@@ -292,11 +292,11 @@ func printError(_ s: String) {
 
 struct Login: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Sign in for an oauth-user credential (authorization code + PKCE) and store its refresh token.")
+        abstract: "Sign in for an oauth-user or oauth2 (grant = \"authorization_code\") credential (authorization code + PKCE) and store its refresh token.")
 
     @OptionGroup var options: ConfigOptions
 
-    @Option(name: .long, help: "Name of the oauth-user credential.")
+    @Option(name: .long, help: "Name of the oauth-user or oauth2 credential.")
     var credential: String
 
     @Option(name: .long, help: "Seconds to wait for the browser redirect.")
@@ -319,7 +319,8 @@ struct Login: ParsableCommand {
             printError("authproxy: warning: \(error); it will be renamed aside when the refresh token is stored")
         }
         do {
-            let login = try OAuthLogin(credential: c)
+            let fetch = SyncFetch(timeoutSeconds: config.upstreamTimeoutSeconds, credentials: config.credentials, upstreamProxy: config.upstreamProxy)
+            let login: any AuthorizationCodeFlow = c.oauth2 != nil ? try OAuth2Login(credential: c, fetch: fetch) : try OAuthLogin(credential: c)
             let listener = try login.loopbackPort.map { (port: Int) throws(StateError) in try LoopbackRedirect(port: port) }
             printNow("Open this URL in a browser and sign in:\n\n  \(login.authorizeURL)\n")
             let code: String
@@ -328,14 +329,13 @@ struct Login: ParsableCommand {
                 let target = try listener.awaitRequest(timeoutSeconds: timeout)
                 code = try login.code(fromCallback: target)
             } else {
-                printNow("Paste the authorization code shown by the portal, then press Enter:")
+                printNow("Paste the authorization code shown by the portal or identity provider, then press Enter:")
                 guard let line = readLine(strippingNewline: true), !line.trimmingCharacters(in: .whitespaces).isEmpty else {
                     printError("authproxy: no code entered")
                     throw ExitCode(1)
                 }
                 code = line.trimmingCharacters(in: .whitespaces)
             }
-            let fetch = SyncFetch(timeoutSeconds: config.upstreamTimeoutSeconds, credentials: config.credentials, upstreamProxy: config.upstreamProxy)
             let grant = try login.exchange(code: code, fetch: fetch)
             if let aside = try TokenService.storeRefreshToken(c, config: config, refreshToken: grant.refreshToken,
                 expires: grant.refreshExpires, username: grant.username)

@@ -279,7 +279,7 @@ def test_example_credentials_are_valid_when_uncommented(tmp_path):
     lines = []
     keys = ("[[credential]]", "name ", "type ", "key ", "match ", "token ", "referer ", "expires ", "username ",
             "password ", "client_id ", "client_secret ", "portal_url ", "redirect_uri ", "expiration_minutes ",
-            "token_url ", "ca_file ", "rate_limit ", "[[client]]", "credentials ")
+            "token_url ", "ca_file ", "rate_limit ", "[[client]]", "credentials ", "issuer ")
     secret = tmp_path / "token.txt"
     secret.write_text("pregenerated-token\n")
     network = False
@@ -296,10 +296,10 @@ def test_example_credentials_are_valid_when_uncommented(tmp_path):
     conf = tmp_path / "uncommented.conf"
     conf.write_text("".join(lines))
     env = harness.clean_env({"ARCGIS_API_KEY": "k", "GIS_PASSWORD": "p", "ARCGIS_CLIENT_SECRET": "s",
-                             "TEAM_A_PROXY_PASSWORD": "pw"})
+                             "TEAM_A_PROXY_PASSWORD": "pw", "KEYCLOAK_CLIENT_SECRET": "s"})
     r = harness.run_cli(["check", "--config", str(conf)], env=env)
     assert r.returncode == 0, r.stderr
-    assert "credentials:              6" in r.stdout, r.stdout
+    assert "credentials:              7" in r.stdout, r.stdout
     assert "rate_limit=600/60s" in r.stdout, r.stdout
     assert "2 client(s): team-a [location-services, enterprise]; ops" in r.stdout, r.stdout
     for secret_value in ("pregenerated-token", "${GIS_PASSWORD}"):

@@ -102,7 +102,7 @@ enum StatusPage {
             switch c.type {
             case "api-key": return "<span class=\"ok\">static key</span>"
             case "token": return "<span class=\"ok\">pregenerated</span>"
-            case "arcgis-token", "oauth-app", "oauth-user": return "<span class=\"muted\">no token requested yet</span>"
+            case "arcgis-token", "oauth-app", "oauth-user", "oauth2": return "<span class=\"muted\">no token requested yet</span>"
             default: return "<span class=\"muted\">—</span>"
             }
         }

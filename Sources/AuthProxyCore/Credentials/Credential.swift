@@ -20,6 +20,8 @@ public struct Credential: Sendable {
         case oauthApp(OAuthAppSettings)
         /// OAuth 2.0 refresh-token grant, with a refresh token obtained by `authproxy login`.
         case oauthUser(OAuthUserSettings)
+        /// A generic OAuth 2.0 / OIDC client: a bearer token on every matched request (not only ArcGIS APIs).
+        case oauth2(OAuth2Settings)
         /// How to verify the TLS certificate of matched upstreams (a network-type credential).
         case serverTrust(ServerTrustSettings)
         /// Answers the upstream's 401 with Basic, Digest or NTLM (network type).
@@ -39,6 +41,7 @@ public struct Credential: Sendable {
             case .arcgisToken: return "arcgis-token"
             case .oauthApp: return "oauth-app"
             case .oauthUser: return "oauth-user"
+            case .oauth2: return "oauth2"
             case .serverTrust: return "server-trust"
             case .password: return "password"
             case .kerberos: return "kerberos"
@@ -50,7 +53,7 @@ public struct Credential: Sendable {
         /// Token-type credentials put a token on requests; the others act on the connection.
         public var isToken: Bool {
             switch self {
-            case .apiKey, .token, .arcgisToken, .oauthApp, .oauthUser, .header: return true
+            case .apiKey, .token, .arcgisToken, .oauthApp, .oauthUser, .oauth2, .header: return true
             case .serverTrust, .password, .kerberos, .certificate: return false
             }
         }
@@ -87,8 +90,25 @@ public struct Credential: Sendable {
     public var isRefreshable: Bool {
         switch kind {
         case .apiKey, .token, .serverTrust, .password, .kerberos, .certificate, .header: return false
-        case .arcgisToken, .oauthApp, .oauthUser: return true
+        case .arcgisToken, .oauthApp, .oauthUser, .oauth2: return true
         }
+    }
+
+    /// Whether its refresh token comes from `authproxy login` (kept in the state file, which `login` and `signout`
+    /// change under a running proxy): `oauth-user`, and `oauth2` with the `authorization_code` grant.
+    public var signsIn: Bool {
+        switch kind {
+        case .oauthUser: return true
+        case .oauth2(let o): return o.grant == .authorizationCode
+        default: return false
+        }
+    }
+
+    /// The `oauth2` settings, when this is one: its token is a bearer token for every matched request, with its
+    /// own injection and rejection rules (``OAuth2Injection``, ``OAuth2Rejection``) instead of ArcGIS's.
+    public var oauth2: OAuth2Settings? {
+        if case .oauth2(let o) = kind { return o }
+        return nil
     }
 
     /// Every setting, secrets included, as one string: hashed, it binds cached tokens to the exact credential
@@ -102,6 +122,7 @@ public struct Credential: Sendable {
             s += "\(a.username)\u{0}\(a.password)\u{0}\(a.tokenURL ?? "")\u{0}\(a.referer ?? "")\u{0}\(a.expirationMinutes ?? 0)\u{0}\(a.client)"
         case .oauthApp(let o): s += "\(o.clientID)\u{0}\(o.clientSecret)\u{0}\(o.portalURL)\u{0}\(o.expirationMinutes ?? 0)"
         case .oauthUser(let o): s += "\(o.clientID)\u{0}\(o.portalURL)\u{0}\(o.redirectURI)"
+        case .oauth2(let o): s += o.identityMaterial
         case .serverTrust(let t): s += "\(t.caFile ?? "")\u{0}\(t.pinnedPublicKey ?? "")\u{0}\(t.insecure)"
         case .password(let pw): s += "\(pw.username)\u{0}\(pw.password)\u{0}\(pw.domain ?? "")"
         case .kerberos(let k): s += "\(k.principal)\u{0}\(k.keytab ?? "")\u{0}\(k.password ?? "")"

@@ -9,7 +9,8 @@
 ///   (Extended Protection) and that `intercept = false` keeps it a blind tunnel;
 /// - token-based security (`rest/info`) or a 498/499 answer → `arcgis-token`: against the server's own token
 ///   service when it is standalone, against the owning portal when it is federated (with `oauth-app` as the
-///   commented alternative), against the portal itself for portal URLs. When the URL answered without a
+///   commented alternative), against the portal itself for portal URLs;
+/// - a `Bearer` challenge, or a redirect to an identity provider's authorization endpoint → `oauth2`. When the URL answered without a
 ///   token, the block is proposed commented out: the server uses tokens, this resource does not need one.
 ///
 /// A type the `--config` file already applies to the URL is not proposed again. Web-tier credentials match
@@ -81,7 +82,8 @@ enum CredentialAdvisor {
         if f.target.scheme == "https", has("ntlm") || has("negotiate") {
             notes.append(extendedProtectionNote(f))
         }
-        let unknown = offered.filter { c in !["basic", "digest", "ntlm", "negotiate"].contains { c.is($0) } }
+        if let suggestion = oauth2(f, offered: offered, notes: &notes, host: host) { out.append(suggestion) }
+        let unknown = offered.filter { c in !["basic", "digest", "ntlm", "negotiate", "bearer"].contains { c.is($0) } }
         if !unknown.isEmpty {
             notes.append(
                 "authproxy has no credential for the scheme(s) \(unknown.map(\.scheme).joined(separator: ", "))")
@@ -198,6 +200,75 @@ enum CredentialAdvisor {
             ])
     }
 
+    // MARK: - OAuth2 bearer tokens
+
+    /// A `Bearer` challenge (RFC 6750), or a redirect to an identity provider's authorization endpoint: the service
+    /// wants an OAuth2 access token, which an `oauth2` credential obtains (client credentials by default). The issuer
+    /// is filled in when the challenge's `authorization_uri` (Entra ID) or the redirect names one.
+    private static func oauth2(_ f: DoctorFindings, offered: [AuthChallenge], notes: inout [String], host: String)
+        -> CredentialSuggestion?
+    {
+        let bearer = offered.first { $0.is("bearer") }
+        var issuer: String? = nil
+        var reasons: [String] = []
+        var redirect = false
+        if let bearer {
+            reasons.append("\(f.authScope) answers 401 with a Bearer challenge: it wants an OAuth2 access token.")
+            if let uri = bearer.parameter("authorization_uri") { issuer = issuerGuess(authorizationURL: uri) }
+            if let metadata = bearer.parameter("resource_metadata") {
+                reasons.append("Its protected-resource metadata (RFC 9728), which names the authorization servers: \(metadata)")
+            }
+        } else if let r = f.response, (300..<400).contains(r.status), let location = r.location,
+            let u = HTTPURL.parse(location)?.target, u.host.lowercased() != f.target.host.lowercased(),
+            let guess = issuerGuess(authorizationURL: location)
+        {
+            issuer = guess
+            redirect = true
+            reasons.append("\(f.authScope) redirects to the identity provider \(u.urlHost) to sign in: an identity-aware gateway that accepts an OAuth2 bearer token instead.")
+        } else {
+            return nil
+        }
+        if f.isConfigured("oauth2") {
+            notes.append("the service wants an OAuth2 bearer token; the configured oauth2 credential provides it")
+            return nil
+        }
+        var fields: [CredentialSuggestion.Field] = [
+            .init("issuer", .string(issuer ?? CredentialSuggestion.placeholder),
+                comment: issuer == nil ? "the OIDC issuer, e.g. https://keycloak.example.com/realms/<realm> or https://login.microsoftonline.com/<tenant>/v2.0" : "guessed from the authorization endpoint: check it"),
+            .init("client_id", .string(CredentialSuggestion.placeholder)),
+            .init("client_secret", .string(CredentialSuggestion.secretReference(host: host, "client_secret"))),
+            .init("scope", .string(CredentialSuggestion.placeholder), comment: "e.g. api://<app id>/.default for Entra ID", commentedOut: true),
+            .init("private_key", .string(CredentialSuggestion.placeholder + ".key"),
+                comment: "or a certificate credential (private_key_jwt) instead of client_secret", commentedOut: true),
+        ]
+        if redirect {
+            fields.append(.init("rejection", .strings(["invalid_token", "redirect_to_issuer"]),
+                comment: "a redirect to the provider means the token was not accepted"))
+        }
+        return CredentialSuggestion(
+            type: "oauth2", name: CredentialSuggestion.name(host: host, type: "oauth2"), match: [f.authScope],
+            reasons: reasons, fields: fields)
+    }
+
+    /// The issuer an authorization endpoint belongs to, for the shapes of the common providers: Keycloak
+    /// (`…/realms/R/protocol/openid-connect/auth` → `…/realms/R`), Entra ID (`…/<tenant>/oauth2/v2.0/authorize` →
+    /// `…/<tenant>/v2.0`; v1 `…/<tenant>/oauth2/authorize` → `https://sts.windows.net/<tenant>/` is not guessed,
+    /// the v2.0 issuer is proposed), and generic `…/oauth2/authorize` or `…/authorize`. Nil when the URL has none
+    /// of these shapes.
+    static func issuerGuess(authorizationURL: String) -> String? {
+        guard let u = HTTPURL.parse(authorizationURL)?.target else { return nil }
+        let path = u.path
+        let base = u.isDefaultPort ? "\(u.scheme)://\(u.urlHost)" : "\(u.scheme)://\(u.urlHost):\(u.port)"
+        if let r = path.range(of: "/protocol/openid-connect/") { return base + path[..<r.lowerBound] }
+        if let r = path.range(of: "/oauth2/v2.0/authorize") { return base + path[..<r.lowerBound] + "/v2.0" }
+        if let r = path.range(of: "/oauth2/authorize") {
+            let prefix = String(path[..<r.lowerBound])
+            return base + prefix + (u.host.lowercased() == "login.microsoftonline.com" ? "/v2.0" : "")
+        }
+        if path.hasSuffix("/authorize") { return base + path.dropLast("/authorize".count) }
+        return nil
+    }
+
     // MARK: - ArcGIS tokens
 
     private static func tokenCredentials(_ f: DoctorFindings, notes: inout [String]) -> [CredentialSuggestion] {
@@ -208,7 +279,7 @@ enum CredentialAdvisor {
         if case .error(let e)? = f.restInfo?.reading, e.rejectsToken { infoWantsToken = true }
         guard wantsToken || infoWantsToken || info?.usesTokens == true else { return [] }
         if let c = f.configured.first(where: {
-            ["api-key", "token", "arcgis-token", "oauth-app", "oauth-user"].contains($0.type)
+            ["api-key", "token", "arcgis-token", "oauth-app", "oauth-user", "oauth2"].contains($0.type)
         }) {
             notes.append("the service uses ArcGIS tokens; the configured \(c.type) credential '\(c.name)' applies")
             return []

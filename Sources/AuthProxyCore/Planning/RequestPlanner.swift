@@ -223,6 +223,16 @@ enum RequestPlanner {
             plan.headerCredential = plan.headerCredential.map { "\(c.name)+\($0)" } ?? c.name
             return nil
         }
+        if let o = c.oauth2 {
+            // An OAuth2 bearer token goes on every matched request (OGC API, GeoServer, a gateway), whatever its
+            // path; the client's own `Authorization` or `access_token` is left alone unless overridden.
+            if !c.overrideClientToken, OAuth2Injection.clientHasToken(pathAndQuery: url.pathAndQuery, headers: h.headers) {
+                return nil
+            }
+            if hasBody { plan.replayLimit = settings.maxReplayBytes }  // replayed after a rejection
+            plan.token = .inject(c, site: o.placement == .query ? .query : .header, collectForm: false)
+            return nil
+        }
         // Outside the ArcGIS APIs (a portal's home and app pages, static files) no token is needed, so none is
         // obtained — no discovery, no token request, no backoff to poison the credential's API roots.
         if c.isRefreshable, ServerRoot.api(match) == nil { return nil }

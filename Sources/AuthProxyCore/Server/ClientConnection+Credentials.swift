@@ -152,6 +152,16 @@ extension ClientConnection {
             }
             x.injectedToken = t
             x.injectedTokenRejected = false
+            if let o = c.oauth2 {
+                // A bearer token: its own placement, and its rejection is read from the response head alone
+                // (``OAuth2Rejection``), so no Accept-Encoding change and no body held.
+                let applied = OAuth2Injection.apply(token: t.value, placement: o.placement, pathAndQuery: url.pathAndQuery,
+                    headers: h.headers)
+                var target = upstream
+                target.pathAndQuery = applied.pathAndQuery
+                startTransfer(url: target, headers: applied.headers, inspect: true)
+                return
+            }
             let applied = TokenInjection.apply(token: t.value, site: x.tokenSite, pathAndQuery: url.pathAndQuery,
                 headers: h.headers, form: x.tokenSite == .form ? x.formBody : nil)
             var headers = applied.headers

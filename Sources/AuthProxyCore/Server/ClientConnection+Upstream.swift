@@ -241,10 +241,18 @@ extension ClientConnection {
                     success: status != 401)
             }
         }
-        let inspection = inspect
-            ? ExchangeStateMachine.inspection(status: status, framing: framing,
+        let inspection: ExchangeStateMachine.Inspection
+        if !inspect {
+            inspection = .none
+        } else if let o = x.credential?.oauth2 {
+            inspection = OAuth2Rejection.isRejection(status: status, wwwAuthenticate: status == 401 || status == 403
+                ? x.responseHead.values(of: "www-authenticate") : [], location: status >= 300 && status < 400
+                ? x.responseHead.string(of: "location") : nil, signals: o.rejection, issuerHost: o.providerHost)
+                ? .rejectedByStatus : .none
+        } else {
+            inspection = ExchangeStateMachine.inspection(status: status, framing: framing,
                 mayCarryError: x.responseHead.value(of: "content-type").map { TokenRejection.mayCarryError(contentTypeBytes: $0) } ?? true)
-            : .none
+        }
         if machine.responseHeadCommitted(status: status, framing: framing, inspection: inspection) == .rejected {
             tokenRejected()
         }

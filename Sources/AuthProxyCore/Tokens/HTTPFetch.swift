@@ -44,10 +44,15 @@ final class HTTPFetch: UpstreamTransferDelegate {
     /// The parent proxies it goes through (nil: direct).
     private let route: ParentRoute?
 
+    /// Fields sent besides the fixed ones (`Authorization: Basic` of an OAuth client).
+    private let extraHeaders: [(String, String)]
+
     init(multi: CurlMulti, method: String, url: String, form: [(String, String)]?, timeoutSeconds: Int,
         network: NetworkAuth = NetworkAuth(), route: ParentRoute? = nil, bodyLimit: Int? = nil,
+        headers: [(String, String)] = [],
         completion: @escaping (Result<Response, FetchError>) -> Void)
     {
+        extraHeaders = headers
         self.network = network
         self.route = route
         self.bodyLimit = bodyLimit
@@ -63,6 +68,7 @@ final class HTTPFetch: UpstreamTransferDelegate {
         keepAlive = self
         var fields = HTTPHeaders([("Accept", "application/json"), ("User-Agent", "authproxy/\(AuthProxyVersion.string)")])
         if method == "POST" { fields.add(name: "Content-Type", value: "application/x-www-form-urlencoded") }
+        for (name, value) in extraHeaders { fields.add(name: name, value: value) }
         let destination = HTTPURL.parse(url).map { "\($0.target.urlHost):\($0.target.port)" } ?? url
         var request = UpstreamRequest(method: method, url: url, fields: fields,
             bodyLength: method == "POST" ? Int64(form.count) : nil, timeoutSeconds: timeoutSeconds)

@@ -1,7 +1,7 @@
 import Foundation
 
 /// The OAuth 2.0 authorization-code flow with PKCE for `oauth-user` credentials, and token revocation.
-public struct OAuthLogin: Sendable {
+public struct OAuthLogin: AuthorizationCodeFlow, Sendable {
     public let credential: Credential
     public let settings: OAuthUserSettings
     /// PKCE verifier (43 characters of base64url) and its S256 challenge.
@@ -30,12 +30,7 @@ public struct OAuthLogin: Sendable {
     }
 
     /// The loopback port of an `http://127.0.0.1:PORT/...` (or localhost) redirect URI.
-    public var loopbackPort: Int? {
-        guard let u = HTTPURL.parse(settings.redirectURI), u.target.scheme == "http",
-            ["127.0.0.1", "localhost", "::1"].contains(u.target.host)
-        else { return nil }
-        return u.target.port
-    }
+    public var loopbackPort: Int? { AuthProxyCore.loopbackPort(of: settings.redirectURI) }
 
     public struct Grant: Sendable {
         public var refreshToken: String
@@ -74,6 +69,10 @@ public struct OAuthLogin: Sendable {
 
     /// Extracts `code` (checking `state`) from a callback request target like `/callback?code=…&state=…`.
     public func code(fromCallback target: String) throws(StateError) -> String {
+        try Self.code(fromCallback: target, state: state)
+    }
+
+    static func code(fromCallback target: String, state: String) throws(StateError) -> String {
         guard let q = target.firstIndex(of: "?") else { throw StateError("the redirect carried no code") }
         var fields: [String: String] = [:]
         for pair in target[target.index(after: q)...].split(separator: "&") {

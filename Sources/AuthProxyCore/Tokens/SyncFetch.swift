@@ -58,8 +58,11 @@ public final class SyncFetch: @unchecked Sendable {
         return outcome!
     }
 
-    /// POSTs an urlencoded form; throws a message on transport failure.
-    public func post(_ url: String, form: [(String, String)]) throws(StateError) -> Response {
+    /// The network settings the running proxy would use for `target` (server trust, a client certificate).
+    func network(for target: URLTarget) -> NetworkAuth { store.network(for: target) }
+
+    /// POSTs an urlencoded form (with `headers` besides the usual ones); throws a message on transport failure.
+    public func post(_ url: String, form: [(String, String)], headers: [(String, String)] = []) throws(StateError) -> Response {
         let done = DispatchSemaphore(value: 0)
         nonisolated(unsafe) var outcome: Result<HTTPFetch.Response, HTTPFetch.FetchError>? = nil
         let multi = multi
@@ -68,7 +71,7 @@ public final class SyncFetch: @unchecked Sendable {
         let route = routing.flatMap { (try? $0.routeWaiting(url: url).get()) ?? nil }
         queue.async {
             let f = HTTPFetch(multi: multi, method: "POST", url: url, form: form, timeoutSeconds: timeout, network: network,
-                route: route) { r in
+                route: route, headers: headers) { r in
                 outcome = r
                 done.signal()
             }

@@ -10,6 +10,9 @@ protocol TokenFetcherHost: AnyObject {
     func dropToken(_ c: Credential, portal: String, token: IssuedToken)
     /// The refresh token of an `oauth-user` credential, as the state file has it now.
     func refreshToken(for c: Credential) -> String?
+    /// An `oauth2` credential's provider rotated its refresh token: the new one replaces the old, in memory and in
+    /// the state file, before anything else can spend the old one.
+    func keepRotatedRefreshToken(_ c: Credential, _ value: String)
 }
 
 /// Asks token services for tokens, per credential type: ArcGIS `generateToken` with a password, the OAuth
@@ -22,7 +25,7 @@ protocol TokenFetcherHost: AnyObject {
 /// Ownership: created by ``TokenService`` and used only on its queue (the queue of `multi`), where every
 /// completion runs.
 final class TokenFetcher {
-    private let multi: CurlMulti
+    let multi: CurlMulti
     /// `upstream_timeout_seconds` for every request it makes (set again by a configuration reload; confined to
     /// the queue).
     var timeoutSeconds: Int
@@ -31,10 +34,12 @@ final class TokenFetcher {
     var store: CredentialStore
     /// The parent proxies token, `rest/info` and sign-in requests go through (nil: direct; replaced by a reload).
     var routing: ParentRouting? = nil
-    private let logger: Logger
-    private unowned let host: any TokenFetcherHost
+    let logger: Logger
+    unowned let host: any TokenFetcherHost
     /// What `rest/info` reuse and the issue time of new tokens are measured on (the service's clock).
-    private let clock: any WallClock
+    let clock: any WallClock
+    /// OIDC discovery documents of `oauth2` credentials, by issuer (see `TokenFetcher+OAuth2.swift`).
+    var discoveries: [String: (document: OAuth2Discovery, fetchedAt: Int64)] = [:]
     /// `rest/info` answers by normalized server root, with the requests waiting for one.
     private var infos: [String: InfoEntry] = [:]
 
@@ -87,10 +92,12 @@ final class TokenFetcher {
             } else {
                 viaPortal(c, portal: o.portalURL, root: root, done: done)
             }
+        case .oauth2(let o):
+            oauth2Token(c, o, done: done)
         }
     }
 
-    private func network(for url: String) -> NetworkAuth {
+    func network(for url: String) -> NetworkAuth {
         HTTPURL.parse(url).map { store.network(for: $0.target) } ?? NetworkAuth()
     }
 
@@ -364,7 +371,7 @@ final class TokenFetcher {
 
     /// The parents for a fetch of `url`. This queue may wait for the PAC file's answer (it is no event loop);
     /// with no PAC file loaded the fetch fails as client requests do, instead of going direct.
-    private func parentRoute(_ url: String) -> Result<ParentRoute?, ErrorResponse> {
+    func parentRoute(_ url: String) -> Result<ParentRoute?, ErrorResponse> {
         guard let routing else { return .success(nil) }
         return routing.routeWaiting(url: url)
     }

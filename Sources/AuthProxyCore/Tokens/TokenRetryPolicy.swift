@@ -9,7 +9,7 @@ public enum TokenRetryPolicy {
         public var attempt: Int
         /// A pregenerated token (`token` credential): cannot be refreshed, the client is told to renew it.
         public var pregenerated: Bool
-        /// The credential obtains tokens itself (arcgis-token, oauth-app, oauth-user).
+        /// The credential obtains tokens itself (arcgis-token, oauth-app, oauth-user, oauth2).
         public var refreshable: Bool
         /// The token was issued for this very request (it waited for the token request), so the server
         /// rejected a token it had never seen working.

@@ -8,6 +8,8 @@ extension TokenService {
     /// The URLs whose server roots a prefetching credential holds tokens for: one per match prefix (the prefix
     /// itself names the root, e.g. `https://gis.example.com/arcgis`).
     static func prefetchTargets(_ c: Credential) -> [URLTarget] {
+        // One token serves every request of an oauth2 credential: it is kept for the provider.
+        if let o = c.oauth2 { return HTTPURL.parse(o.providerURL).map { [$0.target] } ?? [] }
         var seen = Set<String>()
         return c.match.compactMap { prefix in
             guard let u = prefetchTarget(prefix, portal: portalRoot(c)), seen.insert(key(for: c, target: u)).inserted
@@ -47,7 +49,7 @@ extension TokenService {
     /// The `match` prefixes of a `prefetch = true` credential that name no ArcGIS API root (see
     /// ``prefetchTarget(_:)``), for a warning at start and in `check`.
     public static func unprefetchable(_ c: Credential) -> [String] {
-        guard c.prefetch, c.isRefreshable else { return [] }
+        guard c.prefetch, c.isRefreshable, c.oauth2 == nil else { return [] }
         return c.match.filter { prefetchTarget($0, portal: portalRoot(c)) == nil }.map(\.description)
     }
 

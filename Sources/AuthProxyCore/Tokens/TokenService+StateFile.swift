@@ -64,7 +64,7 @@ extension TokenService {
     }
 
     /// Takes over what another process put in the state file (`contents`, as read now).
-    private func follow(_ contents: TokenStateFile.Contents) {
+    func follow(_ contents: TokenStateFile.Contents) {
         var current: [String: TokenStateFile.StoredRefreshToken] = [:]
         for r in contents.refreshTokens where fingerprints[r.credential] == r.fingerprint { current[r.credential] = r }
         for name in oauthUsers where current[name]?.refreshToken != refreshTokens[name]?.refreshToken {
@@ -129,6 +129,28 @@ extension TokenService {
             }
         } catch {
             logger.error("cannot save token state; the file is left as it is", metadata: ["cause": "\(error)"])
+        }
+    }
+
+    /// Keeps the refresh token an `oauth2` provider rotated (RFC 9700 §4.14.2): in memory at once, then in the
+    /// state file under its lock, bound to the credential's settings (a new seed in proxy.conf wins over it). The old
+    /// one must never be spent again — providers with reuse detection revoke the whole grant for that.
+    func keepRefreshToken(_ c: Credential, _ value: String) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        let stored = TokenStateFile.StoredRefreshToken(
+            credential: c.name, fingerprint: fingerprints[c.name] ?? Crypto.sha256Hex(c.identityMaterial),
+            refreshToken: value, expires: nil, username: nil)
+        refreshTokens[c.name] = stored
+        do {
+            let result = try tokenStore.update { (contents: inout TokenStateFile.Contents) throws(StateError) in
+                contents.refreshTokens.removeAll { $0.credential == c.name }
+                contents.refreshTokens.append(stored)
+            }
+            follow(result.contents)  // what another writer changed just before the lock
+        } catch {
+            logger.error(
+                "cannot save the rotated refresh token; it is kept in memory only (a restart goes back to the configured one)",
+                metadata: ["credential": "\(c.name)", "cause": "\(error)"])
         }
     }
 

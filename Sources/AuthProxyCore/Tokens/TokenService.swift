@@ -93,14 +93,21 @@ public final class TokenService: @unchecked Sendable {
         for c in credentials { fingerprints[c.name] = Crypto.sha256Hex(c.identityMaterial) }
         self.fingerprints = fingerprints
         store = CredentialStore(credentials)
-        oauthUsers = Set(credentials.compactMap { c in if case .oauthUser = c.kind { c.name } else { nil } })
+        oauthUsers = Set(credentials.filter(\.signsIn).map(\.name))
         tokenStore.observer = self
     }
 
     /// The cache key of a request to `target` under credential `c`.
     public static func key(for c: Credential, target: URLTarget) -> String {
-        let r = ServerRoot.of(target)
+        let r = root(for: c, target: target)
         return key(c.name, root: r.root, isPortal: r.isPortal)
+    }
+
+    /// What a token of `c` for a request to `target` is for: the ArcGIS server or portal root of `target`, or, for
+    /// an `oauth2` credential, its provider (one token serves every host it matches).
+    static func root(for c: Credential, target: URLTarget) -> (root: String, isPortal: Bool) {
+        if let o = c.oauth2 { return (o.providerURL, false) }
+        return ServerRoot.of(target)
     }
 
     /// `credential|server root`, or `credential|portal root/sharing/rest` for a portal: a portal and a server
@@ -145,6 +152,9 @@ public final class TokenService: @unchecked Sendable {
                             message: "the pregenerated token has expired; put a new token in proxy.conf and reload (SIGHUP) or restart")))
             }
             return
+        case .oauth2(let o):
+            // No root to confirm: the provider is configured, and the token goes wherever the credential matches.
+            queue.async { [self] in acquire(c, root: o.providerURL, isPortal: false, completion: completion) }
         default:
             queue.async { [self] in
                 let (root, isPortal) = ServerRoot.of(target)
@@ -285,7 +295,7 @@ public final class TokenService: @unchecked Sendable {
             logger.warning(
                 "the server rejects new tokens: relaying its rejection and backing off",
                 metadata: [
-                    "credential": "\(c.name)", "root": "\(ServerRoot.of(target).root)",
+                    "credential": "\(c.name)", "root": "\(Self.root(for: c, target: target).root)",
                     "consecutive": "\(outcome.consecutive)", "retry_in_s": "\(wait / 1000)",
                     "hint": "check the credential's referer/client binding, the user's access, and the clocks",
                 ])
@@ -336,7 +346,7 @@ public final class TokenService: @unchecked Sendable {
         var next: [String: String] = [:]
         for c in credentials { next[c.name] = Crypto.sha256Hex(c.identityMaterial) }
         let store = CredentialStore(credentials)
-        let users = Set(credentials.compactMap { c in if case .oauthUser = c.kind { c.name } else { nil } })
+        let users = Set(credentials.filter(\.signsIn).map(\.name))
         return queue.sync {
             let dropped = fingerprints.keys.filter { next[$0] != fingerprints[$0] }.sorted()
             cache.withLock { cache in
@@ -393,7 +403,7 @@ public final class TokenService: @unchecked Sendable {
         dispatchPrecondition(condition: .onQueue(queue))
         guard isCurrent(c) else { return }  // a reload replaced it: its successor refreshes its own tokens
         noticeSignInChange(c)
-        let (root, isPortal) = ServerRoot.of(target)
+        let (root, isPortal) = Self.root(for: c, target: target)
         let key = Self.key(c.name, root: root, isPortal: isPortal)
         let now = clock.nowMillis()
         let lookup = cache.withLock { $0.refreshInBackground(key: key, credential: c.name, now: now) }
@@ -537,5 +547,9 @@ extension TokenService: TokenFetcherHost {
     func refreshToken(for c: Credential) -> String? {
         reloadIfChanged()
         return currentRefreshToken(c)
+    }
+
+    func keepRotatedRefreshToken(_ c: Credential, _ value: String) {
+        keepRefreshToken(c, value)
     }
 }

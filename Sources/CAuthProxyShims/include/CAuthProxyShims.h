@@ -73,6 +73,20 @@ int ap_bio_pending(BIO *bio);
 /// Reads a PEM private key, decrypting it with `password` when given. Never asks for a passphrase on the
 /// terminal (OpenSSL's default when no callback is given): an encrypted key without `password` fails at once.
 EVP_PKEY *ap_pem_read_private_key(BIO *bio, const char *password);
+/// What a private key can sign a JWS with: 1 RSA (2048 bits or more), 2 EC P-256, 0 anything else.
+int ap_pkey_jws_kind(EVP_PKEY *key);
+/// Signs `data` with SHA-256 (EVP_DigestSign): RSA PKCS#1 v1.5, RSA-PSS with a 32-byte salt when `pss`, or ECDSA
+/// (DER). `out` must hold EVP_PKEY_get_size(key) bytes; `*outlen` is set. Returns 1 on success.
+int ap_sign_sha256(EVP_PKEY *key, int pss, const unsigned char *data, size_t len, unsigned char *out, size_t *outlen);
+/// Verifies a signature made as ap_sign_sha256 does; 1 when it verifies.
+int ap_verify_sha256(EVP_PKEY *key, int pss, const unsigned char *data, size_t len, const unsigned char *sig, size_t siglen);
+/// The maximum signature size of `key`.
+int ap_pkey_size(EVP_PKEY *key);
+/// A new RSA key of `bits` bits, or NULL.
+EVP_PKEY *ap_rsa_keygen(unsigned bits);
+/// The DER encoding of a certificate into `*out` (free with ap_openssl_free); its length, or -1.
+int ap_x509_der(X509 *cert, unsigned char **out);
+void ap_openssl_free(void *p);
 /// Adds an X.509v3 extension given in OpenSSL's config syntax (e.g. "critical,CA:TRUE,pathlen:0").
 int ap_x509_add_ext(X509 *cert, X509 *issuer, int nid, const char *value);
 /// notBefore = now + notBeforeOffset, notAfter = now + notAfterOffset (seconds).

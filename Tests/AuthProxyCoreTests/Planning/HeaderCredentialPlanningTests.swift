@@ -85,7 +85,7 @@ import Testing
         }
     }
 
-    @Test func onlyHeaderAndOAuth2CredentialsTakeTheGatewayLayer() {
+    @Test func onlyHeaderCredentialsTakeTheGatewayLayer() {
         do {
             _ = try ConfigLoader(environment: [:]).parse("""
                 [[credential]]

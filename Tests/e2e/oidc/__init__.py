@@ -1,0 +1,1 @@
+from .server import OIDCProvider, ResourceServer  # noqa: F401

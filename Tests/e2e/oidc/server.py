@@ -1,0 +1,542 @@
+#!/usr/bin/env python3
+"""A small, faithful OpenID Connect provider and an OAuth2-protected resource server for the authproxy e2e suite.
+
+Standard library plus `cryptography` (to verify private_key_jwt assertions). Threaded ``http.server``, HTTP/1.1
+keep-alive, every response framed with Content-Length.
+
+Provider (``OIDCProvider``), issuer ``http://127.0.0.1:PORT/realms/test`` (Keycloak's shape):
+
+  GET  /realms/test/.well-known/openid-configuration   discovery (issuer, token_endpoint,
+                                                        token_endpoint_auth_methods_supported)
+  GET  /realms/test/protocol/openid-connect/auth       authorization (auto-approved; PKCE S256 required): 302 to the
+                                                        registered redirect_uri with a single-use code
+  POST /realms/test/protocol/openid-connect/token      grants client_credentials, authorization_code (the PKCE
+                                                        verifier checked) and refresh_token (with rotation:
+                                                        a spent refresh token is refused as invalid_grant);
+                                                        client authentication client_secret_basic,
+                                                        client_secret_post, private_key_jwt (signature verified
+                                                        with the registered public key, claims iss/sub/aud/exp/jti,
+                                                        the x5t#S256 header when a certificate is registered) and a
+                                                        federated client_assertion (compared with the file the
+                                                        workload identity writes, read at each request), and
+                                                        tls_client_auth (served over https with ``tls`` set: the
+                                                        client certificate's CN)
+
+Access tokens are JWTs (HS256 with the provider's own key) carrying ``exp``; ``expires_in`` is configurable (None
+leaves it out, so the client must read ``exp``). Failure modes: ``mode`` = "invalid_client", "503", "empty200",
+"429". Every token request is logged (``token_requests()``).
+
+Resource server (``ResourceServer``): ``GET /ogc/collections/<c>/items`` answers a GeoJSON FeatureCollection when the
+bearer (``Authorization: Bearer`` or ``access_token=``) is one the provider issued and not expired, and
+``401 WWW-Authenticate: Bearer error="invalid_token"`` otherwise (``Bearer realm="ogc"`` without any token).
+``POST /ogc/upload`` answers the SHA-256 and length of the body it read. Every request is logged with the token
+it carried and whether that token had expired.
+"""
+
+import base64
+import hashlib
+import hmac
+import json
+import secrets
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
+from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
+
+REALM_PATH = "/realms/test"
+ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
+
+
+def b64url(data):
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def b64url_decode(s):
+    return base64.urlsafe_b64decode(s + "=" * (-len(s) % 4))
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    # 200 concurrent connections from the proxy: with the default backlog of 5 the kernel drops SYNs and the
+    # retransmissions (1, 3, 7, 15 s) would be measured instead of the proxy.
+    request_queue_size = 512
+
+
+class _Base(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def setup(self):
+        super().setup()
+        with self.srv.conn_lock:
+            self.srv.connections.add(self.connection)
+
+    def finish(self):
+        with self.srv.conn_lock:
+            self.srv.connections.discard(self.connection)
+        super().finish()
+
+    def log_message(self, *a):
+        pass
+
+    def body(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        out = bytearray()
+        while len(out) < n:
+            chunk = self.rfile.read(min(1 << 20, n - len(out)))
+            if not chunk:
+                break
+            out += chunk
+        return bytes(out)
+
+    def send(self, status, body=b"", ctype="application/json", headers=()):
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body).encode()
+        self.send_response(status)
+        if body or ctype:
+            self.send_header("Content-Type", ctype)
+        for k, v in headers:
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+
+class _Listener:
+    """A threaded server on 127.0.0.1 that can go down and come back on the same port."""
+
+    handler = None
+
+    def __init__(self):
+        self.port = 0
+        self.tls = None  # an ssl.SSLContext: serve https
+        self._srv = None
+        self._thread = None
+        self.conn_lock = threading.Lock()
+        self.connections = set()
+
+    def start(self):
+        owner = self
+
+        class H(self.handler):
+            srv = owner
+
+        self._srv = _Server(("127.0.0.1", self.port), H)
+        if self.tls:
+            self._srv.socket = self.tls.wrap_socket(self._srv.socket, server_side=True)
+        self.port = self._srv.server_address[1]
+        self._thread = threading.Thread(target=self._srv.serve_forever, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self):
+        if self._srv:
+            self._srv.shutdown()
+            self._srv.server_close()
+            self._srv = None
+
+    def go_down(self):
+        """Nothing listens on the port until come_back(), and kept-alive connections are cut."""
+        self.stop()
+        with self.conn_lock:
+            conns = list(self.connections)
+        for c in conns:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def come_back(self):
+        self.start()
+
+    @property
+    def base(self):
+        return "%s://127.0.0.1:%d" % ("https" if self.tls else "http", self.port)
+
+
+class _ProviderHandler(_Base):
+    def do_GET(self):
+        p = self.srv
+        path = urlsplit(self.path).path
+        if path == REALM_PATH + "/.well-known/openid-configuration":
+            with p.lock:
+                p.discovery_requests += 1
+            doc = {
+                "issuer": p.document_issuer or p.issuer,
+                "token_endpoint": p.token_endpoint,
+                "authorization_endpoint": p.issuer + "/protocol/openid-connect/auth",
+                "jwks_uri": p.issuer + "/protocol/openid-connect/certs",
+                "grant_types_supported": ["client_credentials", "refresh_token", "authorization_code"],
+            }
+            if p.auth_methods is not None:
+                doc["token_endpoint_auth_methods_supported"] = p.auth_methods
+            return self.send(200, doc)
+        if path == REALM_PATH + "/protocol/openid-connect/auth":
+            return self.authorize()
+        self.send(404, {"error": "not_found"})
+
+    def authorize(self):
+        """Auto-approves a sign-in: checks the client, its redirect URI and the PKCE challenge method, then redirects
+        back with a single-use code bound to them."""
+        p = self.srv
+        q = dict(parse_qsl(urlsplit(self.path).query, keep_blank_values=True))
+        c = p.clients.get(q.get("client_id"))
+        redirect = q.get("redirect_uri")
+        if not c or redirect not in c.get("redirect_uris", ()):
+            return self.send(400, {"error": "invalid_request", "error_description": "unknown client or redirect_uri"})
+        if q.get("response_type") != "code" or q.get("code_challenge_method") != "S256" or not q.get("code_challenge"):
+            return self.send(400, {"error": "invalid_request", "error_description": "PKCE S256 and response_type=code required"})
+        code = "code-" + secrets.token_urlsafe(12)
+        with p.lock:
+            p.codes[code] = {"client_id": q["client_id"], "redirect_uri": redirect, "challenge": q["code_challenge"],
+                             "scope": q.get("scope")}
+            p.authorize_requests.append(q)
+        sep = "&" if "?" in redirect else "?"
+        self.send(302, b"", ctype=None, headers=[("Location", redirect + sep + "code=%s&state=%s" % (code, q.get("state", "")))])
+
+    def do_POST(self):
+        p = self.srv
+        path = urlsplit(self.path).path
+        if path != urlsplit(p.token_endpoint).path:
+            return self.send(404, {"error": "not_found"})
+        raw = self.body()
+        form = dict(parse_qsl(raw.decode("latin-1"), keep_blank_values=True))
+        entry = {"time": time.time(), "grant_type": form.get("grant_type"), "form": form,
+                 "authorization": self.headers.get("Authorization")}
+        peer = self.connection.getpeercert() if p.tls else None
+        status, answer = p.token_request(form, self.headers.get("Authorization"), entry, peer)
+        entry["status"] = status
+        with p.lock:
+            p.log.append(entry)
+        if isinstance(answer, bytes):
+            return self.send(status, answer, ctype="application/json")
+        self.send(status, answer, headers=[("Cache-Control", "no-store")])
+
+
+class OIDCProvider(_Listener):
+    handler = _ProviderHandler
+
+    def __init__(self, expires_in=60, auth_methods=("client_secret_basic", "client_secret_post", "private_key_jwt")):
+        super().__init__()
+        self.lock = threading.Lock()
+        self.clients = {}
+        self.expires_in = expires_in
+        self.auth_methods = list(auth_methods) if auth_methods is not None else None
+        self.mode = None
+        self.document_issuer = None  # set to make discovery name another issuer
+        self.log = []
+        self.discovery_requests = 0
+        self.tokens = {}  # access token -> (client_id, exp)
+        self.codes = {}  # authorization code -> what it was issued for
+        self.authorize_requests = []
+        self.refresh_tokens = {}  # refresh token -> client_id (live ones)
+        self.spent_refresh_tokens = set()
+        self.jtis = set()
+        self.key = secrets.token_bytes(32)
+
+    @property
+    def issuer(self):
+        return self.base + REALM_PATH
+
+    @property
+    def token_endpoint(self):
+        return self.issuer + "/protocol/openid-connect/token"
+
+    # -- registration ------------------------------------------------------------------------------------------
+    def add_client(self, client_id, secret=None, methods=None, public_key_pem=None, certificate_pem=None, kid=None,
+                   assertion_file=None, redirect_uris=(), tls_subject_cn=None):
+        """Registers a client. methods: the authentication methods it may use (default: what its settings allow)."""
+        allowed = set(methods or [])
+        if not methods:
+            if secret:
+                allowed |= {"client_secret_basic", "client_secret_post"}
+            if public_key_pem or certificate_pem:
+                allowed.add("private_key_jwt")
+            if assertion_file:
+                allowed.add("federated_assertion")
+            if tls_subject_cn:
+                allowed.add("tls_client_auth")
+        key = None
+        thumb = None
+        if certificate_pem:
+            cert = x509.load_pem_x509_certificate(certificate_pem)
+            key = cert.public_key()
+            thumb = b64url(hashlib.sha256(cert.public_bytes(serialization.Encoding.DER)).digest())
+        elif public_key_pem:
+            key = serialization.load_pem_public_key(public_key_pem)
+        self.clients[client_id] = {"secret": secret, "methods": allowed, "key": key, "x5t": thumb, "kid": kid,
+                                   "assertion_file": assertion_file, "redirect_uris": tuple(redirect_uris),
+                                   "tls_subject_cn": tls_subject_cn}
+
+    def issue_refresh_token(self, client_id):
+        t = "rt-" + secrets.token_urlsafe(16)
+        self.refresh_tokens[t] = client_id
+        return t
+
+    # -- state for tests ---------------------------------------------------------------------------------------
+    def token_requests(self):
+        with self.lock:
+            return list(self.log)
+
+    def reset_log(self):
+        with self.lock:
+            self.log = []
+
+    def expire_all(self):
+        """Every access token issued so far is expired from now on (the client does not know)."""
+        with self.lock:
+            for t, (c, _) in list(self.tokens.items()):
+                self.tokens[t] = (c, time.time() - 1)
+
+    def check(self, token):
+        """'ok', 'expired' or 'unknown'."""
+        with self.lock:
+            v = self.tokens.get(token)
+        if v is None:
+            return "unknown"
+        return "ok" if v[1] > time.time() else "expired"
+
+    # -- the token endpoint ------------------------------------------------------------------------------------
+    def _error(self, entry, status, error, description):
+        entry["outcome"] = error
+        return status, {"error": error, "error_description": description}
+
+    def token_request(self, form, authorization, entry, peer=None):
+        mode = self.mode
+        if mode == "503":
+            entry["outcome"] = "503"
+            return 503, b"<html>Service Unavailable</html>"
+        if mode == "429":
+            entry["outcome"] = "429"
+            return 429, {"error": "slow_down"}
+        if mode == "empty200":
+            entry["outcome"] = "empty200"
+            return 200, b""
+        client_id, method, why = self._authenticate(form, authorization, peer)
+        entry["client_id"] = client_id
+        entry["auth_method"] = method
+        if mode == "invalid_client" or why:
+            return self._error(entry, 401, "invalid_client", why or "client disabled")
+        grant = form.get("grant_type")
+        refresh = None
+        if grant == "client_credentials":
+            pass
+        elif grant == "refresh_token":
+            rt = form.get("refresh_token", "")
+            with self.lock:
+                owner = self.refresh_tokens.pop(rt, None)
+                if owner is None:
+                    reused = rt in self.spent_refresh_tokens
+                else:
+                    self.spent_refresh_tokens.add(rt)
+            if owner != client_id:
+                entry["refresh_reused"] = owner is None and reused
+                return self._error(entry, 400, "invalid_grant", "refresh token is not active")
+            refresh = self.issue_refresh_token(client_id)
+        elif grant == "authorization_code":
+            with self.lock:
+                issued = self.codes.pop(form.get("code", ""), None)
+            if not issued or issued["client_id"] != client_id or issued["redirect_uri"] != form.get("redirect_uri"):
+                return self._error(entry, 400, "invalid_grant", "code not active for this client and redirect_uri")
+            verifier = form.get("code_verifier", "")
+            if b64url(hashlib.sha256(verifier.encode()).digest()) != issued["challenge"]:
+                return self._error(entry, 400, "invalid_grant", "PKCE verification failed")
+            refresh = self.issue_refresh_token(client_id)
+        else:
+            return self._error(entry, 400, "unsupported_grant_type", "grant %r" % grant)
+        now = int(time.time())
+        lifetime = self.expires_in if self.expires_in is not None else 60
+        exp = now + (self.token_lifetime_override or lifetime)
+        header = b64url(json.dumps({"alg": "HS256", "typ": "JWT"}).encode())
+        claims = {"iss": self.issuer, "sub": client_id, "azp": client_id, "iat": now, "exp": exp,
+                  "jti": secrets.token_hex(8)}
+        for k in ("scope", "audience", "resource"):
+            if k in form:
+                claims[k] = form[k]
+        body = b64url(json.dumps(claims).encode())
+        sig = b64url(hmac.new(self.key, (header + "." + body).encode(), hashlib.sha256).digest())
+        token = header + "." + body + "." + sig
+        with self.lock:
+            # Valid for exactly the lifetime announced (the JWT's exp is whole seconds, up to 1 s earlier).
+            self.tokens[token] = (client_id, time.time() + (self.token_lifetime_override or lifetime))
+        answer = {"access_token": token, "token_type": "Bearer"}
+        if self.expires_in is not None:
+            answer["expires_in"] = self.expires_in
+        if refresh:
+            answer["refresh_token"] = refresh
+        entry["outcome"] = "ok"
+        entry["access_token"] = token
+        entry["refresh_token_issued"] = refresh
+        return 200, answer
+
+    token_lifetime_override = None
+
+    def _authenticate(self, form, authorization, peer=None):
+        """(client_id, method, refusal or None)."""
+        if authorization and authorization.lower().startswith("basic "):
+            try:
+                cid, _, secret = base64.b64decode(authorization[6:]).decode().partition(":")
+            except Exception:
+                return None, "client_secret_basic", "malformed Basic credentials"
+            cid, secret = unquote(cid.replace("+", " ")), unquote(secret.replace("+", " "))
+            c = self.clients.get(cid)
+            if not c or "client_secret_basic" not in c["methods"] or not hmac.compare_digest(c["secret"] or "", secret):
+                return cid, "client_secret_basic", "bad client credentials"
+            if form.get("client_secret") or form.get("client_assertion"):
+                return cid, "client_secret_basic", "more than one client authentication"
+            return cid, "client_secret_basic", None
+        cid = form.get("client_id")
+        c = self.clients.get(cid)
+        if "client_secret" in form:
+            if not c or "client_secret_post" not in c["methods"] or not hmac.compare_digest(c["secret"] or "", form["client_secret"]):
+                return cid, "client_secret_post", "bad client credentials"
+            return cid, "client_secret_post", None
+        if "client_assertion" in form:
+            if form.get("client_assertion_type") != ASSERTION_TYPE:
+                return cid, "private_key_jwt", "client_assertion_type is %r" % form.get("client_assertion_type")
+            return self._check_assertion(cid, c, form["client_assertion"])
+        if c and "tls_client_auth" in c["methods"]:
+            # RFC 8705 §2.1: the client certificate of the TLS connection, with the registered subject.
+            subject = dict(x[0] for x in (peer or {}).get("subject", ()))
+            if subject.get("commonName") != c["tls_subject_cn"]:
+                return cid, "tls_client_auth", "no client certificate with CN=%s" % c["tls_subject_cn"]
+            return cid, "tls_client_auth", None
+        if c and "none" in c["methods"]:
+            return cid, "none", None  # a public client
+        return cid, "none", "no client authentication"
+
+    def _check_assertion(self, cid, c, jwt):
+        if not c:
+            return cid, "private_key_jwt", "unknown client"
+        if c["assertion_file"]:
+            # A federated workload identity: the assertion is the token the platform projected into the file now.
+            with open(c["assertion_file"]) as f:
+                current = f.read().strip()
+            if jwt != current:
+                return cid, "federated_assertion", "the client assertion is not the current workload token"
+            return cid, "federated_assertion", None
+        parts = jwt.split(".")
+        if len(parts) != 3:
+            return cid, "private_key_jwt", "not a JWS"
+        try:
+            header = json.loads(b64url_decode(parts[0]))
+            claims = json.loads(b64url_decode(parts[1]))
+            sig = b64url_decode(parts[2])
+        except Exception:
+            return cid, "private_key_jwt", "undecodable assertion"
+        signed = (parts[0] + "." + parts[1]).encode()
+        alg = header.get("alg")
+        key = c["key"]
+        try:
+            if alg == "RS256" and isinstance(key, rsa.RSAPublicKey):
+                key.verify(sig, signed, padding.PKCS1v15(), hashes.SHA256())
+            elif alg == "PS256" and isinstance(key, rsa.RSAPublicKey):
+                key.verify(sig, signed, padding.PSS(mgf=padding.MGF1(hashes.SHA256()), salt_length=32), hashes.SHA256())
+            elif alg == "ES256" and isinstance(key, ec.EllipticCurvePublicKey):
+                if len(sig) != 64:
+                    return cid, "private_key_jwt", "ES256 signature of %d bytes, not 64" % len(sig)
+                der = encode_dss_signature(int.from_bytes(sig[:32], "big"), int.from_bytes(sig[32:], "big"))
+                key.verify(der, signed, ec.ECDSA(hashes.SHA256()))
+            else:
+                return cid, "private_key_jwt", "alg %r does not fit the registered key" % alg
+        except InvalidSignature:
+            return cid, "private_key_jwt", "bad signature"
+        if header.get("typ") not in (None, "JWT"):
+            return cid, "private_key_jwt", "typ %r" % header.get("typ")
+        if c["x5t"] and header.get("x5t#S256") != c["x5t"]:
+            return cid, "private_key_jwt", "x5t#S256 %r is not the registered certificate's" % header.get("x5t#S256")
+        if c["kid"] and header.get("kid") != c["kid"]:
+            return cid, "private_key_jwt", "kid %r" % header.get("kid")
+        now = time.time()
+        if claims.get("iss") != cid or claims.get("sub") != cid:
+            return cid, "private_key_jwt", "iss/sub must be the client id"
+        if claims.get("aud") not in (self.token_endpoint, self.issuer):
+            return cid, "private_key_jwt", "aud %r" % claims.get("aud")
+        exp = claims.get("exp")
+        if not isinstance(exp, int) or exp <= now or exp > now + 600:
+            return cid, "private_key_jwt", "exp %r" % exp
+        iat = claims.get("iat")
+        if not isinstance(iat, int) or iat > now + 60:
+            return cid, "private_key_jwt", "iat %r" % iat
+        jti = claims.get("jti")
+        with self.lock:
+            if not jti or jti in self.jtis:
+                return cid, "private_key_jwt", "jti missing or replayed"
+            self.jtis.add(jti)
+        return cid, "private_key_jwt", None
+
+
+class _ResourceHandler(_Base):
+    def _token(self):
+        a = self.headers.get("Authorization")
+        if a and a.lower().startswith("bearer "):
+            return a[7:].strip(), "header"
+        q = dict(parse_qsl(urlsplit(self.path).query, keep_blank_values=True))
+        if q.get("access_token"):
+            return q["access_token"], "query"
+        return None, None
+
+    def _handle(self):
+        r = self.srv
+        u = urlsplit(self.path)
+        body = self.body() if self.command == "POST" else b""
+        token, where = self._token()
+        state = r.provider.check(token) if token else "none"
+        entry = {"time": time.time(), "method": self.command, "path": u.path, "query": u.query, "token": token,
+                 "placement": where, "state": state, "authorization": self.headers.get("Authorization"),
+                 "body_len": len(body), "body_sha256": hashlib.sha256(body).hexdigest()}
+        with r.lock:
+            r.log.append(entry)
+        if not u.path.startswith("/ogc/"):
+            return self.send(404, {"error": "not found"})
+        if state == "none":
+            return self.send(401, {"error": "unauthorized"}, headers=[("WWW-Authenticate", 'Bearer realm="ogc"')])
+        if state != "ok":
+            return self.send(401, {"error": "invalid_token"}, headers=[
+                ("WWW-Authenticate", 'Bearer realm="ogc", error="invalid_token", error_description="The access token expired"')])
+        if r.forbid_scope:
+            return self.send(403, {"error": "insufficient_scope"}, headers=[
+                ("WWW-Authenticate", 'Bearer realm="ogc", error="insufficient_scope", scope="write"')])
+        if u.path == "/ogc/upload":
+            return self.send(200, {"sha256": entry["body_sha256"], "length": len(body)})
+        parts = u.path.strip("/").split("/")
+        if len(parts) == 4 and parts[1] == "collections" and parts[3] == "items":
+            fc = {"type": "FeatureCollection", "features": [
+                {"type": "Feature", "id": i, "geometry": {"type": "Point", "coordinates": [7.0 + i, 46.0]},
+                 "properties": {"name": "point %d" % i, "collection": parts[2]}} for i in range(3)],
+                "numberReturned": 3}
+            return self.send(200, fc, ctype="application/geo+json")
+        self.send(404, {"error": "not found"})
+
+    do_GET = _handle
+    do_POST = _handle
+
+
+class ResourceServer(_Listener):
+    handler = _ResourceHandler
+
+    def __init__(self, provider):
+        super().__init__()
+        self.provider = provider
+        self.lock = threading.Lock()
+        self.log = []
+        self.forbid_scope = False
+
+    def requests(self):
+        with self.lock:
+            return list(self.log)
+
+    def reset_log(self):
+        with self.lock:
+            self.log = []
+
+    def items_url(self, collection="x"):
+        return self.base + "/ogc/collections/%s/items" % collection
