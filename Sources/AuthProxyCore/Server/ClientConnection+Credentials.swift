@@ -84,7 +84,7 @@ extension ClientConnection {
         // of it was applied.)
         var seen = Set<String>()
         let who = client.map { "user:\($0.name)" } ?? "address:\(address)"
-        let now = DispatchTime.now().uptimeNanoseconds
+        let now = self.now
         for target in targets {
             for c in store.applicable(for: target) where seen.insert(c.name).inserted {
                 guard let limit = c.rateLimit else { continue }

@@ -94,6 +94,7 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
     /// Whether the request body of the exchange in progress has been read to its end.
     var bodyComplete: Bool { machine.exchange.map { $0.request == .complete } ?? true }
 
+    /// The connection's one reading of the monotonic clock (every decision it passes a time to reads it here).
     var now: UInt64 { DispatchTime.now().uptimeNanoseconds }
 
     func start() {
@@ -395,7 +396,7 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
             return true
         case .refused(let presented, let close):
             authenticated = nil
-            if presented, let held = context.access.throttle.admit("proxy-auth", now: DispatchTime.now().uptimeNanoseconds) {
+            if presented, let held = context.access.throttle.admit("proxy-auth", now: now) {
                 logger.warning("proxy authentication failed", metadata: ["client": "\(peer)", "failed_since_last_report": "\(held)"])
             }
             // A refused CONNECT closes (bytes meant for the tunnel must not be read as requests), and so does a
