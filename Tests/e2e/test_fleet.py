@@ -5,7 +5,9 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
+import threading
 import time
 
 import pytest
@@ -70,6 +72,67 @@ class RedisServer:
 
     def keys(self):
         return [k for k in self.cli("--scan").split("\n") if k]
+
+
+class LockDelayingRelay:
+    """A loopback relay in front of Redis that, once armed, holds every lock attempt (`SET … NX`) back for `delay`
+    seconds before passing it on: it widens the moment between a replica's look at the token key and its lock
+    (two round trips, microseconds apart on an idle machine) so that another replica's whole token request can
+    be made to fall inside it."""
+
+    def __init__(self, redis_port, delay):
+        self.redis_port = redis_port
+        self.delay = delay
+        self.armed = False
+        self.held = 0
+        self.lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.lsock.bind(("127.0.0.1", 0))
+        self.port = self.lsock.getsockname()[1]
+        self.socks = []
+
+    def start(self):
+        self.lsock.listen(16)
+        threading.Thread(target=self._accept, daemon=True).start()
+        return self
+
+    def _accept(self):
+        while True:
+            try:
+                c, _ = self.lsock.accept()
+            except OSError:
+                return
+            u = socket.create_connection(("127.0.0.1", self.redis_port), timeout=10)
+            u.settimeout(None)
+            self.socks += [c, u]
+            threading.Thread(target=self._pump, args=(c, u, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(u, c, False), daemon=True).start()
+
+    def _pump(self, src, dst, to_redis):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                if to_redis and self.armed and b"\r\n$2\r\nNX\r\n" in data:
+                    self.held += 1
+                    time.sleep(self.delay)
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def stop(self):
+        self.lsock.close()
+        for s in self.socks:
+            try:
+                s.close()
+            except OSError:
+                pass
 
 
 @pytest.fixture
@@ -148,6 +211,41 @@ def test_after_a_forced_expiry_500_concurrent_requests_over_the_fleet_make_one_t
     failed = [r for r in results if r != (200, True)]
     assert not failed, failed[:5]
     assert generate_calls(ags_fleet) == 1, ags_fleet.token_calls()
+
+
+def test_a_lock_taken_just_after_another_replica_wrote_its_token_takes_that_token(
+        proxy_factory, ags_fleet, redis_server):
+    # Replica b reaches Redis through the relay: its lock attempts arrive 3 s late (its operation timeout allows it).
+    relay = LockDelayingRelay(redis_server.port, delay=3.0).start()
+    try:
+        via_relay = redis_server.url().replace(":%d/" % redis_server.port, ":%d/" % relay.port)
+        [a] = start_fleet(proxy_factory, ags_fleet, redis_server.url(), n=1)
+        [b] = start_fleet(proxy_factory, ags_fleet, via_relay, n=1, timeout_ms=10000)
+        wait_connected([a, b])
+        for p in (a, b):
+            assert get(p, ags_fleet.query_url() + "?f=json").status_code == 200
+        assert generate_calls(ags_fleet) == 1, ags_fleet.token_calls()
+        ags_fleet.expire_all()
+        ags_fleet.reset_stats()
+        relay.armed = True
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+            # b meets the rejection, finds no token in Redis, and its lock attempt is held in the relay...
+            later = pool.submit(get, b, ags_fleet.query_url() + "?f=json")
+            deadline = time.time() + 10
+            while relay.held < 1:
+                assert time.time() < deadline, b.log_text()[-2000:]
+                time.sleep(0.02)
+            # ...while a takes the lock, fetches, writes its token and releases the lock.
+            r = get(a, ags_fleet.query_url() + "?f=json")
+            assert r.status_code == 200 and r.json().get("features"), r.text[:300]
+            assert relay.held == 1  # b's lock has not reached Redis yet: it comes through only now
+            r = later.result()
+        assert r.status_code == 200 and r.json().get("features"), r.text[:300]
+        # b's lock went through (nobody held it any more), yet a's token was there: no second token request.
+        assert generate_calls(ags_fleet) == 1, ags_fleet.token_calls()
+        assert b.log_text().count("token taken from the fleet's shared store") == 2, b.log_text()[-3000:]
+    finally:
+        relay.stop()
 
 
 def test_a_revocation_seen_by_one_replica_reaches_every_replica_within_a_second(

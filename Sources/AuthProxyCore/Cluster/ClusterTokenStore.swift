@@ -9,7 +9,8 @@ import Synchronization
 /// - **Shared tokens**: a token request first looks in Redis (``claim(_:holding:rejected:done:)``); a token found
 ///   there serves without a request. A token fetched is written there, sealed (``ClusterKeys``), with a TTL of its
 ///   remaining life.
-/// - **Fleet-wide single flight**: before fetching, `SET lock NX PX` with a random lease. The holder fetches and
+/// - **Fleet-wide single flight**: before fetching, `SET lock NX PX` with a random lease, then the token key is read
+///   again (a token written and its lock released since the first read serves instead). The holder fetches and
 ///   writes the token with a script that checks the lease is still its own (so a replica whose lock expired cannot
 ///   overwrite a newer token), releases the lock and publishes a notice. The others wait for the notice (the
 ///   subscriber) and poll the token key (pub/sub drops messages when a connection does), up to the token request
@@ -112,7 +113,7 @@ final class ClusterTokenStore: TokenStore, @unchecked Sendable {
                     try self.withdraw(name, digest: self.keys.digest(rejected), connection: c)
                 }
             }
-            return try self.lock(name, connection: c).map { .fetch($0) }
+            return try self.lockOrTake(name, holding: holding?.value, rejected: rejected, connection: c)
         }
         switch outcome {
         case .some(.some(.shared(let t))):
@@ -139,6 +140,26 @@ final class ClusterTokenStore: TokenStore, @unchecked Sendable {
     private func usable(_ t: IssuedToken, holding: String?, rejected: String?) -> Bool {
         let now = clock.nowMillis()
         return !t.needsRefresh(at: now) && t.value != holding && t.value != rejected
+    }
+
+    /// Takes the slot's lock and reads the token key again: `.fetch` with the lease, `.shared` when a usable token
+    /// is there after all, nil when another replica holds the lock. The read before the lock is a separate round
+    /// trip, and a holder may write its token and release the lock between the two: without this second read the
+    /// lock would be free and this replica would request a second token for the same slot. Once the lock is ours no
+    /// other replica can write the key (the publish script checks the lease), so this read has the last word.
+    private func lockOrTake(
+        _ name: String, holding: String?, rejected: String?, connection c: RedisConnection
+    ) throws(RedisError) -> TokenClaim? {
+        guard let lease = try lock(name, connection: c) else { return nil }
+        if let t = try read(name, connection: c), usable(t, holding: holding, rejected: rejected) {
+            // Released with a notice, so replicas waiting for this slot look at the key at once too.
+            try c.command([
+                "EVAL", ClusterKeys.releaseScript, "1", keys.lockKey(name), lease.value, keys.channel,
+                ClusterKeys.Notice.unlocked(name).text,
+            ])
+            return .shared(t)
+        }
+        return .fetch(lease)
     }
 
     /// Takes the slot's lock: the lease, or nil when another replica holds it.
@@ -178,7 +199,7 @@ final class ClusterTokenStore: TokenStore, @unchecked Sendable {
                     return .shared(t)
                 }
                 // The holder gave up, or its lock expired: take over.
-                return try self.lock(name, connection: c).map { .fetch($0) }
+                return try self.lockOrTake(name, holding: w.holding, rejected: w.rejected, connection: c)
             }
             switch result {
             case .some(.some(let claim)):
