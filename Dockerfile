@@ -2,7 +2,9 @@
 # Multi-stage build: compile a release binary with the official Swift image, run it on slim Debian.
 # Both stages are Debian 12 (bookworm), so the runtime's libcurl4/libssl3 match what the build linked.
 
-FROM swift:6.1-bookworm AS build
+# The Swift release the project is built and tested with (CI: `swift --version`; Tests/e2e/test_deploy.py checks
+# that the two agree), so the image is built from what was tested.
+FROM swift:6.3.1-bookworm AS build
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libcurl4-openssl-dev libssl-dev libpacparser-dev libhiredis-dev pkg-config \
  && rm -rf /var/lib/apt/lists/*
@@ -34,7 +36,7 @@ RUN sed -i \
  && /usr/local/bin/authproxy check --config /etc/authproxy/proxy.conf
 # Numeric, so Kubernetes' runAsNonRoot can verify it without runAsUser (a user name cannot be checked).
 USER 10001:10001
-# File descriptors: about 2 per proxied connection (see the README's "File descriptors"). An image cannot set
+# File descriptors: about 2 per proxied connection (see "File descriptors" in docs/operations.md). An image cannot set
 # them; the runtime does: docker run --ulimit nofile=65536:65536 (compose: ulimits: nofile: 65536). authproxy
 # raises its soft limit to the hard one at start and warns when that cannot cover max_connections.
 VOLUME ["/var/lib/authproxy"]

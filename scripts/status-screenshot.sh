@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates docs/status-page.png, the admin listener's status page as shown in the README.
+# Regenerates docs/status-page.png, the admin listener's status page as shown in docs/operations.md ("Status page").
 #
 #   bash scripts/status-screenshot.sh [BINARY] [--out FILE]
 #

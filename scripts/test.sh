@@ -10,7 +10,7 @@ sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
 need=()
 for pkg in libcurl4-openssl-dev libssl-dev zlib1g-dev libpacparser-dev libhiredis-dev pkg-config curl openssl gdal-bin python3 iproute2 util-linux \
            apache2 libapache2-mod-auth-gssapi gss-ntlmssp krb5-kdc krb5-admin-server krb5-user squid stunnel4 microsocks \
-           python3-yaml python3-pacparser systemd strace chromium redis-server redis-tools; do
+           python3-yaml python3-pacparser systemd strace chromium redis-server redis-tools prometheus; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

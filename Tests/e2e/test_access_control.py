@@ -141,7 +141,7 @@ def test_python_requests_userinfo_proxy_url(authed, origin, session):
 
 
 def test_non_ascii_client_password_from_curl_and_requests(proxy_factory, origin, session):
-    """curl sends Basic credentials as UTF-8, Python requests as ISO-8859-1: README's recipe must work with
+    """curl sends Basic credentials as UTF-8, Python requests as ISO-8859-1: the recipe in docs/clients.md must work with
     both (requests got 407 before)."""
     p = proxy_factory(extra_config=client_block("team-a", "pässwörd"))
     proxies = {"http": "http://team-a:%s@%s" % (urllib.parse.quote("pässwörd"), p.authority)}

@@ -17,6 +17,7 @@ What is checked, without a cluster or a container engine:
 
 import http.client
 import ipaddress
+import json
 import os
 import re
 import shutil
@@ -36,6 +37,9 @@ K8S = os.path.join(DEPLOY, "kubernetes")
 COMPOSE = os.path.join(DEPLOY, "compose.yaml")
 UNIT = os.path.join(DEPLOY, "authproxy.service")
 SYSTEMD_CONF = os.path.join(DEPLOY, "authproxy.conf")
+DASHBOARD = os.path.join(DEPLOY, "grafana", "authproxy-dashboard.json")
+ALERTS = os.path.join(DEPLOY, "prometheus", "authproxy-alerts.yaml")
+ALERTS_TEST = os.path.join(DEPLOY, "prometheus", "authproxy-alerts.test.yaml")
 IMAGE_UID = 10001  # the Dockerfile's authproxy user
 
 
@@ -125,8 +129,73 @@ def test_dockerfile_fits_the_examples():
 
 def test_deploy_files_exist():
     for p in (os.path.join(K8S, "sidecar.yaml"), os.path.join(K8S, "shared-proxy.yaml"), COMPOSE, UNIT,
-              SYSTEMD_CONF, os.path.join(DEPLOY, "README.md")):
+              SYSTEMD_CONF, os.path.join(DEPLOY, "README.md"), DASHBOARD, ALERTS, ALERTS_TEST):
         assert os.path.isfile(p), p
+
+
+def test_dockerfile_builds_with_the_swift_the_tests_run_with():
+    """The image is built from what was tested: its build stage names the toolchain these tests were built with."""
+    out = subprocess.run(["swift", "--version"], capture_output=True, text=True, check=True).stdout
+    version = re.search(r"Swift version (\d+\.\d+(?:\.\d+)?)", out).group(1)
+    text = open(os.path.join(harness.REPO_ROOT, "Dockerfile")).read()
+    stages = re.findall(r"(?m)^FROM swift:(\S+) AS build$", text)
+    assert stages == ["%s-bookworm" % version], (stages, version)
+
+
+# ---------------------------------------------------------------------------
+# Monitoring: Grafana dashboard, Prometheus alert rules
+# ---------------------------------------------------------------------------
+
+def metric_names():
+    """Every metric name the proxy exports (the names are string literals in Sources/)."""
+    names = set()
+    for root, _, files in os.walk(os.path.join(harness.REPO_ROOT, "Sources")):
+        for f in files:
+            if f.endswith(".swift"):
+                names |= set(re.findall(r"\b(authproxy_[a-z_]+)", open(os.path.join(root, f)).read()))
+    assert {"authproxy_requests_total", "authproxy_parent_backoff", "authproxy_cluster_connected"} <= names
+    return names
+
+
+def referenced_metrics(expr):
+    return {re.sub(r"_(bucket|sum|count)$", "", m) for m in re.findall(r"\b(authproxy_[a-z_]+)", expr)}
+
+
+def test_grafana_dashboard():
+    with open(DASHBOARD) as f:
+        dash = json.load(f)
+    exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
+    assert len(dash["panels"]) >= 10 and all(exprs)
+    ids = [p["id"] for p in dash["panels"]]
+    assert len(ids) == len(set(ids))
+    unknown = {m for e in exprs for m in referenced_metrics(e)} - metric_names()
+    assert not unknown, "the dashboard queries metrics the proxy does not export: %s" % unknown
+    used = {m for e in exprs for m in referenced_metrics(e)}
+    for m in ("authproxy_requests_total", "authproxy_upstream_errors_total", "authproxy_token_expiry_timestamp_seconds",
+              "authproxy_parent_backoff", "authproxy_cluster_connected", "authproxy_request_duration_seconds"):
+        assert m in used, m
+
+
+def test_prometheus_alert_rules():
+    docs = load_docs(ALERTS)
+    rules = {r["alert"]: r for g in docs[0]["groups"] for r in g["rules"]}
+    for name in ("AuthproxyTokenRefreshFailing", "AuthproxyTokenAboutToExpire", "AuthproxyUpstreamErrorRate",
+                 "AuthproxyParentProxyInBackoff", "AuthproxyRedisUnavailable"):
+        assert name in rules, name
+    for name, r in rules.items():
+        assert r["labels"]["severity"] in ("warning", "critical"), name
+        assert r["annotations"]["summary"], name
+        unknown = referenced_metrics(r["expr"]) - metric_names()
+        assert not unknown, "%s uses metrics the proxy does not export: %s" % (name, unknown)
+    assert "authproxy_parent_backoff" in rules["AuthproxyParentProxyInBackoff"]["expr"]
+    assert "authproxy_cluster_connected" in rules["AuthproxyRedisUnavailable"]["expr"]
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool (Debian package prometheus) is needed; scripts/test.sh installs it"
+    r = subprocess.run([promtool, "check", "rules", ALERTS], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = subprocess.run([promtool, "test", "rules", os.path.basename(ALERTS_TEST)], capture_output=True, text=True,
+                       cwd=os.path.dirname(ALERTS_TEST))
+    assert r.returncode == 0, r.stdout + r.stderr
 
 
 @pytest.mark.parametrize("path", yaml_files(), ids=lambda p: os.path.relpath(p, DEPLOY))

@@ -13,7 +13,7 @@
 /// admin listener never grants): one with a header named `X-…`, or a `Content-Type` outside the three a form
 /// or a simple `fetch` may send.
 enum AdminRequestPolicy {
-    /// The recipe the refusals and the README give.
+    /// The recipe the refusals and docs/operations.md give.
     static let reloadRecipe = "curl -X POST -H 'X-Authproxy-Reload: 1' http://127.0.0.1:<port>/reload"
 
     /// The Content-Types a cross-site form or `fetch` may send without a preflight (Fetch standard).

@@ -1,4 +1,4 @@
-/// The settings of a `type = "oauth2"` credential (README, "oauth2").
+/// The settings of a `type = "oauth2"` credential (docs/credentials-oidc-gateways.md).
 extension ConfigLoader {
     static func parseOAuth2(_ entry: inout TableReader, name: String) throws(ConfigError) -> OAuth2Settings {
         func fail(_ key: String, _ message: String) -> ConfigError {

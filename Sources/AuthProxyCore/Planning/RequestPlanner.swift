@@ -1,6 +1,6 @@
 /// Decides what happens to a request the proxy forwards, without I/O: which URL it goes to, which credentials
 /// apply and where a token goes, or the local answer that replaces it. ``ClientConnection/forward(_:)`` carries the
-/// plan out (rate limits, bodies, tokens and transfers are the executor's). Every routing rule the README states
+/// plan out (rate limits, bodies, tokens and transfers are the executor's). Every routing rule the documentation states
 /// for forwarded requests lives here, with a table of unit tests.
 enum RequestPlanner {
     /// What the plan depends on besides the request and the credentials in scope.

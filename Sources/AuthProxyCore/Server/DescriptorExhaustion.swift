@@ -9,7 +9,7 @@ import Glibc
 /// once per ``intervalSeconds`` with the number seen meanwhile. (A listener that cannot accept pauses itself.)
 ///
 /// Budget: each proxied connection needs about two descriptors (the client's socket and an upstream socket),
-/// plus the pooled upstream connections; see the README's "File descriptors".
+/// plus the pooled upstream connections; see "File descriptors" in docs/operations.md.
 ///
 /// Shared by the listeners and every event loop: an atomic counter and a locked ``LogThrottle``.
 final class DescriptorExhaustion: Sendable {

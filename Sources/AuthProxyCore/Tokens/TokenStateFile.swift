@@ -3,7 +3,7 @@ import Foundation
 /// Tokens and OAuth refresh tokens saved under the state directory, so a restart does not cost a new token
 /// and `authproxy login` can hand a refresh token to a running proxy.
 ///
-/// Rules (the README repeats them):
+/// Rules (docs/credentials.md, "Token state file", repeats them):
 /// - Written atomically (temp file + rename) with mode 0600. With a `state_key` it is encrypted with
 ///   AES-256-GCM under a PBKDF2-derived key, and carries a key check value so a wrong key is told apart from
 ///   a damaged file; without one it holds live tokens in clear.
