@@ -40,7 +40,8 @@ let package = Package(
         // proxy's own (RedisConnection.swift).
         .systemLibrary(
             name: "CHiredis",
-            pkgConfig: "hiredis",
+            // No pkgConfig: hiredis.pc adds -D_FILE_OFFSET_BITS=64, which SwiftPM refuses (with a warning on
+            // every build); the header is included as <hiredis/hiredis.h> and the library linked by name.
             providers: [.apt(["libhiredis-dev"])]
         ),
         .target(

@@ -89,6 +89,6 @@ public struct IPAddress: Sendable, Hashable, CustomStringConvertible {
             withUnsafeMutableBytes(of: &a) { $0.copyBytes(from: raw) }
             inet_ntop(AF_INET6, &a, &buf, socklen_t(buf.count))
         }
-        return String(cString: buf)
+        return String(nulTerminated: buf)
     }
 }

@@ -146,13 +146,13 @@ struct ExchangeStateMachine: Equatable {
 
     var limits: Limits
     // Changed only by the event methods (in the `+Client`, `+Upstream` and `+Timers` extensions).
-    internal(set) var state: State
+    var state: State
     /// Exchanges begun on this connection.
-    internal(set) var exchanges = 0
+    var exchanges = 0
     /// Last time the client sent bytes or took response bytes.
-    internal(set) var lastClientProgress: UInt64
+    var lastClientProgress: UInt64
     /// When shutdown began (nil: it has not).
-    internal(set) var shutdownSince: UInt64? = nil
+    var shutdownSince: UInt64? = nil
 
     init(limits: Limits, now: UInt64) {
         self.limits = limits

@@ -29,7 +29,7 @@ enum UpgradedRedirect {
             ?? value.count
         let authority = String(decoding: value[authorityStart..<authorityEnd], as: UTF8.self)
         guard !authority.contains("@"),
-            case let (host, port)?? = try? RequestHeadParser.parseAuthority(Substring(authority)),
+            case let (host, port)? = (try? RequestHeadParser.parseAuthority(Substring(authority))) ?? nil,
             host.lowercased() == upstream.host.lowercased(), (port ?? 443) == upstream.port
         else { return nil }
         var tail = String(decoding: value[authorityEnd...], as: UTF8.self)

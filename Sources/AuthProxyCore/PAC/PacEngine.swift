@@ -97,7 +97,7 @@ private func pacEngineErrorPrinter(_ format: UnsafePointer<CChar>?, _ args: CVaL
     var buffer = [CChar](repeating: 0, count: 1024)
     let n = vsnprintf(&buffer, buffer.count, format, args)
     // pacparser's messages span lines (a JavaScript error, then where): one line for a log field.
-    let line = String(cString: buffer).split(whereSeparator: \.isWhitespace).joined(separator: " ")
+    let line = String(nulTerminated: buffer).split(whereSeparator: \.isWhitespace).joined(separator: " ")
     // A runaway script could print without end: keep the first few lines only.
     if !line.isEmpty, PacEngineErrors.text.utf8.count < 2048 {
         PacEngineErrors.text += (PacEngineErrors.text.isEmpty ? "" : "; ") + line

@@ -79,3 +79,12 @@ public struct ByteBuffer: Sendable {
         }
     }
 }
+
+extension String {
+    /// The text of a NUL-terminated C buffer, up to its first NUL (the whole buffer if it has none); bytes that
+    /// are not UTF-8 become U+FFFD.
+    init(nulTerminated buffer: [CChar]) {
+        let end = buffer.firstIndex(of: 0) ?? buffer.endIndex
+        self = buffer[..<end].withUnsafeBytes { String(decoding: $0, as: UTF8.self) }
+    }
+}

@@ -20,7 +20,7 @@ private func numericAddress(_ storage: sockaddr_storage) -> (ip: String, port: U
             $0.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { sin in
                 var addr = sin.pointee.sin_addr
                 guard inet_ntop(AF_INET, &addr, &buf, socklen_t(buf.count)) != nil else { return nil }
-                return (String(cString: buf), UInt16(bigEndian: sin.pointee.sin_port), false)
+                return (String(nulTerminated: buf), UInt16(bigEndian: sin.pointee.sin_port), false)
             }
         }
     case AF_INET6:
@@ -28,7 +28,7 @@ private func numericAddress(_ storage: sockaddr_storage) -> (ip: String, port: U
             $0.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { sin in
                 var addr = sin.pointee.sin6_addr
                 guard inet_ntop(AF_INET6, &addr, &buf, socklen_t(buf.count)) != nil else { return nil }
-                return (String(cString: buf), UInt16(bigEndian: sin.pointee.sin6_port), true)
+                return (String(nulTerminated: buf), UInt16(bigEndian: sin.pointee.sin6_port), true)
             }
         }
     default:

@@ -160,7 +160,7 @@ public struct TLSError: Error, Sendable, CustomStringConvertible {
 func openSSLError() -> String {
     var buf = [CChar](repeating: 0, count: 256)
     _ = ap_ssl_last_error(&buf, Int32(buf.count))
-    return String(cString: buf)
+    return String(nulTerminated: buf)
 }
 
 func writeFile(_ path: String, _ text: String, mode: mode_t) throws(TLSError) {

@@ -66,7 +66,7 @@ func tlsHandshakeFailure(sslError e: Int32) -> (message: String, untrusted: Bool
     let reason = ap_ssl_last_error(&buf, Int32(buf.count))
     let untrusted = reason == ap_ssl_reason_unknown_ca() || reason == ap_ssl_reason_bad_certificate()
         || reason == ap_ssl_reason_certificate_unknown()
-    let message = String(cString: buf)
+    let message = String(nulTerminated: buf)
     return (message.isEmpty ? "TLS handshake failed (error \(e))" : message, untrusted)
 }
 
