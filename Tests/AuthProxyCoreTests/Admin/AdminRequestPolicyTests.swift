@@ -48,7 +48,7 @@ import Testing
             let body = String(decoding: r.body, as: UTF8.self)
             #expect(r.status == 421 && body.contains("[admin] hosts") && !body.contains("STATUS"), "\(path)")
         }
-        var post = AdminRequest(method: "POST", target: "/reload", host: "attacker.example", headerNames: ["X-A"])
+        let post = AdminRequest(method: "POST", target: "/reload", host: "attacker.example", headerNames: ["X-A"])
         #expect(AdminRouter.route(post, hosts: [], backend: backend).status == 421)
         #expect(backend.reloads == 0)
         #expect(AdminRouter.route(post, hosts: ["attacker.example"], backend: backend).status == 200)

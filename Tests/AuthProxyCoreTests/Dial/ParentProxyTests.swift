@@ -73,14 +73,15 @@ import Testing
     }
 
     @Test func healthCountsAndOrdersWithItsClock() {
-        nonisolated(unsafe) var t: UInt64 = 0
-        let h = ParentHealth(backoffSeconds: 5, now: { t })
+        final class Clock: @unchecked Sendable { var t: UInt64 = 0 }
+        let clock = Clock()
+        let h = ParentHealth(backoffSeconds: 5, now: { clock.t })
         h.attempted(a)
         h.failed(a, cause: .connect)
         h.attempted(b)
         h.succeeded(b)
         #expect(h.order([a, b]) == [b, a])
-        t = 5000
+        clock.t = 5000
         #expect(h.order([a, b]) == [a, b])
         let s = h.snapshot(configured: [a, b])
         #expect(s.map(\.stats.requests) == [1, 1])

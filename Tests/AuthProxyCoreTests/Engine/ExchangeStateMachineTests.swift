@@ -227,7 +227,7 @@ import Testing
     /// Only an unfinished request body is probed: paused reads after a complete request (a half-closed client,
     /// a pipelined backlog) are the normal case.
     @Test func aCompleteRequestIsNotProbed() {
-        var m = Self.forwarding()
+        let m = Self.forwarding()
         #expect(m.tick(now: 2 * Self.s, clientPending: 0, lastSendProgress: 0, clientReadsPaused: true) == .none)
         let idle = M(limits: Self.limits, now: 0)
         #expect(idle.tick(now: 2 * Self.s, clientPending: 0, lastSendProgress: 0, clientReadsPaused: true) == .none)

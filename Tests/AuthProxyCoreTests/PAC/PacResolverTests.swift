@@ -26,7 +26,7 @@ import Testing
 
     func write(_ text: String) -> String {
         let path = dir + "/proxy.pac"
-        FileManager.default.createFile(atPath: path, contents: Data(text.utf8))
+        _ = FileManager.default.createFile(atPath: path, contents: Data(text.utf8))
         return path
     }
 
