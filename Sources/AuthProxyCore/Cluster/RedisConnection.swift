@@ -164,7 +164,7 @@ final class RedisConnection {
             let r = SSL_write(ssl, p, Int32(n))
             return r > 0 ? Int(r) : tlsRetry(r)
         }
-        let r = Glibc.send(fd, p, n, Int32(MSG_NOSIGNAL))
+        let r = Glibc.send(fd, p, n, Int32(Glibc.MSG_NOSIGNAL))
         if r >= 0 { return r }
         if errno == EAGAIN || errno == EINTR {
             lastWant = Int16(POLLOUT)

@@ -257,7 +257,7 @@ final class SocketChannel: @unchecked Sendable {
             return -1
         }
         while true {
-            let n = Glibc.send(fd, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL))
+            let n = Glibc.send(fd, bytes.baseAddress, bytes.count, Int32(Glibc.MSG_NOSIGNAL))
             if n >= 0 { return n }
             switch errno {
             case EINTR: continue
