@@ -285,6 +285,17 @@ final class ClusterTokenStore: TokenStore, @unchecked Sendable {
         return .some(found)
     }
 
+    /// Written while this replica holds the credential's lock (the rotation happened in its token request), so
+    /// the next holder reads the new refresh token; then every replica is told.
+    func shareRefreshToken(_ stored: TokenStateFile.StoredRefreshToken) {
+        let key = keys.refreshKey(fingerprint: stored.fingerprint)
+        guard let value = keys.seal(stored, under: key) else { return }
+        _ = use("refresh token") { (c) throws(RedisError) in
+            try c.command(["SET", key, value])
+            try c.command(["PUBLISH", keys.channel, ClusterKeys.Notice.signIn.text])
+        }
+    }
+
     // MARK: - notices
 
     /// The notice connection is (again) subscribed: whatever was published while it was down is lost, so the waits

@@ -62,4 +62,7 @@ final class FileTokenStore: TokenStore {
 
     /// The state file is the only copy, and the service reads it itself.
     func sharedRefreshToken(credential: String, fingerprint: String) -> TokenStateFile.StoredRefreshToken?? { nil }
+
+    /// Other processes on this host follow the state file, which holds it already.
+    func shareRefreshToken(_ stored: TokenStateFile.StoredRefreshToken) {}
 }

@@ -141,6 +141,9 @@ extension TokenService {
             credential: c.name, fingerprint: fingerprints[c.name] ?? Crypto.sha256Hex(c.identityMaterial),
             refreshToken: value, expires: nil, username: nil)
         refreshTokens[c.name] = stored
+        // The fleet first: a replica waiting for the lock reads the shared copy as soon as it has it.
+        tokenStore.shareRefreshToken(stored)
+        sharedGrants[c.name] = .some(value)
         do {
             let result = try tokenStore.update { (contents: inout TokenStateFile.Contents) throws(StateError) in
                 contents.refreshTokens.removeAll { $0.credential == c.name }

@@ -67,6 +67,8 @@ extension TokenService: TokenStoreObserver {
         guard let fingerprint = fingerprints[name],
             case .some(let shared) = tokenStore.sharedRefreshToken(credential: name, fingerprint: fingerprint)
         else { return refreshTokens[name]?.refreshToken }
+        // A refresh token seeded in proxy.conf (not a sign-in) that no replica has rotated yet: the local one.
+        if shared == nil, !oauthUsers.contains(name) { return refreshTokens[name]?.refreshToken }
         let now = shared?.refreshToken
         if let before = sharedGrants[name], before != now {
             cache.withLock { $0.grantChanged(credential: name) }

@@ -45,6 +45,10 @@ protocol TokenStore: AnyObject {
     /// (the state file's copy, which ``TokenService`` holds, is then the one).
     func sharedRefreshToken(credential: String, fingerprint: String) -> TokenStateFile.StoredRefreshToken??
 
+    /// A provider rotated a refresh token (``TokenService/keepRefreshToken(_:_:)``): the other processes must spend
+    /// the new one, never the old (reuse detection revokes the whole grant). The state file has it already.
+    func shareRefreshToken(_ stored: TokenStateFile.StoredRefreshToken)
+
     /// Who to tell about another process's changes that arrive on their own (a fleet's notices).
     var observer: (any TokenStoreObserver)? { get set }
 }

@@ -36,6 +36,9 @@ import Testing
         func publish(_ slot: TokenSlot, token: IssuedToken, lease: TokenLease?) { published.append((slot, token, lease)) }
         func abandon(_ slot: TokenSlot, lease: TokenLease) { abandoned.append((slot, lease)) }
         func withdraw(_ slot: TokenSlot, token: IssuedToken) { withdrawn.append((slot, token.value)) }
+        func shareRefreshToken(_ stored: TokenStateFile.StoredRefreshToken) {
+            refresh = (refresh ?? [:]).merging([stored.credential: stored]) { $1 }
+        }
         func sharedRefreshToken(credential: String, fingerprint: String) -> TokenStateFile.StoredRefreshToken?? {
             guard let refresh else { return nil }
             return .some(refresh[credential])
@@ -204,6 +207,35 @@ import Testing
             // The store cannot be asked (Redis down): the file's copy.
             store.refresh = nil
             #expect(s.currentRefreshToken(name: "me") == "R-file")
+        }
+    }
+
+    @Test func aRotatedRefreshTokenIsSharedAndNeverFallsBackToTheSpentSeed() throws {
+        let c = try TokenTestSupport.credential("""
+            [[credential]]
+            name = "gw"
+            type = "oauth2"
+            token_url = "http://127.0.0.1:9/token"
+            client_id = "app"
+            client_secret = "s"
+            grant = "refresh_token"
+            refresh_token = "SEED"
+            match = ["http://127.0.0.1:9/ogc"]
+            """)
+        let store = MemoryStore()
+        store.refresh = [:]  // a fleet store that answers, with no refresh token for it yet
+        let s = Self.service(c, store, clock: FakeClock(1_700_000_000_000))
+        s.queue.sync {
+            // Nothing rotated yet: no stored refresh token, so the fetcher spends the configured seed.
+            #expect(s.currentRefreshToken(name: "gw") == nil)
+            // The provider rotated it: the fleet gets the new one at once, and every replica spends that one.
+            s.keepRotatedRefreshToken(c, "R2")
+            #expect(store.refresh?["gw"]?.refreshToken == "R2")
+            #expect(s.currentRefreshToken(name: "gw") == "R2")
+            // The store lost it (a Redis restart): not a sign-out for a seeded grant, the local copy serves, not
+            // the spent seed.
+            store.refresh = [:]
+            #expect(s.currentRefreshToken(name: "gw") == "R2")
         }
     }
 }
