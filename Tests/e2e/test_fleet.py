@@ -21,7 +21,7 @@ REDIS_PASSWORD = "fleet-redis-pass-7Qx"
 STATE_KEY = "fleet-state-key-0123456789abcdef"
 # Distinctive, so finding it in Redis cannot be chance (a short name could turn up inside base64).
 CRED_NAME = "fleetcredQZ"
-REPLICAS = 5
+REPLICAS = int(os.environ.get("FLEET_REPLICAS", "5"))
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server (Debian package) is not installed")
 
@@ -431,3 +431,31 @@ def test_rediss_with_the_test_ca(proxy_factory, ags_fleet, tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_rotating_refresh_tokens_are_never_spent_twice_by_the_fleet(proxy_factory, redis_server):
+    """An OAuth provider that rotates refresh tokens and treats a reused one as theft (RFC 9700): five replicas
+    refreshing together, again and again, never present a spent refresh token, and the fleet makes one refresh
+    grant per expiry."""
+    from oidc.server import OIDCProvider, ResourceServer
+    idp = OIDCProvider(expires_in=60).start()
+    ogc = ResourceServer(idp).start()
+    try:
+        idp.add_client("public-app", methods=["none"])
+        seed = idp.issue_refresh_token("public-app")
+        extra = cluster_section(redis_server.url()) + cred(
+            "ogcfleet", "oauth2", ogc.base + "/ogc", token_url=idp.token_endpoint, client_id="public-app",
+            token_endpoint_auth_method="none", grant="refresh_token", refresh_token=seed)
+        fleet = [proxy_factory(proxy={"state_key": STATE_KEY, "workers": 1}, extra_config=extra) for _ in range(REPLICAS)]
+        wait_connected(fleet)
+        for round_ in range(3):
+            with concurrent.futures.ThreadPoolExecutor(max_workers=50) as pool:
+                results = list(pool.map(lambda i: get(fleet[i % REPLICAS], ogc.items_url()).status_code, range(100)))
+            assert results.count(200) == 100, (round_, [r for r in results if r != 200][:5], [(e["outcome"], e.get("error")) for e in idp.token_requests()], [l for p in fleet for l in p.log_text().splitlines() if "token" in l and "access" not in l][:30])
+            idp.expire_all()
+        log = idp.token_requests()
+        assert not any(e.get("refresh_reused") for e in log), log
+        assert [e["outcome"] for e in log] == ["ok"] * 3, log
+    finally:
+        ogc.stop()
+        idp.stop()

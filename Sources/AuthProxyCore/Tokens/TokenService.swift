@@ -287,7 +287,8 @@ public final class TokenService: @unchecked Sendable {
         // The cache forgot the token (a refresh follows): the fleet must not hand it out either.
         if c.isRefreshable, cache.withLock({ $0.entries[key]?.token?.value != token.value }) {
             queue.async { [self] in
-                let r = ServerRoot.of(target)
+                // The root the token was fetched for (an oauth2 credential's is its provider, not an ArcGIS root).
+                let r = Self.root(for: c, target: target)
                 withdrawShared(c, root: r.root, isPortal: r.isPortal, token: token)
             }
         }
