@@ -49,6 +49,7 @@ extension ClientConnection {
         x.responseHead.reset()
         let started = now
         x.upstreamStarted = started
+        prepareRetry(x, head: h, url: url, headers: headers, inspect: inspect, hasBody: bodyLength != nil, now: started)
         machine.transferStarted(inspect: inspect, now: started)
         if native {
             let t = HTTP1Transfer(pool: loop.http1, request: request, target: url, affinity: ownUpstreams.map { .ownedBy($0.owner) } ?? .shared, delegate: self)
@@ -192,6 +193,7 @@ extension ClientConnection {
         case .end:
             machine.upstreamProgress(now: now)
             if x.responseHead.isFinal(answersChallenges: x.networkAuth.answersChallenges) {
+                if retryOnStatus(x) { return }
                 commitResponseHead(inspect: true)
             } else if x.responseHead.status == 401, x.challengeScheme == nil, ProxyMetrics.active != nil {
                 x.challengeScheme = NetworkAuthScheme.answered(offered: x.responseHead.values(of: "www-authenticate"),
@@ -374,6 +376,7 @@ extension ClientConnection {
                 logger.warning("upstream failed", metadata: ["client": "\(peer)", "destination": "\(error.destination)",
                     "cause": "\(error.detail.isEmpty ? error.response.message : error.detail)"])
             }
+            if end == .upstreamFailed, retryOnFailure(error) { return }
         } else {
             end = .success
             if let x = ex, x.responseHead.status == 401, x.networkAuth.answersChallenges, let url = x.upstreamURL {

@@ -500,6 +500,8 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
         ]
         // The end of a relayed WebSocket: bytes are frames each way, the duration the socket's life.
         if webSocket { metadata["upgrade"] = "websocket" }
+        // Upstream attempts, when more than one was made (``RetryPolicy``).
+        if let retries = machine.current?.upstreamRetries, retries > 0 { metadata["attempts"] = "\(retries + 1)" }
         logger.info("access", metadata: metadata)
     }
 
@@ -520,6 +522,7 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
         if let x {
             if x.bodyBytesIn > 0 { m.bytesUpstream.increment(by: x.bodyBytesIn) }
             if x.bodyBytesOut > 0 { m.bytesDownstream.increment(by: x.bodyBytesOut) }
+            recordRetryOutcome(m, x, status: status)
             if let r = x.retry {
                 m.retry(credential: r.credential, result: r.result ?? (status >= 200 && status < 500 ? "success" : "failure"))
             }
