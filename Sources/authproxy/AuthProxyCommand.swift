@@ -218,6 +218,7 @@ struct Check: ParsableCommand {
         print("  upstream_retries:         \(c.upstreamRetries)")
         print("  max_retry_wait_seconds:   \(c.maxRetryWaitSeconds)")
         print("  retry_budget_percent:     \(c.retryBudgetPercent)")
+        print("  get_as_post_above_bytes:  \(c.getAsPostAboveBytes)")
         print("  pac_address:              \(c.pacAddress ?? "not set (/proxy.pac names the proxy by the Host it was fetched with)")")
         print("  pac_fallback:             \(c.pacFallback.rawValue)")
         print("  credentials:              \(c.credentials.count)")

@@ -85,6 +85,9 @@ public struct ProxyConfig: Sendable {
     /// `[proxy] retry_budget_percent`: retries to one upstream host add at most this share to its requests
     /// (over 10 s, plus a few per event loop; ``RetryBudget``).
     public var retryBudgetPercent = 20
+    /// `[proxy] get_as_post_above_bytes`: an ArcGIS REST `GET` whose URL (token included) is longer than this goes
+    /// upstream as a `POST` form, as does one the upstream answered 414 (``GetAsPost``); 0 turns both off.
+    public var getAsPostAboveBytes = 2048
     /// `[proxy] watch_config`: reload when the configuration file or a `file:` secret it names changes.
     public var watchConfig = false
     /// `[proxy] http_client`: the client for plain `http://` upstreams without a network credential (https and

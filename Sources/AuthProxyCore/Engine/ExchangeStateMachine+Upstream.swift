@@ -82,14 +82,15 @@ extension ExchangeStateMachine {
     /// The attempt in progress failed in a way ``RetryPolicy`` retries: it is dropped (the connection stops the
     /// transfer and forgets its response) and the request waits for its backoff. Returns the serial the end of
     /// the backoff must carry; nil when the request may not be sent again (``mayResendUpstream``).
-    mutating func upstreamRetryScheduled() -> Int? {
+    /// `countsAsRetry`: false for a resend that is not a retry (a `GET` answered 414 going again as a `POST`).
+    mutating func upstreamRetryScheduled(countsAsRetry: Bool = true) -> Int? {
         guard mayResendUpstream else { return nil }
         return withExchange { e in
             guard case .transferring(let t) = e.upstream else { return nil }
             e.upstream = .backingOff(attempt: t.attempt)
             e.response = .none
             e.status = 0
-            e.upstreamRetries += 1
+            if countsAsRetry { e.upstreamRetries += 1 }
             return e.serial
         } ?? nil
     }

@@ -140,6 +140,12 @@ public final class ProxyMetrics: Sendable {
             dimensions: [("cause", cause.rawValue), ("result", result)], factory: factory).increment()
     }
 
+    /// An ArcGIS REST `GET` went upstream as a `POST` form (``GetAsPost``), for `cause`.
+    func getAsPost(_ cause: GetAsPost.Cause) {
+        CoreMetrics.Counter(label: "authproxy_get_as_post_total", dimensions: [("cause", cause.rawValue)],
+            factory: factory).increment()
+    }
+
     /// An upstream challenge was answered with `credential` using `scheme`; `success` unless the final answer was
     /// still 401.
     func networkAuth(credential: String, scheme: String, success: Bool) {

@@ -118,6 +118,7 @@ public struct ConfigDiff: Sendable, Equatable {
         note("proxy.upstream_retries", old.upstreamRetries != new.upstreamRetries)
         note("proxy.max_retry_wait_seconds", old.maxRetryWaitSeconds != new.maxRetryWaitSeconds)
         note("proxy.retry_budget_percent", old.retryBudgetPercent != new.retryBudgetPercent)
+        note("proxy.get_as_post_above_bytes", old.getAsPostAboveBytes != new.getAsPostAboveBytes)
         note("proxy.http_client", old.httpClient != new.httpClient)
         note("proxy.upstream_proxy", old.upstreamProxy.parents != new.upstreamProxy.parents)
         note("proxy.upstream_proxy_credential", old.upstreamProxy.credentialName != new.upstreamProxy.credentialName)

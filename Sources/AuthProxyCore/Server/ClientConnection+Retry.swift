@@ -12,12 +12,14 @@ extension ClientConnection {
     func prepareRetry(_ x: ExchangeContext, head h: RequestHead, url: URLTarget, headers: HTTPHeaders, inspect: Bool,
         hasBody: Bool, now: UInt64)
     {
-        let policy = context.retryPolicy
-        guard policy.isEnabled else { return }
-        if machine.upstreamRetries == 0, machine.attempt == 1 {
+        let retries = context.retryPolicy.isEnabled
+        if retries, machine.upstreamRetries == 0, machine.attempt == 1 {
             loop.retryBudget.request(RetryBudget.Host(host: url.host, port: url.port), now: now)
         }
-        guard h.upgrade == nil, RetryPolicy.mayRetry(method: h.method, hasBody: hasBody) else { return }
+        // Kept for a retry, or for the resend as a form after a 414 (``resendAsPostOn414(_:)``).
+        guard retries || context.config.getAsPostAboveBytes > 0, h.upgrade == nil,
+            RetryPolicy.mayRetry(method: h.method, hasBody: hasBody)
+        else { return }
         x.attemptURL = url
         x.attemptHeaders = headers
         x.attemptInspect = inspect
@@ -26,15 +28,41 @@ extension ClientConnection {
     /// A final response head arrived: true when its status is retried (the transfer is stopped and the request
     /// goes again after its backoff); false when it is relayed.
     func retryOnStatus(_ x: ExchangeContext) -> Bool {
-        guard x.attemptURL != nil, let cause = RetryPolicy.cause(status: x.responseHead.status),
+        guard x.attemptURL != nil, context.retryPolicy.isEnabled, let cause = RetryPolicy.cause(status: x.responseHead.status),
             x.responseHead.violation == nil
         else { return false }
         return retryUpstream(cause: cause, retryAfter: RetryPolicy.retryAfterSeconds(x.responseHead.string(of: "retry-after")))
     }
 
+    /// A `GET` to an ArcGIS REST operation answered 414 URI Too Long: true when it goes again at once as a
+    /// `POST` form (``GetAsPost``). Not an upstream retry: it spends neither the retries nor the budget.
+    func resendAsPostOn414(_ x: ExchangeContext) -> Bool {
+        guard x.responseHead.status == 414, x.getAsPost == nil, context.config.getAsPostAboveBytes > 0,
+            let url = x.attemptURL, let h = x.head,
+            GetAsPost.applies(method: h.method, hasBody: false, isUpgrade: h.upgrade != nil, target: url),
+            let serial = machine.upstreamRetryScheduled(countsAsRetry: false)
+        else { return false }
+        x.getAsPost = .status414
+        ProxyMetrics.active?.getAsPost(.status414)
+        x.transfer?.cancel()
+        x.transfer = nil
+        x.heldHead.removeAll()
+        x.sniffBuffer = []
+        x.bodyMask = nil
+        logger.info("upstream refused the URL as too long (414), sending it as a POST form", metadata: [
+            "client": "\(peer)", "url": "\(url.origin)\(url.path)", "url_bytes": "\(url.pathAndQuery.utf8.count)"])
+        // Decided inside a libcurl callback, where no transfer may start: on the next turn.
+        nonisolated(unsafe) let me = self
+        loop.queue.async {
+            guard me.machine.awaitsRetry(serial: serial) else { return }
+            me.resendUpstream()
+        }
+        return true
+    }
+
     /// The transfer failed: true when the failure is retried.
     func retryOnFailure(_ error: UpstreamError) -> Bool {
-        guard let x = ex, x.attemptURL != nil, error.outOfDescriptors == nil, error.invalidResponse == nil,
+        guard let x = ex, x.attemptURL != nil, context.retryPolicy.isEnabled, error.outOfDescriptors == nil, error.invalidResponse == nil,
             error.notResent == nil,
             let cause = RetryPolicy.cause(failure: error.cause, viaParent: error.parent != nil,
                 denied: error.deniedAddress != nil)

@@ -87,6 +87,8 @@ final class ExchangeContext {
     /// The cause of the upstream retry in progress, until its outcome is counted
     /// (`authproxy_upstream_retries_total`).
     var retryCause: RetryPolicy.Cause? = nil
+    /// The `GET` goes upstream as a `POST` form, and why (``GetAsPost``); nil: as the client sent it.
+    var getAsPost: GetAsPost.Cause? = nil
 
     init() {}
 
@@ -134,5 +136,6 @@ final class ExchangeContext {
         attemptHeaders = nil
         attemptInspect = false
         retryCause = nil
+        getAsPost = nil
     }
 }

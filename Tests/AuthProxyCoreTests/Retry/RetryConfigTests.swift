@@ -43,3 +43,18 @@ import Testing
         #expect(d.effective.upstreamRetries == 3)
     }
 }
+
+/// `[proxy] get_as_post_above_bytes`: loading, limits, reload.
+@Suite struct GetAsPostConfigTests {
+    let loader = ConfigLoader(environment: [:])
+
+    @Test func defaultSetAndOff() throws {
+        #expect(try loader.parse("").getAsPostAboveBytes == 2048)
+        #expect(try loader.parse("[proxy]\nget_as_post_above_bytes = 4000").getAsPostAboveBytes == 4000)
+        #expect(try loader.parse("[proxy]\nget_as_post_above_bytes = 0").getAsPostAboveBytes == 0)
+        expectRejected(loader, "[proxy]\nget_as_post_above_bytes = -1", key: "proxy.get_as_post_above_bytes", line: 2,
+            fragment: "outside")
+        let d = ConfigDiff(running: try loader.parse(""), loaded: try loader.parse("[proxy]\nget_as_post_above_bytes = 0"))
+        #expect(d.live == ["proxy.get_as_post_above_bytes"])
+    }
+}
