@@ -20,8 +20,10 @@ enum GetAsPost {
     }
 
     /// Path segments (anywhere in the path) of downloads that stay `GET`.
-    static let downloadSegments: Set<String> = ["tile", "tiles", "tilemap", "attachments", "thumbnail", "resources",
-        "images"]
+    static let downloadSegments: Set<String> = [
+        "tile", "tiles", "tilemap", "attachments", "thumbnail", "resources",
+        "images",
+    ]
     /// Operations (the last path segment) that are downloads and stay `GET`.
     static let downloadOperations: Set<String> = ["export", "exportimage", "data", "download"]
 

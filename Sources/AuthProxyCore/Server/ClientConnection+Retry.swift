@@ -7,11 +7,12 @@ import Logging
 /// token included) starts again through ``startTransfer(url:headers:inspect:)``. The token retry after a
 /// rejection is separate (``retryWithFreshToken()``): each has its own count.
 extension ClientConnection {
-    /// Called as a transfer starts: counts a first attempt in the host's budget, and keeps what a retry would
-    /// send when the request may be retried.
-    func prepareRetry(_ x: ExchangeContext, head h: RequestHead, url: URLTarget, headers: HTTPHeaders, inspect: Bool,
-        hasBody: Bool, now: UInt64)
-    {
+    /// Called as a transfer starts: counts it in the host's budget unless it is a retry (upstream or token), and
+    /// keeps what a retry would send when the request may be retried.
+    func prepareRetry(
+        _ x: ExchangeContext, head h: RequestHead, url: URLTarget, headers: HTTPHeaders, inspect: Bool,
+        hasBody: Bool, now: UInt64
+    ) {
         let retries = context.retryPolicy.isEnabled
         if retries, machine.upstreamRetries == 0, machine.attempt == 1 {
             loop.retryBudget.request(RetryBudget.Host(host: url.host, port: url.port), now: now)
@@ -28,16 +29,19 @@ extension ClientConnection {
     /// A final response head arrived: true when its status is retried (the transfer is stopped and the request
     /// goes again after its backoff); false when it is relayed.
     func retryOnStatus(_ x: ExchangeContext) -> Bool {
-        guard x.attemptURL != nil, context.retryPolicy.isEnabled, let cause = RetryPolicy.cause(status: x.responseHead.status),
+        guard x.attemptURL != nil, context.retryPolicy.isEnabled,
+            let cause = RetryPolicy.cause(status: x.responseHead.status),
             x.responseHead.violation == nil
         else { return false }
-        return retryUpstream(cause: cause, retryAfter: RetryPolicy.retryAfterSeconds(x.responseHead.string(of: "retry-after")))
+        return retryUpstream(
+            cause: cause, retryAfter: RetryPolicy.retryAfterSeconds(x.responseHead.string(of: "retry-after")))
     }
 
     /// A `GET` to an ArcGIS REST operation answered 414 URI Too Long: true when it goes again at once as a
     /// `POST` form (``GetAsPost``). Not an upstream retry: it spends neither the retries nor the budget.
     func resendAsPostOn414(_ x: ExchangeContext) -> Bool {
-        guard x.responseHead.status == 414, x.getAsPost == nil, context.config.getAsPostAboveBytes > 0,
+        guard x.responseHead.status == 414, x.responseHead.violation == nil, x.getAsPost == nil,
+            context.config.getAsPostAboveBytes > 0,
             let url = x.attemptURL, let h = x.head,
             GetAsPost.applies(method: h.method, hasBody: false, isUpgrade: h.upgrade != nil, target: url),
             let serial = machine.upstreamRetryScheduled(countsAsRetry: false)
@@ -49,8 +53,11 @@ extension ClientConnection {
         x.heldHead.removeAll()
         x.sniffBuffer = []
         x.bodyMask = nil
-        logger.info("upstream refused the URL as too long (414), sending it as a POST form", metadata: [
-            "client": "\(peer)", "url": "\(url.origin)\(url.path)", "url_bytes": "\(url.pathAndQuery.utf8.count)"])
+        logger.info(
+            "upstream refused the URL as too long (414), sending it as a POST form",
+            metadata: [
+                "client": "\(peer)", "url": "\(url.origin)\(url.path)", "url_bytes": "\(url.pathAndQuery.utf8.count)",
+            ])
         // Decided inside a libcurl callback, where no transfer may start: on the next turn.
         nonisolated(unsafe) let me = self
         loop.queue.async {
@@ -62,16 +69,21 @@ extension ClientConnection {
 
     /// The transfer failed: true when the failure is retried.
     func retryOnFailure(_ error: UpstreamError) -> Bool {
-        guard let x = ex, x.attemptURL != nil, context.retryPolicy.isEnabled, error.outOfDescriptors == nil, error.invalidResponse == nil,
+        guard let x = ex, x.attemptURL != nil, context.retryPolicy.isEnabled, error.outOfDescriptors == nil,
+            error.invalidResponse == nil,
             error.notResent == nil,
-            let cause = RetryPolicy.cause(failure: error.cause, viaParent: error.parent != nil,
+            let cause = RetryPolicy.cause(
+                failure: error.cause, viaParent: error.parent != nil,
                 denied: error.deniedAddress != nil)
         else { return false }
-        return retryUpstream(cause: cause, retryAfter: nil)
+        return retryUpstream(
+            cause: cause, retryAfter: nil,
+            detail: error.detail.isEmpty ? error.response.message : error.detail)
     }
 
     /// Asks the policy and the budget; when both allow it, drops the attempt and schedules the next one.
-    private func retryUpstream(cause: RetryPolicy.Cause, retryAfter: Int?) -> Bool {
+    /// `detail`: what went wrong, for the log line (libcurl's message for a failed connection).
+    private func retryUpstream(cause: RetryPolicy.Cause, retryAfter: Int?, detail: String? = nil) -> Bool {
         guard let x = ex, let url = x.attemptURL, machine.mayResendUpstream else { return false }
         let m = ProxyMetrics.active
         // The retry before this attempt (if any) did not help.
@@ -80,8 +92,10 @@ extension ClientConnection {
             x.retryCause = nil
         }
         let retriesDone = machine.upstreamRetries
-        guard case .retry(let wait) = context.retryPolicy.decide(cause: cause, retryAfter: retryAfter,
-            retriesDone: retriesDone, random: UInt64.random(in: 0...UInt64.max))
+        guard
+            case .retry(let wait) = context.retryPolicy.decide(
+                cause: cause, retryAfter: retryAfter,
+                retriesDone: retriesDone, random: UInt64.random(in: 0...UInt64.max))
         else { return false }
         let host = RetryBudget.Host(host: url.host, port: url.port)
         let at = now
@@ -89,9 +103,12 @@ extension ClientConnection {
         guard loop.retryBudget.spendRetry(host, now: at) else {
             m?.upstreamRetry(cause: cause, result: "budget_exhausted")
             if let held = context.access.throttle.admit("retry-budget:\(url.host):\(url.port)", now: at) {
-                logger.warning("retry budget of the upstream exhausted, relaying its answer", metadata: [
-                    "destination": "\(url.urlHost):\(url.port)", "cause": "\(cause.rawValue)",
-                    "budget": "\(context.config.retryBudgetPercent)%", "refused_since_last_report": "\(held)"])
+                logger.warning(
+                    "retry budget of the upstream exhausted, relaying its answer",
+                    metadata: [
+                        "destination": "\(url.urlHost):\(url.port)", "cause": "\(cause.rawValue)",
+                        "budget": "\(context.config.retryBudgetPercent)%", "refused_since_last_report": "\(held)",
+                    ])
             }
             return false
         }
@@ -102,9 +119,12 @@ extension ClientConnection {
         x.heldHead.removeAll()
         x.sniffBuffer = []
         x.bodyMask = nil
-        logger.info("upstream attempt failed, retrying", metadata: ["client": "\(peer)",
-            "url": "\(url.origin)\(url.path)", "cause": "\(cause.rawValue)", "attempt": "\(retriesDone + 2)",
-            "wait_ms": "\(wait / 1_000_000)"])
+        var metadata: Logger.Metadata = [
+            "client": "\(peer)", "url": "\(url.origin)\(url.path)",
+            "cause": "\(cause.rawValue)", "attempt": "\(retriesDone + 2)", "wait_ms": "\(wait / 1_000_000)",
+        ]
+        if let detail { metadata["detail"] = "\(detail)" }
+        logger.info("upstream attempt failed, retrying", metadata: metadata)
         // Never started from inside a libcurl callback (where this is decided): always on a later turn.
         nonisolated(unsafe) let me = self
         loop.queue.asyncAfter(deadline: .now() + .nanoseconds(Int(min(wait, UInt64(Int.max))))) {

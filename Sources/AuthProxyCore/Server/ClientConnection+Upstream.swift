@@ -390,6 +390,9 @@ extension ClientConnection {
                     m.upstreamError(error.metricCause)
                 }
             }
+            // A failure that is retried logs its own line (``retryOnFailure(_:)``); the warning is for the one the
+            // client gets.
+            if end == .upstreamFailed, retryOnFailure(error) { return }
             if let e = error.outOfDescriptors {
                 // Rate-limited: when descriptors run out, every request would log a line.
                 context.descriptors.report(.upstream, error: e, logger: logger, now: now)
@@ -397,7 +400,6 @@ extension ClientConnection {
                 logger.warning("upstream failed", metadata: ["client": "\(peer)", "destination": "\(error.destination)",
                     "cause": "\(error.detail.isEmpty ? error.response.message : error.detail)"])
             }
-            if end == .upstreamFailed, retryOnFailure(error) { return }
         } else {
             end = .success
             if let x = ex, x.responseHead.status == 401, x.networkAuth.answersChallenges, let url = x.upstreamURL {

@@ -67,7 +67,9 @@ import Testing
     }
 
     @Test func theFormIsTheQueryAsSent() {
-        let u = Self.url("https://gis.example.com/arcgis/rest/services/x/FeatureServer/0/query?where=NAME%20LIKE%20%27A%25%27&token=T%2B1&f=json")
+        let u = Self.url(
+            "https://gis.example.com/arcgis/rest/services/x/FeatureServer/0/query?where=NAME%20LIKE%20%27A%25%27&token=T%2B1&f=json"
+        )
         let form = GetAsPost.form(of: u)
         #expect(form.target.pathAndQuery == "/arcgis/rest/services/x/FeatureServer/0/query")
         #expect(form.target.host == "gis.example.com")

@@ -32,9 +32,10 @@ import Testing
         for f: UpstreamFailure in [.connect, .reset, .nothing, .partial] {
             #expect(RetryPolicy.cause(failure: f, viaParent: false, denied: false) == .reset, "\(f)")
         }
-        for f: UpstreamFailure in [.dns, .timeout, .untrustedCertificate, .pinMismatch, .tlsHandshake, .protocolError,
-            .clientGone, .requestBody, .other("x")]
-        {
+        for f: UpstreamFailure in [
+            .dns, .timeout, .untrustedCertificate, .pinMismatch, .tlsHandshake, .protocolError,
+            .clientGone, .requestBody, .other("x"),
+        ] {
             #expect(RetryPolicy.cause(failure: f, viaParent: false, denied: false) == nil, "\(f)")
         }
         // A parent's failure is the parent failover's; a refused destination would be refused again.
@@ -72,19 +73,32 @@ import Testing
 
     @Test func aFailureIsRetriedUntilTheRetriesAreSpent() {
         let p = Self.policy
-        #expect(p.decide(cause: .status503, retryAfter: nil, retriesDone: 0, random: 0) == .retry(afterNanoseconds: 50 * Self.ms))
-        #expect(p.decide(cause: .reset, retryAfter: nil, retriesDone: 1, random: 0) == .retry(afterNanoseconds: 100 * Self.ms))
+        #expect(
+            p.decide(cause: .status503, retryAfter: nil, retriesDone: 0, random: 0)
+                == .retry(afterNanoseconds: 50 * Self.ms))
+        #expect(
+            p.decide(cause: .reset, retryAfter: nil, retriesDone: 1, random: 0)
+                == .retry(afterNanoseconds: 100 * Self.ms))
         #expect(p.decide(cause: .status502, retryAfter: nil, retriesDone: 2, random: 0) == .giveUp)
-        #expect(RetryPolicy(maxRetries: 0, maxWaitSeconds: 5).decide(cause: .reset, retryAfter: nil, retriesDone: 0, random: 0) == .giveUp)
+        #expect(
+            RetryPolicy(maxRetries: 0, maxWaitSeconds: 5).decide(
+                cause: .reset, retryAfter: nil, retriesDone: 0, random: 0) == .giveUp)
     }
 
     @Test func retryAfterIsHonouredUpToTheCap() {
         let p = Self.policy
-        #expect(p.decide(cause: .status429, retryAfter: 1, retriesDone: 0, random: 0) == .retry(afterNanoseconds: Self.s))
-        #expect(p.decide(cause: .status429, retryAfter: 5, retriesDone: 1, random: 0) == .retry(afterNanoseconds: 5 * Self.s))
-        #expect(p.decide(cause: .status503, retryAfter: 2, retriesDone: 0, random: 0) == .retry(afterNanoseconds: 2 * Self.s))
+        #expect(
+            p.decide(cause: .status429, retryAfter: 1, retriesDone: 0, random: 0) == .retry(afterNanoseconds: Self.s))
+        #expect(
+            p.decide(cause: .status429, retryAfter: 5, retriesDone: 1, random: 0)
+                == .retry(afterNanoseconds: 5 * Self.s))
+        #expect(
+            p.decide(cause: .status503, retryAfter: 2, retriesDone: 0, random: 0)
+                == .retry(afterNanoseconds: 2 * Self.s))
         // Retry-After: 0 is no excuse to skip the backoff.
-        #expect(p.decide(cause: .status503, retryAfter: 0, retriesDone: 0, random: 0) == .retry(afterNanoseconds: 50 * Self.ms))
+        #expect(
+            p.decide(cause: .status503, retryAfter: 0, retriesDone: 0, random: 0)
+                == .retry(afterNanoseconds: 50 * Self.ms))
         // Longer than the cap, or a 429 that names no wait: the client gets the answer.
         #expect(p.decide(cause: .status429, retryAfter: 6, retriesDone: 0, random: 0) == .giveUp)
         #expect(p.decide(cause: .status503, retryAfter: 60, retriesDone: 0, random: 0) == .giveUp)
