@@ -96,6 +96,10 @@ public struct ConfigLoader: Sendable {
             }
             if let m = try proxy.int("max_replay_bytes", range: 0...(1 << 40)) { config.maxReplayBytes = Int64(m) }
             if let w = try proxy.bool("watch_config") { config.watchConfig = w }
+            if let r = try proxy.int("upstream_retries", range: 0...10) { config.upstreamRetries = r }
+            if let w = try proxy.int("max_retry_wait_seconds", range: 0...300) { config.maxRetryWaitSeconds = w }
+            if let b = try proxy.int("retry_budget_percent", range: 0...100) { config.retryBudgetPercent = b }
+            if let g = try proxy.int("get_as_post_above_bytes", range: 0...(1 << 20)) { config.getAsPostAboveBytes = g }
             try parseUpstreamProxy(&proxy, into: &config.upstreamProxy)
             config.tlsCert = try proxy.string("tls_cert")
             config.tlsKey = try proxy.string("tls_key")

@@ -76,6 +76,18 @@ public struct ProxyConfig: Sendable {
     public var stateKey: String? = nil
     /// Largest request body kept for replaying a request after a token rejection (memory, then a temp file).
     public var maxReplayBytes: Int64 = 100 * 1024 * 1024
+    /// `[proxy] upstream_retries`: how many more times an idempotent request (`GET`, `HEAD`, `OPTIONS` without a
+    /// body) goes to the upstream after a refused or reset connection, or a 502, 503, 504 or 429 answer, before
+    /// anything reached the client (``RetryPolicy``); 0 turns retries off.
+    public var upstreamRetries = 2
+    /// `[proxy] max_retry_wait_seconds`: the longest wait before a retry, and the longest `Retry-After` honoured.
+    public var maxRetryWaitSeconds = 5
+    /// `[proxy] retry_budget_percent`: retries to one upstream host add at most this share to its requests
+    /// (over 10 s, plus a few per event loop; ``RetryBudget``).
+    public var retryBudgetPercent = 20
+    /// `[proxy] get_as_post_above_bytes`: an ArcGIS REST `GET` whose URL (token included) is longer than this goes
+    /// upstream as a `POST` form, as does one the upstream answered 414 (``GetAsPost``); 0 turns both off.
+    public var getAsPostAboveBytes = 2048
     /// `[proxy] watch_config`: reload when the configuration file or a `file:` secret it names changes.
     public var watchConfig = false
     /// `[proxy] http_client`: the client for plain `http://` upstreams without a network credential (https and

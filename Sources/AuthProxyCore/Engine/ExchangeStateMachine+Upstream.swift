@@ -41,7 +41,10 @@ extension ExchangeStateMachine {
     mutating func transferStarted(inspect: Bool, now: UInt64) {
         withExchange { e in
             var attempt = 1
-            if case .awaitingToken(let a) = e.upstream { attempt = a }
+            switch e.upstream {
+            case .awaitingToken(let a), .backingOff(let a): attempt = a
+            default: break
+            }
             e.upstream = .transferring(Transfer(attempt: attempt, inspect: inspect, lastProgress: now))
             e.response = .none
             e.status = 0
@@ -53,10 +56,49 @@ extension ExchangeStateMachine {
         guard let e = exchange else { return 1 }
         switch e.upstream {
         case .transferring(let t): return t.attempt
-        case .awaitingToken(let a): return a
+        case .awaitingToken(let a), .backingOff(let a): return a
         case .retryScheduled: return 2
         default: return 1
         }
+    }
+
+    // MARK: upstream retries
+
+    /// Upstream retries made for the exchange in progress.
+    var upstreamRetries: Int { exchange?.upstreamRetries ?? 0 }
+
+    /// Whether the request may still go to the upstream again: a transfer is in progress, the request was read
+    /// to its end, and nothing of an answer has reached the client (no `100 Continue`, no byte of the response:
+    /// a head that is only decided or held has not been written).
+    var mayResendUpstream: Bool {
+        guard case .exchange(let e) = state, case .transferring = e.upstream, e.request == .complete, !e.continueSent
+        else { return false }
+        switch e.response {
+        case .none, .headReady, .holding: return true
+        case .streaming, .complete: return false
+        }
+    }
+
+    /// The attempt in progress failed in a way ``RetryPolicy`` retries: it is dropped (the connection stops the
+    /// transfer and forgets its response) and the request waits for its backoff. Returns the serial the end of
+    /// the backoff must carry; nil when the request may not be sent again (``mayResendUpstream``).
+    /// `countsAsRetry`: false for a resend that is not a retry (a `GET` answered 414 going again as a `POST`).
+    mutating func upstreamRetryScheduled(countsAsRetry: Bool = true) -> Int? {
+        guard mayResendUpstream else { return nil }
+        return withExchange { e in
+            guard case .transferring(let t) = e.upstream else { return nil }
+            e.upstream = .backingOff(attempt: t.attempt)
+            e.response = .none
+            e.status = 0
+            if countsAsRetry { e.upstreamRetries += 1 }
+            return e.serial
+        } ?? nil
+    }
+
+    /// Whether the backoff of exchange `serial` is still awaited (the client may have gone meanwhile).
+    func awaitsRetry(serial: Int) -> Bool {
+        guard case .exchange(let e) = state, e.serial == serial, case .backingOff = e.upstream else { return false }
+        return true
     }
 
     /// The upstream sent or took bytes.

@@ -88,6 +88,8 @@ struct ExchangeStateMachine: Equatable {
         var clientHalfClosed = false
         /// The status the client gets (for the access log); 0 until decided.
         var status = 0
+        /// Upstream retries made (``RetryPolicy``), counted apart from the token retry (``Transfer/attempt``).
+        var upstreamRetries = 0
     }
 
     /// Where reading the request body stands.
@@ -111,6 +113,9 @@ struct ExchangeStateMachine: Equatable {
         case retryScheduled
         /// A pregenerated token was rejected: the explanation is sent on the next turn of the loop.
         case explainScheduled
+        /// An attempt failed before anything reached the client and is retried when its backoff ends
+        /// (``RetryPolicy``); `attempt` is the token attempt it carries on (a retry does not spend the token retry).
+        case backingOff(attempt: Int)
         case finished
     }
 

@@ -132,6 +132,20 @@ public final class ProxyMetrics: Sendable {
             factory: factory).increment()
     }
 
+    /// An upstream retry (``RetryPolicy``) for `cause` ended: `success` when the attempt it made was answered
+    /// without a retriable failure, `failure` when it failed again, `budget_exhausted` when the host's
+    /// ``RetryBudget`` refused it. Rare next to requests, so the handle is made per event.
+    func upstreamRetry(cause: RetryPolicy.Cause, result: String) {
+        CoreMetrics.Counter(label: "authproxy_upstream_retries_total",
+            dimensions: [("cause", cause.rawValue), ("result", result)], factory: factory).increment()
+    }
+
+    /// An ArcGIS REST `GET` went upstream as a `POST` form (``GetAsPost``), for `cause`.
+    func getAsPost(_ cause: GetAsPost.Cause) {
+        CoreMetrics.Counter(label: "authproxy_get_as_post_total", dimensions: [("cause", cause.rawValue)],
+            factory: factory).increment()
+    }
+
     /// An upstream challenge was answered with `credential` using `scheme`; `success` unless the final answer was
     /// still 401.
     func networkAuth(credential: String, scheme: String, success: Bool) {

@@ -26,7 +26,8 @@ extension ClientConnection {
         // anyone else, closed with this connection).
         if ownUpstreams == nil, ConnectionBoundAuthentication.starts(headers) { ownUpstreams = OwnUpstreams(loop: loop) }
         var bodyLength: Int64?
-        if let form = x.formBody {
+        // (A form made from a long GET by an earlier attempt is made again below, from the GET.)
+        if let form = x.formBody, x.getAsPost == nil {
             bodyLength = Int64(form.count)
         } else {
             switch h.framing {
@@ -36,11 +37,31 @@ extension ClientConnection {
             }
         }
         if h.method == "HEAD" { bodyLength = nil }
+        let clientHasBody = bodyLength != nil
         var fields = headers
+        var method = h.method
+        var sent = url
+        if x.getAsPost != nil || GetAsPost.exceeds(url, limit: context.config.getAsPostAboveBytes),
+            GetAsPost.applies(method: h.method, hasBody: clientHasBody, isUpgrade: h.upgrade != nil, target: url)
+        {
+            if x.getAsPost == nil {
+                x.getAsPost = .length
+                ProxyMetrics.active?.getAsPost(.length)
+            }
+            let form = GetAsPost.form(of: url)
+            sent = form.target
+            x.formBody = form.body
+            x.formOffset = 0
+            method = "POST"
+            bodyLength = Int64(form.body.count)
+            fields.setInjected(name: "Content-Type", value: GetAsPost.contentType)
+        }
         // Set last, on the fields as they go out: a token injected above never reads them as the client's own.
         for f in x.setHeaders { fields.setInjected(name: f.name, value: f.value) }
-        var request = UpstreamRequest(method: h.method, url: url.url, fields: fields, bodyLength: bodyLength,
+        var request = UpstreamRequest(method: method, url: sent.url, fields: fields, bodyLength: bodyLength,
             timeoutSeconds: context.config.upstreamTimeoutSeconds)
+        // A read sent as a form is as harmless to repeat as the GET it stands for.
+        request.harmlessToRepeat = x.getAsPost != nil
         request.via = context.viaValue
         request.network = x.networkAuth
         request.denyDestinations = context.access.denyDestinations
@@ -49,9 +70,10 @@ extension ClientConnection {
         x.responseHead.reset()
         let started = now
         x.upstreamStarted = started
+        prepareRetry(x, head: h, url: url, headers: headers, inspect: inspect, hasBody: clientHasBody, now: started)
         machine.transferStarted(inspect: inspect, now: started)
         if native {
-            let t = HTTP1Transfer(pool: loop.http1, request: request, target: url, affinity: ownUpstreams.map { .ownedBy($0.owner) } ?? .shared, delegate: self)
+            let t = HTTP1Transfer(pool: loop.http1, request: request, target: sent, affinity: ownUpstreams.map { .ownedBy($0.owner) } ?? .shared, delegate: self)
             x.transfer = t
             t.start()
         } else {
@@ -139,7 +161,7 @@ extension ClientConnection {
             if n == 0 { return .end }
             form.withUnsafeBytes { buffer.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[off..<(off + n)])) }
             x.formOffset += n
-            if machine.attempt == 1 { x.bodyBytesIn += Int64(n) }
+            if machine.attempt == 1, x.getAsPost == nil { x.bodyBytesIn += Int64(n) }
             return .bytes(n)
         }
         if let r = x.replay, x.replayOffset < r.count {
@@ -192,6 +214,7 @@ extension ClientConnection {
         case .end:
             machine.upstreamProgress(now: now)
             if x.responseHead.isFinal(answersChallenges: x.networkAuth.answersChallenges) {
+                if resendAsPostOn414(x) || retryOnStatus(x) { return }
                 commitResponseHead(inspect: true)
             } else if x.responseHead.status == 401, x.challengeScheme == nil, ProxyMetrics.active != nil {
                 x.challengeScheme = NetworkAuthScheme.answered(offered: x.responseHead.values(of: "www-authenticate"),
@@ -367,6 +390,9 @@ extension ClientConnection {
                     m.upstreamError(error.metricCause)
                 }
             }
+            // A failure that is retried logs its own line (``retryOnFailure(_:)``); the warning is for the one the
+            // client gets.
+            if end == .upstreamFailed, retryOnFailure(error) { return }
             if let e = error.outOfDescriptors {
                 // Rate-limited: when descriptors run out, every request would log a line.
                 context.descriptors.report(.upstream, error: e, logger: logger, now: now)

@@ -501,6 +501,9 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
         ]
         // The end of a relayed WebSocket: bytes are frames each way, the duration the socket's life.
         if webSocket { metadata["upgrade"] = "websocket" }
+        // Upstream attempts, when more than one was made (``RetryPolicy``).
+        if let retries = machine.current?.upstreamRetries, retries > 0 { metadata["attempts"] = "\(retries + 1)" }
+        if let cause = x?.getAsPost { metadata["get_as_post"] = "\(cause.rawValue)" }
         logger.info("access", metadata: metadata)
     }
 
@@ -521,6 +524,7 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
         if let x {
             if x.bodyBytesIn > 0 { m.bytesUpstream.increment(by: x.bodyBytesIn) }
             if x.bodyBytesOut > 0 { m.bytesDownstream.increment(by: x.bodyBytesOut) }
+            recordRetryOutcome(m, x, status: status)
             if let r = x.retry {
                 m.retry(credential: r.credential, result: r.result ?? (status >= 200 && status < 500 ? "success" : "failure"))
             }

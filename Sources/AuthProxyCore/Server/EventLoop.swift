@@ -29,6 +29,8 @@ final class EventLoop: @unchecked Sendable {
     var exchangeContexts = ReusePool<ExchangeContext>(capacity: 256)
     /// `authproxy_requests_total` handles used on this loop (when metrics are on).
     var requestCounters = RequestCounters()
+    /// The retry budget of each upstream host, for the requests this loop carries.
+    var retryBudget = RetryBudget()
     private var sweeper: (any DispatchSourceTimer)?
     /// Whether the sweep timer is running: it stops at the first tick that finds no connection, so an idle
     /// proxy does not wake its loops' threads (and libdispatch's manager) every second.
@@ -105,6 +107,7 @@ final class EventLoop: @unchecked Sendable {
     private func sweep() {
         let now = DispatchTime.now().uptimeNanoseconds
         http1.expire(now: now)
+        retryBudget.prune(now: now)
         if connections.isEmpty {
             sweeperArmed = false
             sweeper?.schedule(deadline: .distantFuture)

@@ -34,6 +34,8 @@ final class ServerContext: Sendable {
     let routing: ParentRouting?
     /// What `/proxy.pac` is made from in this generation (its rules are built once, not per fetch).
     let pac: PacEndpoint.Settings
+    /// `upstream_retries` and `max_retry_wait_seconds`, as the decision the executor asks.
+    let retryPolicy: RetryPolicy
 
     init(
         generation: Int, config: ProxyConfig, logger: Logger, ownAuthorities: Set<String>, tokens: TokenService?,
@@ -54,6 +56,7 @@ final class ServerContext: Sendable {
                 via: shared.viaValue, pac: shared.pac) : nil
         shared.parents.setBackoff(seconds: config.upstreamProxy.backoffSeconds)
         self.pac = PacEndpoint.Settings(config)
+        retryPolicy = RetryPolicy(config)
     }
 
     /// Hosts already reported as "matched but not interceptable" (logged once each).

@@ -625,3 +625,74 @@ import Testing
         #expect(n.nextInputStep(buffered: 20, now: 30 * Self.s) == .parseHead)
     }
 }
+
+/// Upstream retries (``RetryPolicy``) in the machine: allowed only while nothing reached the client, counted
+/// apart from the token retry.
+@Suite struct ExchangeStateMachineRetryTests {
+    typealias M = ExchangeStateMachine
+    static let plain = ExchangeStateMachineTests.plain
+
+    @Test func aDecidedHeadThatWasNotWrittenMayBeRetried() {
+        var m = ExchangeStateMachineTests.forwarding()
+        #expect(m.mayResendUpstream)
+        #expect(m.responseHeadCommitted(status: 503, framing: Self.plain, inspection: .none) == .ready)
+        #expect(m.mayResendUpstream)
+        guard let serial = m.upstreamRetryScheduled() else {
+            Issue.record("no retry")
+            return
+        }
+        #expect(m.awaitsRetry(serial: serial))
+        #expect(!m.awaitsRetry(serial: serial + 1))
+        #expect(m.exchange?.response == M.Response.none)
+        #expect(m.exchange?.status == 0)
+        #expect(m.upstreamRetries == 1)
+        // Backing off is not an upstream stall.
+        #expect(m.tick(now: 3_600_000_000_000, clientPending: 0, lastSendProgress: 3_600_000_000_000) == .none)
+        m.transferStarted(inspect: false, now: 1)
+        #expect(!m.awaitsRetry(serial: serial))
+        #expect(m.attempt == 1)
+        #expect(m.responseHeadCommitted(status: 200, framing: Self.plain, inspection: .none) == .ready)
+        #expect(m.upstreamBody(count: 10, clientPending: 0, clientFailed: false, now: 2) == .write)
+        #expect(m.transferEnded(.success) == .complete(Self.plain))
+        #expect(m.current?.upstreamRetries == 1)
+    }
+
+    @Test func nothingIsRetriedOnceAByteWentToTheClient() {
+        var m = ExchangeStateMachineTests.forwarding()
+        _ = m.responseHeadCommitted(status: 200, framing: Self.plain, inspection: .none)
+        #expect(m.upstreamBody(count: 4, clientPending: 0, clientFailed: false, now: 1) == .write)
+        #expect(!m.mayResendUpstream)
+        #expect(m.upstreamRetryScheduled() == nil)
+        #expect(m.transferEnded(.upstreamFailed) == .truncate)
+    }
+
+    @Test func nothingIsRetriedAfterA100Continue() {
+        var m = ExchangeStateMachineTests.forwarding(.init(expectsContinue: true, hasBody: true))
+        let continueDue = m.upstreamWantsBody(now: 0)
+        #expect(continueDue)
+        _ = m.requestBodyMoved(complete: true, pending: 0, now: 0)
+        #expect(!m.mayResendUpstream)
+    }
+
+    @Test func aRequestWhoseBodyIsStillComingIsNotRetried() {
+        var m = ExchangeStateMachineTests.forwarding(.init(hasBody: true))
+        #expect(!m.mayResendUpstream)
+    }
+
+    @Test func anUpstreamRetryKeepsTheTokenAttempt() {
+        var m = ExchangeStateMachineTests.forwarding(inspect: true, transfer: false)
+        let serial = m.tokenRequested()!
+        m.transferStarted(inspect: true, now: 0)
+        #expect(m.responseHeadCommitted(status: 498, framing: Self.plain, inspection: .rejectedByStatus) == .rejected)
+        #expect(m.tokenRejection(.retry) == .cancelAndReschedule(serial: serial))
+        #expect(m.tokenRequested() == serial)
+        m.transferStarted(inspect: true, now: 1)
+        #expect(m.attempt == 2)
+        // The token retry's attempt is reset by the upstream: retried, still as the token's second attempt.
+        #expect(m.upstreamRetryScheduled() == serial)
+        #expect(m.attempt == 2)
+        m.transferStarted(inspect: true, now: 2)
+        #expect(m.attempt == 2)
+        #expect(m.upstreamRetries == 1)
+    }
+}

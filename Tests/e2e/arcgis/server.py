@@ -677,6 +677,16 @@ class _Handler(BaseHTTPRequestHandler):
     def _dispatch(self):
         self._last_status = None
         self._pending_log = None
+        limit = self.st.cfg.get("max_url_bytes")
+        if limit and len(self.path) > limit and not self.path.startswith("/__"):
+            # What IIS (and many front ends) do with a request line longer than they accept: 414, and the
+            # request is never seen by ArcGIS Server.
+            with self.st.stats.lock:
+                self.st.stats.log.append({"t": _now(), "method": self.command, "path": urlsplit(self.path).path,
+                                          "kind": "rejected", "status": 414, "url_bytes": len(self.path)})
+            self.close_connection = True
+            return self.send_bytes(414, b"<h2>HTTP Error 414. The request URL is too long.</h2>", "text/html",
+                                   reason="URI Too Long")
         req = _Req()
         split = urlsplit(self.path)
         req.path = split.path or "/"
@@ -1870,7 +1880,7 @@ class ArcGISServer:
                  error_form=None, legacy_tokens_url=False, enforce_referer=True, enforce_ip=True,
                  auto_federate=True, revoke_app_tokens=False, redirect_uris=(), code_ttl=300.0,
                  server_json_ctype=SERVER_JSON_CTYPE, federate_self=False, verbose=False,
-                 reject_all=False, content_encoding=None, clock_skew=0.0):
+                 reject_all=False, content_encoding=None, clock_skew=0.0, max_url_bytes=None):
         if role not in ("portal", "server", "both"):
             raise ValueError("role must be portal, server or both")
         if error_form not in (None, "auto") + ERROR_FORMS:
@@ -1903,6 +1913,7 @@ class ArcGISServer:
             "reject_all": bool(reject_all),
             "content_encoding": content_encoding or None,
             "clock_skew": float(clock_skew or 0),
+            "max_url_bytes": int(max_url_bytes) if max_url_bytes else None,
         }
         if cfg["portal_path"] == cfg["server_path"] and role == "both":
             raise ValueError("portal_path and server_path must differ")

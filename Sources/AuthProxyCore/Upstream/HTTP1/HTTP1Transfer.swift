@@ -479,7 +479,7 @@ final class HTTP1Transfer: UpstreamExchange {
         guard !ended else { return }
         let fullySent = headSent && bodyDone && !writeFailed && (connection?.channel.pendingCount ?? 0) == 0
         if staleRetry(requestFullySent: fullySent) { return }
-        if reused, !retried, !reader.receivedAny, !ResendPolicy.mayResend(method: request.method, requestFullySent: fullySent) {
+        if reused, !retried, !reader.receivedAny, !(request.resendable || !fullySent) {
             var error = UpstreamError(cause: resetError == nil ? .nothing : .reset, detail: "",
                 destination: destination, timeoutSeconds: request.timeoutSeconds)
             error.notResent = request.method
@@ -505,7 +505,7 @@ final class HTTP1Transfer: UpstreamExchange {
     /// it; a body is rewound first.
     private func staleRetry(requestFullySent: Bool) -> Bool {
         guard reused, !retried, !reader.receivedAny,
-            ResendPolicy.mayResend(method: request.method, requestFullySent: requestFullySent)
+            request.resendable || !requestFullySent
         else { return false }
         if bodyStarted, !(delegate?.transferRewindBody() ?? false) { return false }
         if ended { return true }

@@ -1,0 +1,152 @@
+import Dispatch
+import Logging
+
+/// Upstream retries (`[proxy] upstream_retries`): carrying out ``RetryPolicy`` and the host's ``RetryBudget``.
+/// An attempt that failed before anything reached the client is dropped (its transfer stopped, its decided
+/// head forgotten), and after the backoff the same request (the URL and fields the attempt was started with,
+/// token included) starts again through ``startTransfer(url:headers:inspect:)``. The token retry after a
+/// rejection is separate (``retryWithFreshToken()``): each has its own count.
+extension ClientConnection {
+    /// Called as a transfer starts: counts it in the host's budget unless it is a retry (upstream or token), and
+    /// keeps what a retry would send when the request may be retried.
+    func prepareRetry(
+        _ x: ExchangeContext, head h: RequestHead, url: URLTarget, headers: HTTPHeaders, inspect: Bool,
+        hasBody: Bool, now: UInt64
+    ) {
+        let retries = context.retryPolicy.isEnabled
+        if retries, machine.upstreamRetries == 0, machine.attempt == 1 {
+            loop.retryBudget.request(RetryBudget.Host(host: url.host, port: url.port), now: now)
+        }
+        // Kept for a retry, or for the resend as a form after a 414 (``resendAsPostOn414(_:)``).
+        guard retries || context.config.getAsPostAboveBytes > 0, h.upgrade == nil,
+            RetryPolicy.mayRetry(method: h.method, hasBody: hasBody)
+        else { return }
+        x.attemptURL = url
+        x.attemptHeaders = headers
+        x.attemptInspect = inspect
+    }
+
+    /// A final response head arrived: true when its status is retried (the transfer is stopped and the request
+    /// goes again after its backoff); false when it is relayed.
+    func retryOnStatus(_ x: ExchangeContext) -> Bool {
+        guard x.attemptURL != nil, context.retryPolicy.isEnabled,
+            let cause = RetryPolicy.cause(status: x.responseHead.status),
+            x.responseHead.violation == nil
+        else { return false }
+        return retryUpstream(
+            cause: cause, retryAfter: RetryPolicy.retryAfterSeconds(x.responseHead.string(of: "retry-after")))
+    }
+
+    /// A `GET` to an ArcGIS REST operation answered 414 URI Too Long: true when it goes again at once as a
+    /// `POST` form (``GetAsPost``). Not an upstream retry: it spends neither the retries nor the budget.
+    func resendAsPostOn414(_ x: ExchangeContext) -> Bool {
+        guard x.responseHead.status == 414, x.responseHead.violation == nil, x.getAsPost == nil,
+            context.config.getAsPostAboveBytes > 0,
+            let url = x.attemptURL, let h = x.head,
+            GetAsPost.applies(method: h.method, hasBody: false, isUpgrade: h.upgrade != nil, target: url),
+            let serial = machine.upstreamRetryScheduled(countsAsRetry: false)
+        else { return false }
+        x.getAsPost = .status414
+        ProxyMetrics.active?.getAsPost(.status414)
+        x.transfer?.cancel()
+        x.transfer = nil
+        x.heldHead.removeAll()
+        x.sniffBuffer = []
+        x.bodyMask = nil
+        logger.info(
+            "upstream refused the URL as too long (414), sending it as a POST form",
+            metadata: [
+                "client": "\(peer)", "url": "\(url.origin)\(url.path)", "url_bytes": "\(url.pathAndQuery.utf8.count)",
+            ])
+        // Decided inside a libcurl callback, where no transfer may start: on the next turn.
+        nonisolated(unsafe) let me = self
+        loop.queue.async {
+            guard me.machine.awaitsRetry(serial: serial) else { return }
+            me.resendUpstream()
+        }
+        return true
+    }
+
+    /// The transfer failed: true when the failure is retried.
+    func retryOnFailure(_ error: UpstreamError) -> Bool {
+        guard let x = ex, x.attemptURL != nil, context.retryPolicy.isEnabled, error.outOfDescriptors == nil,
+            error.invalidResponse == nil,
+            error.notResent == nil,
+            let cause = RetryPolicy.cause(
+                failure: error.cause, viaParent: error.parent != nil,
+                denied: error.deniedAddress != nil)
+        else { return false }
+        return retryUpstream(
+            cause: cause, retryAfter: nil,
+            detail: error.detail.isEmpty ? error.response.message : error.detail)
+    }
+
+    /// Asks the policy and the budget; when both allow it, drops the attempt and schedules the next one.
+    /// `detail`: what went wrong, for the log line (libcurl's message for a failed connection).
+    private func retryUpstream(cause: RetryPolicy.Cause, retryAfter: Int?, detail: String? = nil) -> Bool {
+        guard let x = ex, let url = x.attemptURL, machine.mayResendUpstream else { return false }
+        let m = ProxyMetrics.active
+        // The retry before this attempt (if any) did not help.
+        if let previous = x.retryCause {
+            m?.upstreamRetry(cause: previous, result: "failure")
+            x.retryCause = nil
+        }
+        let retriesDone = machine.upstreamRetries
+        guard
+            case .retry(let wait) = context.retryPolicy.decide(
+                cause: cause, retryAfter: retryAfter,
+                retriesDone: retriesDone, random: UInt64.random(in: 0...UInt64.max))
+        else { return false }
+        let host = RetryBudget.Host(host: url.host, port: url.port)
+        let at = now
+        loop.retryBudget.ratioPercent = context.config.retryBudgetPercent
+        guard loop.retryBudget.spendRetry(host, now: at) else {
+            m?.upstreamRetry(cause: cause, result: "budget_exhausted")
+            if let held = context.access.throttle.admit("retry-budget:\(url.host):\(url.port)", now: at) {
+                logger.warning(
+                    "retry budget of the upstream exhausted, relaying its answer",
+                    metadata: [
+                        "destination": "\(url.urlHost):\(url.port)", "cause": "\(cause.rawValue)",
+                        "budget": "\(context.config.retryBudgetPercent)%", "refused_since_last_report": "\(held)",
+                    ])
+            }
+            return false
+        }
+        guard let serial = machine.upstreamRetryScheduled() else { return false }
+        x.retryCause = cause
+        x.transfer?.cancel()
+        x.transfer = nil
+        x.heldHead.removeAll()
+        x.sniffBuffer = []
+        x.bodyMask = nil
+        var metadata: Logger.Metadata = [
+            "client": "\(peer)", "url": "\(url.origin)\(url.path)",
+            "cause": "\(cause.rawValue)", "attempt": "\(retriesDone + 2)", "wait_ms": "\(wait / 1_000_000)",
+        ]
+        if let detail { metadata["detail"] = "\(detail)" }
+        logger.info("upstream attempt failed, retrying", metadata: metadata)
+        // Never started from inside a libcurl callback (where this is decided): always on a later turn.
+        nonisolated(unsafe) let me = self
+        loop.queue.asyncAfter(deadline: .now() + .nanoseconds(Int(min(wait, UInt64(Int.max))))) {
+            guard me.machine.awaitsRetry(serial: serial) else { return }
+            me.resendUpstream()
+        }
+        return true
+    }
+
+    /// The backoff is over: the same request goes again.
+    private func resendUpstream() {
+        guard let x = ex, let url = x.attemptURL, let headers = x.attemptHeaders else { return }
+        x.formOffset = 0
+        x.replayOffset = 0
+        startTransfer(url: url, headers: headers, inspect: x.attemptInspect)
+        updateReadInterest()
+    }
+
+    /// The exchange ended: the outcome of its last upstream retry, if one is still uncounted.
+    func recordRetryOutcome(_ m: ProxyMetrics, _ x: ExchangeContext, status: Int) {
+        guard let cause = x.retryCause else { return }
+        x.retryCause = nil
+        m.upstreamRetry(cause: cause, result: status >= 200 && status < 500 && status != 429 ? "success" : "failure")
+    }
+}
