@@ -342,7 +342,7 @@ def test_nothing_readable_in_redis(proxy_factory, ags_fleet, redis_server):
     for secret in list(tokens) + ["alice", "alice-pass", CRED_NAME, "127.0.0.1", str(ags_fleet.url.rsplit(":", 1)[1]),
                                   STATE_KEY]:
         assert secret not in dump, secret
-    assert all(re.fullmatch(r"authproxy:[tlr]:[0-9a-f]{64}", k) for k in keys), keys
+    assert all(re.fullmatch(r"authproxy:([tlr]:[0-9a-f]{64}|x:[0-9a-f]{64}:[0-9a-f]{32})", k) for k in keys), keys
 
 
 def test_login_once_serves_every_replica_and_signout_once_stops_them_all(proxy_factory, federation, redis_server, tmp_path):
@@ -459,3 +459,101 @@ def test_rotating_refresh_tokens_are_never_spent_twice_by_the_fleet(proxy_factor
     finally:
         ogc.stop()
         idp.stop()
+
+
+class CuttableRelay:
+    """A loopback relay in front of Redis that can cut every connection and refuse new ones for a while: one
+    replica loses Redis (commands and notices) while the others keep it."""
+
+    def __init__(self, redis_port):
+        self.redis_port = redis_port
+        self.cut_off = False
+        self.lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.lsock.bind(("127.0.0.1", 0))
+        self.port = self.lsock.getsockname()[1]
+        self.socks = []
+
+    def start(self):
+        self.lsock.listen(16)
+        threading.Thread(target=self._accept, daemon=True).start()
+        return self
+
+    def _accept(self):
+        while True:
+            try:
+                c, _ = self.lsock.accept()
+            except OSError:
+                return
+            if self.cut_off:
+                c.close()
+                continue
+            u = socket.create_connection(("127.0.0.1", self.redis_port), timeout=10)
+            u.settimeout(None)
+            self.socks += [c, u]
+            for a, b in ((c, u), (u, c)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src, dst):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def cut(self):
+        self.cut_off = True
+        for s in self.socks:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self.socks = []
+
+    def restore(self):
+        self.cut_off = False
+
+    def stop(self):
+        self.cut()
+        self.lsock.close()
+
+
+def test_a_replica_that_reconnects_drops_a_token_withdrawn_while_it_was_away(proxy_factory, ags_fleet, redis_server):
+    relay = CuttableRelay(redis_server.port).start()
+    try:
+        a = start_fleet(proxy_factory, ags_fleet, redis_server.url(), n=1)[0]
+        b = proxy_factory(proxy={"state_key": STATE_KEY, "workers": 1}, log={"level": "debug"}, extra_config=cluster_section(
+            "redis://:%s@127.0.0.1:%d/0" % (REDIS_PASSWORD, relay.port)) + cred(
+            CRED_NAME, "arcgis-token", ags_fleet.server_root, username="alice", password="alice-pass"))
+        wait_connected([a, b])
+        for p in (a, b):
+            assert get(p, ags_fleet.query_url() + "?f=json").status_code == 200
+        old = {e.get("token") for e in ags_fleet.request_log() if e.get("outcome") == "ok"}
+        assert len(old) == 1, old
+        relay.cut()
+        time.sleep(1.0)  # the notice connection has seen its end
+        # Meanwhile the token is revoked; the replica still connected meets it, refreshes and withdraws it.
+        ags_fleet.expire_all()
+        r = get(a, ags_fleet.query_url() + "?f=json")
+        assert r.status_code == 200, r.text[:300]
+        relay.restore()
+        # The withdrawal's notice was published while B could not hear it: B finds the mark when its notice
+        # connection is back (its backoff is a second or two here).
+        assert b.wait_for_log(lambda l: "token withdrawn by another replica" in l, timeout=20), (
+            redis_server.keys(), [l for l in b.log_text().splitlines() if "Redis" in l or "notice" in l.lower()])
+        back = time.time()
+        r = get(b, ags_fleet.query_url() + "?f=json")
+        assert r.status_code == 200, r.text[:300]
+        late = [e for e in ags_fleet.request_log() if e["t"] > back and e.get("token") in old]
+        assert not late, late
+    finally:
+        relay.stop()

@@ -28,6 +28,10 @@ struct ClusterKeys: Sendable {
     }
 
     func tokenKey(_ name: String) -> String { prefix + "t:" + name }
+    /// The mark that the token of `name` with `digest` was withdrawn (rejected upstream), kept for the token's
+    /// remaining life: a replica whose notice connection was down when the withdrawal was published finds it when
+    /// it reconnects (an absent token key alone cannot be told from a Redis restart).
+    func withdrawnKey(_ name: String, digest: String) -> String { prefix + "x:" + name + ":" + digest }
     func lockKey(_ name: String) -> String { prefix + "l:" + name }
     /// The refresh token of the credential with settings `fingerprint`.
     func refreshKey(fingerprint: String) -> String {
@@ -124,9 +128,11 @@ struct ClusterKeys: Sendable {
         return 1
         """
 
-    /// KEYS: token. ARGV: digest prefix ("digest."), channel, notice. Deletes the token only if it is still the one
-    /// with that digest (never a newer one), then publishes. 1 when deleted.
+    /// KEYS: token, withdrawn mark. ARGV: digest prefix ("digest."), channel, notice, mark lifetime (ms). Marks the
+    /// token withdrawn, then deletes it only if it is still the one with that digest (never a newer one) and
+    /// publishes. 1 when deleted.
     static let withdrawScript = """
+        redis.call('SET', KEYS[2], '1', 'PX', ARGV[4])
         local v = redis.call('GET', KEYS[1])
         if not v or string.sub(v, 1, string.len(ARGV[1])) ~= ARGV[1] then return 0 end
         redis.call('DEL', KEYS[1])

@@ -110,7 +110,7 @@ final class ClusterTokenStore: TokenStore, @unchecked Sendable {
                 if self.usable(t, holding: holding?.value, rejected: rejected) { return .shared(t) }
                 if let rejected, t.value == rejected {
                     // Still the token this replica saw rejected: nobody may get it again.
-                    try self.withdraw(name, digest: self.keys.digest(rejected), connection: c)
+                    try self.withdraw(name, digest: self.keys.digest(rejected), expires: t.expires, connection: c)
                 }
             }
             return try self.lockOrTake(name, holding: holding?.value, rejected: rejected, connection: c)
@@ -263,14 +263,22 @@ final class ClusterTokenStore: TokenStore, @unchecked Sendable {
         let name = keys.name(slot)
         slots[name] = slot
         _ = use("withdraw") { (c) throws(RedisError) in
-            try self.withdraw(name, digest: self.keys.digest(token.value), connection: c)
+            try self.withdraw(name, digest: self.keys.digest(token.value), expires: token.expires, connection: c)
         }
     }
 
-    private func withdraw(_ name: String, digest: String, connection c: RedisConnection) throws(RedisError) {
+    /// How long a withdrawal stays marked: the rejected token's remaining life (a day when it has no expiry), at
+    /// least a minute.
+    private func markLifetime(_ expires: Int64?) -> Int64 {
+        guard let expires else { return 24 * 3600 * 1000 }
+        return max(60_000, expires - clock.nowMillis())
+    }
+
+    private func withdraw(_ name: String, digest: String, expires: Int64?, connection c: RedisConnection) throws(RedisError) {
         let r = try c.command([
-            "EVAL", ClusterKeys.withdrawScript, "1", keys.tokenKey(name), digest + ".", keys.channel,
-            ClusterKeys.Notice.withdrawn(name, digest: digest).text,
+            "EVAL", ClusterKeys.withdrawScript, "2", keys.tokenKey(name), keys.withdrawnKey(name, digest: digest),
+            digest + ".", keys.channel, ClusterKeys.Notice.withdrawn(name, digest: digest).text,
+            String(markLifetime(expires)),
         ])
         if r == .integer(1) { ProxyMetrics.active?.cluster(.publish) }
     }
@@ -302,9 +310,28 @@ final class ClusterTokenStore: TokenStore, @unchecked Sendable {
     /// look at Redis now, and sign-ins are checked.
     private func resubscribed() {
         // The notice connection just reached Redis: the commands' connection need not wait out its backoff.
-        _ = use("reconnect", force: true) { (c) throws(RedisError) in try c.command(["PING"]) }
+        // The commands' connection may be the one that died with the notices' (a dead socket is found by using
+        // it, which closes it): then once more, on a new connection.
+        if use("reconnect", force: true, { (c) throws(RedisError) in try c.command(["PING"]) }) == nil {
+            _ = use("reconnect", force: true) { (c) throws(RedisError) in try c.command(["PING"]) }
+        }
         for name in Array(waits.keys) { recheck(name) }
+        rereadHeld()
         observer?.sharedSignInChanged()
+    }
+
+    /// Withdrawals published while the notices could not arrive: each token this replica holds is looked up among
+    /// the marks, and dropped here when another replica withdrew it meanwhile.
+    private func rereadHeld() {
+        guard let observer else { return }
+        for (name, slot) in slots {
+            guard let held = observer.heldToken(slot) else { continue }
+            let digest = keys.digest(held.value)
+            let withdrawn = use("re-read") { (c) throws(RedisError) -> Bool in
+                try c.command(["EXISTS", self.keys.withdrawnKey(name, digest: digest)]) == .integer(1)
+            }
+            if withdrawn == true { observer.sharedTokenWithdrawn(slot) { self.keys.digest($0.value) == digest } }
+        }
     }
 
     private func received(_ text: String) {

@@ -92,6 +92,11 @@ extension TokenService: TokenStoreObserver {
             metadata: ["credential": "\(slot.credential)", "root": "\(slot.root)"])
     }
 
+    func heldToken(_ slot: TokenSlot) -> IssuedToken? {
+        dispatchPrecondition(condition: .onQueue(queue))
+        return cache.withLock { $0.entries[slot.key]?.token }
+    }
+
     func sharedSignInChanged() {
         dispatchPrecondition(condition: .onQueue(queue))
         for name in oauthUsers.sorted() { _ = currentRefreshToken(name: name) }

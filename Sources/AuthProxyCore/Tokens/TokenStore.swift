@@ -61,6 +61,8 @@ protocol TokenStoreObserver: AnyObject {
     func sharedTokenWithdrawn(_ slot: TokenSlot, matches: (IssuedToken) -> Bool)
     /// A credential's sign-in changed elsewhere (`login`, `signout`).
     func sharedSignInChanged()
+    /// The token this process holds for `slot`, if any (checked against the fleet's withdrawals on reconnect).
+    func heldToken(_ slot: TokenSlot) -> IssuedToken?
 }
 
 /// What ``TokenStore/load()`` found.
