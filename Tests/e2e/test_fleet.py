@@ -557,3 +557,39 @@ def test_a_replica_that_reconnects_drops_a_token_withdrawn_while_it_was_away(pro
         assert not late, late
     finally:
         relay.stop()
+
+
+def test_the_status_page_and_metrics_show_the_fleet(proxy_factory, ags_fleet, redis_server):
+    from test_admin import admin_get, start_with_admin
+    config = cluster_section(redis_server.url()) + cred(
+        CRED_NAME, "arcgis-token", ags_fleet.server_root, username="alice", password="alice-pass")
+    p = start_with_admin(proxy_factory, config, proxy={"state_key": STATE_KEY, "workers": 1})
+    wait_connected([p])
+    assert get(p, ags_fleet.query_url() + "?f=json").status_code == 200
+
+    def cluster_state():
+        return admin_get(p, "/status.json").json()["cluster"]
+
+    def metric(name):
+        for line in admin_get(p, "/metrics").text.splitlines():
+            if line.startswith(name + " ") or line.startswith(name + "{"):
+                return float(line.rsplit(" ", 1)[1])
+        return None
+
+    c = cluster_state()
+    assert c["connected"] is True and "127.0.0.1:%d" % redis_server.port in c["redis"], c
+    assert REDIS_PASSWORD not in admin_get(p, "/status.json").text
+    assert metric("authproxy_cluster_connected") == 1
+    assert "Redis" in admin_get(p, "/").text  # the HTML status page has the fleet's line
+    redis_server.kill()
+    assert get(p, ags_fleet.query_url() + "?f=json").status_code == 200  # from memory
+    ags_fleet.expire_all()
+    assert get(p, ags_fleet.query_url() + "?f=json").status_code == 200  # refreshed alone
+    deadline = time.time() + 10
+    while cluster_state()["connected"] and time.time() < deadline:
+        time.sleep(0.2)
+    c = cluster_state()
+    assert c["connected"] is False and c["problem"], c
+    assert metric("authproxy_cluster_connected") == 0
+    errors = [l for l in admin_get(p, "/metrics").text.splitlines() if l.startswith("authproxy_cluster_errors_total{")]
+    assert errors and any(float(l.rsplit(" ", 1)[1]) > 0 for l in errors), errors
