@@ -593,3 +593,34 @@ def test_the_status_page_and_metrics_show_the_fleet(proxy_factory, ags_fleet, re
     assert metric("authproxy_cluster_connected") == 0
     errors = [l for l in admin_get(p, "/metrics").text.splitlines() if l.startswith("authproxy_cluster_errors_total{")]
     assert errors and any(float(l.rsplit(" ", 1)[1]) > 0 for l in errors), errors
+
+
+@pytest.mark.parametrize("mode", ["readonly", "cluster"])
+def test_a_read_only_replica_or_a_cluster_mode_endpoint_is_named_and_the_replica_works_alone(
+        proxy_factory, ags_fleet, redis_server, tmp_path, mode):
+    """READONLY (a replica after a failover) and a cluster-mode endpoint: one clear warning naming the cause, and
+    requests still served."""
+    port = harness.free_port()
+    d = tmp_path / ("redis-" + mode)
+    d.mkdir()
+    args = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(d), "--save", "",
+            "--appendonly", "no", "--requirepass", REDIS_PASSWORD, "--daemonize", "no"]
+    if mode == "readonly":
+        args += ["--replicaof", "127.0.0.1", str(redis_server.port), "--masterauth", REDIS_PASSWORD]
+    else:
+        args += ["--cluster-enabled", "yes", "--cluster-config-file", str(d / "nodes.conf")]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 10
+        while subprocess.run(["redis-cli", "-p", str(port), "-a", REDIS_PASSWORD, "--no-auth-warning", "PING"],
+                             capture_output=True, text=True).stdout.strip() != "PONG":
+            assert time.time() < deadline
+            time.sleep(0.05)
+        p = start_fleet(proxy_factory, ags_fleet, "redis://:%s@127.0.0.1:%d/0" % (REDIS_PASSWORD, port), n=1)[0]
+        assert get(p, ags_fleet.query_url() + "?f=json").status_code == 200
+        want = "read-only replica" if mode == "readonly" else "cluster mode is not supported"
+        assert p.wait_for_log(lambda l: "Redis cannot be used" in l and want in l, timeout=10), p.log_text()[-2000:]
+        assert len([l for l in p.log_lines() if "Redis cannot be used" in l]) == 1, p.log_text()[-2000:]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
