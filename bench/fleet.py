@@ -126,6 +126,31 @@ def first_request_times(binary, d, ags, n, redis_port):
     return out, warm
 
 
+def waiting_times(binary, d, ags, n, redis_port):
+    """Every replica asks at once while the token service takes a second: with [cluster] one replica fetches and
+    the others wait for its token; without, each fetches its own. Returns the request times (ms)."""
+    replicas = start_replicas(binary, d, ags, n, redis_port)
+    time.sleep(1.0)
+    times = [0.0] * n
+
+    def one(i, port):
+        t = time.perf_counter()
+        r = requests.get(ags.query_url() + "?where=1%3D1&f=json", proxies={"http": "http://127.0.0.1:%d" % port},
+                         timeout=60)
+        times[i] = (time.perf_counter() - t) * 1000
+        assert r.status_code == 200, r.text[:200]
+
+    threads = [threading.Thread(target=one, args=(i, port)) for i, (_, port) in enumerate(replicas)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for p, _ in replicas:
+        p.terminate()
+        p.wait(10)
+    return times
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("binary")
@@ -152,6 +177,14 @@ def main():
                 first, warm = first_request_times(a.binary, d, ags, a.replicas, port)
                 print("%-18s first request: replica 1 %.1f ms, replicas 2..%d median %.1f ms; from memory median %.1f ms"
                       % (mode, first[0], a.replicas, statistics.median(first[1:]), statistics.median(warm)))
+            finally:
+                ags.stop()
+            ags = ArcGISServer(role="server", ttl=600, token_delay=1.0).start()
+            try:
+                times = sorted(waiting_times(a.binary, d, ags, a.replicas, port))
+                calls = len([c for c in ags.token_calls() if c["endpoint"].endswith("generateToken")])
+                print("%-18s all at once, token service taking 1 s: %d token requests, request times min %.0f ms, "
+                      "median %.0f ms, max %.0f ms" % (mode, calls, times[0], statistics.median(times), times[-1]))
             finally:
                 ags.stop()
     finally:

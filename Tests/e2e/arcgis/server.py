@@ -1195,6 +1195,8 @@ class _App:
         self._generate_password(h, req, ep, audience=self.server_root)
 
     def _generate_password(self, h, req, ep, audience):
+        if self.st.cfg.get("token_delay"):
+            time.sleep(self.st.cfg["token_delay"])
         p = req.params
         user, pw = p.get("username", ""), p.get("password", "")
         missing = [("'%s' must be specified." % f) for f in ("username", "password")
@@ -1880,7 +1882,7 @@ class ArcGISServer:
                  error_form=None, legacy_tokens_url=False, enforce_referer=True, enforce_ip=True,
                  auto_federate=True, revoke_app_tokens=False, redirect_uris=(), code_ttl=300.0,
                  server_json_ctype=SERVER_JSON_CTYPE, federate_self=False, verbose=False,
-                 reject_all=False, content_encoding=None, clock_skew=0.0, max_url_bytes=None):
+                 reject_all=False, content_encoding=None, clock_skew=0.0, max_url_bytes=None, token_delay=0.0):
         if role not in ("portal", "server", "both"):
             raise ValueError("role must be portal, server or both")
         if error_form not in (None, "auto") + ERROR_FORMS:
@@ -1914,6 +1916,8 @@ class ArcGISServer:
             "content_encoding": content_encoding or None,
             "clock_skew": float(clock_skew or 0),
             "max_url_bytes": int(max_url_bytes) if max_url_bytes else None,
+            # Seconds generateToken takes (a slow token service: what waiting for another replica costs).
+            "token_delay": float(token_delay or 0),
         }
         if cfg["portal_path"] == cfg["server_path"] and role == "both":
             raise ValueError("portal_path and server_path must differ")
