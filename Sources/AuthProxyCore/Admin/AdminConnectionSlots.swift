@@ -1,4 +1,4 @@
-/// Which admin connection makes room for a new one (issue 25, item 8). Pure: the server passes what is open.
+/// Which admin connection makes room for a new one. Pure: the server passes what is open.
 ///
 /// Refusing new connections at the cap let 32 slow connections (each sending a partial request head) starve
 /// the readiness probes that keep the pod in service. Instead, a source address may hold at most

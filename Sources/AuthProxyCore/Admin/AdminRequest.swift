@@ -1,5 +1,5 @@
 /// What the admin listener decides a request by: the request line and the few header fields that say where the
-/// request came from (issue 25, item 3). Built from a parsed head by the server, or directly by unit tests.
+/// request came from. Built from a parsed head by the server, or directly by unit tests.
 struct AdminRequest: Equatable {
     var method: String
     /// The path and query (origin-form), `*` for authority-form.

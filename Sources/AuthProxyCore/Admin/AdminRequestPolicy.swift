@@ -1,4 +1,4 @@
-/// Who may use the admin listener from a browser (issue 25, item 3). Pure decisions over an ``AdminRequest``.
+/// Who may use the admin listener from a browser. Pure decisions over an ``AdminRequest``.
 ///
 /// **Host.** A web page can rebind its own DNS name to 127.0.0.1 and then read the admin listener with the
 /// browser's same-origin blessing (its requests carry `Host: attacker.example`). So a request is served only

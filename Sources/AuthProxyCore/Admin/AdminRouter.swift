@@ -1,5 +1,4 @@
-/// What the admin listener answers, decided from an ``AdminRequest`` alone (no sockets): the routes of issue 12's
-/// admin listener over an ``AdminBackend``, behind ``AdminRequestPolicy``'s Host and cross-site checks.
+/// What the admin listener answers, decided from an ``AdminRequest`` alone (no sockets): the admin listener's routes over an ``AdminBackend``, behind ``AdminRequestPolicy``'s Host and cross-site checks.
 enum AdminRouter {
     struct Response: Equatable {
         var status: Int

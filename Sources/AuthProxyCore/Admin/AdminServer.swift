@@ -15,7 +15,7 @@ import Glibc
 /// Ownership: confined to `queue` (`@unchecked Sendable` so Dispatch handlers may capture it).
 final class AdminServer: @unchecked Sendable {
     static let maxConnections = 32
-    /// So one source cannot hold every slot (issue 25, item 8).
+    /// So one source cannot hold every slot.
     static let maxConnectionsPerAddress = 8
     static let maxRequestBytes = 16 * 1024
     /// A probe, Prometheus or curl sends its request at once; 3 s (was 10 s) bounds how long a slow connection

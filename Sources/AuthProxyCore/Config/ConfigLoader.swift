@@ -638,7 +638,7 @@ struct TableReader {
     let reads: SecretFileReads?
     private var used: Set<String> = []
     /// Keys whose value (or one of whose array items) was read from `file:` or `${ENV}`, with that reference as
-    /// written: such a value is never quoted in an error (issue 25, item 7).
+    /// written: such a value is never quoted in an error.
     private var references: [String: String] = [:]
 
     /// Keys that hold secrets: their values are never quoted in an error, even when written literally.

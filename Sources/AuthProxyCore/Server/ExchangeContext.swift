@@ -3,7 +3,7 @@
 /// ``ExchangeStateMachine``'s; this only holds what the connection needs while carrying it out.
 ///
 /// **Why an object of its own, and why pooled.** Kept inline, these fields made every `ClientConnection` ~920
-/// bytes larger for its whole life, idle or not (issue 10: ≤ 2 kB per idle keep-alive connection). A connection
+/// bytes larger for its whole life, idle or not (docs/BENCHMARKS.md: ≤ 2 kB per idle keep-alive connection). A connection
 /// holds one only while an exchange runs: it takes one from its loop's ``ReusePool`` when a request head arrives
 /// (``ClientConnection/begin(_:)``) and gives it back, reset, when the exchange ends (``reset()``), so no
 /// allocation is added per request: a loop reuses as many as it has exchanges in flight. The alternative of

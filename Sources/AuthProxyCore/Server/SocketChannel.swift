@@ -53,7 +53,7 @@ extension SecureStream {
 ///
 /// Events go to one ``owner`` rather than to per-event closures, and the sources are kept as `DispatchSource`
 /// class references rather than existentials: a connection holds one of these for as long as it is open, idle
-/// or not, so its size counts (issue 10: bytes per idle connection). `owner` is `unowned`: the owner holds the
+/// or not, so its size counts (bytes per idle connection, docs/BENCHMARKS.md). `owner` is `unowned`: the owner holds the
 /// channel and closes it (which clears `owner`) before it goes away; a broken rule traps instead of reading
 /// freed memory.
 ///

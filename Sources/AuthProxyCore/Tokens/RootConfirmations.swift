@@ -3,7 +3,7 @@
 /// A root is read from the request path (``ServerRoot``), so without a check every `/arcgis/<anything>/rest/…` a
 /// client invents under a match prefix would be a root of its own: a token request (a password login) per
 /// invented path, a failed login per path when the password is refused (account lockout), a cache entry, a
-/// metrics series and a status line per path (issue 25, item 4). A root is therefore **confirmed** before any
+/// metrics series and a status line per path. A root is therefore **confirmed** before any
 /// token is requested for it:
 /// - **configured**: the root of one of the credential's `match` prefixes, of its `token_url` or its portal
 ///   (``TokenService/configuredRootKeys(_:)``) — no probe, never refused, not counted against the cap;

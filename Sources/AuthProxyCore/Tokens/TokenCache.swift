@@ -117,8 +117,7 @@ struct TokenCache<Waiter> {
     private(set) var entries: [String: Entry] = [:]
     private(set) var rejections: [String: Rejection] = [:]
     /// By credential name: a refused password or client secret backs off the credential, not one root, so a
-    /// request for another root (or many) makes no further failed login meanwhile (issue 25: 50 roots made 50
-    /// failed logins and locked the account).
+    /// request for another root (or many) makes no further failed login meanwhile (a login per root would lock the account).
     private(set) var loginRefusals: [String: LoginRefusal] = [:]
     /// Waiters of token requests started before their credential's sign-in changed.
     private var detached: [FetchTicket: [Waiter]] = [:]

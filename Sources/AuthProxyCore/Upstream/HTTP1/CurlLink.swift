@@ -9,7 +9,7 @@ import Glibc
 /// OpenSSL's as on every other https transfer, while the HTTP/1.1 framing, keep-alive and pooling are the own
 /// client's (``HTTP1Transfer``, ``ResponseReader``). What that saves is libcurl's per-request machinery: the
 /// handle set up and torn down per request, its connection-cache lookup with two liveness `poll`s and a peek,
-/// its header parser (docs/BENCHMARKS.md, issue 10).
+/// its header parser (docs/BENCHMARKS.md).
 ///
 /// Its ``SocketChannel`` watches the socket with Dispatch sources and reads and writes through this object
 /// (``SecureStream``); when the channel's sources are gone, ``closeDescriptor()`` lets libcurl close the

@@ -13,7 +13,7 @@ import Glibc
 /// as ``UpstreamTransfer`` hands on what libcurl reads.
 ///
 /// It exists because libcurl's per-request machinery (a handle reset and re-armed per request, a `poll` per
-/// reuse, its own buffers and callbacks) was the largest block of the proxy's CPU per request (issue 10). libcurl
+/// reuse, its own buffers and callbacks) was the largest block of the proxy's CPU per request. libcurl
 /// still makes every TLS connection and carries every network-authentication scheme; the choice is made in
 /// ``ClientConnection/startTransfer(url:headers:inspect:)``.
 ///
