@@ -30,7 +30,8 @@ final class EventLoop: @unchecked Sendable {
     /// `authproxy_requests_total` handles used on this loop (when metrics are on).
     var requestCounters = RequestCounters()
     /// The retry budget of each upstream host, for the requests this loop carries.
-    var retryBudget = RetryBudget()
+    // Confined to the loop's queue: no dynamic exclusivity check on the per-request count.
+    @exclusivity(unchecked) var retryBudget = RetryBudget()
     private var sweeper: (any DispatchSourceTimer)?
     /// Whether the sweep timer is running: it stops at the first tick that finds no connection, so an idle
     /// proxy does not wake its loops' threads (and libdispatch's manager) every second.
