@@ -84,6 +84,8 @@ class LockDelayingRelay:
         self.redis_port = redis_port
         self.delay = delay
         self.armed = False
+        # Hold back every command, not only lock attempts (a slow Redis).
+        self.delay_everything = False
         self.held = 0
         self.lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -114,7 +116,7 @@ class LockDelayingRelay:
                 data = src.recv(65536)
                 if not data:
                     break
-                if to_redis and self.armed and b"\r\n$2\r\nNX\r\n" in data:
+                if to_redis and self.armed and (self.delay_everything or b"\r\n$2\r\nNX\r\n" in data):
                     self.held += 1
                     time.sleep(self.delay)
                 dst.sendall(data)
@@ -624,3 +626,23 @@ def test_a_read_only_replica_or_a_cluster_mode_endpoint_is_named_and_the_replica
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_a_slow_redis_is_given_timeout_ms_and_the_replica_goes_on_alone(proxy_factory, ags_fleet, redis_server):
+    """Every Redis operation has `timeout_ms`: a Redis that answers late (here: each command held back 2 s by a
+    relay) costs a request at most about that much, and the replica serves on its own."""
+    relay = LockDelayingRelay(redis_server.port, delay=2.0).start()
+    try:
+        url = "redis://:%s@127.0.0.1:%d/0" % (REDIS_PASSWORD, relay.port)
+        p = start_fleet(proxy_factory, ags_fleet, url, n=1, timeout_ms=200)[0]
+        wait_connected([p])
+        relay.armed = True
+        relay.delay_everything = True
+        t = time.monotonic()
+        r = get(p, ags_fleet.query_url() + "?f=json")
+        took = time.monotonic() - t
+        assert r.status_code == 200 and r.json().get("features"), r.text[:300]
+        assert took < 1.5, took  # one command waited out would be 2 s
+        assert p.wait_for_log(lambda l: "Redis cannot be used" in l, timeout=5), p.log_text()[-2000:]
+    finally:
+        relay.stop()
