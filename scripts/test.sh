@@ -26,10 +26,16 @@ python3 -c 'import requests, pytest, yaml, prometheus_client, websockets, crypto
   || python3 -m pip install -q arcgis \
   || echo "== warning: pip install arcgis failed; the ArcGIS API for Python test will be skipped"
 
+echo "== swift format lint --strict (the tree stays formatted; fix with: swift format -i -r --parallel Sources Tests Package.swift)"
+swift format lint --strict -r --parallel Sources Tests Package.swift
 echo "== swift build (release: what the run command builds)"
 swift build -c release --product authproxy
-echo "== swift build"
-swift build --build-tests
+echo "== swift build (no compiler warnings: a warning fails the run when the build compiles the file)"
+swift build --build-tests 2>&1 | tee .build/test-build.log
+if grep -q ": warning: " .build/test-build.log; then
+  grep ": warning: " .build/test-build.log | sort -u
+  echo "== compiler warnings (above): fix them"; exit 1
+fi
 echo "== swift test (unit)"
 swift test --skip-build
 echo "== end-to-end (pytest)"

@@ -3,8 +3,9 @@ import AuthProxyCore
 import Dispatch
 import Foundation
 import Logging
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 @main
@@ -46,13 +47,16 @@ struct Serve: ParsableCommand {
 
     @OptionGroup var options: ConfigOptions
 
-    @Option(name: .long, help: "Address to listen on, e.g. 127.0.0.1:3128 or [::1]:3128 (repeatable; replaces [proxy] listen).")
+    @Option(
+        name: .long,
+        help: "Address to listen on, e.g. 127.0.0.1:3128 or [::1]:3128 (repeatable; replaces [proxy] listen).")
     var listen: [String] = []
 
     @Option(name: .long, help: "Log format: text or json (overrides [log] format).")
     var logFormat: String?
 
-    @Option(name: .long, help: "Log level: trace, debug, info, notice, warning, error, critical (overrides [log] level).")
+    @Option(
+        name: .long, help: "Log level: trace, debug, info, notice, warning, error, critical (overrides [log] level).")
     var logLevel: String?
 
     func run() throws {
@@ -77,7 +81,9 @@ struct Serve: ParsableCommand {
         }
         if let l = logLevel {
             guard let v = Logger.Level(rawValue: l) else {
-                printError("authproxy: --log-level must be one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", "))")
+                printError(
+                    "authproxy: --log-level must be one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", "))"
+                )
                 throw ExitCode(2)
             }
             overrides.logLevel = v
@@ -89,7 +95,8 @@ struct Serve: ParsableCommand {
         do {
             (config, inputs) = try source.load()
         } catch {
-            printError(error.key == "--listen" ? "authproxy: \(error.message)" : "authproxy: \(options.config): \(error)")
+            printError(
+                error.key == "--listen" ? "authproxy: \(error.message)" : "authproxy: \(options.config): \(error)")
             throw ExitCode(2)
         }
         let level = LiveLogLevel(config.logLevel)
@@ -106,9 +113,11 @@ struct Serve: ParsableCommand {
             // A state file the proxy must not touch (wrong state_key, unreadable) is a configuration error.
             throw ExitCode(error.isConfigurationError ? 2 : 1)
         }
-        logger.notice("authproxy started", metadata: [
-            "version": "\(AuthProxyVersion.string)", "workers": "\(config.workers)", "cpus": "\(CPUBudget.current)",
-        ])
+        logger.notice(
+            "authproxy started",
+            metadata: [
+                "version": "\(AuthProxyVersion.string)", "workers": "\(config.workers)", "cpus": "\(CPUBudget.current)",
+            ])
 
         let grace = config.shutdownGraceSeconds
         nonisolated(unsafe) var stopping = false
@@ -194,53 +203,83 @@ struct Check: ParsableCommand {
         print("  header_timeout_seconds:   \(c.headerTimeoutSeconds)")
         print("  idle_timeout_seconds:     \(c.idleTimeoutSeconds)")
         print("  shutdown_grace_seconds:   \(c.shutdownGraceSeconds)")
-        print("  workers:                  \(c.workers)\(c.workersSet ? "" : " (default: 2 per usable CPU, at least 4; \(CPUBudget.current))")")
+        print(
+            "  workers:                  \(c.workers)\(c.workersSet ? "" : " (default: 2 per usable CPU, at least 4; \(CPUBudget.current))")"
+        )
         print("  http_client:              \(c.httpClient.rawValue) (plain http:// without a network credential)")
-        print("  max_connections:          \(c.maxConnections) (per client address: \(c.effectiveMaxConnectionsPerClient))")
-        print("  allow_clients:            \(c.allowClients.map(\.description).joined(separator: ", "))\(c.allowClientsSet ? "" : " (default)")")
-        print("  deny_destinations:        \(c.denyDestinations.isEmpty ? "none" : c.denyDestinations.map(\.description).joined(separator: ", "))")
-        print("  proxy authentication:     \(c.clients.isEmpty ? "off" : "\(c.clients.count) client(s): " + c.clients.map { cl in cl.name + (cl.credentials.map { " [\($0.joined(separator: ", "))]" } ?? "") }.joined(separator: "; "))")
+        print(
+            "  max_connections:          \(c.maxConnections) (per client address: \(c.effectiveMaxConnectionsPerClient))"
+        )
+        print(
+            "  allow_clients:            \(c.allowClients.map(\.description).joined(separator: ", "))\(c.allowClientsSet ? "" : " (default)")"
+        )
+        print(
+            "  deny_destinations:        \(c.denyDestinations.isEmpty ? "none" : c.denyDestinations.map(\.description).joined(separator: ", "))"
+        )
+        print(
+            "  proxy authentication:     \(c.clients.isEmpty ? "off" : "\(c.clients.count) client(s): " + c.clients.map { cl in cl.name + (cl.credentials.map { " [\($0.joined(separator: ", "))]" } ?? "") }.joined(separator: "; "))"
+        )
         let up = c.upstreamProxy
         if up.isConfigured {
-            print("  upstream_proxy:           \(up.parents.map(\.url).joined(separator: ", "))\(up.parents.count > 1 ? " (tried in order; a failed one is skipped for \(up.backoffSeconds) s)" : "")")
+            print(
+                "  upstream_proxy:           \(up.parents.map(\.url).joined(separator: ", "))\(up.parents.count > 1 ? " (tried in order; a failed one is skipped for \(up.backoffSeconds) s)" : "")"
+            )
             print("    credential:             \(up.credentialName ?? "none")")
-            print("    no_proxy:               \(up.noProxy.isEmpty ? "none" : "\(up.noProxy.entries.count) entr\(up.noProxy.entries.count == 1 ? "y" : "ies")")")
+            print(
+                "    no_proxy:               \(up.noProxy.isEmpty ? "none" : "\(up.noProxy.entries.count) entr\(up.noProxy.entries.count == 1 ? "y" : "ies")")"
+            )
             for p in up.parents where p.scheme == .http {
-                print("    note: \(p.url) is plain http: https:// destinations go through it inside CONNECT tunnels (end-to-end TLS, or authproxy's interception), http:// ones in absolute form")
+                print(
+                    "    note: \(p.url) is plain http: https:// destinations go through it inside CONNECT tunnels (end-to-end TLS, or authproxy's interception), http:// ones in absolute form"
+                )
             }
         } else {
             print("  upstream_proxy:           none (every destination is reached directly)")
         }
         print("  log:                      level=\(c.logLevel.rawValue) format=\(c.logFormat.rawValue)")
         print("  state_key:                \(c.stateKey == nil ? "not set (token state stored in clear)" : "set")")
-        print("  cluster:                  \(c.cluster.map { "\($0.endpoint.redacted), key_prefix \($0.keyPrefix), timeout_ms \($0.timeoutMillis)\($0.required ? ", required" : "") (tokens shared through Redis)" } ?? "off (this process alone)")")
+        print(
+            "  cluster:                  \(c.cluster.map { "\($0.endpoint.redacted), key_prefix \($0.keyPrefix), timeout_ms \($0.timeoutMillis)\($0.required ? ", required" : "") (tokens shared through Redis)" } ?? "off (this process alone)")"
+        )
         print("  max_replay_bytes:         \(c.maxReplayBytes)")
         print("  upstream_retries:         \(c.upstreamRetries)")
         print("  max_retry_wait_seconds:   \(c.maxRetryWaitSeconds)")
         print("  retry_budget_percent:     \(c.retryBudgetPercent)")
         print("  get_as_post_above_bytes:  \(c.getAsPostAboveBytes)")
-        print("  pac_address:              \(c.pacAddress ?? "not set (/proxy.pac names the proxy by the Host it was fetched with)")")
+        print(
+            "  pac_address:              \(c.pacAddress ?? "not set (/proxy.pac names the proxy by the Host it was fetched with)")"
+        )
         print("  pac_fallback:             \(c.pacFallback.rawValue)")
         print("  credentials:              \(c.credentials.count)")
         var warnings: [String] = []
         for cred in c.credentials {
             let limit = cred.rateLimit.map { ", rate_limit=\($0.requests)/\($0.perSeconds)s" } ?? ""
-            let placement = cred.kind.isToken
-                ? ", token_placement=\(cred.oauth2?.placement.rawValue ?? cred.placement.rawValue)\(cred.overrideClientToken ? ", override_client_token" : "")" : ""
+            let placement =
+                cred.kind.isToken
+                ? ", token_placement=\(cred.oauth2?.placement.rawValue ?? cred.placement.rawValue)\(cred.overrideClientToken ? ", override_client_token" : "")"
+                : ""
             let blind = cred.intercept ? "" : ", intercept=false"
-            print("    - \(cred.name) (\(cred.kind.typeName)\(placement)\(limit)\(blind)): \(cred.match.map(\.description).joined(separator: ", "))")
+            print(
+                "    - \(cred.name) (\(cred.kind.typeName)\(placement)\(limit)\(blind)): \(cred.match.map(\.description).joined(separator: ", "))"
+            )
             for prefix in TokenService.unprefetchable(cred) {
-                warnings.append("credential '\(cred.name)': prefetch cannot fetch a token ahead for match \(prefix) (a host alone names no server root or portal): give the root, e.g. \(prefix)/arcgis or \(prefix)/portal; /readyz does not wait for it")
+                warnings.append(
+                    "credential '\(cred.name)': prefetch cannot fetch a token ahead for match \(prefix) (a host alone names no server root or portal): give the root, e.g. \(prefix)/arcgis or \(prefix)/portal; /readyz does not wait for it"
+                )
             }
             if case .token(_, _, let expires?) = cred.kind, expires <= Int64(time(nil)) * 1000 {
-                warnings.append("credential '\(cred.name)': its pregenerated token expired (expires is in the past); requests get 502 until it is renewed")
+                warnings.append(
+                    "credential '\(cred.name)': its pregenerated token expired (expires is in the past); requests get 502 until it is renewed"
+                )
             }
         }
         for w in warnings { printError("authproxy: warning: \(w)") }
         print("  interception ([tls]):     \(interception)")
         print("  proxy over TLS:           \(proxyTLS.summary)")
         if !c.tls.noIntercept.isEmpty {
-            print("  no_intercept ([tls]):     \(c.tls.noIntercept.map(\.description).joined(separator: ", ")) (blind tunnels on connect_ports)")
+            print(
+                "  no_intercept ([tls]):     \(c.tls.noIntercept.map(\.description).joined(separator: ", ")) (blind tunnels on connect_ports)"
+            )
         }
         print("  token state:              \(state)")
         if let why = file.unwritableReason() {
@@ -262,7 +301,11 @@ struct Doctor: ParsableCommand {
     @Argument(help: "The service URL, e.g. https://gis.example.com/arcgis/rest/services/Roads/FeatureServer/0")
     var url: String
 
-    @Option(name: .shortAndLong, help: "proxy.conf whose server-trust (and client certificate) settings the probe uses, and whose credentials count as configured.")
+    @Option(
+        name: .shortAndLong,
+        help:
+            "proxy.conf whose server-trust (and client certificate) settings the probe uses, and whose credentials count as configured."
+    )
     var config: String?
 
     @Option(name: .long, help: "Seconds each connection and request may take.")
@@ -296,7 +339,9 @@ func printError(_ s: String) {
 
 struct Login: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Sign in for an oauth-user or oauth2 (grant = \"authorization_code\") credential (authorization code + PKCE) and store its refresh token.")
+        abstract:
+            "Sign in for an oauth-user or oauth2 (grant = \"authorization_code\") credential (authorization code + PKCE) and store its refresh token."
+    )
 
     @OptionGroup var options: ConfigOptions
 
@@ -316,16 +361,21 @@ struct Login: ParsableCommand {
         // The key must open the state file before the authorization code is spent (a code is single-use).
         do throws(StateError) {
             _ = try TokenStateFile(directory: config.stateDir, secret: config.stateKey).load()
-        } catch where error.kind == .wrongKey || error.kind == .unreadable {
+        } catch  where error.kind == .wrongKey || error.kind == .unreadable {
             printError("authproxy: login: \(error)")
             throw ExitCode(2)
         } catch {
             printError("authproxy: warning: \(error); it will be renamed aside when the refresh token is stored")
         }
         do {
-            let fetch = SyncFetch(timeoutSeconds: config.upstreamTimeoutSeconds, credentials: config.credentials, upstreamProxy: config.upstreamProxy)
-            let login: any AuthorizationCodeFlow = c.oauth2 != nil ? try OAuth2Login(credential: c, fetch: fetch) : try OAuthLogin(credential: c)
-            let listener = try login.loopbackPort.map { (port: Int) throws(StateError) in try LoopbackRedirect(port: port) }
+            let fetch = SyncFetch(
+                timeoutSeconds: config.upstreamTimeoutSeconds, credentials: config.credentials,
+                upstreamProxy: config.upstreamProxy)
+            let login: any AuthorizationCodeFlow =
+                c.oauth2 != nil ? try OAuth2Login(credential: c, fetch: fetch) : try OAuthLogin(credential: c)
+            let listener = try login.loopbackPort.map { (port: Int) throws(StateError) in
+                try LoopbackRedirect(port: port)
+            }
             printNow("Open this URL in a browser and sign in:\n\n  \(login.authorizeURL)\n")
             let code: String
             if let listener, let port = login.loopbackPort {
@@ -334,24 +384,29 @@ struct Login: ParsableCommand {
                 code = try login.code(fromCallback: target)
             } else {
                 printNow("Paste the authorization code shown by the portal or identity provider, then press Enter:")
-                guard let line = readLine(strippingNewline: true), !line.trimmingCharacters(in: .whitespaces).isEmpty else {
+                guard let line = readLine(strippingNewline: true), !line.trimmingCharacters(in: .whitespaces).isEmpty
+                else {
                     printError("authproxy: no code entered")
                     throw ExitCode(1)
                 }
                 code = line.trimmingCharacters(in: .whitespaces)
             }
             let grant = try login.exchange(code: code, fetch: fetch)
-            if let aside = try TokenService.storeRefreshToken(c, config: config, refreshToken: grant.refreshToken,
+            if let aside = try TokenService.storeRefreshToken(
+                c, config: config, refreshToken: grant.refreshToken,
                 expires: grant.refreshExpires, username: grant.username)
             {
                 printError("authproxy: warning: the damaged token state file was renamed to \(aside)")
             }
             if config.cluster != nil {
-                try ClusterSignIn.store(c, config: config, refreshToken: grant.refreshToken,
+                try ClusterSignIn.store(
+                    c, config: config, refreshToken: grant.refreshToken,
                     expires: grant.refreshExpires, username: grant.username)
                 printNow("The refresh token is in the fleet's Redis ([cluster]): every replica uses it.")
             }
-            printNow("Signed in\(grant.username.map { " as \($0)" } ?? ""); refresh token stored for credential '\(c.name)'.")
+            printNow(
+                "Signed in\(grant.username.map { " as \($0)" } ?? ""); refresh token stored for credential '\(c.name)'."
+            )
             printNow("A running proxy picks it up with its next request for this credential.")
         } catch let e as StateError {
             printError("authproxy: login failed: \(e)")
@@ -374,7 +429,12 @@ struct SignOutCommand: ParsableCommand {
         let config = try options.load()
         ProxyServer.initializeLibraries()
         do throws(StateError) {
-            for line in try SignOut.run(config: config, credentialName: credential, fetch: SyncFetch(timeoutSeconds: config.upstreamTimeoutSeconds, credentials: config.credentials, upstreamProxy: config.upstreamProxy)) {
+            for line in try SignOut.run(
+                config: config, credentialName: credential,
+                fetch: SyncFetch(
+                    timeoutSeconds: config.upstreamTimeoutSeconds, credentials: config.credentials,
+                    upstreamProxy: config.upstreamProxy))
+            {
                 print(line)
             }
         } catch {
@@ -397,7 +457,8 @@ struct CA: ParsableCommand {
 }
 
 struct CAInit: ParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "init", abstract: "Create DIR/ca.pem and DIR/ca.key (EC P-256).")
+    static let configuration = CommandConfiguration(
+        commandName: "init", abstract: "Create DIR/ca.pem and DIR/ca.key (EC P-256).")
 
     @Option(name: .long, help: "Directory for ca.pem and ca.key.")
     var dir: String

@@ -13,7 +13,8 @@ public struct AddressBlock: Sendable, Equatable, CustomStringConvertible {
         let width = address.isIPv4 && !first.contains(":") ? 32 : 128
         var length = width
         if parts.count == 2 {
-            guard !parts[1].isEmpty, parts[1].utf8.allSatisfy({ $0 >= 48 && $0 <= 57 }), let n = Int(parts[1]), n <= width
+            guard !parts[1].isEmpty, parts[1].utf8.allSatisfy({ $0 >= 48 && $0 <= 57 }), let n = Int(parts[1]),
+                n <= width
             else { return nil }
             length = n
         }

@@ -1,5 +1,5 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// An IPv4 or IPv6 address as 16 bytes (IPv4 as an IPv4-mapped IPv6 address, `::ffff:a.b.c.d`), so one
@@ -69,7 +69,9 @@ public struct IPAddress: Sendable, Hashable, CustomStringConvertible {
 
     init?(_ storage: sockaddr_storage) {
         var s = storage
-        guard let a = withUnsafePointer(to: &s, { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { IPAddress($0) } })
+        guard
+            let a = withUnsafePointer(
+                to: &s, { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { IPAddress($0) } })
         else { return nil }
         self = a
     }

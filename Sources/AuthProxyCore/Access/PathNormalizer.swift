@@ -49,14 +49,16 @@ public enum PathNormalizer {
                 // IIS (http.sys, where the Web Adaptor runs) decodes `%uXXXX`: `%u002e%u002e` is `..` there. Any
                 // `%` that is not an escape is read differently by some server.
                 guard i + 2 < u.count, let hi = hexDigitValue(u[i + 1]), let lo = hexDigitValue(u[i + 2]) else {
-                    return .ambiguous("a % in the path that is not followed by two hex digits (%uXXXX is decoded by IIS)")
+                    return .ambiguous(
+                        "a % in the path that is not followed by two hex digits (%uXXXX is decoded by IIS)")
                 }
                 let b = hi << 4 | lo
                 if b == UInt8(ascii: "/") || b == UInt8(ascii: "\\") { return .ambiguous("encoded slash in path") }
                 if b == 0 { return .ambiguous("encoded NUL in path") }
                 // `%252e`, `%252f`, `%255c`: a server or a filter in front of it that decodes twice sees a dot
                 // or a slash. Other `%25` (a literal `%` in a name) is kept.
-                if b == UInt8(ascii: "%"), i + 4 < u.count, let h2 = hexDigitValue(u[i + 3]), let l2 = hexDigitValue(u[i + 4]),
+                if b == UInt8(ascii: "%"), i + 4 < u.count, let h2 = hexDigitValue(u[i + 3]),
+                    let l2 = hexDigitValue(u[i + 4]),
                     [UInt8(ascii: "."), UInt8(ascii: "/"), UInt8(ascii: "\\")].contains(h2 << 4 | l2)
                 {
                     return .ambiguous("double-encoded dot or slash in path")

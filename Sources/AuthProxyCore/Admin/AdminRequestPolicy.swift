@@ -27,7 +27,8 @@ enum AdminRequestPolicy {
         guard let host = r.host else { return nil }
         if namesListener(host, names: names) { return nil }
         let shown = host.isEmpty ? "(empty)" : "'\(String(host.prefix(100)))'"
-        return .text(421,
+        return .text(
+            421,
             "misdirected request: Host \(shown) does not name this admin listener. It answers requests addressed "
                 + "to an IP address or localhost; add other names it is reached by to [admin] hosts "
                 + "(a guard against DNS rebinding from web pages)\n")

@@ -43,25 +43,32 @@ enum AdminRouter {
             return Response(status: 200, contentType: prometheusContentType, body: backend.metricsExposition())
         case "/", "/index.html":
             guard get else { return methodNotAllowed("GET, HEAD") }
-            return Response(status: 200, contentType: "text/html; charset=utf-8",
+            return Response(
+                status: 200, contentType: "text/html; charset=utf-8",
                 body: Array(StatusPage.render(backend.statusReport()).utf8))
         case "/status.json":
             guard get else { return methodNotAllowed("GET, HEAD") }
             return .json(200, backend.statusJSON())
         case "/proxy.pac", "/wpad.dat":
             let (settings, listeners) = backend.pacInputs()
-            let a = PacEndpoint.answer(method: method, ifNoneMatch: request.ifNoneMatch,
+            let a = PacEndpoint.answer(
+                method: method, ifNoneMatch: request.ifNoneMatch,
                 address: PacEndpoint.adminAddress(settings: settings, listeners: listeners, requestHost: request.host),
                 settings: settings)
-            return Response(status: a.status, contentType: a.contentType, body: Array(a.body.utf8), extraHeaders: a.headers)
+            return Response(
+                status: a.status, contentType: a.contentType, body: Array(a.body.utf8), extraHeaders: a.headers)
         case "/reload":
             guard method == "POST" else { return methodNotAllowed("POST") }
             if let refusal = AdminRequestPolicy.reloadRefusal(request) { return .text(403, refusal + "\n") }
             let outcome = backend.reload(trigger: "POST /reload")
-            return .json(outcome.applied ? 200 : 422,
+            return .json(
+                outcome.applied ? 200 : 422,
                 "{\"applied\":\(outcome.applied),\"message\":\"\(jsonEscaped(outcome.message))\"}\n")
         default:
-            return .text(404, "not found: the admin listener serves /, /status.json, /metrics, /healthz, /readyz, /proxy.pac and POST /reload\n")
+            return .text(
+                404,
+                "not found: the admin listener serves /, /status.json, /metrics, /healthz, /readyz, /proxy.pac and POST /reload\n"
+            )
         }
     }
 

@@ -1,8 +1,9 @@
 import CAuthProxyShims
 import Dispatch
 import Logging
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// The `[admin]` listener: a small HTTP/1.1 server on its own queue, apart from the proxy's listeners so clients
@@ -107,7 +108,8 @@ final class AdminServer: @unchecked Sendable {
             guard let ip = IPAddress(peer), allow.contains(ip) else {
                 Glibc.close(c)
                 if let held = throttle.admit("admin-allow", now: DispatchTime.now().uptimeNanoseconds) {
-                    logger.warning("admin connection refused: address not in [admin] allow",
+                    logger.warning(
+                        "admin connection refused: address not in [admin] allow",
                         metadata: ["client": "\(describePeer(peer))", "refused_since_last_report": "\(held)"])
                 }
                 ProxyMetrics.active?.denied(.clientAddress)
@@ -120,9 +122,12 @@ final class AdminServer: @unchecked Sendable {
                 guard let victim = connections[id] else { break }
                 close(victim)
                 if let held = throttle.admit("admin-evict", now: DispatchTime.now().uptimeNanoseconds) {
-                    logger.warning("admin connection closed to make room: it had not sent its request yet",
-                        metadata: ["client": "\(victim.peer)", "new_client": "\(describePeer(peer))",
-                            "evicted_since_last_report": "\(held)"])
+                    logger.warning(
+                        "admin connection closed to make room: it had not sent its request yet",
+                        metadata: [
+                            "client": "\(victim.peer)", "new_client": "\(describePeer(peer))",
+                            "evicted_since_last_report": "\(held)",
+                        ])
                 }
             case .refuse:
                 Glibc.close(c)

@@ -6,16 +6,18 @@ public struct Readiness: Sendable, Equatable {
     /// Why not, one reason per problem (empty when ready).
     public var reasons: [String]
 
-    static func evaluate(listeners: [StatusReport.Listener], shuttingDown: Bool,
+    static func evaluate(
+        listeners: [StatusReport.Listener], shuttingDown: Bool,
         prefetch: [(credential: String, key: String)], pac: PacResolver.Status? = nil, cluster: ClusterStatus? = nil,
-        status: (String) -> TokenStatus?) -> Readiness
-    {
+        status: (String) -> TokenStatus?
+    ) -> Readiness {
         var reasons: [String] = []
         if shuttingDown { reasons.append("shutting down") }
         // `[cluster] required = true`: a replica that cannot share its tokens is taken out of rotation. Without it,
         // a replica on its own still serves (from its memory and state file), so it stays ready.
         if let cluster, cluster.required, !cluster.connected {
-            reasons.append("Redis (\(cluster.redis), [cluster] required) cannot be used: \(cluster.problem ?? "not connected")")
+            reasons.append(
+                "Redis (\(cluster.redis), [cluster] required) cannot be used: \(cluster.problem ?? "not connected")")
         }
         // Without a PAC file in force every request that needs a route is refused (`upstream_pac`).
         if let pac, !pac.loaded {

@@ -17,8 +17,10 @@ enum StatusPage {
 
             """
         h += "<h1>authproxy \(esc(r.version))</h1>\n"
-        h += "<p class=\"muted\">started \(esc(r.startedAt)), up \(duration(r.uptimeSeconds)); page generated \(esc(r.generatedAt))</p>\n"
-        h += "<p class=\"muted\" id=\"workers\">\(r.workers) event loop\(r.workers == 1 ? "" : "s"); \(esc(r.cpus))</p>\n"
+        h +=
+            "<p class=\"muted\">started \(esc(r.startedAt)), up \(duration(r.uptimeSeconds)); page generated \(esc(r.generatedAt))</p>\n"
+        h +=
+            "<p class=\"muted\" id=\"workers\">\(r.workers) event loop\(r.workers == 1 ? "" : "s"); \(esc(r.cpus))</p>\n"
         if r.ready {
             h += "<p id=\"readiness\" class=\"ok\">Ready</p>\n"
         } else {
@@ -29,17 +31,22 @@ enum StatusPage {
 
         h += "<h2>Listeners</h2>\n<table id=\"listeners\"><tr><th>address</th><th>state</th></tr>\n"
         for l in r.listeners {
-            h += "<tr><td><code>\(esc(l.address))</code></td><td class=\"\(l.open ? "ok" : "bad")\">\(l.open ? "open" : "closed")</td></tr>\n"
+            h +=
+                "<tr><td><code>\(esc(l.address))</code></td><td class=\"\(l.open ? "ok" : "bad")\">\(l.open ? "open" : "closed")</td></tr>\n"
         }
-        h += "</table>\n<p>Client connections: <b id=\"connections\">\(r.clientConnections)</b>; CONNECT tunnels: <b id=\"tunnels\">\(r.tunnels)</b></p>\n"
+        h +=
+            "</table>\n<p>Client connections: <b id=\"connections\">\(r.clientConnections)</b>; CONNECT tunnels: <b id=\"tunnels\">\(r.tunnels)</b></p>\n"
 
         h += "<h2>Credentials</h2>\n"
         if r.credentials.isEmpty { h += "<p class=\"muted\">none configured</p>\n" }
-        h += "<table id=\"credentials\"><tr><th>name</th><th>type</th><th>matches</th><th>token</th>"
+        h +=
+            "<table id=\"credentials\"><tr><th>name</th><th>type</th><th>matches</th><th>token</th>"
             + "<th>requests (5 min)</th><th>rejections (5 min)</th><th>rate-limited (5 min / total)</th></tr>\n"
         for c in r.credentials {
-            h += "<tr class=\"credential\" data-name=\"\(esc(c.name))\"><td><b>\(esc(c.name))</b>\(c.prefetch ? " <span class=\"muted\">(prefetch)</span>" : "")</td>"
-            h += "<td>\(esc(c.type))</td><td>\(c.match.map { "<code>\(esc($0))</code>" }.joined(separator: "<br>"))</td><td>"
+            h +=
+                "<tr class=\"credential\" data-name=\"\(esc(c.name))\"><td><b>\(esc(c.name))</b>\(c.prefetch ? " <span class=\"muted\">(prefetch)</span>" : "")</td>"
+            h +=
+                "<td>\(esc(c.type))</td><td>\(c.match.map { "<code>\(esc($0))</code>" }.joined(separator: "<br>"))</td><td>"
             h += tokenCell(c)
             h += "</td><td>\(c.requestsLast5Min)</td><td>\(c.rejectionsLast5Min)</td>"
             h += "<td>\(c.rateLimitedLast5Min) / \(c.rateLimitedTotal)</td></tr>\n"
@@ -51,11 +58,14 @@ enum StatusPage {
         if withAuth.isEmpty {
             h += "<p class=\"muted\">no upstream challenge answered yet</p>\n"
         } else {
-            h += "<table id=\"network-auth\"><tr><th>credential</th><th>scheme</th><th>succeeded</th><th>failed</th><th>last</th></tr>\n"
+            h +=
+                "<table id=\"network-auth\"><tr><th>credential</th><th>scheme</th><th>succeeded</th><th>failed</th><th>last</th></tr>\n"
             for c in withAuth {
                 for a in c.networkAuth {
-                    h += "<tr><td>\(esc(c.name))</td><td>\(esc(a.scheme))</td><td>\(a.successes)</td><td>\(a.failures)</td>"
-                    h += "<td class=\"\(a.lastSucceeded ? "ok" : "bad")\">\(esc(a.last ?? "-")) \(a.lastSucceeded ? "succeeded" : "failed")</td></tr>\n"
+                    h +=
+                        "<tr><td>\(esc(c.name))</td><td>\(esc(a.scheme))</td><td>\(a.successes)</td><td>\(a.failures)</td>"
+                    h +=
+                        "<td class=\"\(a.lastSucceeded ? "ok" : "bad")\">\(esc(a.last ?? "-")) \(a.lastSucceeded ? "succeeded" : "failed")</td></tr>\n"
                 }
             }
             h += "</table>\n"
@@ -71,28 +81,36 @@ enum StatusPage {
         }
 
         if !r.parents.isEmpty {
-            h += "<h2>Parent proxies</h2>\n<table id=\"parents\"><tr><th>parent</th><th>requests</th><th>failures</th><th>state</th></tr>\n"
+            h +=
+                "<h2>Parent proxies</h2>\n<table id=\"parents\"><tr><th>parent</th><th>requests</th><th>failures</th><th>state</th></tr>\n"
             for p in r.parents {
-                let failures = p.failures.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
-                h += "<tr><td><code>\(esc(p.url))</code></td><td>\(p.requests)</td><td>\(esc(failures.isEmpty ? "-" : failures))</td>"
+                let failures = p.failures.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(
+                    separator: ", ")
+                h +=
+                    "<tr><td><code>\(esc(p.url))</code></td><td>\(p.requests)</td><td>\(esc(failures.isEmpty ? "-" : failures))</td>"
                 h += "<td class=\"\(p.inBackoff ? "bad" : "ok")\">\(p.inBackoff ? "in backoff" : "in use")</td></tr>\n"
             }
             h += "</table>\n"
         }
 
         if let c = r.cluster {
-            h += "<h2>Fleet ([cluster])</h2>\n<table id=\"cluster\"><tr><th>Redis</th><td><code>\(esc(c.redis))</code></td></tr>\n"
-            h += "<tr><th>state</th><td class=\"\(c.connected ? "ok" : "bad")\">\(c.connected ? "connected: tokens shared" : "not connected: this replica works alone")"
+            h +=
+                "<h2>Fleet ([cluster])</h2>\n<table id=\"cluster\"><tr><th>Redis</th><td><code>\(esc(c.redis))</code></td></tr>\n"
+            h +=
+                "<tr><th>state</th><td class=\"\(c.connected ? "ok" : "bad")\">\(c.connected ? "connected: tokens shared" : "not connected: this replica works alone")"
             h += "\(c.since.map { " since \(esc($0))" } ?? "")</td></tr>\n"
             if let p = c.problem, !c.connected { h += "<tr><th>cause</th><td>\(esc(p))</td></tr>\n" }
-            h += "<tr><th>required</th><td>\(c.required ? "yes (not ready while not connected)" : "no")</td></tr></table>\n"
+            h +=
+                "<tr><th>required</th><td>\(c.required ? "yes (not ready while not connected)" : "no")</td></tr></table>\n"
         }
 
         if let reload = r.lastReload {
             h += "<h2>Configuration</h2>\n<p id=\"reload\">Last reload \(esc(reload.at)): "
-            h += "<span class=\"\(reload.applied ? "ok" : "bad")\">\(reload.applied ? "applied" : "rejected")</span> — \(esc(reload.message))</p>\n"
+            h +=
+                "<span class=\"\(reload.applied ? "ok" : "bad")\">\(reload.applied ? "applied" : "rejected")</span> — \(esc(reload.message))</p>\n"
         }
-        h += "<p class=\"muted\">Machine-readable: <a href=\"status.json\">status.json</a>, <a href=\"metrics\">metrics</a>, "
+        h +=
+            "<p class=\"muted\">Machine-readable: <a href=\"status.json\">status.json</a>, <a href=\"metrics\">metrics</a>, "
             + "<a href=\"readyz\">readyz</a>.</p>\n</body></html>\n"
         return h
     }
@@ -102,7 +120,8 @@ enum StatusPage {
             switch c.type {
             case "api-key": return "<span class=\"ok\">static key</span>"
             case "token": return "<span class=\"ok\">pregenerated</span>"
-            case "arcgis-token", "oauth-app", "oauth-user", "oauth2": return "<span class=\"muted\">no token requested yet</span>"
+            case "arcgis-token", "oauth-app", "oauth-user", "oauth2":
+                return "<span class=\"muted\">no token requested yet</span>"
             default: return "<span class=\"muted\">—</span>"
             }
         }

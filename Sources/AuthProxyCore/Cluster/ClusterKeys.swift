@@ -16,7 +16,9 @@ struct ClusterKeys: Sendable {
     /// Derives both keys from `stateKey` (PBKDF2, as the state file; a fixed salt, since every replica must derive
     /// the same keys). Slow on purpose: done once at start.
     init?(stateKey: String, prefix: String) {
-        guard let master = Crypto.deriveKey(secret: stateKey, salt: Array("authproxy cluster v1".utf8)) else { return nil }
+        guard let master = Crypto.deriveKey(secret: stateKey, salt: Array("authproxy cluster v1".utf8)) else {
+            return nil
+        }
         self.prefix = prefix
         nameKey = Crypto.hmacSHA256(key: master, Array("names".utf8))
         sealKey = Crypto.hmacSHA256(key: master, Array("values".utf8))
@@ -24,7 +26,9 @@ struct ClusterKeys: Sendable {
 
     /// The slot's name (hex).
     func name(_ slot: TokenSlot) -> String {
-        Crypto.hex(Crypto.hmacSHA256(key: nameKey, Array("token\u{0}\(slot.fingerprint)\u{0}\(slot.root)\u{0}\(slot.grant ?? "")".utf8)))
+        Crypto.hex(
+            Crypto.hmacSHA256(
+                key: nameKey, Array("token\u{0}\(slot.fingerprint)\u{0}\(slot.root)\u{0}\(slot.grant ?? "")".utf8)))
     }
 
     func tokenKey(_ name: String) -> String { prefix + "t:" + name }

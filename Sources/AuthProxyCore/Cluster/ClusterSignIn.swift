@@ -23,7 +23,9 @@ public enum ClusterSignIn {
         try withRedis(config) { (conn, keys) throws(RedisError) in
             let key = keys.refreshKey(fingerprint: fingerprint)
             if let record {
-                guard let value = keys.seal(record, under: key) else { throw RedisError(.protocolError, "cannot seal the refresh token") }
+                guard let value = keys.seal(record, under: key) else {
+                    throw RedisError(.protocolError, "cannot seal the refresh token")
+                }
                 var args = ["SET", key, value]
                 if let expires = record.expires {
                     let ttl = expires - nowMillis()

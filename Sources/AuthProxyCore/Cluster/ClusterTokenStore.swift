@@ -195,7 +195,8 @@ final class ClusterTokenStore: TokenStore, @unchecked Sendable {
         var still: [Wait] = []
         for w in list {
             let result: TokenClaim?? = use("wait") { (c) throws(RedisError) -> TokenClaim? in
-                if let t = try self.read(name, connection: c), self.usable(t, holding: w.holding, rejected: w.rejected) {
+                if let t = try self.read(name, connection: c), self.usable(t, holding: w.holding, rejected: w.rejected)
+                {
                     return .shared(t)
                 }
                 // The holder gave up, or its lock expired: take over.
@@ -274,7 +275,9 @@ final class ClusterTokenStore: TokenStore, @unchecked Sendable {
         return max(60_000, expires - clock.nowMillis())
     }
 
-    private func withdraw(_ name: String, digest: String, expires: Int64?, connection c: RedisConnection) throws(RedisError) {
+    private func withdraw(_ name: String, digest: String, expires: Int64?, connection c: RedisConnection)
+        throws(RedisError)
+    {
         let r = try c.command([
             "EVAL", ClusterKeys.withdrawScript, "2", keys.tokenKey(name), keys.withdrawnKey(name, digest: digest),
             digest + ".", keys.channel, ClusterKeys.Notice.withdrawn(name, digest: digest).text,
@@ -382,10 +385,12 @@ final class ClusterTokenStore: TokenStore, @unchecked Sendable {
         if let error {
             var meta: Logger.Metadata = ["redis": "\(config.endpoint.redacted)", "cause": "\(error.message)"]
             meta["retry_in_s"] = "\(max(1, ((health.retryAt ?? now) - now) / 1000))"
-            let line: Logger.Message = "Redis cannot be used: this replica works on its own (its memory and state file) until it can"
+            let line: Logger.Message =
+                "Redis cannot be used: this replica works on its own (its memory and state file) until it can"
             if config.required { logger.error(line, metadata: meta) } else { logger.warning(line, metadata: meta) }
         } else {
-            logger.notice("Redis connected: tokens are shared with the fleet", metadata: ["redis": "\(config.endpoint.redacted)"])
+            logger.notice(
+                "Redis connected: tokens are shared with the fleet", metadata: ["redis": "\(config.endpoint.redacted)"])
         }
     }
 }

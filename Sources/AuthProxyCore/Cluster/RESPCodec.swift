@@ -54,7 +54,9 @@ final class RESPCodec {
         let n = redisFormatCommandArgv(&out, Int32(args.count), &argv, lengths)
         guard n > 0, let out else { return [] }
         defer { redisFreeCommand(out) }
-        return out.withMemoryRebound(to: UInt8.self, capacity: Int(n)) { Array(UnsafeBufferPointer(start: $0, count: Int(n))) }
+        return out.withMemoryRebound(to: UInt8.self, capacity: Int(n)) {
+            Array(UnsafeBufferPointer(start: $0, count: Int(n)))
+        }
     }
 
     static func format(_ args: [String]) -> [UInt8] { format(args.map { Array($0.utf8) }) }
@@ -83,7 +85,9 @@ final class RESPCodec {
     }
 
     private func protocolError() -> RedisError {
-        let message = withUnsafeBytes(of: reader.pointee.errstr) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+        let message = withUnsafeBytes(of: reader.pointee.errstr) {
+            String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self)
+        }
         return RedisError(.protocolError, "the server's reply is not RESP: \(message)")
     }
 
@@ -91,7 +95,9 @@ final class RESPCodec {
         let v = r.pointee
         func bytes() -> [UInt8] {
             guard let s = v.str else { return [] }
-            return s.withMemoryRebound(to: UInt8.self, capacity: v.len) { Array(UnsafeBufferPointer(start: $0, count: v.len)) }
+            return s.withMemoryRebound(to: UInt8.self, capacity: v.len) {
+                Array(UnsafeBufferPointer(start: $0, count: v.len))
+            }
         }
         switch v.type {
         case REDIS_REPLY_STRING: return .string(bytes())

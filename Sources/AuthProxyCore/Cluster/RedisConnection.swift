@@ -1,8 +1,9 @@
 import CAuthProxyShims
 import COpenSSL
 import Dispatch
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// One connection to Redis: a non-blocking socket (TLS through OpenSSL for `rediss://`) driven by `poll` with a
@@ -40,7 +41,8 @@ final class RedisConnection {
         switch resolve(host: endpoint.host, port: endpoint.port) {
         case .success(let a): addresses = a
         case .failure(let why): throw RedisError(.unreachable, "cannot resolve \(endpoint.host): \(why)")
-        case .outOfDescriptors(let e): throw RedisError(.unreachable, "cannot resolve \(endpoint.host): \(String(cString: strerror(e)))")
+        case .outOfDescriptors(let e):
+            throw RedisError(.unreachable, "cannot resolve \(endpoint.host): \(String(cString: strerror(e)))")
         }
         var last = RedisError(.unreachable, "cannot connect to \(endpoint.authority)")
         for a in addresses {
@@ -99,13 +101,16 @@ final class RedisConnection {
         do throws(RedisError) {
             try send(args, until: deadline)
             guard let reply = try receive(until: deadline) else {
-                throw RedisError(.timeout, "Redis did not answer \(what) within \(timeoutMillis) ms ([cluster] timeout_ms)")
+                throw RedisError(
+                    .timeout, "Redis did not answer \(what) within \(timeoutMillis) ms ([cluster] timeout_ms)")
             }
             if case .error(let text) = reply { throw RedisError.reply(text, command: what) }
             return reply
         } catch {
             // An error reply leaves the connection in step; anything else does not.
-            if error.kind == .timeout || error.kind == .unreachable || error.kind == .protocolError || error.kind == .tls {
+            if error.kind == .timeout || error.kind == .unreachable || error.kind == .protocolError
+                || error.kind == .tls
+            {
                 close()
             }
             throw error
@@ -147,7 +152,7 @@ final class RedisConnection {
             }
             do throws(RedisError) {
                 try retry(n, until: deadline, doing: "waiting for a reply")
-            } catch where error.kind == .timeout {
+            } catch  where error.kind == .timeout {
                 return nil
             }
         }
@@ -271,7 +276,8 @@ final class RedisConnection {
             case SSL_ERROR_WANT_WRITE: try wait(for: Int16(POLLOUT), until: deadline, doing: "in the TLS handshake")
             default:
                 let verify = SSL_get_verify_result(ssl)
-                let why = verify != X509_V_OK
+                let why =
+                    verify != X509_V_OK
                     ? String(cString: X509_verify_cert_error_string(Int(verify))) : Self.sslReason()
                 throw RedisError(.tls, "TLS handshake with Redis at \(endpoint.authority) failed: \(why)")
             }

@@ -74,7 +74,8 @@ public struct RedisEndpoint: Sendable, Equatable {
             rest = rest[..<slash]
             if !db.isEmpty {
                 guard let n = Int(db), (0...15_999).contains(n) else {
-                    return .failure(Problem(message: "has a database number that is not a number (after the host: /0, /1, …)"))
+                    return .failure(
+                        Problem(message: "has a database number that is not a number (after the host: /0, /1, …)"))
                 }
                 database = n
             }
@@ -82,7 +83,9 @@ public struct RedisEndpoint: Sendable, Equatable {
         var host: Substring
         var port = 6379
         if rest.hasPrefix("[") {
-            guard let close = rest.firstIndex(of: "]") else { return .failure(Problem(message: "has an IPv6 address without its closing ]")) }
+            guard let close = rest.firstIndex(of: "]") else {
+                return .failure(Problem(message: "has an IPv6 address without its closing ]"))
+            }
             host = rest[rest.index(after: rest.startIndex)..<close]
             let after = rest[rest.index(after: close)...]
             if !after.isEmpty {
@@ -103,8 +106,10 @@ public struct RedisEndpoint: Sendable, Equatable {
         guard !host.isEmpty, !host.contains(where: { $0 == "?" || $0 == "#" || $0 == " " }) else {
             return .failure(Problem(message: "needs a host (redis://host:6379/0)"))
         }
-        return .success(RedisEndpoint(
-            host: String(host), port: port, database: database, user: user, password: password, tls: scheme == "rediss" ? TLS() : nil))
+        return .success(
+            RedisEndpoint(
+                host: String(host), port: port, database: database, user: user, password: password,
+                tls: scheme == "rediss" ? TLS() : nil))
     }
 
     private static func percentDecoded(_ s: String) -> String? {
@@ -113,7 +118,8 @@ public struct RedisEndpoint: Sendable, Equatable {
         while let b = bytes.first {
             bytes = bytes.dropFirst()
             if b == UInt8(ascii: "%") {
-                guard bytes.count >= 2, let v = UInt8(String(decoding: bytes.prefix(2), as: UTF8.self), radix: 16) else {
+                guard bytes.count >= 2, let v = UInt8(String(decoding: bytes.prefix(2), as: UTF8.self), radix: 16)
+                else {
                     return nil
                 }
                 out.append(v)

@@ -34,13 +34,15 @@ struct RedisError: Error, Sendable, Equatable, CustomStringConvertible {
         let code = text.prefix { $0 != " " }.uppercased()
         switch code {
         case "WRONGPASS", "NOAUTH", "NOPERM":
-            return RedisError(.authentication, "Redis refused \(command): \(text) (check the user and password of [cluster] redis)")
+            return RedisError(
+                .authentication, "Redis refused \(command): \(text) (check the user and password of [cluster] redis)")
         case "READONLY":
             return RedisError(.readOnly, "Redis is a read-only replica (after a failover?): \(command) refused")
         case "MOVED", "ASK", "CLUSTERDOWN", "CROSSSLOT":
             return RedisError(
                 .clusterMode,
-                "cluster mode is not supported: the Redis endpoint answered \(code) (a Redis Cluster); use a single Redis, or a primary behind a failover address")
+                "cluster mode is not supported: the Redis endpoint answered \(code) (a Redis Cluster); use a single Redis, or a primary behind a failover address"
+            )
         default:
             return RedisError(.server, "Redis refused \(command): \(text)")
         }

@@ -1,8 +1,9 @@
 import Dispatch
 import Logging
 import Synchronization
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// The fleet's notices: a connection of its own in subscribe mode (RESP2 allows no other command on it), on a
@@ -46,8 +47,12 @@ final class RedisSubscriber: Sendable {
             let c = RedisConnection(endpoint: config.endpoint, timeoutMillis: config.timeoutMillis)
             do throws(RedisError) {
                 try c.open()
-                try c.send([Array("SUBSCRIBE".utf8), Array(channel.utf8)], until: RedisConnection.deadline(after: config.timeoutMillis))
-                guard case .array(let confirm)? = try c.receive(until: RedisConnection.deadline(after: config.timeoutMillis)),
+                try c.send(
+                    [Array("SUBSCRIBE".utf8), Array(channel.utf8)],
+                    until: RedisConnection.deadline(after: config.timeoutMillis))
+                guard
+                    case .array(let confirm)? = try c.receive(
+                        until: RedisConnection.deadline(after: config.timeoutMillis)),
                     confirm.first?.text == "subscribe"
                 else { throw RedisError(.protocolError, "SUBSCRIBE was not confirmed") }
                 backoff.succeeded()

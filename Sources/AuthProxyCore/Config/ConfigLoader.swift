@@ -1,7 +1,8 @@
-#if canImport(Glibc)
-import Glibc
-#endif
 import Logging
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Reads `proxy.conf` (TOML) into a ``ProxyConfig``. Unknown keys, wrong types and bad values are errors
 /// that name the key and line. Any string may be written `"${ENV_NAME}"` or `"file:/path"` to take its value
@@ -51,10 +52,14 @@ public struct ConfigLoader: Sendable {
         var top = TableReader(root, path: "", env: environment, reads: reads, acceptUnfilled: acceptUnfilled)
         if var proxy = try top.table("proxy") {
             if let l = try proxy.stringArray("listen") {
-                guard !l.values.isEmpty else { throw ConfigError(key: "proxy.listen", line: l.line, "needs at least one address") }
+                guard !l.values.isEmpty else {
+                    throw ConfigError(key: "proxy.listen", line: l.line, "needs at least one address")
+                }
                 config.listen = try l.values.map { (s: String) throws(ConfigError) -> ListenAddress in
                     guard let a = ListenAddress.parse(s) else {
-                        throw ConfigError(key: "proxy.listen", line: l.line, "\(proxy.shown("listen", s)) is not an address like 127.0.0.1:3128 or [::1]:3128")
+                        throw ConfigError(
+                            key: "proxy.listen", line: l.line,
+                            "\(proxy.shown("listen", s)) is not an address like 127.0.0.1:3128 or [::1]:3128")
                     }
                     return a
                 }
@@ -63,17 +68,23 @@ public struct ConfigLoader: Sendable {
             if let u = try proxy.enumValue("unmatched", UnmatchedPolicy.self) { config.unmatched = u }
             if let c = try proxy.enumValue("http_client", HTTPClientChoice.self) { config.httpClient = c }
             if let s = try proxy.string("state_dir") { config.stateDir = s }
-            if let t = try proxy.int("upstream_timeout_seconds", range: 1...86_400) { config.upstreamTimeoutSeconds = t }
+            if let t = try proxy.int("upstream_timeout_seconds", range: 1...86_400) {
+                config.upstreamTimeoutSeconds = t
+            }
             if let t = try proxy.int("header_timeout_seconds", range: 1...3600) { config.headerTimeoutSeconds = t }
             if let t = try proxy.int("idle_timeout_seconds", range: 1...86_400) { config.idleTimeoutSeconds = t }
             if let t = try proxy.int("shutdown_grace_seconds", range: 0...3600) { config.shutdownGraceSeconds = t }
-            if let t = try proxy.int("tunnel_idle_timeout_seconds", range: 1...86_400) { config.tunnelIdleTimeoutSeconds = t }
+            if let t = try proxy.int("tunnel_idle_timeout_seconds", range: 1...86_400) {
+                config.tunnelIdleTimeoutSeconds = t
+            }
             if let w = try proxy.int("workers", range: 1...64) {
                 config.workers = w
                 config.workersSet = true
             }
             if let m = try proxy.int("max_connections", range: 1...1_000_000) { config.maxConnections = m }
-            if let m = try proxy.int("max_connections_per_client", range: 1...1_000_000) { config.maxConnectionsPerClient = m }
+            if let m = try proxy.int("max_connections_per_client", range: 1...1_000_000) {
+                config.maxConnectionsPerClient = m
+            }
             if let blocks = try proxy.addressBlocks("allow_clients") {
                 config.allowClients = blocks
                 config.allowClientsSet = true
@@ -82,15 +93,19 @@ public struct ConfigLoader: Sendable {
             if let o = try proxy.stringArray("allowed_origins") {
                 for origin in o.values where origin != "*" {
                     guard let u = HTTPURL.parse(origin), u.target.pathAndQuery == "/", !origin.hasSuffix("/") else {
-                        throw ConfigError(key: "proxy.allowed_origins", line: o.line,
-                            "\(proxy.shown("allowed_origins", origin)) is not an origin like https://maps.example.com (scheme, host, optional port; no path)")
+                        throw ConfigError(
+                            key: "proxy.allowed_origins", line: o.line,
+                            "\(proxy.shown("allowed_origins", origin)) is not an origin like https://maps.example.com (scheme, host, optional port; no path)"
+                        )
                     }
                 }
                 config.allowedOrigins = o.values
             }
             if let k = try proxy.string("state_key") {
                 guard k.utf8.count >= 16 else {
-                    throw ConfigError(key: "proxy.state_key", line: proxy.line(of: "state_key"), "must be at least 16 characters (use a long random secret)")
+                    throw ConfigError(
+                        key: "proxy.state_key", line: proxy.line(of: "state_key"),
+                        "must be at least 16 characters (use a long random secret)")
                 }
                 config.stateKey = k
             }
@@ -105,13 +120,17 @@ public struct ConfigLoader: Sendable {
             config.tlsKey = try proxy.string("tls_key")
             if (config.tlsCert == nil) != (config.tlsKey == nil) {
                 let missing = config.tlsCert == nil ? "tls_cert" : "tls_key"
-                throw ConfigError(key: "proxy." + missing, line: proxy.line(of: missing == "tls_cert" ? "tls_key" : "tls_cert"),
-                    "missing: tls_cert and tls_key go together (the proxy's own TLS certificate and its key, PEM files)")
+                throw ConfigError(
+                    key: "proxy." + missing, line: proxy.line(of: missing == "tls_cert" ? "tls_key" : "tls_cert"),
+                    "missing: tls_cert and tls_key go together (the proxy's own TLS certificate and its key, PEM files)"
+                )
             }
             if let a = try proxy.string("pac_address") {
                 guard let address = PacEndpoint.authority(a) else {
-                    throw ConfigError(key: "proxy.pac_address", line: proxy.line(of: "pac_address"),
-                        "\(proxy.shown("pac_address", a)) is not a host:port like proxy.example.com:3128 (the address clients use in PROXY host:port; no scheme or path)")
+                    throw ConfigError(
+                        key: "proxy.pac_address", line: proxy.line(of: "pac_address"),
+                        "\(proxy.shown("pac_address", a)) is not a host:port like proxy.example.com:3128 (the address clients use in PROXY host:port; no scheme or path)"
+                    )
                 }
                 config.pacAddress = address
             }
@@ -121,8 +140,10 @@ public struct ConfigLoader: Sendable {
         if var log = try top.table("log") {
             if let l = try log.string("level") {
                 guard let level = Logger.Level(rawValue: l) else {
-                    throw ConfigError(key: "log.level", line: log.line(of: "level"),
-                        "\(log.shown("level", l)) is not one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", "))")
+                    throw ConfigError(
+                        key: "log.level", line: log.line(of: "level"),
+                        "\(log.shown("level", l)) is not one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", "))"
+                    )
                 }
                 config.logLevel = level
             }
@@ -131,17 +152,22 @@ public struct ConfigLoader: Sendable {
         }
         if var admin = try top.table("admin") {
             guard let l = try admin.string("listen") else {
-                throw ConfigError(key: "admin.listen", line: admin.table.line, "[admin] needs listen, e.g. listen = \"127.0.0.1:9128\"")
+                throw ConfigError(
+                    key: "admin.listen", line: admin.table.line,
+                    "[admin] needs listen, e.g. listen = \"127.0.0.1:9128\"")
             }
             guard let address = ListenAddress.parse(l) else {
-                throw ConfigError(key: "admin.listen", line: admin.line(of: "listen"), "\(admin.shown("listen", l)) is not an address like 127.0.0.1:9128 or [::1]:9128")
+                throw ConfigError(
+                    key: "admin.listen", line: admin.line(of: "listen"),
+                    "\(admin.shown("listen", l)) is not an address like 127.0.0.1:9128 or [::1]:9128")
             }
             var settings = AdminConfig(listen: address)
             if let blocks = try admin.addressBlocks("allow") { settings.allow = blocks }
             if let names = try admin.stringArray("hosts") {
                 settings.hosts = try names.values.map { (h: String) throws(ConfigError) -> String in
                     guard let name = Self.hostName(h) else {
-                        throw ConfigError(key: "admin.hosts", line: names.line,
+                        throw ConfigError(
+                            key: "admin.hosts", line: names.line,
                             "\(admin.shown("hosts", h)) is not a host name like admin.example (no scheme, port or wildcard; "
                                 + "IP addresses and localhost are always accepted)")
                     }
@@ -158,7 +184,8 @@ public struct ConfigLoader: Sendable {
             if let hosts = try tls.stringArray("no_intercept") {
                 config.tls.noIntercept = try hosts.values.map { (h: String) throws(ConfigError) -> HostPattern in
                     guard let p = HostPattern.parse(h) else {
-                        throw ConfigError(key: "tls.no_intercept", line: hosts.line,
+                        throw ConfigError(
+                            key: "tls.no_intercept", line: hosts.line,
                             "\(tls.shown("no_intercept", h)) is not a host, host:port or *.domain (no scheme or path)")
                     }
                     return p
@@ -175,9 +202,12 @@ public struct ConfigLoader: Sendable {
         if let entries = try top.tableArray("credential") {
             var names = Set<String>()
             for (index, var entry) in entries.enumerated() {
-                let credential = try parseCredential(&entry, index: index, parentCredential: config.upstreamProxy.credentialName)
+                let credential = try parseCredential(
+                    &entry, index: index, parentCredential: config.upstreamProxy.credentialName)
                 guard names.insert(credential.name).inserted else {
-                    throw ConfigError(key: entry.path + ".name", line: entry.line(of: "name"), "duplicate credential name '\(credential.name)'")
+                    throw ConfigError(
+                        key: entry.path + ".name", line: entry.line(of: "name"),
+                        "duplicate credential name '\(credential.name)'")
                 }
                 config.credentials.append(credential)
             }
@@ -189,33 +219,47 @@ public struct ConfigLoader: Sendable {
                 config.allowClients = AddressBlock.everywhere
             }
         }
-        let principals = Set(config.credentials.compactMap { c -> String? in
-            if case .kerberos(let k) = c.kind { return k.principal }
-            return nil
-        })
+        let principals = Set(
+            config.credentials.compactMap { c -> String? in
+                if case .kerberos(let k) = c.kind { return k.principal }
+                return nil
+            })
         if principals.count > 1 {
             // The credentials, not the principals: a principal may have been read from a file or the environment.
             let holders = config.credentials.filter { if case .kerberos = $0.kind { true } else { false } }.map(\.name)
-            throw ConfigError(key: "credential", line: nil,
-                "only one Kerberos identity per proxy process is supported (GSS-API's credential cache is process-wide); found \(principals.count) different principals in \(holders.joined(separator: ", "))")
+            throw ConfigError(
+                key: "credential", line: nil,
+                "only one Kerberos identity per proxy process is supported (GSS-API's credential cache is process-wide); found \(principals.count) different principals in \(holders.joined(separator: ", "))"
+            )
         }
         try top.finish()
         if config.cluster != nil, config.stateKey == nil {
-            throw ConfigError(key: "proxy.state_key", line: root["cluster"]?.line,
-                "[cluster] needs [proxy] state_key: tokens in Redis are encrypted with it, and every replica must have the same one")
+            throw ConfigError(
+                key: "proxy.state_key", line: root["cluster"]?.line,
+                "[cluster] needs [proxy] state_key: tokens in Redis are encrypted with it, and every replica must have the same one"
+            )
         }
         try checkParentCredential(config, line: root["proxy"]?.line)
         let listen = listenOverride ?? config.listen
-        if let admin = config.admin, listen.contains(where: { $0.port == admin.listen.port && $0.port != 0
-            && ($0.host == admin.listen.host || $0.host == "0.0.0.0" || $0.host == "::" || admin.listen.host == "0.0.0.0" || admin.listen.host == "::") }) {
+        if let admin = config.admin,
+            listen.contains(where: {
+                $0.port == admin.listen.port && $0.port != 0
+                    && ($0.host == admin.listen.host || $0.host == "0.0.0.0" || $0.host == "::"
+                        || admin.listen.host == "0.0.0.0" || admin.listen.host == "::")
+            })
+        {
             let which = listenOverride == nil ? "a [proxy] listen address" : "a --listen address"
-            throw ConfigError(key: "admin.listen", line: nil,
-                "\(admin.listen) overlaps \(which): the admin listener needs its own port, so clients of the proxy cannot reach it")
+            throw ConfigError(
+                key: "admin.listen", line: nil,
+                "\(admin.listen) overlaps \(which): the admin listener needs its own port, so clients of the proxy cannot reach it"
+            )
         }
         if let problem = config.openRelayProblem {
-            throw ConfigError(key: "proxy.listen", line: root["proxy"].flatMap { n in
-                if case .table(let t) = n.value { return t["listen"]?.line ?? n.line } else { return n.line }
-            }, problem)
+            throw ConfigError(
+                key: "proxy.listen",
+                line: root["proxy"].flatMap { n in
+                    if case .table(let t) = n.value { return t["listen"]?.line ?? n.line } else { return n.line }
+                }, problem)
         }
         return config
     }
@@ -224,7 +268,8 @@ public struct ConfigLoader: Sendable {
     /// `${ENV}` or `file:`), `ca`/`cert`/`key` for `rediss://`, `key_prefix`, `timeout_ms`, `required`.
     private func parseCluster(_ t: inout TableReader) throws(ConfigError) -> ClusterConfig {
         guard let url = try t.string("redis") else {
-            throw ConfigError(key: "cluster.redis", line: t.table.line,
+            throw ConfigError(
+                key: "cluster.redis", line: t.table.line,
                 "[cluster] needs redis, e.g. redis = \"redis://redis.example:6379/0\" (or rediss:// for TLS)")
         }
         var endpoint: RedisEndpoint
@@ -237,19 +282,22 @@ public struct ConfigLoader: Sendable {
         let cert = try t.string("cert")
         let key = try t.string("key")
         if (cert == nil) != (key == nil) {
-            throw ConfigError(key: "cluster." + (cert == nil ? "cert" : "key"), line: t.line(of: cert == nil ? "key" : "cert"),
+            throw ConfigError(
+                key: "cluster." + (cert == nil ? "cert" : "key"), line: t.line(of: cert == nil ? "key" : "cert"),
                 "missing: cert and key go together (the client certificate Redis asks for, and its key; PEM files)")
         }
         if endpoint.tls != nil {
             endpoint.tls = RedisEndpoint.TLS(ca: ca, cert: cert, key: key)
         } else if ca != nil || cert != nil {
-            throw ConfigError(key: "cluster." + (ca != nil ? "ca" : "cert"), line: t.line(of: ca != nil ? "ca" : "cert"),
+            throw ConfigError(
+                key: "cluster." + (ca != nil ? "ca" : "cert"), line: t.line(of: ca != nil ? "ca" : "cert"),
                 "is for TLS: write the redis URL as rediss://")
         }
         var c = ClusterConfig(endpoint: endpoint)
         if let p = try t.literalString("key_prefix") {
             guard !p.isEmpty, p.utf8.count <= 64, !p.contains(where: { $0 == " " || $0.isNewline }) else {
-                throw ConfigError(key: "cluster.key_prefix", line: t.line(of: "key_prefix"),
+                throw ConfigError(
+                    key: "cluster.key_prefix", line: t.line(of: "key_prefix"),
                     "must be 1…64 characters without spaces, e.g. \"authproxy:\" or \"gis-fleet:\"")
             }
             c.keyPrefix = p
@@ -267,7 +315,8 @@ public struct ConfigLoader: Sendable {
             var seen = Set<ParentProxy>()
             for text in list.values {
                 guard let p = ParentProxy.parse(text) else {
-                    throw ConfigError(key: "proxy.upstream_proxy", line: list.line,
+                    throw ConfigError(
+                        key: "proxy.upstream_proxy", line: list.line,
                         "\(proxy.shown("upstream_proxy", text)) is not a proxy URL like http://proxy.corp.example:8080 "
                             + "(http, https or socks5h; host and port; no path; the parent's user and password go in a "
                             + "credential named by upstream_proxy_credential)")
@@ -281,11 +330,14 @@ public struct ConfigLoader: Sendable {
         // Verbatim: `file:///path` is a PAC location here, not a secret file reference.
         if let text = try proxy.verbatimString("upstream_pac") {
             guard u.parents.isEmpty else {
-                throw ConfigError(key: "proxy.upstream_pac", line: proxy.line(of: "upstream_pac"),
-                    "upstream_proxy and upstream_pac are alternatives: set one of them (a PAC file names its parents itself)")
+                throw ConfigError(
+                    key: "proxy.upstream_pac", line: proxy.line(of: "upstream_pac"),
+                    "upstream_proxy and upstream_pac are alternatives: set one of them (a PAC file names its parents itself)"
+                )
             }
             guard let source = PacSource.parse(text) else {
-                throw ConfigError(key: "proxy.upstream_pac", line: proxy.line(of: "upstream_pac"),
+                throw ConfigError(
+                    key: "proxy.upstream_pac", line: proxy.line(of: "upstream_pac"),
                     "\(proxy.shown("upstream_pac", text)) is not a PAC file location like http://wpad.corp.example/wpad.dat, "
                         + "file:///etc/authproxy/proxy.pac or an absolute path")
             }
@@ -293,7 +345,8 @@ public struct ConfigLoader: Sendable {
         }
         if let r = try proxy.int("upstream_pac_refresh_seconds", range: 1...86400) {
             guard u.pac != nil else {
-                throw ConfigError(key: "proxy.upstream_pac_refresh_seconds", line: proxy.line(of: "upstream_pac_refresh_seconds"),
+                throw ConfigError(
+                    key: "proxy.upstream_pac_refresh_seconds", line: proxy.line(of: "upstream_pac_refresh_seconds"),
                     "applies only with upstream_pac")
             }
             u.pacRefreshSeconds = r
@@ -302,7 +355,8 @@ public struct ConfigLoader: Sendable {
         if let b = try proxy.int("upstream_proxy_backoff_seconds", range: 1...3600) { u.backoffSeconds = b }
         if let ca = try proxy.string("upstream_proxy_ca") {
             guard access(ca, R_OK) == 0 else {
-                throw ConfigError(key: "proxy.upstream_proxy_ca", line: proxy.line(of: "upstream_proxy_ca"),
+                throw ConfigError(
+                    key: "proxy.upstream_proxy_ca", line: proxy.line(of: "upstream_proxy_ca"),
                     "cannot read \(proxy.shown("upstream_proxy_ca", ca)): \(lastErrorString())")
             }
             u.caFile = ca
@@ -311,7 +365,8 @@ public struct ConfigLoader: Sendable {
             switch NoProxyList.parse(list.values) {
             case .success(let n): u.noProxy = n
             case .failure(let e):
-                throw ConfigError(key: "proxy.no_proxy", line: list.line,
+                throw ConfigError(
+                    key: "proxy.no_proxy", line: list.line,
                     "\(proxy.shown("no_proxy", e.entry)) is not a host, host:port, domain (example.com, .example.com, "
                         + "*.example.com), address block (10.0.0.0/8), <local> or *")
             }
@@ -319,7 +374,8 @@ public struct ConfigLoader: Sendable {
         if !u.isConfigured {
             for key in ["upstream_proxy_credential", "upstream_proxy_ca", "no_proxy", "upstream_proxy_backoff_seconds"]
             where proxy.table[key] != nil {
-                throw ConfigError(key: "proxy." + key, line: proxy.line(of: key), "applies only with upstream_proxy or upstream_pac")
+                throw ConfigError(
+                    key: "proxy." + key, line: proxy.line(of: key), "applies only with upstream_proxy or upstream_pac")
             }
         }
     }
@@ -328,19 +384,23 @@ public struct ConfigLoader: Sendable {
     private func checkParentCredential(_ config: ProxyConfig, line: Int?) throws(ConfigError) {
         guard let name = config.upstreamProxy.credentialName else { return }
         guard let c = config.credentials.first(where: { $0.name == name }) else {
-            throw ConfigError(key: "proxy.upstream_proxy_credential", line: line,
+            throw ConfigError(
+                key: "proxy.upstream_proxy_credential", line: line,
                 "names credential '\(name)', which is not defined")
         }
         switch c.kind {
         case .password, .kerberos: break
         default:
-            throw ConfigError(key: "proxy.upstream_proxy_credential", line: line,
-                "credential '\(name)' is not a password or kerberos credential (a parent proxy takes Basic, Digest, NTLM or Negotiate)")
+            throw ConfigError(
+                key: "proxy.upstream_proxy_credential", line: line,
+                "credential '\(name)' is not a password or kerberos credential (a parent proxy takes Basic, Digest, NTLM or Negotiate)"
+            )
         }
     }
 
     /// `[[client]]`: users of the proxy (Proxy-Authorization: Basic) and the credentials each may use.
-    private func parseClients(_ entries: [TableReader], credentials: [Credential]) throws(ConfigError) -> [ProxyClient] {
+    private func parseClients(_ entries: [TableReader], credentials: [Credential]) throws(ConfigError) -> [ProxyClient]
+    {
         var names = Set<String>()
         let known = Set(credentials.map(\.name))
         var out: [ProxyClient] = []
@@ -349,11 +409,13 @@ public struct ConfigLoader: Sendable {
                 throw entry.missing("name", "every client needs a name")
             }
             guard !name.contains(":"), name.utf8.allSatisfy({ $0 > 0x20 && $0 != 0x7f }) else {
-                throw ConfigError(key: entry.path + ".name", line: entry.line(of: "name"),
+                throw ConfigError(
+                    key: entry.path + ".name", line: entry.line(of: "name"),
                     "client name '\(name)' may not contain ':', spaces or control characters (Basic authentication)")
             }
             guard names.insert(name).inserted else {
-                throw ConfigError(key: entry.path + ".name", line: entry.line(of: "name"), "duplicate client name '\(name)'")
+                throw ConfigError(
+                    key: entry.path + ".name", line: entry.line(of: "name"), "duplicate client name '\(name)'")
             }
             guard let password = try entry.string("password"), !password.isEmpty else {
                 throw entry.missing("password", "client '\(name)' needs a password")
@@ -361,7 +423,8 @@ public struct ConfigLoader: Sendable {
             var scope: [String]? = nil
             if let list = try entry.stringArray("credentials") {
                 for c in list.values where !known.contains(c) {
-                    throw ConfigError(key: entry.path + ".credentials", line: list.line,
+                    throw ConfigError(
+                        key: entry.path + ".credentials", line: list.line,
                         "client '\(name)' names credential \(entry.shown("credentials", c)), which is not defined")
                 }
                 scope = list.values
@@ -372,7 +435,9 @@ public struct ConfigLoader: Sendable {
         return out
     }
 
-    private func parseCredential(_ entry: inout TableReader, index: Int, parentCredential: String?) throws(ConfigError) -> Credential {
+    private func parseCredential(_ entry: inout TableReader, index: Int, parentCredential: String?) throws(ConfigError)
+        -> Credential
+    {
         guard let name = try entry.literalString("name"), !name.isEmpty else {
             throw entry.missing("name", "every credential needs a name")
         }
@@ -386,13 +451,16 @@ public struct ConfigLoader: Sendable {
         }
         let prefixes = try match.values.map { (s: String) throws(ConfigError) -> MatchPrefix in
             guard let p = MatchPrefix.parse(s) else {
-                throw ConfigError(key: entry.path + ".match", line: match.line,
-                    "\(entry.shown("match", s)) is not a URL prefix like https://host[:port][/path] (http, https, ws or wss; a leading *. matches subdomains)")
+                throw ConfigError(
+                    key: entry.path + ".match", line: match.line,
+                    "\(entry.shown("match", s)) is not a URL prefix like https://host[:port][/path] (http, https, ws or wss; a leading *. matches subdomains)"
+                )
             }
             return p
         }
         // An oauth2 credential reads its own token_placement ("header" or "query", see OAuth2Settings).
-        let placement = type == "oauth2" ? .header : try entry.enumValue("token_placement", TokenPlacement.self) ?? .param
+        let placement =
+            type == "oauth2" ? .header : try entry.enumValue("token_placement", TokenPlacement.self) ?? .param
         let override = try entry.bool("override_client_token") ?? false
         let upgrade = try entry.bool("upgrade_to_https") ?? false
         let allowJSONP = try entry.bool("allow_jsonp") ?? false
@@ -401,15 +469,19 @@ public struct ConfigLoader: Sendable {
         if layer == .gateway, type != "header" {
             // An oauth2 gateway needs a second token per request, refreshed on its own rejections: not built yet,
             // and silently applying it as a service credential would be worse than refusing it.
-            throw ConfigError(key: entry.path + ".layer", line: entry.line(of: "layer"),
-                "layer = \"gateway\" applies to header credentials only (not to \(type)\(type == "oauth2" ? ": an oauth2 gateway layer is not supported yet; use a header credential with a long-lived token, or oauth2 as the service credential" : ""))")
+            throw ConfigError(
+                key: entry.path + ".layer", line: entry.line(of: "layer"),
+                "layer = \"gateway\" applies to header credentials only (not to \(type)\(type == "oauth2" ? ": an oauth2 gateway layer is not supported yet; use a header credential with a long-lived token, or oauth2 as the service credential" : ""))"
+            )
         }
         let intercept = try entry.bool("intercept") ?? true
         var rateLimit: RateLimit? = nil
         if var r = try entry.table("rate_limit") {
-            guard let n = try r.int("requests", range: 1...10_000_000), let per = try r.int("per_seconds", range: 1...86_400)
+            guard let n = try r.int("requests", range: 1...10_000_000),
+                let per = try r.int("per_seconds", range: 1...86_400)
             else {
-                throw ConfigError(key: entry.path + ".rate_limit", line: r.table.line,
+                throw ConfigError(
+                    key: entry.path + ".rate_limit", line: r.table.line,
                     "needs requests and per_seconds, e.g. rate_limit = { requests = 600, per_seconds = 60 }")
             }
             try r.finish()
@@ -425,7 +497,9 @@ public struct ConfigLoader: Sendable {
         func url(_ key: String, required isRequired: Bool) throws(ConfigError) -> String? {
             guard let v = isRequired ? try required(key) : try entry.string(key) else { return nil }
             guard let u = HTTPURL.parse(v) else {
-                throw ConfigError(key: entry.path + "." + key, line: entry.line(of: key), "\(entry.shown(key, v)) is not an http(s) URL")
+                throw ConfigError(
+                    key: entry.path + "." + key, line: entry.line(of: key),
+                    "\(entry.shown(key, v)) is not an http(s) URL")
             }
             return u.withoutTrailingSlash
         }
@@ -448,7 +522,9 @@ public struct ConfigLoader: Sendable {
                     throw ConfigError(key: entry.path + ".expires", line: n.line, "expected an RFC 3339 date-time")
                 }
                 guard let ms = parseRFC3339(text) else {
-                    throw ConfigError(key: entry.path + ".expires", line: n.line, "\(entry.shown("expires", text)) is not an RFC 3339 date-time like 2026-12-31T23:59:00Z")
+                    throw ConfigError(
+                        key: entry.path + ".expires", line: n.line,
+                        "\(entry.shown("expires", text)) is not an RFC 3339 date-time like 2026-12-31T23:59:00Z")
                 }
                 expires = ms
             }
@@ -457,28 +533,36 @@ public struct ConfigLoader: Sendable {
             let referer = try entry.string("referer")
             let client = try entry.string("client") ?? (referer == nil ? "requestip" : "referer")
             guard ["referer", "requestip", "ip"].contains(client) else {
-                throw ConfigError(key: entry.path + ".client", line: entry.line(of: "client"), "\(entry.shown("client", client)) is not one of \"referer\", \"requestip\", \"ip\"")
+                throw ConfigError(
+                    key: entry.path + ".client", line: entry.line(of: "client"),
+                    "\(entry.shown("client", client)) is not one of \"referer\", \"requestip\", \"ip\"")
             }
             if client == "referer" && referer == nil {
-                throw ConfigError(key: entry.path + ".referer", line: entry.table.line, "client = \"referer\" needs a referer")
+                throw ConfigError(
+                    key: entry.path + ".referer", line: entry.table.line, "client = \"referer\" needs a referer")
             }
-            kind = .arcgisToken(ArcGISTokenSettings(
-                username: try required("username"), password: try required("password"),
-                tokenURL: try url("token_url", required: false), referer: referer,
-                expirationMinutes: try entry.int("expiration_minutes", range: 1...525_600), client: client))
+            kind = .arcgisToken(
+                ArcGISTokenSettings(
+                    username: try required("username"), password: try required("password"),
+                    tokenURL: try url("token_url", required: false), referer: referer,
+                    expirationMinutes: try entry.int("expiration_minutes", range: 1...525_600), client: client))
         case "oauth-app":
-            kind = .oauthApp(OAuthAppSettings(
-                clientID: try required("client_id"), clientSecret: try required("client_secret"),
-                portalURL: try url("portal_url", required: true)!,
-                expirationMinutes: try entry.int("expiration_minutes", range: 1...20_160)))
+            kind = .oauthApp(
+                OAuthAppSettings(
+                    clientID: try required("client_id"), clientSecret: try required("client_secret"),
+                    portalURL: try url("portal_url", required: true)!,
+                    expirationMinutes: try entry.int("expiration_minutes", range: 1...20_160)))
         case "oauth-user":
             let redirect = try required("redirect_uri")
             guard redirect == "urn:ietf:wg:oauth:2.0:oob" || HTTPURL.parse(redirect) != nil else {
-                throw ConfigError(key: entry.path + ".redirect_uri", line: entry.line(of: "redirect_uri"),
+                throw ConfigError(
+                    key: entry.path + ".redirect_uri", line: entry.line(of: "redirect_uri"),
                     "\(entry.shown("redirect_uri", redirect)) is neither an http(s) URL nor urn:ietf:wg:oauth:2.0:oob")
             }
-            kind = .oauthUser(OAuthUserSettings(
-                clientID: try required("client_id"), portalURL: try url("portal_url", required: true)!, redirectURI: redirect))
+            kind = .oauthUser(
+                OAuthUserSettings(
+                    clientID: try required("client_id"), portalURL: try url("portal_url", required: true)!,
+                    redirectURI: redirect))
         case "oauth2":
             kind = .oauth2(try Self.parseOAuth2(&entry, name: name))
         case "server-trust":
@@ -486,79 +570,104 @@ public struct ConfigLoader: Sendable {
             let pin = try entry.string("pinned_public_key")
             let insecure = try entry.bool("insecure") ?? false
             if let caFile, access(caFile, R_OK) != 0 {
-                throw ConfigError(key: entry.path + ".ca_file", line: entry.line(of: "ca_file"), "cannot read \(entry.shown("ca_file", caFile)): \(lastErrorString())")
+                throw ConfigError(
+                    key: entry.path + ".ca_file", line: entry.line(of: "ca_file"),
+                    "cannot read \(entry.shown("ca_file", caFile)): \(lastErrorString())")
             }
             if let pin, !pin.hasPrefix("sha256//") {
-                throw ConfigError(key: entry.path + ".pinned_public_key", line: entry.line(of: "pinned_public_key"),
+                throw ConfigError(
+                    key: entry.path + ".pinned_public_key", line: entry.line(of: "pinned_public_key"),
                     "expected sha256//<base64 of the SHA-256 of the public key>")
             }
             guard [caFile != nil, pin != nil, insecure].filter({ $0 }).count == 1 else {
-                throw ConfigError(key: entry.path, line: entry.table.line,
+                throw ConfigError(
+                    key: entry.path, line: entry.table.line,
                     "a server-trust credential needs exactly one of ca_file, pinned_public_key, insecure = true")
             }
             var bundle: [UInt8]? = nil
             if let caFile {
                 guard let text = readTextFile(caFile) else {
-                    throw ConfigError(key: entry.path + ".ca_file", line: entry.line(of: "ca_file"),
+                    throw ConfigError(
+                        key: entry.path + ".ca_file", line: entry.line(of: "ca_file"),
                         "cannot read \(entry.shown("ca_file", caFile)): \(lastErrorString())")
                 }
                 bundle = Array(text.utf8)
             }
-            kind = .serverTrust(ServerTrustSettings(caFile: caFile, pinnedPublicKey: pin, insecure: insecure, caBundle: bundle))
+            kind = .serverTrust(
+                ServerTrustSettings(caFile: caFile, pinnedPublicKey: pin, insecure: insecure, caBundle: bundle))
         case "password":
             var schemes = Set(PasswordScheme.allCases)
             if let list = try entry.stringArray("schemes") {
                 schemes = []
                 for s in list.values {
                     guard let scheme = PasswordScheme(rawValue: s.lowercased()) else {
-                        throw ConfigError(key: entry.path + ".schemes", line: list.line, "\(entry.shown("schemes", s)) is not one of basic, digest, ntlm")
+                        throw ConfigError(
+                            key: entry.path + ".schemes", line: list.line,
+                            "\(entry.shown("schemes", s)) is not one of basic, digest, ntlm")
                     }
                     schemes.insert(scheme)
                 }
-                if schemes.isEmpty { throw ConfigError(key: entry.path + ".schemes", line: list.line, "needs at least one scheme") }
+                if schemes.isEmpty {
+                    throw ConfigError(key: entry.path + ".schemes", line: list.line, "needs at least one scheme")
+                }
             }
             let domain = try entry.string("domain")
             if domain != nil, entry.table["schemes"] == nil {
                 // libcurl sends one user name for every scheme: DOMAIN\user is only right for NTLM.
                 schemes = [.ntlm]
             }
-            kind = .password(PasswordSettings(username: try required("username"), password: try required("password"),
-                domain: domain, schemes: schemes,
-                allowBasicOverHTTP: try entry.bool("allow_basic_over_http") ?? false))
+            kind = .password(
+                PasswordSettings(
+                    username: try required("username"), password: try required("password"),
+                    domain: domain, schemes: schemes,
+                    allowBasicOverHTTP: try entry.bool("allow_basic_over_http") ?? false))
         case "kerberos":
             let principal = try required("principal")
             let keytab = try entry.string("keytab")
             let password = try entry.string("password")
             guard (keytab == nil) != (password == nil) else {
-                throw ConfigError(key: entry.path, line: entry.table.line, "a kerberos credential needs exactly one of keytab or password")
+                throw ConfigError(
+                    key: entry.path, line: entry.table.line,
+                    "a kerberos credential needs exactly one of keytab or password")
             }
             if let keytab, access(keytab, R_OK) != 0 {
-                throw ConfigError(key: entry.path + ".keytab", line: entry.line(of: "keytab"), "cannot read \(entry.shown("keytab", keytab)): \(lastErrorString())")
+                throw ConfigError(
+                    key: entry.path + ".keytab", line: entry.line(of: "keytab"),
+                    "cannot read \(entry.shown("keytab", keytab)): \(lastErrorString())")
             }
             kind = .kerberos(KerberosSettings(principal: principal, keytab: keytab, password: password))
         case "certificate":
-            let s = ClientCertificateSettings(file: try entry.string("file"), password: try entry.string("password"),
-                cert: try entry.string("cert"), key: try entry.string("key"), keyPassword: try entry.string("key_password"))
+            let s = ClientCertificateSettings(
+                file: try entry.string("file"), password: try entry.string("password"),
+                cert: try entry.string("cert"), key: try entry.string("key"),
+                keyPassword: try entry.string("key_password"))
             guard (s.file != nil) != (s.cert != nil || s.key != nil) else {
-                throw ConfigError(key: entry.path, line: entry.table.line,
-                    "a certificate credential needs file (+ password) for PKCS#12, or cert + key (+ key_password) for PEM")
+                throw ConfigError(
+                    key: entry.path, line: entry.table.line,
+                    "a certificate credential needs file (+ password) for PKCS#12, or cert + key (+ key_password) for PEM"
+                )
             }
             if var problem = ClientCertificateCheck.validate(s) {
                 // The check quotes the paths it could not use: not those read from a file or the environment.
                 for (k, v) in [("file", s.file), ("cert", s.cert), ("key", s.key)] where entry.isReference(k) {
                     if let v, !v.isEmpty { problem = problem.replacing("'\(v)'", with: entry.shown(k, v)) }
                 }
-                throw ConfigError(key: entry.path + (s.file != nil ? ".file" : ".cert"), line: entry.line(of: s.file != nil ? "file" : "cert"), problem)
+                throw ConfigError(
+                    key: entry.path + (s.file != nil ? ".file" : ".cert"),
+                    line: entry.line(of: s.file != nil ? "file" : "cert"), problem)
             }
             kind = .certificate(s)
         case "header":
             kind = .header(try headerFields(&entry, name: name))
         default:
-            throw ConfigError(key: entry.path + ".type", line: entry.line(of: "type"),
-                "credential type \(entry.shown("type", type)) of '\(name)' is not supported (supported: api-key, token, arcgis-token, oauth-app, oauth-user, oauth2, server-trust, password, kerberos, certificate, header)")
+            throw ConfigError(
+                key: entry.path + ".type", line: entry.line(of: "type"),
+                "credential type \(entry.shown("type", type)) of '\(name)' is not supported (supported: api-key, token, arcgis-token, oauth-app, oauth-user, oauth2, server-trust, password, kerberos, certificate, header)"
+            )
         }
         try entry.finish()
-        var credential = Credential(name: name, kind: kind, match: prefixes, placement: placement, overrideClientToken: override,
+        var credential = Credential(
+            name: name, kind: kind, match: prefixes, placement: placement, overrideClientToken: override,
             line: entry.table.line)
         credential.upgradeToHTTPS = upgrade
         credential.layer = layer
@@ -567,8 +676,10 @@ public struct ConfigLoader: Sendable {
         credential.intercept = intercept
         if prefetch {
             guard credential.isRefreshable else {
-                throw ConfigError(key: entry.path + ".prefetch", line: entry.line(of: "prefetch"),
-                    "prefetch applies to credentials that fetch tokens (arcgis-token, oauth-app, oauth-user, oauth2), not to \(type)")
+                throw ConfigError(
+                    key: entry.path + ".prefetch", line: entry.line(of: "prefetch"),
+                    "prefetch applies to credentials that fetch tokens (arcgis-token, oauth-app, oauth-user, oauth2), not to \(type)"
+                )
             }
             credential.prefetch = true
         }
@@ -579,7 +690,8 @@ public struct ConfigLoader: Sendable {
     /// names the proxy does not manage itself; values (secrets, never quoted) may be `${ENV}` or `file:`.
     private func headerFields(_ entry: inout TableReader, name: String) throws(ConfigError) -> [HeaderField] {
         guard var t = try entry.table("headers"), !t.table.entries.isEmpty else {
-            throw entry.missing("headers", "credential '\(name)' of type header needs headers = { \"X-API-Key\" = \"…\" }")
+            throw entry.missing(
+                "headers", "credential '\(name)' of type header needs headers = { \"X-API-Key\" = \"…\" }")
         }
         var fields: [HeaderField] = []
         var seen = Set<String>()
@@ -594,7 +706,9 @@ public struct ConfigLoader: Sendable {
                 throw ConfigError(key: t.path + "." + k, line: t.line(of: k), "needs a value")
             }
             guard !v.utf8.contains(where: { $0 == 13 || $0 == 10 || $0 == 0 }) else {
-                throw ConfigError(key: t.path + "." + k, line: t.line(of: k), "the value (a secret, not shown) holds a line break or NUL")
+                throw ConfigError(
+                    key: t.path + "." + k, line: t.line(of: k),
+                    "the value (a secret, not shown) holds a line break or NUL")
             }
             fields.append(HeaderField(name: k, value: v))
         }
@@ -642,7 +756,9 @@ struct TableReader {
     private var references: [String: String] = [:]
 
     /// Keys that hold secrets: their values are never quoted in an error, even when written literally.
-    static let secretKeys: Set<String> = ["key", "token", "password", "client_secret", "key_password", "state_key", "redis", "refresh_token"]
+    static let secretKeys: Set<String> = [
+        "key", "token", "password", "client_secret", "key_password", "state_key", "redis", "refresh_token",
+    ]
 
     /// See ``ConfigLoader/acceptUnfilled``.
     let acceptUnfilled: Bool
@@ -693,8 +809,10 @@ struct TableReader {
     mutating func literalString(_ k: String) throws(ConfigError) -> String? {
         if let n = table[k], case .string(let raw) = n.value, Self.isReference(raw) {
             used.insert(k)
-            throw ConfigError(key: key(k), line: n.line,
-                "must be written literally, not read from a file or the environment (it is shown in logs, metrics and on the status page)")
+            throw ConfigError(
+                key: key(k), line: n.line,
+                "must be written literally, not read from a file or the environment (it is shown in logs, metrics and on the status page)"
+            )
         }
         return try string(k)
     }
@@ -731,7 +849,8 @@ struct TableReader {
         guard let n = node(k) else { return nil }
         guard case .string(let s) = n.value else { throw typeError(k, n, expected: "a string") }
         if s.hasPrefix(Self.placeholder), !acceptUnfilled {
-            throw ConfigError(key: key(k), line: n.line,
+            throw ConfigError(
+                key: key(k), line: n.line,
                 "still the placeholder \(Self.placeholder) that `authproxy doctor` wrote: fill in the real value")
         }
         return try resolve(s, key: k, line: n.line)
@@ -759,7 +878,8 @@ struct TableReader {
     where E.RawValue == String {
         guard let s = try string(k) else { return nil }
         guard let v = E(rawValue: s) else {
-            throw ConfigError(key: key(k), line: line(of: k),
+            throw ConfigError(
+                key: key(k), line: line(of: k),
                 "\(shown(k, s)) is not one of \(E.allCases.map { "\"\($0.rawValue)\"" }.joined(separator: ", "))")
         }
         return v
@@ -781,7 +901,8 @@ struct TableReader {
         guard let list = try stringArray(k) else { return nil }
         return try list.values.map { (s: String) throws(ConfigError) -> AddressBlock in
             guard let b = AddressBlock.parse(s) else {
-                throw ConfigError(key: key(k), line: list.line, "\(shown(k, s)) is not a CIDR block like 10.42.0.0/16 or fd00::/8")
+                throw ConfigError(
+                    key: key(k), line: list.line, "\(shown(k, s)) is not a CIDR block like 10.42.0.0/16 or fd00::/8")
             }
             return b
         }
@@ -800,7 +921,8 @@ struct TableReader {
         return try items.map { (item: TOMLNode) throws(ConfigError) -> Int in
             guard case .integer(let v) = item.value else { throw typeError(k, item, expected: "an array of integers") }
             guard range.contains(Int(v)) else {
-                throw ConfigError(key: key(k), line: item.line, "\(v) is outside \(range.lowerBound)…\(range.upperBound)")
+                throw ConfigError(
+                    key: key(k), line: item.line, "\(v) is outside \(range.lowerBound)…\(range.upperBound)")
             }
             return Int(v)
         }
@@ -814,7 +936,9 @@ struct TableReader {
 
     mutating func tableArray(_ k: String) throws(ConfigError) -> [TableReader]? {
         guard let n = node(k) else { return nil }
-        guard case .array(let items) = n.value else { throw typeError(k, n, expected: "an array of tables ([[\(key(k))]])") }
+        guard case .array(let items) = n.value else {
+            throw typeError(k, n, expected: "an array of tables ([[\(key(k))]])")
+        }
         return try items.enumerated().map { (i, item) throws(ConfigError) -> TableReader in
             guard case .table(let t) = item.value else { throw typeError(k, item, expected: "a table") }
             return TableReader(t, path: "\(key(k))[\(i)]", env: env, reads: reads, acceptUnfilled: acceptUnfilled)

@@ -40,7 +40,8 @@ public struct MatchPrefix: Sendable, Equatable, CustomStringConvertible {
             wildcard = true
             authority = authority.dropFirst(2)
         }
-        guard let parsed = try? RequestHeadParser.parseAuthority(authority), let (host, port) = parsed as (String, Int?)?,
+        guard let parsed = try? RequestHeadParser.parseAuthority(authority),
+            let (host, port) = parsed as (String, Int?)?,
             !host.contains("*")
         else { return nil }
         return MatchPrefix(scheme: scheme, host: host, wildcard: wildcard, port: port, path: path)

@@ -1,7 +1,8 @@
-#if canImport(Glibc)
-import Glibc
-#endif
 import Logging
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// What to do with a destination that no credential matches.
 public enum UnmatchedPolicy: String, Sendable, CaseIterable {

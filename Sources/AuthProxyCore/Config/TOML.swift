@@ -109,7 +109,9 @@ public struct TOMLParser {
     private mutating func skipComment() throws(TOMLError) {
         if peek == 35 {
             while !atEnd, peek != 10 {
-                if peek < 0x20 && peek != 9 && !(peek == 13 && peek(1) == 10) { throw fail("control character in comment") }
+                if peek < 0x20 && peek != 9 && !(peek == 13 && peek(1) == 10) {
+                    throw fail("control character in comment")
+                }
                 i += 1
             }
         }
@@ -120,7 +122,13 @@ public struct TOMLParser {
         while !atEnd {
             skipSpaces()
             try skipComment()
-            if peek == 13 && peek(1) == 10 { i += 2; line += 1 } else if peek == 10 { i += 1; line += 1 } else { return }
+            if peek == 13 && peek(1) == 10 {
+                i += 2; line += 1
+            } else if peek == 10 {
+                i += 1; line += 1
+            } else {
+                return
+            }
         }
     }
 
@@ -162,14 +170,16 @@ public struct TOMLParser {
         return root
     }
 
-    private func openTable(_ root: TOMLTable, _ path: [String], isArray: Bool, line: Int) throws(TOMLError) -> TOMLTable {
+    private func openTable(_ root: TOMLTable, _ path: [String], isArray: Bool, line: Int) throws(TOMLError) -> TOMLTable
+    {
         var t = root
         for key in path.dropLast() { t = try descend(t, key, line: line) }
         let last = path.last!
         if isArray {
             let fresh = TOMLTable(line: line)
             if let existing = t[last] {
-                guard case .array(var items) = existing.value, items.allSatisfy({ if case .table = $0.value { true } else { false } })
+                guard case .array(var items) = existing.value,
+                    items.allSatisfy({ if case .table = $0.value { true } else { false } })
                 else { throw TOMLError(line: line, message: "'\(last)' is not an array of tables") }
                 items.append(TOMLNode(value: .table(fresh), line: line))
                 t.replace(last, TOMLNode(value: .array(items), line: existing.line))
@@ -443,7 +453,9 @@ public struct TOMLParser {
         if clean.hasPrefix("0x"), let v = Int64(clean.dropFirst(2), radix: 16) { return .integer(v) }
         if clean.hasPrefix("0o"), let v = Int64(clean.dropFirst(2), radix: 8) { return .integer(v) }
         if clean.hasPrefix("0b"), let v = Int64(clean.dropFirst(2), radix: 2) { return .integer(v) }
-        if let v = Int64(clean), !(clean.count > 1 && (clean.hasPrefix("0") || clean.hasPrefix("+0") || clean.hasPrefix("-0"))) {
+        if let v = Int64(clean),
+            !(clean.count > 1 && (clean.hasPrefix("0") || clean.hasPrefix("+0") || clean.hasPrefix("-0")))
+        {
             return .integer(v)
         }
         switch clean {

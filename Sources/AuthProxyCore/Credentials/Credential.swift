@@ -121,8 +121,10 @@ public struct Credential: Sendable {
         case .apiKey(let key): s += key
         case .token(let t, let r, let e): s += "\(t)\u{0}\(r ?? "")\u{0}\(e ?? 0)"
         case .arcgisToken(let a):
-            s += "\(a.username)\u{0}\(a.password)\u{0}\(a.tokenURL ?? "")\u{0}\(a.referer ?? "")\u{0}\(a.expirationMinutes ?? 0)\u{0}\(a.client)"
-        case .oauthApp(let o): s += "\(o.clientID)\u{0}\(o.clientSecret)\u{0}\(o.portalURL)\u{0}\(o.expirationMinutes ?? 0)"
+            s +=
+                "\(a.username)\u{0}\(a.password)\u{0}\(a.tokenURL ?? "")\u{0}\(a.referer ?? "")\u{0}\(a.expirationMinutes ?? 0)\u{0}\(a.client)"
+        case .oauthApp(let o):
+            s += "\(o.clientID)\u{0}\(o.clientSecret)\u{0}\(o.portalURL)\u{0}\(o.expirationMinutes ?? 0)"
         case .oauthUser(let o): s += "\(o.clientID)\u{0}\(o.portalURL)\u{0}\(o.redirectURI)"
         case .oauth2(let o): s += o.identityMaterial
         case .serverTrust(let t): s += "\(t.caFile ?? "")\u{0}\(t.pinnedPublicKey ?? "")\u{0}\(t.insecure)"
@@ -148,13 +150,18 @@ public struct HeaderField: Sendable, Equatable {
 
     /// Fields the proxy owns (framing, routing, hop-by-hop) or that would change what the request is: never set
     /// by a credential.
-    static let refused: Set<String> = ["host", "content-length", "transfer-encoding", "connection", "keep-alive",
-        "proxy-connection", "proxy-authorization", "proxy-authenticate", "te", "trailer", "upgrade", "expect", "via"]
+    static let refused: Set<String> = [
+        "host", "content-length", "transfer-encoding", "connection", "keep-alive",
+        "proxy-connection", "proxy-authorization", "proxy-authenticate", "te", "trailer", "upgrade", "expect", "via",
+    ]
 
     /// Why `name` cannot be set by a credential, nil when it can: an RFC 9110 token not in ``refused``.
     static func problem(name: String) -> String? {
         let tchar = Set("!#$%&'*+-.^_`|~".utf8)
-        guard !name.isEmpty, name.utf8.allSatisfy({ ($0 >= 48 && $0 <= 57) || ($0 | 0x20 >= 97 && $0 | 0x20 <= 122) || tchar.contains($0) })
+        guard !name.isEmpty,
+            name.utf8.allSatisfy({
+                ($0 >= 48 && $0 <= 57) || ($0 | 0x20 >= 97 && $0 | 0x20 <= 122) || tchar.contains($0)
+            })
         else { return "is not a header field name" }
         if refused.contains(name.lowercased()) { return "is a field the proxy itself manages" }
         return nil
@@ -213,7 +220,8 @@ public struct ServerTrustSettings: Sendable, Hashable {
     // The digest stands for the contents: hashing a whole bundle per pooled request would cost more than the
     // request.
     public static func == (a: Self, b: Self) -> Bool {
-        a.caFile == b.caFile && a.caDigest == b.caDigest && a.pinnedPublicKey == b.pinnedPublicKey && a.insecure == b.insecure
+        a.caFile == b.caFile && a.caDigest == b.caDigest && a.pinnedPublicKey == b.pinnedPublicKey
+            && a.insecure == b.insecure
     }
 
     public func hash(into h: inout Hasher) {
@@ -247,14 +255,16 @@ public struct PasswordSettings: Sendable, Equatable {
         let schemesOffered = Set(offered.map { $0.lowercased() })
         var usable = schemes
         if !overHTTPS && !allowBasicOverHTTP { usable.remove(.basic) }
-        guard !schemesOffered.isEmpty, !schemesOffered.contains(where: { PasswordScheme(rawValue: $0).map(usable.contains) ?? false })
+        guard !schemesOffered.isEmpty,
+            !schemesOffered.contains(where: { PasswordScheme(rawValue: $0).map(usable.contains) ?? false })
         else { return nil }
         if schemesOffered.contains("basic"), schemes.contains(.basic), !overHTTPS, !allowBasicOverHTTP {
             return "the server offers Basic, which is not sent over http (it carries the password in clear) "
                 + "unless the credential sets allow_basic_over_http = true; or use https"
         }
         let allowed = schemes.map(\.rawValue).sorted().joined(separator: ", ")
-        return "the server offers \(schemesOffered.sorted().joined(separator: ", ")); the credential's schemes are \(allowed)"
+        return
+            "the server offers \(schemesOffered.sorted().joined(separator: ", ")); the credential's schemes are \(allowed)"
     }
 }
 

@@ -75,7 +75,9 @@ public struct CredentialStore: Sendable {
     /// Every credential that applies to a request for `target`: the gateway one, the token-type one and each
     /// network type's.
     public func applicable(for target: URLTarget) -> [Credential] {
-        ([gatewayCredential(for: target), tokenCredential(for: target)] + networkCredentials(for: target)).compactMap { $0 }
+        ([gatewayCredential(for: target), tokenCredential(for: target)] + networkCredentials(for: target)).compactMap {
+            $0
+        }
     }
 
     /// Whether some credential's prefix is on `target`'s scheme, host and port (whatever its path).
@@ -132,11 +134,12 @@ public struct CredentialStore: Sendable {
         let https = URLTarget(scheme: "https", host: host, port: port, pathAndQuery: "/")
         let http = URLTarget(scheme: "http", host: host, port: port, pathAndQuery: "/")
         return credentials.contains { c in
-            !c.intercept && c.match.contains { p in
-                var hostOnly = p
-                hostOnly.path = ""
-                return hostOnly.matches(https) || hostOnly.matches(http)
-            }
+            !c.intercept
+                && c.match.contains { p in
+                    var hostOnly = p
+                    hostOnly.path = ""
+                    return hostOnly.matches(https) || hostOnly.matches(http)
+                }
         }
     }
 
@@ -158,7 +161,9 @@ public struct NetworkAuth: Sendable, Equatable {
     /// credential applies only when both forms select it.
     func keepingShared(with other: NetworkAuth) -> NetworkAuth {
         var n = NetworkAuth()
-        if password == other.password && passwordName == other.passwordName { n.password = password; n.passwordName = passwordName }
+        if password == other.password && passwordName == other.passwordName {
+            n.password = password; n.passwordName = passwordName
+        }
         if kerberos == other.kerberos { n.kerberos = kerberos }
         if certificate == other.certificate && certificateName == other.certificateName {
             n.certificate = certificate

@@ -28,10 +28,12 @@ final class KerberosTickets: @unchecked Sendable {
     /// 30 minutes. Must run before any request uses Negotiate.
     func start() throws(ServerError) {
         do {
-            try FileManager.default.createDirectory(atPath: (cache as NSString).deletingLastPathComponent,
+            try FileManager.default.createDirectory(
+                atPath: (cache as NSString).deletingLastPathComponent,
                 withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         } catch {
-            throw ServerError(description: "cannot create the state directory for the Kerberos cache: \(error.localizedDescription)")
+            throw ServerError(
+                description: "cannot create the state directory for the Kerberos cache: \(error.localizedDescription)")
         }
         // setenv races with getenv on other threads: during a reload (libcurl running) only when it changes.
         Self.setIfChanged("KRB5CCNAME", "FILE:" + cache)
@@ -47,7 +49,9 @@ final class KerberosTickets: @unchecked Sendable {
         t.schedule(deadline: .now() + 1800, repeating: 1800)
         t.setEventHandler { [self] in
             if let problem = kinit() {
-                logger.error("kerberos ticket renewal failed", metadata: ["principal": "\(settings.principal)", "cause": "\(problem)"])
+                logger.error(
+                    "kerberos ticket renewal failed",
+                    metadata: ["principal": "\(settings.principal)", "cause": "\(problem)"])
             }
         }
         t.resume()
@@ -95,7 +99,8 @@ final class KerberosTickets: @unchecked Sendable {
         let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         guard p.terminationStatus == 0 else {
             // kinit's own message names the principal and the cause; never the password.
-            let cleaned = text.split(separator: "\n").filter { !$0.lowercased().contains("password for") }.joined(separator: " ")
+            let cleaned = text.split(separator: "\n").filter { !$0.lowercased().contains("password for") }.joined(
+                separator: " ")
             return "kinit failed: \(cleaned.isEmpty ? "exit \(p.terminationStatus)" : cleaned)"
         }
         return nil

@@ -1,5 +1,5 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// `deny_destinations` on resolved addresses, in one place for every connection the proxy makes itself (the

@@ -1,6 +1,7 @@
 import Dispatch
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Opens the TCP connections the proxy makes itself: blind tunnels, WebSocket-capable tunnels and the own HTTP/1.1

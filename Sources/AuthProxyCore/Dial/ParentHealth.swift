@@ -17,7 +17,10 @@ final class ParentHealth: @unchecked Sendable {
     private var offers: [ParentProxy: Set<String>] = [:]
     private let now: @Sendable () -> UInt64
 
-    init(backoffSeconds: Int, now: @escaping @Sendable () -> UInt64 = { DispatchTime.now().uptimeNanoseconds / 1_000_000 }) {
+    init(
+        backoffSeconds: Int,
+        now: @escaping @Sendable () -> UInt64 = { DispatchTime.now().uptimeNanoseconds / 1_000_000 }
+    ) {
         failover = ParentFailover(backoffSeconds: backoffSeconds)
         self.now = now
     }
@@ -75,7 +78,9 @@ final class ParentHealth: @unchecked Sendable {
     func snapshot(configured: [ParentProxy]) -> [Snapshot] {
         let t = now()
         return lock.withLock {
-            var out = configured.map { Snapshot(parent: $0, stats: stats[$0] ?? Stats(), inBackoff: failover.inBackoff($0, now: t)) }
+            var out = configured.map {
+                Snapshot(parent: $0, stats: stats[$0] ?? Stats(), inBackoff: failover.inBackoff($0, now: t))
+            }
             let listed = Set(configured)
             for (p, s) in stats where !listed.contains(p) {
                 out.append(Snapshot(parent: p, stats: s, inBackoff: failover.inBackoff(p, now: t)))

@@ -16,8 +16,10 @@ final class ParentRouting: Sendable, Equatable {
     /// The PAC file's answers, with `upstream_pac` (nil: the configured list, or none).
     let pac: PacResolver?
 
-    init(config: UpstreamProxyConfig, credentials: [Credential], health: ParentHealth, via: String = "1.1 authproxy",
-        pac: PacResolver? = nil) {
+    init(
+        config: UpstreamProxyConfig, credentials: [Credential], health: ParentHealth, via: String = "1.1 authproxy",
+        pac: PacResolver? = nil
+    ) {
         self.config = config
         self.via = via
         self.health = health
@@ -32,7 +34,8 @@ final class ParentRouting: Sendable, Equatable {
     /// their own; nil when none is configured.
     static func standalone(_ config: UpstreamProxyConfig, credentials: [Credential]) -> ParentRouting? {
         guard config.isConfigured else { return nil }
-        return ParentRouting(config: config, credentials: credentials, health: ParentHealth(backoffSeconds: config.backoffSeconds))
+        return ParentRouting(
+            config: config, credentials: credentials, health: ParentHealth(backoffSeconds: config.backoffSeconds))
     }
 
     /// The route to a destination, as far as it is known without evaluating a PAC file.
@@ -59,16 +62,24 @@ final class ParentRouting: Sendable, Equatable {
             return .pending
         case .answer(.directive(let d)):
             let r = d.route
-            return .ready(r.parents.isEmpty ? nil : ParentRoute(candidates: r.parents, routing: self, fallbackDirect: r.fallbackDirect))
+            return .ready(
+                r.parents.isEmpty
+                    ? nil : ParentRoute(candidates: r.parents, routing: self, fallbackDirect: r.fallbackDirect))
         case .answer(.failed(let message)):
-            return .refused(ErrorResponse(status: 502, message: "The PAC file \(source) gave no route to \(host):\(port)",
-                details: [message]))
+            return .refused(
+                ErrorResponse(
+                    status: 502, message: "The PAC file \(source) gave no route to \(host):\(port)",
+                    details: [message]))
         case .notLoaded(let status):
-            var details = ["authproxy refuses requests rather than guess a route while no PAC file is in force "
-                + "([proxy] upstream_pac); it reads the file again every few seconds."]
+            var details = [
+                "authproxy refuses requests rather than guess a route while no PAC file is in force "
+                    + "([proxy] upstream_pac); it reads the file again every few seconds."
+            ]
             if let e = status.lastError { details.insert(e, at: 0) }
-            return .refused(ErrorResponse(status: 502, message: "No PAC file loaded from \(source)", details: details,
-                retryAfter: 10))
+            return .refused(
+                ErrorResponse(
+                    status: 502, message: "No PAC file loaded from \(source)", details: details,
+                    retryAfter: 10))
         }
     }
 
@@ -95,7 +106,8 @@ final class ParentRouting: Sendable, Equatable {
         switch lookup {
         case .ready(let r): return .success(r)
         case .refused(let e): return .failure(e)
-        case .pending: return .failure(ErrorResponse(status: 502, message: "The PAC file gave no route to \(t.host):\(t.port)"))
+        case .pending:
+            return .failure(ErrorResponse(status: 502, message: "The PAC file gave no route to \(t.host):\(t.port)"))
         }
     }
 

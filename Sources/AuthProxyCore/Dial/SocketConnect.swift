@@ -1,6 +1,7 @@
 import CAuthProxyShims
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// How starting a connect went (``startConnect(to:keepAlive:)``).
@@ -15,9 +16,11 @@ enum ConnectStart {
 
 /// Opens a non-blocking TCP socket to `address` (`TCP_NODELAY`, and `SO_KEEPALIVE` for connections kept in a
 /// pool) and starts connecting it, for tunnels and the own HTTP/1.1 client alike.
-func startConnect(to address: (family: Int32, addr: sockaddr_storage, len: socklen_t), keepAlive: Bool) -> ConnectStart {
+func startConnect(to address: (family: Int32, addr: sockaddr_storage, len: socklen_t), keepAlive: Bool) -> ConnectStart
+{
     var a = address
-    let fd = socket(a.family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+    let fd = socket(
+        a.family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
     guard fd >= 0 else {
         let e = errno
         return DescriptorExhaustion.isExhaustion(e) ? .outOfDescriptors(e) : .failed(e)

@@ -216,7 +216,8 @@ enum CredentialAdvisor {
             reasons.append("\(f.authScope) answers 401 with a Bearer challenge: it wants an OAuth2 access token.")
             if let uri = bearer.parameter("authorization_uri") { issuer = issuerGuess(authorizationURL: uri) }
             if let metadata = bearer.parameter("resource_metadata") {
-                reasons.append("Its protected-resource metadata (RFC 9728), which names the authorization servers: \(metadata)")
+                reasons.append(
+                    "Its protected-resource metadata (RFC 9728), which names the authorization servers: \(metadata)")
             }
         } else if let r = f.response, (300..<400).contains(r.status), let location = r.location,
             let u = HTTPURL.parse(location)?.target, u.host.lowercased() != f.target.host.lowercased(),
@@ -224,7 +225,9 @@ enum CredentialAdvisor {
         {
             issuer = guess
             redirect = true
-            reasons.append("\(f.authScope) redirects to the identity provider \(u.urlHost) to sign in: an identity-aware gateway that accepts an OAuth2 bearer token instead.")
+            reasons.append(
+                "\(f.authScope) redirects to the identity provider \(u.urlHost) to sign in: an identity-aware gateway that accepts an OAuth2 bearer token instead."
+            )
         } else {
             return nil
         }
@@ -233,17 +236,25 @@ enum CredentialAdvisor {
             return nil
         }
         var fields: [CredentialSuggestion.Field] = [
-            .init("issuer", .string(issuer ?? CredentialSuggestion.placeholder),
-                comment: issuer == nil ? "the OIDC issuer, e.g. https://keycloak.example.com/realms/<realm> or https://login.microsoftonline.com/<tenant>/v2.0" : "guessed from the authorization endpoint: check it"),
+            .init(
+                "issuer", .string(issuer ?? CredentialSuggestion.placeholder),
+                comment: issuer == nil
+                    ? "the OIDC issuer, e.g. https://keycloak.example.com/realms/<realm> or https://login.microsoftonline.com/<tenant>/v2.0"
+                    : "guessed from the authorization endpoint: check it"),
             .init("client_id", .string(CredentialSuggestion.placeholder)),
             .init("client_secret", .string(CredentialSuggestion.secretReference(host: host, "client_secret"))),
-            .init("scope", .string(CredentialSuggestion.placeholder), comment: "e.g. api://<app id>/.default for Entra ID", commentedOut: true),
-            .init("private_key", .string(CredentialSuggestion.placeholder + ".key"),
+            .init(
+                "scope", .string(CredentialSuggestion.placeholder),
+                comment: "e.g. api://<app id>/.default for Entra ID", commentedOut: true),
+            .init(
+                "private_key", .string(CredentialSuggestion.placeholder + ".key"),
                 comment: "or a certificate credential (private_key_jwt) instead of client_secret", commentedOut: true),
         ]
         if redirect {
-            fields.append(.init("rejection", .strings(["invalid_token", "redirect_to_issuer"]),
-                comment: "a redirect to the provider means the token was not accepted"))
+            fields.append(
+                .init(
+                    "rejection", .strings(["invalid_token", "redirect_to_issuer"]),
+                    comment: "a redirect to the provider means the token was not accepted"))
         }
         return CredentialSuggestion(
             type: "oauth2", name: CredentialSuggestion.name(host: host, type: "oauth2"), match: [f.authScope],

@@ -45,8 +45,10 @@ enum DoctorSummary {
         }
 
         if let parents = f.parents {
-            add("route", "through parent proxy " + parents.joined(separator: " or "),
-                f.target.scheme == "https" ? ["TLS details not probed: the handshake goes through the parent's tunnel"] : [])
+            add(
+                "route", "through parent proxy " + parents.joined(separator: " or "),
+                f.target.scheme == "https"
+                    ? ["TLS details not probed: the handshake goes through the parent's tunnel"] : [])
         }
         if let p = f.restInfo { add("rest/info", p.url, describe(p)) }
         if let p = f.portalInfo { add("portal", p.url, describe(p)) }

@@ -72,9 +72,11 @@ extension ExchangeStateMachine {
     @discardableResult
     mutating func requestBegan(_ r: RequestFacts, shuttingDown: Bool, now: UInt64) -> Int {
         exchanges += 1
-        state = .exchange(Exchange(serial: exchanges, started: now, isHead: r.isHead, clientMinorVersion: r.minorVersion,
-            expectsContinue: r.expectsContinue, keepAlive: r.keepAlive && !shuttingDown,
-            request: r.hasBody ? .streaming : .complete))
+        state = .exchange(
+            Exchange(
+                serial: exchanges, started: now, isHead: r.isHead, clientMinorVersion: r.minorVersion,
+                expectsContinue: r.expectsContinue, keepAlive: r.keepAlive && !shuttingDown,
+                request: r.hasBody ? .streaming : .complete))
         return exchanges
     }
 
@@ -82,8 +84,10 @@ extension ExchangeStateMachine {
     /// to be answered with an error and a close.
     mutating func requestFailed(now: UInt64) {
         exchanges += 1
-        state = .exchange(Exchange(serial: exchanges, started: now, isHead: false, clientMinorVersion: 1,
-            expectsContinue: false, keepAlive: false, request: .complete))
+        state = .exchange(
+            Exchange(
+                serial: exchanges, started: now, isHead: false, clientMinorVersion: 1,
+                expectsContinue: false, keepAlive: false, request: .complete))
     }
 
     /// The proxy answers the exchange itself (an error, its own endpoint, a refusal). `close` ends the
@@ -128,7 +132,9 @@ extension ExchangeStateMachine {
     mutating func requestBodyMoved(complete: Bool, pending: Int, now: UInt64) -> Bool {
         withExchange { e in
             if complete { e.request = .complete }
-            guard case .transferring(var t) = e.upstream, t.waitingForBody, pending > 0 || complete else { return false }
+            guard case .transferring(var t) = e.upstream, t.waitingForBody, pending > 0 || complete else {
+                return false
+            }
             t.waitingForBody = false
             t.lastProgress = now
             e.upstream = .transferring(t)
@@ -314,7 +320,8 @@ extension ExchangeStateMachine {
     mutating func tunnelAfterFirstBytes(started: UInt64) {
         guard case .tlsHandshake = state else { return }
         exchanges += 1
-        var e = Exchange(serial: exchanges, started: started, isHead: false, clientMinorVersion: 1, expectsContinue: false,
+        var e = Exchange(
+            serial: exchanges, started: started, isHead: false, clientMinorVersion: 1, expectsContinue: false,
             keepAlive: false, request: .complete)
         e.upstream = .finished
         e.status = 200
@@ -327,8 +334,10 @@ extension ExchangeStateMachine {
     mutating func tunnelContentRefused(started: UInt64) {
         guard case .tlsHandshake = state else { return }
         exchanges += 1
-        state = .exchange(Exchange(serial: exchanges, started: started, isHead: false, clientMinorVersion: 1,
-            expectsContinue: false, keepAlive: false, request: .complete))
+        state = .exchange(
+            Exchange(
+                serial: exchanges, started: started, isHead: false, clientMinorVersion: 1,
+                expectsContinue: false, keepAlive: false, request: .complete))
     }
 
     /// CONNECT to an intercepted host was answered 200: the exchange ends and the TLS handshake begins.

@@ -41,7 +41,9 @@ extension ExchangeStateMachine {
         case .exchange(let e):
             let progress = max(lastClientProgress, lastSendProgress)
             var waitingOnClient = clientPending > 0 || e.request == .collectingForm
-            if case .transferring(let t) = e.upstream, t.waitingForBody, e.request != .complete { waitingOnClient = true }
+            if case .transferring(let t) = e.upstream, t.waitingForBody, e.request != .complete {
+                waitingOnClient = true
+            }
             if waitingOnClient, now &- progress > limits.idleTimeout { return .clientStalled }
             // libcurl's low-speed check averages over a window, so a stall after a trickle would be cut late.
             if case .transferring(let t) = e.upstream, !t.pausedForClient, !t.waitingForBody,

@@ -30,9 +30,10 @@ struct ExchangeStateMachine: Equatable {
         /// `Connection: close`) before it closes: a request already on its way gets an answer, not a reset.
         var shutdownQuiet: UInt64
 
-        init(headerTimeout: UInt64, idleTimeout: UInt64, upstreamTimeout: UInt64, linger: UInt64 = 2_000_000_000,
-            lingerTotal: UInt64 = 30_000_000_000, maxBuffered: Int = 256 * 1024, shutdownQuiet: UInt64 = 1_000_000_000)
-        {
+        init(
+            headerTimeout: UInt64, idleTimeout: UInt64, upstreamTimeout: UInt64, linger: UInt64 = 2_000_000_000,
+            lingerTotal: UInt64 = 30_000_000_000, maxBuffered: Int = 256 * 1024, shutdownQuiet: UInt64 = 1_000_000_000
+        ) {
             self.headerTimeout = headerTimeout
             self.idleTimeout = idleTimeout
             self.upstreamTimeout = upstreamTimeout
@@ -43,7 +44,8 @@ struct ExchangeStateMachine: Equatable {
         }
 
         init(seconds header: Int, idle: Int, upstream: Int) {
-            self.init(headerTimeout: UInt64(header) * 1_000_000_000, idleTimeout: UInt64(idle) * 1_000_000_000,
+            self.init(
+                headerTimeout: UInt64(header) * 1_000_000_000, idleTimeout: UInt64(idle) * 1_000_000_000,
                 upstreamTimeout: UInt64(upstream) * 1_000_000_000)
         }
     }

@@ -12,13 +12,15 @@ struct ResponseFraming: Equatable {
 
     /// `upstreamLength` is the length every upstream `Content-Length` agrees on (nil when absent, conflicting,
     /// or overridden by `Transfer-Encoding`, since libcurl de-chunks the body).
-    static func decide(status: Int, isHeadRequest: Bool, upstreamLength: Int64?, clientMinorVersion: Int,
-        keepAlive: Bool) -> ResponseFraming
-    {
+    static func decide(
+        status: Int, isHeadRequest: Bool, upstreamLength: Int64?, clientMinorVersion: Int,
+        keepAlive: Bool
+    ) -> ResponseFraming {
         let noBody = isHeadRequest || status == 204 || status == 304 || status < 200
         if noBody {
             // A 204 has neither body nor Content-Length (RFC 9110 §8.6); HEAD and 304 keep the length they announce.
-            return ResponseFraming(noBody: true, chunked: false, contentLength: status == 204 ? nil : upstreamLength,
+            return ResponseFraming(
+                noBody: true, chunked: false, contentLength: status == 204 ? nil : upstreamLength,
                 keepAlive: keepAlive)
         }
         if let n = upstreamLength {

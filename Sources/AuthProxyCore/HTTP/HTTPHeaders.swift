@@ -35,8 +35,11 @@ public struct HTTPHeaders: Sendable, Equatable, Sequence {
     /// and the upstream's refusals marked the credential rejected).
     public mutating func setInjected(name: String, value: String) {
         remove(name: name)
-        for i in fields.indices where Self.connectionListing.contains(where: { fields[i].name.caseInsensitiveEquals($0) }) {
-            let kept = fields[i].value.split(separator: ",").filter { !$0.trimmingHTTPWhitespace().caseInsensitiveEquals(name) }
+        for i in fields.indices
+        where Self.connectionListing.contains(where: { fields[i].name.caseInsensitiveEquals($0) }) {
+            let kept = fields[i].value.split(separator: ",").filter {
+                !$0.trimmingHTTPWhitespace().caseInsensitiveEquals(name)
+            }
             fields[i].value = kept.map { String($0.trimmingHTTPWhitespace()) }.joined(separator: ", ")
         }
         fields.removeAll { f in

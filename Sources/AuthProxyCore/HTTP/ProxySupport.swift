@@ -14,6 +14,8 @@ enum ProxySupport {
     /// NTLM, Negotiate or Kerberos. Called only for 401s (the check on the status comes first on the relay path).
     static func applies(status: Int, wwwAuthenticate: [String]) -> Bool {
         guard status == 401 else { return false }
-        return AuthChallenge.parse(fields: wwwAuthenticate).contains { $0.is("ntlm") || $0.is("negotiate") || $0.is("kerberos") }
+        return AuthChallenge.parse(fields: wwwAuthenticate).contains {
+            $0.is("ntlm") || $0.is("negotiate") || $0.is("kerberos")
+        }
     }
 }

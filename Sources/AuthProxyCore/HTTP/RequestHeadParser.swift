@@ -255,7 +255,8 @@ public struct RequestHeadParser: Sendable {
             pathAndQuery = "/" + pathAndQuery
         }
         return .absolute(
-            URLTarget(scheme: scheme, host: host, port: port ?? (scheme == "https" ? 443 : 80), pathAndQuery: pathAndQuery))
+            URLTarget(
+                scheme: scheme, host: host, port: port ?? (scheme == "https" ? 443 : 80), pathAndQuery: pathAndQuery))
     }
 
     /// Splits `host[:port]` (IPv6 in brackets); nil when the host is empty. Throws on user info or bad ports.
@@ -264,7 +265,9 @@ public struct RequestHeadParser: Sendable {
         var host: Substring
         var portPart: Substring? = nil
         if a.utf8.first == UInt8(ascii: "[") {
-            guard let close = a.utf8.firstIndex(of: UInt8(ascii: "]")) else { throw HTTPParseError.bad("invalid IPv6 literal") }
+            guard let close = a.utf8.firstIndex(of: UInt8(ascii: "]")) else {
+                throw HTTPParseError.bad("invalid IPv6 literal")
+            }
             host = a[a.utf8.index(after: a.startIndex)..<close]
             let after = a[a.utf8.index(after: close)...]
             if !after.isEmpty {

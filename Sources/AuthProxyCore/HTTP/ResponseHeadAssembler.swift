@@ -1,5 +1,5 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// An upstream response head collected from libcurl's raw header lines as bytes, and written out as the head the
@@ -167,7 +167,8 @@ struct ResponseHeadAssembler {
         // A status line only where libcurl reads one: first in a head. Elsewhere `HTTP/1.1 200 OK: x` is a field to
         // libcurl, and reading it as a new head would give the client a status libcurl does not frame the body by.
         let atHeadStart = isComplete || (status == 0 && fields.isEmpty)
-        if atHeadStart, line.count >= 5, line[0] == 72, line[1] == 84, line[2] == 84, line[3] == 80, line[4] == 47 {  // "HTTP/"
+        // 72 84 84 80 47 is "HTTP/".
+        if atHeadStart, line.count >= 5, line[0] == 72, line[1] == 84, line[2] == 84, line[3] == 80, line[4] == 47 {
             beginHead(line)
             return .status(status)
         }
@@ -264,7 +265,8 @@ struct ResponseHeadAssembler {
         if let (code, end) = Self.statusCode(line) {
             status = code
             if end < line.count {
-                let phrase = UnsafeRawBufferPointer(rebasing: line[(line[end] == 32 || line[end] == 9 ? end + 1 : end)...])
+                let phrase = UnsafeRawBufferPointer(
+                    rebasing: line[(line[end] == 32 || line[end] == 9 ? end + 1 : end)...])
                 // A lenient client may end the status line at a bare CR and read what follows as a field.
                 if phrase.contains(where: { $0 == 13 || $0 == 0 }) { violation = .invalidReasonPhrase }
                 storage.append(contentsOf: phrase)
@@ -464,7 +466,9 @@ struct ResponseHeadAssembler {
             while stop < v.count, v[stop] != 44 { stop += 1 }
             let element = trimmed(UnsafeRawBufferPointer(rebasing: v[start..<stop]))
             if !element.isEmpty {
-                guard element.allSatisfy({ $0 >= 48 && $0 <= 57 }), let n = parseInteger(element) else { return .invalid }
+                guard element.allSatisfy({ $0 >= 48 && $0 <= 57 }), let n = parseInteger(element) else {
+                    return .invalid
+                }
                 if let value, value != n { conflicting = true }
                 value = n
             }
@@ -492,7 +496,8 @@ struct ResponseHeadAssembler {
         var framing = ResponseFraming(noBody: true, chunked: false, contentLength: nil, keepAlive: o.keepAlive)
         storage.withUnsafeBytes { s in
             // The one framing rule (``ResponseFraming/decide(status:isHeadRequest:upstreamLength:clientMinorVersion:keepAlive:)``).
-            framing = ResponseFraming.decide(status: status, isHeadRequest: o.isHeadRequest, upstreamLength: agreedLength(s),
+            framing = ResponseFraming.decide(
+                status: status, isHeadRequest: o.isHeadRequest, upstreamLength: agreedLength(s),
                 clientMinorVersion: o.clientMinorVersion, keepAlive: o.keepAlive)
             out.append("HTTP/1.1 ")
             Self.appendDecimal(Int64(status), to: &out)

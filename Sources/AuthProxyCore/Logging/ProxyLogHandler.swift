@@ -1,7 +1,8 @@
-#if canImport(Glibc)
-import Glibc
-#endif
 import Logging
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Writes one line per log event to stderr, as `key=value` text or as one JSON object (for containers).
 /// Each line goes out in a single `write(2)`, so lines from different event loops never interleave.
@@ -49,7 +50,8 @@ public struct ProxyLogHandler: LogHandler {
             for (k, v) in all.sorted(by: { $0.key < $1.key }) { s += " \(k)=\(textValue(v))" }
             line = s + "\n"
         case .json:
-            var s = "{\"ts\":\"\(ts)\",\"level\":\"\(event.level.rawValue)\",\"message\":\"\(jsonEscaped("\(event.message)"))\""
+            var s =
+                "{\"ts\":\"\(ts)\",\"level\":\"\(event.level.rawValue)\",\"message\":\"\(jsonEscaped("\(event.message)"))\""
             for (k, v) in all.sorted(by: { $0.key < $1.key }) { s += ",\"\(jsonEscaped(k))\":\(jsonValue(v))" }
             line = s + "}\n"
         }
@@ -78,7 +80,8 @@ public struct ProxyLogHandler: LogHandler {
             return "\"\(jsonEscaped(s))\""
         case .array(let a): return "[" + a.map(jsonValue).joined(separator: ",") + "]"
         case .dictionary(let d):
-            return "{" + d.sorted { $0.key < $1.key }.map { "\"\(jsonEscaped($0.key))\":\(jsonValue($0.value))" }
+            return "{"
+                + d.sorted { $0.key < $1.key }.map { "\"\(jsonEscaped($0.key))\":\(jsonValue($0.value))" }
                 .joined(separator: ",") + "}"
         }
     }

@@ -29,7 +29,8 @@ struct ActivityWindow: Sendable, Equatable {
     func total(now: Int64) -> Int {
         let current = now / Self.bucketMillis
         var sum = 0
-        for i in 0..<Self.bucketCount where slots[i] >= 0 && current - slots[i] < Int64(Self.bucketCount) && slots[i] <= current {
+        for i in 0..<Self.bucketCount
+        where slots[i] >= 0 && current - slots[i] < Int64(Self.bucketCount) && slots[i] <= current {
             sum += counts[i]
         }
         return sum

@@ -45,7 +45,8 @@ struct CredentialActivity: Sendable, Equatable {
     }
 
     mutating func networkAuth(credential: String, scheme: String, success: Bool, now: Int64) {
-        var o = credentials[credential, default: PerCredential()].networkAuth[scheme] ?? NetworkAuthOutcome(scheme: scheme)
+        var o =
+            credentials[credential, default: PerCredential()].networkAuth[scheme] ?? NetworkAuthOutcome(scheme: scheme)
         if success { o.successes += 1 } else { o.failures += 1 }
         o.lastAt = now
         o.lastSucceeded = success

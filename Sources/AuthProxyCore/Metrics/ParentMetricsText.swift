@@ -6,17 +6,22 @@ enum ParentMetricsText {
         guard !parents.isEmpty else { return "" }
         var out = "# HELP authproxy_parent_requests_total Requests, tunnels and token fetches sent to a parent proxy.\n"
         out += "# TYPE authproxy_parent_requests_total counter\n"
-        for p in parents { out += "authproxy_parent_requests_total{parent=\"\(label(p.parent.url))\"} \(p.stats.requests)\n" }
+        for p in parents {
+            out += "authproxy_parent_requests_total{parent=\"\(label(p.parent.url))\"} \(p.stats.requests)\n"
+        }
         out += "# HELP authproxy_parent_failures_total Failures at a parent proxy, by cause.\n"
         out += "# TYPE authproxy_parent_failures_total counter\n"
         for p in parents {
             for cause in ParentFailover.Cause.allCases {
-                out += "authproxy_parent_failures_total{cause=\"\(cause.rawValue)\",parent=\"\(label(p.parent.url))\"} \(p.stats.failures[cause] ?? 0)\n"
+                out +=
+                    "authproxy_parent_failures_total{cause=\"\(cause.rawValue)\",parent=\"\(label(p.parent.url))\"} \(p.stats.failures[cause] ?? 0)\n"
             }
         }
         out += "# HELP authproxy_parent_backoff 1 while a parent proxy is skipped after a failure.\n"
         out += "# TYPE authproxy_parent_backoff gauge\n"
-        for p in parents { out += "authproxy_parent_backoff{parent=\"\(label(p.parent.url))\"} \(p.inBackoff ? 1 : 0)\n" }
+        for p in parents {
+            out += "authproxy_parent_backoff{parent=\"\(label(p.parent.url))\"} \(p.inBackoff ? 1 : 0)\n"
+        }
         return out
     }
 

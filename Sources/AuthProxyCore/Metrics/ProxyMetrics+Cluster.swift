@@ -17,12 +17,14 @@ extension ProxyMetrics {
     }
 
     func cluster(_ event: ClusterEvent) {
-        CoreMetrics.Counter(label: "authproxy_cluster_\(event.rawValue)_total", dimensions: [], factory: factory).increment()
+        CoreMetrics.Counter(label: "authproxy_cluster_\(event.rawValue)_total", dimensions: [], factory: factory)
+            .increment()
     }
 
     /// A Redis operation failed (`cause`: ``RedisError/Kind``'s name).
     func clusterError(_ cause: String) {
-        CoreMetrics.Counter(label: "authproxy_cluster_errors_total", dimensions: [("cause", cause)], factory: factory).increment()
+        CoreMetrics.Counter(label: "authproxy_cluster_errors_total", dimensions: [("cause", cause)], factory: factory)
+            .increment()
     }
 
     /// Whether Redis can be used now (1) or the replica works alone (0).

@@ -53,21 +53,28 @@ public final class ProxyMetrics: Sendable {
         clientConnections = CoreMetrics.Meter(label: "authproxy_client_connections", dimensions: [], factory: f)
         tunnels = CoreMetrics.Meter(label: "authproxy_tunnels", dimensions: [], factory: f)
         webSockets = CoreMetrics.Meter(label: "authproxy_websockets_open", dimensions: [], factory: f)
-        bytesUpstream = CoreMetrics.Counter(label: "authproxy_bytes_total", dimensions: [("direction", "upstream")], factory: f)
-        bytesDownstream = CoreMetrics.Counter(label: "authproxy_bytes_total", dimensions: [("direction", "downstream")], factory: f)
-        certificatesMinted = CoreMetrics.Counter(label: "authproxy_certificates_minted_total", dimensions: [], factory: f)
-        durationTotal = CoreMetrics.Timer(label: "authproxy_request_duration_seconds", dimensions: [("phase", "total")],
+        bytesUpstream = CoreMetrics.Counter(
+            label: "authproxy_bytes_total", dimensions: [("direction", "upstream")], factory: f)
+        bytesDownstream = CoreMetrics.Counter(
+            label: "authproxy_bytes_total", dimensions: [("direction", "downstream")], factory: f)
+        certificatesMinted = CoreMetrics.Counter(
+            label: "authproxy_certificates_minted_total", dimensions: [], factory: f)
+        durationTotal = CoreMetrics.Timer(
+            label: "authproxy_request_duration_seconds", dimensions: [("phase", "total")],
             factory: f)
-        durationFirstByte = CoreMetrics.Timer(label: "authproxy_request_duration_seconds",
+        durationFirstByte = CoreMetrics.Timer(
+            label: "authproxy_request_duration_seconds",
             dimensions: [("phase", "upstream_first_byte")], factory: f)
         var denied: [MetricLabels.DeniedReason: CoreMetrics.Counter] = [:]
         for r in MetricLabels.DeniedReason.allCases {
-            denied[r] = CoreMetrics.Counter(label: "authproxy_denied_total", dimensions: [("reason", r.rawValue)], factory: f)
+            denied[r] = CoreMetrics.Counter(
+                label: "authproxy_denied_total", dimensions: [("reason", r.rawValue)], factory: f)
         }
         self.denied = denied
         var errors: [MetricLabels.UpstreamCause: CoreMetrics.Counter] = [:]
         for c in MetricLabels.UpstreamCause.allCases {
-            errors[c] = CoreMetrics.Counter(label: "authproxy_upstream_errors_total", dimensions: [("cause", c.rawValue)], factory: f)
+            errors[c] = CoreMetrics.Counter(
+                label: "authproxy_upstream_errors_total", dimensions: [("cause", c.rawValue)], factory: f)
         }
         upstreamErrors = errors
         // Present from the start (at 0) so dashboards and alerts see the series before the first event.
@@ -100,71 +107,92 @@ public final class ProxyMetrics: Sendable {
     /// A WebSocket handshake ended: `result` is `upgraded` (a `101`, now relayed) or `refused` (any other answer).
     /// Rare next to requests, so the handle is made per event.
     func webSocketUpgrade(credential: String, result: String) {
-        CoreMetrics.Counter(label: "authproxy_websocket_upgrades_total",
-            dimensions: [("credential", credential), ("result", result)], factory: factory).increment()
+        CoreMetrics.Counter(
+            label: "authproxy_websocket_upgrades_total",
+            dimensions: [("credential", credential), ("result", result)], factory: factory
+        ).increment()
     }
 
     /// A token request for `credential` finished (`result`: `success` or `failure`).
     func tokenRequest(credential: String, success: Bool) {
-        CoreMetrics.Counter(label: "authproxy_token_requests_total",
-            dimensions: [("credential", credential), ("result", success ? "success" : "failure")], factory: factory)
-            .increment()
+        CoreMetrics.Counter(
+            label: "authproxy_token_requests_total",
+            dimensions: [("credential", credential), ("result", success ? "success" : "failure")], factory: factory
+        )
+        .increment()
         activity.withLock { $0.tokenRequest(credential: credential, success: success, now: nowMillis()) }
     }
 
     /// A token was obtained for `credential` at server root `root`: its expiry time (nil: does not expire).
     func tokenExpiry(credential: String, root: String, expires: Int64?) {
         guard let expires else { return }
-        CoreMetrics.Gauge(label: "authproxy_token_expiry_timestamp_seconds", dimensions: [("credential", credential), ("root", root)],
-            factory: factory).record(Double(expires) / 1000)
+        CoreMetrics.Gauge(
+            label: "authproxy_token_expiry_timestamp_seconds",
+            dimensions: [("credential", credential), ("root", root)],
+            factory: factory
+        ).record(Double(expires) / 1000)
     }
 
     /// The upstream answered 498/499 (in any form) to a request carrying `credential`'s token.
     func tokenRejected(credential: String) {
-        CoreMetrics.Counter(label: "authproxy_token_rejections_total", dimensions: [("credential", credential)], factory: factory)
-            .increment()
+        CoreMetrics.Counter(
+            label: "authproxy_token_rejections_total", dimensions: [("credential", credential)], factory: factory
+        )
+        .increment()
         activity.withLock { $0.rejected(credential: credential, now: nowMillis()) }
     }
 
     /// A request retried with a fresh token ended: `success` when the retry's answer was not a rejection.
     func retry(credential: String, result: String) {
-        CoreMetrics.Counter(label: "authproxy_retries_total", dimensions: [("credential", credential), ("result", result)],
-            factory: factory).increment()
+        CoreMetrics.Counter(
+            label: "authproxy_retries_total", dimensions: [("credential", credential), ("result", result)],
+            factory: factory
+        ).increment()
     }
 
     /// An upstream retry (``RetryPolicy``) for `cause` ended: `success` when the attempt it made was answered
     /// without a retriable failure, `failure` when it failed again, `budget_exhausted` when the host's
     /// ``RetryBudget`` refused it. Rare next to requests, so the handle is made per event.
     func upstreamRetry(cause: RetryPolicy.Cause, result: String) {
-        CoreMetrics.Counter(label: "authproxy_upstream_retries_total",
-            dimensions: [("cause", cause.rawValue), ("result", result)], factory: factory).increment()
+        CoreMetrics.Counter(
+            label: "authproxy_upstream_retries_total",
+            dimensions: [("cause", cause.rawValue), ("result", result)], factory: factory
+        ).increment()
     }
 
     /// An ArcGIS REST `GET` went upstream as a `POST` form (``GetAsPost``), for `cause`.
     func getAsPost(_ cause: GetAsPost.Cause) {
-        CoreMetrics.Counter(label: "authproxy_get_as_post_total", dimensions: [("cause", cause.rawValue)],
-            factory: factory).increment()
+        CoreMetrics.Counter(
+            label: "authproxy_get_as_post_total", dimensions: [("cause", cause.rawValue)],
+            factory: factory
+        ).increment()
     }
 
     /// An upstream challenge was answered with `credential` using `scheme`; `success` unless the final answer was
     /// still 401.
     func networkAuth(credential: String, scheme: String, success: Bool) {
-        CoreMetrics.Counter(label: "authproxy_network_auth_total",
+        CoreMetrics.Counter(
+            label: "authproxy_network_auth_total",
             dimensions: [("credential", credential), ("scheme", scheme), ("result", success ? "success" : "failure")],
-            factory: factory).increment()
+            factory: factory
+        ).increment()
         activity.withLock { $0.networkAuth(credential: credential, scheme: scheme, success: success, now: nowMillis()) }
     }
 
     func rateLimited(credential: String) {
-        CoreMetrics.Counter(label: "authproxy_rate_limited_total", dimensions: [("credential", credential)], factory: factory)
-            .increment()
+        CoreMetrics.Counter(
+            label: "authproxy_rate_limited_total", dimensions: [("credential", credential)], factory: factory
+        )
+        .increment()
         activity.withLock { $0.rateLimited(credential: credential, now: nowMillis()) }
     }
 
     /// A configuration reload was applied or rejected.
     func reload(applied: Bool) {
-        CoreMetrics.Counter(label: "authproxy_config_reloads_total", dimensions: [("result", applied ? "applied" : "rejected")],
-            factory: factory).increment()
+        CoreMetrics.Counter(
+            label: "authproxy_config_reloads_total", dimensions: [("result", applied ? "applied" : "rejected")],
+            factory: factory
+        ).increment()
     }
 }
 
@@ -182,15 +210,19 @@ struct RequestCounters {
 
     mutating func increment(credential: String, method: String, status: Int, metrics: ProxyMetrics) {
         let statusClass = MetricLabels.statusClass(status)
-        let key = Key(credential: credential, method: UInt8(MetricLabels.methodIndex(method)),
+        let key = Key(
+            credential: credential, method: UInt8(MetricLabels.methodIndex(method)),
             statusClass: UInt8(status / 100))
         if let c = handles[key] {
             c.increment()
             return
         }
-        let c = CoreMetrics.Counter(label: "authproxy_requests_total",
-            dimensions: [("credential", credential), ("method", MetricLabels.methodName(index: Int(key.method))),
-                ("status_class", statusClass)],
+        let c = CoreMetrics.Counter(
+            label: "authproxy_requests_total",
+            dimensions: [
+                ("credential", credential), ("method", MetricLabels.methodName(index: Int(key.method))),
+                ("status_class", statusClass),
+            ],
             factory: metrics.factory)
         handles[key] = c
         c.increment()

@@ -29,7 +29,11 @@ public struct PacDirective: Equatable, Sendable {
             let shown = entry.joined(separator: " ")
             let kind = keyword.uppercased()
             if kind == "DIRECT" {
-                if entry.count == 1 { choices.append(.direct) } else { skipped.append("\(shown): DIRECT takes no address") }
+                if entry.count == 1 {
+                    choices.append(.direct)
+                } else {
+                    skipped.append("\(shown): DIRECT takes no address")
+                }
                 continue
             }
             let scheme: ParentProxy.Scheme

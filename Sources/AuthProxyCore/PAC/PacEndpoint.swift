@@ -17,7 +17,8 @@ enum PacEndpoint {
         }
 
         init(_ config: ProxyConfig) {
-            self.init(rules: PacScriptBuilder.rules(config.credentials), configuredAddress: config.pacAddress,
+            self.init(
+                rules: PacScriptBuilder.rules(config.credentials), configuredAddress: config.pacAddress,
                 fallback: config.pacFallback)
         }
     }
@@ -83,11 +84,13 @@ enum PacEndpoint {
     /// The answer to `method` with `If-None-Match: ifNoneMatch`, for clients that reach the proxy at `address`.
     static func answer(method: String, ifNoneMatch: String?, address: String?, settings: Settings) -> Answer {
         guard method == "GET" || method == "HEAD" else {
-            return Answer(status: 405, contentType: "text/plain; charset=utf-8", body: "method not allowed (use GET or HEAD)\n",
+            return Answer(
+                status: 405, contentType: "text/plain; charset=utf-8", body: "method not allowed (use GET or HEAD)\n",
                 headers: [("Allow", "GET, HEAD")])
         }
         guard let address else {
-            return Answer(status: 400, contentType: "text/plain; charset=utf-8",
+            return Answer(
+                status: 400, contentType: "text/plain; charset=utf-8",
                 body: "cannot tell which address clients reach the proxy at: send Host, or set [proxy] pac_address\n",
                 headers: [])
         }

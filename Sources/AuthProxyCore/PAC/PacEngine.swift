@@ -1,7 +1,8 @@
 import CPacParser
 import Dispatch
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// The PAC engine: pacparser (Debian `libpacparser1`, a JavaScript interpreter inside) evaluating the loaded PAC
@@ -46,7 +47,8 @@ final class PacEngine: @unchecked Sendable {
         // The answer belongs to the JavaScript engine (pacparser 1.3 hands out the string's own bytes): copied
         // before the next call, never freed here.
         guard let answer = pacparser_find_proxy(url, host) else {
-            return .failure(Failure(message: PacEngineErrors.message(or: "FindProxyForURL failed (it threw, or is not defined)")))
+            return .failure(
+                Failure(message: PacEngineErrors.message(or: "FindProxyForURL failed (it threw, or is not defined)")))
         }
         return .success(String(cString: answer))
     }
@@ -68,8 +70,10 @@ final class PacEngine: @unchecked Sendable {
             return .failure(Failure(message: PacEngineErrors.message(or: "the PAC file does not parse as JavaScript")))
         }
         guard let probe = pacparser_find_proxy("http://127.0.0.1/", "127.0.0.1"), probe.pointee != 0 else {
-            return .failure(Failure(message: PacEngineErrors.message(
-                or: "FindProxyForURL(\"http://127.0.0.1/\", \"127.0.0.1\") gave no answer (is it defined?)")))
+            return .failure(
+                Failure(
+                    message: PacEngineErrors.message(
+                        or: "FindProxyForURL(\"http://127.0.0.1/\", \"127.0.0.1\") gave no answer (is it defined?)")))
         }
         return .success(())
     }

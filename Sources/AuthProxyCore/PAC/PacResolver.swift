@@ -1,7 +1,8 @@
 import Dispatch
 import Logging
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// `[proxy] upstream_pac`: keeps the PAC file loaded (read at start, every `upstream_pac_refresh_seconds` and on
@@ -61,7 +62,10 @@ final class PacResolver: @unchecked Sendable {
     /// The text last handed to the engine successfully: the same text again changes nothing.
     private var inForce: String?
 
-    init(cache: PacRouteCache = PacRouteCache(), now: @escaping @Sendable () -> UInt64 = { DispatchTime.now().uptimeNanoseconds / 1_000_000 }) {
+    init(
+        cache: PacRouteCache = PacRouteCache(),
+        now: @escaping @Sendable () -> UInt64 = { DispatchTime.now().uptimeNanoseconds / 1_000_000 }
+    ) {
         self.cache = cache
         self.now = now
     }
@@ -119,9 +123,10 @@ final class PacResolver: @unchecked Sendable {
     /// Reads `source` now (a reload reads it again even when unchanged), then every `refreshSeconds`; nil stops
     /// reading. `loaded` is called once this first read has ended, whatever its outcome (on a queue of the
     /// resolver's).
-    func configure(_ source: PacSource?, refreshSeconds: Int, timeoutSeconds: Int, logger: Logger,
-        loaded: (@Sendable () -> Void)? = nil)
-    {
+    func configure(
+        _ source: PacSource?, refreshSeconds: Int, timeoutSeconds: Int, logger: Logger,
+        loaded: (@Sendable () -> Void)? = nil
+    ) {
         loadQueue.async { [self] in
             self.source = source
             self.refreshSeconds = refreshSeconds
@@ -158,7 +163,8 @@ final class PacResolver: @unchecked Sendable {
             let m = multi ?? CurlMulti(queue: loadQueue)
             multi = m
             // Directly, never through a parent: the PAC file is what says which parent to use.
-            let f = HTTPFetch(multi: m, method: "GET", url: url, form: nil, timeoutSeconds: timeoutSeconds) { [self] result in
+            let f = HTTPFetch(multi: m, method: "GET", url: url, form: nil, timeoutSeconds: timeoutSeconds) {
+                [self] result in
                 switch result {
                 case .failure(let e):
                     fetched(.failure(.init(message: e.message)), from: source)
@@ -221,10 +227,12 @@ final class PacResolver: @unchecked Sendable {
             return status.loaded
         }
         if loaded {
-            logger.warning("PAC file could not be loaded: the last good one stays in force",
+            logger.warning(
+                "PAC file could not be loaded: the last good one stays in force",
                 metadata: ["pac": "\(source)", "error": "\(message)"])
         } else {
-            logger.error("PAC file could not be loaded and none was loaded before: requests that need a route are refused (502) until it loads",
+            logger.error(
+                "PAC file could not be loaded and none was loaded before: requests that need a route are refused (502) until it loads",
                 metadata: ["pac": "\(source)", "error": "\(message)", "retry_seconds": "\(retryAfterFailure)"])
         }
         ProxyMetrics.active?.pacLoad(loaded: loaded, failed: true)
@@ -241,13 +249,15 @@ final class PacResolver: @unchecked Sendable {
             load()
             return
         }
-        let t = timer ?? {
-            let t = DispatchSource.makeTimerSource(queue: loadQueue)
-            t.setEventHandler { [unowned self] in load() }
-            t.resume()
-            timer = t
-            return t
-        }()
+        let t =
+            timer
+            ?? {
+                let t = DispatchSource.makeTimerSource(queue: loadQueue)
+                t.setEventHandler { [unowned self] in load() }
+                t.resume()
+                timer = t
+                return t
+            }()
         t.schedule(deadline: .now() + .seconds(seconds))
         runAfterLoad()
     }

@@ -44,7 +44,9 @@ enum PacScriptBuilder {
     /// goes in as an escaped JavaScript literal (``jsString(_:)``), so no host name can end the string.
     static func script(rules: [Rule], address: String, fallback: PacFallback) -> String {
         let exact = rules.filter { !$0.wildcard }.map { "\(jsString("\($0.scheme)://\($0.host):\($0.port)")): 1" }
-        let suffixes = rules.filter(\.wildcard).map { "[\(jsString($0.scheme)), \($0.port), \(jsString("." + $0.host))]" }
+        let suffixes = rules.filter(\.wildcard).map {
+            "[\(jsString($0.scheme)), \($0.port), \(jsString("." + $0.host))]"
+        }
         // No trailing commas: old engines (JScript in WinHTTP) read `[a,]` as two elements.
         return """
             // Proxy auto-configuration served by authproxy: the hosts its credentials match go through it,
@@ -93,7 +95,8 @@ enum PacScriptBuilder {
     static func jsString(_ s: String) -> String {
         var out = "\""
         for unit in s.utf16 {
-            let plain = (unit >= 0x61 && unit <= 0x7a) || (unit >= 0x41 && unit <= 0x5a) || (unit >= 0x30 && unit <= 0x39)
+            let plain =
+                (unit >= 0x61 && unit <= 0x7a) || (unit >= 0x41 && unit <= 0x5a) || (unit >= 0x30 && unit <= 0x39)
                 || [0x2e, 0x2d, 0x5f, 0x3a, 0x2f, 0x3b, 0x5b, 0x5d, 0x20].contains(unit)
             if plain {
                 out.unicodeScalars.append(Unicode.Scalar(UInt8(unit)))

@@ -3,23 +3,31 @@
 /// the browser spend the proxy's credentials, so the endpoint only exists with `[proxy] allowed_origins`, and a
 /// request from another origin is refused.
 extension RequestPlanner {
-    static func proxyEndpoint(_ h: RequestHead, target: String, allowedOrigins allowed: [String], store: CredentialStore)
+    static func proxyEndpoint(
+        _ h: RequestHead, target: String, allowedOrigins allowed: [String], store: CredentialStore
+    )
         -> ProxyEndpointDecision
     {
         guard !allowed.isEmpty else {
-            return .refuse(ErrorResponse(status: 404, message: "The /proxy endpoint is off",
-                details: ["Set [proxy] allowed_origins to the web app origins that may use it."]), origin: nil)
+            return .refuse(
+                ErrorResponse(
+                    status: 404, message: "The /proxy endpoint is off",
+                    details: ["Set [proxy] allowed_origins to the web app origins that may use it."]), origin: nil)
         }
         // The requesting web app: its Origin, or the origin of its Referer when a browser sends no Origin
         // (`<script src>` and `<img>` GETs). A request with neither could come from any page: refused.
         let origin = h.headers.first("origin")
         guard let requester = origin ?? h.headers.first("referer").flatMap(webOrigin(of:)) else {
-            return .refuse(ErrorResponse(status: 403, message: "The /proxy endpoint needs an Origin or Referer header",
-                details: ["Only the web apps in [proxy] allowed_origins may use it."]), origin: nil)
+            return .refuse(
+                ErrorResponse(
+                    status: 403, message: "The /proxy endpoint needs an Origin or Referer header",
+                    details: ["Only the web apps in [proxy] allowed_origins may use it."]), origin: nil)
         }
         if !allowed.contains("*"), !allowed.contains(where: { $0.lowercased() == requester.lowercased() }) {
-            return .refuse(ErrorResponse(status: 403, message: "Origin \(requester.prefix(200)) may not use this proxy",
-                details: ["It is not in [proxy] allowed_origins."]), origin: nil)
+            return .refuse(
+                ErrorResponse(
+                    status: 403, message: "Origin \(requester.prefix(200)) may not use this proxy",
+                    details: ["It is not in [proxy] allowed_origins."]), origin: nil)
         }
         if h.method == "OPTIONS", h.headers.contains("access-control-request-method") {
             // CORS preflight, answered here (the upstream never sees it).
@@ -33,14 +41,22 @@ extension RequestPlanner {
             let text = ProxyEndpointTarget.url(fromQuery: target[target.index(after: q)...]),
             case .absolute(let url)? = try? RequestHeadParser.parseTarget(method: h.method, text)
         else {
-            return .refuse(ErrorResponse(status: 400, message: "Expected /proxy?<http(s) URL>",
-                details: ["The URL as is (/proxy?https://host/path?f=json) or percent-encoded as a whole (/proxy?https%3A%2F%2Fhost%2Fpath%3Ff%3Djson)."]),
+            return .refuse(
+                ErrorResponse(
+                    status: 400, message: "Expected /proxy?<http(s) URL>",
+                    details: [
+                        "The URL as is (/proxy?https://host/path?f=json) or percent-encoded as a whole (/proxy?https%3A%2F%2Fhost%2Fpath%3Ff%3Djson)."
+                    ]),
                 origin: origin)
         }
         if TokenInjection.queryHasField(url.pathAndQuery, "callback"), !jsonpAllowed(url, store: store) {
             // JSONP is read with <script src>, which any page can include: a secured answer would leak to it.
-            return .refuse(ErrorResponse(status: 403, message: "JSONP (callback=) is not allowed through the /proxy endpoint",
-                details: ["Set allow_jsonp = true on the credential matching \(url.origin) if a web app really needs JSONP."]),
+            return .refuse(
+                ErrorResponse(
+                    status: 403, message: "JSONP (callback=) is not allowed through the /proxy endpoint",
+                    details: [
+                        "Set allow_jsonp = true on the credential matching \(url.origin) if a web app really needs JSONP."
+                    ]),
                 origin: origin)
         }
         return .forward(url, origin: origin)
@@ -50,7 +66,9 @@ extension RequestPlanner {
     /// the normalised one (`/public/../secure`), allows it, and there is at least one.
     static func jsonpAllowed(_ url: URLTarget, store: CredentialStore) -> Bool {
         var targets = [url]
-        if case .normal(let p) = PathNormalizer.normalize(url.path), p != url.path { targets.append(url.replacingPath(p)) }
+        if case .normal(let p) = PathNormalizer.normalize(url.path), p != url.path {
+            targets.append(url.replacingPath(p))
+        }
         let applied = targets.flatMap { store.applicable(for: $0) }.filter { c in
             if case .serverTrust = c.kind { return false }  // trust settings authenticate nobody
             return true

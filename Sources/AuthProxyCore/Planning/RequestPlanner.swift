@@ -21,17 +21,21 @@ enum RequestPlanner {
     /// absolute one only if it names that host; elsewhere an origin-form target is one of the proxy's own
     /// endpoints, as is an absolute `http://` one naming the proxy itself (`ownAuthorities`, `host:port`), an
     /// authority one is a CONNECT, and any other absolute one is forwarded.
-    static func route(_ target: RequestTarget, tunnel: (scheme: String, host: String, port: Int)?,
-        ownAuthorities: Set<String>) -> RequestRoute
-    {
+    static func route(
+        _ target: RequestTarget, tunnel: (scheme: String, host: String, port: Int)?,
+        ownAuthorities: Set<String>
+    ) -> RequestRoute {
         if let t = tunnel {
             switch target {
             case .origin(let path):
-                return .forward(URLTarget(scheme: t.scheme, host: t.host, port: t.port, pathAndQuery: path == "*" ? "/" : path))
+                return .forward(
+                    URLTarget(scheme: t.scheme, host: t.host, port: t.port, pathAndQuery: path == "*" ? "/" : path))
             case .absolute(let u) where u.scheme == t.scheme && u.host == t.host && u.port == t.port:
                 return .forward(u)
             default:
-                return .refuse(ErrorResponse(status: 400, message: "Requests inside a tunnel to \(t.host):\(t.port) must be for that host"))
+                return .refuse(
+                    ErrorResponse(
+                        status: 400, message: "Requests inside a tunnel to \(t.host):\(t.port) must be for that host"))
             }
         }
         switch target {
@@ -40,15 +44,18 @@ enum RequestPlanner {
         case .authority(let host, let port):
             return .tunnel(host: host, port: port)
         case .absolute(let url):
-            if url.scheme == "http", ownAuthorities.contains("\(url.urlHost):\(url.port)") { return .ownEndpoint(url.pathAndQuery) }
+            if url.scheme == "http", ownAuthorities.contains("\(url.urlHost):\(url.port)") {
+                return .ownEndpoint(url.pathAndQuery)
+            }
             return .forward(url)
         }
     }
 
     /// Proxy authentication: `known` is the `Proxy-Authorization` value the connection's last request verified.
-    static func proxyAuthentication(_ h: RequestHead, insideTunnel: Bool, authenticator: ProxyAuthenticator,
-        known: String?) -> ProxyAuthDecision
-    {
+    static func proxyAuthentication(
+        _ h: RequestHead, insideTunnel: Bool, authenticator: ProxyAuthenticator,
+        known: String?
+    ) -> ProxyAuthDecision {
         guard authenticator.isRequired, !insideTunnel else { return .notNeeded }
         // Liveness probes, and the PAC file: clients fetch it before they use the proxy, without its credentials.
         if case .origin(let p) = h.target, p.prefix(while: { $0 != "?" }) == "/healthz" || PacEndpoint.isPacTarget(p) {
@@ -56,7 +63,9 @@ enum RequestPlanner {
         }
         let presented = h.headers.first("proxy-authorization")
         if let presented, presented == known { return .alreadyVerified }
-        if let presented, let c = authenticator.authenticate(presented) { return .verified(c, authorization: presented) }
+        if let presented, let c = authenticator.authenticate(presented) {
+            return .verified(c, authorization: presented)
+        }
         var close = false
         if case .authority = h.target { close = true }
         return .refused(presented: presented != nil, close: close)
@@ -68,30 +77,42 @@ enum RequestPlanner {
     /// credential's `intercept = false` or `[tls] no_intercept` (`noIntercept`) covers is a blind tunnel instead,
     /// so only on a `connect_ports` port: a Windows login bound to the server's certificate (IIS Extended
     /// Protection) fails against any certificate the proxy would present.
-    static func connect(host: String, port: Int, store: CredentialStore, connectPorts: Set<Int>,
-        unmatched: UnmatchedPolicy, noIntercept: [HostPattern] = []) -> ConnectDecision
-    {
+    static func connect(
+        host: String, port: Int, store: CredentialStore, connectPorts: Set<Int>,
+        unmatched: UnmatchedPolicy, noIntercept: [HostPattern] = []
+    ) -> ConnectDecision {
         let matched = store.matchesHost(host, port: port)
         let portAllowed = connectPorts.contains(port)
         guard portAllowed || matched else {
-            return .refuse(ErrorResponse(status: 403, message: "CONNECT to \(host):\(port) is not allowed",
-                details: ["Port \(port) is not in [proxy] connect_ports (\(connectPorts.sorted().map(String.init).joined(separator: ", ")))."]),
+            return .refuse(
+                ErrorResponse(
+                    status: 403, message: "CONNECT to \(host):\(port) is not allowed",
+                    details: [
+                        "Port \(port) is not in [proxy] connect_ports (\(connectPorts.sorted().map(String.init).joined(separator: ", ")))."
+                    ]),
                 denied: .connectPort)
         }
         if matched {
-            let blindByChoice = store.declinesInterception(host, port: port)
+            let blindByChoice =
+                store.declinesInterception(host, port: port)
                 || noIntercept.contains { $0.matches(host: host, port: port) }
             guard blindByChoice else { return .serve(blindAllowed: portAllowed) }
             guard portAllowed else {
-                return .refuse(ErrorResponse(status: 403, message: "CONNECT to \(host):\(port) is not allowed",
-                    details: ["It is kept a blind tunnel (intercept = false or [tls] no_intercept), and port \(port) is not in [proxy] connect_ports."]),
+                return .refuse(
+                    ErrorResponse(
+                        status: 403, message: "CONNECT to \(host):\(port) is not allowed",
+                        details: [
+                            "It is kept a blind tunnel (intercept = false or [tls] no_intercept), and port \(port) is not in [proxy] connect_ports."
+                        ]),
                     denied: .connectPort)
             }
             return .blind
         }
         if unmatched == .deny {
-            return .refuse(ErrorResponse(status: 403, message: "Destination \(host):\(port) is not allowed",
-                details: ["No credential matches it and [proxy] unmatched = \"deny\"."]), denied: .unmatched)
+            return .refuse(
+                ErrorResponse(
+                    status: 403, message: "Destination \(host):\(port) is not allowed",
+                    details: ["No credential matches it and [proxy] unmatched = \"deny\"."]), denied: .unmatched)
         }
         return .blind
     }
@@ -109,11 +130,15 @@ enum RequestPlanner {
         case .tls:
             if canIntercept { return .intercept }
             if blindAllowed { return .blind }
-            return .refuse(ErrorResponse(status: 403, message: "TLS to \(host):\(port) cannot be relayed",
-                details: ["Port \(port) is not in [proxy] connect_ports and there is no [tls] interception."]))
+            return .refuse(
+                ErrorResponse(
+                    status: 403, message: "TLS to \(host):\(port) cannot be relayed",
+                    details: ["Port \(port) is not in [proxy] connect_ports and there is no [tls] interception."]))
         case .other:
-            return .refuse(ErrorResponse(status: 400, message: "Bad request: the tunnel to \(host):\(port) carries neither TLS nor HTTP",
-                details: ["A CONNECT to a host with credentials may carry TLS or HTTP requests only."]))
+            return .refuse(
+                ErrorResponse(
+                    status: 400, message: "Bad request: the tunnel to \(host):\(port) carries neither TLS nor HTTP",
+                    details: ["A CONNECT to a host with credentials may carry TLS or HTTP requests only."]))
         }
     }
 
@@ -123,9 +148,10 @@ enum RequestPlanner {
     /// Fills `plan` (made with ``ForwardPlan/init(url:)``) for the request, or returns the answer that replaces it.
     /// In place rather than returned: the plan is large (URLs, network credentials), and copying it through a
     /// `Result` showed in the relay's instruction count.
-    static func plan(_ h: RequestHead, url: URLTarget, store: CredentialStore, settings: Settings,
-        into plan: inout ForwardPlan) -> PlannedAnswer?
-    {
+    static func plan(
+        _ h: RequestHead, url: URLTarget, store: CredentialStore, settings: Settings,
+        into plan: inout ForwardPlan
+    ) -> PlannedAnswer? {
         if let via = settings.ownVia, let loop = loopAnswer(h.headers, ownVia: via) { return loop }
         // Credentials are matched on the path the server will resolve: `/arcgis/%2e%2e/x` must not carry the
         // `/arcgis` token. The path goes upstream as written, and a front end may route on that raw text, so
@@ -141,14 +167,20 @@ enum RequestPlanner {
                 }
             case .ambiguous(let why):
                 if store.matchesOrigin(url) {
-                    return PlannedAnswer(error: ErrorResponse(status: 400, message: "Bad request: \(why)",
-                        details: ["Requests to a host with credentials need an unambiguous path: a server could resolve this one outside the credential's prefix."]))
+                    return PlannedAnswer(
+                        error: ErrorResponse(
+                            status: 400, message: "Bad request: \(why)",
+                            details: [
+                                "Requests to a host with credentials need an unambiguous path: a server could resolve this one outside the credential's prefix."
+                            ]))
                 }
             }
             if h.method == "TRACE", store.matchesOrigin(url) {
                 // A server that answers TRACE echoes the request it got: the key or token the proxy put in.
-                return PlannedAnswer(error: ErrorResponse(status: 405, message: "TRACE is not allowed to a host with credentials",
-                    details: ["The server would echo the credentials the proxy adds to the request."]),
+                return PlannedAnswer(
+                    error: ErrorResponse(
+                        status: 405, message: "TRACE is not allowed to a host with credentials",
+                        details: ["The server would echo the credentials the proxy adds to the request."]),
                     extraHeaders: "Allow: GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS\r\n")
             }
         }
@@ -157,7 +189,8 @@ enum RequestPlanner {
             let port = url.port == 80 ? 443 : url.port
             plan.upstreamURL = URLTarget(scheme: "https", host: url.host, port: port, pathAndQuery: url.pathAndQuery)
             plan.upgradedToHTTPS = true
-            plan.upstreamMatch = URLTarget(scheme: "https", host: url.host, port: port, pathAndQuery: plan.clientMatch.pathAndQuery)
+            plan.upstreamMatch = URLTarget(
+                scheme: "https", host: url.host, port: port, pathAndQuery: plan.clientMatch.pathAndQuery)
         }
         if !store.isEmpty {
             plan.network = Self.network(store, plan.upstreamMatch, plan.clientMatch)
@@ -174,7 +207,9 @@ enum RequestPlanner {
             }
         }
         if let routing = settings.routing {
-            switch routing.lookup(scheme: plan.upstreamURL.scheme, host: plan.upstreamURL.host, port: plan.upstreamURL.port) {
+            switch routing.lookup(
+                scheme: plan.upstreamURL.scheme, host: plan.upstreamURL.host, port: plan.upstreamURL.port)
+            {
             case .ready(let route):
                 plan.parentRoute = route
             case .pending:
@@ -188,19 +223,23 @@ enum RequestPlanner {
                 return PlannedAnswer(error: refusal)
             }
         }
-        if h.upgrade != nil, let refusal = webSocketRefusal(network: plan.network, insideInterception: settings.insideInterception) {
+        if h.upgrade != nil,
+            let refusal = webSocketRefusal(network: plan.network, insideInterception: settings.insideInterception)
+        {
             return PlannedAnswer(error: refusal)
         }
         let hasBody = h.framing != .none && h.framing != .contentLength(0) && h.method != "HEAD"
         // A copy of the body so it can be sent again: when a kept-alive upstream connection turns out dead (first
         // MiB), or for multi-round-trip authentication (NTLM, Digest, Negotiate), up to max_replay_bytes.
         if hasBody {
-            plan.replayLimit = plan.network.answersChallenges ? settings.maxReplayBytes : Int64(ReplayBuffer.memoryLimit)
+            plan.replayLimit =
+                plan.network.answersChallenges ? settings.maxReplayBytes : Int64(ReplayBuffer.memoryLimit)
         }
         let match = plan.clientMatch
         // A gateway credential (an identity-aware proxy in front of the service) applies whatever the service
         // credential is; on the same rule as the others when the raw path selects differently.
-        if let g = store.gatewayCredential(for: match), raw.map({ store.gatewayCredential(for: $0)?.name == g.name }) ?? true,
+        if let g = store.gatewayCredential(for: match),
+            raw.map({ store.gatewayCredential(for: $0)?.name == g.name }) ?? true,
             case .header(let fields) = g.kind
         {
             plan.setHeaders = fields
@@ -210,8 +249,10 @@ enum RequestPlanner {
         if let raw, let s = selected, store.tokenCredential(for: raw)?.name != s.name { selected = nil }
         guard let c = selected else {
             if settings.unmatched == .deny, !store.matchesAny(match) {
-                return PlannedAnswer(error: ErrorResponse(status: 403, message: "Destination \(url.origin) is not allowed",
-                    details: ["No credential matches it and [proxy] unmatched = \"deny\"."]), denied: .unmatched)
+                return PlannedAnswer(
+                    error: ErrorResponse(
+                        status: 403, message: "Destination \(url.origin) is not allowed",
+                        details: ["No credential matches it and [proxy] unmatched = \"deny\"."]), denied: .unmatched)
             }
             return nil
         }
@@ -219,14 +260,17 @@ enum RequestPlanner {
             // Static fields go on every matched request (no ArcGIS API gate: a gateway guards every path). The
             // gateway's fields, set above, win a name both set: the gateway is met first.
             let gateway = plan.setHeaders
-            plan.setHeaders = fields.filter { f in !gateway.contains { $0.name.caseInsensitiveEquals(f.name) } } + gateway
+            plan.setHeaders =
+                fields.filter { f in !gateway.contains { $0.name.caseInsensitiveEquals(f.name) } } + gateway
             plan.headerCredential = plan.headerCredential.map { "\(c.name)+\($0)" } ?? c.name
             return nil
         }
         if let o = c.oauth2 {
             // An OAuth2 bearer token goes on every matched request (OGC API, GeoServer, a gateway), whatever its
             // path; the client's own `Authorization` or `access_token` is left alone unless overridden.
-            if !c.overrideClientToken, OAuth2Injection.clientHasToken(pathAndQuery: url.pathAndQuery, headers: h.headers) {
+            if !c.overrideClientToken,
+                OAuth2Injection.clientHasToken(pathAndQuery: url.pathAndQuery, headers: h.headers)
+            {
                 return nil
             }
             if hasBody { plan.replayLimit = settings.maxReplayBytes }  // replayed after a rejection
@@ -240,7 +284,8 @@ enum RequestPlanner {
         if !c.overrideClientToken, TokenInjection.clientHasToken(pathAndQuery: url.pathAndQuery, headers: h.headers) {
             return nil
         }
-        var site = TokenInjection.site(placement: c.placement, method: h.method, isForm: TokenInjection.isForm(h.headers))
+        var site = TokenInjection.site(
+            placement: c.placement, method: h.method, isForm: TokenInjection.isForm(h.headers))
         var collectForm = false
         if site == .form {
             if case .contentLength(let n) = h.framing, n <= maxFormBytes {
@@ -266,8 +311,12 @@ enum RequestPlanner {
             for hop in f.value.split(separator: ",") {
                 let parts = hop.split(separator: " ", omittingEmptySubsequences: true)
                 if parts.count >= 2, parts[1] == me {
-                    return PlannedAnswer(error: ErrorResponse(status: 508, message: "Loop detected: this request already went through this proxy",
-                        details: ["Its Via header names this authproxy (\(me)): a parent proxy or PAC file sends requests back to it. Add the destination to [proxy] no_proxy or fix the parent's configuration."]))
+                    return PlannedAnswer(
+                        error: ErrorResponse(
+                            status: 508, message: "Loop detected: this request already went through this proxy",
+                            details: [
+                                "Its Via header names this authproxy (\(me)): a parent proxy or PAC file sends requests back to it. Add the destination to [proxy] no_proxy or fix the parent's configuration."
+                            ]))
                 }
             }
         }
@@ -279,7 +328,8 @@ enum RequestPlanner {
     /// resolve here).
     static func deniedLiteral(_ url: URLTarget, deny: [AddressBlock]) -> ErrorResponse? {
         guard !deny.isEmpty, let ip = IPAddress.parse(url.host), deny.contains(ip) else { return nil }
-        return ErrorResponse(status: 403, message: "Destination \(url.origin) is not allowed",
+        return ErrorResponse(
+            status: 403, message: "Destination \(url.origin) is not allowed",
             details: ["\(ip) is in [proxy] deny_destinations."])
     }
 
@@ -288,11 +338,18 @@ enum RequestPlanner {
     /// a `101` (so no network credential, which needs libcurl).
     static func webSocketRefusal(network: NetworkAuth, insideInterception: Bool) -> ErrorResponse? {
         if insideInterception {
-            return ErrorResponse(status: 501, message: "WebSocket inside an intercepted TLS tunnel (wss:// through CONNECT) is not supported",
-                details: ["Use ws:// (plain, through CONNECT or in absolute form) or GET wss://... in absolute form to the proxy."])
+            return ErrorResponse(
+                status: 501,
+                message: "WebSocket inside an intercepted TLS tunnel (wss:// through CONNECT) is not supported",
+                details: [
+                    "Use ws:// (plain, through CONNECT or in absolute form) or GET wss://... in absolute form to the proxy."
+                ])
         }
         if network.hasCredential {
-            return ErrorResponse(status: 501, message: "WebSocket to a host with a network credential (password, Kerberos, client certificate) is not supported",
+            return ErrorResponse(
+                status: 501,
+                message:
+                    "WebSocket to a host with a network credential (password, Kerberos, client certificate) is not supported",
                 details: ["Only token and API-key credentials apply to WebSocket handshakes."])
         }
         return nil
@@ -306,4 +363,3 @@ enum RequestPlanner {
         return n
     }
 }
-

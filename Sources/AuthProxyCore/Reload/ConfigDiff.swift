@@ -76,7 +76,10 @@ public struct ConfigDiff: Sendable, Equatable {
             // The URL may carry a password: only whether the section is there and where it points.
             restart(
                 "cluster", old.cluster.map { $0.endpoint.redacted } ?? "(off)",
-                new.cluster.map { $0.endpoint.redacted + (old.cluster?.endpoint.redacted == $0.endpoint.redacted ? " (settings changed)" : "") } ?? "(off)")
+                new.cluster.map {
+                    $0.endpoint.redacted
+                        + (old.cluster?.endpoint.redacted == $0.endpoint.redacted ? " (settings changed)" : "")
+                } ?? "(off)")
             effective.cluster = old.cluster
         }
         if old.admin?.listen != new.admin?.listen {
@@ -123,7 +126,9 @@ public struct ConfigDiff: Sendable, Equatable {
         note("proxy.upstream_proxy", old.upstreamProxy.parents != new.upstreamProxy.parents)
         note("proxy.upstream_proxy_credential", old.upstreamProxy.credentialName != new.upstreamProxy.credentialName)
         note("proxy.no_proxy", old.upstreamProxy.noProxy != new.upstreamProxy.noProxy)
-        note("proxy.upstream_proxy_backoff_seconds", old.upstreamProxy.backoffSeconds != new.upstreamProxy.backoffSeconds)
+        note(
+            "proxy.upstream_proxy_backoff_seconds", old.upstreamProxy.backoffSeconds != new.upstreamProxy.backoffSeconds
+        )
         note("proxy.upstream_proxy_ca", old.upstreamProxy.caFile != new.upstreamProxy.caFile)
         note("proxy.pac_address", old.pacAddress != new.pacAddress)
         note("proxy.pac_fallback", old.pacFallback != new.pacFallback)

@@ -107,7 +107,8 @@ extension ProxyServer {
         tokens?.use(routing: context.routing)
         // The PAC file is read again on every reload (the file or the server may have changed with the rest).
         if next.upstreamProxy.pac != nil || running.upstreamProxy.pac != nil {
-            shared.pac.configure(next.upstreamProxy.pac, refreshSeconds: next.upstreamProxy.pacRefreshSeconds,
+            shared.pac.configure(
+                next.upstreamProxy.pac, refreshSeconds: next.upstreamProxy.pacRefreshSeconds,
                 timeoutSeconds: next.upstreamTimeoutSeconds, logger: logger)
         }
         running = next
@@ -160,7 +161,8 @@ extension ProxyServer {
     /// The outcome for the status page and `authproxy_config_reloads_total`.
     private func record(_ result: ReloadResult) {
         ProxyMetrics.active?.reload(applied: result.applied)
-        lastReload = StatusReport.Reload(at: rfc3339(millis: nowMillis()), applied: result.applied,
+        lastReload = StatusReport.Reload(
+            at: rfc3339(millis: nowMillis()), applied: result.applied,
             message: "\(result.trigger.rawValue): \(result.description)")
     }
 

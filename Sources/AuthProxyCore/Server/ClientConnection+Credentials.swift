@@ -2,8 +2,9 @@ import CAuthProxyShims
 import CCurl
 import Dispatch
 import Logging
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Token-type credentials on a forwarded request: matching, token injection, and the one retry after a
@@ -18,10 +19,13 @@ extension ClientConnection {
         x.upstreamURL = url
         let store = credentials
         var plan = ForwardPlan(url: url)
-        if let a = RequestPlanner.plan(h, url: url, store: store, settings: .init(unmatched: context.config.unmatched,
-            maxReplayBytes: context.config.maxReplayBytes, insideInterception: tls != nil, routing: context.routing,
-            denyDestinations: context.routing == nil ? [] : context.access.denyDestinations,
-            ownVia: context.routing == nil ? nil : context.viaValue), into: &plan)
+        if let a = RequestPlanner.plan(
+            h, url: url, store: store,
+            settings: .init(
+                unmatched: context.config.unmatched,
+                maxReplayBytes: context.config.maxReplayBytes, insideInterception: tls != nil, routing: context.routing,
+                denyDestinations: context.routing == nil ? [] : context.access.denyDestinations,
+                ownVia: context.routing == nil ? nil : context.viaValue), into: &plan)
         {
             if let reason = a.denied { ProxyMetrics.active?.denied(reason) }
             respond(a.error, close: false, extraHeaders: a.extraHeaders)
@@ -88,17 +92,29 @@ extension ClientConnection {
         for target in targets {
             for c in store.applicable(for: target) where seen.insert(c.name).inserted {
                 guard let limit = c.rateLimit else { continue }
-                if case .limited(let wait) = context.access.rateLimiter.take(credential: c.name, client: who, limit: limit, now: now) {
+                if case .limited(let wait) = context.access.rateLimiter.take(
+                    credential: c.name, client: who, limit: limit, now: now)
+                {
                     if let m = ProxyMetrics.active {
                         m.rateLimited(credential: c.name)
                         ex?.limitedBy = c.name
                     }
                     if let held = context.access.throttle.admit("rate:\(c.name)", now: now) {
-                        logger.warning("rate limit exceeded", metadata: ["credential": "\(c.name)", "client": "\(client?.name ?? "\(address)")",
-                            "limit": "\(limit.requests)/\(limit.perSeconds)s", "refused_since_last_report": "\(held)"])
+                        logger.warning(
+                            "rate limit exceeded",
+                            metadata: [
+                                "credential": "\(c.name)", "client": "\(client?.name ?? "\(address)")",
+                                "limit": "\(limit.requests)/\(limit.perSeconds)s",
+                                "refused_since_last_report": "\(held)",
+                            ])
                     }
-                    return (ErrorResponse(status: 429, message: "Rate limit of credential '\(c.name)' exceeded: \(limit.requests) requests per \(limit.perSeconds) s",
-                        details: ["Retry after \(wait) s."]), wait)
+                    return (
+                        ErrorResponse(
+                            status: 429,
+                            message:
+                                "Rate limit of credential '\(c.name)' exceeded: \(limit.requests) requests per \(limit.perSeconds) s",
+                            details: ["Retry after \(wait) s."]), wait
+                    )
                 }
             }
         }
@@ -108,7 +124,9 @@ extension ClientConnection {
     /// The collected form is complete: check for a client token in it, then get ours.
     func formCollected() {
         guard let x = ex, let c = x.credential, let h = x.head, let url = x.originalURL else { return }
-        if !c.overrideClientToken, TokenInjection.clientHasToken(pathAndQuery: url.pathAndQuery, headers: h.headers, form: x.formBody) {
+        if !c.overrideClientToken,
+            TokenInjection.clientHasToken(pathAndQuery: url.pathAndQuery, headers: h.headers, form: x.formBody)
+        {
             x.credential = nil
             startTransfer(url: x.upstreamURL ?? url, headers: h.headers)
             return
@@ -145,8 +163,12 @@ extension ClientConnection {
         case .success(let t):
             let upstream = x.upstreamURL ?? url
             if t.ssl && upstream.scheme == "http" {
-                respondOutsideProcess(ErrorResponse(status: 502, message: "Credential '\(c.name)': its token may only be sent over https",
-                    details: ["The token service marked the token ssl:true; request \(url.origin) over https (or set upgrade_to_https when available)."]),
+                respondOutsideProcess(
+                    ErrorResponse(
+                        status: 502, message: "Credential '\(c.name)': its token may only be sent over https",
+                        details: [
+                            "The token service marked the token ssl:true; request \(url.origin) over https (or set upgrade_to_https when available)."
+                        ]),
                     close: false)
                 return
             }
@@ -155,14 +177,16 @@ extension ClientConnection {
             if let o = c.oauth2 {
                 // A bearer token: its own placement, and its rejection is read from the response head alone
                 // (``OAuth2Rejection``), so no Accept-Encoding change and no body held.
-                let applied = OAuth2Injection.apply(token: t.value, placement: o.placement, pathAndQuery: url.pathAndQuery,
+                let applied = OAuth2Injection.apply(
+                    token: t.value, placement: o.placement, pathAndQuery: url.pathAndQuery,
                     headers: h.headers)
                 var target = upstream
                 target.pathAndQuery = applied.pathAndQuery
                 startTransfer(url: target, headers: applied.headers, inspect: true)
                 return
             }
-            let applied = TokenInjection.apply(token: t.value, site: x.tokenSite, pathAndQuery: url.pathAndQuery,
+            let applied = TokenInjection.apply(
+                token: t.value, site: x.tokenSite, pathAndQuery: url.pathAndQuery,
                 headers: h.headers, form: x.tokenSite == .form ? x.formBody : nil)
             var headers = applied.headers
             if let r = t.referer {
@@ -187,7 +211,8 @@ extension ClientConnection {
     /// when the rejection is relayed as is (the held response is released and the transfer goes on).
     @discardableResult
     func tokenRejected() -> Bool {
-        guard let x = ex, let c = x.credential, let url = x.originalURL, let t = x.injectedToken, let tokens = context.tokens
+        guard let x = ex, let c = x.credential, let url = x.originalURL, let t = x.injectedToken,
+            let tokens = context.tokens
         else { return false }
         if let m = ProxyMetrics.active {
             m.tokenRejected(credential: c.name)
@@ -195,23 +220,32 @@ extension ClientConnection {
         }
         var replayImpossible: String? = nil
         if let r = x.replay, r.overflowed {
-            replayImpossible = r.failure ?? "the request body is larger than max_replay_bytes (\(context.config.maxReplayBytes)) and cannot be replayed"
+            replayImpossible =
+                r.failure
+                ?? "the request body is larger than max_replay_bytes (\(context.config.maxReplayBytes)) and cannot be replayed"
         }
         // The decision (one refresh and one retry; back off when the server rejects fresh tokens) is
         // TokenRetryPolicy's, applied by the token service.
-        let action = tokens.rejected(c, target: x.upstreamURL ?? url, token: t, attempt: machine.attempt,
+        let action = tokens.rejected(
+            c, target: x.upstreamURL ?? url, token: t, attempt: machine.attempt,
             replayImpossible: replayImpossible)
         if case .relay(let reason, let serverRejectsNewTokens) = action {
             x.injectedTokenRejected = true
-            logger.log(level: serverRejectsNewTokens || replayImpossible != nil ? .warning : .info,
-                "token rejected, relaying the rejection", metadata: ["credential": "\(c.name)",
-                "url": "\(url.origin)\(url.path)", "status": "\(x.responseHead.status)", "reason": "\(reason)"])
+            logger.log(
+                level: serverRejectsNewTokens || replayImpossible != nil ? .warning : .info,
+                "token rejected, relaying the rejection",
+                metadata: [
+                    "credential": "\(c.name)",
+                    "url": "\(url.origin)\(url.path)", "status": "\(x.responseHead.status)", "reason": "\(reason)",
+                ])
             releaseHeldResponse()
             return false
         }
         // Stop the transfer now; answer or retry on the next turn of the loop (starting a transfer or
         // answering from inside a libcurl callback is not allowed).
-        guard case .cancelAndReschedule(let serial) = machine.tokenRejection(action == .explainPregenerated ? .explain : .retry)
+        guard
+            case .cancelAndReschedule(let serial) = machine.tokenRejection(
+                action == .explainPregenerated ? .explain : .retry)
         else { return false }
         x.transfer?.cancel()
         x.transfer = nil
@@ -223,9 +257,14 @@ extension ClientConnection {
             case .none:
                 return
             case .explain:
-                me.respond(ErrorResponse(status: 502,
-                    message: "Credential '\(c.name)': the upstream rejected its pregenerated token (expired or revoked)",
-                    details: ["Renew it: generate a new token, put it in proxy.conf and reload (SIGHUP, POST /reload) or restart authproxy."]), close: false)
+                me.respond(
+                    ErrorResponse(
+                        status: 502,
+                        message:
+                            "Credential '\(c.name)': the upstream rejected its pregenerated token (expired or revoked)",
+                        details: [
+                            "Renew it: generate a new token, put it in proxy.conf and reload (SIGHUP, POST /reload) or restart authproxy."
+                        ]), close: false)
                 me.process()
                 me.updateReadInterest()
             case .retry:
@@ -246,7 +285,9 @@ extension ClientConnection {
 
     func retryWithFreshToken() {
         guard let x = ex, let c = x.credential, let url = x.originalURL else { return }
-        logger.info("token rejected, refreshing and retrying", metadata: ["credential": "\(c.name)", "url": "\(url.origin)\(url.path)"])
+        logger.info(
+            "token rejected, refreshing and retrying",
+            metadata: ["credential": "\(c.name)", "url": "\(url.origin)\(url.path)"])
         x.retry = (c.name, nil)
         x.responseHead.reset()
         x.replayOffset = 0

@@ -2,8 +2,9 @@ import CAuthProxyShims
 import CCurl
 import Dispatch
 import Logging
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// The proxy's own endpoints: `/healthz`, the PAC file (`/proxy.pac`, `/wpad.dat`) and the ArcGIS JS `proxyUrl`
@@ -27,8 +28,12 @@ extension ClientConnection {
         case "/proxy.pac", "/wpad.dat":
             servePacFile()
         default:
-            respond(ErrorResponse(status: 404, message: "No such endpoint on this proxy: \(path.prefix(200))",
-                details: ["Send requests in absolute form (configure this address as HTTP_PROXY), or GET /healthz or /proxy.pac."]), close: false)
+            respond(
+                ErrorResponse(
+                    status: 404, message: "No such endpoint on this proxy: \(path.prefix(200))",
+                    details: [
+                        "Send requests in absolute form (configure this address as HTTP_PROXY), or GET /healthz or /proxy.pac."
+                    ]), close: false)
         }
     }
 
@@ -42,9 +47,11 @@ extension ClientConnection {
         default: host = h.headers.first("host")
         }
         let settings = context.pac
-        let a = PacEndpoint.answer(method: h.method, ifNoneMatch: h.headers.first("if-none-match"),
+        let a = PacEndpoint.answer(
+            method: h.method, ifNoneMatch: h.headers.first("if-none-match"),
             address: PacEndpoint.address(settings: settings, hostHeader: host, listener: nil), settings: settings)
-        respondLocal(status: a.status, contentType: a.contentType, body: a.body,
+        respondLocal(
+            status: a.status, contentType: a.contentType, body: a.body,
             extraHeaders: a.headers.map { "\($0.0): \($0.1)\r\n" }.joined())
     }
 
@@ -54,7 +61,9 @@ extension ClientConnection {
         guard let x = ex, let h = x.head else { return }
         // Every answer here depends on the Origin (or its absence): say so to browser caches.
         x.varyOrigin = true
-        switch RequestPlanner.proxyEndpoint(h, target: target, allowedOrigins: context.config.allowedOrigins, store: credentials) {
+        switch RequestPlanner.proxyEndpoint(
+            h, target: target, allowedOrigins: context.config.allowedOrigins, store: credentials)
+        {
         case .refuse(let e, let origin):
             x.corsOrigin = origin
             respond(e, close: false)

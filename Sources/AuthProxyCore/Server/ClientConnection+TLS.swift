@@ -2,8 +2,9 @@ import CAuthProxyShims
 import CCurl
 import Dispatch
 import Logging
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// TLS with the client: the proxy's own TLS under the channel when the client's proxy URL is `https://`
@@ -17,16 +18,26 @@ extension ClientConnection {
     func startProxyTLS(prefix: UnsafeRawBufferPointer) -> Bool {
         guard let server = context.proxyTLS else {
             if let held = context.access.throttle.admit("proxy-tls-off", now: now) {
-                logger.warning("a client opened TLS to the proxy (an https:// proxy URL) but the proxy has no certificate for it: connection closed",
-                    metadata: ["client": "\(peer)", "hint": "set [proxy] tls_cert and tls_key, or configure [tls] (its CA mints one); or give the client an http:// proxy URL",
-                        "held_back": "\(held)"])
+                logger.warning(
+                    "a client opened TLS to the proxy (an https:// proxy URL) but the proxy has no certificate for it: connection closed",
+                    metadata: [
+                        "client": "\(peer)",
+                        "hint":
+                            "set [proxy] tls_cert and tls_key, or configure [tls] (its CA mints one); or give the client an http:// proxy URL",
+                        "held_back": "\(held)",
+                    ])
             }
             ProxyMetrics.active?.denied(.proxyTLS)
             close()
             return false
         }
-        guard let link = server.link(fd: channel.fd, prefix: prefix, localHost: localIPAddress(of: channel.fd) ?? "localhost") else {
-            logger.warning("cannot start TLS with a client of the proxy", metadata: ["client": "\(peer)", "cause": "\(openSSLError())"])
+        guard
+            let link = server.link(
+                fd: channel.fd, prefix: prefix, localHost: localIPAddress(of: channel.fd) ?? "localhost")
+        else {
+            logger.warning(
+                "cannot start TLS with a client of the proxy",
+                metadata: ["client": "\(peer)", "cause": "\(openSSLError())"])
             close()
             return false
         }
@@ -40,12 +51,21 @@ extension ClientConnection {
         guard let link = channel.secure as? ProxyTLSLink, let failure = link.failure else { return }
         let name = link.servedName ?? link.fallbackHost
         if failure.untrusted {
-            logger.warning("client did not trust the proxy's TLS certificate", metadata: ["client": "\(peer)", "name": "\(name)",
-                "cause": "\(failure.message)", "certificate": "\(context.proxyTLS?.source.summary ?? "-")",
-                "hint": "make the client trust it (curl --proxy-cacert; the CA of [proxy] tls_cert, or [tls] ca_cert when minted)"])
+            logger.warning(
+                "client did not trust the proxy's TLS certificate",
+                metadata: [
+                    "client": "\(peer)", "name": "\(name)",
+                    "cause": "\(failure.message)", "certificate": "\(context.proxyTLS?.source.summary ?? "-")",
+                    "hint":
+                        "make the client trust it (curl --proxy-cacert; the CA of [proxy] tls_cert, or [tls] ca_cert when minted)",
+                ])
         } else {
-            logger.warning("TLS handshake with a client of the proxy failed", metadata: ["client": "\(peer)", "name": "\(name)",
-                "cause": "\(failure.message)"])
+            logger.warning(
+                "TLS handshake with a client of the proxy failed",
+                metadata: [
+                    "client": "\(peer)", "name": "\(name)",
+                    "cause": "\(failure.message)",
+                ])
         }
     }
 
@@ -53,9 +73,13 @@ extension ClientConnection {
     /// certificate after the handshake (GnuTLS) do that when they do not trust it.
     func closedAfterProxyHandshake() {
         guard let link = channel.secure as? ProxyTLSLink, link.handshakeDone else { return }
-        logger.warning("client closed its TLS connection to the proxy after the handshake without a request", metadata: [
-            "client": "\(peer)", "name": "\(link.servedName ?? link.fallbackHost)",
-            "hint": "the client may not trust the proxy's TLS certificate (GnuTLS and Node check it after the handshake and close without an alert)"])
+        logger.warning(
+            "client closed its TLS connection to the proxy after the handshake without a request",
+            metadata: [
+                "client": "\(peer)", "name": "\(link.servedName ?? link.fallbackHost)",
+                "hint":
+                    "the client may not trust the proxy's TLS certificate (GnuTLS and Node check it after the handshake and close without an alert)",
+            ])
     }
 
     enum TLSPull { case ok, eof, closed }
@@ -71,12 +95,20 @@ extension ClientConnection {
             case .failed(let message, let untrusted):
                 flushTLS()  // the alert
                 if untrusted {
-                    logger.warning("client did not trust the authproxy CA", metadata: ["client": "\(peer)",
-                        "host": "\(tls.servedName ?? tls.fallbackHost)", "cause": "\(message)",
-                        "hint": "make the client trust the CA in [tls] ca_cert"])
+                    logger.warning(
+                        "client did not trust the authproxy CA",
+                        metadata: [
+                            "client": "\(peer)",
+                            "host": "\(tls.servedName ?? tls.fallbackHost)", "cause": "\(message)",
+                            "hint": "make the client trust the CA in [tls] ca_cert",
+                        ])
                 } else {
-                    logger.warning("TLS handshake with client failed", metadata: ["client": "\(peer)",
-                        "host": "\(tls.servedName ?? tls.fallbackHost)", "cause": "\(message)"])
+                    logger.warning(
+                        "TLS handshake with client failed",
+                        metadata: [
+                            "client": "\(peer)",
+                            "host": "\(tls.servedName ?? tls.fallbackHost)", "cause": "\(message)",
+                        ])
                 }
                 close()
                 return .closed
@@ -107,9 +139,13 @@ extension ClientConnection {
     /// certificate after the handshake (GnuTLS, as in Debian's GDAL and QGIS; Node) do that, without an alert,
     /// when they do not trust the authproxy CA; OpenSSL-based clients send an alert instead (see ``pullTLS()``).
     func closedAfterHandshake(_ tls: TLSSession) {
-        logger.warning("client closed the intercepted connection after the TLS handshake without a request",
-            metadata: ["client": "\(peer)", "host": "\(tls.servedName ?? tls.fallbackHost)",
-                "hint": "the client may not trust the authproxy CA (GnuTLS and Node check it after the handshake and close without an alert): make it trust [tls] ca_cert"])
+        logger.warning(
+            "client closed the intercepted connection after the TLS handshake without a request",
+            metadata: [
+                "client": "\(peer)", "host": "\(tls.servedName ?? tls.fallbackHost)",
+                "hint":
+                    "the client may not trust the authproxy CA (GnuTLS and Node check it after the handshake and close without an alert): make it trust [tls] ca_cert",
+            ])
     }
 
     func flushTLS() {
@@ -137,7 +173,9 @@ extension ClientConnection {
     /// streaming).
     func startInterception(_ ic: Interception, server: TLSServer) {
         guard let session = TLSSession(server: server, host: ic.host) else {
-            logger.warning("cannot start TLS for an intercepted tunnel", metadata: ["client": "\(peer)", "host": "\(ic.host):\(ic.port)"])
+            logger.warning(
+                "cannot start TLS for an intercepted tunnel",
+                metadata: ["client": "\(peer)", "host": "\(ic.host):\(ic.port)"])
             logAccess(status: 500, started: ic.connectStarted)
             close()
             return

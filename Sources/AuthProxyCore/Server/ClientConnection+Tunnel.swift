@@ -2,15 +2,17 @@ import CAuthProxyShims
 import CCurl
 import Dispatch
 import Logging
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// CONNECT: a tunnel served by the proxy for matched hosts (TLS intercepted, or plain HTTP), a blind ``Tunnel``
 /// otherwise; and the relay of a WebSocket after its `101`.
 extension ClientConnection {
     func startTunnel(host: String, port: Int) {
-        switch RequestPlanner.connect(host: host, port: port, store: credentials, connectPorts: context.config.connectPorts,
+        switch RequestPlanner.connect(
+            host: host, port: port, store: credentials, connectPorts: context.config.connectPorts,
             unmatched: context.config.unmatched, noIntercept: context.config.tls.noIntercept)
         {
         case .refuse(let e, let reason):
@@ -25,7 +27,8 @@ extension ClientConnection {
         }
         machine.tunnelStarted()
         channel.pauseReading()
-        let t = Tunnel(connection: self, host: host, port: port, timeoutSeconds: context.config.upstreamTimeoutSeconds,
+        let t = Tunnel(
+            connection: self, host: host, port: port, timeoutSeconds: context.config.upstreamTimeoutSeconds,
             idleTimeoutSeconds: context.config.tunnelIdleTimeoutSeconds)
         tunnel = t
         t.start()
@@ -38,7 +41,8 @@ extension ClientConnection {
         let started = machine.current?.started ?? now
         _ = machine.answerLocally(status: 200, close: false)
         channel.write("HTTP/1.1 200 Connection Established\r\nVia: \(context.viaValue)\r\n\r\n")
-        interception = Interception(session: nil, server: context.tlsServer, host: host, port: port,
+        interception = Interception(
+            session: nil, server: context.tlsServer, host: host, port: port,
             awaitingFirstBytes: true, blindAllowed: blindAllowed, connectStarted: started)
         machine.interceptionStarted(now: now)
     }
@@ -47,7 +51,8 @@ extension ClientConnection {
     /// (plain HTTP inside); false when more bytes are needed or the tunnel became something else.
     func firstTunnelBytes(_ ic: Interception) -> Bool {
         let content = inbuf.withUnreadBytes { TunnelContent.classify($0) }
-        let decision = RequestPlanner.servedTunnel(content, host: ic.host, port: ic.port, canIntercept: ic.server != nil,
+        let decision = RequestPlanner.servedTunnel(
+            content, host: ic.host, port: ic.port, canIntercept: ic.server != nil,
             blindAllowed: ic.blindAllowed)
         if decision != .wait { ic.awaitingFirstBytes = false }
         let destination = "\(ic.host):\(ic.port)"
@@ -64,22 +69,30 @@ extension ClientConnection {
             return false
         case .blind:
             if context.notices.first(destination) {
-                logger.warning("CONNECT to a matched host relayed blindly: credentials cannot be applied without [tls] interception",
-                    metadata: ["host": "\(destination)", "hint": "run `authproxy ca init` and configure [tls], or use upgrade_to_https"])
+                logger.warning(
+                    "CONNECT to a matched host relayed blindly: credentials cannot be applied without [tls] interception",
+                    metadata: [
+                        "host": "\(destination)",
+                        "hint": "run `authproxy ca init` and configure [tls], or use upgrade_to_https",
+                    ])
             }
             interception = nil
             machine.tunnelAfterFirstBytes(started: ic.connectStarted)
             channel.pauseReading()
-            let t = Tunnel(connection: self, host: ic.host, port: ic.port, timeoutSeconds: context.config.upstreamTimeoutSeconds,
+            let t = Tunnel(
+                connection: self, host: ic.host, port: ic.port, timeoutSeconds: context.config.upstreamTimeoutSeconds,
                 idleTimeoutSeconds: context.config.tunnelIdleTimeoutSeconds, answered: true)
             tunnel = t
             t.start()
             return false
         case .refuse(let e):
             if e.status == 403 {
-                logger.warning("TLS inside a CONNECT to a matched host on a port outside connect_ports, without [tls] interception: refused",
-                    metadata: ["client": "\(peer)", "host": "\(destination)",
-                        "hint": "configure [tls] to intercept it, or add the port to [proxy] connect_ports"])
+                logger.warning(
+                    "TLS inside a CONNECT to a matched host on a port outside connect_ports, without [tls] interception: refused",
+                    metadata: [
+                        "client": "\(peer)", "host": "\(destination)",
+                        "hint": "configure [tls] to intercept it, or add the port to [proxy] connect_ports",
+                    ])
             }
             refuseTunnelContent(ic, e)
             return false
@@ -148,15 +161,18 @@ extension ClientConnection {
         }
         if let injected = x.injectedToken { maskInjectedToken(in: x, token: injected.value) }
         x.heldHead.removeAll()
-        x.responseHead.writeSwitchingProtocols(into: &x.heldHead, upgrade: x.head?.upgrade ?? "websocket", via: context.viaValue)
+        x.responseHead.writeSwitchingProtocols(
+            into: &x.heldHead, upgrade: x.head?.upgrade ?? "websocket", via: context.viaValue)
         x.heldHead.withUnreadBytes { channel.write($0) }
         x.heldHead.removeAll()
         tokenAccepted()
-        ProxyMetrics.active?.webSocketUpgrade(credential: appliedCredential(x) ?? MetricLabels.noCredential, result: "upgraded")
+        ProxyMetrics.active?.webSocketUpgrade(
+            credential: appliedCredential(x) ?? MetricLabels.noCredential, result: "upgraded")
         // Frames the client sent right behind its handshake go first.
         let early = inbuf
         inbuf.removeAll()
-        let t = Tunnel(connection: self, host: url.host, port: url.port, timeoutSeconds: context.config.upstreamTimeoutSeconds,
+        let t = Tunnel(
+            connection: self, host: url.host, port: url.port, timeoutSeconds: context.config.upstreamTimeoutSeconds,
             idleTimeoutSeconds: context.config.tunnelIdleTimeoutSeconds, isWebSocket: true)
         tunnel = t
         t.adopt(up, toUpstream: early, toClient: leftover)

@@ -2,8 +2,9 @@ import CAuthProxyShims
 import CCurl
 import Dispatch
 import Logging
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// The libcurl side of a forwarded request: starting the transfer, feeding it the request body, and
@@ -20,11 +21,14 @@ extension ClientConnection {
         // `101` (``RequestPlanner/webSocketRefusal(network:insideInterception:)`` turned away those that need libcurl).
         // Through a parent, plain http goes in absolute form, which libcurl writes (and a WebSocket through a
         // CONNECT tunnel the own client opens).
-        let native = (context.config.httpClient == .native || h.upgrade != nil) && !x.networkAuth.hasCredential
+        let native =
+            (context.config.httpClient == .native || h.upgrade != nil) && !x.networkAuth.hasCredential
             && (x.parentRoute == nil || url.scheme == "https" || h.upgrade != nil)
         // A client doing NTLM/Negotiate itself: from now on, upstream connections of its own (never pooled for
         // anyone else, closed with this connection).
-        if ownUpstreams == nil, ConnectionBoundAuthentication.starts(headers) { ownUpstreams = OwnUpstreams(loop: loop) }
+        if ownUpstreams == nil, ConnectionBoundAuthentication.starts(headers) {
+            ownUpstreams = OwnUpstreams(loop: loop)
+        }
         var bodyLength: Int64?
         // (A form made from a long GET by an earlier attempt is made again below, from the GET.)
         if let form = x.formBody, x.getAsPost == nil {
@@ -58,7 +62,8 @@ extension ClientConnection {
         }
         // Set last, on the fields as they go out: a token injected above never reads them as the client's own.
         for f in x.setHeaders { fields.setInjected(name: f.name, value: f.value) }
-        var request = UpstreamRequest(method: method, url: sent.url, fields: fields, bodyLength: bodyLength,
+        var request = UpstreamRequest(
+            method: method, url: sent.url, fields: fields, bodyLength: bodyLength,
             timeoutSeconds: context.config.upstreamTimeoutSeconds)
         // A read sent as a form is as harmless to repeat as the GET it stands for.
         request.harmlessToRepeat = x.getAsPost != nil
@@ -73,11 +78,14 @@ extension ClientConnection {
         prepareRetry(x, head: h, url: url, headers: headers, inspect: inspect, hasBody: clientHasBody, now: started)
         machine.transferStarted(inspect: inspect, now: started)
         if native {
-            let t = HTTP1Transfer(pool: loop.http1, request: request, target: sent, affinity: ownUpstreams.map { .ownedBy($0.owner) } ?? .shared, delegate: self)
+            let t = HTTP1Transfer(
+                pool: loop.http1, request: request, target: sent,
+                affinity: ownUpstreams.map { .ownedBy($0.owner) } ?? .shared, delegate: self)
             x.transfer = t
             t.start()
         } else {
-            let t = UpstreamTransfer(multi: ownUpstreams?.multi ?? loop.multi, request: request,
+            let t = UpstreamTransfer(
+                multi: ownUpstreams?.multi ?? loop.multi, request: request,
                 destination: "\(url.urlHost):\(url.port)", delegate: self)
             x.transfer = t
             t.start()
@@ -217,7 +225,8 @@ extension ClientConnection {
                 if resendAsPostOn414(x) || retryOnStatus(x) { return }
                 commitResponseHead(inspect: true)
             } else if x.responseHead.status == 401, x.challengeScheme == nil, ProxyMetrics.active != nil {
-                x.challengeScheme = NetworkAuthScheme.answered(offered: x.responseHead.values(of: "www-authenticate"),
+                x.challengeScheme = NetworkAuthScheme.answered(
+                    offered: x.responseHead.values(of: "www-authenticate"),
                     auth: x.networkAuth)
             }
         case .field, .ignored:
@@ -253,14 +262,18 @@ extension ClientConnection {
                 UpgradedRedirect.rewrite(v, upstream: upstream, client: client) { store.upgradesToHTTPS($0) }
             }
         }
-        let framing = x.responseHead.write(into: &x.heldHead, options: .init(isHeadRequest: x.head?.isHead ?? false,
-            clientMinorVersion: x.head?.minorVersion ?? 1, keepAlive: machine.keepAlive, corsOrigin: x.corsOrigin,
-            varyOrigin: x.varyOrigin, via: context.viaValue))
+        let framing = x.responseHead.write(
+            into: &x.heldHead,
+            options: .init(
+                isHeadRequest: x.head?.isHead ?? false,
+                clientMinorVersion: x.head?.minorVersion ?? 1, keepAlive: machine.keepAlive, corsOrigin: x.corsOrigin,
+                varyOrigin: x.varyOrigin, via: context.viaValue))
         let status = x.responseHead.status
         if let m = ProxyMetrics.active {
             m.durationFirstByte.recordNanoseconds(Int64(bitPattern: now &- x.upstreamStarted))
             if let scheme = x.challengeScheme {
-                m.networkAuth(credential: x.networkAuth.passwordName ?? context.kerberosCredentialName ?? "-", scheme: scheme,
+                m.networkAuth(
+                    credential: x.networkAuth.passwordName ?? context.kerberosCredentialName ?? "-", scheme: scheme,
                     success: status != 401)
             }
         }
@@ -268,13 +281,20 @@ extension ClientConnection {
         if !inspect {
             inspection = .none
         } else if let o = x.credential?.oauth2 {
-            inspection = OAuth2Rejection.isRejection(status: status, wwwAuthenticate: status == 401 || status == 403
-                ? x.responseHead.values(of: "www-authenticate") : [], location: status >= 300 && status < 400
-                ? x.responseHead.string(of: "location") : nil, signals: o.rejection, issuerHost: o.providerHost)
+            inspection =
+                OAuth2Rejection.isRejection(
+                    status: status,
+                    wwwAuthenticate: status == 401 || status == 403
+                        ? x.responseHead.values(of: "www-authenticate") : [],
+                    location: status >= 300 && status < 400
+                        ? x.responseHead.string(of: "location") : nil, signals: o.rejection, issuerHost: o.providerHost)
                 ? .rejectedByStatus : .none
         } else {
-            inspection = ExchangeStateMachine.inspection(status: status, framing: framing,
-                mayCarryError: x.responseHead.value(of: "content-type").map { TokenRejection.mayCarryError(contentTypeBytes: $0) } ?? true)
+            inspection = ExchangeStateMachine.inspection(
+                status: status, framing: framing,
+                mayCarryError: x.responseHead.value(of: "content-type").map {
+                    TokenRejection.mayCarryError(contentTypeBytes: $0)
+                } ?? true)
         }
         if machine.responseHeadCommitted(status: status, framing: framing, inspection: inspection) == .rejected {
             tokenRejected()
@@ -297,8 +317,12 @@ extension ClientConnection {
     /// stays usable when its request was read to the end.
     func refuseResponseHead(_ violation: ResponseHeadAssembler.Violation) {
         let destination = ex?.transfer?.destination ?? ex?.upstreamURL.map { "\($0.urlHost):\($0.port)" } ?? "-"
-        logger.warning("upstream response refused", metadata: ["client": "\(peer)", "destination": "\(destination)",
-            "cause": "\(violation)"])
+        logger.warning(
+            "upstream response refused",
+            metadata: [
+                "client": "\(peer)", "destination": "\(destination)",
+                "cause": "\(violation)",
+            ])
         ProxyMetrics.active?.upstreamError(.protocolError)
         ex?.transfer?.cancel()
         ex?.transfer = nil
@@ -306,8 +330,10 @@ extension ClientConnection {
         case .answerError(let close):
             ex?.heldHead.removeAll()
             ex?.sniffBuffer = []
-            respond(ErrorResponse(status: 502, message: "Upstream \(destination) sent an invalid response: \(violation)",
-                details: ["The response was not relayed (RFC 9112)."]), close: close)
+            respond(
+                ErrorResponse(
+                    status: 502, message: "Upstream \(destination) sent an invalid response: \(violation)",
+                    details: ["The response was not relayed (RFC 9112)."]), close: close)
             // Usually inside a libcurl callback, where no transfer may start: a pipelined request waits a turn.
             nonisolated(unsafe) let me = self
             loop.queue.async {
@@ -354,7 +380,8 @@ extension ClientConnection {
 
     private func relayBody(_ bytes: UnsafeRawBufferPointer) -> BodyAcceptance {
         while true {
-            switch machine.upstreamBody(count: bytes.count, clientPending: channel.pendingCount,
+            switch machine.upstreamBody(
+                count: bytes.count, clientPending: channel.pendingCount,
                 clientFailed: channel.failed || channel.isClosed, now: now)
             {
             case .commitHeadFirst:
@@ -397,20 +424,33 @@ extension ClientConnection {
                 // Rate-limited: when descriptors run out, every request would log a line.
                 context.descriptors.report(.upstream, error: e, logger: logger, now: now)
             } else if end == .upstreamFailed {
-                logger.warning("upstream failed", metadata: ["client": "\(peer)", "destination": "\(error.destination)",
-                    "cause": "\(error.detail.isEmpty ? error.response.message : error.detail)"])
+                logger.warning(
+                    "upstream failed",
+                    metadata: [
+                        "client": "\(peer)", "destination": "\(error.destination)",
+                        "cause": "\(error.detail.isEmpty ? error.response.message : error.detail)",
+                    ])
             }
         } else {
             end = .success
             if let x = ex, x.responseHead.status == 401, x.networkAuth.answersChallenges, let url = x.upstreamURL {
                 let offered = AuthChallenge.parse(fields: x.responseHead.values(of: "www-authenticate")).map(\.scheme)
-                if let cause = x.networkAuth.password?.unanswerable(offered: offered, overHTTPS: url.scheme == "https") {
-                    logger.warning("the network credential cannot answer the upstream's challenge", metadata: [
-                        "url": "\(url.origin)\(url.path)", "credential": "\(x.networkAuth.passwordName ?? "-")",
-                        "cause": "\(cause)"])
+                if let cause = x.networkAuth.password?.unanswerable(offered: offered, overHTTPS: url.scheme == "https")
+                {
+                    logger.warning(
+                        "the network credential cannot answer the upstream's challenge",
+                        metadata: [
+                            "url": "\(url.origin)\(url.path)", "credential": "\(x.networkAuth.passwordName ?? "-")",
+                            "cause": "\(cause)",
+                        ])
                 } else {
-                    logger.warning("upstream refused the network credential", metadata: ["url": "\(url.origin)\(url.path)",
-                        "credential": "\(x.networkAuth.passwordName ?? context.kerberosCredentialName ?? "kerberos")"])
+                    logger.warning(
+                        "upstream refused the network credential",
+                        metadata: [
+                            "url": "\(url.origin)\(url.path)",
+                            "credential":
+                                "\(x.networkAuth.passwordName ?? context.kerberosCredentialName ?? "kerberos")",
+                        ])
                 }
             }
         }
@@ -432,9 +472,11 @@ extension ClientConnection {
             case .commitHeadFirst:
                 guard commitResponseHead(inspect: false) else { return }
             case .inspectHeld:
-                if let x = ex, TokenRejection.isRejection(status: x.responseHead.status,
-                    contentType: x.responseHead.string(of: "content-type"),
-                    contentEncoding: x.responseHead.string(of: "content-encoding"), body: x.sniffBuffer),
+                if let x = ex,
+                    TokenRejection.isRejection(
+                        status: x.responseHead.status,
+                        contentType: x.responseHead.string(of: "content-type"),
+                        contentEncoding: x.responseHead.string(of: "content-encoding"), body: x.sniffBuffer),
                     tokenRejected()
                 {
                     return

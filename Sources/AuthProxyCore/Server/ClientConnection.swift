@@ -2,8 +2,9 @@ import CAuthProxyShims
 import CCurl
 import Dispatch
 import Logging
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// One client connection: the executor of its ``ExchangeStateMachine``. It moves bytes between the socket, TLS,
@@ -87,7 +88,8 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
         generationSeen = g.generation
         let cfg = g.config
         machine = ExchangeStateMachine(
-            limits: .init(seconds: cfg.headerTimeoutSeconds, idle: cfg.idleTimeoutSeconds, upstream: cfg.upstreamTimeoutSeconds),
+            limits: .init(
+                seconds: cfg.headerTimeoutSeconds, idle: cfg.idleTimeoutSeconds, upstream: cfg.upstreamTimeoutSeconds),
             now: DispatchTime.now().uptimeNanoseconds)
     }
 
@@ -129,11 +131,13 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
     func adoptGeneration(_ g: ServerContext) -> ErrorResponse? {
         generationSeen = g.generation
         if !g.access.allowClients.contains(address) {
-            return ErrorResponse(status: 403, message: "Client address \(address) is not allowed",
+            return ErrorResponse(
+                status: 403, message: "Client address \(address) is not allowed",
                 details: ["The configuration was reloaded and [proxy] allow_clients no longer admits it."])
         }
         let cfg = g.config
-        machine.limits = .init(seconds: cfg.headerTimeoutSeconds, idle: cfg.idleTimeoutSeconds, upstream: cfg.upstreamTimeoutSeconds)
+        machine.limits = .init(
+            seconds: cfg.headerTimeoutSeconds, idle: cfg.idleTimeoutSeconds, upstream: cfg.upstreamTimeoutSeconds)
         let auth = g.access.authenticator
         if let a = authenticated {
             if auth.isRequired, let c = auth.authenticate(a.authorization) {
@@ -145,8 +149,11 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
         }
         credentials = g.access.all
         guard interception != nil, auth.isRequired else { return nil }
-        return ErrorResponse(status: 407, message: "Proxy authentication required",
-            details: ["The configuration was reloaded and no longer admits the client that opened this tunnel: open a new one."])
+        return ErrorResponse(
+            status: 407, message: "Proxy authentication required",
+            details: [
+                "The configuration was reloaded and no longer admits the client that opened this tunnel: open a new one."
+            ])
     }
 
     /// A reload installed `g` while this connection was open: one whose address `g` no longer admits and that
@@ -154,7 +161,8 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
     /// refuse) is closed now; one with a request in progress finishes it and is refused at its next one.
     func reloadInstalled(_ g: ServerContext) {
         guard !g.access.allowClients.contains(address), ex == nil || tunnel != nil else { return }
-        logger.warning("connection closed: client address no longer in [proxy] allow_clients after a reload",
+        logger.warning(
+            "connection closed: client address no longer in [proxy] allow_clients after a reload",
             metadata: ["client": "\(peer)"])
         ProxyMetrics.active?.denied(.clientAddress)
         close()
@@ -249,9 +257,11 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
                 clientEOF()
                 return
             }
-            if more, channel.isClosed || (!atLimit && !machine.readsBody)
-                || machine.readInterest(buffered: max(inbuf.count, tls?.bufferedCiphertext ?? 0), limit: Self.maxInput)
-                    != .read
+            if more,
+                channel.isClosed || (!atLimit && !machine.readsBody)
+                    || machine.readInterest(
+                        buffered: max(inbuf.count, tls?.bufferedCiphertext ?? 0), limit: Self.maxInput)
+                        != .read
             {
                 more = false
             }
@@ -331,7 +341,9 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
                     } else {
                         // Whatever follows the head (body bytes, a pipelined request) must be copied before
                         // the scratch buffer is read into again.
-                        if consumed < inPlace.count { inbuf.append(UnsafeRawBufferPointer(rebasing: inPlace[consumed...])) }
+                        if consumed < inPlace.count {
+                            inbuf.append(UnsafeRawBufferPointer(rebasing: inPlace[consumed...]))
+                        }
                         inPlace = UnsafeRawBufferPointer(start: nil, count: 0)
                     }
                     parser.reset()
@@ -353,15 +365,18 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
         case .chunked:
             x.chunkDecoder = ChunkedDecoder()
         }
-        machine.requestBegan(.init(isHead: h.isHead, minorVersion: h.minorVersion, expectsContinue: h.expectsContinue,
-            keepAlive: h.keepAlive, hasBody: hasBody), shuttingDown: loop.shuttingDown, now: now)
+        machine.requestBegan(
+            .init(
+                isHead: h.isHead, minorVersion: h.minorVersion, expectsContinue: h.expectsContinue,
+                keepAlive: h.keepAlive, hasBody: hasBody), shuttingDown: loop.shuttingDown, now: now)
         x.head = h
         if let g = x.context, g.generation != generationSeen, let refusal = adoptGeneration(g) {
             respond(refusal, close: true)
             return
         }
         guard authorize(h) else { return }
-        switch RequestPlanner.route(h.target, tunnel: interception.map { ($0.scheme, $0.host, $0.port) },
+        switch RequestPlanner.route(
+            h.target, tunnel: interception.map { ($0.scheme, $0.host, $0.port) },
             ownAuthorities: context.ownAuthorities)
         {
         case .ownEndpoint(let path):
@@ -385,7 +400,8 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
     /// scope; otherwise it has been answered with 407. `/healthz` (liveness probes) and the PAC file (fetched before
     /// the proxy is used) need none, and requests inside an intercepted tunnel act for the client that opened it.
     func authorize(_ h: RequestHead) -> Bool {
-        switch RequestPlanner.proxyAuthentication(h, insideTunnel: interception != nil, authenticator: context.access.authenticator,
+        switch RequestPlanner.proxyAuthentication(
+            h, insideTunnel: interception != nil, authenticator: context.access.authenticator,
             known: authenticated?.authorization)
         {
         case .notNeeded, .alreadyVerified:
@@ -397,14 +413,20 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
         case .refused(let presented, let close):
             authenticated = nil
             if presented, let held = context.access.throttle.admit("proxy-auth", now: now) {
-                logger.warning("proxy authentication failed", metadata: ["client": "\(peer)", "failed_since_last_report": "\(held)"])
+                logger.warning(
+                    "proxy authentication failed",
+                    metadata: ["client": "\(peer)", "failed_since_last_report": "\(held)"])
             }
             // A refused CONNECT closes (bytes meant for the tunnel must not be read as requests), and so does a
             // request whose body was not read (the machine's rule for every local answer).
             ProxyMetrics.active?.denied(.proxyAuthentication)
-            respond(ErrorResponse(status: 407, message: "Proxy authentication required",
-                details: ["Send Proxy-Authorization: Basic with the name and password of a [[client]] of this proxy "
-                    + "(curl --proxy-user, or http://name:password@host:port as the proxy URL)."]),
+            respond(
+                ErrorResponse(
+                    status: 407, message: "Proxy authentication required",
+                    details: [
+                        "Send Proxy-Authorization: Basic with the name and password of a [[client]] of this proxy "
+                            + "(curl --proxy-user, or http://name:password@host:port as the proxy URL)."
+                    ]),
                 close: close, extraHeaders: "Proxy-Authenticate: Basic realm=\"authproxy\"\r\n")
             return false
         }
@@ -444,7 +466,8 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
             t.cancel()
             x.transfer = nil
         }
-        respondLocal(status: e.status, contentType: "application/json; charset=utf-8", body: e.jsonBody, close: close,
+        respondLocal(
+            status: e.status, contentType: "application/json; charset=utf-8", body: e.jsonBody, close: close,
             extraHeaders: e.retryAfter.map { "Retry-After: \($0)\r\n" + extraHeaders } ?? extraHeaders)
     }
 
@@ -475,7 +498,9 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
     func logAccess(status: Int? = nil, started: UInt64? = nil, webSocket: Bool = false) {
         let x = ex
         if let m = ProxyMetrics.active {
-            recordExchange(m, x, status: status ?? machine.current?.status ?? 0, started: started ?? machine.current?.started ?? now)
+            recordExchange(
+                m, x, status: status ?? machine.current?.status ?? 0,
+                started: started ?? machine.current?.started ?? now)
         }
         guard logger.logLevel <= .info else { return }
         let method: String
@@ -494,7 +519,8 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
         let started = started ?? machine.current?.started ?? now
         let ms = Double(now &- started) / 1_000_000
         var metadata: Logger.Metadata = [
-            "client": "\(peer)", "method": "\(method)", "url": "\(url)", "status": "\(status ?? machine.current?.status ?? 0)",
+            "client": "\(peer)", "method": "\(method)", "url": "\(url)",
+            "status": "\(status ?? machine.current?.status ?? 0)",
             "bytes_in": "\(x?.bodyBytesIn ?? 0)", "bytes_out": "\(x?.bodyBytesOut ?? 0)",
             "duration_ms": "\(Double(Int(ms * 10)) / 10)", "credential": "\(appliedCredential(x) ?? "-")",
             "user": "\(client?.name ?? "-")",
@@ -518,7 +544,8 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
     /// The exchange's metrics, next to its access-log line (see ``ProxyMetrics``).
     private func recordExchange(_ m: ProxyMetrics, _ x: ExchangeContext?, status: Int, started: UInt64) {
         let credential = appliedCredential(x)
-        loop.requestCounters.increment(credential: credential ?? MetricLabels.noCredential, method: x?.head?.method ?? "-",
+        loop.requestCounters.increment(
+            credential: credential ?? MetricLabels.noCredential, method: x?.head?.method ?? "-",
             status: status, metrics: m)
         m.durationTotal.recordNanoseconds(Int64(bitPattern: now &- started))
         if let x {
@@ -526,10 +553,14 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
             if x.bodyBytesOut > 0 { m.bytesDownstream.increment(by: x.bodyBytesOut) }
             recordRetryOutcome(m, x, status: status)
             if let r = x.retry {
-                m.retry(credential: r.credential, result: r.result ?? (status >= 200 && status < 500 ? "success" : "failure"))
+                m.retry(
+                    credential: r.credential,
+                    result: r.result ?? (status >= 200 && status < 500 ? "success" : "failure"))
             }
             // A handshake answered otherwise than with 101 (an upgraded one was counted at its 101).
-            if x.head?.upgrade != nil, status != 101 { m.webSocketUpgrade(credential: credential ?? MetricLabels.noCredential, result: "refused") }
+            if x.head?.upgrade != nil, status != 101 {
+                m.webSocketUpgrade(credential: credential ?? MetricLabels.noCredential, result: "refused")
+            }
         }
         if let credential {
             let at = nowMillis()
@@ -623,8 +654,12 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
         case .close:
             close()
         case .answerUnavailable:
-            respond(ErrorResponse(status: 503, message: "authproxy is shutting down",
-                details: ["The request did not finish within shutdown_grace_seconds (\(context.config.shutdownGraceSeconds) s); retry it."]),
+            respond(
+                ErrorResponse(
+                    status: 503, message: "authproxy is shutting down",
+                    details: [
+                        "The request did not finish within shutdown_grace_seconds (\(context.config.shutdownGraceSeconds) s); retry it."
+                    ]),
                 close: true)
             close()
         case .cut(let status):
@@ -638,29 +673,36 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
     func checkTimeouts(now: UInt64) {
         assertOnQueue(loop.queue)
         let cfg = context.config
-        switch machine.tick(now: now, clientPending: channel.pendingCount, lastSendProgress: channel.lastSendProgress,
+        switch machine.tick(
+            now: now, clientPending: channel.pendingCount, lastSendProgress: channel.lastSendProgress,
             clientReadsPaused: !channel.isReading)
         {
         case .none:
             if machine.isIdle(now: now, for: Self.trimAfter), inbuf.isEmpty { releaseIdleStorage() }
         case .headerTimedOut:
             machine.requestFailed(now: now)
-            respond(ErrorResponse(status: 408, message: "Request header not received within \(cfg.headerTimeoutSeconds) s"), close: true)
+            respond(
+                ErrorResponse(status: 408, message: "Request header not received within \(cfg.headerTimeoutSeconds) s"),
+                close: true)
         case .close:
             close()
         case .closeForShutdown:
             machine.closingForShutdown(now: now)
             beginClosing()
         case .clientStalled:
-            logger.warning("client stalled, closing", metadata: ["client": "\(peer)", "idle_timeout_seconds": "\(cfg.idleTimeoutSeconds)"])
+            logger.warning(
+                "client stalled, closing",
+                metadata: ["client": "\(peer)", "idle_timeout_seconds": "\(cfg.idleTimeoutSeconds)"])
             if ex?.head != nil { logAccess() }
             close()
         case .upstreamStalled:
             guard let t = ex?.transfer else { return }
             t.cancel()
-            transferDidFinish(error: UpstreamError(cause: .timeout,
-                detail: "no data from the upstream for \(cfg.upstreamTimeoutSeconds) s",
-                destination: t.destination, timeoutSeconds: cfg.upstreamTimeoutSeconds))
+            transferDidFinish(
+                error: UpstreamError(
+                    cause: .timeout,
+                    detail: "no data from the upstream for \(cfg.upstreamTimeoutSeconds) s",
+                    destination: t.destination, timeoutSeconds: cfg.upstreamTimeoutSeconds))
         case .tunnel:
             tunnel?.checkTimeouts(now: now)
         case .probeClient:

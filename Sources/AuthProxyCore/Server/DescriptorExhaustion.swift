@@ -1,7 +1,8 @@
 import Logging
 import Synchronization
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// The process running out of file descriptors (EMFILE, or ENFILE for the whole system): counted wherever a
@@ -43,12 +44,15 @@ final class DescriptorExhaustion: Sendable {
         guard let held = record(now: now) else { return }
         var limit = rlimit()
         getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
-        logger.error("out of file descriptors", metadata: [
-            "errno": "\(error == ENFILE ? "ENFILE" : "EMFILE") (\(String(cString: strerror(error))))",
-            "while": "\(site.rawValue)", "limit": "\(limit.rlim_cur)",
-            "failures_since_last_report": "\(held)", "failures_total": "\(events)",
-            "hint": "raise the descriptor limit (ulimit -n, systemd LimitNOFILE, docker --ulimit nofile); each proxied connection needs about 2",
-        ])
+        logger.error(
+            "out of file descriptors",
+            metadata: [
+                "errno": "\(error == ENFILE ? "ENFILE" : "EMFILE") (\(String(cString: strerror(error))))",
+                "while": "\(site.rawValue)", "limit": "\(limit.rlim_cur)",
+                "failures_since_last_report": "\(held)", "failures_total": "\(events)",
+                "hint":
+                    "raise the descriptor limit (ulimit -n, systemd LimitNOFILE, docker --ulimit nofile); each proxied connection needs about 2",
+            ])
     }
 
     /// Whether the process cannot open one more descriptor right now (for failures whose cause libcurl does not
@@ -87,10 +91,13 @@ final class DescriptorExhaustion: Sendable {
         }
         let connections = after / 2
         if connections < UInt64(maxConnections) {
-            logger.warning("the descriptor limit allows fewer connections than max_connections", metadata: [
-                "limit": "\(after)", "connections_about": "\(connections)", "max_connections": "\(maxConnections)",
-                "hint": "raise the hard limit (ulimit -Hn, systemd LimitNOFILE, docker --ulimit nofile) or lower max_connections; beyond it clients get 503",
-            ])
+            logger.warning(
+                "the descriptor limit allows fewer connections than max_connections",
+                metadata: [
+                    "limit": "\(after)", "connections_about": "\(connections)", "max_connections": "\(maxConnections)",
+                    "hint":
+                        "raise the hard limit (ulimit -Hn, systemd LimitNOFILE, docker --ulimit nofile) or lower max_connections; beyond it clients get 503",
+                ])
         }
     }
 }

@@ -1,7 +1,8 @@
 import Dispatch
 import Logging
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// One serial queue, run by a thread of its own (``ProxyQueue/ownThread(_:)``), with everything that runs on it: a libcurl multi handle, the client connections
@@ -122,9 +123,10 @@ final class EventLoop: @unchecked Sendable {
 extension EventLoop {
     /// Writes response body bytes, preceded by the held response `head` (may be empty) and framed as a chunk
     /// when `chunked`, in a single write when it fits the assembly buffer. No allocation.
-    func writeBody(_ bytes: UnsafeRawBufferPointer, head: UnsafeRawBufferPointer, chunked: Bool,
-        sink: (UnsafeRawBufferPointer) -> Void)
-    {
+    func writeBody(
+        _ bytes: UnsafeRawBufferPointer, head: UnsafeRawBufferPointer, chunked: Bool,
+        sink: (UnsafeRawBufferPointer) -> Void
+    ) {
         if !chunked, head.isEmpty {
             sink(bytes)
             return

@@ -22,9 +22,10 @@ final class Interception {
     /// The scheme of the requests inside.
     var scheme: String { session == nil ? "http" : "https" }
 
-    init(session: TLSSession?, server: TLSServer?, host: String, port: Int, awaitingFirstBytes: Bool = false,
-        blindAllowed: Bool = false, connectStarted: UInt64 = 0)
-    {
+    init(
+        session: TLSSession?, server: TLSServer?, host: String, port: Int, awaitingFirstBytes: Bool = false,
+        blindAllowed: Bool = false, connectStarted: UInt64 = 0
+    ) {
         self.session = session
         self.server = server
         self.host = host

@@ -1,8 +1,9 @@
 import CAuthProxyShims
 import Dispatch
 import Logging
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// A non-blocking listening socket; accepted connections are checked against `allow_clients` and the
@@ -24,9 +25,10 @@ final class Listener: @unchecked Sendable {
     /// The port actually bound (differs from the configured one for port 0).
     let boundPort: Int
 
-    init(address: ListenAddress, loops: [EventLoop], queue: DispatchQueue, access: AccessControl,
-        descriptors: DescriptorExhaustion, logger: Logger) throws(ServerError)
-    {
+    init(
+        address: ListenAddress, loops: [EventLoop], queue: DispatchQueue, access: AccessControl,
+        descriptors: DescriptorExhaustion, logger: Logger
+    ) throws(ServerError) {
         self.address = address
         self.loops = loops
         self.access = access
@@ -114,7 +116,8 @@ final class Listener: @unchecked Sendable {
                 case .total:
                     refused("max_connections (\(access.connections.total)) reached", ip, total: soFar.total)
                 case .perClient:
-                    refused("max_connections_per_client (\(access.connections.perClient)) reached for this address", ip,
+                    refused(
+                        "max_connections_per_client (\(access.connections.perClient)) reached for this address", ip,
                         total: soFar.perClient)
                 }
                 continue

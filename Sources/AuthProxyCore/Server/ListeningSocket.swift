@@ -1,14 +1,16 @@
 import CAuthProxyShims
 import Dispatch
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// A non-blocking, close-on-exec TCP socket bound to `address` and listening (IPv6 sockets are v6-only), and the
 /// port it got (differs from `address.port` for port 0). Used by the proxy's and the admin listener.
 func openListeningSocket(_ address: ListenAddress) throws(ServerError) -> (fd: Int32, port: Int) {
     let family = address.isIPv6 ? AF_INET6 : AF_INET
-    let fd = socket(family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+    let fd = socket(
+        family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
     guard fd >= 0 else { throw ServerError.listen(address, errno) }
     var one: Int32 = 1
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
@@ -30,7 +32,9 @@ func openListeningSocket(_ address: ListenAddress) throws(ServerError) -> (fd: I
         withUnsafeMutableBytes(of: &storage) { $0.storeBytes(of: sin, as: sockaddr_in.self) }
         len = socklen_t(MemoryLayout<sockaddr_in>.size)
     }
-    let rc = withUnsafePointer(to: &storage) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) } }
+    let rc = withUnsafePointer(to: &storage) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) }
+    }
     guard rc == 0, Glibc.listen(fd, 1024) == 0 else {
         let e = errno
         Glibc.close(fd)
@@ -38,7 +42,9 @@ func openListeningSocket(_ address: ListenAddress) throws(ServerError) -> (fd: I
     }
     var bound = sockaddr_storage()
     var blen = socklen_t(MemoryLayout<sockaddr_storage>.size)
-    withUnsafeMutablePointer(to: &bound) { _ = $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &blen) } }
+    withUnsafeMutablePointer(to: &bound) {
+        _ = $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &blen) }
+    }
     return (fd, Int(describePeer(bound).split(separator: ":").last.flatMap { Int($0) } ?? address.port))
 }
 

@@ -32,10 +32,12 @@ extension ProxyServer: AdminBackend {
 
     private func readiness(_ context: ServerContext, _ tokens: TokenService?) -> Readiness {
         let config = context.config
-        return Readiness.evaluate(listeners: listenerStates, shuttingDown: stopping.load(ordering: .relaxed),
+        return Readiness.evaluate(
+            listeners: listenerStates, shuttingDown: stopping.load(ordering: .relaxed),
             prefetch: TokenService.prefetchKeys(config.credentials),
             pac: config.upstreamProxy.pac == nil ? nil : context.shared.pac.snapshot,
-            cluster: tokens?.clusterStatus) { key in tokens?.status(key: key) }
+            cluster: tokens?.clusterStatus
+        ) { key in tokens?.status(key: key) }
     }
 
     func pacInputs() -> (settings: PacEndpoint.Settings, listeners: [ListenAddress]) {
@@ -70,40 +72,49 @@ extension ProxyServer: AdminBackend {
         let credentials = config.credentials.map { c -> StatusReport.Credential in
             let a = activity.of(c.name)
             let views = statuses.filter { $0.credential == c.name }.map { s in
-                StatusReport.TokenView(root: s.root, state: s.state.rawValue,
+                StatusReport.TokenView(
+                    root: s.root, state: s.state.rawValue,
                     validUntil: s.expires.map { rfc3339(millis: $0) },
                     expiresInSeconds: s.expires.map { ($0 - now) / 1000 },
                     lastRefresh: s.issued.flatMap { $0 > 0 ? rfc3339(millis: $0) : nil },
                     lastError: s.lastError, nextRetry: s.retryAt.map { rfc3339(millis: $0) })
             }
-            return StatusReport.Credential(name: c.name, type: c.kind.typeName, match: c.match.map(\.description),
+            return StatusReport.Credential(
+                name: c.name, type: c.kind.typeName, match: c.match.map(\.description),
                 prefetch: c.prefetch, tokens: views, requestsLast5Min: a.requests.total(now: now),
                 rejectionsLast5Min: a.rejections.total(now: now), rateLimitedLast5Min: a.rateLimited.total(now: now),
-                rateLimitedTotal: a.rateLimitedTotal, lastTokenRequest: a.lastTokenRequestAt.map { rfc3339(millis: $0) },
+                rateLimitedTotal: a.rateLimitedTotal,
+                lastTokenRequest: a.lastTokenRequestAt.map { rfc3339(millis: $0) },
                 lastTokenRequestSucceeded: a.lastTokenRequestAt == nil ? nil : a.lastTokenRequestSucceeded,
                 networkAuth: a.networkAuth.values.sorted { $0.scheme < $1.scheme }.map { o in
-                    StatusReport.NetworkAuth(scheme: o.scheme, successes: o.successes, failures: o.failures,
+                    StatusReport.NetworkAuth(
+                        scheme: o.scheme, successes: o.successes, failures: o.failures,
                         last: o.lastAt > 0 ? rfc3339(millis: o.lastAt) : nil, lastSucceeded: o.lastSucceeded)
                 })
         }
         let started = ProxyMetrics.active?.startedAt ?? now
-        var report = StatusReport(version: AuthProxyVersion.string, startedAt: rfc3339(millis: started),
+        var report = StatusReport(
+            version: AuthProxyVersion.string, startedAt: rfc3339(millis: started),
             uptimeSeconds: (now - started) / 1000, workers: loops.count, cpus: CPUBudget.current.description,
             generatedAt: rfc3339(millis: now), ready: readiness.ready,
             notReadyBecause: readiness.reasons, listeners: listenerStates, clientConnections: connections,
             tunnels: tunnels, credentials: credentials,
             interception: context.tlsServer.map { t in
-                StatusReport.Interception(caSubject: t.minter.ca.subject,
-                    caExpires: t.minter.ca.notAfterMillis.map { rfc3339(millis: $0) }, certificatesMinted: t.minter.mintedCount)
+                StatusReport.Interception(
+                    caSubject: t.minter.ca.subject,
+                    caExpires: t.minter.ca.notAfterMillis.map { rfc3339(millis: $0) },
+                    certificatesMinted: t.minter.mintedCount)
             },
             lastReload: lastReload,
             parents: context.shared.parents.snapshot(configured: config.upstreamProxy.parents).map { s in
-                StatusReport.Parent(url: s.parent.url, requests: s.stats.requests,
+                StatusReport.Parent(
+                    url: s.parent.url, requests: s.stats.requests,
                     failures: Dictionary(uniqueKeysWithValues: s.stats.failures.map { ($0.key.rawValue, $0.value) }),
                     inBackoff: s.inBackoff)
             })
         if let c = tokens?.clusterStatus {
-            report.cluster = StatusReport.Cluster(redis: c.redis, connected: c.connected, required: c.required,
+            report.cluster = StatusReport.Cluster(
+                redis: c.redis, connected: c.connected, required: c.required,
                 since: c.since > 0 ? rfc3339(millis: c.since) : nil, problem: c.problem)
         }
         return report

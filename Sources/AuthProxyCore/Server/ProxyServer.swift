@@ -2,8 +2,9 @@ import CAuthProxyShims
 import Dispatch
 import Logging
 import Synchronization
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// The proxy: listeners, event loops, live configuration reload and graceful shutdown.
@@ -42,9 +43,10 @@ public final class ProxyServer: @unchecked Sendable {
 
     /// `source` and `inputs`: the file `config` was loaded from (by ``ConfigSource/load()``), which a reload
     /// reads again; `logLevel`: the shared level the logging system was set up with.
-    public init(config: ProxyConfig, logger: Logger, source: ConfigSource? = nil, inputs: ConfigInputs? = nil,
-        logLevel: LiveLogLevel? = nil)
-    {
+    public init(
+        config: ProxyConfig, logger: Logger, source: ConfigSource? = nil, inputs: ConfigInputs? = nil,
+        logLevel: LiveLogLevel? = nil
+    ) {
         self.running = config
         self.logger = logger
         self.source = source
@@ -84,7 +86,9 @@ public final class ProxyServer: @unchecked Sendable {
             logger.notice("HTTPS interception on for matched hosts", metadata: ["ca": "\(config.tls.caCert ?? "")"])
         }
         let proxyTLS = try makeProxyTLS(config, interception: tlsServer)
-        if let proxyTLS { logger.notice("the proxy listener serves TLS too", metadata: ["certificate": "\(proxyTLS.source.summary)"]) }
+        if let proxyTLS {
+            logger.notice("the proxy listener serves TLS too", metadata: ["certificate": "\(proxyTLS.source.summary)"])
+        }
         if let k = Self.kerberosSettings(config) {
             let tickets = KerberosTickets(settings: k, stateDir: config.stateDir, logger: logger)
             try tickets.start()
@@ -92,13 +96,20 @@ public final class ProxyServer: @unchecked Sendable {
         }
         warnInsecure(config.credentials)
         if config.pacAddress == nil, let wildcard = config.listen.first(where: \.isWildcard) {
-            logger.warning("the PAC file (/proxy.pac) names the proxy by the Host it was fetched with: listening on a wildcard address, that may be a name or address not every client can reach",
-                metadata: ["listen": "\(wildcard)", "hint": "set [proxy] pac_address to the host:port clients should use"])
+            logger.warning(
+                "the PAC file (/proxy.pac) names the proxy by the Host it was fetched with: listening on a wildcard address, that may be a name or address not every client can reach",
+                metadata: [
+                    "listen": "\(wildcard)", "hint": "set [proxy] pac_address to the host:port clients should use",
+                ])
         }
         for c in config.credentials {
             for prefix in TokenService.unprefetchable(c) {
-                logger.warning("prefetch cannot fetch a token ahead for a match that is a host alone; /readyz does not wait for it",
-                    metadata: ["credential": "\(c.name)", "match": "\(prefix)", "hint": "give the server root or portal, e.g. \(prefix)/arcgis"])
+                logger.warning(
+                    "prefetch cannot fetch a token ahead for a match that is a host alone; /readyz does not wait for it",
+                    metadata: [
+                        "credential": "\(c.name)", "match": "\(prefix)",
+                        "hint": "give the server root or portal, e.g. \(prefix)/arcgis",
+                    ])
             }
         }
         DescriptorExhaustion.prepare(maxConnections: config.maxConnections, logger: logger)
@@ -111,13 +122,16 @@ public final class ProxyServer: @unchecked Sendable {
         startPac(config, shared: context.shared)
         loops = (0..<config.workers).map { EventLoop(index: $0, context: context) }
         for fallback in ProxyQueue.takeThreadFallbacks() {
-            logger.warning("a queue runs on libdispatch's worker pool instead of a thread of its own: the thread count can grow under load", metadata: ["cause": "\(fallback)"])
+            logger.warning(
+                "a queue runs on libdispatch's worker pool instead of a thread of its own: the thread count can grow under load",
+                metadata: ["cause": "\(fallback)"])
         }
         // Each listening socket is served by an event loop's queue (the first on loop 0, the next on loop 1, ...),
         // not by a queue of its own: no thread of its own, and a connection accepted for that loop is adopted
         // without a hand-over to another thread.
         for (i, a) in config.listen.enumerated() {
-            let l = try Listener(address: a, loops: loops, queue: loops[i % loops.count].queue, access: context.access,
+            let l = try Listener(
+                address: a, loops: loops, queue: loops[i % loops.count].queue, access: context.access,
                 descriptors: context.descriptors, logger: logger)
             listeners.append(l)
         }
@@ -126,13 +140,19 @@ public final class ProxyServer: @unchecked Sendable {
         }
         for l in listeners {
             l.start()
-            logger.notice("listening", metadata: ["address": "\(l.address.isIPv6 ? "[\(l.address.host)]" : l.address.host):\(l.boundPort)"])
+            logger.notice(
+                "listening",
+                metadata: ["address": "\(l.address.isIPv6 ? "[\(l.address.host)]" : l.address.host):\(l.boundPort)"])
         }
         if let admin, let a = config.admin {
             admin.start()
-            logger.notice("admin listener", metadata: [
-                "address": "\(admin.address.isIPv6 ? "[\(admin.address.host)]" : admin.address.host):\(admin.boundPort)",
-                "allow": "\(a.allow.map(\.description).joined(separator: ","))"])
+            logger.notice(
+                "admin listener",
+                metadata: [
+                    "address":
+                        "\(admin.address.isIPv6 ? "[\(admin.address.host)]" : admin.address.host):\(admin.boundPort)",
+                    "allow": "\(a.allow.map(\.description).joined(separator: ","))",
+                ])
         }
         tokens?.startPrefetching(config.credentials)
         reloadQueue.sync { updateWatcher() }
@@ -147,13 +167,16 @@ public final class ProxyServer: @unchecked Sendable {
         var store: any TokenStore = file
         if let cluster = config.cluster, let stateKey = config.stateKey {
             guard let keys = ClusterKeys(stateKey: stateKey, prefix: cluster.keyPrefix) else {
-                throw ServerError(description: "cannot derive the [cluster] keys from state_key (PBKDF2 failed in libcrypto)",
+                throw ServerError(
+                    description: "cannot derive the [cluster] keys from state_key (PBKDF2 failed in libcrypto)",
                     isConfigurationError: true)
             }
-            store = ClusterTokenStore(file: file, config: cluster, keys: keys,
+            store = ClusterTokenStore(
+                file: file, config: cluster, keys: keys,
                 fetchTimeoutSeconds: config.upstreamTimeoutSeconds, logger: logger)
         }
-        let service = TokenService(credentials: config.credentials, tokenStore: store,
+        let service = TokenService(
+            credentials: config.credentials, tokenStore: store,
             timeoutSeconds: config.upstreamTimeoutSeconds, logger: logger)
         do {
             try service.loadState()
@@ -166,7 +189,9 @@ public final class ProxyServer: @unchecked Sendable {
     /// The interception server for `config` (nil when `[tls]` is off) and the digest of the CA files it was
     /// made from.
     func makeTLSServer(_ config: ProxyConfig) throws(ServerError) -> (TLSServer?, String?) {
-        guard config.tls.enabled, let certPath = config.tls.caCert, let keyPath = config.tls.caKey else { return (nil, nil) }
+        guard config.tls.enabled, let certPath = config.tls.caCert, let keyPath = config.tls.caKey else {
+            return (nil, nil)
+        }
         do {
             let ca = try CertificateAuthority.load(certPath: certPath, keyPath: keyPath)
             return (try TLSServer(minter: LeafMinter(ca: ca, logger: logger)), Self.digest(files: [certPath, keyPath]))
@@ -181,7 +206,8 @@ public final class ProxyServer: @unchecked Sendable {
         do {
             return try ProxyTLSServer.make(config, interception: interception)
         } catch {
-            throw ServerError(description: "cannot set up TLS on the proxy listener ([proxy] tls_cert, tls_key): \(error)",
+            throw ServerError(
+                description: "cannot set up TLS on the proxy listener ([proxy] tls_cert, tls_key): \(error)",
                 isConfigurationError: true)
         }
     }
@@ -207,10 +233,13 @@ public final class ProxyServer: @unchecked Sendable {
         let u = config.upstreamProxy
         guard let source = u.pac else { return }
         let first = DispatchSemaphore(value: 0)
-        shared.pac.configure(source, refreshSeconds: u.pacRefreshSeconds, timeoutSeconds: config.upstreamTimeoutSeconds,
-            logger: logger) { first.signal() }
+        shared.pac.configure(
+            source, refreshSeconds: u.pacRefreshSeconds, timeoutSeconds: config.upstreamTimeoutSeconds,
+            logger: logger
+        ) { first.signal() }
         if first.wait(timeout: .now() + .seconds(min(config.upstreamTimeoutSeconds, 15))) == .timedOut {
-            logger.warning("the PAC file did not load within the start-up wait: requests that need a route are refused until it does",
+            logger.warning(
+                "the PAC file did not load within the start-up wait: requests that need a route are refused until it does",
                 metadata: ["pac": "\(source)"])
         }
     }
@@ -223,16 +252,23 @@ public final class ProxyServer: @unchecked Sendable {
             case .password(let pw) = c.kind, pw.schemes.contains(.basic)
         else { return }
         for p in u.parents where p.scheme == .http {
-            logger.warning("a parent proxy that takes Basic gets the password in clear over http",
-                metadata: ["parent": "\(p)", "credential": "\(name)", "hint": "use an https:// parent, or schemes = [\"ntlm\"] / [\"digest\"] if the parent offers them"])
+            logger.warning(
+                "a parent proxy that takes Basic gets the password in clear over http",
+                metadata: [
+                    "parent": "\(p)", "credential": "\(name)",
+                    "hint": "use an https:// parent, or schemes = [\"ntlm\"] / [\"digest\"] if the parent offers them",
+                ])
         }
     }
 
     func warnInsecure(_ credentials: [Credential]) {
         for c in credentials {
             if case .serverTrust(let t) = c.kind, t.insecure {
-                logger.warning("TLS verification is OFF for matched hosts (server-trust insecure = true)",
-                    metadata: ["credential": "\(c.name)", "match": "\(c.match.map(\.description).joined(separator: ","))"])
+                logger.warning(
+                    "TLS verification is OFF for matched hosts (server-trust insecure = true)",
+                    metadata: [
+                        "credential": "\(c.name)", "match": "\(c.match.map(\.description).joined(separator: ","))",
+                    ])
             }
         }
     }
@@ -267,6 +303,8 @@ public final class ProxyServer: @unchecked Sendable {
             done()
             return
         }
-        DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(50)) { [self] in poll(deadline: deadline, done: done) }
+        DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(50)) { [self] in
+            poll(deadline: deadline, done: done)
+        }
     }
 }

@@ -51,8 +51,10 @@ final class ServerContext: Sendable {
         self.tlsServer = tlsServer
         self.shared = shared
         viaValue = config.upstreamProxy.isConfigured ? shared.viaValue : "1.1 authproxy"
-        routing = config.upstreamProxy.isConfigured
-            ? ParentRouting(config: config.upstreamProxy, credentials: config.credentials, health: shared.parents,
+        routing =
+            config.upstreamProxy.isConfigured
+            ? ParentRouting(
+                config: config.upstreamProxy, credentials: config.credentials, health: shared.parents,
                 via: shared.viaValue, pac: shared.pac) : nil
         shared.parents.setBackoff(seconds: config.upstreamProxy.backoffSeconds)
         self.pac = PacEndpoint.Settings(config)

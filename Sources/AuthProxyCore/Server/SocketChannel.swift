@@ -1,6 +1,7 @@
 import Dispatch
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// What a ``SocketChannel`` reports to the object it serves, on the channel's queue.

@@ -1,6 +1,7 @@
 import CAuthProxyShims
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// How many CPUs the proxy can actually use, which sizes the default number of event loops (`[proxy] workers`).

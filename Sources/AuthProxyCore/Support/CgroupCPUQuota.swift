@@ -60,7 +60,8 @@ struct CgroupCPUQuota: Sendable, Equatable, CustomStringConvertible {
     /// `cpu.cfs_quota_us` ("-1": no limit) and `cpu.cfs_period_us`.
     static func parseV1(quota: String?, period: String?) -> CgroupCPUQuota? {
         guard let qs = quota, let ps = period,
-              let q = Int(qs.trimmingWhitespace()), let p = Int(ps.trimmingWhitespace()), q > 0, p > 0 else { return nil }
+            let q = Int(qs.trimmingWhitespace()), let p = Int(ps.trimmingWhitespace()), q > 0, p > 0
+        else { return nil }
         return CgroupCPUQuota(quota: q, period: p)
     }
 
@@ -108,7 +109,8 @@ struct CgroupCPUQuota: Sendable, Equatable, CustomStringConvertible {
             var i = 0
             while i < b.count {
                 if b[i] == UInt8(ascii: "\\"), i + 3 < b.count,
-                   let v = UInt8(String(decoding: b[(i + 1)...(i + 3)], as: UTF8.self), radix: 8) {
+                    let v = UInt8(String(decoding: b[(i + 1)...(i + 3)], as: UTF8.self), radix: 8)
+                {
                     out.append(v)
                     i += 4
                 } else {

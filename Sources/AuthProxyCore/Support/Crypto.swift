@@ -38,7 +38,8 @@ enum Crypto {
         let s = Array(secret.utf8)
         let ok = s.withUnsafeBufferPointer { sp in
             sp.withMemoryRebound(to: CChar.self) { cp in
-                PKCS5_PBKDF2_HMAC(cp.baseAddress, Int32(s.count), salt, Int32(salt.count), iterations, EVP_sha256(), 32, &key)
+                PKCS5_PBKDF2_HMAC(
+                    cp.baseAddress, Int32(s.count), salt, Int32(salt.count), iterations, EVP_sha256(), 32, &key)
             }
         }
         return ok == 1 ? key : nil
@@ -50,7 +51,9 @@ enum Crypto {
         var len: UInt32 = 0
         let ok = key.withUnsafeBytes { k in
             data.withUnsafeBytes { d in
-                HMAC(EVP_sha256(), k.baseAddress, Int32(k.count), d.bindMemory(to: UInt8.self).baseAddress, d.count, &out, &len)
+                HMAC(
+                    EVP_sha256(), k.baseAddress, Int32(k.count), d.bindMemory(to: UInt8.self).baseAddress, d.count,
+                    &out, &len)
             }
         }
         precondition(ok != nil && len == 32, "HMAC(SHA-256) failed")

@@ -1,7 +1,8 @@
 import CAuthProxyShims
 import Dispatch
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// A thread of the proxy's own that runs one serial Dispatch queue, and nothing else, for the life of the process.
@@ -48,10 +49,12 @@ final class DispatchThread: @unchecked Sendable {
         let startup = Startup(label: label)
         var thread = pthread_t()
         let box = Unmanaged.passRetained(startup).toOpaque()
-        let rc = pthread_create(&thread, nil, { raw in
-            Unmanaged<Startup>.fromOpaque(raw!).takeRetainedValue().run()
-            return nil
-        }, box)
+        let rc = pthread_create(
+            &thread, nil,
+            { raw in
+                Unmanaged<Startup>.fromOpaque(raw!).takeRetainedValue().run()
+                return nil
+            }, box)
         guard rc == 0 else {
             Unmanaged<Startup>.fromOpaque(box).release()
             return .failure(Failure(description: "pthread_create: \(String(cString: strerror(rc)))"))
@@ -59,9 +62,11 @@ final class DispatchThread: @unchecked Sendable {
         pthread_detach(thread)
         startup.created.wait()
         guard let root = startup.root, startup.fd >= 0 else {
-            return .failure(Failure(description: startup.root == nil
-                ? "libdispatch did not create a thread-bound queue"
-                : "the thread-bound queue's eventfd was not found"))
+            return .failure(
+                Failure(
+                    description: startup.root == nil
+                        ? "libdispatch did not create a thread-bound queue"
+                        : "the thread-bound queue's eventfd was not found"))
         }
         let queue = DispatchQueue(label: label, attributes: .initiallyInactive)
         guard let lane = underlyingQueue(queue) else {

@@ -1,5 +1,5 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// An http(s) URL split into the parts the token logic needs.
@@ -35,7 +35,8 @@ func parseRFC3339(_ text: String) -> Int64? {
         return v
     }
     guard u.count >= 20, u[4] == 45, u[7] == 45, u[10] == 84 || u[10] == 116 || u[10] == 32, u[13] == 58, u[16] == 58,
-        let year = num(0, 4), let month = num(5, 2), let day = num(8, 2), let hour = num(11, 2), let minute = num(14, 2),
+        let year = num(0, 4), let month = num(5, 2), let day = num(8, 2), let hour = num(11, 2),
+        let minute = num(14, 2),
         let second = num(17, 2), (1...12).contains(month), (1...31).contains(day), hour < 24, minute < 60, second < 61
     else { return nil }
     var i = 19
@@ -55,7 +56,8 @@ func parseRFC3339(_ text: String) -> Int64? {
     var offset = 0
     if u[i] == 90 || u[i] == 122 {
         i += 1
-    } else if u[i] == 43 || u[i] == 45, let oh = num(i + 1, 2), i + 3 < u.count, u[i + 3] == 58, let om = num(i + 4, 2) {
+    } else if u[i] == 43 || u[i] == 45, let oh = num(i + 1, 2), i + 3 < u.count, u[i + 3] == 58, let om = num(i + 4, 2)
+    {
         offset = (oh * 60 + om) * 60 * (u[i] == 43 ? 1 : -1)
         i += 6
     } else {

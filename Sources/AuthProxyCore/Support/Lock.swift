@@ -1,5 +1,5 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// A plain mutex for state that holds C pointers (which `Synchronization.Mutex`'s region checks reject).
@@ -16,8 +16,8 @@ final class Lock: @unchecked Sendable {
         var attr = pthread_mutexattr_t()
         pthread_mutexattr_init(&attr)
         #if DEBUG
-        // Debug builds check: locking twice from one thread fails loudly instead of deadlocking.
-        pthread_mutexattr_settype(&attr, Int32(PTHREAD_MUTEX_ERRORCHECK))
+            // Debug builds check: locking twice from one thread fails loudly instead of deadlocking.
+            pthread_mutexattr_settype(&attr, Int32(PTHREAD_MUTEX_ERRORCHECK))
         #endif
         let err = pthread_mutex_init(mutex, &attr)
         pthread_mutexattr_destroy(&attr)

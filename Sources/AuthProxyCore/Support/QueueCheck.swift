@@ -6,6 +6,6 @@ import Dispatch
 @inline(__always)
 func assertOnQueue(_ queue: DispatchQueue) {
     #if DEBUG
-    dispatchPrecondition(condition: .onQueue(queue))
+        dispatchPrecondition(condition: .onQueue(queue))
     #endif
 }

@@ -1,6 +1,7 @@
 import CAuthProxyShims
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Whether `host` is a numeric IPv4 or IPv6 address.

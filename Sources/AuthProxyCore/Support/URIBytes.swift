@@ -15,7 +15,8 @@ func hexDigitValue(_ c: UInt8) -> UInt8? {
 @inline(__always)
 func isUnreservedURIByte(_ b: UInt8) -> Bool {
     switch b {
-    case 0x30...0x39, 0x41...0x5a, 0x61...0x7a, UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"):
+    case 0x30...0x39, 0x41...0x5a, 0x61...0x7a, UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"),
+        UInt8(ascii: "~"):
         return true
     default: return false
     }

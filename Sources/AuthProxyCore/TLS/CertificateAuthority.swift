@@ -1,7 +1,8 @@
 import CAuthProxyShims
 import COpenSSL
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// The proxy's own CA: it signs the leaf certificates shown to clients of intercepted hosts.
@@ -27,9 +28,13 @@ public final class CertificateAuthority: @unchecked Sendable {
 
     /// Loads `ca.pem` and `ca.key` (PEM).
     public static func load(certPath: String, keyPath: String) throws(TLSError) -> CertificateAuthority {
-        guard let cbio = BIO_new_file(certPath, "r") else { throw TLSError("cannot read CA certificate \(certPath): \(lastErrorString())") }
+        guard let cbio = BIO_new_file(certPath, "r") else {
+            throw TLSError("cannot read CA certificate \(certPath): \(lastErrorString())")
+        }
         defer { BIO_free(cbio) }
-        guard let cert = PEM_read_bio_X509(cbio, nil, nil, nil) else { throw TLSError("\(certPath) is not a PEM certificate") }
+        guard let cert = PEM_read_bio_X509(cbio, nil, nil, nil) else {
+            throw TLSError("\(certPath) is not a PEM certificate")
+        }
         guard let kbio = BIO_new_file(keyPath, "r") else {
             X509_free(cert)
             throw TLSError("cannot read CA key \(keyPath): \(lastErrorString())")
@@ -39,9 +44,10 @@ public final class CertificateAuthority: @unchecked Sendable {
             X509_free(cert)
             _ = openSSLError()
             let encrypted = readTextFile(keyPath).map { $0.contains("ENCRYPTED") } ?? false
-            throw TLSError(encrypted
-                ? "\(keyPath) is encrypted: authproxy needs the CA key without a passphrase (keep it 0600, readable only by the proxy's user)"
-                : "\(keyPath) is not a PEM private key")
+            throw TLSError(
+                encrypted
+                    ? "\(keyPath) is encrypted: authproxy needs the CA key without a passphrase (keep it 0600, readable only by the proxy's user)"
+                    : "\(keyPath) is not a PEM private key")
         }
         guard X509_check_private_key(cert, key) == 1 else {
             X509_free(cert)

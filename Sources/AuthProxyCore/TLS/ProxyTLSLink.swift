@@ -1,7 +1,8 @@
 import CAuthProxyShims
 import COpenSSL
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// TLS between a client and the proxy listener itself (the client's proxy URL is `https://`): the layer under a

@@ -19,7 +19,9 @@ public final class ProxyTLSServer: @unchecked Sendable {
 
     /// A context with the certificate chain in `certPath` and the key in `keyPath` (PEM, unencrypted).
     public init(certPath: String, keyPath: String) throws(TLSError) {
-        guard let ctx = SSL_CTX_new(TLS_server_method()) else { throw TLSError("SSL_CTX_new failed: \(openSSLError())") }
+        guard let ctx = SSL_CTX_new(TLS_server_method()) else {
+            throw TLSError("SSL_CTX_new failed: \(openSSLError())")
+        }
         guard SSL_CTX_use_certificate_chain_file(ctx, certPath) == 1 else {
             SSL_CTX_free(ctx)
             throw TLSError("cannot use \(certPath) as the proxy's certificate: \(openSSLError())")
@@ -36,9 +38,10 @@ public final class ProxyTLSServer: @unchecked Sendable {
             SSL_CTX_free(ctx)
             _ = openSSLError()
             let encrypted = readTextFile(keyPath).map { $0.contains("ENCRYPTED") } ?? false
-            throw TLSError(encrypted
-                ? "\(keyPath) is encrypted: the proxy needs its TLS key without a passphrase (keep it 0600)"
-                : "\(keyPath) is not a PEM private key")
+            throw TLSError(
+                encrypted
+                    ? "\(keyPath) is encrypted: the proxy needs its TLS key without a passphrase (keep it 0600)"
+                    : "\(keyPath) is not a PEM private key")
         }
         defer { EVP_PKEY_free(key) }
         guard SSL_CTX_use_PrivateKey(ctx, key) == 1, SSL_CTX_check_private_key(ctx) == 1 else {

@@ -23,9 +23,11 @@ public enum ProxyTLSSource: Equatable, Sendable {
         case .files(let cert, let key):
             return "on (https:// proxy URLs), certificate \(cert) with its key \(key) ([proxy] tls_cert, tls_key)"
         case .interceptionCA(let ca):
-            return "on (https:// proxy URLs), certificates minted by the interception CA \(ca) for the name clients use (SNI) or the listener's address"
+            return
+                "on (https:// proxy URLs), certificates minted by the interception CA \(ca) for the name clients use (SNI) or the listener's address"
         case .none:
-            return "off: a client that opens TLS to the proxy (an https:// proxy URL) is closed; set [proxy] tls_cert and tls_key, or configure [tls]"
+            return
+                "off: a client that opens TLS to the proxy (an https:// proxy URL) is closed; set [proxy] tls_cert and tls_key, or configure [tls]"
         }
     }
 }

@@ -14,7 +14,9 @@ public final class TLSServer: @unchecked Sendable {
     let minter: LeafMinter
 
     public init(minter: LeafMinter) throws(TLSError) {
-        guard let ctx = SSL_CTX_new(TLS_server_method()) else { throw TLSError("SSL_CTX_new failed: \(openSSLError())") }
+        guard let ctx = SSL_CTX_new(TLS_server_method()) else {
+            throw TLSError("SSL_CTX_new failed: \(openSSLError())")
+        }
         self.ctx = ctx
         self.minter = minter
         _ = ap_ssl_ctx_set_min_proto(ctx, TLS1_2_VERSION)
@@ -64,7 +66,8 @@ protocol TLSCertificateNaming: AnyObject {
 func tlsHandshakeFailure(sslError e: Int32) -> (message: String, untrusted: Bool) {
     var buf = [CChar](repeating: 0, count: 256)
     let reason = ap_ssl_last_error(&buf, Int32(buf.count))
-    let untrusted = reason == ap_ssl_reason_unknown_ca() || reason == ap_ssl_reason_bad_certificate()
+    let untrusted =
+        reason == ap_ssl_reason_unknown_ca() || reason == ap_ssl_reason_bad_certificate()
         || reason == ap_ssl_reason_certificate_unknown()
     let message = String(nulTerminated: buf)
     return (message.isEmpty ? "TLS handshake failed (error \(e))" : message, untrusted)
@@ -107,7 +110,9 @@ final class TLSSession: TLSCertificateNaming {
     private(set) var receivedData = false
 
     init?(server: TLSServer, host: String) {
-        guard let ssl = SSL_new(server.ctx), let r = BIO_new(BIO_s_mem()), let w = BIO_new(BIO_s_mem()) else { return nil }
+        guard let ssl = SSL_new(server.ctx), let r = BIO_new(BIO_s_mem()), let w = BIO_new(BIO_s_mem()) else {
+            return nil
+        }
         self.ssl = ssl
         rbio = r
         wbio = w

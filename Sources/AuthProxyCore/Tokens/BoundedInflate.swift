@@ -28,7 +28,8 @@ public enum BoundedInflate {
         // 15 + 32: a gzip or zlib header, detected by zlib.
         case .gzip: return inflate(bytes, windowBits: 15 + 32, limit: limit)
         // "deflate" is the zlib format by the RFC, but some servers send a raw deflate stream.
-        case .deflate: return inflate(bytes, windowBits: 15, limit: limit) ?? inflate(bytes, windowBits: -15, limit: limit)
+        case .deflate:
+            return inflate(bytes, windowBits: 15, limit: limit) ?? inflate(bytes, windowBits: -15, limit: limit)
         }
     }
 

@@ -20,7 +20,7 @@ final class FileTokenStore: TokenStore {
             let contents = try file.load()
             stamp = file.stamp()
             return TokenStoreLoad(contents: contents)
-        } catch where error.kind == .damaged {
+        } catch  where error.kind == .damaged {
             let aside = try file.withLock { () throws(StateError) in try file.quarantine() }
             stamp = file.stamp()
             return TokenStoreLoad(contents: TokenStateFile.Contents(), quarantined: aside, damage: error)

@@ -47,11 +47,12 @@ final class HTTPFetch: UpstreamTransferDelegate {
     /// Fields sent besides the fixed ones (`Authorization: Basic` of an OAuth client).
     private let extraHeaders: [(String, String)]
 
-    init(multi: CurlMulti, method: String, url: String, form: [(String, String)]?, timeoutSeconds: Int,
+    init(
+        multi: CurlMulti, method: String, url: String, form: [(String, String)]?, timeoutSeconds: Int,
         network: NetworkAuth = NetworkAuth(), route: ParentRoute? = nil, bodyLimit: Int? = nil,
         headers: [(String, String)] = [],
-        completion: @escaping (Result<Response, FetchError>) -> Void)
-    {
+        completion: @escaping (Result<Response, FetchError>) -> Void
+    ) {
         extraHeaders = headers
         self.network = network
         self.route = route
@@ -66,11 +67,14 @@ final class HTTPFetch: UpstreamTransferDelegate {
 
     func start() {
         keepAlive = self
-        var fields = HTTPHeaders([("Accept", "application/json"), ("User-Agent", "authproxy/\(AuthProxyVersion.string)")])
+        var fields = HTTPHeaders([
+            ("Accept", "application/json"), ("User-Agent", "authproxy/\(AuthProxyVersion.string)"),
+        ])
         if method == "POST" { fields.add(name: "Content-Type", value: "application/x-www-form-urlencoded") }
         for (name, value) in extraHeaders { fields.add(name: name, value: value) }
         let destination = HTTPURL.parse(url).map { "\($0.target.urlHost):\($0.target.port)" } ?? url
-        var request = UpstreamRequest(method: method, url: url, fields: fields,
+        var request = UpstreamRequest(
+            method: method, url: url, fields: fields,
             bodyLength: method == "POST" ? Int64(form.count) : nil, timeoutSeconds: timeoutSeconds)
         request.network = network
         request.harmlessToRepeat = true
@@ -130,8 +134,12 @@ final class HTTPFetch: UpstreamTransferDelegate {
         completion = nil
         transfer = nil
         if let error, !(truncated && error.cause == .clientGone) {
-            done?(.failure(FetchError(message: error.detail.isEmpty ? error.response.message : "\(error.response.message): \(error.detail)",
-                failure: error.cause)))
+            done?(
+                .failure(
+                    FetchError(
+                        message: error.detail.isEmpty
+                            ? error.response.message : "\(error.response.message): \(error.detail)",
+                        failure: error.cause)))
         } else {
             done?(.success(Response(status: status, contentType: contentType, body: body, headers: headers)))
         }

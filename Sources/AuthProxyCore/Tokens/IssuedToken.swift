@@ -59,7 +59,9 @@ public struct TokenError: Error, Sendable, Equatable {
         var d = details
         if let retryAt {
             let s = max(1, (retryAt - nowMillis() + 999) / 1000)
-            d.append("authproxy asks the token service again in \(s) s; until then requests for this credential get this answer.")
+            d.append(
+                "authproxy asks the token service again in \(s) s; until then requests for this credential get this answer."
+            )
         }
         return ErrorResponse(status: 502, message: "Credential '\(credential)': \(message)", details: d)
     }

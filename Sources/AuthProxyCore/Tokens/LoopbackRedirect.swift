@@ -1,6 +1,7 @@
 import CAuthProxyShims
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// The loopback listener `authproxy login` uses to receive the OAuth redirect: it accepts one request on
@@ -19,7 +20,11 @@ public final class LoopbackRedirect {
         sin.sin_family = sa_family_t(AF_INET)
         sin.sin_port = in_port_t(UInt16(port).bigEndian)
         inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr)
-        let rc = withUnsafePointer(to: &sin) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        let rc = withUnsafePointer(to: &sin) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
         guard rc == 0, listen(fd, 4) == 0 else {
             let message = "cannot listen on 127.0.0.1:\(port): \(lastErrorString())"
             close(fd)
@@ -57,7 +62,8 @@ public final class LoopbackRedirect {
                 continue
             }
             let body = "<html><body><p>authproxy: sign-in received. You can close this window.</p></body></html>"
-            let reply = "HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n\(body)"
+            let reply =
+                "HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n\(body)"
             _ = reply.withCString { write(c, $0, strlen($0)) }
             return String(parts[1])
         }

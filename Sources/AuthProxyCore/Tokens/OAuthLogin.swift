@@ -10,7 +10,9 @@ public struct OAuthLogin: AuthorizationCodeFlow, Sendable {
 
     public init(credential: Credential) throws(StateError) {
         guard case .oauthUser(let s) = credential.kind else {
-            throw StateError("credential '\(credential.name)' is of type \(credential.kind.typeName); login is for oauth-user credentials")
+            throw StateError(
+                "credential '\(credential.name)' is of type \(credential.kind.typeName); login is for oauth-user credentials"
+            )
         }
         self.credential = credential
         settings = s
@@ -23,10 +25,11 @@ public struct OAuthLogin: AuthorizationCodeFlow, Sendable {
     public var isOutOfBand: Bool { settings.redirectURI == "urn:ietf:wg:oauth:2.0:oob" }
 
     public var authorizeURL: String {
-        ServerRoot.sharingRest(settings.portalURL) + "/oauth2/authorize?" + TokenInjection.formEncoded([
-            ("client_id", settings.clientID), ("response_type", "code"), ("redirect_uri", settings.redirectURI),
-            ("code_challenge", challenge), ("code_challenge_method", "S256"), ("state", state),
-        ])
+        ServerRoot.sharingRest(settings.portalURL) + "/oauth2/authorize?"
+            + TokenInjection.formEncoded([
+                ("client_id", settings.clientID), ("response_type", "code"), ("redirect_uri", settings.redirectURI),
+                ("code_challenge", challenge), ("code_challenge_method", "S256"), ("state", state),
+            ])
     }
 
     /// The loopback port of an `http://127.0.0.1:PORT/...` (or localhost) redirect URI.
@@ -41,10 +44,12 @@ public struct OAuthLogin: AuthorizationCodeFlow, Sendable {
     /// Exchanges the authorization code for tokens.
     public func exchange(code: String, fetch: SyncFetch) throws(StateError) -> Grant {
         let url = ServerRoot.sharingRest(settings.portalURL) + "/oauth2/token"
-        let r = try fetch.post(url, form: [
-            ("grant_type", "authorization_code"), ("client_id", settings.clientID), ("code", code),
-            ("redirect_uri", settings.redirectURI), ("code_verifier", verifier), ("f", "json"),
-        ])
+        let r = try fetch.post(
+            url,
+            form: [
+                ("grant_type", "authorization_code"), ("client_id", settings.clientID), ("code", code),
+                ("redirect_uri", settings.redirectURI), ("code_verifier", verifier), ("f", "json"),
+            ])
         return try Self.grant(fromAnswer: r.body, status: r.status)
     }
 
@@ -63,7 +68,8 @@ public struct OAuthLogin: AuthorizationCodeFlow, Sendable {
         guard let refresh = answer.refreshToken else {
             throw StateError("the portal returned no refresh_token")
         }
-        return Grant(refreshToken: refresh, refreshExpires: answer.refreshTokenExpiresIn.map { nowMillis() + $0 * 1000 },
+        return Grant(
+            refreshToken: refresh, refreshExpires: answer.refreshTokenExpiresIn.map { nowMillis() + $0 * 1000 },
             username: answer.username)
     }
 
@@ -87,11 +93,19 @@ public struct OAuthLogin: AuthorizationCodeFlow, Sendable {
 }
 
 /// Revokes a token at a portal (`oauth2/revokeToken`).
-public func revokeToken(portalURL: String, clientID: String, token: String, hint: String, fetch: SyncFetch) throws(StateError) {
+public func revokeToken(portalURL: String, clientID: String, token: String, hint: String, fetch: SyncFetch)
+    throws(StateError)
+{
     let url = ServerRoot.sharingRest(portalURL) + "/oauth2/revokeToken"
-    let r = try fetch.post(url, form: [("client_id", clientID), ("auth_token", token), ("token", token),
-        ("token_type_hint", hint), ("f", "json")])
-    if let answer = try? JSONDecoder().decode(ErrorMemberResponse.self, from: Data(r.body)), let e = answer.error, e.isObject {
+    let r = try fetch.post(
+        url,
+        form: [
+            ("client_id", clientID), ("auth_token", token), ("token", token),
+            ("token_type_hint", hint), ("f", "json"),
+        ])
+    if let answer = try? JSONDecoder().decode(ErrorMemberResponse.self, from: Data(r.body)), let e = answer.error,
+        e.isObject
+    {
         throw StateError("the portal refused to revoke: \(e.messageMember ?? e.errorDescription ?? "error")")
     }
     guard r.status < 400 else { throw StateError("the portal answered HTTP \(r.status)") }

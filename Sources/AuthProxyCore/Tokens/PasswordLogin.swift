@@ -52,7 +52,8 @@ enum PasswordLogin {
         {
             return .success(.exchange(portal: portal))
         }
-        return .success(.login(tokenURL: tokenURL, expirationMinutes: s.expirationMinutes ?? info?.shortLivedTokenValidity))
+        return .success(
+            .login(tokenURL: tokenURL, expirationMinutes: s.expirationMinutes ?? info?.shortLivedTokenValidity))
     }
 
     /// The portal root of a portal token service (`https://host/portal/sharing/rest/generateToken` →

@@ -62,7 +62,9 @@ enum RedirectTokenScrub {
     /// loses its `token=<token>` query fields, and what is left of the token anywhere, in any encoding (nested
     /// in `ReturnUrl=`, after `&amp;` or `;`, in `Link` or `Set-Cookie`), is masked. nil when nothing changed.
     /// `finder` is made once for all of a head's fields.
-    static func clean(_ value: UnsafeRawBufferPointer, finder: EncodedTokenFinder, token: String, isURLField: Bool) -> [UInt8]? {
+    static func clean(_ value: UnsafeRawBufferPointer, finder: EncodedTokenFinder, token: String, isURLField: Bool)
+        -> [UInt8]?
+    {
         if isURLField, let scrubbed = scrub(value, token: token) {
             return scrubbed.withUnsafeBytes { mask($0, finder: finder) } ?? scrubbed
         }

@@ -1,5 +1,5 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// A copy of the request body as it streams upstream, so the request can be replayed after a token
@@ -39,7 +39,8 @@ final class ReplayBuffer {
             if fd < 0 && !openFile() { return }
             var off = 0
             while off < bytes.count {
-                let n = pwrite(fd, bytes.baseAddress! + off, bytes.count - off, off_t(count) + off_t(off) - off_t(memory.count))
+                let n = pwrite(
+                    fd, bytes.baseAddress! + off, bytes.count - off, off_t(count) + off_t(off) - off_t(memory.count))
                 if n < 0 {
                     if errno == EINTR { continue }
                     failure = "cannot write replay file: \(lastErrorString())"
@@ -58,7 +59,9 @@ final class ReplayBuffer {
         guard !overflowed, offset < count else { return 0 }
         if offset < Int64(memory.count) {
             let n = min(buffer.count, memory.count - Int(offset))
-            memory.withUnsafeBytes { buffer.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[Int(offset)..<(Int(offset) + n)])) }
+            memory.withUnsafeBytes {
+                buffer.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[Int(offset)..<(Int(offset) + n)]))
+            }
             return n
         }
         let fileOffset = offset - Int64(memory.count)

@@ -108,7 +108,9 @@ struct RootConfirmations<Waiter> {
             if now < r.until { return .refused(.notARoot(reason: r.reason, retryAt: r.until)) }
             s.refused[key] = nil
         }
-        if s.confirmed.count + s.probing.count >= limits.maxRoots { return .refused(.tooManyRoots(limit: limits.maxRoots)) }
+        if s.confirmed.count + s.probing.count >= limits.maxRoots {
+            return .refused(.tooManyRoots(limit: limits.maxRoots))
+        }
         refill(&s, now: now)
         guard s.probesLeft > 0 else { return .refused(.probeBudget(retryAt: s.refilledAt + limits.probeRefill)) }
         s.probesLeft -= 1
@@ -120,7 +122,8 @@ struct RootConfirmations<Waiter> {
     mutating func settle(credential: String, key: String, verdict: Verdict, now: Int64) -> Settlement {
         guard var s = credentials[credential], let waiters = s.probing.removeValue(forKey: key) else {
             // Nobody waits for this probe (cannot happen: ``forget(credential:)`` keeps running probes).
-            return Settlement(decision: .refused(.notARoot(reason: "the credential changed", retryAt: now)), waiters: [])
+            return Settlement(
+                decision: .refused(.notARoot(reason: "the credential changed", retryAt: now)), waiters: [])
         }
         defer { credentials[credential] = s }
         switch verdict {

@@ -69,7 +69,8 @@ enum ServerRoot {
     }
 
     private static func origin(_ target: URLTarget) -> String {
-        target.isDefaultPort ? "\(target.scheme)://\(target.urlHost)" : "\(target.scheme)://\(target.urlHost):\(target.port)"
+        target.isDefaultPort
+            ? "\(target.scheme)://\(target.urlHost)" : "\(target.scheme)://\(target.urlHost):\(target.port)"
     }
 
     /// `https://host/portal` → `https://host/portal/sharing/rest`.

@@ -2,16 +2,20 @@
 public enum SignOut {
     /// Returns one line per action taken (for the CLI to print). Revocation failures are reported but do not
     /// stop the local deletion.
-    public static func run(config: ProxyConfig, credentialName: String?, fetch: SyncFetch) throws(StateError) -> [String] {
+    public static func run(config: ProxyConfig, credentialName: String?, fetch: SyncFetch) throws(StateError)
+        -> [String]
+    {
         let selected = config.credentials.filter { credentialName == nil || $0.name == credentialName }
-        if let n = credentialName, selected.isEmpty { throw StateError("no credential named '\(n)' in the configuration") }
+        if let n = credentialName, selected.isEmpty {
+            throw StateError("no credential named '\(n)' in the configuration")
+        }
         let file = TokenStateFile(directory: config.stateDir, secret: config.stateKey)
         // A wrong key stops here (nothing revoked, nothing written); a damaged file has nothing to revoke and
         // is renamed aside by the update below.
         let contents: TokenStateFile.Contents
         do throws(StateError) {
             contents = try file.load()
-        } catch where error.kind == .damaged {
+        } catch  where error.kind == .damaged {
             contents = TokenStateFile.Contents()
         }
         var report: [String] = []
@@ -25,12 +29,15 @@ public enum SignOut {
             default: continue
             }
             var refresh = contents.refreshTokens.filter { $0.credential == c.name }.map(\.refreshToken)
-            if config.cluster != nil, let shared = try ClusterSignIn.refreshToken(c, config: config), !refresh.contains(shared) {
+            if config.cluster != nil, let shared = try ClusterSignIn.refreshToken(c, config: config),
+                !refresh.contains(shared)
+            {
                 refresh.append(shared)  // signed in through another replica's machine: only Redis has it
             }
             for r in refresh {
                 do {
-                    try revokeToken(portalURL: portal, clientID: clientID, token: r, hint: "refresh_token", fetch: fetch)
+                    try revokeToken(
+                        portalURL: portal, clientID: clientID, token: r, hint: "refresh_token", fetch: fetch)
                     report.append("\(c.name): refresh token revoked at \(portal)")
                 } catch {
                     report.append("\(c.name): could not revoke the refresh token: \(error)")
@@ -38,7 +45,8 @@ public enum SignOut {
             }
             for t in contents.tokens where t.credential == c.name {
                 do {
-                    try revokeToken(portalURL: portal, clientID: clientID, token: t.token.value, hint: "access_token", fetch: fetch)
+                    try revokeToken(
+                        portalURL: portal, clientID: clientID, token: t.token.value, hint: "access_token", fetch: fetch)
                 } catch {
                     report.append("\(c.name): could not revoke a cached access token: \(error)")
                 }

@@ -15,8 +15,12 @@ public final class SyncFetch: @unchecked Sendable {
 
     /// `credentials`: their server-trust (and other network) settings apply to the portal requests;
     /// `upstreamProxy`: the parent proxies they go through, as the running proxy's own requests do.
-    public convenience init(timeoutSeconds: Int = 30, credentials: [Credential] = [], upstreamProxy: UpstreamProxyConfig = UpstreamProxyConfig()) {
-        self.init(timeoutSeconds: timeoutSeconds, credentials: credentials,
+    public convenience init(
+        timeoutSeconds: Int = 30, credentials: [Credential] = [],
+        upstreamProxy: UpstreamProxyConfig = UpstreamProxyConfig()
+    ) {
+        self.init(
+            timeoutSeconds: timeoutSeconds, credentials: credentials,
             routing: ParentRouting.standalone(upstreamProxy, credentials: credentials))
     }
 
@@ -47,8 +51,10 @@ public final class SyncFetch: @unchecked Sendable {
         let timeout = timeoutSeconds
         let route = routing.flatMap { (try? $0.routeWaiting(url: url).get()) ?? nil }
         queue.async {
-            let f = HTTPFetch(multi: multi, method: "GET", url: url, form: nil, timeoutSeconds: timeout, network: network,
-                route: route, bodyLimit: bodyLimit) { r in
+            let f = HTTPFetch(
+                multi: multi, method: "GET", url: url, form: nil, timeoutSeconds: timeout, network: network,
+                route: route, bodyLimit: bodyLimit
+            ) { r in
                 outcome = r
                 done.signal()
             }
@@ -62,7 +68,9 @@ public final class SyncFetch: @unchecked Sendable {
     func network(for target: URLTarget) -> NetworkAuth { store.network(for: target) }
 
     /// POSTs an urlencoded form (with `headers` besides the usual ones); throws a message on transport failure.
-    public func post(_ url: String, form: [(String, String)], headers: [(String, String)] = []) throws(StateError) -> Response {
+    public func post(_ url: String, form: [(String, String)], headers: [(String, String)] = []) throws(StateError)
+        -> Response
+    {
         let done = DispatchSemaphore(value: 0)
         nonisolated(unsafe) var outcome: Result<HTTPFetch.Response, HTTPFetch.FetchError>? = nil
         let multi = multi
@@ -70,8 +78,10 @@ public final class SyncFetch: @unchecked Sendable {
         let network = HTTPURL.parse(url).map { store.network(for: $0.target) } ?? NetworkAuth()
         let route = routing.flatMap { (try? $0.routeWaiting(url: url).get()) ?? nil }
         queue.async {
-            let f = HTTPFetch(multi: multi, method: "POST", url: url, form: form, timeoutSeconds: timeout, network: network,
-                route: route, headers: headers) { r in
+            let f = HTTPFetch(
+                multi: multi, method: "POST", url: url, form: form, timeoutSeconds: timeout, network: network,
+                route: route, headers: headers
+            ) { r in
                 outcome = r
                 done.signal()
             }

@@ -193,7 +193,9 @@ struct TokenCache<Waiter> {
             // runs, nor while the one login after it is in flight (one failed login per backoff step, however
             // many roots are asked for). One probe per credential at the end of the backoff.
             let backingOff = l.backoff.isBackingOff(at: now)
-            if backingOff || entries.contains(where: { $0.key != key && $0.value.credential == credential && $0.value.inFlight }) {
+            if backingOff
+                || entries.contains(where: { $0.key != key && $0.value.credential == credential && $0.value.inFlight })
+            {
                 var error = l.error
                 error.retryAt = backingOff ? l.backoff.retryAt : nil
                 var probeAt: Int64?
@@ -412,7 +414,8 @@ struct TokenCache<Waiter> {
 
     /// Whether anything is held for `credential` (tests).
     func holds(credential: String) -> Bool {
-        entries.values.contains { $0.credential == credential } || rejections.values.contains { $0.credential == credential }
+        entries.values.contains { $0.credential == credential }
+            || rejections.values.contains { $0.credential == credential }
             || loginRefusals[credential] != nil
     }
 

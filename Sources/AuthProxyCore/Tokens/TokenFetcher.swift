@@ -229,7 +229,10 @@ final class TokenFetcher {
             ("grant_type", "refresh_token"), ("client_id", o.clientID), ("refresh_token", refresh), ("f", "json"),
         ]
         post(c, url: url, fields: fields, answer: OAuthTokenResponse.self) { [self] result in
-            done(result.flatMap { issued(c, $0, service: url) }.mapError { Self.loginRefused(Self.refreshRefused($0, c)) })
+            done(
+                result.flatMap { issued(c, $0, service: url) }.mapError {
+                    Self.loginRefused(Self.refreshRefused($0, c))
+                })
         }
     }
 
@@ -250,7 +253,8 @@ final class TokenFetcher {
     static func refreshRefused(_ e: TokenError, _ c: Credential) -> TokenError {
         guard e.refused else { return e }
         var e = e
-        e.message = "the portal no longer accepts the refresh token of the last `authproxy login` "
+        e.message =
+            "the portal no longer accepts the refresh token of the last `authproxy login` "
             + "(it expired or was revoked; \(e.message)): " + signInAgain(c)
         return e
     }
@@ -327,7 +331,8 @@ final class TokenFetcher {
         case .success(let r): route = r
         case .failure(let refusal):
             infos[key] = nil
-            let failure = InfoFailure(error: TokenError(credential: c.name, message: "cannot read \(Self.redacted(url)): \(refusal.message)"),
+            let failure = InfoFailure(
+                error: TokenError(credential: c.name, message: "cannot read \(Self.redacted(url)): \(refusal.message)"),
                 answered: false)
             for w in e.waiters { w(.failure(failure)) }
             return
@@ -388,7 +393,10 @@ final class TokenFetcher {
         switch parentRoute(url) {
         case .success(let r): route = r
         case .failure(let refusal):
-            done(.failure(TokenError(credential: c.name, message: "token service \(Self.redacted(url)) failed: \(refusal.message)")))
+            done(
+                .failure(
+                    TokenError(
+                        credential: c.name, message: "token service \(Self.redacted(url)) failed: \(refusal.message)")))
             return
         }
         let f = HTTPFetch(

@@ -76,7 +76,8 @@ public enum TokenInjection {
         case .header:
             h.setInjected(name: "X-Esri-Authorization", value: "Bearer \(token)")
         case .query:
-            path += (path.utf8.contains(UInt8(ascii: "?")) ? (path.hasSuffix("?") || path.hasSuffix("&") ? "" : "&") : "?")
+            path +=
+                (path.utf8.contains(UInt8(ascii: "?")) ? (path.hasSuffix("?") || path.hasSuffix("&") ? "" : "&") : "?")
             path += "token=" + percentEncoded(token)
         case .form:
             var b = body ?? []
@@ -160,7 +161,9 @@ public enum TokenInjection {
         out.reserveCapacity(u.count)
         var i = 0
         while i < u.count {
-            if u[i] == UInt8(ascii: "%"), i + 2 < u.count, let h = hexDigitValue(u[i + 1]), let l = hexDigitValue(u[i + 2]) {
+            if u[i] == UInt8(ascii: "%"), i + 2 < u.count, let h = hexDigitValue(u[i + 1]),
+                let l = hexDigitValue(u[i + 2])
+            {
                 out.append(h << 4 | l)
                 i += 3
             } else {

@@ -91,9 +91,10 @@ public enum TokenRejection {
     public static func isRejection(status: Int) -> Bool { status == 498 || status == 499 }
 
     /// Whether `body` (the first bytes of the response, as received: still content-encoded) is a token error.
-    public static func isRejection(status: Int, contentType: String?, contentEncoding: String? = nil,
-        body: some Collection<UInt8>) -> Bool
-    {
+    public static func isRejection(
+        status: Int, contentType: String?, contentEncoding: String? = nil,
+        body: some Collection<UInt8>
+    ) -> Bool {
         if isRejection(status: status) { return true }
         if status == 403 { return false }
         guard mayCarryError(contentType: contentType) else { return false }
@@ -179,7 +180,11 @@ public enum TokenRejection {
                 }
                 if digits > 0 { fields.code = n } else { skipValue(b, &i) }
             case "messageCode":
-                if i < b.count, b[i] == UInt8(ascii: "\"") { fields.messageCode = readString(b, &i) } else { skipValue(b, &i) }
+                if i < b.count, b[i] == UInt8(ascii: "\"") {
+                    fields.messageCode = readString(b, &i)
+                } else {
+                    skipValue(b, &i)
+                }
             default:
                 skipValue(b, &i)
             }

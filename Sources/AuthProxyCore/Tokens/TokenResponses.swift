@@ -131,7 +131,8 @@ struct GenerateTokenResponse: Decodable, Sendable, Equatable {
     func issuedToken(at now: Int64, serverDate: Int64? = nil) -> IssuedToken? {
         guard let token, !token.isEmpty else { return nil }
         return IssuedToken(
-            value: token, expires: expires.map { ServerClock.localExpiry(expires: $0, serverDate: serverDate, now: now) },
+            value: token,
+            expires: expires.map { ServerClock.localExpiry(expires: $0, serverDate: serverDate, now: now) },
             issued: now, ssl: ssl, referer: nil)
     }
 }

@@ -19,9 +19,10 @@ public enum TokenRetryPolicy {
         /// Why the request body cannot be sent again, if it cannot.
         public var replayImpossible: String?
 
-        public init(attempt: Int, pregenerated: Bool = false, refreshable: Bool = true, tokenIsFresh: Bool = false,
-            backingOff: Bool = false, replayImpossible: String? = nil)
-        {
+        public init(
+            attempt: Int, pregenerated: Bool = false, refreshable: Bool = true, tokenIsFresh: Bool = false,
+            backingOff: Bool = false, replayImpossible: String? = nil
+        ) {
             self.attempt = attempt
             self.pregenerated = pregenerated
             self.refreshable = refreshable
@@ -43,7 +44,9 @@ public enum TokenRetryPolicy {
 
     public static func decide(_ s: Situation) -> Action {
         if s.pregenerated { return .explainPregenerated }
-        guard s.refreshable else { return .relay(reason: "the credential cannot be refreshed", serverRejectsNewTokens: false) }
+        guard s.refreshable else {
+            return .relay(reason: "the credential cannot be refreshed", serverRejectsNewTokens: false)
+        }
         if s.tokenIsFresh || s.attempt > 1 {
             return .relay(reason: "the server rejects new tokens", serverRejectsNewTokens: true)
         }

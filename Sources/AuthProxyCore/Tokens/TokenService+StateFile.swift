@@ -16,7 +16,10 @@ extension TokenService {
         if let aside = loaded.quarantined {
             logger.warning(
                 "token state file is damaged: renamed it aside and starting without saved tokens",
-                metadata: ["file": "\(tokenStore.location)", "renamed_to": "\(aside)", "cause": "\(loaded.damage.map { "\($0)" } ?? "")"])
+                metadata: [
+                    "file": "\(tokenStore.location)", "renamed_to": "\(aside)",
+                    "cause": "\(loaded.damage.map { "\($0)" } ?? "")",
+                ])
         }
         let contents = loaded.contents
         let saved = queue.sync {

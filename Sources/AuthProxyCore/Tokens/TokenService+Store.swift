@@ -29,7 +29,9 @@ extension TokenService: TokenStoreObserver {
     ) {
         dispatchPrecondition(condition: .onQueue(queue))
         guard let slot = slot(c, root: root, isPortal: isPortal) else {
-            fetcher.fetch(c, root: root, isPortal: isPortal) { [self] result in finish(ticket, c, root: root, result: result) }
+            fetcher.fetch(c, root: root, isPortal: isPortal) { [self] result in
+                finish(ticket, c, root: root, result: result)
+            }
             return
         }
         let holding = cache.withLock { $0.entries[ticket.key]?.token }

@@ -76,7 +76,8 @@ public final class TokenService: @unchecked Sendable {
         clock: any WallClock = SystemWallClock()
     ) {
         self.init(
-            credentials: credentials, tokenStore: FileTokenStore(TokenStateFile(directory: stateDir, secret: stateKey, clock: clock)),
+            credentials: credentials,
+            tokenStore: FileTokenStore(TokenStateFile(directory: stateDir, secret: stateKey, clock: clock)),
             timeoutSeconds: timeoutSeconds, logger: logger, clock: clock)
     }
 
@@ -149,7 +150,9 @@ public final class TokenService: @unchecked Sendable {
                     .failure(
                         TokenError(
                             credential: c.name,
-                            message: "the pregenerated token has expired; put a new token in proxy.conf and reload (SIGHUP) or restart")))
+                            message:
+                                "the pregenerated token has expired; put a new token in proxy.conf and reload (SIGHUP) or restart"
+                        )))
             }
             return
         case .oauth2(let o):
@@ -230,7 +233,9 @@ public final class TokenService: @unchecked Sendable {
                     // cannot flood the log.
                     var meta: Logger.Metadata = ["credential": "\(c.name)", "root": "\(root)"]
                     if case .notARoot(let reason, _) = why { meta["cause"] = "\(reason)" }
-                    if case .tooManyRoots(let limit) = why { meta["cause"] = "the credential has \(limit) confirmed roots already" }
+                    if case .tooManyRoots(let limit) = why {
+                        meta["cause"] = "the credential has \(limit) confirmed roots already"
+                    }
                     logger.warning("not a usable ArcGIS root: no token is requested for it", metadata: meta)
                     let error = Self.unconfirmed(c, root: root, why, now: now)
                     for w in settled.waiters { w(.failure(error)) }
@@ -247,22 +252,26 @@ public final class TokenService: @unchecked Sendable {
         _ c: Credential, root: String, _ why: RootConfirmations<Completion>.Refusal, now: Int64
     ) -> TokenError {
         func seconds(_ at: Int64) -> Int64 { max(1, (at - now + 999) / 1000) }
-        let advice = "A token is requested only for the server roots of the credential's match prefixes and token_url, "
+        let advice =
+            "A token is requested only for the server roots of the credential's match prefixes and token_url, "
             + "and for roots whose rest/info answers as ArcGIS Server or Portal; list a root as a match prefix to use it without a check."
         switch why {
         case .notARoot(let reason, let retryAt):
             return TokenError(
-                credential: c.name, message: "\(root) is not a confirmed ArcGIS server root (\(reason)); no token was requested",
+                credential: c.name,
+                message: "\(root) is not a confirmed ArcGIS server root (\(reason)); no token was requested",
                 details: ["It is checked again in \(seconds(retryAt)) s.", advice], local: true)
         case .probeBudget(let retryAt):
             return TokenError(
                 credential: c.name,
-                message: "\(root) is not a confirmed ArcGIS server root, and too many unconfirmed roots were checked for this credential just now; no token was requested",
+                message:
+                    "\(root) is not a confirmed ArcGIS server root, and too many unconfirmed roots were checked for this credential just now; no token was requested",
                 details: ["Another root may be checked in \(seconds(retryAt)) s.", advice], local: true)
         case .tooManyRoots(let limit):
             return TokenError(
                 credential: c.name,
-                message: "\(root) is not a confirmed ArcGIS server root, and the credential already uses \(limit) server roots found through requests (the most it may); no token was requested",
+                message:
+                    "\(root) is not a confirmed ArcGIS server root, and the credential already uses \(limit) server roots found through requests (the most it may); no token was requested",
                 details: [advice], local: true)
         }
     }
@@ -385,11 +394,12 @@ public final class TokenService: @unchecked Sendable {
             // settings it began with: it gets a token made with them, which nothing keeps, so the cache (and
             // the state file) never holds a token of settings no longer configured.
             fetcher.fetch(c, root: root, isPortal: isPortal) { result in
-                completion(result.map { t in
-                    var t = t
-                    t.fresh = true
-                    return t
-                })
+                completion(
+                    result.map { t in
+                        var t = t
+                        t.fresh = true
+                        return t
+                    })
             }
             return
         }
@@ -460,11 +470,12 @@ public final class TokenService: @unchecked Sendable {
             // Not fresh for the requests that waited either: it may have served elsewhere for a while, so a
             // rejection of it is an expiry or a revocation (refresh and retry), not the server refusing new tokens.
             for d in settled.deliveries {
-                d.waiter(d.result.map { t in
-                    var t = t
-                    t.fresh = false
-                    return t
-                })
+                d.waiter(
+                    d.result.map { t in
+                        var t = t
+                        t.fresh = false
+                        return t
+                    })
             }
             return
         }

@@ -190,7 +190,8 @@ public struct TokenStateFile: Sendable {
             if stat(dir, &st) == 0 {
                 guard (st.st_mode & S_IFMT) == S_IFDIR else { return "\(dir) is not a directory" }
                 if access(dir, W_OK | X_OK) != 0 {
-                    return dir == directory ? "not writable (\(lastErrorString()))"
+                    return dir == directory
+                        ? "not writable (\(lastErrorString()))"
                         : "cannot be created in \(dir) (\(lastErrorString()))"
                 }
                 return nil
@@ -202,7 +203,8 @@ public struct TokenStateFile: Sendable {
 
     private func makeDirectory() throws(StateError) {
         do {
-            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true,
+            try FileManager.default.createDirectory(
+                atPath: directory, withIntermediateDirectories: true,
                 attributes: [.posixPermissions: 0o700])
         } catch {
             throw StateError("cannot create state directory \(directory): \(error.localizedDescription)")
@@ -241,7 +243,7 @@ public struct TokenStateFile: Sendable {
             var contents: Contents
             do throws(StateError) {
                 contents = try load()
-            } catch where error.kind == .damaged {
+            } catch  where error.kind == .damaged {
                 quarantined = try quarantine()
                 contents = Contents()
             }
@@ -257,7 +259,8 @@ public struct TokenStateFile: Sendable {
         var now = time(nil)
         var tm = tm()
         gmtime_r(&now, &tm)
-        let stamp = String(format: "%04d%02d%02dT%02d%02d%02dZ", Int(tm.tm_year) + 1900, Int(tm.tm_mon) + 1,
+        let stamp = String(
+            format: "%04d%02d%02dT%02d%02d%02dZ", Int(tm.tm_year) + 1900, Int(tm.tm_mon) + 1,
             Int(tm.tm_mday), Int(tm.tm_hour), Int(tm.tm_min), Int(tm.tm_sec))
         var target = "\(path).corrupt-\(stamp)"
         var n = 1
@@ -275,7 +278,8 @@ public struct TokenStateFile: Sendable {
     public func stamp() -> Stamp? {
         var st = stat()
         guard stat(path, &st) == 0 else { return nil }
-        return Stamp(device: UInt64(st.st_dev), inode: UInt64(st.st_ino), size: Int64(st.st_size),
+        return Stamp(
+            device: UInt64(st.st_dev), inode: UInt64(st.st_ino), size: Int64(st.st_size),
             modified: Int64(st.st_mtim.tv_sec) * 1_000_000_000 + Int64(st.st_mtim.tv_nsec))
     }
 }

@@ -41,7 +41,8 @@ extension TokenCache {
         do {
             let root = key.firstIndex(of: "|").map { String(key[key.index(after: $0)...]) } ?? ""
             let valid = e.token.map { !$0.isExpired(at: now) } ?? false
-            var s = TokenStatus(credential: e.credential, root: root, state: .expired, expires: e.token?.expires,
+            var s = TokenStatus(
+                credential: e.credential, root: root, state: .expired, expires: e.token?.expires,
                 issued: e.token.map(\.issued), hasValidToken: valid, lastError: e.lastError?.message, retryAt: nil)
             if let r = rejections[key], r.backoff.isBackingOff(at: now) {
                 s.state = .rejected

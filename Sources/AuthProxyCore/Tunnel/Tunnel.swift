@@ -1,7 +1,8 @@
 import CAuthProxyShims
 import Dispatch
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// A blind CONNECT tunnel: resolves and connects to `host:port`, then relays bytes both ways with bounded
@@ -45,9 +46,10 @@ final class Tunnel: SocketChannelOwner {
     /// The relay carries a WebSocket (counted in the open-WebSockets gauge while it runs).
     let isWebSocket: Bool
 
-    init(connection: ClientConnection, host: String, port: Int, timeoutSeconds: Int, idleTimeoutSeconds: Int,
-        answered: Bool = false, isWebSocket: Bool = false)
-    {
+    init(
+        connection: ClientConnection, host: String, port: Int, timeoutSeconds: Int, idleTimeoutSeconds: Int,
+        answered: Bool = false, isWebSocket: Bool = false
+    ) {
         self.connection = connection
         self.host = host
         self.port = port
@@ -111,7 +113,8 @@ final class Tunnel: SocketChannelOwner {
             }
         }
         if let route {
-            if let refusal = RequestPlanner.deniedLiteral(URLTarget(scheme: "https", host: host, port: port, pathAndQuery: "/"),
+            if let refusal = RequestPlanner.deniedLiteral(
+                URLTarget(scheme: "https", host: host, port: port, pathAndQuery: "/"),
                 deny: context.access.denyDestinations)
             {
                 fail(refusal)
@@ -120,7 +123,8 @@ final class Tunnel: SocketChannelOwner {
             startThroughParent(route)
             return
         }
-        let d = Dialer(host: host, port: port, deny: connection.context.access.denyDestinations,
+        let d = Dialer(
+            host: host, port: port, deny: connection.context.access.denyDestinations,
             queue: connection.loop.queue, keepAlive: false)
         dialer = d
         d.start { [unowned self] outcome in
@@ -131,13 +135,17 @@ final class Tunnel: SocketChannelOwner {
                 upstream = ch
                 established()
             case .failure(.denied(let ip)):
-                fail(ErrorResponse(status: 403, message: "Destination \(destination) is not allowed",
-                    details: ["It resolves to \(ip), which [proxy] deny_destinations refuses."]))
+                fail(
+                    ErrorResponse(
+                        status: 403, message: "Destination \(destination) is not allowed",
+                        details: ["It resolves to \(ip), which [proxy] deny_destinations refuses."]))
             case .failure(.unresolved(let message)):
                 fail(ErrorResponse(status: 502, message: "Could not resolve host \(destination)", details: [message]))
             case .failure(.unreachable(let e)):
-                fail(ErrorResponse(status: 502, message: "Could not connect to \(destination): connection refused or unreachable",
-                    details: [String(cString: strerror(e))]))
+                fail(
+                    ErrorResponse(
+                        status: 502, message: "Could not connect to \(destination): connection refused or unreachable",
+                        details: [String(cString: strerror(e))]))
             case .failure(.outOfDescriptors(let e)):
                 outOfDescriptors(e)
             }
@@ -150,7 +158,8 @@ final class Tunnel: SocketChannelOwner {
         let loop = connection.loop
         // deny_destinations reaches the connector for a direct connection after every parent failed (a route
         // ending in DIRECT); the sockets to the parents are not checked against it.
-        let c = CurlConnector(multi: loop.multi, urlHost: host.contains(":") ? "[\(host)]" : host, port: port, tls: false,
+        let c = CurlConnector(
+            multi: loop.multi, urlHost: host.contains(":") ? "[\(host)]" : host, port: port, tls: false,
             trust: nil, timeoutSeconds: timeoutSeconds, denyDestinations: connection.context.access.denyDestinations,
             route: route)
         connector = c
@@ -293,11 +302,15 @@ final class Tunnel: SocketChannelOwner {
             if !closed, !clientDone, !client.isReading, up.pendingCount < limit { upstreamDrained() }
         }
         if !connected, !closed, now > connectDeadline {
-            fail(ErrorResponse(status: 504, message: "Upstream \(destination) did not accept a connection within \(timeoutSeconds) s"))
+            fail(
+                ErrorResponse(
+                    status: 504,
+                    message: "Upstream \(destination) did not accept a connection within \(timeoutSeconds) s"))
         }
         // A tunnel where nothing moved either way (or a half-closed one whose other side never finishes).
-        if connected, !closed, now - max(lastActivity, client.lastSendProgress, upstream?.lastSendProgress ?? 0)
-            > UInt64(idleTimeoutSeconds) * 1_000_000_000
+        if connected, !closed,
+            now - max(lastActivity, client.lastSendProgress, upstream?.lastSendProgress ?? 0)
+                > UInt64(idleTimeoutSeconds) * 1_000_000_000
         {
             close(notify: true)
         }

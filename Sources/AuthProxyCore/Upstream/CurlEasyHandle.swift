@@ -183,7 +183,8 @@ final class CurlEasyHandle {
             // verified with a bundle since changed.
             if let pem = t.caBundle {
                 pem.withUnsafeBytes { b in
-                    var blob = curl_blob(data: UnsafeMutableRawPointer(mutating: b.baseAddress), len: b.count,
+                    var blob = curl_blob(
+                        data: UnsafeMutableRawPointer(mutating: b.baseAddress), len: b.count,
                         flags: UInt32(CURL_BLOB_COPY))
                     _ = ap_easy_setopt_ptr(raw, CURLOPT_CAINFO_BLOB, &blob)
                 }

@@ -1,8 +1,9 @@
 import CAuthProxyShims
 import CCurl
 import Dispatch
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Drives one libcurl multi handle with Dispatch sources and one timer, on its event loop's serial queue
@@ -254,7 +255,8 @@ final class CurlMulti: @unchecked Sendable {
             let result = msg.pointee.data.result
             var priv: UnsafeMutableRawPointer? = nil
             ap_easy_getinfo_ptr(easy, CURLINFO_PRIVATE, &priv)
-            if let priv, case let h = Unmanaged<CurlEasyHandle>.fromOpaque(priv).takeUnretainedValue(), h.isConnectOnly {
+            if let priv, case let h = Unmanaged<CurlEasyHandle>.fromOpaque(priv).takeUnretainedValue(), h.isConnectOnly
+            {
                 connectOnlyDone(h, result: result)
                 continue
             }
@@ -361,7 +363,9 @@ final class CurlMulti: @unchecked Sendable {
             watch = SocketWatch(fd: fd, multi: self, owned: opened.contains(fd))
             watches[fd] = watch
         }
-        watch.want(read: what == CURL_POLL_IN || what == CURL_POLL_INOUT, write: what == CURL_POLL_OUT || what == CURL_POLL_INOUT)
+        watch.want(
+            read: what == CURL_POLL_IN || what == CURL_POLL_INOUT,
+            write: what == CURL_POLL_OUT || what == CURL_POLL_INOUT)
     }
 
     /// libcurl asks for a timeout on every socket action; re-arming a Dispatch timer each time costs a
@@ -435,9 +439,11 @@ final class CurlMulti: @unchecked Sendable {
         let family = Int32(s.ss_family)
         return withUnsafePointer(to: &s) { p in
             if family == AF_INET6 {
-                return Int(p.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { UInt16(bigEndian: $0.pointee.sin6_port) })
+                return Int(
+                    p.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { UInt16(bigEndian: $0.pointee.sin6_port) })
             }
-            return Int(p.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { UInt16(bigEndian: $0.pointee.sin_port) })
+            return Int(
+                p.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { UInt16(bigEndian: $0.pointee.sin_port) })
         }
     }
 
@@ -589,7 +595,8 @@ private func curlSocketCallback(
     return 0
 }
 
-private func curlTimerCallback(_ multi: UnsafeMutableRawPointer?, _ ms: Int, _ userp: UnsafeMutableRawPointer?) -> Int32 {
+private func curlTimerCallback(_ multi: UnsafeMutableRawPointer?, _ ms: Int, _ userp: UnsafeMutableRawPointer?) -> Int32
+{
     Unmanaged<CurlMulti>.fromOpaque(userp!).takeUnretainedValue().timerCallback(ms)
     return 0
 }

@@ -1,7 +1,8 @@
 import CAuthProxyShims
 import CCurl
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// What libcurl's `CURLOPT_OPENSOCKETFUNCTION` decides for one upstream connection attempt, and what it saw:
@@ -30,7 +31,8 @@ struct DestinationCheck {
             return CURL_SOCKET_BAD
         }
         openedAny = true
-        let fd = socket(address.pointee.family, address.pointee.socktype | Int32(SOCK_CLOEXEC.rawValue), address.pointee.protocol)
+        let fd = socket(
+            address.pointee.family, address.pointee.socktype | Int32(SOCK_CLOEXEC.rawValue), address.pointee.protocol)
         guard fd >= 0 else {
             if DescriptorExhaustion.isExhaustion(errno) { socketError = errno }
             return CURL_SOCKET_BAD
@@ -41,7 +43,9 @@ struct DestinationCheck {
 
     /// The error a failed libcurl connection or transfer reports, with what this check saw.
     func error(code: CURLcode, detail: String, destination: String, timeoutSeconds: Int) -> UpstreamError {
-        var error = UpstreamError(cause: UpstreamFailure(curl: code), detail: detail, destination: destination, timeoutSeconds: timeoutSeconds,
+        var error = UpstreamError(
+            cause: UpstreamFailure(curl: code), detail: detail, destination: destination,
+            timeoutSeconds: timeoutSeconds,
             deniedAddress: openedAny ? nil : deniedAddress)
         switch code {
         case CURLE_COULDNT_CONNECT, CURLE_OPERATION_TIMEDOUT:

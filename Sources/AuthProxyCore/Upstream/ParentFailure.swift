@@ -12,22 +12,35 @@ struct ParentFailure: Sendable, Equatable {
         let name = "parent proxy \(parent)"
         switch cause {
         case .connect:
-            return ErrorResponse(status: 502, message: "Could not connect to \(name) (for \(destination))",
-                details: ["The parent refused the connection or is unreachable; other parents, if any, were tried too."])
+            return ErrorResponse(
+                status: 502, message: "Could not connect to \(name) (for \(destination))",
+                details: ["The parent refused the connection or is unreachable; other parents, if any, were tried too."]
+            )
         case .timeout:
-            return ErrorResponse(status: 504, message: "The \(name) did not answer within \(timeoutSeconds) s (for \(destination))",
+            return ErrorResponse(
+                status: 504, message: "The \(name) did not answer within \(timeoutSeconds) s (for \(destination))",
                 details: [])
         case .auth:
             if let credential {
-                return ErrorResponse(status: 502, message: "The \(name) refused credential '\(credential)' (407 Proxy Authentication Required)",
-                    details: ["Check the user name and password (or Kerberos identity) of [proxy] upstream_proxy_credential = \"\(credential)\", and which schemes the parent offers."])
+                return ErrorResponse(
+                    status: 502,
+                    message: "The \(name) refused credential '\(credential)' (407 Proxy Authentication Required)",
+                    details: [
+                        "Check the user name and password (or Kerberos identity) of [proxy] upstream_proxy_credential = \"\(credential)\", and which schemes the parent offers."
+                    ])
             }
-            return ErrorResponse(status: 502, message: "The \(name) requires authentication (407) and no upstream_proxy_credential is configured",
+            return ErrorResponse(
+                status: 502,
+                message: "The \(name) requires authentication (407) and no upstream_proxy_credential is configured",
                 details: ["Set [proxy] upstream_proxy_credential to a password or kerberos credential for the parent."])
         case .refused:
-            return ErrorResponse(status: status == 403 ? 403 : 502,
-                message: "The \(name) refused the connection to \(destination)\(status > 0 ? " (it answered \(status))" : "")",
-                details: ["The parent's policy (URL filtering, allowed ports) or its own upstream refused it; its page is not relayed."])
+            return ErrorResponse(
+                status: status == 403 ? 403 : 502,
+                message:
+                    "The \(name) refused the connection to \(destination)\(status > 0 ? " (it answered \(status))" : "")",
+                details: [
+                    "The parent's policy (URL filtering, allowed ports) or its own upstream refused it; its page is not relayed."
+                ])
         }
     }
 }

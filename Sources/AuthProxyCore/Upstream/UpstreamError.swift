@@ -1,6 +1,7 @@
 import CAuthProxyShims
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Why an upstream exchange failed, mapped to the status and message a GIS client should see.
@@ -57,44 +58,69 @@ struct UpstreamError: Error {
             return p.response(destination: destination, timeoutSeconds: timeoutSeconds)
         }
         if let why = invalidResponse {
-            return ErrorResponse(status: 502, message: "Upstream \(destination) sent an invalid response: \(why)",
+            return ErrorResponse(
+                status: 502, message: "Upstream \(destination) sent an invalid response: \(why)",
                 details: ["The response was not relayed (RFC 9112)."])
         }
         if let method = notResent {
-            return ErrorResponse(status: 502,
-                message: "Upstream \(destination) closed a kept-alive connection after the \(method) request was sent, without answering",
-                details: ["The request was not sent again: the server may have processed it, and a \(method) is not "
-                    + "idempotent (RFC 9112 §9.3.1). Check whether it took effect before repeating it."])
+            return ErrorResponse(
+                status: 502,
+                message:
+                    "Upstream \(destination) closed a kept-alive connection after the \(method) request was sent, without answering",
+                details: [
+                    "The request was not sent again: the server may have processed it, and a \(method) is not "
+                        + "idempotent (RFC 9112 §9.3.1). Check whether it took effect before repeating it."
+                ])
         }
         if let ip = deniedAddress, cause == .connect {
-            return ErrorResponse(status: 403, message: "Destination \(destination) is not allowed",
+            return ErrorResponse(
+                status: 403, message: "Destination \(destination) is not allowed",
                 details: ["It resolves to \(ip), which [proxy] deny_destinations refuses."])
         }
         switch cause {
         case .dns:
             return ErrorResponse(status: 502, message: "Could not resolve host \(destination)", details: details)
         case .connect:
-            return ErrorResponse(status: 502, message: "Could not connect to \(destination): connection refused or unreachable", details: details)
+            return ErrorResponse(
+                status: 502, message: "Could not connect to \(destination): connection refused or unreachable",
+                details: details)
         case .timeout:
-            return ErrorResponse(status: 504, message: "Upstream \(destination) did not respond within \(timeoutSeconds) s", details: details)
+            return ErrorResponse(
+                status: 504, message: "Upstream \(destination) did not respond within \(timeoutSeconds) s",
+                details: details)
         case .nothing:
-            return ErrorResponse(status: 502, message: "Upstream \(destination) closed the connection without a response", details: details)
+            return ErrorResponse(
+                status: 502, message: "Upstream \(destination) closed the connection without a response",
+                details: details)
         case .untrustedCertificate:
-            return ErrorResponse(status: 502,
-                message: "The TLS certificate of \(destination) could not be verified; if it is an internal or self-signed certificate, add a server-trust credential for it",
+            return ErrorResponse(
+                status: 502,
+                message:
+                    "The TLS certificate of \(destination) could not be verified; if it is an internal or self-signed certificate, add a server-trust credential for it",
                 details: details)
         case .pinMismatch:
-            return ErrorResponse(status: 502, message: "The public key of \(destination) does not match the pinned_public_key of its server-trust credential", details: details)
+            return ErrorResponse(
+                status: 502,
+                message:
+                    "The public key of \(destination) does not match the pinned_public_key of its server-trust credential",
+                details: details)
         case .tlsHandshake:
             return ErrorResponse(status: 502, message: "TLS handshake with \(destination) failed", details: details)
         case .reset:
-            return ErrorResponse(status: 502, message: "Upstream \(destination) failed: the connection was reset or broken", details: details)
+            return ErrorResponse(
+                status: 502, message: "Upstream \(destination) failed: the connection was reset or broken",
+                details: details)
         case .partial:
-            return ErrorResponse(status: 502, message: "Upstream \(destination) failed: the connection closed inside the response", details: details)
+            return ErrorResponse(
+                status: 502, message: "Upstream \(destination) failed: the connection closed inside the response",
+                details: details)
         case .protocolError:
-            return ErrorResponse(status: 502, message: "Upstream \(destination) failed: its answer is not valid HTTP", details: details)
+            return ErrorResponse(
+                status: 502, message: "Upstream \(destination) failed: its answer is not valid HTTP", details: details)
         case .clientGone, .requestBody:
-            return ErrorResponse(status: 502, message: "Upstream \(destination) failed: the client's side of the exchange ended", details: details)
+            return ErrorResponse(
+                status: 502, message: "Upstream \(destination) failed: the client's side of the exchange ended",
+                details: details)
         case .other(let what):
             return ErrorResponse(status: 502, message: "Upstream \(destination) failed: \(what)", details: details)
         }
@@ -105,10 +131,13 @@ extension ErrorResponse {
     /// The proxy could not open a socket for lack of file descriptors: a temporary condition of its own (503 with
     /// `Retry-After`), not a fault of the destination, which the client should not be told is unreachable.
     static func outOfDescriptors(_ error: Int32, destination: String) -> ErrorResponse {
-        ErrorResponse(status: 503,
+        ErrorResponse(
+            status: 503,
             message: "authproxy is out of file descriptors and could not open a connection to \(destination)",
-            details: ["\(String(cString: strerror(error))). Retry shortly; if it persists, the proxy's descriptor limit "
-                + "(ulimit -n, LimitNOFILE) is too low for its load."],
+            details: [
+                "\(String(cString: strerror(error))). Retry shortly; if it persists, the proxy's descriptor limit "
+                    + "(ulimit -n, LimitNOFILE) is too low for its load."
+            ],
             retryAfter: 1)
     }
 }

@@ -1,7 +1,8 @@
 import CAuthProxyShims
 import CCurl
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// What a transfer reports back, on the event loop's queue, from inside libcurl callbacks.
@@ -184,7 +185,8 @@ final class UpstreamTransfer {
         }
         if let route = request.parentRoute, !wentDirect {
             if parents.isEmpty { parents = route.routing.health.order(route.candidates) }
-            h.applyParent(parents[parentIndex], routing: route.routing, tunnel: false, https: request.url.hasPrefix("https:"))
+            h.applyParent(
+                parents[parentIndex], routing: route.routing, tunnel: false, https: request.url.hasPrefix("https:"))
             route.routing.health.attempted(parents[parentIndex])
         }
         var list: UnsafeMutablePointer<curl_slist>? = nil
@@ -220,7 +222,9 @@ final class UpstreamTransfer {
         let n = request.network
         var mask = 0
         if let pw = n.password {
-            if pw.schemes.contains(.basic) && (request.url.hasPrefix("https:") || pw.allowBasicOverHTTP) { mask |= Self.authBasic }
+            if pw.schemes.contains(.basic) && (request.url.hasPrefix("https:") || pw.allowBasicOverHTTP) {
+                mask |= Self.authBasic
+            }
             if pw.schemes.contains(.digest) { mask |= Self.authDigest }
             if pw.schemes.contains(.ntlm) { mask |= Self.authNTLM }
             if mask != 0 {
@@ -296,7 +300,8 @@ final class UpstreamTransfer {
                     start()
                     return
                 }
-                parentFailure = ParentFailure(parent: parent, cause: cause,
+                parentFailure = ParentFailure(
+                    parent: parent, cause: cause,
                     status: cause == .auth ? 407 : h.parentConnectStatus, credential: route.routing.credentialName)
             } else if code == CURLE_OK {
                 route.routing.health.succeeded(parent)
@@ -304,11 +309,16 @@ final class UpstreamTransfer {
         }
         let d = delegate
         delegate = nil
-        var error = code == CURLE_OK && parentFailure == nil ? nil : destinationCheck.error(code: code, detail: String(cString: h.errorBuffer),
-            destination: destination, timeoutSeconds: request.timeoutSeconds)
+        var error =
+            code == CURLE_OK && parentFailure == nil
+            ? nil
+            : destinationCheck.error(
+                code: code, detail: String(cString: h.errorBuffer),
+                destination: destination, timeoutSeconds: request.timeoutSeconds)
         if let parentFailure { error?.parent = parentFailure }
         if refusedResend, error != nil {
-            error = UpstreamError(cause: .nothing, detail: "", destination: destination,
+            error = UpstreamError(
+                cause: .nothing, detail: "", destination: destination,
                 timeoutSeconds: request.timeoutSeconds)
             error?.notResent = request.method
         }
@@ -366,7 +376,8 @@ final class UpstreamTransfer {
             if !parentOffers.isEmpty { route.routing.health.offered(parents[parentIndex], schemes: parentOffers) }
         } else {
             let text = String(decoding: line, as: UTF8.self)
-            guard let colon = text.firstIndex(of: ":"), text[..<colon].caseInsensitiveEquals("proxy-authenticate") else { return }
+            guard let colon = text.firstIndex(of: ":"), text[..<colon].caseInsensitiveEquals("proxy-authenticate")
+            else { return }
             let value = text[text.index(after: colon)...].trimmingHTTPWhitespace()
             if let scheme = value.split(separator: " ").first { parentOffers.insert(scheme.lowercased()) }
         }
@@ -443,14 +454,18 @@ extension CurlEasyHandle {
     }
 }
 
-private func transferOpenSocketCallback(_ ud: UnsafeMutableRawPointer?, _ purpose: curlsocktype, _ address: UnsafeMutablePointer<curl_sockaddr>?) -> curl_socket_t {
+private func transferOpenSocketCallback(
+    _ ud: UnsafeMutableRawPointer?, _ purpose: curlsocktype, _ address: UnsafeMutablePointer<curl_sockaddr>?
+) -> curl_socket_t {
     guard let ud, let address else { return CURL_SOCKET_BAD }
     return Unmanaged<UpstreamTransfer>.fromOpaque(ud).takeUnretainedValue().openSocket(address)
 }
 
 /// `CURLOPT_PREREQFUNCTION`: the connection is chosen (new or from the pool) and the request not yet sent.
-private func transferPrereqCallback(_ ud: UnsafeMutableRawPointer?, _ primaryIP: UnsafeMutablePointer<CChar>?,
-    _ localIP: UnsafeMutablePointer<CChar>?, _ primaryPort: Int32, _ localPort: Int32) -> Int32 {
+private func transferPrereqCallback(
+    _ ud: UnsafeMutableRawPointer?, _ primaryIP: UnsafeMutablePointer<CChar>?,
+    _ localIP: UnsafeMutablePointer<CChar>?, _ primaryPort: Int32, _ localPort: Int32
+) -> Int32 {
     // Parsed, not compared as text: libcurl may write an address as `::ffff:1.2.3.4` where the socket says 1.2.3.4.
     guard let ud, let primaryIP, let localIP, let remote = IPAddress.parse(cString: primaryIP),
         let local = IPAddress.parse(cString: localIP)
@@ -466,17 +481,23 @@ private func transferSeekCallback(_ ud: UnsafeMutableRawPointer?, _ offset: curl
     return Int32(CURL_SEEKFUNC_OK)
 }
 
-private func transferHeaderCallback(_ data: UnsafeMutablePointer<CChar>?, _ size: Int, _ n: Int, _ ud: UnsafeMutableRawPointer?) -> Int {
+private func transferHeaderCallback(
+    _ data: UnsafeMutablePointer<CChar>?, _ size: Int, _ n: Int, _ ud: UnsafeMutableRawPointer?
+) -> Int {
     Unmanaged<UpstreamTransfer>.fromOpaque(ud!).takeUnretainedValue()
         .header(UnsafeRawBufferPointer(start: data, count: size * n))
 }
 
-private func transferWriteCallback(_ data: UnsafeMutablePointer<CChar>?, _ size: Int, _ n: Int, _ ud: UnsafeMutableRawPointer?) -> Int {
+private func transferWriteCallback(
+    _ data: UnsafeMutablePointer<CChar>?, _ size: Int, _ n: Int, _ ud: UnsafeMutableRawPointer?
+) -> Int {
     Unmanaged<UpstreamTransfer>.fromOpaque(ud!).takeUnretainedValue()
         .body(UnsafeRawBufferPointer(start: data, count: size * n))
 }
 
-private func transferReadCallback(_ data: UnsafeMutablePointer<CChar>?, _ size: Int, _ n: Int, _ ud: UnsafeMutableRawPointer?) -> Int {
+private func transferReadCallback(
+    _ data: UnsafeMutablePointer<CChar>?, _ size: Int, _ n: Int, _ ud: UnsafeMutableRawPointer?
+) -> Int {
     Unmanaged<UpstreamTransfer>.fromOpaque(ud!).takeUnretainedValue()
         .read(UnsafeMutableRawBufferPointer(start: data, count: size * n))
 }

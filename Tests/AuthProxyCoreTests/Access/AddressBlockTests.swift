@@ -20,7 +20,10 @@ import Testing
         #expect(b.contains(a) == expected)
     }
 
-    @Test(arguments: ["", "10.0.0.0/33", "::/129", "10.0.0/8", "host.example/8", "10.0.0.0/", "10.0.0.0/-1", "10.0.0.0/8/8", "[::1]/128"])
+    @Test(arguments: [
+        "", "10.0.0.0/33", "::/129", "10.0.0/8", "host.example/8", "10.0.0.0/", "10.0.0.0/-1", "10.0.0.0/8/8",
+        "[::1]/128",
+    ])
     func rejectsInvalid(text: String) {
         #expect(AddressBlock.parse(text) == nil)
     }

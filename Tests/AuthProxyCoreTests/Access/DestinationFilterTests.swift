@@ -1,10 +1,10 @@
 import Testing
 
-#if canImport(Glibc)
-import Glibc
-#endif
-
 @testable import AuthProxyCore
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 @Suite struct DestinationFilterTests {
     private func address(_ ip: String) -> (family: Int32, addr: sockaddr_storage, len: socklen_t) {
@@ -12,7 +12,9 @@ import Glibc
     }
 
     @Test func deniedAddressesAreSkippedAndTheRestKeptInOrder() throws {
-        let deny = [try #require(AddressBlock.parse("169.254.0.0/16")), try #require(AddressBlock.parse("fd00:ec2::254/128"))]
+        let deny = [
+            try #require(AddressBlock.parse("169.254.0.0/16")), try #require(AddressBlock.parse("fd00:ec2::254/128")),
+        ]
         let all = [address("169.254.169.254"), address("10.0.0.7"), address("fd00:ec2::254"), address("::1")]
         guard case .success(let kept) = DestinationFilter.allowed(all, deny: deny) else {
             Issue.record("allowed addresses were refused")
@@ -23,7 +25,10 @@ import Glibc
 
     @Test func onlyDeniedAddressesNameTheFirst() throws {
         let deny = [try #require(AddressBlock.parse("169.254.0.0/16"))]
-        guard case .failure(let f) = DestinationFilter.allowed([address("169.254.169.254"), address("169.254.1.1")], deny: deny) else {
+        guard
+            case .failure(let f) = DestinationFilter.allowed(
+                [address("169.254.169.254"), address("169.254.1.1")], deny: deny)
+        else {
             Issue.record("denied addresses were allowed")
             return
         }

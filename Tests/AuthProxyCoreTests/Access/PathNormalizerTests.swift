@@ -54,7 +54,10 @@ import Testing
 
     @Test func matchingUsesNormalizedPaths() throws {
         let p = try #require(MatchPrefix.parse("http://h/arcgis"))
-        for (raw, expected) in [("/arcgis/rest", true), ("/arcgis/../other", false), ("/arcgis/%2e%2e/other", false), ("/x/../arcgis/y", true)] {
+        for (raw, expected) in [
+            ("/arcgis/rest", true), ("/arcgis/../other", false), ("/arcgis/%2e%2e/other", false),
+            ("/x/../arcgis/y", true),
+        ] {
             guard case .normal(let n) = PathNormalizer.normalize(Substring(raw)) else {
                 Issue.record("\(raw)")
                 continue
@@ -68,7 +71,8 @@ import Testing
         #expect(TokenInjection.clientHasToken(pathAndQuery: "/x", headers: h, form: Array("%74oken=abc&f=json".utf8)))
         #expect(TokenInjection.clientHasToken(pathAndQuery: "/x?%54OKEN=abc", headers: h))
         #expect(!TokenInjection.clientHasToken(pathAndQuery: "/x?tokens=abc", headers: h))
-        let applied = TokenInjection.apply(token: "T", site: .form, pathAndQuery: "/x", headers: h, form: Array("%74oken=client&f=json".utf8))
+        let applied = TokenInjection.apply(
+            token: "T", site: .form, pathAndQuery: "/x", headers: h, form: Array("%74oken=client&f=json".utf8))
         #expect(applied.form.map { String(decoding: $0, as: UTF8.self) } == "f=json&token=T")
         #expect(TokenInjection.queryHasField("/q?f=json&%63allback=x", "callback"))
         #expect(!TokenInjection.queryHasField("/q?f=json&callbacks=x", "callback"))

@@ -53,7 +53,8 @@ import Testing
         // The most recent client is still limited after the cap forced an eviction.
         #expect(r.take(credential: "c", client: "recent", limit: limit, now: 200_000) == .allowed)
         #expect(r.take(credential: "c", client: "recent", limit: limit, now: 200_001) != .allowed)
-        #expect(r.take(credential: "c", client: "c\(RateLimiter.maxBuckets - 3)", limit: limit, now: 200_002) != .allowed)
+        #expect(
+            r.take(credential: "c", client: "c\(RateLimiter.maxBuckets - 3)", limit: limit, now: 200_002) != .allowed)
         #expect(r.count <= RateLimiter.maxBuckets / 2 + 2)
     }
 

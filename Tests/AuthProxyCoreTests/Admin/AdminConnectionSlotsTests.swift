@@ -28,6 +28,7 @@ import Testing
     @Test func theTotalLimitEvictsTheOldestStillReading() {
         let o = open([(1, a, false), (2, b, true), (3, a, true), (4, b, true)])
         #expect(slots.decide(peer: c, open: o) == .admitEvicting(2))
-        #expect(slots.decide(peer: c, open: open([(1, a, false), (2, b, false), (3, a, false), (4, b, false)])) == .refuse)
+        #expect(
+            slots.decide(peer: c, open: open([(1, a, false), (2, b, false), (3, a, false), (4, b, false)])) == .refuse)
     }
 }

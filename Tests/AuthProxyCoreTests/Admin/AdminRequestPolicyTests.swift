@@ -16,7 +16,10 @@ import Testing
             return (true, "applied")
         }
         func pacInputs() -> (settings: PacEndpoint.Settings, listeners: [ListenAddress]) {
-            (PacEndpoint.Settings(rules: [], configuredAddress: nil, fallback: .none), [ListenAddress(host: "0.0.0.0", port: 3128)])
+            (
+                PacEndpoint.Settings(rules: [], configuredAddress: nil, fallback: .none),
+                [ListenAddress(host: "0.0.0.0", port: 3128)]
+            )
         }
     }
 
@@ -71,10 +74,12 @@ import Testing
         #expect(AdminRouter.route(r, hosts: [], backend: Backend()).status == 421)
     }
 
-    static func reload(_ host: String? = "127.0.0.1:9090", origin: String? = nil, referer: String? = nil,
-        site: String? = nil, headers: [String] = [], contentType: String? = nil) -> AdminRequest
-    {
-        AdminRequest(method: "POST", target: "/reload", host: host, origin: origin, referer: referer, secFetchSite: site,
+    static func reload(
+        _ host: String? = "127.0.0.1:9090", origin: String? = nil, referer: String? = nil,
+        site: String? = nil, headers: [String] = [], contentType: String? = nil
+    ) -> AdminRequest {
+        AdminRequest(
+            method: "POST", target: "/reload", host: host, origin: origin, referer: referer, secFetchSite: site,
             headerNames: ["Host", "Content-Length"] + headers + (contentType == nil ? [] : ["Content-Type"]),
             contentType: contentType)
     }
@@ -134,7 +139,8 @@ import Testing
         let backend = Backend()
         let r = AdminRouter.route(Self.reload(contentType: "text/plain"), hosts: [], backend: backend)
         #expect(r.status == 403 && backend.reloads == 0)
-        #expect(AdminRouter.route(Self.reload(headers: ["X-Authproxy-Reload"]), hosts: [], backend: backend).status == 200)
+        #expect(
+            AdminRouter.route(Self.reload(headers: ["X-Authproxy-Reload"]), hosts: [], backend: backend).status == 200)
         #expect(backend.reloads == 1)
     }
 }

@@ -11,21 +11,24 @@ import Testing
         let bytes = RESPCodec.format(["SET", "k", "a b\r\n", "NX"])
         #expect(String(decoding: bytes, as: UTF8.self) == "*4\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\na b\r\n\r\n$2\r\nNX\r\n")
         // Binary and empty arguments are kept as they are.
-        #expect(RESPCodec.format([[0, 255], []]) == Array("*2\r\n$2\r\n".utf8) + [0, 255] + Array("\r\n$0\r\n\r\n".utf8))
+        #expect(
+            RESPCodec.format([[0, 255], []]) == Array("*2\r\n$2\r\n".utf8) + [0, 255] + Array("\r\n$0\r\n\r\n".utf8))
     }
 
     @Test func repliesAreParsedWhateverPiecesTheyArriveIn() throws {
         let codec = RESPCodec()
-        let wire = Array("+OK\r\n$-1\r\n:42\r\n-WRONGPASS invalid\r\n*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$3\r\nt x\r\n".utf8)
+        let wire = Array(
+            "+OK\r\n$-1\r\n:42\r\n-WRONGPASS invalid\r\n*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$3\r\nt x\r\n".utf8)
         var replies: [RedisReply] = []
         for b in wire {  // one byte at a time: a reply split anywhere must come out whole
             try codec.feed([b])
             while let r = try codec.next() { replies.append(r) }
         }
-        #expect(replies == [
-            .status("OK"), .null, .integer(42), .error("WRONGPASS invalid"),
-            .array([.string(Array("message".utf8)), .string(Array("ch".utf8)), .string(Array("t x".utf8))]),
-        ])
+        #expect(
+            replies == [
+                .status("OK"), .null, .integer(42), .error("WRONGPASS invalid"),
+                .array([.string(Array("message".utf8)), .string(Array("ch".utf8)), .string(Array("t x".utf8))]),
+            ])
     }
 
     @Test func aByteStreamThatIsNotRESPIsAProtocolError() throws {
@@ -37,7 +40,8 @@ import Testing
     @Test func errorRepliesAreClassifiedByTheirCode() {
         #expect(RedisError.reply("WRONGPASS invalid username-password pair", command: "AUTH").kind == .authentication)
         #expect(RedisError.reply("NOAUTH Authentication required.", command: "GET").kind == .authentication)
-        #expect(RedisError.reply("READONLY You can't write against a read only replica.", command: "SET").kind == .readOnly)
+        #expect(
+            RedisError.reply("READONLY You can't write against a read only replica.", command: "SET").kind == .readOnly)
         let moved = RedisError.reply("MOVED 3999 127.0.0.1:6381", command: "GET")
         #expect(moved.kind == .clusterMode && moved.message.contains("cluster mode is not supported"))
         #expect(RedisError.reply("ERR unknown command", command: "X").kind == .server)
@@ -47,7 +51,9 @@ import Testing
 
     @Test func redisURLs() throws {
         let a = try RedisEndpoint.parse("redis://redis.internal:6380/2").get()
-        #expect(a.host == "redis.internal" && a.port == 6380 && a.database == 2 && a.user == nil && a.password == nil && a.tls == nil)
+        #expect(
+            a.host == "redis.internal" && a.port == 6380 && a.database == 2 && a.user == nil && a.password == nil
+                && a.tls == nil)
         let b = try RedisEndpoint.parse("rediss://proxy:p%40ss%3Aw@[::1]/0").get()
         #expect(b.host == "::1" && b.port == 6379 && b.user == "proxy" && b.password == "p@ss:w" && b.tls != nil)
         #expect(b.redacted == "rediss://[::1]:6379/0")
@@ -65,7 +71,8 @@ import Testing
     // MARK: - names and sealing
 
     static let keys = ClusterKeys(stateKey: "0123456789abcdef-state", prefix: "authproxy:")!
-    static let slot = TokenSlot(key: "gis|https://gis.example.com/arcgis", credential: "gis", fingerprint: "f1", grant: nil)
+    static let slot = TokenSlot(
+        key: "gis|https://gis.example.com/arcgis", credential: "gis", fingerprint: "f1", grant: nil)
 
     @Test func namesHideTheCredentialAndRootAndDependOnTheStateKey() {
         let n = Self.keys.name(Self.slot)
@@ -81,7 +88,8 @@ import Testing
     }
 
     @Test func sealedTokensOpenOnlyUnderTheirOwnKeyNameAndStateKey() throws {
-        let t = IssuedToken(value: "TOKEN-VALUE", expires: 1_700_000_600_000, issued: 1_700_000_000_000, ssl: true, referer: "r")
+        let t = IssuedToken(
+            value: "TOKEN-VALUE", expires: 1_700_000_600_000, issued: 1_700_000_000_000, ssl: true, referer: "r")
         let key = Self.keys.tokenKey(Self.keys.name(Self.slot))
         let sealed = try #require(Self.keys.seal(t, under: key))
         #expect(!sealed.contains("TOKEN-VALUE"))
@@ -129,7 +137,8 @@ import Testing
     }
 
     @Test func clusterSettings() throws {
-        let c = try Self.parse("""
+        let c = try Self.parse(
+            """
             [proxy]
             state_key = "0123456789abcdef0"
             [cluster]
@@ -139,17 +148,23 @@ import Testing
             required = true
             """)
         let cluster = try #require(c.cluster)
-        #expect(cluster.endpoint.host == "10.0.0.5" && cluster.endpoint.password == "pw" && cluster.endpoint.database == 1)
+        #expect(
+            cluster.endpoint.host == "10.0.0.5" && cluster.endpoint.password == "pw" && cluster.endpoint.database == 1)
         #expect(cluster.keyPrefix == "gis-fleet:" && cluster.timeoutMillis == 150 && cluster.required)
-        let d = try #require(try Self.parse("[proxy]\nstate_key = \"0123456789abcdef0\"\n[cluster]\nredis = \"redis://r:6379\"\n").cluster)
+        let d = try #require(
+            try Self.parse("[proxy]\nstate_key = \"0123456789abcdef0\"\n[cluster]\nredis = \"redis://r:6379\"\n")
+                .cluster)
         #expect(d.keyPrefix == "authproxy:" && d.timeoutMillis == 200 && !d.required)
-        let tls = try #require(try Self.parse("""
-            [proxy]
-            state_key = "0123456789abcdef0"
-            [cluster]
-            redis = "rediss://r:6380"
-            ca = "/etc/ca.pem"
-            """).cluster)
+        let tls = try #require(
+            try Self.parse(
+                """
+                [proxy]
+                state_key = "0123456789abcdef0"
+                [cluster]
+                redis = "rediss://r:6380"
+                ca = "/etc/ca.pem"
+                """
+            ).cluster)
         #expect(tls.endpoint.tls == RedisEndpoint.TLS(ca: "/etc/ca.pem"))
     }
 
@@ -162,7 +177,9 @@ import Testing
         let bad = error("[proxy]\nstate_key = \"0123456789abcdef0\"\n[cluster]\nredis = \"http://u:hunter2@r\"\n")
         #expect(bad?.key == "cluster.redis")
         #expect(!(bad.map { "\($0)" } ?? "").contains("hunter2"))
-        #expect(error("[proxy]\nstate_key = \"0123456789abcdef0\"\n[cluster]\nredis = \"redis://r\"\nca = \"/ca.pem\"\n")?.key == "cluster.ca")
+        #expect(
+            error("[proxy]\nstate_key = \"0123456789abcdef0\"\n[cluster]\nredis = \"redis://r\"\nca = \"/ca.pem\"\n")?
+                .key == "cluster.ca")
         #expect(error("[proxy]\nstate_key = \"0123456789abcdef0\"\n[cluster]\n")?.key == "cluster.redis")
     }
 

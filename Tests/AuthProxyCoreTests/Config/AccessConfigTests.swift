@@ -15,7 +15,8 @@ import Testing
     }
 
     @Test func accessSettings() throws {
-        let c = try loader.parse("""
+        let c = try loader.parse(
+            """
             [proxy]
             listen = ["0.0.0.0:3128"]
             allow_clients = ["10.42.0.0/16", "::1/128"]
@@ -60,11 +61,19 @@ import Testing
         ("[proxy]\ndeny_destinations = [\"nope\"]\n", "proxy.deny_destinations", 2, "not a CIDR block"),
         ("[[client]]\nname = \"a\"\n", "client[0].password", 1, "needs a password"),
         ("[[client]]\nname = \"a:b\"\npassword = \"x\"\n", "client[0].name", 2, "may not contain ':'"),
-        ("[[client]]\nname = \"a\"\npassword = \"x\"\n[[client]]\nname = \"a\"\npassword = \"y\"\n", "client[1].name", 5, "duplicate client"),
-        ("[[client]]\nname = \"a\"\npassword = \"x\"\ncredentials = [\"missing\"]\n", "client[0].credentials", 4, "not defined"),
+        (
+            "[[client]]\nname = \"a\"\npassword = \"x\"\n[[client]]\nname = \"a\"\npassword = \"y\"\n",
+            "client[1].name", 5, "duplicate client"
+        ),
+        (
+            "[[client]]\nname = \"a\"\npassword = \"x\"\ncredentials = [\"missing\"]\n", "client[0].credentials", 4,
+            "not defined"
+        ),
         ("[[client]]\nname = \"a\"\npassword = \"x\"\nrole = \"admin\"\n", "client[0].role", 4, "unknown key"),
-        ("[[credential]]\nname = \"a\"\ntype = \"api-key\"\nkey = \"k\"\nmatch = \"http://h\"\nrate_limit = { requests = 5 }\n",
-         "credential[0].rate_limit", 6, "per_seconds"),
+        (
+            "[[credential]]\nname = \"a\"\ntype = \"api-key\"\nkey = \"k\"\nmatch = \"http://h\"\nrate_limit = { requests = 5 }\n",
+            "credential[0].rate_limit", 6, "per_seconds"
+        ),
     ])
     func rejects(_ text: String, _ key: String, _ line: Int, _ fragment: String) {
         expectRejected(loader, text, key: key, line: line, fragment: fragment)
@@ -73,7 +82,8 @@ import Testing
     @Test func clientsAloneOpenEveryAddressToAuthentication() throws {
         let c = try loader.parse("[proxy]\nlisten = [\"0.0.0.0:3128\"]\n[[client]]\nname = \"a\"\npassword = \"x\"\n")
         #expect(c.allowClients == AddressBlock.everywhere)
-        let narrowed = try loader.parse("[proxy]\nallow_clients = [\"10.0.0.0/8\"]\n[[client]]\nname = \"a\"\npassword = \"x\"\n")
+        let narrowed = try loader.parse(
+            "[proxy]\nallow_clients = [\"10.0.0.0/8\"]\n[[client]]\nname = \"a\"\npassword = \"x\"\n")
         #expect(narrowed.allowClients.map(\.description) == ["10.0.0.0/8"])
     }
 

@@ -1,13 +1,16 @@
-#if canImport(Glibc)
-import Glibc
-#endif
 import Testing
 
 @testable import AuthProxyCore
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// Checks that `loader` refuses `text` with an error naming `key`, `line` and a `fragment` of the message.
-func expectRejected(_ loader: ConfigLoader, _ text: String, key: String, line: Int?, fragment: String,
-    sourceLocation: SourceLocation = #_sourceLocation) {
+func expectRejected(
+    _ loader: ConfigLoader, _ text: String, key: String, line: Int?, fragment: String,
+    sourceLocation: SourceLocation = #_sourceLocation
+) {
     do {
         _ = try loader.parse(text)
         Issue.record("accepted: \(text)", sourceLocation: sourceLocation)
@@ -34,7 +37,8 @@ func expectRejected(_ loader: ConfigLoader, _ text: String, key: String, line: I
         #expect(d.pacAddress == nil)
         #expect(d.pacFallback == .none)
         #expect(d.tls.noIntercept.isEmpty)
-        let c = try loader.parse("""
+        let c = try loader.parse(
+            """
             [proxy]
             pac_address = "Proxy.Corp.example:3128"
             pac_fallback = "direct"
@@ -60,17 +64,24 @@ func expectRejected(_ loader: ConfigLoader, _ text: String, key: String, line: I
         #expect(c.pacFallback == .direct)
         #expect(c.tls.noIntercept.map(\.description) == ["iis.corp", "*.farm.corp:443"])
         #expect(c.credentials.map(\.intercept) == [false, true])
-        expectRejected(loader, "[proxy]\npac_address = \"http://proxy:3128\"", key: "proxy.pac_address", line: 2,
+        expectRejected(
+            loader, "[proxy]\npac_address = \"http://proxy:3128\"", key: "proxy.pac_address", line: 2,
             fragment: "is not a host:port")
-        expectRejected(loader, "[proxy]\npac_address = \"proxy\"", key: "proxy.pac_address", line: 2, fragment: "is not a host:port")
-        expectRejected(loader, "[proxy]\npac_fallback = \"never\"", key: "proxy.pac_fallback", line: 2, fragment: "\"direct\"")
-        expectRejected(loader, "[tls]\nno_intercept = [\"https://iis.corp/\"]", key: "tls.no_intercept", line: 2,
+        expectRejected(
+            loader, "[proxy]\npac_address = \"proxy\"", key: "proxy.pac_address", line: 2,
+            fragment: "is not a host:port")
+        expectRejected(
+            loader, "[proxy]\npac_fallback = \"never\"", key: "proxy.pac_fallback", line: 2, fragment: "\"direct\"")
+        expectRejected(
+            loader, "[tls]\nno_intercept = [\"https://iis.corp/\"]", key: "tls.no_intercept", line: 2,
             fragment: "is not a host, host:port or *.domain")
-        expectRejected(loader, "[tls]\nno_intercept = \"iis.corp\"", key: "tls.no_intercept", line: 2, fragment: "array")
+        expectRejected(
+            loader, "[tls]\nno_intercept = \"iis.corp\"", key: "tls.no_intercept", line: 2, fragment: "array")
     }
 
     @Test func fullProxySection() throws {
-        let c = try loader.parse("""
+        let c = try loader.parse(
+            """
             # comment
             [proxy]
             listen = ["127.0.0.1:3128", "[::1]:3129"]   # two
@@ -128,7 +139,10 @@ func expectRejected(_ loader: ConfigLoader, _ text: String, key: String, line: I
         ("[logs]\n", "logs", 1, "unknown key"),
         ("[proxy]\nlisten = [\"127.0.0.1:1\"\n", "", 2, "TOML syntax error"),
         ("[proxy]\nworkers = 1\nworkers = 2\n", "", 3, "defined twice"),
-        ("[[credential]]\nname = \"a\"\ntype = \"api-key\"\nmatch = \"ftp://x\"\n", "credential[0].match", 4, "not a URL prefix"),
+        (
+            "[[credential]]\nname = \"a\"\ntype = \"api-key\"\nmatch = \"ftp://x\"\n", "credential[0].match", 4,
+            "not a URL prefix"
+        ),
         ("[[credential]]\ntype = \"api-key\"\n", "credential[0].name", 1, "needs a name"),
         ("[proxy]\nstate_key = \"short\"\n", "proxy.state_key", 2, "at least 16"),
         // A misspelt required key is named with its line, not reported as the key missing.
@@ -139,7 +153,10 @@ func expectRejected(_ loader: ConfigLoader, _ text: String, key: String, line: I
         ("[[credential]]\nname = \"a\"\ntpye = \"api-key\"\n", "credential[0].tpye", 3, "did you mean type?"),
         ("[[client]]\nname = \"c\"\npassowrd = \"x\"\n", "client[0].passowrd", 3, "did you mean password?"),
         // Nothing near: the missing key itself.
-        ("[[credential]]\nname = \"a\"\ntype = \"api-key\"\nmatch = \"https://h\"\nvalue = \"k\"\n", "credential[0].key", 1, "needs key"),
+        (
+            "[[credential]]\nname = \"a\"\ntype = \"api-key\"\nmatch = \"https://h\"\nvalue = \"k\"\n",
+            "credential[0].key", 1, "needs key"
+        ),
         // What `authproxy doctor` left to fill in.
         (
             "[[credential]]\nname = \"a\"\ntype = \"arcgis-token\"\nmatch = \"https://h/arcgis\"\nusername = \"REPLACE_ME\"\n",
@@ -171,7 +188,8 @@ func expectRejected(_ loader: ConfigLoader, _ text: String, key: String, line: I
 
 @Suite struct TOMLParserTests {
     @Test func values() throws {
-        let t = try TOMLParser.parse("""
+        let t = try TOMLParser.parse(
+            """
             a = "x\\ty\\u00e9"
             b = 'C:\\path'
             c = 1_000
@@ -193,8 +211,10 @@ func expectRejected(_ loader: ConfigLoader, _ text: String, key: String, line: I
             """)
         guard case .string(let a) = t["a"]?.value else { Issue.record("a"); return }
         #expect(a == "x\ty\u{e9}")
-        guard case .string(let b) = t["b"]?.value, case .integer(let c) = t["c"]?.value, case .integer(let d) = t["d"]?.value,
-            case .float(let e) = t["e"]?.value, case .bool(let f) = t["f"]?.value, case .datetime(let g) = t["g"]?.value,
+        guard case .string(let b) = t["b"]?.value, case .integer(let c) = t["c"]?.value,
+            case .integer(let d) = t["d"]?.value,
+            case .float(let e) = t["e"]?.value, case .bool(let f) = t["f"]?.value,
+            case .datetime(let g) = t["g"]?.value,
             case .array(let h) = t["h"]?.value, case .table(let i) = t["i"]?.value, case .string(let j) = t["j"]?.value,
             case .table(let k) = t["k"]?.value, case .array(let arr) = t["arr"]?.value
         else { Issue.record("types"); return }
@@ -216,12 +236,14 @@ func expectRejected(_ loader: ConfigLoader, _ text: String, key: String, line: I
     @Test func nestingDepthIsBounded() throws {
         let deep = TOMLParser.maxDepth
         _ = try TOMLParser.parse("a = " + String(repeating: "[", count: deep) + String(repeating: "]", count: deep))
-        _ = try TOMLParser.parse("a = " + String(repeating: "{b = ", count: deep) + "1" + String(repeating: "}", count: deep))
+        _ = try TOMLParser.parse(
+            "a = " + String(repeating: "{b = ", count: deep) + "1" + String(repeating: "}", count: deep))
         _ = try TOMLParser.parse(Array(repeating: "a", count: deep).joined(separator: ".") + " = 1")
         for text in [
             "a = " + String(repeating: "[", count: 100_000), "a = " + String(repeating: "[{x = ", count: 50_000),
             // A chain of tables this long crashed when released (recursive deinit), not while parsed.
-            "a" + String(repeating: ".a", count: 200_000) + " = 1", "[a" + String(repeating: ".a", count: 200_000) + "]",
+            "a" + String(repeating: ".a", count: 200_000) + " = 1",
+            "[a" + String(repeating: ".a", count: 200_000) + "]",
         ] {
             #expect(throws: TOMLError.self) { try TOMLParser.parse(text) }
         }
@@ -236,7 +258,8 @@ func expectRejected(_ loader: ConfigLoader, _ text: String, key: String, line: I
 @Suite struct MatchPrefixTests {
     @Test func segments() throws {
         let p = try #require(MatchPrefix.parse("https://gis.example.com/arcgis/"))
-        let yes = URLTarget(scheme: "https", host: "gis.example.com", port: 443, pathAndQuery: "/arcgis/rest/services?f=json")
+        let yes = URLTarget(
+            scheme: "https", host: "gis.example.com", port: 443, pathAndQuery: "/arcgis/rest/services?f=json")
         let exact = URLTarget(scheme: "https", host: "gis.example.com", port: 443, pathAndQuery: "/arcgis")
         let sibling = URLTarget(scheme: "https", host: "gis.example.com", port: 443, pathAndQuery: "/arcgisdata/x")
         let otherPort = URLTarget(scheme: "https", host: "gis.example.com", port: 8443, pathAndQuery: "/arcgis/x")

@@ -13,7 +13,10 @@ import Testing
         #expect(try #require(HostPattern.parse(text)).description == shown)
     }
 
-    @Test(arguments: ["", "https://iis.corp", "iis.corp/x", "*", "*.", "a*.corp", "iis.corp:0", "iis.corp:x", "user@iis.corp", "*.[::1]"])
+    @Test(arguments: [
+        "", "https://iis.corp", "iis.corp/x", "*", "*.", "a*.corp", "iis.corp:0", "iis.corp:x", "user@iis.corp",
+        "*.[::1]",
+    ])
     func refused(_ text: String) {
         #expect(HostPattern.parse(text) == nil, "\(text)")
     }
@@ -34,7 +37,8 @@ import Testing
             ("[::1]:443", "::1", 443, true),
         ]
         for r in rows {
-            #expect(try #require(HostPattern.parse(r.pattern)).matches(host: r.host, port: r.port) == r.expected,
+            #expect(
+                try #require(HostPattern.parse(r.pattern)).matches(host: r.host, port: r.port) == r.expected,
                 "\(r.pattern) ~ \(r.host):\(r.port)")
         }
     }

@@ -12,7 +12,9 @@ import Testing
             "trust": MemoryLayout<ServerTrustSettings>.size, "password": MemoryLayout<PasswordSettings>.size,
             "kerberos": MemoryLayout<KerberosSettings>.size, "cert": MemoryLayout<ClientCertificateSettings>.size,
         ]
-        #expect(MemoryLayout<Credential.Kind>.size <= 64, "Credential.Kind is \(MemoryLayout<Credential.Kind>.size) bytes: \(sizes)")
+        #expect(
+            MemoryLayout<Credential.Kind>.size <= 64,
+            "Credential.Kind is \(MemoryLayout<Credential.Kind>.size) bytes: \(sizes)")
         #expect(MemoryLayout<Credential>.size <= 160, "Credential is \(MemoryLayout<Credential>.size) bytes")
     }
 }

@@ -6,7 +6,8 @@ import Testing
 /// settings is told apart from a wrong password.
 @Suite struct PasswordSettingsTests {
     static func settings(_ schemes: Set<PasswordScheme>, allowBasicOverHTTP: Bool = false) -> PasswordSettings {
-        PasswordSettings(username: "u", password: "p", domain: nil, schemes: schemes, allowBasicOverHTTP: allowBasicOverHTTP)
+        PasswordSettings(
+            username: "u", password: "p", domain: nil, schemes: schemes, allowBasicOverHTTP: allowBasicOverHTTP)
     }
 
     @Test func basicOnlyOverHTTPNamesTheSetting() throws {
@@ -14,7 +15,8 @@ import Testing
         let cause = try #require(all.unanswerable(offered: ["Basic"], overHTTPS: false))
         #expect(cause.contains("allow_basic_over_http = true"))
         #expect(all.unanswerable(offered: ["Basic"], overHTTPS: true) == nil)
-        #expect(Self.settings([.basic], allowBasicOverHTTP: true).unanswerable(offered: ["basic"], overHTTPS: false) == nil)
+        #expect(
+            Self.settings([.basic], allowBasicOverHTTP: true).unanswerable(offered: ["basic"], overHTTPS: false) == nil)
     }
 
     @Test func answerableChallengesMeanTheSecretWasRefused() {

@@ -5,10 +5,12 @@ import Testing
 /// `no_proxy` as the README states it, over ``NoProxyList``: no name is ever resolved.
 @Suite struct NoProxyListTests {
     static let list: NoProxyList = {
-        guard case .success(let l) = NoProxyList.parse([
-            "intranet", ".corp.example", "*.wild.example", "plain.example", "gis.example:8443", "10.0.0.0/8",
-            "192.168.1.5", "[fd00::1]", "fd00:1::/32", "<local>",
-        ]) else { fatalError("list does not parse") }
+        guard
+            case .success(let l) = NoProxyList.parse([
+                "intranet", ".corp.example", "*.wild.example", "plain.example", "gis.example:8443", "10.0.0.0/8",
+                "192.168.1.5", "[fd00::1]", "fd00:1::/32", "<local>",
+            ])
+        else { fatalError("list does not parse") }
         return l
     }()
 

@@ -15,11 +15,11 @@ import Testing
     }
 
     @Test(arguments: [
-        "proxy.corp.example:8080",          // no scheme
-        "http://proxy.corp.example",        // http needs a port
-        "ftp://proxy:21",                   // not a proxy scheme
-        "http://user:pw@proxy:8080",        // the password belongs in a credential
-        "http://proxy:8080/path",           // no path
+        "proxy.corp.example:8080",  // no scheme
+        "http://proxy.corp.example",  // http needs a port
+        "ftp://proxy:21",  // not a proxy scheme
+        "http://user:pw@proxy:8080",  // the password belongs in a credential
+        "http://proxy:8080/path",  // no path
         "http://proxy:8080?x=1",
         "http://*.corp:8080",
         "http://:8080",

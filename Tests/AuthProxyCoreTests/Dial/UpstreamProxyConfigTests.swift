@@ -5,7 +5,8 @@ import Testing
 /// `[proxy] upstream_proxy` and its companions as the configuration loader reads them, and the planner's route.
 @Suite struct UpstreamProxyConfigTests {
     static func load(_ proxy: String, credentials: String = "") throws(ConfigError) -> ProxyConfig {
-        try ConfigLoader(environment: [:]).parse("[proxy]\nlisten = [\"127.0.0.1:3128\"]\n" + proxy + "\n" + credentials)
+        try ConfigLoader(environment: [:]).parse(
+            "[proxy]\nlisten = [\"127.0.0.1:3128\"]\n" + proxy + "\n" + credentials)
     }
 
     static let parentCredential = """
@@ -17,7 +18,8 @@ import Testing
         """
 
     @Test func aListWithACredentialThatHasNoMatch() throws {
-        let c = try Self.load("""
+        let c = try Self.load(
+            """
             upstream_proxy = ["http://p1.corp:8080", "https://p2.corp"]
             upstream_proxy_credential = "corp"
             upstream_proxy_backoff_seconds = 7
@@ -50,13 +52,15 @@ import Testing
 
     @Test func theParentCredentialMustBePasswordOrKerberos() {
         do {
-            _ = try Self.load("upstream_proxy = \"http://p:1\"\nupstream_proxy_credential = \"k\"", credentials: """
-                [[credential]]
-                name = "k"
-                type = "api-key"
-                key = "K"
-                match = ["https://x.example"]
-                """)
+            _ = try Self.load(
+                "upstream_proxy = \"http://p:1\"\nupstream_proxy_credential = \"k\"",
+                credentials: """
+                    [[credential]]
+                    name = "k"
+                    type = "api-key"
+                    key = "K"
+                    match = ["https://x.example"]
+                    """)
             Issue.record("accepted an api-key parent credential")
         } catch {
             #expect(error.key == "proxy.upstream_proxy_credential")
@@ -65,8 +69,10 @@ import Testing
 
     @Test func otherCredentialsStillNeedMatch() {
         do {
-            _ = try Self.load("upstream_proxy = \"http://p:1\"\nupstream_proxy_credential = \"corp\"",
-                credentials: Self.parentCredential + "\n[[credential]]\nname = \"x\"\ntype = \"api-key\"\nkey = \"K\"\n")
+            _ = try Self.load(
+                "upstream_proxy = \"http://p:1\"\nupstream_proxy_credential = \"corp\"",
+                credentials: Self.parentCredential + "\n[[credential]]\nname = \"x\"\ntype = \"api-key\"\nkey = \"K\"\n"
+            )
             Issue.record("accepted a credential without match")
         } catch {
             #expect(error.key.hasSuffix(".match"), "\(error)")
@@ -83,14 +89,20 @@ import Testing
         return ParentRouting(config: u, credentials: [], health: ParentHealth(backoffSeconds: 30))
     }()
 
-    static func plan(_ request: String, deny: [AddressBlock] = AddressBlock.defaultDenied, via: String? = "1.1 authproxy-0000beef")
+    static func plan(
+        _ request: String, deny: [AddressBlock] = AddressBlock.defaultDenied, via: String? = "1.1 authproxy-0000beef"
+    )
         -> Result<ForwardPlan, RequestPlannerTests.Answered>
     {
         let h = RequestPlannerTests.head(request)
         guard case .absolute(let url) = h.target else { fatalError("not absolute") }
         var plan = ForwardPlan(url: url)
-        if let a = RequestPlanner.plan(h, url: url, store: CredentialStore([]), settings: .init(unmatched: .relay,
-            maxReplayBytes: 100, insideInterception: false, routing: routing, denyDestinations: deny, ownVia: via), into: &plan)
+        if let a = RequestPlanner.plan(
+            h, url: url, store: CredentialStore([]),
+            settings: .init(
+                unmatched: .relay,
+                maxReplayBytes: 100, insideInterception: false, routing: routing, denyDestinations: deny, ownVia: via),
+            into: &plan)
         {
             return .failure(.init(answer: a))
         }
@@ -104,14 +116,21 @@ import Testing
         // deny_destinations still holds for an IP literal the parent would reach
         ("GET http://169.254.169.254/latest HTTP/1.1\nHost: 169.254.169.254\n\n", "answer 403"),
         // a request that already went through this process
-        ("GET http://gis.example.com/x HTTP/1.1\nHost: gis.example.com\nVia: 1.1 squid, 1.1 authproxy-0000beef\n\n", "answer 508"),
-        ("GET http://gis.example.com/x HTTP/1.1\nHost: gis.example.com\nVia: 1.1 authproxy-0000cafe\n\n", "parent:3128"),
+        (
+            "GET http://gis.example.com/x HTTP/1.1\nHost: gis.example.com\nVia: 1.1 squid, 1.1 authproxy-0000beef\n\n",
+            "answer 508"
+        ),
+        (
+            "GET http://gis.example.com/x HTTP/1.1\nHost: gis.example.com\nVia: 1.1 authproxy-0000cafe\n\n",
+            "parent:3128"
+        ),
     ])
     func routes(_ request: String, _ expected: String) {
         let got: String
         switch Self.plan(request) {
         case .failure(let a): got = "answer \(a.answer.error.status)"
-        case .success(let p): got = p.parentRoute.map { $0.candidates.map(\.authority).joined(separator: ",") } ?? "direct"
+        case .success(let p):
+            got = p.parentRoute.map { $0.candidates.map(\.authority).joined(separator: ",") } ?? "direct"
         }
         #expect(got == expected, "\(request)")
     }

@@ -325,7 +325,10 @@ let tokenRequiredBody = #"{"error":{"code":499,"message":"Token Required","messa
 @Suite struct DoctorOAuth2AdviceTests {
     @Test func bearerChallengeProposesOAuth2() {
         var f = doctorFindings("https://ogc.example.com/ogc/collections/x/items")
-        f.response = doctorResponse(401, challenges: #"Bearer realm="ogc", authorization_uri="https://login.microsoftonline.com/t1/oauth2/authorize""#)
+        f.response = doctorResponse(
+            401,
+            challenges:
+                #"Bearer realm="ogc", authorization_uri="https://login.microsoftonline.com/t1/oauth2/authorize""#)
         let a = CredentialAdvisor.advise(f)
         #expect(a.suggestions.map(\.type) == ["oauth2"])
         let s = a.suggestions[0]
@@ -344,20 +347,25 @@ let tokenRequiredBody = #"{"error":{"code":499,"message":"Token Required","messa
         let s = CredentialAdvisor.advise(f).suggestions.filter { $0.type == "oauth2" }
         #expect(s.count == 1)
         #expect(s.first?.fields.first { $0.key == "issuer" }?.value == .string("https://kc.example.com/realms/corp"))
-        #expect(s.first?.fields.first { $0.key == "rejection" }?.value == .strings(["invalid_token", "redirect_to_issuer"]))
+        #expect(
+            s.first?.fields.first { $0.key == "rejection" }?.value == .strings(["invalid_token", "redirect_to_issuer"]))
         // A redirect on the same host (a login page of the service itself) is no identity provider.
         r.location = "https://gis.example.com/arcgis/login/authorize"
         f.response = r
         #expect(!CredentialAdvisor.advise(f).suggestions.contains { $0.type == "oauth2" })
     }
 
-    @Test(arguments: [
-        ("https://kc.example.com/realms/gis/protocol/openid-connect/auth?client_id=x", "https://kc.example.com/realms/gis"),
-        ("https://login.microsoftonline.com/t1/oauth2/v2.0/authorize", "https://login.microsoftonline.com/t1/v2.0"),
-        ("https://idp.example.com:8443/oauth2/authorize", "https://idp.example.com:8443"),
-        ("https://auth.example.com/application/o/authorize", "https://auth.example.com/application/o"),
-        ("https://example.com/login", nil),
-    ] as [(String, String?)])
+    @Test(
+        arguments: [
+            (
+                "https://kc.example.com/realms/gis/protocol/openid-connect/auth?client_id=x",
+                "https://kc.example.com/realms/gis"
+            ),
+            ("https://login.microsoftonline.com/t1/oauth2/v2.0/authorize", "https://login.microsoftonline.com/t1/v2.0"),
+            ("https://idp.example.com:8443/oauth2/authorize", "https://idp.example.com:8443"),
+            ("https://auth.example.com/application/o/authorize", "https://auth.example.com/application/o"),
+            ("https://example.com/login", nil),
+        ] as [(String, String?)])
     func issuerGuesses(_ url: String, _ issuer: String?) {
         #expect(CredentialAdvisor.issuerGuess(authorizationURL: url) == issuer)
     }

@@ -47,7 +47,8 @@ import Testing
     }
 
     @Test func anHTTP10ClientWithoutALengthGetsACloseDelimitedBody() {
-        let f = ResponseFraming.decide(status: 200, isHeadRequest: false, upstreamLength: nil, clientMinorVersion: 0, keepAlive: true)
+        let f = ResponseFraming.decide(
+            status: 200, isHeadRequest: false, upstreamLength: nil, clientMinorVersion: 0, keepAlive: true)
         #expect(f == ResponseFraming(noBody: false, chunked: false, contentLength: nil, keepAlive: false))
         var m = Self.forwarding(.init(minorVersion: 0))
         _ = m.responseHeadCommitted(status: 200, framing: f, inspection: .none)
@@ -217,7 +218,9 @@ import Testing
         #expect(m.tick(now: 2 * Self.s, clientPending: 0, lastSendProgress: 0, clientReadsPaused: false) == .none)
         #expect(m.tick(now: 2 * Self.s, clientPending: 0, lastSendProgress: 0, clientReadsPaused: true) == .probeClient)
         // The timeouts still come first.
-        #expect(m.tick(now: 40 * Self.s, clientPending: 0, lastSendProgress: 0, clientReadsPaused: true) == .upstreamStalled)
+        #expect(
+            m.tick(now: 40 * Self.s, clientPending: 0, lastSendProgress: 0, clientReadsPaused: true) == .upstreamStalled
+        )
         // The probe found the client gone.
         #expect(m.clientGone() == .close(logStatus: 499))
         #expect(m.isClosed)
@@ -339,7 +342,8 @@ import Testing
         (101, false, Int64?.none, Int64?.none),
     ])
     func bodilessResponses(status: Int, isHead: Bool, upstream: Int64?, sent: Int64?) {
-        let f = ResponseFraming.decide(status: status, isHeadRequest: isHead, upstreamLength: upstream, clientMinorVersion: 1, keepAlive: true)
+        let f = ResponseFraming.decide(
+            status: status, isHeadRequest: isHead, upstreamLength: upstream, clientMinorVersion: 1, keepAlive: true)
         #expect(f.noBody)
         #expect(!f.chunked)
         #expect(f.contentLength == sent)
@@ -348,7 +352,8 @@ import Testing
 
     @Test func bodyBytesOfABodilessResponseAreDroppedAndTheExchangeEnds() {
         var m = Self.forwarding(.init(isHead: true))
-        let f = ResponseFraming.decide(status: 200, isHeadRequest: true, upstreamLength: 5, clientMinorVersion: 1, keepAlive: true)
+        let f = ResponseFraming.decide(
+            status: 200, isHeadRequest: true, upstreamLength: 5, clientMinorVersion: 1, keepAlive: true)
         _ = m.responseHeadCommitted(status: 200, framing: f, inspection: .none)
         #expect(m.upstreamBody(count: 5, clientPending: 0, clientFailed: false, now: 1) == .discard)
         #expect(m.transferEnded(.success) == .complete(f))
@@ -356,8 +361,10 @@ import Testing
     }
 
     @Test func noLengthMeansChunkedForHTTP11Clients() {
-        #expect(ResponseFraming.decide(status: 200, isHeadRequest: false, upstreamLength: nil, clientMinorVersion: 1, keepAlive: true)
-            == Self.chunked)
+        #expect(
+            ResponseFraming.decide(
+                status: 200, isHeadRequest: false, upstreamLength: nil, clientMinorVersion: 1, keepAlive: true)
+                == Self.chunked)
     }
 
     // MARK: token rejection: sniffing, holding, retry
@@ -675,7 +682,7 @@ import Testing
     }
 
     @Test func aRequestWhoseBodyIsStillComingIsNotRetried() {
-        var m = ExchangeStateMachineTests.forwarding(.init(hasBody: true))
+        let m = ExchangeStateMachineTests.forwarding(.init(hasBody: true))
         #expect(!m.mayResendUpstream)
     }
 

@@ -24,8 +24,9 @@ import Testing
     @Test func onlyTheAuthorizationFieldCounts() {
         #expect(!ConnectionBoundAuthentication.starts(HTTPHeaders([("Proxy-Authorization", "NTLM abc")])))
         #expect(!ConnectionBoundAuthentication.starts(HTTPHeaders([("X-Esri-Authorization", "Negotiate abc")])))
-        #expect(ConnectionBoundAuthentication.starts(
-            HTTPHeaders([("Authorization", "Basic abc"), ("Authorization", "NTLM abc")])))
+        #expect(
+            ConnectionBoundAuthentication.starts(
+                HTTPHeaders([("Authorization", "Basic abc"), ("Authorization", "NTLM abc")])))
     }
 
     @Test func anyOwnSchemeButBearerMeansTheClientLogsInItself() {

@@ -5,8 +5,10 @@ import Testing
 /// Issue 25 item 10: a field the proxy sets is not the client's to name as hop-by-hop.
 @Suite struct HTTPHeadersInjectedTests {
     @Test func anInjectedFieldLeavesTheClientsConnectionLists() {
-        var h = HTTPHeaders([("Host", "gis"), ("Connection", "keep-alive, X-Esri-Authorization , referer"),
-            ("Proxy-Connection", "x-esri-authorization"), ("X-Esri-Authorization", "Bearer client")])
+        var h = HTTPHeaders([
+            ("Host", "gis"), ("Connection", "keep-alive, X-Esri-Authorization , referer"),
+            ("Proxy-Connection", "x-esri-authorization"), ("X-Esri-Authorization", "Bearer client"),
+        ])
         h.setInjected(name: "X-Esri-Authorization", value: "Bearer KEY")
         #expect(h.values("connection") == ["keep-alive, referer"])
         #expect(h.values("proxy-connection") == [])

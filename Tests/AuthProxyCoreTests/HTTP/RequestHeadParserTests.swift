@@ -20,17 +20,23 @@ private func status(_ text: String) -> Int? {
 
 @Suite struct RequestHeadParserTests {
     @Test func absoluteForm() throws {
-        let h = try #require(head("GET http://Example.com:8080/arcgis/rest?f=json HTTP/1.1\r\nHost: example.com\r\n\r\n"))
+        let h = try #require(
+            head("GET http://Example.com:8080/arcgis/rest?f=json HTTP/1.1\r\nHost: example.com\r\n\r\n"))
         #expect(h.method == "GET")
-        #expect(h.target == .absolute(URLTarget(scheme: "http", host: "example.com", port: 8080, pathAndQuery: "/arcgis/rest?f=json")))
+        #expect(
+            h.target
+                == .absolute(
+                    URLTarget(scheme: "http", host: "example.com", port: 8080, pathAndQuery: "/arcgis/rest?f=json")))
         #expect(h.keepAlive)
         #expect(h.framing == .none)
     }
 
     @Test func fragmentsAndPercentHostsAreRefused() {
-        for text in ["GET /a#b HTTP/1.1\r\nHost: x\r\n\r\n", "GET /x#/../../secure HTTP/1.1\r\nHost: x\r\n\r\n",
-                     "GET http://h/a#b HTTP/1.1\r\n\r\n", "GET http://127%2e0%2e0%2e1/ HTTP/1.1\r\n\r\n",
-                     "CONNECT h%6fst:443 HTTP/1.1\r\n\r\n"] {
+        for text in [
+            "GET /a#b HTTP/1.1\r\nHost: x\r\n\r\n", "GET /x#/../../secure HTTP/1.1\r\nHost: x\r\n\r\n",
+            "GET http://h/a#b HTTP/1.1\r\n\r\n", "GET http://127%2e0%2e0%2e1/ HTTP/1.1\r\n\r\n",
+            "CONNECT h%6fst:443 HTTP/1.1\r\n\r\n",
+        ] {
             #expect(status(text) == 400, "\(text)")
         }
     }
@@ -45,7 +51,9 @@ private func status(_ text: String) -> Int? {
     }
 
     @Test func authorityAndOriginForms() throws {
-        #expect(head("CONNECT h.example:443 HTTP/1.1\r\nHost: h.example:443\r\n\r\n")?.target == .authority(host: "h.example", port: 443))
+        #expect(
+            head("CONNECT h.example:443 HTTP/1.1\r\nHost: h.example:443\r\n\r\n")?.target
+                == .authority(host: "h.example", port: 443))
         #expect(head("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")?.target == .origin(path: "/healthz"))
         #expect(status("CONNECT h.example HTTP/1.1\r\n\r\n") == 400)
     }
@@ -67,7 +75,9 @@ private func status(_ text: String) -> Int? {
 
     @Test func framing() {
         #expect(head("POST http://h/ HTTP/1.1\r\nContent-Length: 10\r\n\r\n")?.framing == .contentLength(10))
-        #expect(head("POST http://h/ HTTP/1.1\r\nContent-Length: 10\r\nContent-Length: 10\r\n\r\n")?.framing == .contentLength(10))
+        #expect(
+            head("POST http://h/ HTTP/1.1\r\nContent-Length: 10\r\nContent-Length: 10\r\n\r\n")?.framing
+                == .contentLength(10))
         #expect(head("POST http://h/ HTTP/1.1\r\nContent-Length: 7, 7\r\n\r\n")?.framing == .contentLength(7))
         #expect(head("POST http://h/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n")?.framing == .chunked)
         #expect(head("POST http://h/ HTTP/1.1\r\nTransfer-Encoding: Chunked\r\n\r\n")?.framing == .chunked)
@@ -75,7 +85,10 @@ private func status(_ text: String) -> Int? {
 
     /// Each malformed or ambiguous request and the status it must get.
     @Test(arguments: [
-        ("smuggling: CL + TE", "POST http://h/ HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
+        (
+            "smuggling: CL + TE", "POST http://h/ HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
+            400
+        ),
         ("smuggling: differing CL", "POST http://h/ HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n", 400),
         ("smuggling: CL list differs", "POST http://h/ HTTP/1.1\r\nContent-Length: 5, 6\r\n\r\n", 400),
         ("CL not a number", "POST http://h/ HTTP/1.1\r\nContent-Length: +5\r\n\r\n", 400),
@@ -84,7 +97,10 @@ private func status(_ text: String) -> Int? {
         ("TE gzip", "POST http://h/ HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", 501),
         ("TE gzip, chunked", "POST http://h/ HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501),
         ("TE chunked, gzip", "POST http://h/ HTTP/1.1\r\nTransfer-Encoding: chunked, gzip\r\n\r\n", 501),
-        ("TE chunked twice", "POST http://h/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", 501),
+        (
+            "TE chunked twice",
+            "POST http://h/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", 501
+        ),
         ("TE identity", "POST http://h/ HTTP/1.1\r\nTransfer-Encoding: identity\r\n\r\n", 501),
         ("TE in HTTP/1.0", "POST http://h/ HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
         ("obs-fold", "GET http://h/ HTTP/1.1\r\nX-A: 1\r\n  continued\r\n\r\n", 400),
@@ -158,8 +174,12 @@ private func status(_ text: String) -> Int? {
     }
 
     @Test func expectContinue() {
-        #expect(head("PUT http://h/ HTTP/1.1\r\nExpect: 100-Continue\r\nContent-Length: 1\r\n\r\n")?.expectsContinue == true)
-        #expect(head("PUT http://h/ HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\n")?.expectsContinue == false)
+        #expect(
+            head("PUT http://h/ HTTP/1.1\r\nExpect: 100-Continue\r\nContent-Length: 1\r\n\r\n")?.expectsContinue == true
+        )
+        #expect(
+            head("PUT http://h/ HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\n")?.expectsContinue
+                == false)
     }
 
     @Test func repeatedHeadersKeepOrder() throws {

@@ -378,12 +378,15 @@ let headCases: [HeadCase] = [
         (407, ["NTLM"], false),
         (200, ["Negotiate oYGzMIGw"], false),
     ])
-    func sessionBasedAuthenticationIsAnnouncedForWindowsLogins(_ status: Int, _ challenges: [String], _ expected: Bool) {
+    func sessionBasedAuthenticationIsAnnouncedForWindowsLogins(_ status: Int, _ challenges: [String], _ expected: Bool)
+    {
         #expect(ProxySupport.applies(status: status, wwwAuthenticate: challenges) == expected)
         let lines = ["HTTP/1.1 \(status) X"] + challenges.map { "WWW-Authenticate: \($0)" } + ["Content-Length: 0", ""]
         var a = ResponseHeadAssembler()
         let head = assemble(lines, options: headCases[0].options, answersChallenges: false, assembler: &a).head
-        #expect(head.contains("\r\nProxy-Support: Session-Based-Authentication\r\nConnection: Proxy-Support\r\n") == expected)
+        #expect(
+            head.contains("\r\nProxy-Support: Session-Based-Authentication\r\nConnection: Proxy-Support\r\n")
+                == expected)
         #expect(head.contains("Proxy-Support") == expected)
     }
 
@@ -412,7 +415,8 @@ let headCases: [HeadCase] = [
     ])
     func statusAsLibcurlReadsIt(_ statusLine: String, _ status: Int, _ expectedStart: String) {
         var a = ResponseHeadAssembler()
-        let got = assemble([statusLine + "\r\n", "Content-Length: 5\r\n", "\r\n"], options: makeOptions(), assembler: &a)
+        let got = assemble(
+            [statusLine + "\r\n", "Content-Length: 5\r\n", "\r\n"], options: makeOptions(), assembler: &a)
         #expect(a.status == status, "\(statusLine)")
         #expect(got.head == expectedStart + via + "\r\n", "\(statusLine)")
         #expect(got.framing.noBody == (status == 204 || status == 304), "\(statusLine)")
@@ -431,8 +435,10 @@ let headCases: [HeadCase] = [
     /// A substituted 502 does not carry the length of the head it replaces: that body never comes (an e2e corpus
     /// finding, with `HTTP/1.1 100 Continue` + `Content-Length: 5`, or a head cut after `Content-Length: 100`).
     @Test func substitutedStatusDropsTheUpstreamLength() {
-        for lines in [["HTTP/1.1 100 Continue", "Content-Length: 5", ""], ["HTTP/1.1 200 OK", "Content-Length: 100"],
-                      ["HTTP/1.1 101 Switching Protocols", "Upgrade: x", "Content-Length: 9", ""]] {
+        for lines in [
+            ["HTTP/1.1 100 Continue", "Content-Length: 5", ""], ["HTTP/1.1 200 OK", "Content-Length: 100"],
+            ["HTTP/1.1 101 Switching Protocols", "Upgrade: x", "Content-Length: 9", ""],
+        ] {
             var a = ResponseHeadAssembler()
             for l in lines { _ = Array((l + "\r\n").utf8).withUnsafeBytes { a.add(line: $0) } }
             a.substituteStatus(502)
@@ -447,7 +453,8 @@ let headCases: [HeadCase] = [
     /// A line that looks like a status line inside a head is a field to libcurl (it has a colon), not a new head.
     @Test func statusLineOnlyAtTheStartOfAHead() {
         var a = ResponseHeadAssembler()
-        let got = assemble(["HTTP/1.1 204 No Content\r\n", "HTTP/1.1 200 OK: x\r\n", "Content-Length: 5\r\n", "\r\n"],
+        let got = assemble(
+            ["HTTP/1.1 204 No Content\r\n", "HTTP/1.1 200 OK: x\r\n", "Content-Length: 5\r\n", "\r\n"],
             options: makeOptions(), assembler: &a)
         #expect(a.status == 204)
         #expect(got.framing.noBody)
@@ -659,8 +666,11 @@ let headCases: [HeadCase] = [
             Array(v).withUnsafeBytes { RedirectTokenScrub.scrub($0, token: "T") }
         }
         var out = ByteBuffer()
-        _ = a.write(into: &out, options: .init(isHeadRequest: false, clientMinorVersion: 1, keepAlive: true,
-            corsOrigin: nil, via: "1.1 authproxy"))
+        _ = a.write(
+            into: &out,
+            options: .init(
+                isHeadRequest: false, clientMinorVersion: 1, keepAlive: true,
+                corsOrigin: nil, via: "1.1 authproxy"))
         let head = String(decoding: out.unreadBytes, as: UTF8.self)
         #expect(head.contains("Location: https://h/a?f=json\r\n"))
         #expect(head.contains("content-location: /a\r\n"))
@@ -684,14 +694,18 @@ let headCases: [HeadCase] = [
 @Suite struct ResponseHeadCORSTests {
     private func head(cors: String?, vary: Bool) -> String {
         var a = ResponseHeadAssembler()
-        for l in ["HTTP/1.1 200 OK\r\n", "Access-Control-Allow-Origin: *\r\n", "Vary: Accept-Encoding\r\n",
-            "Content-Length: 0\r\n", "\r\n"]
-        {
+        for l in [
+            "HTTP/1.1 200 OK\r\n", "Access-Control-Allow-Origin: *\r\n", "Vary: Accept-Encoding\r\n",
+            "Content-Length: 0\r\n", "\r\n",
+        ] {
             _ = Array(l.utf8).withUnsafeBytes { a.add(line: $0) }
         }
         var out = ByteBuffer()
-        _ = a.write(into: &out, options: .init(isHeadRequest: false, clientMinorVersion: 1, keepAlive: true,
-            corsOrigin: cors, varyOrigin: vary, via: "1.1 authproxy"))
+        _ = a.write(
+            into: &out,
+            options: .init(
+                isHeadRequest: false, clientMinorVersion: 1, keepAlive: true,
+                corsOrigin: cors, varyOrigin: vary, via: "1.1 authproxy"))
         return String(decoding: out.unreadBytes, as: UTF8.self)
     }
 

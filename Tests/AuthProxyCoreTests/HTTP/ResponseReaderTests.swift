@@ -25,7 +25,8 @@ private struct Run {
             pending += all[offset..<(offset + take)]
             offset += take
             while true {
-                let result: Result<(ResponseReader.Step, Int), ResponseReader.Failure> = pending.withUnsafeBytes { buf in
+                let result: Result<(ResponseReader.Step, Int), ResponseReader.Failure> = pending.withUnsafeBytes {
+                    buf in
                     do throws(ResponseReader.Failure) {
                         let step = try reader.next(buf)
                         return .success((step, 0))
@@ -81,11 +82,15 @@ private struct Run {
 
     @Test(arguments: splits) func switchingProtocolsAnswersAnUpgradeRequest(split: Int) {
         // The head is handed on line by line; the frame bytes behind it are left for the relay.
-        let r = Run("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n\u{81}\u{2}hi",
+        let r = Run(
+            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n\u{81}\u{2}hi",
             split: split, upgrade: true)
         #expect(r.failure == nil)
         #expect(r.switched && !r.complete && !r.reusable)
-        #expect(r.lines == ["HTTP/1.1 101 Switching Protocols\r\n", "Upgrade: websocket\r\n", "Connection: Upgrade\r\n", "\r\n"])
+        #expect(
+            r.lines == [
+                "HTTP/1.1 101 Switching Protocols\r\n", "Upgrade: websocket\r\n", "Connection: Upgrade\r\n", "\r\n",
+            ])
         #expect(r.leftover == 5)  // U+0081 is two bytes in UTF-8
     }
 
@@ -108,7 +113,8 @@ private struct Run {
     }
 
     @Test(arguments: splits) func chunkedBodyIsDechunkedAndTrailersDropped(split: Int) {
-        let r = Run("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;ext=1\r\nhello\r\nA\r\n0123456789\r\n0\r\nT: 1\r\n\r\n",
+        let r = Run(
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;ext=1\r\nhello\r\nA\r\n0123456789\r\n0\r\nT: 1\r\n\r\n",
             split: split)
         #expect(r.failure == nil)
         #expect(r.body == Array("hello0123456789".utf8))
@@ -127,8 +133,10 @@ private struct Run {
         #expect(r.complete && !r.reusable)
     }
 
-    @Test(arguments: ["HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n",
-        "HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\n"])
+    @Test(arguments: [
+        "HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n",
+        "HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\n",
+    ])
     func bodilessStatusesHaveNoBodyAndEndTheConnection(head: String) {
         let r = Run(head + "hello")
         #expect(r.complete && !r.reusable && r.body.isEmpty && r.leftover == 5)
@@ -140,7 +148,9 @@ private struct Run {
     }
 
     @Test func interimResponsesArePassedOnBeforeTheFinalOne() {
-        let r = Run("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nx")
+        let r = Run(
+            "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nx"
+        )
         #expect(r.lines.first == "HTTP/1.1 100 Continue\r\n")
         #expect(r.lines.contains("HTTP/1.1 200 OK\r\n"))
         #expect(r.body == [120] && r.reusable)
@@ -176,7 +186,10 @@ private struct Run {
         ("HTTP/1.1 200 OK\r\nContent-Length: +5\r\n\r\nhello", .invalidContentLength),
         ("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n 6\r\n\r\nhello", .foldedFramingField),
         ("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\n\r\n", .invalidTransferEncoding),
-        ("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", .invalidTransferEncoding),
+        (
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+            .invalidTransferEncoding
+        ),
         ("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nx\r\n", .invalidChunk),
         ("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\nhello\r\n", .invalidChunk),
         ("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1000000000000000\r\n", .invalidChunk),

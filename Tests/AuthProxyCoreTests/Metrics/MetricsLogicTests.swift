@@ -46,9 +46,11 @@ import Testing
 
     @Test func theAnsweringSchemeIsTheMostSecureTheCredentialCanUse() {
         var auth = NetworkAuth()
-        auth.password = PasswordSettings(username: "u", password: "p", domain: nil, schemes: [.basic, .digest],
+        auth.password = PasswordSettings(
+            username: "u", password: "p", domain: nil, schemes: [.basic, .digest],
             allowBasicOverHTTP: false)
-        #expect(NetworkAuthScheme.answered(offered: ["Basic realm=\"a\"", "Digest realm=\"a\""], auth: auth) == "digest")
+        #expect(
+            NetworkAuthScheme.answered(offered: ["Basic realm=\"a\"", "Digest realm=\"a\""], auth: auth) == "digest")
         #expect(NetworkAuthScheme.answered(offered: ["NTLM"], auth: auth) == nil)
         auth.password?.schemes = [.ntlm, .basic]
         #expect(NetworkAuthScheme.answered(offered: ["Negotiate, NTLM", "Basic"], auth: auth) == "ntlm")

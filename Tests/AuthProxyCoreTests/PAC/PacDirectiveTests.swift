@@ -4,13 +4,21 @@ import Testing
 
 /// `FindProxyForURL` answers read into failover lists, as browsers read them.
 @Suite struct PacDirectiveTests {
-    static func http(_ h: String, _ p: Int) -> PacDirective.Choice { .proxy(ParentProxy(scheme: .http, host: h, port: p)) }
-    static func https(_ h: String, _ p: Int) -> PacDirective.Choice { .proxy(ParentProxy(scheme: .https, host: h, port: p)) }
-    static func socks(_ h: String, _ p: Int) -> PacDirective.Choice { .proxy(ParentProxy(scheme: .socks5h, host: h, port: p)) }
+    static func http(_ h: String, _ p: Int) -> PacDirective.Choice {
+        .proxy(ParentProxy(scheme: .http, host: h, port: p))
+    }
+    static func https(_ h: String, _ p: Int) -> PacDirective.Choice {
+        .proxy(ParentProxy(scheme: .https, host: h, port: p))
+    }
+    static func socks(_ h: String, _ p: Int) -> PacDirective.Choice {
+        .proxy(ParentProxy(scheme: .socks5h, host: h, port: p))
+    }
 
     static let table: [(answer: String, choices: [PacDirective.Choice], skipped: Int)] = [
-        ("PROXY a:8080; HTTPS b:443; SOCKS5 c:1080; SOCKS d:1080; DIRECT",
-         [http("a", 8080), https("b", 443), socks("c", 1080), socks("d", 1080), .direct], 0),
+        (
+            "PROXY a:8080; HTTPS b:443; SOCKS5 c:1080; SOCKS d:1080; DIRECT",
+            [http("a", 8080), https("b", 443), socks("c", 1080), socks("d", 1080), .direct], 0
+        ),
         ("DIRECT", [.direct], 0),
         ("direct", [.direct], 0),
         ("proxy A.Corp.Example:3128", [http("a.corp.example", 3128)], 0),
@@ -41,8 +49,11 @@ import Testing
 
     @Test func aSkippedEntrySaysWhy() {
         let d = PacDirective.parse("SOCKS4 s:1080; WHAT x:1; PROXY bad:port")
-        #expect(d.skipped == ["SOCKS4 s:1080: SOCKS4 parents are not supported (SOCKS5 is)",
-            "WHAT x:1: unknown keyword WHAT", "PROXY bad:port: bad:port is not a host:port"])
+        #expect(
+            d.skipped == [
+                "SOCKS4 s:1080: SOCKS4 parents are not supported (SOCKS5 is)",
+                "WHAT x:1: unknown keyword WHAT", "PROXY bad:port: bad:port is not a host:port",
+            ])
     }
 
     static let routes: [(answer: String, parents: [String], fallbackDirect: Bool)] = [

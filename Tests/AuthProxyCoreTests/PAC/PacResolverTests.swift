@@ -33,7 +33,9 @@ import Testing
     /// Configures `resolver` on `path` and waits for the read to end.
     func load(_ resolver: PacResolver, _ path: String) {
         let done = DispatchSemaphore(value: 0)
-        resolver.configure(.file(path), refreshSeconds: 3600, timeoutSeconds: 5, logger: Logger(label: "test")) { done.signal() }
+        resolver.configure(.file(path), refreshSeconds: 3600, timeoutSeconds: 5, logger: Logger(label: "test")) {
+            done.signal()
+        }
         done.wait()
     }
 

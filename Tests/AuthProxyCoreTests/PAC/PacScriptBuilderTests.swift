@@ -27,13 +27,15 @@ import Testing
     @Test func rulesComeFromEveryMatchOncePerSchemeHostAndPort() throws {
         let rules = PacScriptBuilder.rules(try Self.credentials(Self.sample))
         typealias R = PacScriptBuilder.Rule
-        #expect(rules == [
-            R(scheme: "https", host: "gis.example.com", wildcard: false, port: 443),  // the two paths: one host rule
-            R(scheme: "http", host: "maps.corp", wildcard: false, port: 8080),
-            R(scheme: "https", host: "farm.example.com", wildcard: true, port: 443),
-            R(scheme: "https", host: "live.example.com", wildcard: false, port: 443),  // wss is https's handshake
-            R(scheme: "http", host: "gisserver", wildcard: false, port: 80),
-        ])
+        #expect(
+            rules == [
+                // The two paths make one host rule.
+                R(scheme: "https", host: "gis.example.com", wildcard: false, port: 443),
+                R(scheme: "http", host: "maps.corp", wildcard: false, port: 8080),
+                R(scheme: "https", host: "farm.example.com", wildcard: true, port: 443),
+                R(scheme: "https", host: "live.example.com", wildcard: false, port: 443),  // wss is https's handshake
+                R(scheme: "http", host: "gisserver", wildcard: false, port: 80),
+            ])
     }
 
     @Test(arguments: [
@@ -45,14 +47,17 @@ import Testing
     }
 
     @Test func scriptListsHostsAndDomainsAndNeverResolvesNames() throws {
-        let s = PacScriptBuilder.script(rules: PacScriptBuilder.rules(try Self.credentials(Self.sample)),
+        let s = PacScriptBuilder.script(
+            rules: PacScriptBuilder.rules(try Self.credentials(Self.sample)),
             address: "proxy.corp:3128", fallback: .direct)
         #expect(s.contains(#"var authproxyDirective = "PROXY proxy.corp:3128; DIRECT";"#))
         #expect(s.contains(#""https://gis.example.com:443": 1,"#))
         #expect(s.contains(#""http://gisserver:80": 1"#))
         #expect(s.contains(#"["https", 443, ".farm.example.com"]"#))
         #expect(s.contains("function FindProxyForURL(url, host)"))
-        for blocking in ["dnsResolve", "isInNet", "myIpAddress", "isResolvable"] { #expect(!s.contains(blocking), "\(blocking)") }
+        for blocking in ["dnsResolve", "isInNet", "myIpAddress", "isResolvable"] {
+            #expect(!s.contains(blocking), "\(blocking)")
+        }
         // No trailing comma before a closing bracket (old engines read `[a,]` as two elements).
         #expect(!s.contains(",\n}") && !s.contains(",\n]"))
     }
@@ -81,9 +86,16 @@ import Testing
         let b = PacScriptBuilder.script(rules: rules, address: "p:1", fallback: .none)
         #expect(a == b)
         #expect(PacEndpoint.etag(a) == PacEndpoint.etag(b))
-        #expect(PacEndpoint.etag(a) != PacEndpoint.etag(PacScriptBuilder.script(rules: rules, address: "p:2", fallback: .none)))
-        #expect(PacEndpoint.etag(a) != PacEndpoint.etag(PacScriptBuilder.script(rules: rules, address: "p:1", fallback: .direct)))
-        #expect(PacEndpoint.etag(a) != PacEndpoint.etag(PacScriptBuilder.script(rules: Array(rules.dropLast()), address: "p:1", fallback: .none)))
+        #expect(
+            PacEndpoint.etag(a)
+                != PacEndpoint.etag(PacScriptBuilder.script(rules: rules, address: "p:2", fallback: .none)))
+        #expect(
+            PacEndpoint.etag(a)
+                != PacEndpoint.etag(PacScriptBuilder.script(rules: rules, address: "p:1", fallback: .direct)))
+        #expect(
+            PacEndpoint.etag(a)
+                != PacEndpoint.etag(
+                    PacScriptBuilder.script(rules: Array(rules.dropLast()), address: "p:1", fallback: .none)))
     }
 }
 
@@ -122,7 +134,8 @@ import Testing
         var s = Self.settings
         #expect(PacEndpoint.address(settings: s, hostHeader: "Proxy.corp:3128", listener: nil) == "proxy.corp:3128")
         #expect(PacEndpoint.address(settings: s, hostHeader: "proxy.corp", listener: nil) == "proxy.corp:80")
-        #expect(PacEndpoint.address(settings: s, hostHeader: "bad host", listener: "127.0.0.1:3128") == "127.0.0.1:3128")
+        #expect(
+            PacEndpoint.address(settings: s, hostHeader: "bad host", listener: "127.0.0.1:3128") == "127.0.0.1:3128")
         #expect(PacEndpoint.address(settings: s, hostHeader: nil, listener: nil) == nil)
         s.configuredAddress = "gw.corp:8080"
         #expect(PacEndpoint.address(settings: s, hostHeader: "proxy.corp:3128", listener: nil) == "gw.corp:8080")
@@ -132,14 +145,23 @@ import Testing
         var s = Self.settings
         let wildcard = [ListenAddress(host: "0.0.0.0", port: 3128)]
         let specific = [ListenAddress(host: "::", port: 3129), ListenAddress(host: "10.0.0.5", port: 3128)]
-        #expect(PacEndpoint.adminAddress(settings: s, listeners: specific, requestHost: "admin.corp:9128") == "10.0.0.5:3128")
-        #expect(PacEndpoint.adminAddress(settings: s, listeners: [ListenAddress(host: "::1", port: 3128)], requestHost: nil) == "[::1]:3128")
+        #expect(
+            PacEndpoint.adminAddress(settings: s, listeners: specific, requestHost: "admin.corp:9128")
+                == "10.0.0.5:3128")
+        #expect(
+            PacEndpoint.adminAddress(settings: s, listeners: [ListenAddress(host: "::1", port: 3128)], requestHost: nil)
+                == "[::1]:3128")
         // A wildcard listener: the name the admin request used, with the proxy's port (not 9128).
-        #expect(PacEndpoint.adminAddress(settings: s, listeners: wildcard, requestHost: "gw.corp:9128") == "gw.corp:3128")
-        #expect(PacEndpoint.adminAddress(settings: s, listeners: wildcard, requestHost: "[fd00::5]:9128") == "[fd00::5]:3128")
+        #expect(
+            PacEndpoint.adminAddress(settings: s, listeners: wildcard, requestHost: "gw.corp:9128") == "gw.corp:3128")
+        #expect(
+            PacEndpoint.adminAddress(settings: s, listeners: wildcard, requestHost: "[fd00::5]:9128")
+                == "[fd00::5]:3128")
         #expect(PacEndpoint.adminAddress(settings: s, listeners: wildcard, requestHost: nil) == nil)
         s.configuredAddress = "gw.corp:8080"
-        #expect(PacEndpoint.adminAddress(settings: s, listeners: specific, requestHost: "admin.corp:9128") == "gw.corp:8080")
+        #expect(
+            PacEndpoint.adminAddress(settings: s, listeners: specific, requestHost: "admin.corp:9128") == "gw.corp:8080"
+        )
     }
 
     @Test func answersWithTypeCachingAndATagThenNotModified() {
@@ -158,15 +180,20 @@ import Testing
             #expect(b.body.isEmpty)
             #expect(b.headers[1].1 == tag)
         }
-        #expect(PacEndpoint.answer(method: "GET", ifNoneMatch: "\"stale\"", address: "p.corp:3128", settings: Self.settings).status == 200)
-        #expect(PacEndpoint.answer(method: "HEAD", ifNoneMatch: nil, address: "p.corp:3128", settings: Self.settings).status == 200)
+        #expect(
+            PacEndpoint.answer(method: "GET", ifNoneMatch: "\"stale\"", address: "p.corp:3128", settings: Self.settings)
+                .status == 200)
+        #expect(
+            PacEndpoint.answer(method: "HEAD", ifNoneMatch: nil, address: "p.corp:3128", settings: Self.settings).status
+                == 200)
     }
 
     @Test func refusesOtherMethodsAndAnUnknownAddress() {
         let post = PacEndpoint.answer(method: "POST", ifNoneMatch: nil, address: "p:1", settings: Self.settings)
         #expect(post.status == 405)
         #expect(post.headers.map(\.0) == ["Allow"])
-        #expect(PacEndpoint.answer(method: "GET", ifNoneMatch: nil, address: nil, settings: Self.settings).status == 400)
+        #expect(
+            PacEndpoint.answer(method: "GET", ifNoneMatch: nil, address: nil, settings: Self.settings).status == 400)
     }
 
     @Test func theAdminRouterServesTheSameFile() {
@@ -180,18 +207,24 @@ import Testing
                 (PacEndpointTests.settings, [ListenAddress(host: "127.0.0.1", port: 3128)])
             }
         }
-        let r = AdminRouter.route(AdminRequest(method: "GET", target: "/proxy.pac", host: "127.0.0.1:9128"), hosts: [],
+        let r = AdminRouter.route(
+            AdminRequest(method: "GET", target: "/proxy.pac", host: "127.0.0.1:9128"), hosts: [],
             backend: Backend())
-        let direct = PacEndpoint.answer(method: "GET", ifNoneMatch: nil, address: "127.0.0.1:3128", settings: Self.settings)
+        let direct = PacEndpoint.answer(
+            method: "GET", ifNoneMatch: nil, address: "127.0.0.1:3128", settings: Self.settings)
         #expect(r.status == 200)
         #expect(r.contentType == PacEndpoint.contentType)
         #expect(r.body == Array(direct.body.utf8))
         let tag = PacEndpoint.etag(direct.body)
-        let again = AdminRouter.route(AdminRequest(method: "GET", target: "/wpad.dat", host: "127.0.0.1:9128", ifNoneMatch: tag),
+        let again = AdminRouter.route(
+            AdminRequest(method: "GET", target: "/wpad.dat", host: "127.0.0.1:9128", ifNoneMatch: tag),
             hosts: [], backend: Backend())
         #expect(again.status == 304)
         // The DNS-rebinding guard holds for it as for every admin route.
-        #expect(AdminRouter.route(AdminRequest(method: "GET", target: "/proxy.pac", host: "evil.example:9128"), hosts: [],
-            backend: Backend()).status != 200)
+        #expect(
+            AdminRouter.route(
+                AdminRequest(method: "GET", target: "/proxy.pac", host: "evil.example:9128"), hosts: [],
+                backend: Backend()
+            ).status != 200)
     }
 }

@@ -5,7 +5,8 @@ import Testing
 /// `header` credentials and `layer = "gateway"` stacking, as tables over ``RequestPlanner``.
 @Suite struct HeaderCredentialPlanningTests {
     static let store: CredentialStore = {
-        let c = try! ConfigLoader(environment: [:]).parse("""
+        let c = try! ConfigLoader(environment: [:]).parse(
+            """
             [proxy]
             listen = ["127.0.0.1:3128"]
 
@@ -35,7 +36,8 @@ import Testing
         let h = RequestPlannerTests.head("GET \(url) HTTP/1.1\nHost: x\n\n")
         guard case .absolute(let u) = h.target else { fatalError("not absolute") }
         var plan = ForwardPlan(url: u)
-        let answer = RequestPlanner.plan(h, url: u, store: store,
+        let answer = RequestPlanner.plan(
+            h, url: u, store: store,
             settings: .init(unmatched: .relay, maxReplayBytes: 100, insideInterception: false), into: &plan)
         #expect(answer == nil)
         return plan
@@ -72,7 +74,8 @@ import Testing
     ])
     func badHeadersAreNamed(_ headers: String, _ key: String) {
         do {
-            _ = try ConfigLoader(environment: [:]).parse("""
+            _ = try ConfigLoader(environment: [:]).parse(
+                """
                 [[credential]]
                 name = "h"
                 type = "header"
@@ -87,7 +90,8 @@ import Testing
 
     @Test func onlyHeaderCredentialsTakeTheGatewayLayer() {
         do {
-            _ = try ConfigLoader(environment: [:]).parse("""
+            _ = try ConfigLoader(environment: [:]).parse(
+                """
                 [[credential]]
                 name = "k"
                 type = "api-key"

@@ -61,13 +61,15 @@ import Testing
 
     struct Answered: Error { let answer: PlannedAnswer }
 
-    static func plan(_ request: String, store: CredentialStore = store, unmatched: UnmatchedPolicy = .relay,
-        intercepted: Bool = false) -> Result<ForwardPlan, Answered>
-    {
+    static func plan(
+        _ request: String, store: CredentialStore = store, unmatched: UnmatchedPolicy = .relay,
+        intercepted: Bool = false
+    ) -> Result<ForwardPlan, Answered> {
         let h = head(request)
         guard case .absolute(let url) = h.target else { fatalError("not absolute: \(request)") }
         var plan = ForwardPlan(url: url)
-        if let a = RequestPlanner.plan(h, url: url, store: store,
+        if let a = RequestPlanner.plan(
+            h, url: url, store: store,
             settings: .init(unmatched: unmatched, maxReplayBytes: 100, insideInterception: intercepted), into: &plan)
         {
             return .failure(Answered(answer: a))
@@ -102,11 +104,20 @@ import Testing
         ("TRACE http://other.example.com/x HTTP/1.1\nHost: other.example.com\n\n", "none"),
         // placements: header, and a small urlencoded form collected, a chunked one in the URL
         ("GET http://hdr.example.com/arcgis/rest HTTP/1.1\nHost: hdr.example.com\n\n", "hdr header"),
-        ("POST http://gis.example.com/arcgis/rest/q HTTP/1.1\nHost: gis.example.com\nContent-Type: application/x-www-form-urlencoded\nContent-Length: 3\n\n", "key form form"),
-        ("POST http://gis.example.com/arcgis/rest/q HTTP/1.1\nHost: gis.example.com\nContent-Type: application/x-www-form-urlencoded\nTransfer-Encoding: chunked\n\n", "key query"),
+        (
+            "POST http://gis.example.com/arcgis/rest/q HTTP/1.1\nHost: gis.example.com\nContent-Type: application/x-www-form-urlencoded\nContent-Length: 3\n\n",
+            "key form form"
+        ),
+        (
+            "POST http://gis.example.com/arcgis/rest/q HTTP/1.1\nHost: gis.example.com\nContent-Type: application/x-www-form-urlencoded\nTransfer-Encoding: chunked\n\n",
+            "key query"
+        ),
         // the client's own token is left alone, unless the credential overrides it
         ("GET http://gis.example.com/arcgis/rest?token=mine HTTP/1.1\nHost: gis.example.com\n\n", "none"),
-        ("GET http://gis.example.com/arcgis/rest HTTP/1.1\nHost: gis.example.com\nX-Esri-Authorization: Bearer mine\n\n", "none"),
+        (
+            "GET http://gis.example.com/arcgis/rest HTTP/1.1\nHost: gis.example.com\nX-Esri-Authorization: Bearer mine\n\n",
+            "none"
+        ),
         ("GET http://over.example.com/arcgis/rest?token=mine HTTP/1.1\nHost: over.example.com\n\n", "over query"),
         // a refreshable credential outside the ArcGIS APIs obtains nothing
         ("GET http://ent.example.com/server/rest/services HTTP/1.1\nHost: ent.example.com\n\n", "ent query"),
@@ -125,14 +136,20 @@ import Testing
         }
         #expect(a.answer.error.status == 403 && a.answer.denied == .unmatched)
         // A matched host, but a path outside every prefix, is unmatched too.
-        #expect(Self.token(Self.plan("GET http://gis.example.com/other HTTP/1.1\nHost: gis.example.com\n\n", unmatched: .deny)) == "answer 403")
+        #expect(
+            Self.token(
+                Self.plan("GET http://gis.example.com/other HTTP/1.1\nHost: gis.example.com\n\n", unmatched: .deny))
+                == "answer 403")
     }
 
     @Test func upgradeToHTTPSChangesTheUpstreamURLOnly() throws {
         let p = try Self.plan("GET http://ent.example.com/server/rest/info HTTP/1.1\nHost: ent.example.com\n\n").get()
         #expect(p.upgradedToHTTPS)
         #expect(p.upstreamURL.url == "https://ent.example.com/server/rest/info")
-        #expect(p.rateLimitTargets.map(\.url) == ["http://ent.example.com/server/rest/info", "https://ent.example.com/server/rest/info"])
+        #expect(
+            p.rateLimitTargets.map(\.url) == [
+                "http://ent.example.com/server/rest/info", "https://ent.example.com/server/rest/info",
+            ])
         let plain = try Self.plan("GET http://gis.example.com/arcgis/rest HTTP/1.1\nHost: gis.example.com\n\n").get()
         #expect(!plain.upgradedToHTTPS && plain.upstreamURL.url == "http://gis.example.com/arcgis/rest")
     }
@@ -140,7 +157,9 @@ import Testing
     @Test func aClientsOwnLoginWinsOverAPasswordCredential() throws {
         let proxy = try Self.plan("GET http://win.example.com/x HTTP/1.1\nHost: win.example.com\n\n").get()
         #expect(proxy.network.passwordName == "win")
-        let own = try Self.plan("GET http://win.example.com/x HTTP/1.1\nHost: win.example.com\nAuthorization: NTLM TlRMTVNTUAABAAAAB4IIogAAAAAAAAAAAAAAAAAAAAAGAbEdAAAADw==\n\n").get()
+        let own = try Self.plan(
+            "GET http://win.example.com/x HTTP/1.1\nHost: win.example.com\nAuthorization: NTLM TlRMTVNTUAABAAAAB4IIogAAAAAAAAAAAAAAAAAAAAAGAbEdAAAADw==\n\n"
+        ).get()
         #expect(own.network.password == nil && own.network.passwordName == nil)
     }
 
@@ -152,25 +171,37 @@ import Testing
         #expect(try limit("elsewhere.example.com") == Int64(ReplayBuffer.memoryLimit))  // a dead kept-alive connection
         #expect(try limit("win.example.com") == 100)  // NTLM's rounds: max_replay_bytes
         #expect(try limit("ent.example.com/server/rest") == 100)  // a refreshable token's retry
-        #expect(try Self.plan("GET http://gis.example.com/arcgis/rest HTTP/1.1\nHost: gis.example.com\n\n").get().replayLimit == nil)
+        #expect(
+            try Self.plan("GET http://gis.example.com/arcgis/rest HTTP/1.1\nHost: gis.example.com\n\n").get()
+                .replayLimit == nil)
     }
 
     @Test func aClientScopeSeesOnlyItsCredentials() {
         let scoped = CredentialStore(Self.store.credentials.filter { $0.name == "hdr" })
-        #expect(Self.token(Self.plan("GET http://gis.example.com/arcgis/rest HTTP/1.1\nHost: gis.example.com\n\n", store: scoped)) == "none")
-        #expect(Self.token(Self.plan("GET http://hdr.example.com/arcgis/rest HTTP/1.1\nHost: hdr.example.com\n\n", store: scoped)) == "hdr header")
+        #expect(
+            Self.token(
+                Self.plan("GET http://gis.example.com/arcgis/rest HTTP/1.1\nHost: gis.example.com\n\n", store: scoped))
+                == "none")
+        #expect(
+            Self.token(
+                Self.plan("GET http://hdr.example.com/arcgis/rest HTTP/1.1\nHost: hdr.example.com\n\n", store: scoped))
+                == "hdr header")
     }
 
     @Test func webSocketHandshakesThatCannotBeRelayedAreRefused() {
-        let ws = "GET http://%@/arcgis/ws HTTP/1.1\nHost: h\nUpgrade: websocket\nConnection: Upgrade\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\nSec-WebSocket-Version: 13\n\n"
+        let ws =
+            "GET http://%@/arcgis/ws HTTP/1.1\nHost: h\nUpgrade: websocket\nConnection: Upgrade\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\nSec-WebSocket-Version: 13\n\n"
         #expect(Self.token(Self.plan(ws.replacingOccurrences(of: "%@", with: "gis.example.com"))) == "key query")
-        #expect(Self.token(Self.plan(ws.replacingOccurrences(of: "%@", with: "gis.example.com"), intercepted: true)) == "answer 501")
+        #expect(
+            Self.token(Self.plan(ws.replacingOccurrences(of: "%@", with: "gis.example.com"), intercepted: true))
+                == "answer 501")
         #expect(Self.token(Self.plan(ws.replacingOccurrences(of: "%@", with: "win.example.com"))) == "answer 501")
     }
 
     @Test func routesFollowTheTargetAndTheTunnel() throws {
         func route(_ line: String, tunnel: (String, String, Int)? = nil) -> RequestRoute {
-            RequestPlanner.route(Self.head(line + "\nHost: x\n\n").target, tunnel: tunnel.map { (scheme: $0.0, host: $0.1, port: $0.2) },
+            RequestPlanner.route(
+                Self.head(line + "\nHost: x\n\n").target, tunnel: tunnel.map { (scheme: $0.0, host: $0.1, port: $0.2) },
                 ownAuthorities: ["127.0.0.1:3128", "proxy.local:3128"])
         }
         let u = try #require(HTTPURL.parse("http://gis.example.com/arcgis/rest")).target
@@ -184,19 +215,25 @@ import Testing
         let https = try #require(HTTPURL.parse("https://gis.example.com/arcgis/rest")).target
         #expect(route("GET /arcgis/rest HTTP/1.1", tunnel: inside) == .forward(https))
         #expect(route("GET https://gis.example.com/arcgis/rest HTTP/1.1", tunnel: inside) == .forward(https))
-        #expect(route("OPTIONS * HTTP/1.1", tunnel: inside) == .forward(try #require(HTTPURL.parse("https://gis.example.com/")).target))
+        #expect(
+            route("OPTIONS * HTTP/1.1", tunnel: inside)
+                == .forward(try #require(HTTPURL.parse("https://gis.example.com/")).target))
         guard case .refuse(let e) = route("GET https://other.example.com/x HTTP/1.1", tunnel: inside) else {
             Issue.record("a request for another host went through the tunnel")
             return
         }
         #expect(e.status == 400)
-        #expect(route("GET /x HTTP/1.1", tunnel: ("http", "ws.example.com", 8080))
-            == .forward(try #require(HTTPURL.parse("http://ws.example.com:8080/x")).target))
+        #expect(
+            route("GET /x HTTP/1.1", tunnel: ("http", "ws.example.com", 8080))
+                == .forward(try #require(HTTPURL.parse("http://ws.example.com:8080/x")).target))
     }
 
     @Test func connectsFollowPortsMatchingAndThePolicy() {
-        func decide(_ host: String, _ port: Int, unmatched: UnmatchedPolicy = .relay, ports: Set<Int> = [443]) -> String {
-            switch RequestPlanner.connect(host: host, port: port, store: Self.store, connectPorts: ports, unmatched: unmatched) {
+        func decide(_ host: String, _ port: Int, unmatched: UnmatchedPolicy = .relay, ports: Set<Int> = [443]) -> String
+        {
+            switch RequestPlanner.connect(
+                host: host, port: port, store: Self.store, connectPorts: ports, unmatched: unmatched)
+            {
             case .refuse(let e, let reason): return "\(e.status) \(reason.rawValue)"
             case .serve(let blind): return blind ? "serve, blind allowed" : "serve"
             case .blind: return "blind"
@@ -216,29 +253,34 @@ import Testing
     /// `intercept = false` on a credential, or `[tls] no_intercept`, keeps a matched host a blind tunnel (a
     /// Windows login bound to the server certificate cannot pass through interception), on `connect_ports` only.
     @Test func hostsKeptOutOfInterceptionAreBlindTunnels() throws {
-        let store = CredentialStore(try ConfigLoader(environment: [:]).parse("""
-            [[credential]]
-            name = "portal"
-            type = "api-key"
-            key = "K"
-            match = ["https://iis.corp/portal", "https://gis.corp/arcgis", "https://*.farm.corp/"]
+        let store = CredentialStore(
+            try ConfigLoader(environment: [:]).parse(
+                """
+                [[credential]]
+                name = "portal"
+                type = "api-key"
+                key = "K"
+                match = ["https://iis.corp/portal", "https://gis.corp/arcgis", "https://*.farm.corp/"]
 
-            [[credential]]
-            name = "windows"
-            type = "password"
-            username = "u"
-            password = "p"
-            intercept = false
-            match = ["https://iis.corp/", "http://plain.corp:8080/"]
+                [[credential]]
+                name = "windows"
+                type = "password"
+                username = "u"
+                password = "p"
+                intercept = false
+                match = ["https://iis.corp/", "http://plain.corp:8080/"]
 
-            [[credential]]
-            name = "other"
-            type = "api-key"
-            key = "O"
-            match = ["https://other.corp:8443/"]
-            """).credentials)
-        let noIntercept = [HostPattern.parse("gis.corp")!, HostPattern.parse("*.farm.corp:443")!,
-            HostPattern.parse("other.corp:9443")!]
+                [[credential]]
+                name = "other"
+                type = "api-key"
+                key = "O"
+                match = ["https://other.corp:8443/"]
+                """
+            ).credentials)
+        let noIntercept = [
+            HostPattern.parse("gis.corp")!, HostPattern.parse("*.farm.corp:443")!,
+            HostPattern.parse("other.corp:9443")!,
+        ]
         let rows: [(host: String, port: Int, ports: Set<Int>, unmatched: UnmatchedPolicy, expected: String)] = [
             // Another credential would intercept it: intercept = false on the password credential wins.
             ("iis.corp", 443, [443], .relay, "blind"),
@@ -257,7 +299,8 @@ import Testing
         ]
         for r in rows {
             let got: String
-            switch RequestPlanner.connect(host: r.host, port: r.port, store: store, connectPorts: r.ports,
+            switch RequestPlanner.connect(
+                host: r.host, port: r.port, store: store, connectPorts: r.ports,
                 unmatched: r.unmatched, noIntercept: noIntercept)
             {
             case .refuse(let e, let reason): got = "\(e.status) \(reason.rawValue)"
@@ -267,7 +310,9 @@ import Testing
             #expect(got == r.expected, "\(r.host):\(r.port)")
         }
         // Without the list, the same hosts are served by the proxy.
-        guard case .serve = RequestPlanner.connect(host: "gis.corp", port: 443, store: store, connectPorts: [443], unmatched: .relay)
+        guard
+            case .serve = RequestPlanner.connect(
+                host: "gis.corp", port: 443, store: store, connectPorts: [443], unmatched: .relay)
         else {
             Issue.record("gis.corp not served without [tls] no_intercept")
             return
@@ -275,7 +320,8 @@ import Testing
     }
 
     @Test func proxyAuthenticationIsAskedOnceAndNotOfProbesOrTunnels() throws {
-        let cfg = try ConfigLoader(environment: [:]).parse("""
+        let cfg = try ConfigLoader(environment: [:]).parse(
+            """
             [proxy]
             listen = ["127.0.0.1:3128"]
 
@@ -291,7 +337,8 @@ import Testing
             case .notNeeded: return "not needed"
             case .alreadyVerified: return "known"
             case .verified(let c, _): return "verified \(c.name)"
-            case .refused(let presented, let close): return "407\(presented ? " presented" : "")\(close ? " close" : "")"
+            case .refused(let presented, let close):
+                return "407\(presented ? " presented" : "")\(close ? " close" : "")"
             }
         }
         #expect(decide("GET http://h/x HTTP/1.1", good) == "verified alice")
@@ -306,8 +353,10 @@ import Testing
         #expect(decide("GET /proxy.pacx HTTP/1.1", nil) == "407")
         #expect(decide("GET http://h/proxy.pac HTTP/1.1", nil) == "407")
         #expect(decide("GET /x HTTP/1.1", nil, tunnel: true) == "not needed")
-        guard case .notNeeded = RequestPlanner.proxyAuthentication(Self.head("GET http://h/ HTTP/1.1\nHost: h\n\n"),
-            insideTunnel: false, authenticator: ProxyAuthenticator([]), known: nil)
+        guard
+            case .notNeeded = RequestPlanner.proxyAuthentication(
+                Self.head("GET http://h/ HTTP/1.1\nHost: h\n\n"),
+                insideTunnel: false, authenticator: ProxyAuthenticator([]), known: nil)
         else {
             Issue.record("authentication asked for without [[client]] entries")
             return

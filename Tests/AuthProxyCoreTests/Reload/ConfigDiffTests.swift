@@ -73,7 +73,9 @@ import Testing
     }
 
     @Test func aNetworkCredentialsSchemesAreARetuning() throws {
-        let pw = Self.base + "\n[[credential]]\nname = \"iis\"\ntype = \"password\"\nusername = \"u\"\npassword = \"p\"\nmatch = \"http://c.example\"\n"
+        let pw =
+            Self.base
+            + "\n[[credential]]\nname = \"iis\"\ntype = \"password\"\nusername = \"u\"\npassword = \"p\"\nmatch = \"http://c.example\"\n"
         let d = try diff(pw, pw + "allow_basic_over_http = true\n")
         #expect(d.retuned == ["iis"])
         #expect(d.changed.isEmpty)
@@ -145,7 +147,8 @@ import Testing
         let new =
             Self.base.replacingOccurrences(
                 of: "max_connections = 100",
-                with: "max_connections = 100\npac_address = \"gw.example:3128\"\npac_fallback = \"direct\"")
+                with: "max_connections = 100\npac_address = \"gw.example:3128\"\npac_fallback = \"direct\""
+            )
             .replacingOccurrences(of: "key = \"K1\"", with: "key = \"K1\"\nintercept = false")
             + "\n[tls]\nno_intercept = [\"iis.example\"]\n"
         let d = try diff(Self.base, new)

@@ -1,10 +1,10 @@
 import Testing
 
-#if canImport(Glibc)
-import Glibc
-#endif
-
 @testable import AuthProxyCore
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Running out of file descriptors: the rate-limited count, and the answer a client gets.
 @Suite struct DescriptorExhaustionTests {

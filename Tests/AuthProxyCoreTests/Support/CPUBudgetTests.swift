@@ -112,9 +112,13 @@ private let v1Mountinfo = """
         #expect(pod.usable == 2)
         #expect(pod.defaultWorkers == 4)
         #expect(pod.description == "2 usable CPUs (64 online, cgroup limit 1.50 CPUs)")
-        #expect(CPUBudget(online: 64, affinity: 64, quota: CgroupCPUQuota(quota: 300_000, period: 100_000)).defaultWorkers == 6)
+        #expect(
+            CPUBudget(online: 64, affinity: 64, quota: CgroupCPUQuota(quota: 300_000, period: 100_000)).defaultWorkers
+                == 6)
         // Never fewer than 4 loops, never more than 32.
-        #expect(CPUBudget(online: 1, affinity: nil, quota: CgroupCPUQuota(quota: 10_000, period: 100_000)).defaultWorkers == 4)
+        #expect(
+            CPUBudget(online: 1, affinity: nil, quota: CgroupCPUQuota(quota: 10_000, period: 100_000)).defaultWorkers
+                == 4)
         #expect(CPUBudget(online: 128, affinity: 128, quota: nil).defaultWorkers == 32)
     }
 

@@ -2,11 +2,11 @@ import CAuthProxyShims
 import Dispatch
 import Testing
 
-#if canImport(Glibc)
-import Glibc
-#endif
-
 @testable import AuthProxyCore
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Counts and thread ids seen by work on a ``DispatchThread``'s queue; touched only on that queue.
 private final class Seen: @unchecked Sendable {
@@ -97,6 +97,7 @@ private final class Seen: @unchecked Sendable {
         let n = read(fd, &buf, 63)
         close(fd)
         #expect(n > 0)
-        #expect(String(decoding: buf.prefix(max(0, n)).map { UInt8(bitPattern: $0) }, as: UTF8.self) == "ap.test.name\n")
+        #expect(
+            String(decoding: buf.prefix(max(0, n)).map { UInt8(bitPattern: $0) }, as: UTF8.self) == "ap.test.name\n")
     }
 }

@@ -65,13 +65,16 @@ import Testing
     /// Every server federated with the portal is served by the portal's one token (one password login):
     /// the plan for each server root is an exchange, and only the portal root logs in.
     @Test func federatedServersShareThePortalsLogin() throws {
-        for server in ["https://gis.example.com/arcgis", "https://gis.example.com/hosting", "https://gis.example.com/image"] {
+        for server in [
+            "https://gis.example.com/arcgis", "https://gis.example.com/hosting", "https://gis.example.com/image",
+        ] {
             let plan = try PasswordLogin.plan(
                 Self.settings(), root: server, isPortal: false, info: ServerInfoResponse(owningSystemURL: Self.portal)
             ).get()
             #expect(plan == .exchange(portal: Self.portal), "\(server)")
         }
-        let portal = try PasswordLogin.plan(Self.settings(expiration: 30), root: Self.portal, isPortal: true, info: nil).get()
+        let portal = try PasswordLogin.plan(Self.settings(expiration: 30), root: Self.portal, isPortal: true, info: nil)
+            .get()
         #expect(portal == .login(tokenURL: Self.portalTokens, expirationMinutes: 30))
     }
 
@@ -91,7 +94,9 @@ import Testing
     }
 
     @Test func portalRootOfTokenService() {
-        #expect(PasswordLogin.portalRoot(ofTokenService: "https://h/Portal/Sharing/Rest/generateToken") == "https://h/Portal")
+        #expect(
+            PasswordLogin.portalRoot(ofTokenService: "https://h/Portal/Sharing/Rest/generateToken")
+                == "https://h/Portal")
         #expect(PasswordLogin.portalRoot(ofTokenService: "https://h/arcgis/tokens/generateToken") == nil)
     }
 }

@@ -8,7 +8,8 @@ import Testing
     func key(_ c: Credential, _ url: String) throws -> String { TokenTestSupport.key(c, url) }
 
     @Test func aPortalMatchIsPrefetchedUnderTheKeyItsAPIRequestsUse() throws {
-        let c = try credential("""
+        let c = try credential(
+            """
             [[credential]]
             name = "app"
             type = "oauth-app"
@@ -19,16 +20,18 @@ import Testing
             prefetch = true
             """)
         let keys = Set(TokenService.prefetchKeys([c]).map(\.key))
-        #expect(keys == [
-            try key(c, "https://gis.example.com/portal/sharing/rest/portals/self?f=json"),
-            try key(c, "https://gis.example.com/arcgis/rest/services?f=json"),
-        ])
+        #expect(
+            keys == [
+                try key(c, "https://gis.example.com/portal/sharing/rest/portals/self?f=json"),
+                try key(c, "https://gis.example.com/arcgis/rest/services?f=json"),
+            ])
         // The host alone names no root: not prefetched, and said so.
         #expect(TokenService.unprefetchable(c) == ["https://gis.example.com"])
     }
 
     @Test func aTokenURLUnderSharingNamesThePortal() throws {
-        let c = try credential("""
+        let c = try credential(
+            """
             [[credential]]
             name = "t"
             type = "arcgis-token"
@@ -38,8 +41,9 @@ import Testing
             match = ["https://gis.example.com/portal"]
             prefetch = true
             """)
-        #expect(TokenService.prefetchKeys([c]).map(\.key)
-            == [try key(c, "https://gis.example.com/portal/sharing/rest/content?f=json")])
+        #expect(
+            TokenService.prefetchKeys([c]).map(\.key)
+                == [try key(c, "https://gis.example.com/portal/sharing/rest/content?f=json")])
         #expect(TokenService.unprefetchable(c).isEmpty)
     }
 }

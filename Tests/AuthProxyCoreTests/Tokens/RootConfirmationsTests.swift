@@ -37,8 +37,9 @@ import Testing
         let until = 10 + c.limits.refusedLifetime
         #expect(s.decision == .refused(.notARoot(reason: "HTTP 404", retryAt: until)) && s.waiters == ["a"])
         // Asked again: refused at once, no probe.
-        #expect(c.check(credential: "gis", key: k, configured: false, now: until - 1, waiter: "b")
-            == .refused(.notARoot(reason: "HTTP 404", retryAt: until)))
+        #expect(
+            c.check(credential: "gis", key: k, configured: false, now: until - 1, waiter: "b")
+                == .refused(.notARoot(reason: "HTTP 404", retryAt: until)))
         // Expired: probed again.
         #expect(c.check(credential: "gis", key: k, configured: false, now: until, waiter: "c") == .probe)
     }
@@ -49,7 +50,9 @@ import Testing
         _ = c.check(credential: "gis", key: k, configured: false, now: 0, waiter: "a")
         let s = c.settle(credential: "gis", key: k, verdict: .unreachable(reason: "timeout"), now: 0)
         #expect(s.decision == .refused(.notARoot(reason: "timeout", retryAt: c.limits.unreachableLifetime)))
-        #expect(c.check(credential: "gis", key: k, configured: false, now: c.limits.unreachableLifetime, waiter: "b") == .probe)
+        #expect(
+            c.check(credential: "gis", key: k, configured: false, now: c.limits.unreachableLifetime, waiter: "b")
+                == .probe)
     }
 
     @Test func probesAreBudgetedPerCredential() {
@@ -61,19 +64,25 @@ import Testing
         }
         // 1,000 more invented roots at once: not one more probe.
         for i in burst..<(burst + 1000) {
-            #expect(c.check(credential: "gis", key: Self.key(i), configured: false, now: 1, waiter: "r")
-                == .refused(.probeBudget(retryAt: c.limits.probeRefill)))
+            #expect(
+                c.check(credential: "gis", key: Self.key(i), configured: false, now: 1, waiter: "r")
+                    == .refused(.probeBudget(retryAt: c.limits.probeRefill)))
         }
         // Another credential has its own budget.
         #expect(c.check(credential: "other", key: Self.key(0), configured: false, now: 1, waiter: "r") == .probe)
         // One probe more per refill interval.
-        #expect(c.check(credential: "gis", key: Self.key(5000), configured: false, now: c.limits.probeRefill, waiter: "r") == .probe)
-        #expect(c.check(credential: "gis", key: Self.key(5001), configured: false, now: c.limits.probeRefill, waiter: "r")
-            == .refused(.probeBudget(retryAt: 2 * c.limits.probeRefill)))
+        #expect(
+            c.check(credential: "gis", key: Self.key(5000), configured: false, now: c.limits.probeRefill, waiter: "r")
+                == .probe)
+        #expect(
+            c.check(credential: "gis", key: Self.key(5001), configured: false, now: c.limits.probeRefill, waiter: "r")
+                == .refused(.probeBudget(retryAt: 2 * c.limits.probeRefill)))
         // Idle long enough, the whole burst is back (never more).
         var probes = 0
         for i in 6000..<6100 {
-            if c.check(credential: "gis", key: Self.key(i), configured: false, now: 3_600_000, waiter: "r") == .probe { probes += 1 }
+            if c.check(credential: "gis", key: Self.key(i), configured: false, now: 3_600_000, waiter: "r") == .probe {
+                probes += 1
+            }
         }
         #expect(probes == burst)
     }
@@ -81,13 +90,15 @@ import Testing
     @Test func rememberedRefusalsAreBounded() {
         var c = Confirmations(limits: .init(maxRefused: 8, probeBurst: 1000))
         for i in 0..<100 {
-            #expect(c.check(credential: "gis", key: Self.key(i), configured: false, now: Int64(i), waiter: "r") == .probe)
+            #expect(
+                c.check(credential: "gis", key: Self.key(i), configured: false, now: Int64(i), waiter: "r") == .probe)
             _ = c.settle(credential: "gis", key: Self.key(i), verdict: .notARoot(reason: "404"), now: Int64(i))
         }
         #expect(c.refusedCount(credential: "gis") == 8)
         // The newest are the ones kept.
-        #expect(c.check(credential: "gis", key: Self.key(99), configured: false, now: 100, waiter: "r")
-            == .refused(.notARoot(reason: "404", retryAt: 99 + c.limits.refusedLifetime)))
+        #expect(
+            c.check(credential: "gis", key: Self.key(99), configured: false, now: 100, waiter: "r")
+                == .refused(.notARoot(reason: "404", retryAt: 99 + c.limits.refusedLifetime)))
     }
 
     @Test func probedRootsAreCappedWithAClearRefusal() {
@@ -97,7 +108,9 @@ import Testing
             #expect(c.settle(credential: "gis", key: Self.key(i), verdict: .root, now: 0).decision == .confirmed)
         }
         // A fourth real root is refused without a probe; confirmed ones and configured ones keep working.
-        #expect(c.check(credential: "gis", key: Self.key(3), configured: false, now: 1, waiter: "r") == .refused(.tooManyRoots(limit: 3)))
+        #expect(
+            c.check(credential: "gis", key: Self.key(3), configured: false, now: 1, waiter: "r")
+                == .refused(.tooManyRoots(limit: 3)))
         #expect(c.check(credential: "gis", key: Self.key(0), configured: false, now: 1, waiter: "r") == .confirmed)
         #expect(c.check(credential: "gis", key: Self.key(9), configured: true, now: 1, waiter: "r") == .confirmed)
         #expect(c.confirmedCount(credential: "gis") == 3)
@@ -107,7 +120,9 @@ import Testing
         var c = Confirmations(limits: .init(maxRoots: 2, probeBurst: 100))
         #expect(c.check(credential: "gis", key: Self.key(0), configured: false, now: 0, waiter: "a") == .probe)
         #expect(c.check(credential: "gis", key: Self.key(1), configured: false, now: 0, waiter: "b") == .probe)
-        #expect(c.check(credential: "gis", key: Self.key(2), configured: false, now: 0, waiter: "c") == .refused(.tooManyRoots(limit: 2)))
+        #expect(
+            c.check(credential: "gis", key: Self.key(2), configured: false, now: 0, waiter: "c")
+                == .refused(.tooManyRoots(limit: 2)))
     }
 
     @Test func forgettingACredentialKeepsRunningProbesForTheirWaiters() {
@@ -131,7 +146,8 @@ import Testing
     func key(_ c: Credential, _ url: String) throws -> String { TokenTestSupport.key(c, url) }
 
     @Test func matchPrefixesAndTokenURLNameConfiguredRoots() throws {
-        let c = try credential("""
+        let c = try credential(
+            """
             [[credential]]
             name = "gis"
             type = "arcgis-token"
@@ -163,7 +179,8 @@ import Testing
     }
 
     @Test func anOAuthPortalAndUpgradedPrefixesAreConfigured() throws {
-        let c = try credential("""
+        let c = try credential(
+            """
             [[credential]]
             name = "app"
             type = "oauth-app"

@@ -10,7 +10,8 @@ import Testing
     @Test func serverClockBehindOrAheadKeepsTheLifetime() {
         for skew: Int64 in [-2 * 3_600_000, -90_000, 45_000, 26 * 3_600_000] {
             let serverNow = Self.now + skew
-            let local = ServerClock.localExpiry(expires: serverNow + Self.tenMinutes, serverDate: serverNow, now: Self.now)
+            let local = ServerClock.localExpiry(
+                expires: serverNow + Self.tenMinutes, serverDate: serverNow, now: Self.now)
             // Less the Date header's resolution (whole seconds): never later than the real expiry.
             #expect(local == Self.now + Self.tenMinutes - 1000, "skew \(skew)")
         }
@@ -20,13 +21,16 @@ import Testing
         // A 4-second token in an answer whose Date was cut to the second: read against the Date it would look
         // up to a second longer than it is.
         for dateOffset: Int64 in [-999, 0, -4_000, 4_000] {
-            let local = ServerClock.localExpiry(expires: Self.now + 4_000, serverDate: Self.now + dateOffset, now: Self.now)
+            let local = ServerClock.localExpiry(
+                expires: Self.now + 4_000, serverDate: Self.now + dateOffset, now: Self.now)
             #expect(local == Self.now + 4_000, "Date offset \(dateOffset)")
         }
     }
 
     @Test func withoutADateTheExpiryIsTakenAsIsUnlessAlreadyPast() {
-        #expect(ServerClock.localExpiry(expires: Self.now + Self.tenMinutes, serverDate: nil, now: Self.now) == Self.now + Self.tenMinutes)
+        #expect(
+            ServerClock.localExpiry(expires: Self.now + Self.tenMinutes, serverDate: nil, now: Self.now) == Self.now
+                + Self.tenMinutes)
         // A token just issued never counts as expired on arrival.
         for expires in [Self.now - 2 * 3_600_000, Self.now] {
             let local = ServerClock.localExpiry(expires: expires, serverDate: nil, now: Self.now)

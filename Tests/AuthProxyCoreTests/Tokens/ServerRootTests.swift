@@ -53,10 +53,12 @@ import Testing
                     client: "requestip")),
             match: [], placement: .param, overrideClientToken: false, line: 1)
         #expect(TokenService.key(for: c, target: portal) != TokenService.key(for: c, target: page))
-        #expect(TokenService.key("fed", root: "https://h/portal", isPortal: true)
-            != TokenService.key("fed", root: "https://h/portal", isPortal: false))
+        #expect(
+            TokenService.key("fed", root: "https://h/portal", isPortal: true)
+                != TokenService.key("fed", root: "https://h/portal", isPortal: false))
         // The same portal, however its root is written.
-        #expect(TokenService.key("fed", root: "https://H/portal/", isPortal: true)
-            == TokenService.key(for: c, target: portal))
+        #expect(
+            TokenService.key("fed", root: "https://H/portal/", isPortal: true)
+                == TokenService.key(for: c, target: portal))
     }
 }

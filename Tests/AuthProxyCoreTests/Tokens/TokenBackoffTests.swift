@@ -4,7 +4,10 @@ import Testing
 
 @Suite struct TokenBackoffTests {
     @Test func scheduleDoublesAndIsCappedAt30Seconds() {
-        #expect((0...8).map { TokenBackoff.delay(afterFailures: $0) } == [0, 1000, 2000, 4000, 8000, 16000, 30000, 30000, 30000])
+        #expect(
+            (0...8).map { TokenBackoff.delay(afterFailures: $0) } == [
+                0, 1000, 2000, 4000, 8000, 16000, 30000, 30000, 30000,
+            ])
         #expect(TokenBackoff.delay(afterFailures: 1000) == 30000)
     }
 
@@ -42,12 +45,15 @@ import Testing
 
     @Test func aFreshTokenRejectedMeansTheServerRejectsNewTokens() {
         // The token this request waited for, or the one its retry got: never another refresh.
-        #expect(TokenRetryPolicy.decide(S(attempt: 1, tokenIsFresh: true))
-            == .relay(reason: "the server rejects new tokens", serverRejectsNewTokens: true))
-        #expect(TokenRetryPolicy.decide(S(attempt: 2))
-            == .relay(reason: "the server rejects new tokens", serverRejectsNewTokens: true))
-        #expect(TokenRetryPolicy.decide(S(attempt: 2, tokenIsFresh: true, backingOff: true))
-            == .relay(reason: "the server rejects new tokens", serverRejectsNewTokens: true))
+        #expect(
+            TokenRetryPolicy.decide(S(attempt: 1, tokenIsFresh: true))
+                == .relay(reason: "the server rejects new tokens", serverRejectsNewTokens: true))
+        #expect(
+            TokenRetryPolicy.decide(S(attempt: 2))
+                == .relay(reason: "the server rejects new tokens", serverRejectsNewTokens: true))
+        #expect(
+            TokenRetryPolicy.decide(S(attempt: 2, tokenIsFresh: true, backingOff: true))
+                == .relay(reason: "the server rejects new tokens", serverRejectsNewTokens: true))
     }
 
     @Test func whileBackingOffTheRejectionIsRelayedWithoutAFetch() {
@@ -59,10 +65,12 @@ import Testing
     }
 
     @Test func otherReasonsToRelay() {
-        #expect(TokenRetryPolicy.decide(S(attempt: 1, replayImpossible: "too large"))
-            == .relay(reason: "too large", serverRejectsNewTokens: false))
-        #expect(TokenRetryPolicy.decide(S(attempt: 1, refreshable: false))
-            == .relay(reason: "the credential cannot be refreshed", serverRejectsNewTokens: false))
+        #expect(
+            TokenRetryPolicy.decide(S(attempt: 1, replayImpossible: "too large"))
+                == .relay(reason: "too large", serverRejectsNewTokens: false))
+        #expect(
+            TokenRetryPolicy.decide(S(attempt: 1, refreshable: false))
+                == .relay(reason: "the credential cannot be refreshed", serverRejectsNewTokens: false))
         #expect(TokenRetryPolicy.decide(S(attempt: 1, pregenerated: true, refreshable: false)) == .explainPregenerated)
     }
 }

@@ -31,7 +31,9 @@ import Testing
         Self.refuse(&cache, key: Self.key(0), at: 0)
         var probes = 0
         for i in 1...50 {
-            guard case .backingOff(let e, let probeAt) = cache.acquire(key: Self.key(i), credential: "gis", now: 10, waiter: "r")
+            guard
+                case .backingOff(let e, let probeAt) = cache.acquire(
+                    key: Self.key(i), credential: "gis", now: 10, waiter: "r")
             else {
                 Issue.record("root \(i) started a login while the credential backs off")
                 continue
@@ -42,7 +44,9 @@ import Testing
         // One probe for the credential at the end of the backoff, not one per root.
         #expect(probes == 1)
         // Another credential is not affected.
-        if case .startFetch = cache.acquire(key: "other|https://gis.example.com/arcgis", credential: "other", now: 10, waiter: "o") {
+        if case .startFetch = cache.acquire(
+            key: "other|https://gis.example.com/arcgis", credential: "other", now: 10, waiter: "o")
+        {
         } else {
             Issue.record("another credential was held back")
         }
@@ -52,17 +56,20 @@ import Testing
         var cache = Cache()
         Self.refuse(&cache, key: Self.key(0), at: 0)
         // Backoff over: one root logs in; the others wait for its outcome with the last refusal.
-        guard case .startFetch(let t) = cache.acquire(key: Self.key(1), credential: "gis", now: 2_000, waiter: "a") else {
+        guard case .startFetch(let t) = cache.acquire(key: Self.key(1), credential: "gis", now: 2_000, waiter: "a")
+        else {
             Issue.record("expected a login after the backoff")
             return
         }
-        guard case .backingOff(_, nil) = cache.acquire(key: Self.key(2), credential: "gis", now: 2_001, waiter: "b") else {
+        guard case .backingOff(_, nil) = cache.acquire(key: Self.key(2), credential: "gis", now: 2_001, waiter: "b")
+        else {
             Issue.record("a second login ran alongside")
             return
         }
         // Refused again: the credential's backoff doubles (2 s), whichever root asked.
         _ = cache.complete(t, with: .failure(Self.refused), now: 2_010)
-        guard case .backingOff(let e, _) = cache.acquire(key: Self.key(3), credential: "gis", now: 2_020, waiter: "c") else {
+        guard case .backingOff(let e, _) = cache.acquire(key: Self.key(3), credential: "gis", now: 2_020, waiter: "c")
+        else {
             Issue.record("expected the backoff")
             return
         }
@@ -80,7 +87,8 @@ import Testing
         // (A portal's refused login reaches both the portal key and the federated server's key.)
         _ = cache.complete(a, with: .failure(Self.refused), now: 5)
         _ = cache.complete(b, with: .failure(Self.refused), now: 6)
-        guard case .backingOff(let e, _) = cache.acquire(key: Self.key(2), credential: "gis", now: 7, waiter: "c") else {
+        guard case .backingOff(let e, _) = cache.acquire(key: Self.key(2), credential: "gis", now: 7, waiter: "c")
+        else {
             Issue.record("expected the backoff")
             return
         }
@@ -103,7 +111,8 @@ import Testing
     @Test func aTokenObtainedEndsTheCredentialBackoff() {
         var cache = Cache()
         Self.refuse(&cache, key: Self.key(0), at: 0)
-        guard case .startFetch(let t) = cache.acquire(key: Self.key(0), credential: "gis", now: 1_500, waiter: "a") else {
+        guard case .startFetch(let t) = cache.acquire(key: Self.key(0), credential: "gis", now: 1_500, waiter: "a")
+        else {
             Issue.record("expected a login after the backoff")
             return
         }

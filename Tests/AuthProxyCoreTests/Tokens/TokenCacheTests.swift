@@ -462,8 +462,11 @@ import Testing
                 #expect(retry.action == .relay(reason: "the server rejects new tokens", serverRejectsNewTokens: true))
                 current = next
             } else {
-                #expect(first.action == .relay(reason: "the server rejected new tokens recently; backing off",
-                    serverRejectsNewTokens: false))
+                #expect(
+                    first.action
+                        == .relay(
+                            reason: "the server rejected new tokens recently; backing off",
+                            serverRejectsNewTokens: false))
             }
             // Y accepts the token in force, which keeps being handed out.
             #expect(cache.acquire(key: Self.key, credential: "app", now: now + 10, waiter: "y") == .ready(current))
@@ -638,7 +641,8 @@ import Testing
         TokenCacheTests.fetch(&cache, at: 20, .success(TokenCacheTests.token("T2")))
         var fresh = TokenCacheTests.token("T2")
         fresh.fresh = true
-        _ = cache.rejected(key: Self.key, credential: "app", token: fresh, attempt: 1, pregenerated: false,
+        _ = cache.rejected(
+            key: Self.key, credential: "app", token: fresh, attempt: 1, pregenerated: false,
             refreshable: true, replayImpossible: nil, now: 30)
         #expect(cache.rejectionBackoff(key: Self.key) != nil)
         cache.forget(credential: "app")

@@ -22,11 +22,17 @@ import Testing
 
     @Test(arguments: [
         (200, "application/json", #"{"error":{"code":498,"message":"Invalid token.","details":[]}}"#),
-        (200, "application/json", #"{"error":{"code":499,"message":"Token Required","messageCode":"GWM_0003","details":[]}}"#),
+        (
+            200, "application/json",
+            #"{"error":{"code":499,"message":"Token Required","messageCode":"GWM_0003","details":[]}}"#
+        ),
         (200, "application/json", "{ \"error\" : {\n \"code\" : 498 ,\n \"message\" : \"Invalid token.\" } }"),
         (200, "text/plain", #"  {"error":{"message":"Invalid token.","details":["x"],"code":498}}"#),
         (200, "text/javascript", #"cb({"error":{"code":498,"message":"Invalid token.","details":[]}});"#),
-        (200, "application/javascript", "dojo_request_script_callbacks.dojo_request_script0 ( {\"error\": {\"code\": 499}})"),
+        (
+            200, "application/javascript",
+            "dojo_request_script_callbacks.dojo_request_script0 ( {\"error\": {\"code\": 499}})"
+        ),
         (200, "text/html", "<html><body><h1>Invalid Token</h1></body></html>"),
         (498, "application/json", "{}"),
         (499, nil, ""),
@@ -36,9 +42,15 @@ import Testing
     }
 
     @Test(arguments: [
-        (403, "application/json", #"{"error":{"code":403,"message":"You do not have permissions","messageCode":"GWM_0003","details":[]}}"#),
+        (
+            403, "application/json",
+            #"{"error":{"code":403,"message":"You do not have permissions","messageCode":"GWM_0003","details":[]}}"#
+        ),
         (200, "application/json", #"{"features":[{"attributes":{"code":498}}],"error":{"code":498}}"#),
-        (200, "application/json", #"{"error":{"code":400,"message":"Unable to complete operation.","details":["code 498"]}}"#),
+        (
+            200, "application/json",
+            #"{"error":{"code":400,"message":"Unable to complete operation.","details":["code 498"]}}"#
+        ),
         (200, "image/png", "Invalid Token"),
         (200, "application/json", #"{"error":{"details":{"code":498},"code":500}}"#),
         (200, "text/html", "<html>ok</html>"),
@@ -50,19 +62,26 @@ import Testing
 
 @Suite struct TokenInjectionTests {
     @Test func queryPlacementReplacesClientToken() {
-        let r = TokenInjection.apply(token: "new/tok+en", site: .query, pathAndQuery: "/a/query?f=json&token=old&Token=x",
+        let r = TokenInjection.apply(
+            token: "new/tok+en", site: .query, pathAndQuery: "/a/query?f=json&token=old&Token=x",
             headers: HTTPHeaders([("X-Esri-Authorization", "Bearer c")]), form: nil)
         #expect(r.pathAndQuery == "/a/query?f=json&token=new%2Ftok%2Ben")
         #expect(!r.headers.contains("x-esri-authorization"))
     }
 
     @Test func queryPlacementWithoutQuery() {
-        #expect(TokenInjection.apply(token: "t", site: .query, pathAndQuery: "/x", headers: HTTPHeaders(), form: nil).pathAndQuery == "/x?token=t")
-        #expect(TokenInjection.apply(token: "t", site: .query, pathAndQuery: "/x?token=a", headers: HTTPHeaders(), form: nil).pathAndQuery == "/x?token=t")
+        #expect(
+            TokenInjection.apply(token: "t", site: .query, pathAndQuery: "/x", headers: HTTPHeaders(), form: nil)
+                .pathAndQuery == "/x?token=t")
+        #expect(
+            TokenInjection.apply(
+                token: "t", site: .query, pathAndQuery: "/x?token=a", headers: HTTPHeaders(), form: nil
+            ).pathAndQuery == "/x?token=t")
     }
 
     @Test func headerPlacement() {
-        let r = TokenInjection.apply(token: "t", site: .header, pathAndQuery: "/x?token=a&f=json",
+        let r = TokenInjection.apply(
+            token: "t", site: .header, pathAndQuery: "/x?token=a&f=json",
             headers: HTTPHeaders([("Authorization", "Bearer z"), ("Accept", "*/*")]), form: nil)
         #expect(r.pathAndQuery == "/x?f=json")
         #expect(r.headers.values("x-esri-authorization") == ["Bearer t"])
@@ -70,7 +89,8 @@ import Testing
     }
 
     @Test func formPlacement() {
-        let r = TokenInjection.apply(token: "t", site: .form, pathAndQuery: "/q", headers: HTTPHeaders(),
+        let r = TokenInjection.apply(
+            token: "t", site: .form, pathAndQuery: "/q", headers: HTTPHeaders(),
             form: Array("where=1%3D1&token=old&f=json".utf8))
         #expect(String(decoding: r.form!, as: UTF8.self) == "where=1%3D1&f=json&token=t")
         #expect(r.pathAndQuery == "/q")
@@ -87,45 +107,62 @@ import Testing
     @Test func clientTokenDetection() {
         #expect(TokenInjection.clientHasToken(pathAndQuery: "/x?f=json&token=abc", headers: HTTPHeaders()))
         #expect(!TokenInjection.clientHasToken(pathAndQuery: "/x?f=json&tokens=abc&mytoken=1", headers: HTTPHeaders()))
-        #expect(TokenInjection.clientHasToken(pathAndQuery: "/x", headers: HTTPHeaders([("authorization", "Bearer q")])))
-        #expect(!TokenInjection.clientHasToken(pathAndQuery: "/x", headers: HTTPHeaders([("Authorization", "Basic q")])))
-        #expect(TokenInjection.clientHasToken(pathAndQuery: "/x", headers: HTTPHeaders(), form: Array("a=1&token=z".utf8)))
-        #expect(TokenInjection.clientHasToken(pathAndQuery: "/x", headers: HTTPHeaders([("X-Esri-Authorization", "Bearer t ")])))
-        #expect(TokenInjection.clientHasToken(pathAndQuery: "/x", headers: HTTPHeaders([("X-Esri-Authorization", "t")])))
+        #expect(
+            TokenInjection.clientHasToken(pathAndQuery: "/x", headers: HTTPHeaders([("authorization", "Bearer q")])))
+        #expect(
+            !TokenInjection.clientHasToken(pathAndQuery: "/x", headers: HTTPHeaders([("Authorization", "Basic q")])))
+        #expect(
+            TokenInjection.clientHasToken(pathAndQuery: "/x", headers: HTTPHeaders(), form: Array("a=1&token=z".utf8)))
+        #expect(
+            TokenInjection.clientHasToken(
+                pathAndQuery: "/x", headers: HTTPHeaders([("X-Esri-Authorization", "Bearer t ")])))
+        #expect(
+            TokenInjection.clientHasToken(pathAndQuery: "/x", headers: HTTPHeaders([("X-Esri-Authorization", "t")])))
     }
 
     /// An empty value is no token: the Services Directory's forms submit `token=`, and `Bearer ` alone carries
     /// nothing. The proxy's token goes in, and the empty one goes out (never two `token` parameters).
     @Test func emptyClientTokensAreNoTokens() {
         let none = HTTPHeaders()
-        #expect(!TokenInjection.clientHasToken(pathAndQuery: "/q?where=1%3D1&text=&token=&outFields=*&f=json", headers: none))
+        #expect(
+            !TokenInjection.clientHasToken(
+                pathAndQuery: "/q?where=1%3D1&text=&token=&outFields=*&f=json", headers: none))
         #expect(!TokenInjection.clientHasToken(pathAndQuery: "/q?f=json&token", headers: none))
         #expect(!TokenInjection.clientHasToken(pathAndQuery: "/q?token=&Token=", headers: none))
         #expect(TokenInjection.clientHasToken(pathAndQuery: "/q?token=&Token=x", headers: none))
         #expect(!TokenInjection.clientHasToken(pathAndQuery: "/q", headers: none, form: Array("f=json&token=".utf8)))
         for v in ["Bearer ", "Bearer", "bearer \t", ""] {
-            #expect(!TokenInjection.clientHasToken(pathAndQuery: "/q", headers: HTTPHeaders([("X-Esri-Authorization", v)])), "\(v)")
-            #expect(!TokenInjection.clientHasToken(pathAndQuery: "/q", headers: HTTPHeaders([("Authorization", v)])), "\(v)")
+            #expect(
+                !TokenInjection.clientHasToken(pathAndQuery: "/q", headers: HTTPHeaders([("X-Esri-Authorization", v)])),
+                "\(v)")
+            #expect(
+                !TokenInjection.clientHasToken(pathAndQuery: "/q", headers: HTTPHeaders([("Authorization", v)])), "\(v)"
+            )
         }
         #expect(TokenInjection.headerCredential("Bearerx") == .other)
         #expect(TokenInjection.headerCredential("Basic dTpw") == .other)
 
-        let q = TokenInjection.apply(token: "t", site: .query, pathAndQuery: "/q?where=1%3D1&text=&token=&outFields=*&f=json",
+        let q = TokenInjection.apply(
+            token: "t", site: .query, pathAndQuery: "/q?where=1%3D1&text=&token=&outFields=*&f=json",
             headers: HTTPHeaders([("X-Esri-Authorization", "Bearer"), ("Authorization", "Bearer")]), form: nil)
         #expect(q.pathAndQuery == "/q?where=1%3D1&text=&outFields=*&f=json&token=t")
         #expect(!q.headers.contains("x-esri-authorization") && !q.headers.contains("authorization"))
-        let f = TokenInjection.apply(token: "t", site: .form, pathAndQuery: "/q", headers: none,
+        let f = TokenInjection.apply(
+            token: "t", site: .form, pathAndQuery: "/q", headers: none,
             form: Array("token=&f=json".utf8))
         #expect(String(decoding: f.form!, as: UTF8.self) == "f=json&token=t")
         // Web-tier credentials stay.
-        let b = TokenInjection.apply(token: "t", site: .query, pathAndQuery: "/q", headers: HTTPHeaders([("Authorization", "Basic dTpw")]), form: nil)
+        let b = TokenInjection.apply(
+            token: "t", site: .query, pathAndQuery: "/q", headers: HTTPHeaders([("Authorization", "Basic dTpw")]),
+            form: nil)
         #expect(b.headers.values("authorization") == ["Basic dTpw"])
     }
 }
 
 @Suite struct CredentialStoreTests {
     private func cred(_ name: String, _ match: [String]) -> Credential {
-        Credential(name: name, kind: .apiKey(key: name), match: match.compactMap(MatchPrefix.parse), placement: .param,
+        Credential(
+            name: name, kind: .apiKey(key: name), match: match.compactMap(MatchPrefix.parse), placement: .param,
             overrideClientToken: false, line: 1)
     }
 
@@ -156,7 +193,8 @@ import Testing
     let loader = ConfigLoader(environment: ["KEY": "secret-api-key"])
 
     @Test func parsesEveryType() throws {
-        let c = try loader.parse("""
+        let c = try loader.parse(
+            """
             [[credential]]
             name = "key"
             type = "api-key"
@@ -194,7 +232,9 @@ import Testing
             """)
         #expect(c.credentials.map(\.kind.typeName) == ["api-key", "token", "arcgis-token", "oauth-app", "oauth-user"])
         #expect(c.credentials[0].kind == .apiKey(key: "secret-api-key"))
-        #expect(c.credentials[1].kind == .token(token: "abc", referer: "https://app.example.com", expires: 1_893_456_000_000))
+        #expect(
+            c.credentials[1].kind
+                == .token(token: "abc", referer: "https://app.example.com", expires: 1_893_456_000_000))
         #expect(c.credentials[1].placement == .header)
         #expect(c.credentials[1].overrideClientToken)
         guard case .arcgisToken(let a) = c.credentials[2].kind, case .oauthApp(let o) = c.credentials[3].kind else {
@@ -207,11 +247,26 @@ import Testing
 
     @Test(arguments: [
         ("[[credential]]\nname = \"a\"\ntype = \"api-key\"\nmatch = \"https://h\"\n", "credential[0].key", "needs key"),
-        ("[[credential]]\nname = \"a\"\ntype = \"api-key\"\nkey = \"k\"\nkee = 1\nmatch = \"https://h\"\n", "credential[0].kee", "unknown key"),
-        ("[[credential]]\nname = \"a\"\ntype = \"magic\"\nmatch = \"https://h\"\n", "credential[0].type", "not supported"),
-        ("[[credential]]\nname = \"a\"\ntype = \"token\"\ntoken = \"t\"\nexpires = \"tomorrow\"\nmatch = \"https://h\"\n", "credential[0].expires", "RFC 3339"),
-        ("[[credential]]\nname = \"a\"\ntype = \"oauth-app\"\nclient_id = \"i\"\nclient_secret = \"s\"\nportal_url = \"ftp://x\"\nmatch = \"https://h\"\n", "credential[0].portal_url", "not an http(s) URL"),
-        ("[[credential]]\nname = \"a\"\ntype = \"api-key\"\nkey = \"k\"\nmatch = \"https://h\"\n[[credential]]\nname = \"a\"\ntype = \"api-key\"\nkey = \"k\"\nmatch = \"https://h\"\n", "credential[1].name", "duplicate"),
+        (
+            "[[credential]]\nname = \"a\"\ntype = \"api-key\"\nkey = \"k\"\nkee = 1\nmatch = \"https://h\"\n",
+            "credential[0].kee", "unknown key"
+        ),
+        (
+            "[[credential]]\nname = \"a\"\ntype = \"magic\"\nmatch = \"https://h\"\n", "credential[0].type",
+            "not supported"
+        ),
+        (
+            "[[credential]]\nname = \"a\"\ntype = \"token\"\ntoken = \"t\"\nexpires = \"tomorrow\"\nmatch = \"https://h\"\n",
+            "credential[0].expires", "RFC 3339"
+        ),
+        (
+            "[[credential]]\nname = \"a\"\ntype = \"oauth-app\"\nclient_id = \"i\"\nclient_secret = \"s\"\nportal_url = \"ftp://x\"\nmatch = \"https://h\"\n",
+            "credential[0].portal_url", "not an http(s) URL"
+        ),
+        (
+            "[[credential]]\nname = \"a\"\ntype = \"api-key\"\nkey = \"k\"\nmatch = \"https://h\"\n[[credential]]\nname = \"a\"\ntype = \"api-key\"\nkey = \"k\"\nmatch = \"https://h\"\n",
+            "credential[1].name", "duplicate"
+        ),
     ])
     func rejects(_ text: String, _ key: String, _ fragment: String) {
         do {
@@ -289,19 +344,28 @@ import Testing
     func compressedBodies(_ encoding: BoundedInflate.Encoding) throws {
         let name = encoding == .gzip ? "gzip" : "deflate"
         let rejection = try compress(#"{"error":{"code":498,"message":"Invalid token.","details":[]}}"#, encoding)
-        #expect(TokenRejection.isRejection(status: 200, contentType: "application/json", contentEncoding: name, body: rejection))
+        #expect(
+            TokenRejection.isRejection(
+                status: 200, contentType: "application/json", contentEncoding: name, body: rejection))
         let data = try compress(#"{"features":[{"attributes":{"code":498}}]}"#, encoding)
-        #expect(!TokenRejection.isRejection(status: 200, contentType: "application/json", contentEncoding: name, body: data))
+        #expect(
+            !TokenRejection.isRejection(status: 200, contentType: "application/json", contentEncoding: name, body: data)
+        )
         // The compressed bytes themselves are not sniffed as text without the header.
         #expect(!TokenRejection.isRejection(status: 200, contentType: "application/json", body: rejection))
         // An encoding that cannot be decoded is never a rejection by body.
-        #expect(!TokenRejection.isRejection(status: 200, contentType: "application/json", contentEncoding: "br", body: rejection))
-        #expect(TokenRejection.isRejection(status: 498, contentType: "application/json", contentEncoding: "br", body: rejection))
+        #expect(
+            !TokenRejection.isRejection(
+                status: 200, contentType: "application/json", contentEncoding: "br", body: rejection))
+        #expect(
+            TokenRejection.isRejection(
+                status: 498, contentType: "application/json", contentEncoding: "br", body: rejection))
     }
 
     @Test func rawDeflateAndHTML() throws {
         let raw = try compress("<html><h2>Error: Invalid Token</h2></html>", .deflate, raw: true)
-        #expect(TokenRejection.isRejection(status: 200, contentType: "text/html", contentEncoding: "deflate", body: raw))
+        #expect(
+            TokenRejection.isRejection(status: 200, contentType: "text/html", contentEncoding: "deflate", body: raw))
     }
 
     @Test func decodingIsBounded() throws {
@@ -310,11 +374,15 @@ import Testing
         #expect(big.count < 8 * 1024)
         let out = try #require(BoundedInflate.decode(big, encoding: .gzip, limit: TokenRejection.lookAhead))
         #expect(out.count == TokenRejection.lookAhead)
-        #expect(!TokenRejection.isRejection(status: 200, contentType: "application/json", contentEncoding: "gzip", body: big))
+        #expect(
+            !TokenRejection.isRejection(
+                status: 200, contentType: "application/json", contentEncoding: "gzip", body: big))
         // A body cut short (the sniff buffer holds the first bytes only) decodes as far as it goes.
         let whole = try compress(#"{"error":{"code":499,"message":"Token Required","details":[]}}"#, .gzip)
         let part = Array(whole.prefix(whole.count - 8))  // without the gzip trailer
-        #expect(TokenRejection.isRejection(status: 200, contentType: "application/json", contentEncoding: "gzip", body: part))
+        #expect(
+            TokenRejection.isRejection(
+                status: 200, contentType: "application/json", contentEncoding: "gzip", body: part))
         #expect(BoundedInflate.decode(Array("not compressed".utf8), encoding: .gzip, limit: 100) == nil)
     }
 }
@@ -365,7 +433,9 @@ private func acceptEncoding(_ values: [String]) -> HTTPHeaders {
         #expect(!TokenRejection.namesOnlyDecodable(acceptEncoding(values)))
     }
 
-    @Test(arguments: [[], ["gzip, deflate"], ["GZIP;q=1.0 , Deflate", "identity"], ["x-gzip", ""], ["gzip;q=0, identity"]])
+    @Test(arguments: [
+        [], ["gzip, deflate"], ["GZIP;q=1.0 , Deflate", "identity"], ["x-gzip", ""], ["gzip;q=0, identity"],
+    ])
     func decodableOnlyIsLeftAlone(_ values: [String]) {
         #expect(TokenRejection.namesOnlyDecodable(acceptEncoding(values)))
         #expect(TokenRejection.acceptEncodingForInspection(acceptEncoding(values)) == nil)
@@ -377,7 +447,8 @@ private func acceptEncoding(_ values: [String]) -> HTTPHeaders {
     }
 
     @Test func everyCodingKeptIsOneTheSnifferReads() throws {
-        let sent = try #require(TokenRejection.acceptEncodingForInspection(acceptEncoding(["gzip, deflate, br, zstd, x-gzip, compress"])))
+        let sent = try #require(
+            TokenRejection.acceptEncodingForInspection(acceptEncoding(["gzip, deflate, br, zstd, x-gzip, compress"])))
         for coding in sent.split(separator: ",") {
             let name = String(coding.split(separator: ";")[0]).trimmingCharacters(in: .whitespaces)
             #expect(BoundedInflate.Encoding(contentEncoding: name) != nil || name == "identity", "\(name)")

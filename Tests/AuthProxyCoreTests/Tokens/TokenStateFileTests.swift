@@ -1,9 +1,10 @@
-#if canImport(Glibc)
-import Glibc
-#endif
 import Testing
 
 @testable import AuthProxyCore
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 private func readBytes(_ path: String) -> [UInt8]? {
     guard let f = fopen(path, "rb") else { return nil }
@@ -35,12 +36,18 @@ private func writeBytes(_ path: String, _ bytes: [UInt8]) {
         var c = TokenStateFile.Contents()
         let later = nowMillis() + 3_600_000
         c.tokens = [
-            .init(key: "gis|http://h/arcgis", credential: "gis", fingerprint: "f1",
-                token: IssuedToken(value: "SECRET-TOKEN-VALUE", expires: later, issued: nowMillis(), ssl: false, referer: nil)),
-            .init(key: "old|http://h/arcgis", credential: "old", fingerprint: "f2",
+            .init(
+                key: "gis|http://h/arcgis", credential: "gis", fingerprint: "f1",
+                token: IssuedToken(
+                    value: "SECRET-TOKEN-VALUE", expires: later, issued: nowMillis(), ssl: false, referer: nil)),
+            .init(
+                key: "old|http://h/arcgis", credential: "old", fingerprint: "f2",
                 token: IssuedToken(value: "EXPIRED", expires: nowMillis() - 1000, issued: 0, ssl: false, referer: nil)),
         ]
-        c.refreshTokens = [.init(credential: "me", fingerprint: "f3", refreshToken: "REFRESH-SECRET", expires: later, username: "alice")]
+        c.refreshTokens = [
+            .init(
+                credential: "me", fingerprint: "f3", refreshToken: "REFRESH-SECRET", expires: later, username: "alice")
+        ]
         return c
     }
 
@@ -136,7 +143,9 @@ private func writeBytes(_ path: String, _ bytes: [UInt8]) {
             for i in 0..<40 {
                 group.addTask {
                     _ = try? f.update { c in
-                        c.refreshTokens.append(.init(credential: "c\(i)", fingerprint: "f", refreshToken: "r", expires: nil, username: nil))
+                        c.refreshTokens.append(
+                            .init(credential: "c\(i)", fingerprint: "f", refreshToken: "r", expires: nil, username: nil)
+                        )
                     }
                 }
             }
@@ -156,7 +165,9 @@ private func writeBytes(_ path: String, _ bytes: [UInt8]) {
 
     @Test func serverRoots() {
         func root(_ s: String) -> (String, Bool) {
-            guard case .absolute(let t)? = try? RequestHeadParser.parseTarget(method: "GET", s) else { return ("", false) }
+            guard case .absolute(let t)? = try? RequestHeadParser.parseTarget(method: "GET", s) else {
+                return ("", false)
+            }
             let r = ServerRoot.of(t)
             return (r.root, r.isPortal)
         }

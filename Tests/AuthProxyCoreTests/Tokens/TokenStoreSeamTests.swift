@@ -33,7 +33,9 @@ import Testing
             claims.append((slot, holding?.value, rejected))
             done(answer)
         }
-        func publish(_ slot: TokenSlot, token: IssuedToken, lease: TokenLease?) { published.append((slot, token, lease)) }
+        func publish(_ slot: TokenSlot, token: IssuedToken, lease: TokenLease?) {
+            published.append((slot, token, lease))
+        }
         func abandon(_ slot: TokenSlot, lease: TokenLease) { abandoned.append((slot, lease)) }
         func withdraw(_ slot: TokenSlot, token: IssuedToken) { withdrawn.append((slot, token.value)) }
         func shareRefreshToken(_ stored: TokenStateFile.StoredRefreshToken) {
@@ -71,7 +73,8 @@ import Testing
     struct Bad: Error {}
 
     /// Asks for a token and waits for the answer.
-    static func token(_ s: TokenService, _ c: Credential, _ url: String) async throws -> Result<IssuedToken, TokenError> {
+    static func token(_ s: TokenService, _ c: Credential, _ url: String) async throws -> Result<IssuedToken, TokenError>
+    {
         let t = try target(url)
         return await withCheckedContinuation { k in s.token(for: c, target: t) { k.resume(returning: $0) } }
     }
@@ -80,7 +83,9 @@ import Testing
         let clock = FakeClock(1_700_000_000_000)
         let c = try TokenTestSupport.credential(Self.gis)
         let store = MemoryStore()
-        let shared = IssuedToken(value: "T-shared", expires: clock.nowMillis() + 600_000, issued: clock.nowMillis(), ssl: false, referer: nil)
+        let shared = IssuedToken(
+            value: "T-shared", expires: clock.nowMillis() + 600_000, issued: clock.nowMillis(), ssl: false, referer: nil
+        )
         store.answer = .shared(shared)
         let s = Self.service(c, store, clock: clock)
 
@@ -125,14 +130,16 @@ import Testing
         let clock = FakeClock(1_700_000_000_000)
         let c = try TokenTestSupport.credential(Self.gis)
         let store = MemoryStore()
-        let old = IssuedToken(value: "T-old", expires: clock.nowMillis() + 600_000, issued: clock.nowMillis(), ssl: false, referer: nil)
+        let old = IssuedToken(
+            value: "T-old", expires: clock.nowMillis() + 600_000, issued: clock.nowMillis(), ssl: false, referer: nil)
         store.answer = .shared(old)
         let s = Self.service(c, store, clock: clock)
         let token = try await Self.token(s, c, Self.url).get()
 
         let action = s.rejected(c, target: try Self.target(Self.url), token: token, attempt: 1, replayImpossible: nil)
         #expect(action == .refreshAndRetry)
-        let newer = IssuedToken(value: "T-new", expires: clock.nowMillis() + 600_000, issued: clock.nowMillis(), ssl: false, referer: nil)
+        let newer = IssuedToken(
+            value: "T-new", expires: clock.nowMillis() + 600_000, issued: clock.nowMillis(), ssl: false, referer: nil)
         s.queue.sync {
             #expect(store.withdrawn.map(\.1) == ["T-old"])
             store.answer = .shared(newer)
@@ -148,7 +155,9 @@ import Testing
         let clock = FakeClock(1_700_000_000_000)
         let c = try TokenTestSupport.credential(Self.gis)
         let store = MemoryStore()
-        store.answer = .shared(IssuedToken(value: "T1", expires: clock.nowMillis() + 600_000, issued: clock.nowMillis(), ssl: false, referer: nil))
+        store.answer = .shared(
+            IssuedToken(
+                value: "T1", expires: clock.nowMillis() + 600_000, issued: clock.nowMillis(), ssl: false, referer: nil))
         let s = Self.service(c, store, clock: clock)
         _ = try await Self.token(s, c, Self.url).get()
         let target = try Self.target(Self.url)
@@ -168,7 +177,8 @@ import Testing
         let c = try TokenTestSupport.credential(Self.gis)
         let store = MemoryStore()
         let key = TokenTestSupport.key(c, Self.url)
-        let t = IssuedToken(value: "T-saved", expires: clock.nowMillis() + 600_000, issued: clock.nowMillis(), ssl: false, referer: nil)
+        let t = IssuedToken(
+            value: "T-saved", expires: clock.nowMillis() + 600_000, issued: clock.nowMillis(), ssl: false, referer: nil)
         store.contents.tokens = [
             .init(key: key, credential: "gis", fingerprint: Crypto.sha256Hex(c.identityMaterial), token: t),
             .init(key: "gis|http://127.0.0.1:9/other", credential: "gis", fingerprint: "changed", token: t),
@@ -180,7 +190,8 @@ import Testing
     }
 
     @Test func theStoresRefreshTokenIsTheAuthorityAndItsChangeIsANewSignIn() throws {
-        let c = try TokenTestSupport.credential("""
+        let c = try TokenTestSupport.credential(
+            """
             [[credential]]
             name = "me"
             type = "oauth-user"
@@ -191,14 +202,19 @@ import Testing
             """)
         let store = MemoryStore()
         let fp = Crypto.sha256Hex(c.identityMaterial)
-        store.refresh = ["me": .init(credential: "me", fingerprint: fp, refreshToken: "R1", expires: nil, username: "alice")]
+        store.refresh = [
+            "me": .init(credential: "me", fingerprint: fp, refreshToken: "R1", expires: nil, username: "alice")
+        ]
         let s = Self.service(c, store, clock: FakeClock(1_700_000_000_000))
         s.queue.sync {
-            s.refreshTokens["me"] = .init(credential: "me", fingerprint: fp, refreshToken: "R-file", expires: nil, username: nil)
+            s.refreshTokens["me"] = .init(
+                credential: "me", fingerprint: fp, refreshToken: "R-file", expires: nil, username: nil)
             #expect(s.currentRefreshToken(name: "me") == "R1")
             let grant1 = s.slot(c, root: "http://127.0.0.1:9/portal", isPortal: true)?.grant
             // Signed in again elsewhere: a new grant, so shared tokens of the old one get other names.
-            store.refresh = ["me": .init(credential: "me", fingerprint: fp, refreshToken: "R2", expires: nil, username: "alice")]
+            store.refresh = [
+                "me": .init(credential: "me", fingerprint: fp, refreshToken: "R2", expires: nil, username: "alice")
+            ]
             let grant2 = s.slot(c, root: "http://127.0.0.1:9/portal", isPortal: true)?.grant
             #expect(grant1 != nil && grant2 != nil && grant1 != grant2)
             // Signed out elsewhere: no refresh token, even though this replica's file still has one.
@@ -211,7 +227,8 @@ import Testing
     }
 
     @Test func aRotatedRefreshTokenIsSharedAndNeverFallsBackToTheSpentSeed() throws {
-        let c = try TokenTestSupport.credential("""
+        let c = try TokenTestSupport.credential(
+            """
             [[credential]]
             name = "gw"
             type = "oauth2"

@@ -16,8 +16,9 @@ import Testing
     // MARK: handshake detection
 
     @Test func aWebSocketHandshakeIsAnUpgrade() {
-        let h = head("GET http://gis.example/arcgis/rest/services/Q/StreamServer/subscribe HTTP/1.1\r\nHost: gis.example\r\n"
-            + "Upgrade: websocket\r\nConnection: keep-alive, Upgrade\r\nSec-WebSocket-Version: 13\r\n\r\n")
+        let h = head(
+            "GET http://gis.example/arcgis/rest/services/Q/StreamServer/subscribe HTTP/1.1\r\nHost: gis.example\r\n"
+                + "Upgrade: websocket\r\nConnection: keep-alive, Upgrade\r\nSec-WebSocket-Version: 13\r\n\r\n")
         #expect(h?.upgrade == "websocket")
     }
 
@@ -42,10 +43,15 @@ import Testing
     // MARK: ws and wss
 
     @Test func wsAndWssTargetsAreReadAsHTTPAndHTTPS() throws {
-        #expect(try RequestHeadParser.parseTarget(method: "GET", "ws://h:8080/a?token=x")
-            == .absolute(URLTarget(scheme: "http", host: "h", port: 8080, pathAndQuery: "/a?token=x")))
-        #expect(try RequestHeadParser.parseTarget(method: "GET", "WS://h/a") == .absolute(URLTarget(scheme: "http", host: "h", port: 80, pathAndQuery: "/a")))
-        #expect(try RequestHeadParser.parseTarget(method: "GET", "wss://h/a") == .absolute(URLTarget(scheme: "https", host: "h", port: 443, pathAndQuery: "/a")))
+        #expect(
+            try RequestHeadParser.parseTarget(method: "GET", "ws://h:8080/a?token=x")
+                == .absolute(URLTarget(scheme: "http", host: "h", port: 8080, pathAndQuery: "/a?token=x")))
+        #expect(
+            try RequestHeadParser.parseTarget(method: "GET", "WS://h/a")
+                == .absolute(URLTarget(scheme: "http", host: "h", port: 80, pathAndQuery: "/a")))
+        #expect(
+            try RequestHeadParser.parseTarget(method: "GET", "wss://h/a")
+                == .absolute(URLTarget(scheme: "https", host: "h", port: 443, pathAndQuery: "/a")))
         #expect(throws: HTTPParseError.self) { try RequestHeadParser.parseTarget(method: "GET", "wsx://h/a") }
     }
 
@@ -53,7 +59,8 @@ import Testing
         let ws = try #require(MatchPrefix.parse("ws://gis.example:8080/arcgis"))
         #expect(ws == MatchPrefix.parse("http://gis.example:8080/arcgis"))
         #expect(ws.matches(URLTarget(scheme: "http", host: "gis.example", port: 8080, pathAndQuery: "/arcgis/rest/x")))
-        #expect(!ws.matches(URLTarget(scheme: "https", host: "gis.example", port: 8080, pathAndQuery: "/arcgis/rest/x")))
+        #expect(
+            !ws.matches(URLTarget(scheme: "https", host: "gis.example", port: 8080, pathAndQuery: "/arcgis/rest/x")))
         let wss = try #require(MatchPrefix.parse("wss://gis.example/arcgis"))
         #expect(wss.scheme == "https" && wss.effectivePort == 443)
         #expect(MatchPrefix.parse("ftp://gis.example/") == nil)
@@ -130,15 +137,18 @@ import Testing
 
     @Test func the101HeadKeepsUpgradeAndConnectionAndDropsOtherHopByHopFields() {
         var a = ResponseHeadAssembler(capacity: 0)
-        for line in ["HTTP/1.1 101 Switching Protocols", "Upgrade: websocket", "Connection: Upgrade, X-Hop",
-            "X-Hop: 1", "Keep-Alive: 5", "Sec-WebSocket-Accept: abc=", ""] {
+        for line in [
+            "HTTP/1.1 101 Switching Protocols", "Upgrade: websocket", "Connection: Upgrade, X-Hop",
+            "X-Hop: 1", "Keep-Alive: 5", "Sec-WebSocket-Accept: abc=", "",
+        ] {
             let bytes = Array((line + "\r\n").utf8)
             _ = bytes.withUnsafeBytes { a.add(line: $0) }
         }
         var out = ByteBuffer()
         a.writeSwitchingProtocols(into: &out, upgrade: "websocket", via: "1.1 authproxy")
         let text = out.withUnreadBytes { String(decoding: $0, as: UTF8.self) }
-        #expect(text == "HTTP/1.1 101 Switching Protocols\r\nSec-WebSocket-Accept: abc=\r\nUpgrade: websocket\r\n"
-            + "Connection: Upgrade\r\nVia: 1.1 authproxy\r\n\r\n")
+        #expect(
+            text == "HTTP/1.1 101 Switching Protocols\r\nSec-WebSocket-Accept: abc=\r\nUpgrade: websocket\r\n"
+                + "Connection: Upgrade\r\nVia: 1.1 authproxy\r\n\r\n")
     }
 }

@@ -40,14 +40,17 @@ enum ChunkedDecoderFuzzer {
         }
         let limit = 1 + Int(fuzzHash(input) >> 59)
         let split = decode(bytes, pieces: pieces, limit: limit)
-        invariant(split == once, "in pieces \(pieces) limit \(limit): \(split) vs at once: \(once); input \(describe(bytes))")
+        invariant(
+            split == once, "in pieces \(pieces) limit \(limit): \(split) vs at once: \(once); input \(describe(bytes))")
 
         if once.done, once.error == nil {
             var reframed = Array(String(once.body.count, radix: 16).utf8) + [13, 10] + once.body + [13, 10]
             if once.body.isEmpty { reframed = [] }
             reframed += Array("0\r\n\r\n".utf8)
             let again = decode(reframed, pieces: [reframed.count], limit: .max)
-            invariant(again == Outcome(body: once.body, consumed: reframed.count, done: true), "re-framed body decodes to \(again)")
+            invariant(
+                again == Outcome(body: once.body, consumed: reframed.count, done: true),
+                "re-framed body decodes to \(again)")
         }
     }
 

@@ -1,5 +1,5 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// The libFuzzer entry point. One binary holds every target; `AUTHPROXY_FUZZ_TARGET` names the one a process runs
@@ -7,7 +7,8 @@ import Glibc
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzz(_ start: UnsafeRawPointer?, _ count: Int) -> CInt {
     // libFuzzer may pass a null pointer with a count of 0.
-    let input = start.map { UnsafeRawBufferPointer(start: $0, count: count) } ?? UnsafeRawBufferPointer(start: nil, count: 0)
+    let input =
+        start.map { UnsafeRawBufferPointer(start: $0, count: count) } ?? UnsafeRawBufferPointer(start: nil, count: 0)
     selectedTarget.run(input)
     return 0
 }

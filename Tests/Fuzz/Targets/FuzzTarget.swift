@@ -51,5 +51,7 @@ func describe(_ bytes: some Collection<UInt8>) -> String {
 }
 
 extension String {
-    fileprivate func leftPadded(to n: Int) -> String { count >= n ? self : String(repeating: "0", count: n - count) + self }
+    fileprivate func leftPadded(to n: Int) -> String {
+        count >= n ? self : String(repeating: "0", count: n - count) + self
+    }
 }

@@ -21,9 +21,12 @@ enum RequestHeadFuzzer {
             switch first {
             case .needMore:
                 let second = incremental.parse(input)
-                invariant(second == whole, "split at \(split): \(second) after needMore, \(whole) at once: \(describe(input))")
+                invariant(
+                    second == whole, "split at \(split): \(second) after needMore, \(whole) at once: \(describe(input))"
+                )
             case .complete:
-                invariant(first == whole, "split at \(split): \(first) from the prefix, \(whole) at once: \(describe(input))")
+                invariant(
+                    first == whole, "split at \(split): \(first) from the prefix, \(whole) at once: \(describe(input))")
             case .failed:
                 guard case .failed = whole else {
                     invariant(false, "split at \(split): prefix \(first), whole \(whole): \(describe(input))")
@@ -53,7 +56,8 @@ enum RequestHeadFuzzer {
     private static func checkSane(_ head: RequestHead) {
         invariant(!head.method.isEmpty && head.method.utf8.allSatisfy(isTokenChar), "method \(head.method)")
         for f in head.headers {
-            invariant(!f.name.isEmpty && f.name.utf8.allSatisfy(isTokenChar), "field name \(describe(Array(f.name.utf8)))")
+            invariant(
+                !f.name.isEmpty && f.name.utf8.allSatisfy(isTokenChar), "field name \(describe(Array(f.name.utf8)))")
             invariant(
                 !f.value.utf8.contains { $0 == 13 || $0 == 10 || $0 == 0 },
                 "CR, LF or NUL in the value of \(f.name): \(describe(Array(f.value.utf8)))")
@@ -87,7 +91,8 @@ enum RequestHeadFuzzer {
             invariant(!t.host.isEmpty && t.host == t.host.lowercased(), "host \(t.host)")
             invariant(t.port > 0 && t.port < 65536, "port \(t.port)")
             invariant(t.pathAndQuery.utf8.first == UInt8(ascii: "/"), "path \(t.pathAndQuery)")
-            invariant(!t.pathAndQuery.utf8.contains { $0 <= 0x20 || $0 >= 0x7f || $0 == 35 }, "path bytes \(t.pathAndQuery)")
+            invariant(
+                !t.pathAndQuery.utf8.contains { $0 <= 0x20 || $0 >= 0x7f || $0 == 35 }, "path bytes \(t.pathAndQuery)")
         case .authority(let host, let port):
             invariant(!host.isEmpty && port > 0 && port < 65536, "authority \(host):\(port)")
         case .origin(let path):

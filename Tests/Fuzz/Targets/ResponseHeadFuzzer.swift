@@ -102,7 +102,8 @@ enum ResponseHeadFuzzer {
         input: UnsafeRawBufferPointer
     ) {
         let context = "client head \(describe(head)) from \(describe(input))"
-        invariant(head.count >= 4 && head.suffix(4).elementsEqual([13, 10, 13, 10]), "no empty line at the end: \(context)")
+        invariant(
+            head.count >= 4 && head.suffix(4).elementsEqual([13, 10, 13, 10]), "no empty line at the end: \(context)")
         for (i, b) in head.enumerated() {
             if b == 10 { invariant(i > 0 && head[i - 1] == 13, "bare LF at \(i): \(context)") }
             if b == 13 { invariant(i + 1 < head.count && head[i + 1] == 10, "bare CR at \(i): \(context)") }
@@ -122,7 +123,9 @@ enum ResponseHeadFuzzer {
         var connection: [String] = []
         for line in lines {
             invariant(!line.isEmpty, "empty line inside the head: \(context)")
-            guard let colon = line.firstIndex(of: 58) else { return invariant(false, "field without colon: \(context)") }
+            guard let colon = line.firstIndex(of: 58) else {
+                return invariant(false, "field without colon: \(context)")
+            }
             let name = line[line.startIndex..<colon]
             let value = line[(colon + 1)...]
             invariant(value.first == 32, "no space after the colon: \(context)")
@@ -138,9 +141,15 @@ enum ResponseHeadFuzzer {
                 invariant(!HTTPHeaders.hopByHop.contains(lower), "upstream hop-by-hop field \(lower): \(context)")
             }
         }
-        invariant(contentLengths.count + transferEncodings.count <= 1, "CL \(contentLengths), TE \(transferEncodings): \(context)")
-        invariant(contentLengths == (framing.contentLength.map { ["\($0)"] } ?? []), "CL \(contentLengths) vs \(framing): \(context)")
-        invariant(transferEncodings == (framing.chunked ? ["chunked"] : []), "TE \(transferEncodings) vs \(framing): \(context)")
+        invariant(
+            contentLengths.count + transferEncodings.count <= 1,
+            "CL \(contentLengths), TE \(transferEncodings): \(context)")
+        invariant(
+            contentLengths == (framing.contentLength.map { ["\($0)"] } ?? []),
+            "CL \(contentLengths) vs \(framing): \(context)")
+        invariant(
+            transferEncodings == (framing.chunked ? ["chunked"] : []),
+            "TE \(transferEncodings) vs \(framing): \(context)")
         invariant(!(framing.chunked && framing.noBody), "chunked without a body: \(framing)")
         invariant(framing.contentLength.map { $0 >= 0 } ?? true, "negative length: \(framing)")
         if status == 204 { invariant(contentLengths.isEmpty, "Content-Length on a 204: \(context)") }

@@ -43,14 +43,16 @@ enum ResponseReaderFuzzer {
         let split = read(bytes, pieces: pieces, isHead: isHead, upgrade: upgrade)
         invariant(split == once, "in pieces \(pieces): \(split) vs at once: \(once); input \(describe(bytes))")
 
-        invariant(!once.switched || (upgrade && once.status == 101 && once.body.isEmpty),
+        invariant(
+            !once.switched || (upgrade && once.status == 101 && once.body.isEmpty),
             "switched without an upgrade to a 101: \(once); input \(describe(bytes))")
         if once.failure == nil, once.lines.count > 0, once.complete || !once.body.isEmpty {
             // The final head was read: the assembler, fed the same lines, gives the client the same status.
             var assembler = ResponseHeadAssembler()
             for line in once.lines { _ = line.withUnsafeBytes { assembler.add(line: $0) } }
             if assembler.violation == nil {
-                invariant(assembler.status == once.status,
+                invariant(
+                    assembler.status == once.status,
                     "client status \(assembler.status), framed by \(once.status); input \(describe(bytes))")
             }
         }
@@ -66,7 +68,9 @@ enum ResponseReaderFuzzer {
             offset += piece
             while true {
                 let result: Result<ResponseReader.Step, ResponseReader.Failure> = pending.withUnsafeBytes { b in
-                    do throws(ResponseReader.Failure) { return .success(try reader.next(b)) } catch { return .failure(error) }
+                    do throws(ResponseReader.Failure) { return .success(try reader.next(b)) } catch {
+                        return .failure(error)
+                    }
                 }
                 let step: ResponseReader.Step
                 switch result {

@@ -26,7 +26,8 @@ enum TokenRejectionFuzzer {
         let contentType = contentTypes[Int(selector >> 3 & 7)]
         let encoding = encodings[Int(selector >> 6)]
         let body = Array(input.dropFirst())
-        let verdict = TokenRejection.isRejection(status: status, contentType: contentType, contentEncoding: encoding, body: body)
+        let verdict = TokenRejection.isRejection(
+            status: status, contentType: contentType, contentEncoding: encoding, body: body)
 
         if encoding == nil || encoding == "identity" {
             for (name, windowBits) in [("gzip", Int32(31)), ("deflate", 15), ("deflate", -15)] {
@@ -35,14 +36,16 @@ enum TokenRejectionFuzzer {
                     status: status, contentType: contentType, contentEncoding: name, body: compressed)
                 invariant(
                     v == verdict,
-                    "\(name) (window \(windowBits)) says \(v), clear says \(verdict): \(status) \(contentType ?? "-") \(describe(body))")
+                    "\(name) (window \(windowBits)) says \(v), clear says \(verdict): \(status) \(contentType ?? "-") \(describe(body))"
+                )
             }
         } else if let e = BoundedInflate.Encoding(contentEncoding: encoding) {
             let small = 1 + Int(fuzzHash(input) % 97)
             let a = BoundedInflate.decode(body, encoding: e, limit: small)
             let b = BoundedInflate.decode(body, encoding: e, limit: TokenRejection.lookAhead)
             invariant((a?.count ?? 0) <= small, "inflated \(a?.count ?? 0) bytes, limit \(small)")
-            invariant((b?.count ?? 0) <= TokenRejection.lookAhead, "inflated \(b?.count ?? 0) bytes over the look-ahead")
+            invariant(
+                (b?.count ?? 0) <= TokenRejection.lookAhead, "inflated \(b?.count ?? 0) bytes over the look-ahead")
             if let a, let b { invariant(b.starts(with: a), "limit \(small) output is not a prefix of the full output") }
         }
 

@@ -29,7 +29,8 @@ enum URLFuzzer {
         if let prefix = MatchPrefix.parse(text) {
             invariant(MatchPrefix.parse(prefix.description) == prefix, "\(prefix) does not round-trip (from \(text))")
             let host = prefix.wildcard ? "sub." + prefix.host : prefix.host
-            let own = URLTarget(scheme: prefix.scheme, host: host, port: prefix.effectivePort, pathAndQuery: prefix.path + "/x?q=1")
+            let own = URLTarget(
+                scheme: prefix.scheme, host: host, port: prefix.effectivePort, pathAndQuery: prefix.path + "/x?q=1")
             invariant(prefix.matches(own), "\(prefix) does not match \(own.url)")
             if !prefix.path.isEmpty {
                 var exact = own
@@ -48,7 +49,8 @@ enum URLFuzzer {
         if case .normal(let p) = PathNormalizer.normalize(path) {
             invariant(p.utf8.first == UInt8(ascii: "/"), "\(path) normalises to \(p)")
             for segment in p.utf8.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false) {
-                invariant(!segment.elementsEqual([46]) && !segment.elementsEqual([46, 46]), "\(path) normalises to \(p)")
+                invariant(
+                    !segment.elementsEqual([46]) && !segment.elementsEqual([46, 46]), "\(path) normalises to \(p)")
             }
             if escapesAreWellFormed(path.utf8) {
                 let again = PathNormalizer.normalize(Substring(p))
@@ -63,7 +65,9 @@ enum URLFuzzer {
         var i = 0
         while i < b.count {
             if b[i] == UInt8(ascii: "%") {
-                guard i + 2 < b.count, hexDigitValue(b[i + 1]) != nil, hexDigitValue(b[i + 2]) != nil else { return false }
+                guard i + 2 < b.count, hexDigitValue(b[i + 1]) != nil, hexDigitValue(b[i + 2]) != nil else {
+                    return false
+                }
                 i += 3
             } else {
                 i += 1

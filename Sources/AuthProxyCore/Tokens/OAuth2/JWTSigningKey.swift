@@ -24,9 +24,10 @@ final class JWTSigningKey {
         let fits = algorithm == .es256 ? kind == 2 : kind == 1
         guard fits else {
             EVP_PKEY_free(key)
-            throw OAuth2Problem(algorithm == .es256
-                ? "\(source) is not an EC P-256 key, which ES256 needs"
-                : "\(source) is not an RSA key of at least 2048 bits, which \(algorithm.rawValue) needs")
+            throw OAuth2Problem(
+                algorithm == .es256
+                    ? "\(source) is not an EC P-256 key, which ES256 needs"
+                    : "\(source) is not an RSA key of at least 2048 bits, which \(algorithm.rawValue) needs")
         }
         self.key = key
         self.algorithm = algorithm

@@ -29,20 +29,31 @@ struct OAuth2Discovery: Sendable, Equatable {
         guard let object = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any] else {
             return .failure(OAuth2Problem("the discovery document is not a JSON object"))
         }
-        guard let issuer = object["issuer"] as? String else { return .failure(OAuth2Problem("the discovery document has no issuer")) }
+        guard let issuer = object["issuer"] as? String else {
+            return .failure(OAuth2Problem("the discovery document has no issuer"))
+        }
         guard issuer == configuredIssuer else {
-            return .failure(OAuth2Problem("the discovery document names the issuer '\(issuer)', not '\(configuredIssuer)' as configured (they must be equal exactly)"))
+            return .failure(
+                OAuth2Problem(
+                    "the discovery document names the issuer '\(issuer)', not '\(configuredIssuer)' as configured (they must be equal exactly)"
+                ))
         }
         guard let token = object["token_endpoint"] as? String, let t = HTTPURL.parse(token) else {
             return .failure(OAuth2Problem("the discovery document has no http(s) token_endpoint"))
         }
         if configuredIssuer.lowercased().hasPrefix("https:"), t.target.scheme != "https" {
-            return .failure(OAuth2Problem("the discovery document's token_endpoint \(token) is not https, the issuer is"))
+            return .failure(
+                OAuth2Problem("the discovery document's token_endpoint \(token) is not https, the issuer is"))
         }
         var d = OAuth2Discovery(issuer: issuer, tokenEndpoint: token)
-        d.authorizationEndpoint = (object["authorization_endpoint"] as? String).flatMap { HTTPURL.parse($0) != nil ? $0 : nil }
-        d.authMethodsSupported = (object["token_endpoint_auth_methods_supported"] as? [Any])?.compactMap { $0 as? String }
-        if let aliases = object["mtls_endpoint_aliases"] as? [String: Any], let m = aliases["token_endpoint"] as? String,
+        d.authorizationEndpoint = (object["authorization_endpoint"] as? String).flatMap {
+            HTTPURL.parse($0) != nil ? $0 : nil
+        }
+        d.authMethodsSupported = (object["token_endpoint_auth_methods_supported"] as? [Any])?.compactMap {
+            $0 as? String
+        }
+        if let aliases = object["mtls_endpoint_aliases"] as? [String: Any],
+            let m = aliases["token_endpoint"] as? String,
             HTTPURL.parse(m) != nil
         {
             d.mtlsTokenEndpoint = m
@@ -63,10 +74,14 @@ struct OAuth2Discovery: Sendable, Equatable {
         if hasSecret { candidates += [.clientSecretBasic, .clientSecretPost] }
         if !hasAssertion, !hasSecret { candidates.append(.none) }
         guard let supported else {
-            return candidates.first.map { .success($0) } ?? .failure(OAuth2Problem("no client authentication is configured"))
+            return candidates.first.map { .success($0) }
+                ?? .failure(OAuth2Problem("no client authentication is configured"))
         }
         if let m = candidates.first(where: { supported.contains($0.rawValue) }) { return .success(m) }
         let have = candidates.map(\.rawValue).joined(separator: ", ")
-        return .failure(OAuth2Problem("the provider supports \(supported.joined(separator: ", ")) for its token endpoint; the credential can do \(have): set token_endpoint_auth_method, or configure a client_secret or private_key it supports"))
+        return .failure(
+            OAuth2Problem(
+                "the provider supports \(supported.joined(separator: ", ")) for its token endpoint; the credential can do \(have): set token_endpoint_auth_method, or configure a client_secret or private_key it supports"
+            ))
     }
 }

@@ -10,7 +10,9 @@ enum OAuth2Injection {
 
     /// Whether the client brings its own authorization (see the type's comment).
     static func clientHasToken(pathAndQuery: String, headers: HTTPHeaders) -> Bool {
-        if headers.values("authorization").contains(where: { TokenInjection.headerCredential($0) == .bearerToken || TokenInjection.headerCredential($0) == .other }) {
+        if headers.values("authorization").contains(where: {
+            TokenInjection.headerCredential($0) == .bearerToken || TokenInjection.headerCredential($0) == .other
+        }) {
             return true
         }
         return queryHasAccessToken(pathAndQuery, nonEmpty: true)
@@ -27,7 +29,8 @@ enum OAuth2Injection {
             h.setInjected(name: "Authorization", value: "Bearer \(token)")
         case .query:
             h.remove(name: "authorization")
-            path += path.utf8.contains(UInt8(ascii: "?")) ? (path.hasSuffix("?") || path.hasSuffix("&") ? "" : "&") : "?"
+            path +=
+                path.utf8.contains(UInt8(ascii: "?")) ? (path.hasSuffix("?") || path.hasSuffix("&") ? "" : "&") : "?"
             path += "access_token=" + TokenInjection.percentEncoded(token)
         }
         return (path, h)
@@ -37,7 +40,8 @@ enum OAuth2Injection {
         var s = pathAndQuery
         return s.withUTF8 { u in
             guard let q = u.firstIndex(of: UInt8(ascii: "?")) else { return false }
-            return TokenInjection.hasField(UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: u[(q + 1)...])),
+            return TokenInjection.hasField(
+                UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: u[(q + 1)...])),
                 accessTokenName, nonEmpty: nonEmpty)
         }
     }

@@ -42,7 +42,9 @@ enum OAuth2TokenAnswer: Equatable {
             return .outage(why: "HTTP \(status) without an access_token")
         }
         if let type = object["token_type"] as? String, type.lowercased() != "bearer" {
-            return .refused(error: "unsupported_token_type", description: "the token_type is \(type); only Bearer tokens can be sent")
+            return .refused(
+                error: "unsupported_token_type",
+                description: "the token_type is \(type); only Bearer tokens can be sent")
         }
         let lifetime: Int64
         if let seconds = number(object["expires_in"]) {
@@ -58,7 +60,9 @@ enum OAuth2TokenAnswer: Equatable {
             return .outage(why: "an access token that expires in under a second (check expires_in and the clocks)")
         }
         let refresh = (object["refresh_token"] as? String).flatMap { $0.isEmpty ? nil : $0 }
-        return .token(IssuedToken(value: token, expires: now + lifetime, issued: now, ssl: false, referer: nil), refreshToken: refresh)
+        return .token(
+            IssuedToken(value: token, expires: now + lifetime, issued: now, ssl: false, referer: nil),
+            refreshToken: refresh)
     }
 
     /// `expires_in` as a number (or the numeric string some providers send), whole seconds; nil otherwise.

@@ -29,7 +29,9 @@ struct OAuth2TokenRequest: Equatable {
     static func make(
         _ s: OAuth2Settings, method: OAuth2Settings.AuthMethod, proof: ClientProof, refreshToken: String?
     ) -> OAuth2TokenRequest {
-        make(s, method: method, proof: proof, grant: s.grant == .clientCredentials ? .clientCredentials : .refresh(refreshToken ?? ""))
+        make(
+            s, method: method, proof: proof,
+            grant: s.grant == .clientCredentials ? .clientCredentials : .refresh(refreshToken ?? ""))
     }
 
     static func make(
@@ -43,8 +45,10 @@ struct OAuth2TokenRequest: Equatable {
             fields.append(("grant_type", "refresh_token"))
             fields.append(("refresh_token", token))
         case .code(let code, let redirectURI, let verifier):
-            fields += [("grant_type", "authorization_code"), ("code", code), ("redirect_uri", redirectURI),
-                ("code_verifier", verifier)]
+            fields += [
+                ("grant_type", "authorization_code"), ("code", code), ("redirect_uri", redirectURI),
+                ("code_verifier", verifier),
+            ]
         }
         if let scope = s.scope { fields.append(("scope", scope)) }
         if let audience = s.audience { fields.append(("audience", audience)) }
@@ -53,7 +57,8 @@ struct OAuth2TokenRequest: Equatable {
         switch method {
         case .clientSecretBasic:
             // RFC 6749 §2.3.1: id and secret are form-encoded before they are joined, so a `:` in either survives.
-            let pair = TokenInjection.percentEncoded(s.clientID) + ":" + TokenInjection.percentEncoded(s.clientSecret ?? "")
+            let pair =
+                TokenInjection.percentEncoded(s.clientID) + ":" + TokenInjection.percentEncoded(s.clientSecret ?? "")
             headers.append(("Authorization", "Basic " + base64(Array(pair.utf8))))
         case .clientSecretPost:
             fields.append(("client_id", s.clientID))
@@ -76,7 +81,8 @@ struct OAuth2TokenRequest: Equatable {
 
     /// Standard base64 with padding (for `Basic`).
     static func base64(_ bytes: [UInt8]) -> String {
-        var s = Base64URL.encode(bytes).replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        var s = Base64URL.encode(bytes).replacingOccurrences(of: "-", with: "+").replacingOccurrences(
+            of: "_", with: "/")
         while s.utf8.count % 4 != 0 { s += "=" }
         return s
     }

@@ -48,7 +48,10 @@ extension TokenFetcher {
         switch parentRoute(url) {
         case .success(let r): route = r
         case .failure(let refusal):
-            done(.failure(TokenError(credential: c.name, message: "OIDC discovery \(Self.redacted(url)): \(refusal.message)")))
+            done(
+                .failure(
+                    TokenError(credential: c.name, message: "OIDC discovery \(Self.redacted(url)): \(refusal.message)"))
+            )
             return
         }
         let f = HTTPFetch(
@@ -57,13 +60,22 @@ extension TokenFetcher {
         ) { [self] result in
             switch result {
             case .failure(let err):
-                done(.failure(TokenError(credential: c.name, message: "OIDC discovery \(Self.redacted(url)) failed: \(err.message)")))
+                done(
+                    .failure(
+                        TokenError(
+                            credential: c.name, message: "OIDC discovery \(Self.redacted(url)) failed: \(err.message)"))
+                )
             case .success(let r) where r.status != 200:
-                done(.failure(TokenError(credential: c.name, message: "OIDC discovery \(Self.redacted(url)) answered HTTP \(r.status)")))
+                done(
+                    .failure(
+                        TokenError(
+                            credential: c.name,
+                            message: "OIDC discovery \(Self.redacted(url)) answered HTTP \(r.status)")))
             case .success(let r):
                 switch OAuth2Discovery.parse(r.body, configuredIssuer: issuer) {
                 case .failure(let why):
-                    var e = TokenError(credential: c.name, message: "OIDC discovery \(Self.redacted(url)): \(why.message)")
+                    var e = TokenError(
+                        credential: c.name, message: "OIDC discovery \(Self.redacted(url)): \(why.message)")
                     e.refused = true
                     done(.failure(e))
                 case .success(let d):
@@ -76,7 +88,8 @@ extension TokenFetcher {
     }
 
     private static func endpoint(_ d: OAuth2Discovery) -> OAuth2Endpoint {
-        OAuth2Endpoint(tokenURL: d.tokenEndpoint, mtlsTokenURL: d.mtlsTokenEndpoint,
+        OAuth2Endpoint(
+            tokenURL: d.tokenEndpoint, mtlsTokenURL: d.mtlsTokenEndpoint,
             authMethodsSupported: d.authMethodsSupported, discovered: true)
     }
 
@@ -88,7 +101,8 @@ extension TokenFetcher {
             done(.failure(TokenError(credential: c.name, message: message, local: true)))
         }
         let method: OAuth2Settings.AuthMethod
-        switch OAuth2Discovery.authMethod(configured: o.authMethod, supported: ep.authMethodsSupported,
+        switch OAuth2Discovery.authMethod(
+            configured: o.authMethod, supported: ep.authMethodsSupported,
             hasSecret: o.clientSecret != nil, hasAssertion: o.privateKey != nil || o.clientAssertionFile != nil)
         {
         case .failure(let why):
@@ -103,7 +117,9 @@ extension TokenFetcher {
         let url = method == .tlsClientAuth ? ep.mtlsTokenURL ?? ep.tokenURL : ep.tokenURL
         let network = network(for: url)
         if method == .tlsClientAuth, network.certificate == nil {
-            local("tls_client_auth needs a certificate credential whose match covers the token endpoint \(Self.redacted(url))")
+            local(
+                "tls_client_auth needs a certificate credential whose match covers the token endpoint \(Self.redacted(url))"
+            )
             return
         }
         var proof = OAuth2TokenRequest.ClientProof.settings
@@ -125,7 +141,9 @@ extension TokenFetcher {
         case .authorizationCode:
             // The state file is the authority (`authproxy login` writes it): looked at before every refresh grant.
             guard let stored = host.refreshToken(for: c) else {
-                local("not signed in (or signed out): sign in with `authproxy login --config <file> --credential \(c.name)`")
+                local(
+                    "not signed in (or signed out): sign in with `authproxy login --config <file> --credential \(c.name)`"
+                )
                 return
             }
             refresh = stored
@@ -135,7 +153,10 @@ extension TokenFetcher {
         switch parentRoute(url) {
         case .success(let r): route = r
         case .failure(let refusal):
-            done(.failure(TokenError(credential: c.name, message: "token endpoint \(Self.redacted(url)): \(refusal.message)")))
+            done(
+                .failure(
+                    TokenError(credential: c.name, message: "token endpoint \(Self.redacted(url)): \(refusal.message)"))
+            )
             return
         }
         let f = HTTPFetch(
@@ -149,14 +170,18 @@ extension TokenFetcher {
                 done(.failure(TokenError(credential: c.name, message: "\(where_) failed: \(err.message)")))
             case .success(let r):
                 let now = clock.nowMillis()
-                switch OAuth2TokenAnswer.classify(status: r.status, body: r.body, now: now,
+                switch OAuth2TokenAnswer.classify(
+                    status: r.status, body: r.body, now: now,
                     defaultLifetimeSeconds: o.defaultLifetimeSeconds)
                 {
                 case .token(let t, let rotated):
-                    if o.grant != .clientCredentials, let rotated, rotated != refresh { host.keepRotatedRefreshToken(c, rotated) }
+                    if o.grant != .clientCredentials, let rotated, rotated != refresh {
+                        host.keepRotatedRefreshToken(c, rotated)
+                    }
                     done(.success(t))
                 case .refused(let error, let description):
-                    var e = TokenError(credential: c.name,
+                    var e = TokenError(
+                        credential: c.name,
                         message: "\(where_) refused: \(error)\(description.map { " (\($0))" } ?? "")",
                         details: Self.oauth2Advice(error, o, method: method))
                     e.refused = true
@@ -186,10 +211,14 @@ extension TokenFetcher {
             guard !jwt.isEmpty else { return .failure(.init("client_assertion_file '\(file)' is empty")) }
             return .success(jwt)
         }
-        guard let keyPath = o.privateKey else { return .failure(.init("private_key_jwt needs private_key or client_assertion_file")) }
+        guard let keyPath = o.privateKey else {
+            return .failure(.init("private_key_jwt needs private_key or client_assertion_file"))
+        }
         do {
             let key = try JWTSigningKey(path: keyPath, algorithm: o.keyAlgorithm)
-            let x5t = try o.certificate.map { (p: String) throws(OAuth2Problem) -> String in try JWTSigningKey.thumbprint(certificatePath: p) }
+            let x5t = try o.certificate.map { (p: String) throws(OAuth2Problem) -> String in
+                try JWTSigningKey.thumbprint(certificatePath: p)
+            }
             guard let jwt = key.assertion(clientID: o.clientID, audience: audience, kid: o.kid, x5tS256: x5t, now: now)
             else { return .failure(.init("signing the client assertion with '\(keyPath)' failed in libcrypto")) }
             return .success(jwt)
@@ -202,15 +231,21 @@ extension TokenFetcher {
     static func oauth2Advice(_ error: String, _ o: OAuth2Settings, method: OAuth2Settings.AuthMethod) -> [String] {
         switch error {
         case "invalid_client", "unauthorized_client":
-            return ["The provider does not accept the client's authentication (\(method.rawValue)): check client_id, the secret or key registered for it, and token_endpoint_auth_method."]
+            return [
+                "The provider does not accept the client's authentication (\(method.rawValue)): check client_id, the secret or key registered for it, and token_endpoint_auth_method."
+            ]
         case "invalid_scope":
             return ["Check scope, audience and resource against what the client may ask for."]
         case "invalid_grant":
             switch o.grant {
             case .refreshToken:
-                return ["The refresh token expired, was revoked or was used twice: put a new refresh_token in proxy.conf and reload."]
+                return [
+                    "The refresh token expired, was revoked or was used twice: put a new refresh_token in proxy.conf and reload."
+                ]
             case .authorizationCode:
-                return ["The sign-in expired or was revoked: sign in again with `authproxy login --config <file> --credential <name>`."]
+                return [
+                    "The sign-in expired or was revoked: sign in again with `authproxy login --config <file> --credential <name>`."
+                ]
             case .clientCredentials:
                 return ["The provider refuses the grant for this client."]
             }

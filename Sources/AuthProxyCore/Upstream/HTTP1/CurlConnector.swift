@@ -35,9 +35,11 @@ final class CurlConnector {
     private var easy: CurlEasyHandle?
     private var done: ((Result<CurlLink, UpstreamError>) -> Void)?
 
-    init(multi: CurlMulti, urlHost: String, port: Int, tls: Bool = true, trust: ServerTrustSettings?, timeoutSeconds: Int,
-        denyDestinations: [AddressBlock], route: ParentRoute? = nil)
-    {
+    init(
+        multi: CurlMulti, urlHost: String, port: Int, tls: Bool = true, trust: ServerTrustSettings?,
+        timeoutSeconds: Int,
+        denyDestinations: [AddressBlock], route: ParentRoute? = nil
+    ) {
         self.multi = multi
         self.host = urlHost
         self.port = port
@@ -64,8 +66,11 @@ final class CurlConnector {
 
     private func attempt() {
         guard let h = multi.makeConnectOnlyHandle() else {
-            finish(.failure(UpstreamError(cause: .other("out of memory"), detail: "libcurl could not make a connection handle",
-                destination: destination, timeoutSeconds: timeoutSeconds)))
+            finish(
+                .failure(
+                    UpstreamError(
+                        cause: .other("out of memory"), detail: "libcurl could not make a connection handle",
+                        destination: destination, timeoutSeconds: timeoutSeconds)))
             return
         }
         easy = h
@@ -82,8 +87,12 @@ final class CurlConnector {
         }
         guard multi.addConnectOnly(h, connector: self) else {
             easy = nil
-            finish(.failure(UpstreamError(cause: .other("libcurl refused the connection handle"), detail: "libcurl refused the connection handle",
-                destination: destination, timeoutSeconds: timeoutSeconds)))
+            finish(
+                .failure(
+                    UpstreamError(
+                        cause: .other("libcurl refused the connection handle"),
+                        detail: "libcurl refused the connection handle",
+                        destination: destination, timeoutSeconds: timeoutSeconds)))
             return
         }
     }
@@ -123,14 +132,16 @@ final class CurlConnector {
                     attempt()
                     return
                 }
-                parentFailure = ParentFailure(parent: p, cause: cause, status: cause == .auth ? 407 : h.parentConnectStatus,
+                parentFailure = ParentFailure(
+                    parent: p, cause: cause, status: cause == .auth ? 407 : h.parentConnectStatus,
                     credential: route.routing.credentialName)
             } else if code == CURLE_OK {
                 route.routing.health.succeeded(p)
             }
         }
         guard code == CURLE_OK else {
-            var error = destinationCheck.error(code: code, detail: String(cString: h.errorBuffer), destination: destination,
+            var error = destinationCheck.error(
+                code: code, detail: String(cString: h.errorBuffer), destination: destination,
                 timeoutSeconds: timeoutSeconds)
             error.parent = parentFailure
             finish(.failure(error))
@@ -139,8 +150,11 @@ final class CurlConnector {
         var fd: curl_socket_t = -1
         guard ap_easy_getinfo_socket(h.raw, CURLINFO_ACTIVESOCKET, &fd) == CURLE_OK, fd >= 0 else {
             multi.releaseConnectOnly(h)
-            finish(.failure(UpstreamError(cause: .connect, detail: "libcurl made no connection",
-                destination: destination, timeoutSeconds: timeoutSeconds)))
+            finish(
+                .failure(
+                    UpstreamError(
+                        cause: .connect, detail: "libcurl made no connection",
+                        destination: destination, timeoutSeconds: timeoutSeconds)))
             return
         }
         finish(.success(CurlLink(multi: multi, easy: h, fd: fd)))
@@ -157,9 +171,10 @@ final class CurlConnector {
     }
 }
 
-private func connectorOpenSocketCallback(_ ud: UnsafeMutableRawPointer?, _ purpose: curlsocktype,
-    _ address: UnsafeMutablePointer<curl_sockaddr>?) -> curl_socket_t
-{
+private func connectorOpenSocketCallback(
+    _ ud: UnsafeMutableRawPointer?, _ purpose: curlsocktype,
+    _ address: UnsafeMutablePointer<curl_sockaddr>?
+) -> curl_socket_t {
     guard let ud, let address else { return CURL_SOCKET_BAD }
     return Unmanaged<CurlConnector>.fromOpaque(ud).takeUnretainedValue().openSocket(address)
 }

@@ -1,7 +1,8 @@
 import CAuthProxyShims
 import CCurl
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// The TLS layer of one https connection of the proxy's own HTTP/1.1 client: libcurl's connection (made by

@@ -1,7 +1,8 @@
 import CAuthProxyShims
 import Dispatch
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// One exchange with an `http://` or `https://` upstream over the proxy's own HTTP/1.1 client: a kept-alive
@@ -53,15 +54,17 @@ final class HTTP1Transfer: UpstreamExchange {
     private var writeFailed = false
     private var ended = false
 
-    init(pool: UpstreamConnectionPool, request: UpstreamRequest, target: URLTarget,
-        affinity: Affinity = .shared, delegate: any UpstreamTransferDelegate)
-    {
+    init(
+        pool: UpstreamConnectionPool, request: UpstreamRequest, target: URLTarget,
+        affinity: Affinity = .shared, delegate: any UpstreamTransferDelegate
+    ) {
         self.pool = pool
         self.affinity = affinity
         self.request = request
         self.target = target
         self.delegate = delegate
-        reader = ResponseReader(isHeadRequest: request.method == "HEAD", reuseAfterBodiless: affinity.isOwned,
+        reader = ResponseReader(
+            isHeadRequest: request.method == "HEAD", reuseAfterBodiless: affinity.isOwned,
             upgradeRequested: request.upgrade != nil)
         bodyDone = request.bodyLength == nil
         tls = target.scheme == "https"
@@ -84,7 +87,9 @@ final class HTTP1Transfer: UpstreamExchange {
 
     func start() {
         assertOnQueue(pool.queue)
-        if let r = request.parentRoute, let first = r.routing.health.order(r.candidates).first { route = .parent(first) }
+        if let r = request.parentRoute, let first = r.routing.health.order(r.candidates).first {
+            route = .parent(first)
+        }
         if let c = pool.take(key) {
             reused = true
             attach(c)
@@ -129,7 +134,8 @@ final class HTTP1Transfer: UpstreamExchange {
             connectThroughCurl()
             return
         }
-        let d = Dialer(host: target.host, port: target.port, deny: request.denyDestinations, queue: pool.queue,
+        let d = Dialer(
+            host: target.host, port: target.port, deny: request.denyDestinations, queue: pool.queue,
             keepAlive: true)
         dialer = d
         // Not called after cancel() (which cancels the dialer): the exchange is still on when this runs.
@@ -145,7 +151,9 @@ final class HTTP1Transfer: UpstreamExchange {
             case .failure(.unresolved(let message)):
                 me.fail(.dns, "Could not resolve host: \(me.target.host) (\(message))")
             case .failure(.unreachable(let e)):
-                me.fail(.connect, "Failed to connect to \(me.target.host) port \(me.target.port): \(String(cString: strerror(e)))")
+                me.fail(
+                    .connect,
+                    "Failed to connect to \(me.target.host) port \(me.target.port): \(String(cString: strerror(e)))")
             case .failure(.outOfDescriptors(let e)):
                 me.fail(.connect, "Could not open a socket: \(String(cString: strerror(e)))", outOfDescriptors: e)
             }
@@ -155,8 +163,10 @@ final class HTTP1Transfer: UpstreamExchange {
     /// libcurl makes the TLS connection (resolution, `deny_destinations`, handshake, verification), and any
     /// connection through a parent proxy (its CONNECT and authentication; TLS inside for https).
     private func connectThroughCurl() {
-        let c = CurlConnector(multi: pool.multi, urlHost: target.urlHost, port: target.port, tls: tls, trust: trust,
-            timeoutSeconds: request.timeoutSeconds, denyDestinations: request.denyDestinations, route: request.parentRoute)
+        let c = CurlConnector(
+            multi: pool.multi, urlHost: target.urlHost, port: target.port, tls: tls, trust: trust,
+            timeoutSeconds: request.timeoutSeconds, denyDestinations: request.denyDestinations,
+            route: request.parentRoute)
         connector = c
         // Not called after cancel() (which cancels the connector): the exchange is still on when this runs.
         nonisolated(unsafe) let me = self
@@ -480,7 +490,8 @@ final class HTTP1Transfer: UpstreamExchange {
         let fullySent = headSent && bodyDone && !writeFailed && (connection?.channel.pendingCount ?? 0) == 0
         if staleRetry(requestFullySent: fullySent) { return }
         if reused, !retried, !reader.receivedAny, !(request.resendable || !fullySent) {
-            var error = UpstreamError(cause: resetError == nil ? .nothing : .reset, detail: "",
+            var error = UpstreamError(
+                cause: resetError == nil ? .nothing : .reset, detail: "",
                 destination: destination, timeoutSeconds: request.timeoutSeconds)
             error.notResent = request.method
             fail(error)
@@ -544,8 +555,11 @@ final class HTTP1Transfer: UpstreamExchange {
         d?.transferDidFinish(error: nil)
     }
 
-    private func fail(_ cause: UpstreamFailure, _ detail: String, outOfDescriptors: Int32? = nil, invalidResponse: String? = nil) {
-        var error = UpstreamError(cause: cause, detail: detail, destination: destination,
+    private func fail(
+        _ cause: UpstreamFailure, _ detail: String, outOfDescriptors: Int32? = nil, invalidResponse: String? = nil
+    ) {
+        var error = UpstreamError(
+            cause: cause, detail: detail, destination: destination,
             timeoutSeconds: request.timeoutSeconds, deniedAddress: deniedAddress)
         error.outOfDescriptors = outOfDescriptors
         error.invalidResponse = invalidResponse

@@ -1,5 +1,5 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Reads one upstream HTTP/1.1 response from the bytes of its connection, for the proxy's own client

@@ -89,7 +89,8 @@ final class UpstreamConnectionPool {
         // A client's own connections (``OwnUpstreams``) are bounded by its connection, which closes them, not by
         // the shared caps: closed because the pool is full of other clients' connections, the one an NTLM login
         // lives on was gone between the handshake's steps (a 401 for a client that logs in itself).
-        let room = c.key.affinity.isOwned
+        let room =
+            c.key.affinity.isOwned
             ? list.count < Self.maxIdlePerOwnedDestination
             : list.count < Self.maxIdlePerDestination && idleCount < Self.maxIdle
         guard room, c.channel.isReading else {

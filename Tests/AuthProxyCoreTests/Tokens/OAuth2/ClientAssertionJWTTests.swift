@@ -29,7 +29,8 @@ import Testing
     }
 
     @Test func claimsNameTheClientAndTheTokenEndpoint() throws {
-        let c = ClientAssertionJWT.claims(clientID: "app \"1\"", audience: "https://idp/token", jti: "J", issuedAt: 1_000)
+        let c = ClientAssertionJWT.claims(
+            clientID: "app \"1\"", audience: "https://idp/token", jti: "J", issuedAt: 1_000)
         let parsed = try JSONSerialization.jsonObject(with: Data(c.utf8)) as! [String: Any]
         #expect(parsed["iss"] as? String == "app \"1\"" && parsed["sub"] as? String == "app \"1\"")
         #expect(parsed["aud"] as? String == "https://idp/token" && parsed["jti"] as? String == "J")
@@ -41,7 +42,8 @@ import Testing
         // r with a sign byte (33 bytes), s short (31 bytes): both come out as 32.
         let r = [UInt8(0x00), 0x80] + [UInt8](repeating: 0x11, count: 31)
         let s = [UInt8](repeating: 0x22, count: 31)
-        let der: [UInt8] = [0x30, UInt8(2 + r.count + 2 + s.count), 0x02, UInt8(r.count)] + r + [0x02, UInt8(s.count)] + s
+        let der: [UInt8] =
+            [0x30, UInt8(2 + r.count + 2 + s.count), 0x02, UInt8(r.count)] + r + [0x02, UInt8(s.count)] + s
         let raw = ClientAssertionJWT.rawECDSASignature(der: der)
         #expect(raw == Array(r.dropFirst()) + [0] + s)
         #expect(raw?.count == 64)
@@ -76,7 +78,8 @@ import Testing
         EVP_PKEY_up_ref(key)  // one reference for the signer, one for the check below
         defer { EVP_PKEY_free(key) }
         let signer = JWTSigningKey(owning: key, algorithm: alg)
-        let jwt = try #require(signer.assertion(clientID: "c", audience: "https://idp/token", kid: "k", x5tS256: nil, now: 1_700_000_000))
+        let jwt = try #require(
+            signer.assertion(clientID: "c", audience: "https://idp/token", kid: "k", x5tS256: nil, now: 1_700_000_000))
         let parts = jwt.split(separator: ".").map(String.init)
         #expect(parts.count == 3)
         let signature = try #require(Base64URL.decode(parts[2]))
@@ -93,7 +96,8 @@ import Testing
             #expect(Self.verify(key, pss: true, input, signature))
             #expect(!Self.verify(key, pss: false, input, signature))
         }
-        let header = try JSONSerialization.jsonObject(with: Data(try #require(Base64URL.decode(parts[0])))) as! [String: Any]
+        let header =
+            try JSONSerialization.jsonObject(with: Data(try #require(Base64URL.decode(parts[0])))) as! [String: Any]
         #expect(header["alg"] as? String == alg.rawValue)
     }
 
