@@ -466,12 +466,10 @@ public struct ConfigLoader: Sendable {
         let allowJSONP = try entry.bool("allow_jsonp") ?? false
         let prefetch = try entry.bool("prefetch") ?? false
         let layer = try entry.enumValue("layer", Credential.Layer.self) ?? .service
-        if layer == .gateway, type != "header" {
-            // An oauth2 gateway needs a second token per request, refreshed on its own rejections: not built yet,
-            // and silently applying it as a service credential would be worse than refusing it.
+        if layer == .gateway, type != "header", type != "oauth2" {
             throw ConfigError(
                 key: entry.path + ".layer", line: entry.line(of: "layer"),
-                "layer = \"gateway\" applies to header credentials only (not to \(type)\(type == "oauth2" ? ": an oauth2 gateway layer is not supported yet; use a header credential with a long-lived token, or oauth2 as the service credential" : ""))"
+                "layer = \"gateway\" applies to header and oauth2 credentials only (not to \(type)): a gateway in front of the service takes a static header or an OAuth2 bearer token"
             )
         }
         let intercept = try entry.bool("intercept") ?? true

@@ -20,6 +20,10 @@ struct ForwardPlan: Equatable {
     /// both set), replacing the client's fields of those names; and the credential named in the access log.
     var setHeaders: [HeaderField] = []
     var headerCredential: String? = nil
+    /// An `oauth2` credential with `layer = "gateway"` (an identity-aware proxy in front of the service): its
+    /// access token goes in together with the service credential's, and a rejection by the gateway refreshes it
+    /// alone.
+    var gatewayToken: TokenPlan = .none
     /// The parent proxies the request goes through (nil: direct; `no_proxy` and the route decided here).
     var parentRoute: ParentRoute? = nil
     /// The route depends on a PAC answer not known yet: nothing else in the plan is final; the executor asks

@@ -239,11 +239,19 @@ enum RequestPlanner {
         // A gateway credential (an identity-aware proxy in front of the service) applies whatever the service
         // credential is; on the same rule as the others when the raw path selects differently.
         if let g = store.gatewayCredential(for: match),
-            raw.map({ store.gatewayCredential(for: $0)?.name == g.name }) ?? true,
-            case .header(let fields) = g.kind
+            raw.map({ store.gatewayCredential(for: $0)?.name == g.name }) ?? true
         {
-            plan.setHeaders = fields
-            plan.headerCredential = g.name
+            if case .header(let fields) = g.kind {
+                plan.setHeaders = fields
+                plan.headerCredential = g.name
+            } else if let o = g.oauth2 {
+                // The gateway's bearer token goes in whatever the client sends: the client cannot know it.
+                plan.gatewayToken = .inject(g, site: o.placement == .query ? .query : .header, collectForm: false)
+                if hasBody { plan.replayLimit = settings.maxReplayBytes }  // replayed after the gateway's rejection
+                if o.placement == .header, plan.network.answersChallenges {
+                    return Self.authorizationClash(gateway: g.name, service: plan.network.passwordName ?? "kerberos")
+                }
+            }
         }
         var selected = store.tokenCredential(for: match)
         if let raw, let s = selected, store.tokenCredential(for: raw)?.name != s.name { selected = nil }
@@ -257,6 +265,11 @@ enum RequestPlanner {
             return nil
         }
         if case .header(let fields) = c.kind {
+            if case .inject(let g, .header, _) = plan.gatewayToken,
+                fields.contains(where: { $0.name.caseInsensitiveEquals("authorization") })
+            {
+                return Self.authorizationClash(gateway: g.name, service: c.name)
+            }
             // Static fields go on every matched request (no ArcGIS API gate: a gateway guards every path). The
             // gateway's fields, set above, win a name both set: the gateway is met first.
             let gateway = plan.setHeaders
@@ -274,6 +287,18 @@ enum RequestPlanner {
                 return nil
             }
             if hasBody { plan.replayLimit = settings.maxReplayBytes }  // replayed after a rejection
+            if case .inject(let g, let gatewaySite, _) = plan.gatewayToken,
+                gatewaySite == (o.placement == .query ? .query : .header)
+            {
+                return o.placement == .header
+                    ? Self.authorizationClash(gateway: g.name, service: c.name)
+                    : PlannedAnswer(
+                        error: ErrorResponse(
+                            status: 502,
+                            message:
+                                "Credentials '\(g.name)' (gateway) and '\(c.name)' both put their token in the access_token parameter",
+                            details: ["Set token_placement = \"header\" on one of them."]))
+            }
             plan.token = .inject(c, site: o.placement == .query ? .query : .header, collectForm: false)
             return nil
         }
@@ -331,6 +356,20 @@ enum RequestPlanner {
         return ErrorResponse(
             status: 403, message: "Destination \(url.origin) is not allowed",
             details: ["\(ip) is in [proxy] deny_destinations."])
+    }
+
+    /// A request carries one `Authorization` field: a gateway's bearer token and the service's own use of it (a
+    /// bearer token, a header credential's field, a password or Kerberos login) cannot both go in, and either
+    /// server would read the other's value.
+    static func authorizationClash(gateway: String, service: String) -> PlannedAnswer {
+        PlannedAnswer(
+            error: ErrorResponse(
+                status: 502,
+                message:
+                    "Credentials '\(gateway)' (gateway) and '\(service)' both need this request's Authorization header",
+                details: [
+                    "Set token_placement = \"query\" on the gateway credential, or keep the service's credential off the Authorization header."
+                ]))
     }
 
     /// Why a WebSocket handshake cannot be relayed, nil when it can: the relay reads the client socket directly

@@ -43,13 +43,14 @@ extension ClientConnection {
             x.setHeaders = plan.setHeaders
             x.headerCredential = plan.headerCredential
         }
+        if case .inject(let g, _, _) = plan.gatewayToken { x.gatewayCredential = g }
         if context.access.hasRateLimits, let limited = rateLimited(store: store, targets: plan.rateLimitTargets) {
             respond(limited.error, close: false, extraHeaders: "Retry-After: \(limited.retryAfter)\r\n")
             return
         }
         if let limit = plan.replayLimit { x.replay = ReplayBuffer(limit: limit, directory: context.config.stateDir) }
         guard case .inject(let c, let site, let collectForm) = plan.token else {
-            startTransfer(url: plan.upstreamURL, headers: h.headers)
+            obtainToken()  // the gateway's, if any
             return
         }
         x.credential = c
@@ -128,20 +129,28 @@ extension ClientConnection {
             TokenInjection.clientHasToken(pathAndQuery: url.pathAndQuery, headers: h.headers, form: x.formBody)
         {
             x.credential = nil
-            startTransfer(url: x.upstreamURL ?? url, headers: h.headers)
-            return
         }
         obtainToken()
     }
 
+    /// Obtains the tokens the request carries, the gateway layer's first, then starts the transfer.
     func obtainToken() {
         // The token service is reached through the URL the request really goes to (https under
         // upgrade_to_https), so a password never travels to an http:// token service the client named.
-        guard let x = ex, let c = x.credential, let url = x.upstreamURL ?? x.originalURL, let tokens = context.tokens,
-            let serial = machine.tokenRequested()
-        else { return }
+        guard let x = ex, let h = x.head, let url = x.upstreamURL ?? x.originalURL else { return }
+        let layer: Credential.Layer
+        let c: Credential
+        if let g = x.gatewayCredential, x.gatewayToken == nil {
+            (c, layer) = (g, .gateway)
+        } else if let s = x.credential {
+            (c, layer) = (s, .service)
+        } else {
+            startTransfer(url: url, headers: h.headers)
+            return
+        }
+        guard let tokens = context.tokens, let serial = machine.tokenRequested() else { return }
         if let t = tokens.cachedToken(for: c, target: url) {
-            tokenReady(.success(t))
+            tokenReady(.success(t), layer: layer)
             return
         }
         let queue = loop.queue
@@ -149,17 +158,28 @@ extension ClientConnection {
         tokens.token(for: c, target: url) { result in
             queue.async {
                 guard me.machine.awaitsToken(serial: serial) else { return }
-                me.tokenReady(result)
+                me.tokenReady(result, layer: layer)
             }
         }
     }
 
-    func tokenReady(_ result: Result<IssuedToken, TokenError>) {
-        guard let x = ex, let c = x.credential, let h = x.head, let url = x.originalURL else { return }
-        switch result {
-        case .failure(let e):
+    func tokenReady(_ result: Result<IssuedToken, TokenError>, layer: Credential.Layer = .service) {
+        guard let x = ex, let h = x.head, let url = x.originalURL else { return }
+        if case .failure(let e) = result {
             if x.retry != nil { x.retry?.result = "token_failure" }
             respondOutsideProcess(e.response, close: false)
+            return
+        }
+        if layer == .gateway, case .success(let t) = result {
+            x.gatewayToken = t
+            x.gatewayTokenRejected = false
+            obtainToken()
+            return
+        }
+        guard let c = x.credential else { return }
+        switch result {
+        case .failure:
+            return
         case .success(let t):
             let upstream = x.upstreamURL ?? url
             if t.ssl && upstream.scheme == "http" {
@@ -206,13 +226,15 @@ extension ClientConnection {
         }
     }
 
-    /// The upstream rejected the injected token (498/499 in any form). Returns true when the proxy takes over
+    /// The upstream rejected the token injected for `layer` (for the service: 498/499 in any form; for an `oauth2`
+    /// token: its rejection signal). Returns true when the proxy takes over
     /// (a retry with a fresh token and the replayed body, or a clear error for a pregenerated token); false
     /// when the rejection is relayed as is (the held response is released and the transfer goes on).
     @discardableResult
-    func tokenRejected() -> Bool {
-        guard let x = ex, let c = x.credential, let url = x.originalURL, let t = x.injectedToken,
-            let tokens = context.tokens
+    func tokenRejected(layer: Credential.Layer = .service) -> Bool {
+        guard let x = ex, let url = x.originalURL, let tokens = context.tokens,
+            let c = layer == .gateway ? x.gatewayCredential : x.credential,
+            let t = layer == .gateway ? x.gatewayToken : x.injectedToken
         else { return false }
         if let m = ProxyMetrics.active {
             m.tokenRejected(credential: c.name)
@@ -226,16 +248,19 @@ extension ClientConnection {
         }
         // The decision (one refresh and one retry; back off when the server rejects fresh tokens) is
         // TokenRetryPolicy's, applied by the token service.
+        // Each layer is refreshed once: a gateway's rejection and then the service's, on the retry, are two
+        // first rejections.
+        let retried = layer == .gateway ? x.gatewayTokenRetried : x.serviceTokenRetried
         let action = tokens.rejected(
-            c, target: x.upstreamURL ?? url, token: t, attempt: machine.attempt,
+            c, target: x.upstreamURL ?? url, token: t, attempt: retried ? 2 : 1,
             replayImpossible: replayImpossible)
         if case .relay(let reason, let serverRejectsNewTokens) = action {
-            x.injectedTokenRejected = true
+            if layer == .gateway { x.gatewayTokenRejected = true } else { x.injectedTokenRejected = true }
             logger.log(
                 level: serverRejectsNewTokens || replayImpossible != nil ? .warning : .info,
                 "token rejected, relaying the rejection",
                 metadata: [
-                    "credential": "\(c.name)",
+                    "credential": "\(c.name)", "layer": "\(layer.rawValue)",
                     "url": "\(url.origin)\(url.path)", "status": "\(x.responseHead.status)", "reason": "\(reason)",
                 ])
             releaseHeldResponse()
@@ -268,7 +293,7 @@ extension ClientConnection {
                 me.process()
                 me.updateReadInterest()
             case .retry:
-                me.retryWithFreshToken()
+                me.retryWithFreshToken(layer: layer)
             }
         }
         return true
@@ -277,17 +302,29 @@ extension ClientConnection {
     /// The exchange completed without a token error: the server accepts the token it carried (see
     /// ``TokenService/accepted(_:target:token:)``).
     func tokenAccepted() {
-        guard let x = ex, !x.injectedTokenRejected, let t = x.injectedToken, let c = x.credential, c.isRefreshable,
-            let url = x.upstreamURL ?? x.originalURL, let tokens = context.tokens
-        else { return }
+        guard let x = ex, let url = x.upstreamURL ?? x.originalURL, let tokens = context.tokens else { return }
+        if !x.gatewayTokenRejected, let t = x.gatewayToken, let g = x.gatewayCredential {
+            tokens.accepted(g, target: url, token: t)
+        }
+        guard !x.injectedTokenRejected, let t = x.injectedToken, let c = x.credential, c.isRefreshable else { return }
         tokens.accepted(c, target: url, token: t)
     }
 
-    func retryWithFreshToken() {
-        guard let x = ex, let c = x.credential, let url = x.originalURL else { return }
+    /// Retries the request with a fresh token for `layer`; the other layer's token is taken again as it is (from
+    /// the cache).
+    func retryWithFreshToken(layer: Credential.Layer) {
+        guard let x = ex, let url = x.originalURL,
+            let c = layer == .gateway ? x.gatewayCredential : x.credential
+        else { return }
         logger.info(
             "token rejected, refreshing and retrying",
-            metadata: ["credential": "\(c.name)", "url": "\(url.origin)\(url.path)"])
+            metadata: ["credential": "\(c.name)", "layer": "\(layer.rawValue)", "url": "\(url.origin)\(url.path)"])
+        if layer == .gateway {
+            x.gatewayToken = nil
+            x.gatewayTokenRetried = true
+        } else {
+            x.serviceTokenRetried = true
+        }
         x.retry = (c.name, nil)
         x.responseHead.reset()
         x.replayOffset = 0

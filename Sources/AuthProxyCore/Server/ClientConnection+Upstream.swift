@@ -62,6 +62,14 @@ extension ClientConnection {
         }
         // Set last, on the fields as they go out: a token injected above never reads them as the client's own.
         for f in x.setHeaders { fields.setInjected(name: f.name, value: f.value) }
+        if let t = x.gatewayToken, let o = x.gatewayCredential?.oauth2 {
+            // After the form is made: a gateway reads its token from the URL, not from a body it passes on.
+            let applied = OAuth2Injection.apply(
+                token: t.value, placement: o.placement, pathAndQuery: sent.pathAndQuery, headers: fields,
+                keepingAuthorization: true)
+            sent.pathAndQuery = applied.pathAndQuery
+            fields = applied.headers
+        }
         var request = UpstreamRequest(
             method: method, url: sent.url, fields: fields, bodyLength: bodyLength,
             timeoutSeconds: context.config.upstreamTimeoutSeconds)
@@ -76,7 +84,8 @@ extension ClientConnection {
         let started = now
         x.upstreamStarted = started
         prepareRetry(x, head: h, url: url, headers: headers, inspect: inspect, hasBody: clientHasBody, now: started)
-        machine.transferStarted(inspect: inspect, now: started)
+        x.inspectsService = inspect
+        machine.transferStarted(inspect: inspect || x.gatewayToken != nil, now: started)
         if native {
             let t = HTTP1Transfer(
                 pool: loop.http1, request: request, target: sent,
@@ -249,7 +258,8 @@ extension ClientConnection {
         // answer, or a 200 whose head was cut, would leave it reading the next response on the connection wrongly.
         if x.responseHead.status < 200 || !x.responseHead.isComplete { x.responseHead.substituteStatus(502) }
         x.heldHead.removeAll()
-        if let injected = x.injectedToken {
+        if let gateway = x.gatewayToken { maskInjectedToken(in: x, token: gateway.value) }
+        if let injected = x.injectedToken ?? x.gatewayToken {
             maskInjectedToken(in: x, token: injected.value)
             // A redirect's body repeats its URL ("Object moved ... <a href=...>"): the token is masked there too.
             let s = x.responseHead.status
@@ -278,17 +288,17 @@ extension ClientConnection {
             }
         }
         let inspection: ExchangeStateMachine.Inspection
+        var rejectedLayer = Credential.Layer.service
         if !inspect {
             inspection = .none
+        } else if x.gatewayToken != nil, let o = x.gatewayCredential?.oauth2, oauth2Rejects(x, o) {
+            // The gateway answers before the service is reached: its rejection is read first.
+            inspection = .rejectedByStatus
+            rejectedLayer = .gateway
+        } else if !x.inspectsService {
+            inspection = .none
         } else if let o = x.credential?.oauth2 {
-            inspection =
-                OAuth2Rejection.isRejection(
-                    status: status,
-                    wwwAuthenticate: status == 401 || status == 403
-                        ? x.responseHead.values(of: "www-authenticate") : [],
-                    location: status >= 300 && status < 400
-                        ? x.responseHead.string(of: "location") : nil, signals: o.rejection, issuerHost: o.providerHost)
-                ? .rejectedByStatus : .none
+            inspection = oauth2Rejects(x, o) ? .rejectedByStatus : .none
         } else {
             inspection = ExchangeStateMachine.inspection(
                 status: status, framing: framing,
@@ -297,9 +307,19 @@ extension ClientConnection {
                 } ?? true)
         }
         if machine.responseHeadCommitted(status: status, framing: framing, inspection: inspection) == .rejected {
-            tokenRejected()
+            tokenRejected(layer: rejectedLayer)
         }
         return true
+    }
+
+    /// Whether the response head rejects an `oauth2` token (``OAuth2Rejection``, per the credential's settings).
+    private func oauth2Rejects(_ x: ExchangeContext, _ o: OAuth2Settings) -> Bool {
+        let status = x.responseHead.status
+        return OAuth2Rejection.isRejection(
+            status: status,
+            wwwAuthenticate: status == 401 || status == 403 ? x.responseHead.values(of: "www-authenticate") : [],
+            location: status >= 300 && status < 400 ? x.responseHead.string(of: "location") : nil,
+            signals: o.rejection, issuerHost: o.providerHost)
     }
 
     /// Masks the injected token wherever it is echoed in the response head: a redirect's URL, nested in its

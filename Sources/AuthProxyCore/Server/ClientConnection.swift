@@ -537,6 +537,10 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
     /// rate limit refused it, else the network credential applied (password, Kerberos, client certificate).
     func appliedCredential(_ x: ExchangeContext?) -> String? {
         guard let x else { return nil }
+        if let g = x.gatewayCredential {
+            // Stacked, as a header gateway's are named: the service's then the gateway's.
+            return (x.credential?.name ?? x.headerCredential).map { "\($0)+\(g.name)" } ?? g.name
+        }
         return x.credential?.name ?? x.headerCredential ?? x.limitedBy ?? x.networkAuth.passwordName
             ?? (x.networkAuth.kerberos != nil ? context.kerberosCredentialName : nil) ?? x.networkAuth.certificateName
     }
@@ -564,7 +568,16 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
         }
         if let credential {
             let at = nowMillis()
-            m.activity.withLock { $0.request(credential: credential, now: at) }
+            if let g = x?.gatewayCredential {
+                // Each stacked credential's status counts the request under its own name.
+                let service = x?.credential?.name
+                m.activity.withLock { a in
+                    a.request(credential: g.name, now: at)
+                    if let service { a.request(credential: service, now: at) }
+                }
+            } else {
+                m.activity.withLock { $0.request(credential: credential, now: at) }
+            }
         }
     }
 

@@ -45,6 +45,17 @@ final class ExchangeContext {
     /// The upstream answered `injectedToken` with a token error that was relayed (not retried): the response
     /// does not prove the token good.
     var injectedTokenRejected = false
+    /// The gateway layer's `oauth2` credential (``ForwardPlan/gatewayToken``) and the token injected for it, which
+    /// goes in with the service credential's; whether the response relayed rejected it.
+    var gatewayCredential: Credential? = nil
+    var gatewayToken: IssuedToken? = nil
+    var gatewayTokenRejected = false
+    /// Each layer's token is refreshed and the request retried at most once per exchange.
+    var serviceTokenRetried = false
+    var gatewayTokenRetried = false
+    /// Whether the response is inspected for the service token's rejection (the gateway's is read from every
+    /// response head while its token is injected).
+    var inspectsService = false
     /// The injected token, masked in the body of a redirect (``RedirectTokenScrub/mask(_:token:)``); nil for
     /// every other response.
     var bodyMask: String? = nil
@@ -115,6 +126,12 @@ final class ExchangeContext {
         credential = nil
         injectedToken = nil
         injectedTokenRejected = false
+        gatewayCredential = nil
+        gatewayToken = nil
+        gatewayTokenRejected = false
+        serviceTokenRetried = false
+        gatewayTokenRetried = false
+        inspectsService = false
         bodyMask = nil
         tokenSite = .query
         replay = nil  // closes (and so frees) a spill file at once

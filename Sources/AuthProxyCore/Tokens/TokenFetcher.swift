@@ -13,6 +13,9 @@ protocol TokenFetcherHost: AnyObject {
     /// An `oauth2` credential's provider rotated its refresh token: the new one replaces the old, in memory and in
     /// the state file, before anything else can spend the old one.
     func keepRotatedRefreshToken(_ c: Credential, _ value: String)
+    /// The access token of an `oauth2` credential with `layer = "gateway"` (cached and single flight like any other),
+    /// for the proxy's own requests behind that gateway.
+    func gatewayToken(_ g: Credential, provider: String, done: @escaping (Result<IssuedToken, TokenError>) -> Void)
 }
 
 /// Asks token services for tokens, per credential type: ArcGIS `generateToken` with a password, the OAuth
@@ -99,6 +102,46 @@ final class TokenFetcher {
 
     func network(for url: String) -> NetworkAuth {
         HTTPURL.parse(url).map { store.network(for: $0.target) } ?? NetworkAuth()
+    }
+
+    /// `url` as the proxy's own request for credential `c` goes there, with the fields a `layer = "gateway"`
+    /// credential in front of it adds: an identity-aware proxy guards `rest/info` and `generateToken` as it guards
+    /// the services. An `oauth2` gateway's token is obtained first; its failure fails the fetch, naming it.
+    func throughGateway(
+        _ url: String, for c: Credential,
+        then: @escaping (Result<(url: String, fields: [(String, String)]), TokenError>) -> Void
+    ) {
+        guard let target = HTTPURL.parse(url)?.target, let g = store.gatewayCredential(for: target), g.name != c.name
+        else {
+            then(.success((url, [])))
+            return
+        }
+        switch g.kind {
+        case .header(let fields):
+            then(.success((url, fields.map { ($0.name, $0.value) })))
+        case .oauth2(let o):
+            host.gatewayToken(g, provider: o.providerURL) { result in
+                switch result {
+                case .failure(let e):
+                    var error = TokenError(
+                        credential: c.name,
+                        message:
+                            "the gateway credential '\(g.name)' in front of \(Self.redacted(url)) has no token: \(e.message)",
+                        details: e.details)
+                    error.local = true
+                    then(.failure(error))
+                case .success(let t):
+                    let applied = OAuth2Injection.apply(
+                        token: t.value, placement: o.placement, pathAndQuery: target.pathAndQuery,
+                        headers: HTTPHeaders([]), keepingAuthorization: true)
+                    var sent = target
+                    sent.pathAndQuery = applied.pathAndQuery
+                    then(.success((sent.url, applied.headers.map { ($0.name, $0.value) })))
+                }
+            }
+        default:
+            then(.success((url, [])))
+        }
     }
 
     // MARK: - per credential type
@@ -337,9 +380,24 @@ final class TokenFetcher {
             for w in e.waiters { w(.failure(failure)) }
             return
         }
+        throughGateway(url, for: c) { [self] gateway in
+            switch gateway {
+            case .failure(let error):
+                let e = infos[key] ?? InfoEntry()
+                infos[key] = nil
+                for w in e.waiters { w(.failure(InfoFailure(error: error, answered: false))) }
+            case .success(let sent):
+                fetchInfo(c, url: url, key: key, sent: sent, route: route)
+            }
+        }
+    }
+
+    private func fetchInfo(
+        _ c: Credential, url: String, key: String, sent: (url: String, fields: [(String, String)]), route: ParentRoute?
+    ) {
         let f = HTTPFetch(
-            multi: multi, method: "GET", url: url, form: nil, timeoutSeconds: timeoutSeconds,
-            network: network(for: url), route: route
+            multi: multi, method: "GET", url: sent.url, form: nil, timeoutSeconds: timeoutSeconds,
+            network: network(for: url), route: route, headers: sent.fields
         ) { [self] result in
             var e = infos[key] ?? InfoEntry()
             let waiters = e.waiters
@@ -399,9 +457,21 @@ final class TokenFetcher {
                         credential: c.name, message: "token service \(Self.redacted(url)) failed: \(refusal.message)")))
             return
         }
+        throughGateway(url, for: c) { [self] gateway in
+            switch gateway {
+            case .failure(let error): done(.failure(error))
+            case .success(let sent): post(c, url: url, sent: sent, route: route, fields: fields, done: done)
+            }
+        }
+    }
+
+    private func post<Body: Decodable>(
+        _ c: Credential, url: String, sent: (url: String, fields: [(String, String)]), route: ParentRoute?,
+        fields: [(String, String)], done: @escaping (Result<Answer<Body>, TokenError>) -> Void
+    ) {
         let f = HTTPFetch(
-            multi: multi, method: "POST", url: url, form: fields, timeoutSeconds: timeoutSeconds,
-            network: network(for: url), route: route
+            multi: multi, method: "POST", url: sent.url, form: fields, timeoutSeconds: timeoutSeconds,
+            network: network(for: url), route: route, headers: sent.fields
         ) { result in
             switch result {
             case .failure(let err):

@@ -564,4 +564,10 @@ extension TokenService: TokenFetcherHost {
     func keepRotatedRefreshToken(_ c: Credential, _ value: String) {
         keepRefreshToken(c, value)
     }
+
+    func gatewayToken(_ g: Credential, provider: String, done: @escaping (Result<IssuedToken, TokenError>) -> Void) {
+        // Token requests complete on this queue, where `done` belongs.
+        nonisolated(unsafe) let done = done
+        acquire(g, root: provider, isPortal: false) { done($0) }
+    }
 }

@@ -88,7 +88,7 @@ import Testing
         }
     }
 
-    @Test func onlyHeaderCredentialsTakeTheGatewayLayer() {
+    @Test func onlyHeaderAndOAuth2CredentialsTakeTheGatewayLayer() {
         do {
             _ = try ConfigLoader(environment: [:]).parse(
                 """

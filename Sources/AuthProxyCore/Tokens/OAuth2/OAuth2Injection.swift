@@ -19,16 +19,18 @@ enum OAuth2Injection {
     }
 
     /// The request with `token` at `placement`; the client's `Authorization` and `access_token` are removed first.
-    static func apply(token: String, placement: OAuth2Settings.Placement, pathAndQuery: String, headers: HTTPHeaders)
-        -> (pathAndQuery: String, headers: HTTPHeaders)
-    {
+    /// `keepingAuthorization`: a gateway's token in the query leaves `Authorization` to the service behind it.
+    static func apply(
+        token: String, placement: OAuth2Settings.Placement, pathAndQuery: String, headers: HTTPHeaders,
+        keepingAuthorization: Bool = false
+    ) -> (pathAndQuery: String, headers: HTTPHeaders) {
         var h = headers
         var path = removingAccessToken(pathAndQuery)
         switch placement {
         case .header:
             h.setInjected(name: "Authorization", value: "Bearer \(token)")
         case .query:
-            h.remove(name: "authorization")
+            if !keepingAuthorization { h.remove(name: "authorization") }
             path +=
                 path.utf8.contains(UInt8(ascii: "?")) ? (path.hasSuffix("?") || path.hasSuffix("&") ? "" : "&") : "?"
             path += "access_token=" + TokenInjection.percentEncoded(token)

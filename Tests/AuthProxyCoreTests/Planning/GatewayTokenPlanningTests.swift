@@ -1,0 +1,115 @@
+import Testing
+
+@testable import AuthProxyCore
+
+/// An `oauth2` credential with `layer = "gateway"` stacked on the service credentials, as a table over
+/// ``RequestPlanner``: which tokens a request carries, and the requests where two would need one place.
+@Suite struct GatewayTokenPlanningTests {
+    static let store: CredentialStore = {
+        let c = try! ConfigLoader(environment: [:]).parse(
+            """
+            [proxy]
+            listen = ["127.0.0.1:3128"]
+
+            [[credential]]
+            name = "iap"
+            type = "oauth2"
+            layer = "gateway"
+            token_url = "https://login.example.com/token"
+            client_id = "proxy"
+            client_secret = "s"
+            match = ["https://gis.example.com/"]
+
+            [[credential]]
+            name = "gis"
+            type = "arcgis-token"
+            username = "u"
+            password = "p"
+            match = ["https://gis.example.com/arcgis"]
+
+            [[credential]]
+            name = "ogc"
+            type = "oauth2"
+            token_url = "https://login.example.com/token"
+            client_id = "ogc"
+            client_secret = "s"
+            match = ["https://gis.example.com/ogc"]
+
+            [[credential]]
+            name = "ogc-query"
+            type = "oauth2"
+            token_url = "https://login.example.com/token"
+            client_id = "ogc"
+            client_secret = "s"
+            token_placement = "query"
+            match = ["https://gis.example.com/geoserver"]
+
+            [[credential]]
+            name = "basic"
+            type = "password"
+            username = "u"
+            password = "p"
+            match = ["https://gis.example.com/iwa"]
+
+            [[credential]]
+            name = "static-auth"
+            type = "header"
+            headers = { "Authorization" = "Basic abc" }
+            match = ["https://gis.example.com/static"]
+            """)
+        return CredentialStore(c.credentials)
+    }()
+
+    static func plan(_ request: String) -> (ForwardPlan, PlannedAnswer?) {
+        let h = RequestPlannerTests.head(request)
+        guard case .absolute(let u) = h.target else { fatalError("not absolute") }
+        var plan = ForwardPlan(url: u)
+        let answer = RequestPlanner.plan(
+            h, url: u, store: store,
+            settings: .init(unmatched: .relay, maxReplayBytes: 100, insideInterception: false), into: &plan)
+        return (plan, answer)
+    }
+
+    static func describe(_ p: ForwardPlan, _ a: PlannedAnswer?) -> String {
+        if let a { return "\(a.error.status) \(a.error.message)" }
+        var parts: [String] = []
+        if case .inject(let g, let site, _) = p.gatewayToken { parts.append("gateway \(g.name) \(site)") }
+        if case .inject(let c, let site, _) = p.token { parts.append("token \(c.name) \(site)") }
+        if let r = p.replayLimit { parts.append("replay \(r)") }
+        return parts.joined(separator: " ")
+    }
+
+    @Test(arguments: [
+        // the gateway's token alone on the rest of its host (portal home pages, static files)
+        ("GET https://gis.example.com/portal/home HTTP/1.1\n\n", "gateway iap header"),
+        // gateway + the ArcGIS token (in the query, where ArcGIS reads it first)
+        ("GET https://gis.example.com/arcgis/rest/services?f=json HTTP/1.1\n\n", "gateway iap header token gis query"),
+        // the client's own ArcGIS token is left alone; the gateway's still goes in: the client cannot know it
+        ("GET https://gis.example.com/arcgis/rest/services?token=mine HTTP/1.1\n\n", "gateway iap header"),
+        // a body is kept for the retry after the gateway's rejection
+        (
+            "POST https://gis.example.com/portal/upload HTTP/1.1\nContent-Length: 5\n\n",
+            "gateway iap header replay 100"
+        ),
+        // a service bearer in the query next to the gateway's in the header
+        ("GET https://gis.example.com/geoserver/wms HTTP/1.1\n\n", "gateway iap header token ogc-query query"),
+        // two tokens for one Authorization header: refused, naming both
+        (
+            "GET https://gis.example.com/ogc/collections HTTP/1.1\n\n",
+            "502 Credentials 'iap' (gateway) and 'ogc' both need this request's Authorization header"
+        ),
+        (
+            "GET https://gis.example.com/iwa/x HTTP/1.1\n\n",
+            "502 Credentials 'iap' (gateway) and 'basic' both need this request's Authorization header"
+        ),
+        (
+            "GET https://gis.example.com/static/x HTTP/1.1\n\n",
+            "502 Credentials 'iap' (gateway) and 'static-auth' both need this request's Authorization header"
+        ),
+        ("GET https://other.example.com/ HTTP/1.1\n\n", ""),
+    ])
+    func layers(_ request: String, _ expected: String) {
+        let (p, a) = Self.plan(request)
+        #expect(Self.describe(p, a) == expected, "\(request)")
+    }
+}
