@@ -123,6 +123,28 @@ def test_429_with_a_short_retry_after_is_waited_for(proxy, client):
         o.close()
 
 
+def test_a_retry_after_date_is_measured_from_the_responses_own_date(proxy, client):
+    # The origin's clock is an hour behind: "retry at 2 s after my Date" still means 2 s, not "an hour ago".
+    def late(n, c, h):
+        if n > 0:
+            return answer(c, 200, b"ok")
+        now = time.time() - 3600
+        fmt = "%a, %d %b %Y %H:%M:%S GMT"
+        extra = "Date: %s\r\nRetry-After: %s\r\n" % (time.strftime(fmt, time.gmtime(now)),
+                                                        time.strftime(fmt, time.gmtime(now + 2)))
+        return answer(c, 503, b"maintenance", extra)
+    o = CountingOrigin(late)
+    try:
+        t0 = time.monotonic()
+        r = client.get(o.url + "/ogc/items", proxies=proxy.proxies, timeout=10)
+        elapsed = time.monotonic() - t0
+        assert r.status_code == 200 and r.content == b"ok"
+        assert o.count == 2
+        assert 1.0 <= elapsed < 5, elapsed
+    finally:
+        o.close()
+
+
 def test_429_without_retry_after_or_with_a_long_one_is_relayed(proxy, client):
     o = CountingOrigin(lambda n, c, h: answer(c, 429, b"later", "Retry-After: 60\r\n") if n == 0 else answer(c, 429))
     try:

@@ -88,13 +88,19 @@ struct RetryPolicy: Equatable, Sendable {
         }
     }
 
-    /// `Retry-After` in delta-seconds (RFC 9110 §10.2.3); nil when absent or not a number (an HTTP-date is not
-    /// read: a server that names a date usually means a maintenance window, not a moment's pause).
-    static func retryAfterSeconds(_ value: String?) -> Int? {
-        guard let v = value?.trimmingASCIIWhitespace, !v.isEmpty, v.utf8.count <= 9,
-            v.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 })
-        else { return nil }
-        return Int(v)
+    /// `Retry-After` in seconds (RFC 9110 §10.2.3): delta-seconds, or an IMF-fixdate measured from the response's
+    /// `Date` (`responseDate`, epoch milliseconds on the server's clock, so a server whose clock is off still means
+    /// the wait it names), else from `now` (ours). A date already past is 0. Nil when absent or neither form.
+    static func retryAfterSeconds(_ value: String?, responseDate: Int64? = nil, now: Int64 = 0) -> Int? {
+        guard let v = value?.trimmingASCIIWhitespace, !v.isEmpty else { return nil }
+        if v.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) {
+            return v.utf8.count <= 9 ? Int(v) : nil
+        }
+        guard let at = ServerClock.parseHTTPDate(v) else { return nil }
+        let wait = at - (responseDate ?? now)
+        guard wait > 0 else { return 0 }
+        // Whole seconds, rounded up: a retry a moment early would meet the same refusal.
+        return Int(min((wait + 999) / 1000, 999_999_999))
     }
 
     /// The decision after an attempt failed with `cause`. `retriesDone`: retries already made for this request;

@@ -33,8 +33,13 @@ extension ClientConnection {
             let cause = RetryPolicy.cause(status: x.responseHead.status),
             x.responseHead.violation == nil
         else { return false }
-        return retryUpstream(
-            cause: cause, retryAfter: RetryPolicy.retryAfterSeconds(x.responseHead.string(of: "retry-after")))
+        var retryAfter: Int? = nil
+        if let v = x.responseHead.string(of: "retry-after") {
+            retryAfter = RetryPolicy.retryAfterSeconds(
+                v, responseDate: x.responseHead.string(of: "date").flatMap { ServerClock.parseHTTPDate($0) },
+                now: nowMillis())
+        }
+        return retryUpstream(cause: cause, retryAfter: retryAfter)
     }
 
     /// A `GET` to an ArcGIS REST operation answered 414 URI Too Long: true when it goes again at once as a

@@ -43,7 +43,7 @@ import Testing
         #expect(RetryPolicy.cause(failure: .connect, viaParent: false, denied: true) == nil)
     }
 
-    @Test func retryAfterIsReadInDeltaSecondsOnly() {
+    @Test func retryAfterIsReadInDeltaSecondsOrAsADate() {
         #expect(RetryPolicy.retryAfterSeconds("1") == 1)
         #expect(RetryPolicy.retryAfterSeconds(" 30 ") == 30)
         #expect(RetryPolicy.retryAfterSeconds("0") == 0)
@@ -51,7 +51,18 @@ import Testing
         #expect(RetryPolicy.retryAfterSeconds("") == nil)
         #expect(RetryPolicy.retryAfterSeconds("-1") == nil)
         #expect(RetryPolicy.retryAfterSeconds("1.5") == nil)
-        #expect(RetryPolicy.retryAfterSeconds("Wed, 21 Oct 2015 07:28:00 GMT") == nil)
+        // An HTTP-date: measured from the response's Date (the server's clock), else from ours; rounded up.
+        let date = ServerClock.parseHTTPDate("Wed, 21 Oct 2015 07:28:00 GMT")!
+        #expect(RetryPolicy.retryAfterSeconds("Wed, 21 Oct 2015 07:28:02 GMT", responseDate: date, now: 0) == 2)
+        #expect(RetryPolicy.retryAfterSeconds("Wed, 21 Oct 2015 07:28:02 GMT", now: date + 500) == 2)
+        #expect(RetryPolicy.retryAfterSeconds("Wed, 21 Oct 2015 07:30:00 GMT", responseDate: date, now: 0) == 120)
+        // A server clock an hour behind ours still means the two seconds it names.
+        #expect(
+            RetryPolicy.retryAfterSeconds(
+                "Wed, 21 Oct 2015 07:28:02 GMT", responseDate: date, now: date + 3_600_000) == 2)
+        #expect(RetryPolicy.retryAfterSeconds("Wed, 21 Oct 2015 07:27:00 GMT", responseDate: date, now: 0) == 0)
+        #expect(RetryPolicy.retryAfterSeconds("Wednesday, 21-Oct-15 07:28:00 GMT", now: date) == nil)
+        #expect(RetryPolicy.retryAfterSeconds("tomorrow", now: date) == nil)
         #expect(RetryPolicy.retryAfterSeconds("99999999999999999999") == nil)
     }
 
