@@ -1,4 +1,4 @@
-"""Who may use the proxy (issue 8): allow_clients, proxy authentication with [[client]], per-client credential
+"""Who may use the proxy: allow_clients, proxy authentication with [[client]], per-client credential
 scopes, the open-relay refusal, rate limits, connection limits and deny_destinations, through the real binary
 with curl, Python requests and GDAL."""
 import hashlib

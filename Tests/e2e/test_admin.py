@@ -1,4 +1,4 @@
-"""The admin listener (issue 12): /metrics with exact counter values (parsed with prometheus-client's own parser),
+"""The admin listener: /metrics with exact counter values (parsed with prometheus-client's own parser),
 /readyz with prefetching credentials, /healthz, the status page rendered by headless Chromium and status.json
 (no secret anywhere), and the listener's access rules."""
 import json

@@ -1,4 +1,4 @@
-"""Fault-injection suite (issue 11): broken token services, broken upstreams and vanishing clients.
+"""Fault-injection suite: broken token services, broken upstreams and vanishing clients.
 
 Every scenario holds the proxy to one contract:
 - the client gets a clear error (an ArcGIS-style JSON error naming the cause, or a cut connection once the

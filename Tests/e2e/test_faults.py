@@ -1,4 +1,4 @@
-"""Reproducers of the defects a fault campaign found (issue 11), kept as tests: a client resetting mid-upload,
+"""Reproducers of the defects a fault campaign found, kept as tests: a client resetting mid-upload,
 descriptor exhaustion, refused connections over max_connections, shutdown edge cases, malformed upstream
 response heads, and a chunk extension sent in small writes."""
 

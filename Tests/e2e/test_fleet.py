@@ -1,5 +1,5 @@
 """[cluster]: a fleet of real authproxy replicas sharing their tokens through one real Redis (Debian's
-redis-server, started here on loopback), against the ArcGIS test server (issue 29)."""
+redis-server, started here on loopback), against the ArcGIS test server."""
 import concurrent.futures
 import os
 import re

@@ -1,4 +1,4 @@
-"""Long ArcGIS REST GETs sent as POST forms (issue 30, section 1): a front end that answers 414 above 2 KB (the
+"""Long ArcGIS REST GETs sent as POST forms: a front end that answers 414 above 2 KB (the
 ArcGIS test server's `max_url_bytes`, as IIS does), GDAL with a long `where` through the proxy, the token moved
 into the form, downloads left as GET, and the switch turned off."""
 

@@ -1,4 +1,4 @@
-"""Memory the proxy keeps after load (issue 11, the soak's RSS creep; docs/SOAK.md).
+"""Memory the proxy keeps after load (the soak's RSS creep; docs/SOAK.md).
 
 The creep was not a leak: the heap in use stayed at 2-5 MB while glibc kept freed body buffers (a 1 MiB replay
 copy per upload, up to 512 KiB per connection buffer) in per-thread malloc arenas, up to 4 MiB each, because its

@@ -1,4 +1,4 @@
-"""`type = "oauth2"` credentials (issue 28) through the real binary, against the OIDC provider and OAuth2-protected
+"""`type = "oauth2"` credentials through the real binary, against the OIDC provider and OAuth2-protected
 resource server of Tests/e2e/oidc: every client authentication method, both placements, proactive and reactive
 refresh (a 20 MB body replayed intact), single flight, the provider down past expiry (502, never an expired token),
 an empty 200 and invalid_client from the token endpoint, rotated assertion files and refresh tokens."""

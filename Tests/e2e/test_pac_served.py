@@ -1,4 +1,4 @@
-"""The PAC file the proxy serves (issue 27, section 2): `/proxy.pac` and `/wpad.dat` on the proxy listener and on
+"""The PAC file the proxy serves: `/proxy.pac` and `/wpad.dat` on the proxy listener and on
 the admin listener, fetched as a client fetches it (plain HTTP to the proxy's own address, not through it), with
 its caching headers, revalidation and a tag that changes on reload; and the script evaluated by a real PAC engine
 (Debian's python3-pacparser), as a browser would call FindProxyForURL.

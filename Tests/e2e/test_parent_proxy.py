@@ -1,4 +1,4 @@
-"""A parent proxy (issue 27 section 1): `[proxy] upstream_proxy` (one URL or a failover list),
+"""A parent proxy: `[proxy] upstream_proxy` (one URL or a failover list),
 `upstream_proxy_credential` (a `password` credential: Basic/Digest/NTLM; or a `kerberos` one: Negotiate),
 `upstream_proxy_backoff_seconds` and `no_proxy`, against real parents from Tests/e2e/parents: Squid with Basic,
 Squid with Negotiate (MIT KDC), Apache as an NTLM proxy.

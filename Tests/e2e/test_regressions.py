@@ -115,7 +115,7 @@ def test_second_listener_failure_exits_cleanly(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Issue 9 (token lifecycle) review findings
+# Token lifecycle review findings
 # ---------------------------------------------------------------------------------------------------------
 
 def test_folded_header_keeps_earlier_fields_of_the_same_name(proxy):

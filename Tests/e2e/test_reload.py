@@ -1,4 +1,4 @@
-"""Live configuration reload (issue 12): SIGHUP and [proxy] watch_config.
+"""Live configuration reload: SIGHUP and [proxy] watch_config.
 
 Every test starts its own origin(s) and proxy on loopback, on ports it picks, and stops them. The reload is
 observed from outside: what the origin receives (the token in the URL), what the proxy logs, and that

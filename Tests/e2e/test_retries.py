@@ -1,4 +1,4 @@
-"""Upstream retries (issue 30, section 2): idempotent requests go again after a refused or reset connection, or a
+"""Upstream retries: idempotent requests go again after a refused or reset connection, or a
 502/503/504 or 429 with a short Retry-After, while nothing reached the client; never a POST, never once the answer
 has begun; and within the host's retry budget when everything fails. Scripted origins count what they were sent."""
 

@@ -1,4 +1,4 @@
-"""Issue 25, items 3, 7 and 8: the admin listener from a web page (DNS rebinding, cross-site POST /reload),
+"""The admin listener from a web page (DNS rebinding, cross-site POST /reload),
 configuration errors that quoted secrets, and the admin listener starved by slow connections."""
 import json
 import socket

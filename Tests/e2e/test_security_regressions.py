@@ -1,4 +1,4 @@
-"""Regression tests for the defects an outside-in security campaign found (issue 8, section 2). Each one
+"""Regression tests for the defects an outside-in security campaign found. Each one
 reproduces the attack as it was reported and failed before its fix."""
 import hashlib
 import socket

@@ -1,4 +1,4 @@
-"""Graceful shutdown under load (issue 11, item 4): SIGTERM while keep-alive clients, long downloads and a CONNECT
+"""Graceful shutdown under load: SIGTERM while keep-alive clients, long downloads and a CONNECT
 tunnel run. Every request that started before the signal completes; new connections are refused; the proxy exits
 0 within the grace period. The single cases (last request after SIGTERM, the grace period's end, a tunnel's grace)
 are in test_faults.py."""

@@ -1,4 +1,4 @@
-"""Request smuggling and response desynchronisation corpus (issue 11, item 2), end to end through the real binary.
+"""Request smuggling and response desynchronisation corpus, end to end through the real binary.
 
 Requests: each variant is sent as raw bytes to the proxy, in front of a RawBackend that records exactly what it
 receives per connection. For each one the client must get the expected status(es), and the backend must have received
@@ -643,8 +643,8 @@ def test_the_corpus_is_large_enough():
 class Resp:
     """The upstream answers the case's request with `actions` (bytes, seconds to wait, RawBackend.CLOSE). The client
     must get a status in `statuses` (and `body`, when given); `truncated_ok`: the proxy may cut the connection in the
-    body (the head was out when the upstream failed). `known`: one of the response-head hygiene defects of issue 11,
-    fixed on another branch; the case asserts the fixed behaviour."""
+    body (the head was out when the upstream failed). `known`: the response-head hygiene defect the case
+    was written for; the case asserts the fixed behaviour."""
 
     def __init__(self, id, actions, statuses, body=None, method="GET", truncated_ok=False, known=None):
         self.id = id
@@ -748,7 +748,7 @@ RESPONSE_CASES = [
     Resp("status/two-digits", b"HTTP/1.1 20 OK\r\nContent-Length: 5\r\n\r\nhello", 502),
     Resp("status/http09", [b"hello", CLOSE], 502),
     Resp("status/lf-only-head", b"HTTP/1.1 200 OK\nContent-Length: 5\n\nhello", 200, b"hello"),
-    # --- Header hygiene (issue 11): the client must not read the head differently from the proxy -----------
+    # --- Header hygiene: the client must not read the head differently from the proxy -----------
     Resp("hygiene/space-before-colon", H + b"Content-Length : 99\r\nContent-Length: 5\r\n\r\nhello", 502,
          known="whitespace before the colon"),
     Resp("hygiene/tab-before-colon", H + b"Transfer-Encoding\t: chunked\r\nContent-Length: 5\r\n\r\nhello", 502,

@@ -1,4 +1,4 @@
-"""The proxy over TLS (a "secure web proxy", issue 27 section 4): clients whose proxy URL is `https://` open TLS
+"""The proxy over TLS (a "secure web proxy"): clients whose proxy URL is `https://` open TLS
 to the proxy listener itself, and speak the proxy protocol inside it: absolute-form requests (credentials
 injected), CONNECT (blind tunnels, and interception, which is then TLS inside TLS), and the `/proxy` endpoint.
 Plain clients on the same port are unaffected.

@@ -1,4 +1,4 @@
-"""Token lifecycle through the real binary against the ArcGIS test server (issue 9, part 2): the client never
+"""Token lifecycle through the real binary against the ArcGIS test server: the client never
 sees a failure the proxy could absorb, and a token service is never hammered."""
 import hashlib
 import json

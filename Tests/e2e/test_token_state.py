@@ -1,4 +1,4 @@
-"""The token state file (issue 9, part 1): never lost, never overwritten when unreadable, locked against
+"""The token state file: never lost, never overwritten when unreadable, locked against
 concurrent writers, and followed by a running proxy when `login` or `signout` change it."""
 import glob
 import json

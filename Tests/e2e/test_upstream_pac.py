@@ -1,4 +1,4 @@
-"""[proxy] upstream_pac (issue 27 section 1): a PAC file, served over HTTP on loopback, chooses the parent per
+"""[proxy] upstream_pac: a PAC file, served over HTTP on loopback, chooses the parent per
 destination; the parents are two small forwarding proxies (forwarding_proxy.py) that record what they saw.
 
 Names: a.pac.test goes to parent A, b.pac.test to parent B, f.pac.test to a dead parent then B, localhost to a

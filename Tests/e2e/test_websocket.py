@@ -1,4 +1,4 @@
-"""WebSocket through the proxy (issue 26 section 4), the ArcGIS case being stream services
+"""WebSocket through the proxy, the ArcGIS case being stream services
 (`.../StreamServer/subscribe?token=...`): absolute form (`GET http://...` and `GET ws://...` with Upgrade), CONNECT
 with plain HTTP inside (Python `websockets` with `proxy=`), the credential applied to the handshake, a rejected
 handshake retried once with a fresh token, unmatched hosts untouched, back-pressure, refusals and the access log."""

@@ -1,4 +1,4 @@
-"""Windows identities from every client (issue 27, section 3).
+"""Windows identities from every client.
 
 - A relayed 401 that offers NTLM, Negotiate or Kerberos says `Proxy-Support: Session-Based-Authentication` (with
   `Connection: Proxy-Support`, as Squid does): .NET's HTTP stack (ArcGIS Pro, PowerShell) tries a Windows login to

@@ -39,7 +39,7 @@ import Testing
     @Test(arguments: [
         "/arcgis/%2E%2E%2Fother", "/arcgis%2fother", "/arcgis/..;/other", "/arcgis/.;x/other",
         "/arcgis\\..\\other", "/arcgis/%5c..", "/arcgis//../other",
-        // Issue 25 item 6: IIS decodes %uXXXX, so any % that is not an escape is ambiguous.
+        // IIS decodes %uXXXX, so any % that is not an escape is ambiguous.
         "/arcgis/%u002e%u002e/admin", "/arcgis/%U002E%U002E/admin", "/arcgis/%", "/arcgis/%4", "/arcgis/%zz",
         // Double-encoded dots and slashes, an encoded NUL, and `..%3b`.
         "/arcgis/%252e%252e/admin", "/arcgis/%252E./admin", "/arcgis%252fadmin", "/arcgis/..%3b/admin",

@@ -2,7 +2,7 @@ import Testing
 
 @testable import AuthProxyCore
 
-/// Issue 25, item 8: which admin connection makes room for a new one.
+/// Which admin connection makes room for a new one.
 @Suite struct AdminConnectionSlotsTests {
     let slots = AdminConnectionSlots(total: 4, perAddress: 2)
     let a = IPAddress.parse("127.0.0.1")!

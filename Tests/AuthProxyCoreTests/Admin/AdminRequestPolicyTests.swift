@@ -2,7 +2,7 @@ import Testing
 
 @testable import AuthProxyCore
 
-/// Issue 25, item 3: the admin listener's Host check and POST /reload's cross-site checks, without sockets.
+/// The admin listener's Host check and POST /reload's cross-site checks, without sockets.
 @Suite struct AdminRequestPolicyTests {
     /// Records reloads; answers the other routes with fixed text.
     final class Backend: AdminBackend, @unchecked Sendable {

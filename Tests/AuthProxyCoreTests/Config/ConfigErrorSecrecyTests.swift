@@ -6,7 +6,7 @@ import Testing
     import Glibc
 #endif
 
-/// Issue 25, item 7: configuration errors name the key and the line, never a secret: not the text of an
+/// Configuration errors name the key and the line, never a secret: not the text of an
 /// unquoted value (a pasted API key), not a value read from `file:` or `${ENV}`, not a secret-bearing key's value.
 @Suite struct ConfigErrorSecrecyTests {
     static let secret = "AAPKsecret0123456789abcdef"

@@ -2,7 +2,7 @@ import Testing
 
 @testable import AuthProxyCore
 
-/// Issue 25 item 10: a field the proxy sets is not the client's to name as hop-by-hop.
+/// A field the proxy sets is not the client's to name as hop-by-hop.
 @Suite struct HTTPHeadersInjectedTests {
     @Test func anInjectedFieldLeavesTheClientsConnectionLists() {
         var h = HTTPHeaders([

@@ -48,7 +48,7 @@ private func scrub(_ value: String, _ token: String = "SECRET-KEY") -> String? {
         #expect(mask("SECRET") == nil)
     }
 
-    /// Issue 25 item 2: the request URL nested in another parameter, escaped for HTML, after `;`, and in fields
+    /// The request URL nested in another parameter, escaped for HTML, after `;`, and in fields
     /// other than Location: each kept the key in front of the client (and the next host) before.
     @Test func everyEncodingOfTheTokenIsMaskedInAnyHeaderValue() {
         func clean(_ v: String, url: Bool = true, _ token: String = "SECRET.KEY") -> String? {

@@ -2,7 +2,7 @@ import Testing
 
 @testable import AuthProxyCore
 
-/// ``RootConfirmations`` on a fake clock (issue 25, item 4): which roots a client's path names may have a password
+/// ``RootConfirmations`` on a fake clock: which roots a client's path names may have a password
 /// spent on them, with the probe budget, the remembered refusals and the cap.
 @Suite struct RootConfirmationsTests {
     typealias Confirmations = RootConfirmations<String>

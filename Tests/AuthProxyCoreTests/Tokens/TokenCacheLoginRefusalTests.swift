@@ -2,7 +2,7 @@ import Testing
 
 @testable import AuthProxyCore
 
-/// A refused password or client secret backs off the whole credential, not one root (issue 25, item 4: 50 roots
+/// A refused password or client secret backs off the whole credential, not one root (50 roots
 /// made 50 failed logins and locked the account).
 @Suite struct TokenCacheLoginRefusalTests {
     typealias Cache = TokenCache<String>

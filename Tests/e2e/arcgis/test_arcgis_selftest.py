@@ -954,7 +954,7 @@ def test_ipv6(http, make):
 
 
 # ---------------------------------------------------------------------------
-# hooks for the token lifecycle tests (issue 9)
+# hooks for the token lifecycle tests
 # ---------------------------------------------------------------------------
 
 def test_unwrapped_rejection_form(http, standalone):
