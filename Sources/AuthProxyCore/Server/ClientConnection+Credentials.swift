@@ -137,15 +137,17 @@ extension ClientConnection {
     func obtainToken() {
         // The token service is reached through the URL the request really goes to (https under
         // upgrade_to_https), so a password never travels to an http:// token service the client named.
-        guard let x = ex, let h = x.head, let url = x.upstreamURL ?? x.originalURL else { return }
+        guard let x = ex, let url = x.upstreamURL ?? x.originalURL else { return }
         let layer: Credential.Layer
         let c: Credential
-        if let g = x.gatewayCredential, x.gatewayToken == nil {
+        if !x.stacksGateway, let s = x.credential {
+            (c, layer) = (s, .service)
+        } else if let g = x.gatewayCredential, x.gatewayToken == nil {
             (c, layer) = (g, .gateway)
         } else if let s = x.credential {
             (c, layer) = (s, .service)
         } else {
-            startTransfer(url: url, headers: h.headers)
+            if let h = x.head { startTransfer(url: url, headers: h.headers) }
             return
         }
         guard let tokens = context.tokens, let serial = machine.tokenRequested() else { return }
@@ -164,22 +166,15 @@ extension ClientConnection {
     }
 
     func tokenReady(_ result: Result<IssuedToken, TokenError>, layer: Credential.Layer = .service) {
-        guard let x = ex, let h = x.head, let url = x.originalURL else { return }
-        if case .failure(let e) = result {
+        if layer == .gateway {
+            gatewayTokenReady(result)
+            return
+        }
+        guard let x = ex, let c = x.credential, let h = x.head, let url = x.originalURL else { return }
+        switch result {
+        case .failure(let e):
             if x.retry != nil { x.retry?.result = "token_failure" }
             respondOutsideProcess(e.response, close: false)
-            return
-        }
-        if layer == .gateway, case .success(let t) = result {
-            x.gatewayToken = t
-            x.gatewayTokenRejected = false
-            obtainToken()
-            return
-        }
-        guard let c = x.credential else { return }
-        switch result {
-        case .failure:
-            return
         case .success(let t):
             let upstream = x.upstreamURL ?? url
             if t.ssl && upstream.scheme == "http" {
@@ -223,6 +218,20 @@ extension ClientConnection {
                 headers.setInjected(name: "Accept-Encoding", value: ae)
             }
             startTransfer(url: target, headers: headers, inspect: inspect)
+        }
+    }
+
+    /// The gateway layer's token: with it, the service's is obtained next (or the transfer starts).
+    private func gatewayTokenReady(_ result: Result<IssuedToken, TokenError>) {
+        guard let x = ex else { return }
+        switch result {
+        case .failure(let e):
+            if x.retry != nil { x.retry?.result = "token_failure" }
+            respondOutsideProcess(e.response, close: false)
+        case .success(let t):
+            x.gatewayToken = t
+            x.gatewayTokenRejected = false
+            obtainToken()
         }
     }
 
@@ -302,11 +311,15 @@ extension ClientConnection {
     /// The exchange completed without a token error: the server accepts the token it carried (see
     /// ``TokenService/accepted(_:target:token:)``).
     func tokenAccepted() {
-        guard let x = ex, let url = x.upstreamURL ?? x.originalURL, let tokens = context.tokens else { return }
-        if !x.gatewayTokenRejected, let t = x.gatewayToken, let g = x.gatewayCredential {
+        guard let x = ex else { return }
+        if x.stacksGateway, !x.gatewayTokenRejected, let t = x.gatewayToken, let g = x.gatewayCredential,
+            let url = x.upstreamURL ?? x.originalURL, let tokens = context.tokens
+        {
             tokens.accepted(g, target: url, token: t)
         }
-        guard !x.injectedTokenRejected, let t = x.injectedToken, let c = x.credential, c.isRefreshable else { return }
+        guard !x.injectedTokenRejected, let t = x.injectedToken, let c = x.credential, c.isRefreshable,
+            let url = x.upstreamURL ?? x.originalURL, let tokens = context.tokens
+        else { return }
         tokens.accepted(c, target: url, token: t)
     }
 

@@ -62,7 +62,7 @@ extension ClientConnection {
         }
         // Set last, on the fields as they go out: a token injected above never reads them as the client's own.
         for f in x.setHeaders { fields.setInjected(name: f.name, value: f.value) }
-        if let t = x.gatewayToken, let o = x.gatewayCredential?.oauth2 {
+        if x.stacksGateway, let t = x.gatewayToken, let o = x.gatewayCredential?.oauth2 {
             // After the form is made: a gateway reads its token from the URL, not from a body it passes on.
             let applied = OAuth2Injection.apply(
                 token: t.value, placement: o.placement, pathAndQuery: sent.pathAndQuery, headers: fields,
@@ -85,7 +85,7 @@ extension ClientConnection {
         x.upstreamStarted = started
         prepareRetry(x, head: h, url: url, headers: headers, inspect: inspect, hasBody: clientHasBody, now: started)
         x.inspectsService = inspect
-        machine.transferStarted(inspect: inspect || x.gatewayToken != nil, now: started)
+        machine.transferStarted(inspect: inspect || (x.stacksGateway && x.gatewayToken != nil), now: started)
         if native {
             let t = HTTP1Transfer(
                 pool: loop.http1, request: request, target: sent,
@@ -258,12 +258,17 @@ extension ClientConnection {
         // answer, or a 200 whose head was cut, would leave it reading the next response on the connection wrongly.
         if x.responseHead.status < 200 || !x.responseHead.isComplete { x.responseHead.substituteStatus(502) }
         x.heldHead.removeAll()
-        if let gateway = x.gatewayToken { maskInjectedToken(in: x, token: gateway.value) }
-        if let injected = x.injectedToken ?? x.gatewayToken {
+        if let injected = x.injectedToken {
             maskInjectedToken(in: x, token: injected.value)
             // A redirect's body repeats its URL ("Object moved ... <a href=...>"): the token is masked there too.
             let s = x.responseHead.status
             x.bodyMask = s >= 300 && s < 400 ? injected.value : nil
+        }
+        if x.stacksGateway, let gateway = x.gatewayToken {
+            maskInjectedToken(in: x, token: gateway.value)
+            if x.bodyMask == nil, x.responseHead.status >= 300, x.responseHead.status < 400 {
+                x.bodyMask = gateway.value
+            }
         }
         if x.upgradedToHTTPS, let client = x.originalURL, let upstream = x.upstreamURL {
             // upgrade_to_https: a redirect to the https origin goes back to the client as the http one it used.
@@ -291,7 +296,7 @@ extension ClientConnection {
         var rejectedLayer = Credential.Layer.service
         if !inspect {
             inspection = .none
-        } else if x.gatewayToken != nil, let o = x.gatewayCredential?.oauth2, oauth2Rejects(x, o) {
+        } else if x.stacksGateway, x.gatewayToken != nil, let o = x.gatewayCredential?.oauth2, oauth2Rejects(x, o) {
             // The gateway answers before the service is reached: its rejection is read first.
             inspection = .rejectedByStatus
             rejectedLayer = .gateway

@@ -537,7 +537,7 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
     /// rate limit refused it, else the network credential applied (password, Kerberos, client certificate).
     func appliedCredential(_ x: ExchangeContext?) -> String? {
         guard let x else { return nil }
-        if let g = x.gatewayCredential {
+        if x.stacksGateway, let g = x.gatewayCredential {
             // Stacked, as a header gateway's are named: the service's then the gateway's.
             return (x.credential?.name ?? x.headerCredential).map { "\($0)+\(g.name)" } ?? g.name
         }
@@ -568,7 +568,7 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
         }
         if let credential {
             let at = nowMillis()
-            if let g = x?.gatewayCredential {
+            if x?.stacksGateway == true, let g = x?.gatewayCredential {
                 // Each stacked credential's status counts the request under its own name.
                 let service = x?.credential?.name
                 m.activity.withLock { a in

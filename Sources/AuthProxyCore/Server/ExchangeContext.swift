@@ -47,7 +47,11 @@ final class ExchangeContext {
     var injectedTokenRejected = false
     /// The gateway layer's `oauth2` credential (``ForwardPlan/gatewayToken``) and the token injected for it, which
     /// goes in with the service credential's; whether the response relayed rejected it.
-    var gatewayCredential: Credential? = nil
+    var gatewayCredential: Credential? = nil {
+        didSet { stacksGateway = gatewayCredential != nil }
+    }
+    /// A gateway credential applies (every request reads this flag, not the optional struct).
+    private(set) var stacksGateway = false
     var gatewayToken: IssuedToken? = nil
     var gatewayTokenRejected = false
     /// Each layer's token is refreshed and the request retried at most once per exchange.
