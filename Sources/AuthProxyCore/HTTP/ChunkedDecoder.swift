@@ -1,11 +1,12 @@
-/// Decodes a chunked request body (RFC 9112 §7.1) incrementally and strictly: chunk sizes must be hex
-/// digits that fit in 63 bits, every line ends in CRLF, and trailer fields are checked (a token name, a colon, no
-/// control characters) and discarded (they are hop-by-hop for a proxy that re-frames the body). A trailer section
-/// that is not field lines (`0\r\n` straight followed by the next request) is refused, not read as trailers.
+/// Decodes a chunked request body (RFC 9112 §7.1) incrementally and strictly: chunk-size lines follow
+/// ``ChunkSizeLine`` (the grammar upstream responses are read with too), every line ends in CRLF, and trailer
+/// fields are checked (a token name, a colon, no control characters) and discarded (they are hop-by-hop for a
+/// proxy that re-frames the body). A trailer section that is not field lines (`0\r\n` straight followed by the
+/// next request) is refused, not read as trailers.
 public struct ChunkedDecoder: Sendable {
     enum State: Sendable {
-        case size(digits: Int, value: Int64, inExtension: Bool)
-        case sizeLF
+        /// Reading a chunk-size line (``sizeLine``).
+        case size
         case data(remaining: Int64)
         case dataCR
         case dataLF
@@ -16,16 +17,13 @@ public struct ChunkedDecoder: Sendable {
         case done
     }
 
-    private var state: State = .size(digits: 0, value: 0, inExtension: false)
+    private var state: State = .size
+    /// The chunk-size line being read, kept across ``decode(_:limit:output:)`` calls: a line sent in many small
+    /// writes meets the same rules and limit as one sent at once.
+    private var sizeLine = ChunkSizeLine()
     private var trailerBytes = 0
-    /// Extension bytes of the chunk-size line being read: counted per line, not per ``decode(_:limit:output:)``
-    /// call, so an extension sent in many small writes meets the same limit as one sent at once.
-    private var extensionBytes = 0
-    /// The size of the chunk whose size line is being finished.
-    private var pendingSize: Int64 = 0
 
     static let maxTrailerBytes = 64 * 1024
-    static let maxExtensionBytes = 4096
 
     public init() {}
 
@@ -42,37 +40,15 @@ public struct ChunkedDecoder: Sendable {
         while i < input.count {
             let c = input[i]
             switch state {
-            case .size(let digits, let value, let inExtension):
-                if inExtension {
-                    // Extensions are skipped (we re-frame the body), but must be printable and bounded.
-                    if c == 13 {
-                        extensionBytes = 0
-                        state = .sizeLF
-                    } else if c == 10 || (c < 0x20 && c != 9) || c == 0x7f {
-                        throw .bad("invalid chunk extension")
-                    } else {
-                        extensionBytes += 1
-                        if extensionBytes > Self.maxExtensionBytes { throw .bad("chunk extension too long") }
-                    }
-                } else if let h = hexDigitValue(c) {
-                    if digits >= 15 { throw .bad("chunk size too large") }
-                    state = .size(digits: digits + 1, value: value << 4 | Int64(h), inExtension: false)
-                } else if digits == 0 {
-                    throw .bad("invalid chunk size")
-                } else if c == 13 {
-                    pendingSize = value
-                    state = .sizeLF
-                } else if c == 59 /* ; */ || c == 32 || c == 9 {
-                    pendingSize = value
-                    state = .size(digits: digits, value: value, inExtension: true)
-                } else {
-                    throw .bad("invalid chunk size")
+            case .size:
+                let line: (consumed: Int, size: Int64?)
+                do throws(ChunkSizeLine.Failure) {
+                    line = try sizeLine.read(UnsafeRawBufferPointer(rebasing: input[i...]))
+                } catch {
+                    throw .bad(error.description)
                 }
-                i += 1
-            case .sizeLF:
-                guard c == 10 else { throw .bad("chunk size line not ended by CRLF") }
-                i += 1
-                state = pendingSize == 0 ? .trailerLineStart : .data(remaining: pendingSize)
+                i += line.consumed
+                if let size = line.size { state = size == 0 ? .trailerLineStart : .data(remaining: size) }
             case .data(let remaining):
                 if produced >= limit { return i }
                 let n = Int(min(remaining, Int64(input.count - i), Int64(limit - produced)))
@@ -87,7 +63,7 @@ public struct ChunkedDecoder: Sendable {
             case .dataLF:
                 guard c == 10 else { throw .bad("chunk data not followed by CRLF") }
                 i += 1
-                state = .size(digits: 0, value: 0, inExtension: false)
+                state = .size
             case .trailerLineStart:
                 if c == 13 {
                     state = .trailerLF(endOfTrailers: true)

@@ -1,4 +1,5 @@
-/// What a CONNECT becomes, decided by ``RequestPlanner/connect(host:port:store:connectPorts:unmatched:noIntercept:)``.
+/// What a CONNECT becomes, decided by
+/// ``RequestPlanner/connect(host:port:store:connectPorts:unmatched:noIntercept:routing:denyDestinations:)``.
 enum ConnectDecision: Equatable {
     /// Refused (answered, then the connection closes: bytes meant for the tunnel must never be read as requests).
     case refuse(ErrorResponse, denied: MetricLabels.DeniedReason)
@@ -7,6 +8,6 @@ enum ConnectDecision: Equatable {
     /// intercepted may still be relayed blindly.
     case serve(blindAllowed: Bool)
     /// A blind byte relay, on a port `connect_ports` allows: to an unmatched host, or to a matched one kept out of
-    /// interception (`intercept = false`, `[tls] no_intercept`).
-    case blind
+    /// interception (`intercept = false`, `[tls] no_intercept`), along its route.
+    case blind(TunnelRoute)
 }

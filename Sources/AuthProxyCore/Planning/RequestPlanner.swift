@@ -76,10 +76,12 @@ enum RequestPlanner {
     /// the ports `connect_ports` lists, and not at all under `unmatched = "deny"`. A matched host:port that a
     /// credential's `intercept = false` or `[tls] no_intercept` (`noIntercept`) covers is a blind tunnel instead,
     /// so only on a `connect_ports` port: a Windows login bound to the server's certificate (IIS Extended
-    /// Protection) fails against any certificate the proxy would present.
+    /// Protection) fails against any certificate the proxy would present. A blind tunnel comes with its route
+    /// (``tunnelRoute(host:port:routing:denyDestinations:)``).
     static func connect(
         host: String, port: Int, store: CredentialStore, connectPorts: Set<Int>,
-        unmatched: UnmatchedPolicy, noIntercept: [HostPattern] = []
+        unmatched: UnmatchedPolicy, noIntercept: [HostPattern] = [], routing: ParentRouting?,
+        denyDestinations: [AddressBlock]
     ) -> ConnectDecision {
         let matched = store.matchesHost(host, port: port)
         let portAllowed = connectPorts.contains(port)
@@ -106,7 +108,7 @@ enum RequestPlanner {
                         ]),
                     denied: .connectPort)
             }
-            return .blind
+            return .blind(tunnelRoute(host: host, port: port, routing: routing, denyDestinations: denyDestinations))
         }
         if unmatched == .deny {
             return .refuse(
@@ -114,22 +116,50 @@ enum RequestPlanner {
                     status: 403, message: "Destination \(host):\(port) is not allowed",
                     details: ["No credential matches it and [proxy] unmatched = \"deny\"."]), denied: .unmatched)
         }
-        return .blind
+        return .blind(tunnelRoute(host: host, port: port, routing: routing, denyDestinations: denyDestinations))
+    }
+
+    /// The route of a blind tunnel to `host:port`, on the rules of ``ForwardPlan/parentRoute``: `no_proxy` first,
+    /// then the configured parents or the PAC file's answer, asked about `https://host:port/`. Through a parent,
+    /// `deny_destinations` can only be checked here, on an address literal: the parent resolves names itself.
+    static func tunnelRoute(host: String, port: Int, routing: ParentRouting?, denyDestinations: [AddressBlock])
+        -> TunnelRoute
+    {
+        guard let routing else { return .direct }
+        switch routing.lookup(scheme: "https", host: host, port: port) {
+        case .ready(nil):
+            return .direct
+        case .ready(let route?):
+            if let refusal = deniedLiteral(
+                URLTarget(scheme: "https", host: host, port: port, pathAndQuery: "/"), deny: denyDestinations)
+            {
+                return .refused(refusal)
+            }
+            return .parents(route)
+        case .pending:
+            return .pending(routing)
+        case .refused(let e):
+            return .refused(e)
+        }
     }
 
     /// A CONNECT to a matched host carries only what the proxy serves itself: its first bytes (`content`) decide.
     /// TLS is intercepted when it can be, else relayed blindly only where `connect_ports` allows a blind tunnel
     /// anyway; anything but TLS or HTTP is refused, so a matched host never becomes a raw tunnel past
-    /// `connect_ports`.
-    static func servedTunnel(_ content: TunnelContent, host: String, port: Int, canIntercept: Bool, blindAllowed: Bool)
-        -> ServedTunnelDecision
-    {
+    /// `connect_ports`. TLS relayed blindly comes with its route
+    /// (``tunnelRoute(host:port:routing:denyDestinations:)``).
+    static func servedTunnel(
+        _ content: TunnelContent, host: String, port: Int, canIntercept: Bool, blindAllowed: Bool,
+        routing: ParentRouting?, denyDestinations: [AddressBlock]
+    ) -> ServedTunnelDecision {
         switch content {
         case .needMore: return .wait
         case .http: return .serveHTTP
         case .tls:
             if canIntercept { return .intercept }
-            if blindAllowed { return .blind }
+            if blindAllowed {
+                return .blind(tunnelRoute(host: host, port: port, routing: routing, denyDestinations: denyDestinations))
+            }
             return .refuse(
                 ErrorResponse(
                     status: 403, message: "TLS to \(host):\(port) cannot be relayed",

@@ -1,5 +1,5 @@
 /// What a tunnel to a matched host becomes once its first bytes are in, decided by
-/// ``RequestPlanner/servedTunnel(_:host:port:canIntercept:blindAllowed:)``.
+/// ``RequestPlanner/servedTunnel(_:host:port:canIntercept:blindAllowed:routing:denyDestinations:)``.
 enum ServedTunnelDecision: Equatable {
     /// More bytes are needed to tell.
     case wait
@@ -7,8 +7,8 @@ enum ServedTunnelDecision: Equatable {
     case serveHTTP
     /// TLS, terminated with a minted certificate.
     case intercept
-    /// TLS relayed blindly (no interception configured; the port is in `connect_ports`).
-    case blind
+    /// TLS relayed blindly (no interception configured; the port is in `connect_ports`), along its route.
+    case blind(TunnelRoute)
     /// Answered with this error and closed.
     case refuse(ErrorResponse)
 }

@@ -13,7 +13,8 @@ extension ClientConnection {
     func startTunnel(host: String, port: Int) {
         switch RequestPlanner.connect(
             host: host, port: port, store: credentials, connectPorts: context.config.connectPorts,
-            unmatched: context.config.unmatched, noIntercept: context.config.tls.noIntercept)
+            unmatched: context.config.unmatched, noIntercept: context.config.tls.noIntercept,
+            routing: context.routing, denyDestinations: context.access.denyDestinations)
         {
         case .refuse(let e, let reason):
             ProxyMetrics.active?.denied(reason)
@@ -22,16 +23,15 @@ extension ClientConnection {
         case .serve(let blindAllowed):
             startServedTunnel(host: host, port: port, blindAllowed: blindAllowed)
             return
-        case .blind:
-            break
+        case .blind(let route):
+            machine.tunnelStarted()
+            channel.pauseReading()
+            let t = Tunnel(
+                connection: self, host: host, port: port, timeoutSeconds: context.config.upstreamTimeoutSeconds,
+                idleTimeoutSeconds: context.config.tunnelIdleTimeoutSeconds)
+            tunnel = t
+            t.start(route)
         }
-        machine.tunnelStarted()
-        channel.pauseReading()
-        let t = Tunnel(
-            connection: self, host: host, port: port, timeoutSeconds: context.config.upstreamTimeoutSeconds,
-            idleTimeoutSeconds: context.config.tunnelIdleTimeoutSeconds)
-        tunnel = t
-        t.start()
     }
 
     /// CONNECT to a matched host: answer 200 at once and let the first bytes inside decide what the tunnel is
@@ -53,7 +53,7 @@ extension ClientConnection {
         let content = inbuf.withUnreadBytes { TunnelContent.classify($0) }
         let decision = RequestPlanner.servedTunnel(
             content, host: ic.host, port: ic.port, canIntercept: ic.server != nil,
-            blindAllowed: ic.blindAllowed)
+            blindAllowed: ic.blindAllowed, routing: context.routing, denyDestinations: context.access.denyDestinations)
         if decision != .wait { ic.awaitingFirstBytes = false }
         let destination = "\(ic.host):\(ic.port)"
         switch decision {
@@ -67,7 +67,7 @@ extension ClientConnection {
         case .intercept:
             if let server = ic.server { startInterception(ic, server: server) }
             return false
-        case .blind:
+        case .blind(let route):
             if context.notices.first(destination) {
                 logger.warning(
                     "CONNECT to a matched host relayed blindly: credentials cannot be applied without [tls] interception",
@@ -83,7 +83,7 @@ extension ClientConnection {
                 connection: self, host: ic.host, port: ic.port, timeoutSeconds: context.config.upstreamTimeoutSeconds,
                 idleTimeoutSeconds: context.config.tunnelIdleTimeoutSeconds, answered: true)
             tunnel = t
-            t.start()
+            t.start(route)
             return false
         case .refuse(let e):
             if e.status == 403 {

@@ -82,47 +82,42 @@ final class Tunnel: SocketChannelOwner {
 
     private var destination: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
 
-    func start() {
+    /// Connects along `route`, planned with the CONNECT
+    /// (``RequestPlanner/tunnelRoute(host:port:routing:denyDestinations:)``).
+    func start(_ route: TunnelRoute) {
         connectDeadline = DispatchTime.now().uptimeNanoseconds + UInt64(timeoutSeconds) * 1_000_000_000
-        route()
+        follow(route)
     }
 
-    /// Direct, through the parents, or, when the PAC file is to be asked first, later: the evaluation runs on the
-    /// PAC engine's queue and this comes back on the loop (the client's reading is paused meanwhile; the connect
-    /// timeout runs from ``start()``). A CONNECT is asked about as `https://host:port/`.
-    private func route() {
-        let context = connection.context
-        var route: ParentRoute? = nil
-        if let routing = context.routing {
-            switch routing.lookup(scheme: "https", host: host, port: port) {
-            case .ready(let r):
-                route = r
-            case .refused(let e):
-                fail(e)
-                return
-            case .pending:
-                let queue = connection.loop.queue
-                nonisolated(unsafe) let me = self
-                routing.evaluate(scheme: "https", host: host, port: port) {
-                    queue.async {
-                        guard !me.closed else { return }
-                        me.route()
-                    }
+    /// Carries out the route. When the PAC file is to be asked first, it is asked on the PAC engine's queue and the
+    /// route is planned again back on the loop (the client's reading is paused meanwhile; the connect timeout runs
+    /// from ``start(_:)``).
+    private func follow(_ route: TunnelRoute) {
+        switch route {
+        case .direct:
+            connectDirectly()
+        case .parents(let parents):
+            startThroughParent(parents)
+        case .refused(let e):
+            fail(e)
+        case .pending(let routing):
+            let queue = connection.loop.queue
+            nonisolated(unsafe) let me = self
+            routing.evaluate(scheme: "https", host: host, port: port) {
+                queue.async {
+                    guard !me.closed else { return }
+                    let context = me.connection.context
+                    me.follow(
+                        RequestPlanner.tunnelRoute(
+                            host: me.host, port: me.port, routing: context.routing,
+                            denyDestinations: context.access.denyDestinations))
                 }
-                return
             }
         }
-        if let route {
-            if let refusal = RequestPlanner.deniedLiteral(
-                URLTarget(scheme: "https", host: host, port: port, pathAndQuery: "/"),
-                deny: context.access.denyDestinations)
-            {
-                fail(refusal)
-                return
-            }
-            startThroughParent(route)
-            return
-        }
+    }
+
+    /// To the destination itself: resolved off the loop, `deny_destinations` checked on its addresses.
+    private func connectDirectly() {
         let d = Dialer(
             host: host, port: port, deny: connection.context.access.denyDestinations,
             queue: connection.loop.queue, keepAlive: false)

@@ -44,3 +44,11 @@ struct ParentFailure: Sendable, Equatable {
         }
     }
 }
+
+extension ParentFailure {
+    /// `connectStatus`: the parent's answer to a CONNECT, 0 when it gave none. A refused login is a 407 however it
+    /// was read (a 407 answering a relayed request is not a CONNECT status).
+    init(parent: ParentProxy, cause: ParentFailover.Cause, connectStatus: Int, credential: String?) {
+        self.init(parent: parent, cause: cause, status: cause == .auth ? 407 : connectStatus, credential: credential)
+    }
+}

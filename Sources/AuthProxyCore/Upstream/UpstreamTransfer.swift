@@ -281,28 +281,33 @@ final class UpstreamTransfer {
             let parent = parents[parentIndex]
             if let cause = code == CURLE_OK && status == 407 ? .auth : h.parentFailure(code: code) {
                 route.routing.health.failed(parent, cause: cause)
-                // Nothing reached the client and the parent is at fault: the next parent gets the request, or,
-                // after the last one, the destination itself when the route allows it.
-                let next = parentIndex + 1 < parents.count
-                if ParentFailover.backsOff(cause), next || route.fallbackDirect, !delivered,
-                    !bodyTaken || delegate?.transferRewindBody() == true, delegate != nil
-                {
-                    if next {
-                        parentIndex += 1
-                    } else {
-                        wentDirect = true
-                        // Now libcurl opens sockets to the destination: deny_destinations applies to them.
-                        destinationCheck = DestinationCheck(deny: request.denyDestinations)
+                let failure = ParentFailure(
+                    parent: parent, cause: cause, connectStatus: h.parentConnectStatus,
+                    credential: route.routing.credentialName)
+                let step = ParentFailoverStep.after(
+                    failure, reachedClient: delivered, parentsLeft: parents.count - parentIndex - 1,
+                    fallbackDirect: route.fallbackDirect)
+                switch step {
+                case .nextParent, .direct:
+                    // A body already taken goes again from its start, or the request cannot move.
+                    if !bodyTaken || delegate?.transferRewindBody() == true, delegate != nil {
+                        if step == .nextParent {
+                            parentIndex += 1
+                        } else {
+                            wentDirect = true
+                            // Now libcurl opens sockets to the destination: deny_destinations applies to them.
+                            destinationCheck = DestinationCheck(deny: request.denyDestinations)
+                        }
+                        status = 0
+                        bodyTaken = false
+                        answeredSinceSend = false
+                        start()
+                        return
                     }
-                    status = 0
-                    bodyTaken = false
-                    answeredSinceSend = false
-                    start()
-                    return
+                    parentFailure = failure
+                case .giveUp(let f):
+                    parentFailure = f
                 }
-                parentFailure = ParentFailure(
-                    parent: parent, cause: cause,
-                    status: cause == .auth ? 407 : h.parentConnectStatus, credential: route.routing.credentialName)
             } else if code == CURLE_OK {
                 route.routing.health.succeeded(parent)
             }

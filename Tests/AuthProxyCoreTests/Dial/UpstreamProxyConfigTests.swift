@@ -134,4 +134,66 @@ import Testing
         }
         #expect(got == expected, "\(request)")
     }
+
+    /// A blind tunnel's route is planned with the CONNECT, on the rules of a forwarded request's.
+    @Test(arguments: [
+        ("elsewhere.example.com", 443, "parent:3128"),
+        ("direct.example", 443, "direct"),
+        ("sub.direct.example", 8443, "direct"),
+        // deny_destinations still holds for an IP literal the parent would reach
+        ("169.254.169.254", 443, "refused 403"),
+        ("10.1.2.3", 443, "parent:3128"),
+    ])
+    func tunnelRoutes(_ host: String, _ port: Int, _ expected: String) {
+        let decision = RequestPlanner.connect(
+            host: host, port: port, store: CredentialStore([]), connectPorts: [443, 8443], unmatched: .relay,
+            routing: Self.routing, denyDestinations: AddressBlock.defaultDenied)
+        #expect(Self.describe(decision) == "blind, \(expected)", "\(host):\(port)")
+    }
+
+    @Test func aTunnelWithoutParentsGoesDirect() {
+        let decision = RequestPlanner.connect(
+            host: "elsewhere.example.com", port: 443, store: CredentialStore([]), connectPorts: [443],
+            unmatched: .relay, routing: nil, denyDestinations: AddressBlock.defaultDenied)
+        #expect(Self.describe(decision) == "blind, direct")
+    }
+
+    /// TLS inside a CONNECT to a matched host that cannot be intercepted is relayed blindly, along the same route.
+    @Test func aServedTunnelTurnedBlindHasItsRoute() {
+        let served = RequestPlanner.servedTunnel(
+            .tls, host: "gis.example.com", port: 443, canIntercept: false, blindAllowed: true, routing: Self.routing,
+            denyDestinations: AddressBlock.defaultDenied)
+        guard case .blind(.parents(let r)) = served else {
+            Issue.record("\(served)")
+            return
+        }
+        #expect(r.candidates.map(\.authority) == ["parent:3128"])
+        let bypassed = RequestPlanner.servedTunnel(
+            .tls, host: "direct.example", port: 443, canIntercept: false, blindAllowed: true, routing: Self.routing,
+            denyDestinations: AddressBlock.defaultDenied)
+        #expect(bypassed == .blind(.direct))
+    }
+
+    /// With `upstream_pac` and no file loaded yet, no route is guessed.
+    @Test func aTunnelWithoutALoadedPacFileIsRefused() {
+        var u = UpstreamProxyConfig()
+        u.pac = .file("/nonexistent/proxy.pac")
+        let routing = ParentRouting(
+            config: u, credentials: [], health: ParentHealth(backoffSeconds: 30), pac: PacResolver())
+        let decision = RequestPlanner.connect(
+            host: "elsewhere.example.com", port: 443, store: CredentialStore([]), connectPorts: [443],
+            unmatched: .relay, routing: routing, denyDestinations: [])
+        #expect(Self.describe(decision) == "blind, refused 502")
+    }
+
+    static func describe(_ d: ConnectDecision) -> String {
+        switch d {
+        case .refuse(let e, _): return "answer \(e.status)"
+        case .serve: return "serve"
+        case .blind(.direct): return "blind, direct"
+        case .blind(.parents(let r)): return "blind, " + r.candidates.map(\.authority).joined(separator: ",")
+        case .blind(.pending): return "blind, pending"
+        case .blind(.refused(let e)): return "blind, refused \(e.status)"
+        }
+    }
 }

@@ -210,7 +210,7 @@ private struct Run {
 
     @Test func chunkLineLimitIsPerChunk() {
         // Long extensions spread over many small reads are counted per chunk line, not per read.
-        let ext = String(repeating: "e", count: ResponseReader.maxChunkLine)
+        let ext = String(repeating: "e", count: ChunkSizeLine.maxBytes)
         let r = Run("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1;" + ext + "\r\nx\r\n0\r\n\r\n", split: 100)
         #expect(r.failure == .invalidChunk)
     }

@@ -91,6 +91,48 @@ import Testing
         #expect(e.message.contains("proxy.pac"))
     }
 
+    /// A blind tunnel's route is the PAC file's answer for `https://host:port/`, planned with the CONNECT: pending
+    /// until the file was asked, then planned again.
+    @Test func aTunnelIsRoutedByThePacFile() {
+        let resolver = PacResolver()
+        load(resolver, write(Self.pac))
+        let r = routing(resolver, noProxy: ["a.example:8080"])
+        func plan(_ host: String, _ port: Int) -> TunnelRoute {
+            guard
+                case .blind(let route) = RequestPlanner.connect(
+                    host: host, port: port, store: CredentialStore([]), connectPorts: [443, 8080, 8443],
+                    unmatched: .relay, routing: r, denyDestinations: [])
+            else {
+                Issue.record("\(host):\(port) is not a blind tunnel")
+                return .direct
+            }
+            return route
+        }
+        #expect(plan("x.b.example", 443) == .pending(r))
+        _ = route(r, "https", "x.b.example", 443)
+        guard case .parents(let b) = plan("x.b.example", 443) else {
+            Issue.record("no parents for x.b.example")
+            return
+        }
+        #expect(b.candidates.map(\.url) == ["http://pb.corp:3128", "http://pc.corp:3128"])
+        #expect(b.fallbackDirect)
+        _ = route(r, "https", "s.example", 8443)
+        guard case .parents(let s) = plan("s.example", 8443) else {
+            Issue.record("no parent for s.example:8443")
+            return
+        }
+        #expect(s.candidates.map(\.url) == ["https://ps.corp:443"])
+        _ = route(r, "https", "elsewhere.example", 443)
+        #expect(plan("elsewhere.example", 443) == .direct)
+        #expect(plan("a.example", 8080) == .direct, "no_proxy comes before the PAC file")
+        _ = route(r, "https", "boom.example", 443)
+        guard case .refused(let e) = plan("boom.example", 443) else {
+            Issue.record("boom.example was routed")
+            return
+        }
+        #expect(e.status == 502)
+    }
+
     @Test func aBrokenPacFileLeavesTheLastGoodOneInForce() {
         let resolver = PacResolver()
         load(resolver, write(Self.pac))

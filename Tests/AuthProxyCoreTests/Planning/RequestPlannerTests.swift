@@ -232,11 +232,12 @@ import Testing
         func decide(_ host: String, _ port: Int, unmatched: UnmatchedPolicy = .relay, ports: Set<Int> = [443]) -> String
         {
             switch RequestPlanner.connect(
-                host: host, port: port, store: Self.store, connectPorts: ports, unmatched: unmatched)
+                host: host, port: port, store: Self.store, connectPorts: ports, unmatched: unmatched, routing: nil,
+                denyDestinations: [])
             {
             case .refuse(let e, let reason): return "\(e.status) \(reason.rawValue)"
             case .serve(let blind): return blind ? "serve, blind allowed" : "serve"
-            case .blind: return "blind"
+            case .blind(let route): return route == .direct ? "blind" : "blind, \(route)"
             }
         }
         #expect(decide("elsewhere.example.com", 443) == "blind")
@@ -301,18 +302,19 @@ import Testing
             let got: String
             switch RequestPlanner.connect(
                 host: r.host, port: r.port, store: store, connectPorts: r.ports,
-                unmatched: r.unmatched, noIntercept: noIntercept)
+                unmatched: r.unmatched, noIntercept: noIntercept, routing: nil, denyDestinations: [])
             {
             case .refuse(let e, let reason): got = "\(e.status) \(reason.rawValue)"
             case .serve(let blind): got = blind ? "serve, blind allowed" : "serve"
-            case .blind: got = "blind"
+            case .blind(let route): got = route == .direct ? "blind" : "blind, \(route)"
             }
             #expect(got == r.expected, "\(r.host):\(r.port)")
         }
         // Without the list, the same hosts are served by the proxy.
         guard
             case .serve = RequestPlanner.connect(
-                host: "gis.corp", port: 443, store: store, connectPorts: [443], unmatched: .relay)
+                host: "gis.corp", port: 443, store: store, connectPorts: [443], unmatched: .relay, routing: nil,
+                denyDestinations: [])
         else {
             Issue.record("gis.corp not served without [tls] no_intercept")
             return
@@ -365,11 +367,14 @@ import Testing
 
     @Test func aServedTunnelIsWhatItsFirstBytesAreAndNeverARawTunnelPastConnectPorts() {
         func decide(_ c: TunnelContent, intercept: Bool = false, blind: Bool = false) -> String {
-            switch RequestPlanner.servedTunnel(c, host: "h", port: 8080, canIntercept: intercept, blindAllowed: blind) {
+            switch RequestPlanner.servedTunnel(
+                c, host: "h", port: 8080, canIntercept: intercept, blindAllowed: blind, routing: nil,
+                denyDestinations: [])
+            {
             case .wait: return "wait"
             case .serveHTTP: return "http"
             case .intercept: return "intercept"
-            case .blind: return "blind"
+            case .blind(let route): return route == .direct ? "blind" : "blind, \(route)"
             case .refuse(let e): return "\(e.status)"
             }
         }

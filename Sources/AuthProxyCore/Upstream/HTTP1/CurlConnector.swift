@@ -118,23 +118,29 @@ final class CurlConnector {
         if let route, let p = parent {
             if let cause = h.parentFailure(code: code) {
                 route.routing.health.failed(p, cause: cause)
-                let next = parentIndex + 1 < parents.count
-                if ParentFailover.backsOff(cause), next || route.fallbackDirect {
+                let failure = ParentFailure(
+                    parent: p, cause: cause, connectStatus: h.parentConnectStatus,
+                    credential: route.routing.credentialName)
+                // Connecting: nothing of an answer can have reached the client yet.
+                switch ParentFailoverStep.after(
+                    failure, reachedClient: false, parentsLeft: parents.count - parentIndex - 1,
+                    fallbackDirect: route.fallbackDirect)
+                {
+                case .nextParent:
                     // The handle failed: CurlMulti releases it after this call.
-                    if next {
-                        parentIndex += 1
-                        destinationCheck = DestinationCheck(deny: deny)
-                    } else {
-                        // The destination itself now: deny_destinations applies to the sockets libcurl opens.
-                        wentDirect = true
-                        destinationCheck = DestinationCheck(deny: denyDirect)
-                    }
+                    parentIndex += 1
+                    destinationCheck = DestinationCheck(deny: deny)
                     attempt()
                     return
+                case .direct:
+                    // The destination itself now: deny_destinations applies to the sockets libcurl opens.
+                    wentDirect = true
+                    destinationCheck = DestinationCheck(deny: denyDirect)
+                    attempt()
+                    return
+                case .giveUp(let f):
+                    parentFailure = f
                 }
-                parentFailure = ParentFailure(
-                    parent: p, cause: cause, status: cause == .auth ? 407 : h.parentConnectStatus,
-                    credential: route.routing.credentialName)
             } else if code == CURLE_OK {
                 route.routing.health.succeeded(p)
             }

@@ -21,6 +21,9 @@ import Dispatch
 /// Failures are reported with the libcurl codes the rest of the proxy maps to answers, logs and metrics
 /// (``UpstreamError``): the two clients fail the same way towards a GIS client.
 ///
+/// What happens next (connect or send, the body flowing or paused, a resend after a dead kept-alive connection,
+/// pooling or closing at the end) is decided by ``HTTP1TransferStateMachine``; this class carries it out.
+///
 /// Confined to the loop's queue. The delegate is `unowned(unsafe)` on the same rule as ``UpstreamTransfer``'s:
 /// it cancels the exchange before it goes away.
 final class HTTP1Transfer: UpstreamExchange {
@@ -36,23 +39,13 @@ final class HTTP1Transfer: UpstreamExchange {
     private let trust: ServerTrustSettings?
     private var connector: CurlConnector?
     private var reader: ResponseReader
-    /// The connection came from the pool (a failure before any response byte is retried once).
-    private var reused = false
-    private var retried = false
+    /// What happens next (connect, send, resend, pause, end): decided by the machine, carried out here.
+    private var machine: HTTP1TransferStateMachine
     /// Connecting a plain connection (``Dialer``); nil once connected or failed.
     private var dialer: Dialer?
     private var deniedAddress: IPAddress? = nil
-    /// The request body was written to its end (true from the start when there is none).
-    private var bodyDone: Bool
-    private var bodyStarted = false
-    /// The head went out on the current connection (the body may follow it).
-    private var headSent = false
-    private var bodyPaused = false
-    private var responsePaused = false
+    /// ``pumpBody()`` is running: a delegate call inside it that would start it again leaves it to the loop.
     private var pumping = false
-    /// The request could not be written further (the upstream closed or reset): its answer is still read.
-    private var writeFailed = false
-    private var ended = false
 
     init(
         pool: UpstreamConnectionPool, request: UpstreamRequest, target: URLTarget,
@@ -66,7 +59,7 @@ final class HTTP1Transfer: UpstreamExchange {
         reader = ResponseReader(
             isHeadRequest: request.method == "HEAD", reuseAfterBodiless: affinity.isOwned,
             upgradeRequested: request.upgrade != nil)
-        bodyDone = request.bodyLength == nil
+        machine = HTTP1TransferStateMachine(hasBody: request.bodyLength != nil)
         tls = target.scheme == "https"
         trust = tls ? request.network.trust : nil
     }
@@ -90,8 +83,8 @@ final class HTTP1Transfer: UpstreamExchange {
         if let r = request.parentRoute, let first = r.routing.health.order(r.candidates).first {
             route = .parent(first)
         }
-        if let c = pool.take(key) {
-            reused = true
+        let pooled = pool.take(key)
+        if machine.start(pooledConnection: pooled != nil) == .sendHead, let c = pooled {
             attach(c)
             sendHead()
         } else {
@@ -101,22 +94,17 @@ final class HTTP1Transfer: UpstreamExchange {
 
     func resume() {
         assertOnQueue(pool.queue)
-        guard !ended else { return }
-        if responsePaused {
-            responsePaused = false
+        let r = machine.resume()
+        if r.response {
             // Reading resumes with a look at the socket on the next turn, which takes the held bytes first.
             connection?.channel.resumeReading()
         }
-        if bodyPaused {
-            bodyPaused = false
-            pumpBody()
-        }
+        if r.body { pumpBody() }
     }
 
     func cancel() {
         assertOnQueue(pool.queue)
-        guard !ended else { return }
-        ended = true
+        guard machine.end() else { return }
         delegate = nil
         connector?.cancel()
         connector = nil
@@ -185,6 +173,7 @@ final class HTTP1Transfer: UpstreamExchange {
 
     /// A new connection is up: the request goes out on it.
     private func connected(_ c: UpstreamConnection) {
+        machine.connected()
         attach(c)
         c.channel.resumeReading()
         sendHead()
@@ -253,17 +242,14 @@ final class HTTP1Transfer: UpstreamExchange {
             }
         }
         h.append("\r\n")
-        headSent = true
+        machine.sendingHead()
         h.withUnreadBytes { c.channel.write($0) }
         h.removeAll()
         pool.headBuffer = h
-        // A write that failed at once may have moved the exchange to a new connection (``staleRetry()``), which
-        // sends its own head when it is connected.
-        guard !ended, connection === c else { return }
-        if !bodyDone {
-            bodyStarted = true
-            pumpBody()
-        }
+        // A write that failed at once may have moved the exchange to a new connection
+        // (``resend(rewindBody:after:)``), which sends its own head when it is connected.
+        guard connection === c, machine.headWritten() else { return }
+        pumpBody()
     }
 
     /// Moves request-body bytes from the delegate to the socket while the socket takes them.
@@ -275,11 +261,9 @@ final class HTTP1Transfer: UpstreamExchange {
         let buf = pool.sendBuffer
         // Room before the data for a chunk-size line, and after it for its CRLF.
         let space = chunked ? UnsafeMutableRawBufferPointer(rebasing: buf[24..<(buf.count - 2)]) : buf
-        while !ended, headSent, !bodyDone, !bodyPaused, !writeFailed, let c = connection,
-            c.channel.pendingCount <= SocketChannel.lowWater
-        {
+        while machine.bodyFlows, let c = connection, c.channel.pendingCount <= SocketChannel.lowWater {
             let supply = delegate?.transferNeedsBody(space) ?? .abort
-            if ended { return }
+            if machine.isEnded { return }
             switch supply {
             case .bytes(let n):
                 guard n > 0 else { continue }
@@ -296,9 +280,9 @@ final class HTTP1Transfer: UpstreamExchange {
                 }
             case .end:
                 if chunked { c.channel.write(UnsafeRawBufferPointer(start: Self.lastChunk.utf8Start, count: 5)) }
-                bodyDone = true
+                machine.bodyEnded()
             case .pause:
-                bodyPaused = true
+                machine.bodyPaused()
             case .abort:
                 fail(.requestBody, "the request body could not be read")
             }
@@ -310,18 +294,20 @@ final class HTTP1Transfer: UpstreamExchange {
     private static let fullTLSRecord = 16 * 1024
 
     func connectionDrained() {
-        guard !ended else { return }
+        guard !machine.isEnded else { return }
         pumpBody()
     }
 
     func connectionWriteFailed(_ error: Int32) {
-        guard !ended else { return }
-        // The request did not all reach the server, which therefore cannot have processed it: any method goes again.
-        if staleRetry(requestFullySent: false) { return }
+        guard !machine.isEnded else { return }
+        if case .resend(let rewind) = machine.writeFailed(responseStarted: reader.receivedAny),
+            resend(rewindBody: rewind, after: .writeFailure)
+        {
+            return
+        }
+        if machine.isEnded { return }
         // The upstream may have answered before it stopped reading (a 413 to an upload): its answer is read,
         // and the read side reports the reset or the end.
-        writeFailed = true
-        if !bodyDone { bodyDone = true }
         // Do not wait for the read source alone: a reset arriving while libdispatch re-arms the descriptor's write
         // source can leave the descriptor out of epoll, and the read event never comes (the same loss
         // ``SocketChannel/resumeReading()`` guards against). The exchange then hung until the client gave up (an
@@ -329,7 +315,7 @@ final class HTTP1Transfer: UpstreamExchange {
         // the next turn; reading until EAGAIN makes a spurious look harmless.
         nonisolated(unsafe) let me = self
         pool.queue.async {
-            guard !me.ended, !me.responsePaused, me.connection != nil else { return }
+            guard me.machine.readsResponse, me.connection != nil else { return }
             me.connectionReadable()
         }
     }
@@ -347,7 +333,7 @@ final class HTTP1Transfer: UpstreamExchange {
     }
 
     func connectionReadable() {
-        guard !ended, !responsePaused, let c = connection else { return }
+        guard machine.readsResponse, let c = connection else { return }
         let scratch = pool.readBuffer
         while true {
             if !c.inbuf.isEmpty {
@@ -402,7 +388,7 @@ final class HTTP1Transfer: UpstreamExchange {
         case .needMore:
             return true
         case .paused:
-            responsePaused = true
+            machine.responseWasPaused()
             connection?.channel.pauseReading()
             return false
         case .complete:
@@ -426,8 +412,8 @@ final class HTTP1Transfer: UpstreamExchange {
     /// The upstream answered the upgrade with `101`: the exchange ends and its connection, with the bytes that
     /// came after the head, goes to the delegate, which relays it from now on (it is never pooled).
     private func switchedProtocols() {
-        guard !ended, let c = detach() else { return }
-        ended = true
+        guard !machine.isEnded, let c = detach() else { return }
+        _ = machine.end()
         let d = delegate
         delegate = nil
         var leftover = ByteBuffer()
@@ -458,21 +444,21 @@ final class HTTP1Transfer: UpstreamExchange {
             switch step {
             case .headLine(let n):
                 delegate?.transferDidReceiveHeaderLine(UnsafeRawBufferPointer(rebasing: rest[0..<n]))
-                if ended { return (at, .cancelled) }
+                if machine.isEnded { return (at, .cancelled) }
                 at += n
             case .framing(let n):
                 at += n
             case .body(let n):
                 switch delegate?.transferDidReceiveBody(UnsafeRawBufferPointer(rebasing: rest[0..<n])) ?? .abort {
                 case .accepted:
-                    if ended { return (at, .cancelled) }
+                    if machine.isEnded { return (at, .cancelled) }
                     reader.bodyDelivered(n)
                     at += n
                 case .pause:
-                    if ended { return (at, .cancelled) }
+                    if machine.isEnded { return (at, .cancelled) }
                     return (at, .paused)
                 case .abort:
-                    if ended { return (at, .cancelled) }
+                    if machine.isEnded { return (at, .cancelled) }
                     return (at, .failed(.clientGone, "the client went away"))
                 }
             case .complete:
@@ -486,10 +472,16 @@ final class HTTP1Transfer: UpstreamExchange {
     }
 
     private func endOfInput(resetError: Int32?) {
-        guard !ended else { return }
-        let fullySent = headSent && bodyDone && !writeFailed && (connection?.channel.pendingCount ?? 0) == 0
-        if staleRetry(requestFullySent: fullySent) { return }
-        if reused, !retried, !reader.receivedAny, !(request.resendable || !fullySent) {
+        guard !machine.isEnded else { return }
+        var loss = machine.inputEnded(
+            responseStarted: reader.receivedAny, writesPending: (connection?.channel.pendingCount ?? 0) > 0,
+            resendable: request.resendable)
+        if case .resend(let rewind) = loss {
+            if resend(rewindBody: rewind, after: .endOfInput) { return }
+            loss = .endResponse
+        }
+        if machine.isEnded { return }
+        if loss == .refuseResend {
             var error = UpstreamError(
                 cause: resetError == nil ? .nothing : .reset, detail: "",
                 destination: destination, timeoutSeconds: request.timeoutSeconds)
@@ -511,23 +503,19 @@ final class HTTP1Transfer: UpstreamExchange {
         }
     }
 
-    /// A pooled connection that turns out dead before any byte of the answer (the server closed it as it was
-    /// taken): the request goes again, once, on a new connection, as libcurl does, when ``ResendPolicy`` allows
-    /// it; a body is rewound first.
-    private func staleRetry(requestFullySent: Bool) -> Bool {
-        guard reused, !retried, !reader.receivedAny,
-            request.resendable || !requestFullySent
-        else { return false }
-        if bodyStarted, !(delegate?.transferRewindBody() ?? false) { return false }
-        if ended { return true }
-        retried = true
-        reused = false
+    private enum LossPoint { case writeFailure, endOfInput }
+
+    /// Sends the request again on a new connection, as the machine decided after a kept-alive connection died
+    /// before any byte of the answer; a body is rewound first. False when that cannot be done (the body cannot be
+    /// rewound): the machine is told, and the loss is handled as if no resend had been allowed.
+    private func resend(rewindBody: Bool, after point: LossPoint) -> Bool {
+        if rewindBody, !(delegate?.transferRewindBody() ?? false) {
+            _ = machine.bodyNotRewound(afterWriteFailure: point == .writeFailure)
+            return false
+        }
+        if machine.isEnded { return true }
+        machine.resending()
         detach()?.close()
-        headSent = false
-        bodyDone = request.bodyLength == nil
-        bodyStarted = false
-        bodyPaused = false
-        writeFailed = false
         connectNew()
         return true
     }
@@ -535,21 +523,15 @@ final class HTTP1Transfer: UpstreamExchange {
     /// The response is complete: pool the connection if it can carry another request, then report success.
     /// When the answer came before the request body was all sent (an early error), the connection is closed.
     private func complete(extraBytes: Bool = false) {
-        guard !ended else { return }
-        if !bodyDone {
-            // The answer came first; the rest of the body is not sent (the connection cannot be reused).
-            bodyDone = true
-            writeFailed = true
+        guard !machine.isEnded else { return }
+        let c = detach()
+        let reusable = c.map { reader.reusable && !extraBytes && $0.inbuf.isEmpty && !$0.channel.failed } ?? false
+        if machine.responseComplete(reusable: reusable), let c {
+            c.exchanges += 1
+            pool.put(c, now: DispatchTime.now().uptimeNanoseconds)
+        } else {
+            c?.close()
         }
-        if let c = detach() {
-            if reader.reusable, !extraBytes, !writeFailed, c.inbuf.isEmpty, !c.channel.failed {
-                c.exchanges += 1
-                pool.put(c, now: DispatchTime.now().uptimeNanoseconds)
-            } else {
-                c.close()
-            }
-        }
-        ended = true
         let d = delegate
         delegate = nil
         d?.transferDidFinish(error: nil)
@@ -567,9 +549,8 @@ final class HTTP1Transfer: UpstreamExchange {
     }
 
     private func fail(_ error: UpstreamError) {
-        guard !ended else { return }
+        guard machine.end() else { return }
         detach()?.close()
-        ended = true
         let d = delegate
         delegate = nil
         d?.transferDidFinish(error: error)

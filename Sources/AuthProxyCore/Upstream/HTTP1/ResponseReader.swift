@@ -9,7 +9,7 @@
 ///
 /// As strict as the request parser: a status line that is not `HTTP/1.x SP 3DIGIT [SP reason]`, a head line
 /// without a colon, a framing field (`Content-Length`, `Transfer-Encoding`, `Connection`) that is invalid,
-/// conflicting or folded, a `101` the proxy never asked for, a chunk size that is not hex or overflows, a chunk
+/// conflicting or folded, a `101` the proxy never asked for, a chunk-size line ``ChunkSizeLine`` refuses, a chunk
 /// not followed by CRLF, or heads, chunk lines and trailers over their limits all throw. The caller then fails
 /// the exchange with a 502 and closes the connection: nothing of a response that could be framed two ways
 /// reaches the client. Other field checks (names, values, the reason phrase) are the
@@ -71,8 +71,6 @@ struct ResponseReader {
 
     /// Bytes one head (or the trailers) may have.
     static let maxHead = 64 * 1024
-    /// Bytes a chunk-size line may have, extensions included (counted per chunk).
-    static let maxChunkLine = 4096
     /// Interim responses before the final one.
     static let maxInterim = 1000
 
@@ -109,6 +107,8 @@ struct ResponseReader {
     /// A `Content-Length` was invalid or conflicting (refused when the head ends).
     private var lengthInvalid = false
     private var lastField = FramingField.none
+    /// The chunk-size line being read (``ChunkSizeLine``: the grammar chunked request bodies are read with too).
+    private var sizeLine = ChunkSizeLine()
     /// Some byte of the response arrived.
     private(set) var receivedAny = false
     /// Set when the response is complete: whether the connection may carry another request.
@@ -164,19 +164,20 @@ struct ResponseReader {
         case .untilClose:
             return input.isEmpty ? .needMore : .body(input.count)
         case .chunkSize:
-            guard let n = Self.lineLength(input) else {
-                if input.count > Self.maxChunkLine { throw .invalidChunk }
-                return .needMore
+            let line: (consumed: Int, size: Int64?)
+            do throws(ChunkSizeLine.Failure) {
+                line = try sizeLine.read(input)
+            } catch {
+                throw .invalidChunk
             }
-            if n > Self.maxChunkLine { throw .invalidChunk }
-            let size = try Self.chunkSize(UnsafeRawBufferPointer(rebasing: input[0..<n]))
+            guard let size = line.size else { return line.consumed == 0 ? .needMore : .framing(line.consumed) }
             if size == 0 {
                 headBytes = 0
                 state = .trailers
             } else {
                 state = .chunkData(size)
             }
-            return .framing(n)
+            return .framing(line.consumed)
         case .chunkEnd:
             if input.count < 2 {
                 if input.count == 1, input[0] != 13 { throw .invalidChunk }
@@ -372,37 +373,7 @@ struct ResponseReader {
         }
     }
 
-    // MARK: chunks
-
-    /// `1*HEXDIG [ BWS ";" chunk-ext ] CRLF`, at most 15 hex digits (no overflow). Extensions are skipped; a CR
-    /// or NUL inside them, or a line ending in a bare LF, is refused.
-    static func chunkSize(_ line: UnsafeRawBufferPointer) throws(Failure) -> Int64 {
-        let n = line.count
-        guard n >= 3, line[n - 2] == 13, line[n - 1] == 10 else { throw .invalidChunk }
-        var i = 0
-        var size: Int64 = 0
-        while i < n - 2, let d = hexValue(line[i]) {
-            if i == 15 { throw .invalidChunk }
-            size = size << 4 | Int64(d)
-            i += 1
-        }
-        if i == 0 { throw .invalidChunk }
-        while i < n - 2, line[i] == 32 || line[i] == 9 { i += 1 }
-        if i < n - 2 {
-            guard line[i] == 59 else { throw .invalidChunk }
-            for c in line[i..<(n - 2)] where c == 13 || c == 10 || c == 0 { throw .invalidChunk }
-        }
-        return size
-    }
-
-    private static func hexValue(_ c: UInt8) -> UInt8? {
-        switch c {
-        case 48...57: return c - 48
-        case 65...70: return c - 55
-        case 97...102: return c - 87
-        default: return nil
-        }
-    }
+    // MARK: lines
 
     /// The length of the first line in `input`, its LF included; nil when there is no LF yet.
     static func lineLength(_ input: UnsafeRawBufferPointer) -> Int? {
