@@ -246,6 +246,18 @@ final class SocketChannel: @unchecked Sendable {
         }
     }
 
+    /// Gives the descriptor away instead of closing it: both sources are cancelled as by ``close()``, and once
+    /// their cancel handlers have run `take` gets the descriptor, open, and owns it from then on. Waiting for the
+    /// handlers is what lets the taker watch the descriptor with sources of its own: a source made while a
+    /// cancelled one is still registered shares its epoll registration and may lose it.
+    func relinquish(_ take: @escaping (Int32) -> Void) {
+        assertOnQueue(queue)
+        guard !isClosed else { return }
+        precondition(secure == nil, "only a plain channel gives its descriptor away")
+        secure = Relinquished(fd: fd, take: take)
+        close()
+    }
+
     /// Sends with MSG_NOSIGNAL; returns bytes written (0 on EAGAIN) or -1 after reporting the error.
     private func send(_ bytes: UnsafeRawBufferPointer) -> Int {
         if let s = secure {
@@ -325,4 +337,28 @@ final class SocketChannel: @unchecked Sendable {
             owner?.channelDrained(self)
         }
     }
+}
+
+/// Stands in as the layer of a channel that gave its descriptor away (``SocketChannel/relinquish(_:)``): the
+/// channel is closed, so nothing is read or written through it; its last cancel handler hands the descriptor
+/// over instead of closing it.
+private final class Relinquished: SecureStream {
+    private let fd: Int32
+    private let take: (Int32) -> Void
+
+    init(fd: Int32, take: @escaping (Int32) -> Void) {
+        self.fd = fd
+        self.take = take
+    }
+
+    func read(into buffer: UnsafeMutableRawBufferPointer) -> SocketChannel.ReadResult { .error(EBADF) }
+
+    func send(_ bytes: UnsafeRawBufferPointer, error: inout Int32) -> Int {
+        error = EBADF
+        return -1
+    }
+
+    var hasBufferedInput: Bool { false }
+
+    func closeDescriptor() { take(fd) }
 }
