@@ -6,9 +6,9 @@ import Dispatch
 #endif
 
 /// One exchange with an `http://` or `https://` upstream over the proxy's own HTTP/1.1 client: a kept-alive
-/// connection from the loop's ``UpstreamConnectionPool`` (or a new one: for http, name resolution off the loop,
-/// `deny_destinations` checked on every resolved address, a non-blocking connect per address in turn; for https,
-/// a TLS connection libcurl makes and verifies, ``CurlConnector``, read and written through ``CurlLink``), the request head written
+/// connection from the loop's ``UpstreamConnectionPool`` (or a new one the ``Dialer`` connects: name resolution off
+/// the loop, `deny_destinations` checked on every resolved address, a non-blocking connect per address in turn; for
+/// https, libcurl then makes and verifies TLS over it, ``CurlConnector``, read and written through ``CurlLink``), the request head written
 /// from the ``UpstreamRequest`` and the client's fields, the body streamed from the delegate (chunked when its length is unknown), and
 /// the response read with ``ResponseReader`` and handed to the delegate line by line and chunk by chunk, exactly
 /// as ``UpstreamTransfer`` hands on what libcurl reads.
@@ -43,7 +43,6 @@ final class HTTP1Transfer: UpstreamExchange {
     private var machine: HTTP1TransferStateMachine
     /// Connecting a plain connection (``Dialer``); nil once connected or failed.
     private var dialer: Dialer?
-    private var deniedAddress: IPAddress? = nil
     /// ``pumpBody()`` is running: a delegate call inside it that would start it again leaves it to the loop.
     private var pumping = false
 
@@ -133,23 +132,18 @@ final class HTTP1Transfer: UpstreamExchange {
             switch outcome {
             case .success(let channel):
                 me.connected(UpstreamConnection(channel: channel, key: me.key, pool: me.pool))
-            case .failure(.denied(let ip)):
-                me.deniedAddress = ip
-                me.fail(.connect, "")
-            case .failure(.unresolved(let message)):
-                me.fail(.dns, "Could not resolve host: \(me.target.host) (\(message))")
-            case .failure(.unreachable(let e)):
+            case .failure(let f):
                 me.fail(
-                    .connect,
-                    "Failed to connect to \(me.target.host) port \(me.target.port): \(String(cString: strerror(e)))")
-            case .failure(.outOfDescriptors(let e)):
-                me.fail(.connect, "Could not open a socket: \(String(cString: strerror(e)))", outOfDescriptors: e)
+                    UpstreamError(
+                        dial: f, host: me.target.host, port: me.target.port, destination: me.destination,
+                        timeoutSeconds: me.request.timeoutSeconds))
             }
         }
     }
 
-    /// libcurl makes the TLS connection (resolution, `deny_destinations`, handshake, verification), and any
-    /// connection through a parent proxy (its CONNECT and authentication; TLS inside for https).
+    /// The ``Dialer`` connects (to the destination, or to the parent), then libcurl makes the TLS connection over
+    /// that socket (handshake, verification), and any connection through a parent proxy (its CONNECT and
+    /// authentication; TLS inside for https).
     private func connectThroughCurl() {
         let c = CurlConnector(
             multi: pool.multi, urlHost: target.urlHost, port: target.port, tls: tls, trust: trust,
@@ -538,12 +532,10 @@ final class HTTP1Transfer: UpstreamExchange {
     }
 
     private func fail(
-        _ cause: UpstreamFailure, _ detail: String, outOfDescriptors: Int32? = nil, invalidResponse: String? = nil
+        _ cause: UpstreamFailure, _ detail: String, invalidResponse: String? = nil
     ) {
         var error = UpstreamError(
-            cause: cause, detail: detail, destination: destination,
-            timeoutSeconds: request.timeoutSeconds, deniedAddress: deniedAddress)
-        error.outOfDescriptors = outOfDescriptors
+            cause: cause, detail: detail, destination: destination, timeoutSeconds: request.timeoutSeconds)
         error.invalidResponse = invalidResponse
         fail(error)
     }
