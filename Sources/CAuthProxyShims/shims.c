@@ -73,7 +73,8 @@ static CURLcode ap_keep_tls_buffers_cb(CURL *easy, void *ssl_ctx, void *userdata
 void *ap_share_connections_new(void) {
     CURLSH *sh = curl_share_init();
     if (!sh) return NULL;
-    if (curl_share_setopt(sh, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT) != CURLSHE_OK) {
+    if (curl_share_setopt(sh, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT) != CURLSHE_OK
+        || curl_share_setopt(sh, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS) != CURLSHE_OK) {
         curl_share_cleanup(sh);
         return NULL;
     }

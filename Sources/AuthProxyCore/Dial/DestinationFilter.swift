@@ -2,9 +2,10 @@
     import Glibc
 #endif
 
-/// `deny_destinations` on resolved addresses, in one place for every connection the proxy makes itself (the
-/// libcurl ones apply the same list as libcurl opens each socket, ``DestinationCheck``). Checking the resolved
-/// addresses, not the name, is what stops a name that resolves, or is rebound, into a denied block.
+/// `deny_destinations` on resolved addresses, in one place for every connection the ``Dialer`` makes (libcurl
+/// transfers, which connect themselves, apply the same list as libcurl opens each socket, ``DestinationCheck``).
+/// Checking the resolved addresses, not the name, is what stops a name that resolves, or is rebound, into a
+/// denied block.
 enum DestinationFilter {
     /// The addresses that may be tried, in order, or the first denied one when none may.
     static func allowed(_ addresses: [(family: Int32, addr: sockaddr_storage, len: socklen_t)], deny: [AddressBlock])

@@ -35,15 +35,19 @@ final class CurlEasyHandle {
     /// libcurl reports it done (nil once that transfer was cancelled). `CURLOPT_PRIVATE` points at the handle.
     var owner: ObjectIdentifier? = nil
     var transfer: Unmanaged<UpstreamTransfer>? = nil
-    /// A `CONNECT_ONLY` handle (``CurlMulti/makeConnectOnlyHandle()``): it opens one TLS connection for the
-    /// proxy's own HTTP/1.1 client and stays in the multi handle for that connection's life. It has a
-    /// connection cache of its own (`share`), so no other transfer's pruning of dead or old connections ever
-    /// looks at it. Never pooled for another request.
+    /// A `CONNECT_ONLY` handle (``CurlMulti/makeConnectOnlyHandle()``): it makes one connection (TLS, a parent's
+    /// CONNECT) over a socket the ``Dialer`` connected, for ``CurlConnector``, and stays in the multi handle for
+    /// that connection's life. It has a connection cache and a DNS cache of its own (`share`), so no other
+    /// transfer's pruning of dead or old connections ever looks at it, and its ``pinResolve(_:)`` entry reaches
+    /// no other transfer. Never pooled for another request.
     private(set) var share: UnsafeMutableRawPointer? = nil
     var isConnectOnly: Bool { share != nil }
     /// `CURLOPT_PROXYHEADER`'s list (the `Via` of a CONNECT to a parent), freed when the handle is reset or
     /// cleaned up.
     var proxyHeaders: UnsafeMutablePointer<curl_slist>? = nil
+    /// `CURLOPT_RESOLVE`'s list on a `CONNECT_ONLY` handle (the address its connection was dialed to), freed
+    /// when the handle is cleaned up.
+    private var resolvePins: UnsafeMutablePointer<curl_slist>? = nil
     /// While connecting: who hears that libcurl is done (nil once it was cancelled).
     var connector: Unmanaged<CurlConnector>? = nil
 
@@ -94,10 +98,12 @@ final class CurlEasyHandle {
         proxyHeaders = nil
         if let share { ap_share_free(share) }
         share = nil
+        if let l = resolvePins { curl_slist_free_all(l) }
+        resolvePins = nil
         errorBuffer.deallocate()
     }
 
-    /// Makes this (new) handle a `CONNECT_ONLY` one with a connection cache of its own; false when libcurl
+    /// Makes this (new) handle a `CONNECT_ONLY` one with connection and DNS caches of its own; false when libcurl
     /// could not make the share handle.
     func makeConnectOnly() -> Bool {
         guard share == nil, let sh = ap_share_connections_new() else { return false }
@@ -106,6 +112,14 @@ final class CurlEasyHandle {
         ap_easy_setopt_long(raw, CURLOPT_CONNECT_ONLY, 1)
         ap_easy_connect_only_tls(raw)
         return true
+    }
+
+    /// Has this `CONNECT_ONLY` handle take `entry` (`host:port:address`, ``ResolvePin``) as the answer for that
+    /// host and port: libcurl looks up nothing itself. The entry stays in the handle's own DNS cache (its share).
+    func pinResolve(_ entry: String) {
+        precondition(isConnectOnly && resolvePins == nil, "a pin goes on a new CONNECT_ONLY handle, once")
+        resolvePins = entry.withCString { curl_slist_append(nil, $0) }
+        ap_easy_setopt_ptr(raw, CURLOPT_RESOLVE, resolvePins)
     }
 
     /// Back to a fresh handle's state (every option at its default), then the fixed options again.

@@ -27,7 +27,9 @@ CURLcode ap_easy_getinfo_long(CURL *easy, CURLINFO info, long *value);
 CURLcode ap_easy_getinfo_ptr(CURL *easy, CURLINFO info, void **value);
 CURLcode ap_easy_getinfo_socket(CURL *easy, CURLINFO info, curl_socket_t *value);
 CURLcode ap_easy_getinfo_off(CURL *easy, CURLINFO info, curl_off_t *value);
-/* A share handle holding a connection cache of its own (CURL_LOCK_DATA_CONNECT), or NULL. */
+/* A share handle holding a connection cache and a DNS cache of its own (CURL_LOCK_DATA_CONNECT,
+   CURL_LOCK_DATA_DNS), or NULL. The DNS cache keeps a handle's CURLOPT_RESOLVE pins (permanent entries) to itself,
+   out of the multi handle's cache that every other transfer looks names up in. */
 void *ap_share_connections_new(void);
 void ap_share_free(void *share);
 /* Whether the OpenSSL connection of `easy` holds bytes not yet read by SSL_read (SSL_has_pending). */
