@@ -101,12 +101,11 @@ final class Tunnel: SocketChannelOwner {
                 fail(e)
                 return
             case .pending:
-                let queue = connection.loop.queue
-                nonisolated(unsafe) let me = self
+                let me = LoopBound(self, queue: connection.loop.queue)
                 routing.evaluate(scheme: "https", host: host, port: port) {
-                    queue.async {
-                        guard !me.closed else { return }
-                        me.route()
+                    me.queue.async {
+                        guard !me.value.closed else { return }
+                        me.value.route()
                     }
                 }
                 return
