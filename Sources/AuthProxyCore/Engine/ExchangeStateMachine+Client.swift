@@ -34,6 +34,14 @@ extension ExchangeStateMachine {
         }
     }
 
+    /// Whether input may still become requests: not once the connection is closing (input is dropped) or closed.
+    var takesRequests: Bool {
+        switch state {
+        case .closing, .closed: return false
+        default: return true
+        }
+    }
+
     enum ReadInterest: Equatable { case read, pause, leave }
 
     /// Whether a request body is being read: then a read event is read to its end, since a reset behind the

@@ -331,40 +331,90 @@ extension ExchangeStateMachine {
         case success
         /// A failure caused by our side of the exchange (the client went away, a callback aborted).
         case clientSide
-        /// The upstream failed (DNS, connect, TLS, timeout, reset).
-        case upstreamFailed
+        /// The upstream failed (DNS, connect, TLS, timeout, reset). `retry`: the ``RetryPolicy`` cause when the
+        /// failure is of a kind that is retried and the request was kept for a retry; nil when it is answered.
+        case upstreamFailed(retry: RetryPolicy.Cause?)
+
+        /// Classifies a finished transfer: `error` nil for success. `retryable`: upstream retries are on and the
+        /// request was kept for one. A failure is never retried when the proxy itself ran out of descriptors,
+        /// when the answer was invalid (it would be again), or when the request may have been processed
+        /// (``UpstreamError/notResent``).
+        init(_ error: UpstreamError?, retryable: Bool) {
+            guard let error else {
+                self = .success
+                return
+            }
+            if error.isClientSide {
+                self = .clientSide
+                return
+            }
+            guard retryable, error.outOfDescriptors == nil, error.invalidResponse == nil, error.notResent == nil else {
+                self = .upstreamFailed(retry: nil)
+                return
+            }
+            self = .upstreamFailed(
+                retry: RetryPolicy.cause(
+                    failure: error.cause, viaParent: error.parent != nil, denied: error.deniedAddress != nil))
+        }
+    }
+
+    /// When the connection takes up its buffered input again after an event from outside its input loop answered
+    /// or ended the exchange (a pipelined request may be waiting behind it).
+    enum Continuation: Equatable {
+        /// Not needed: the connection closes after this exchange.
+        case none
+        /// As soon as the step is carried out.
+        case now
+        /// On the next turn of the loop: the event came from inside a transfer's callback, where no transfer may
+        /// start.
+        case nextTurn
+    }
+
+    /// What a failed exchange leads to.
+    enum FailureStep: Equatable {
+        /// There is no exchange (the connection closed meanwhile): close.
+        case close
+        /// The head is out: the only honest signal left is to cut the connection (truncation). Log, then close.
+        case truncate
+        /// Answer with the error; `close` when the request body was not read to its end.
+        case answerError(close: Bool, then: Continuation)
     }
 
     enum FinishStep: Equatable {
         case close
-        /// The head is out: the only honest signal left is to cut the connection (truncation). Log, then close.
-        case truncate
-        /// Answer with the upstream error; `close` when the request body was not read to its end.
-        case answerError(close: Bool)
+        case failed(FailureStep)
+        /// The upstream failed in a way ``RetryPolicy`` retries, before anything reached the client: ask the policy
+        /// and the host's budget (``upstreamRetryScheduled(countsAsRetry:)``); when they refuse, report
+        /// `.upstreamFailed(retry: nil)`.
+        case retry(RetryPolicy.Cause)
         /// No final head came (a lone 401 challenge, or nothing): commit the head from what was received, then
         /// report the end again.
         case commitHeadFirst
         /// Look at the held body for a token error (then ``tokenRejection(_:)`` or ``releaseHeld(transferLive:)``,
         /// and report the end again).
         case inspectHeld
-        /// Complete the response (the held head, and the last chunk when chunked), then ``endExchange(shuttingDown:now:)``.
-        case complete(ResponseFraming)
+        /// Complete the response (the held head, and the last chunk when chunked), then
+        /// ``endExchange(shuttingDown:now:)``, then take up buffered input as `then` says.
+        case complete(ResponseFraming, then: Continuation)
+
+        /// Whether the step follows a failure of the upstream (counted and logged as one).
+        var isUpstreamFailure: Bool {
+            switch self {
+            case .retry, .failed(.truncate), .failed(.answerError): return true
+            default: return false
+            }
+        }
     }
 
+    /// The transfer ended (reported from outside its callbacks).
     mutating func transferEnded(_ end: TransferEnd) -> FinishStep {
         guard case .exchange(var e) = state else { return .close }
         switch end {
         case .clientSide:
             return .close
-        case .upstreamFailed:
-            e.upstream = .finished
-            if case .streaming = e.response {
-                state = .exchange(e)
-                return .truncate
-            }
-            e.response = .none
-            state = .exchange(e)
-            return .answerError(close: e.request != .complete)
+        case .upstreamFailed(let cause):
+            if let cause, mayResendUpstream { return .retry(cause) }
+            return .failed(exchangeFailed(from: .now))
         case .success:
             switch e.response {
             case .none:
@@ -375,10 +425,51 @@ extension ExchangeStateMachine {
                 e.upstream = .finished
                 e.response = .complete
                 state = .exchange(e)
-                return .complete(f)
+                return .complete(f, then: Self.continuation(after: e, from: .now))
             case .complete:
                 return .close
             }
         }
+    }
+
+    /// The upstream's response head is refused (``ResponseHeadAssembler/violation``: a lenient client could read it
+    /// differently from the proxy): the transfer is stopped and never retried, and the exchange fails. Reported from
+    /// inside the transfer's callbacks, so a pipelined request waits a turn.
+    mutating func responseHeadRefused() -> FailureStep {
+        exchangeFailed(from: .nextTurn)
+    }
+
+    /// The request body cannot be read (an invalid chunk): the transfer is stopped and, as the rest of the body
+    /// cannot be told from a next request, the connection ends after the answer.
+    mutating func requestBodyInvalid() -> FailureStep {
+        guard case .exchange(var e) = state else { return .close }
+        e.keepAlive = false
+        state = .exchange(e)
+        return exchangeFailed(from: .none)
+    }
+
+    /// The exchange's token cannot be used (the token service failed, a token that may only go over https for an
+    /// http request, a pregenerated token the upstream rejected): the exchange is answered with the error.
+    mutating func tokenUnusable() -> FailureStep {
+        exchangeFailed(from: .now)
+    }
+
+    /// The one rule for an exchange that fails: cut when its answer has begun, else answer with the error.
+    private mutating func exchangeFailed(from: Continuation) -> FailureStep {
+        guard case .exchange(var e) = state else { return .close }
+        e.upstream = .finished
+        if case .streaming = e.response {
+            state = .exchange(e)
+            return .truncate
+        }
+        e.response = .none
+        state = .exchange(e)
+        let close = e.request != .complete
+        return .answerError(close: close, then: close ? .none : Self.continuation(after: e, from: from))
+    }
+
+    /// Whether the connection stays open after exchange `e` for a request that may be buffered behind it.
+    private static func continuation(after e: Exchange, from: Continuation) -> Continuation {
+        e.keepAlive && e.request == .complete && !e.clientHalfClosed ? from : .none
     }
 }

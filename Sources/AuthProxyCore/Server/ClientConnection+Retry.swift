@@ -48,35 +48,25 @@ extension ClientConnection {
         else { return false }
         x.getAsPost = .status414
         ProxyMetrics.active?.getAsPost(.status414)
-        x.transfer?.cancel()
-        x.transfer = nil
-        x.heldHead.removeAll()
-        x.sniffBuffer = []
-        x.bodyMask = nil
+        cancelTransfer()
+        dropResponse()
         logger.info(
             "upstream refused the URL as too long (414), sending it as a POST form",
             metadata: [
                 "client": "\(peer)", "url": "\(url.origin)\(url.path)", "url_bytes": "\(url.pathAndQuery.utf8.count)",
             ])
         // Decided inside a libcurl callback, where no transfer may start: on the next turn.
-        nonisolated(unsafe) let me = self
-        loop.queue.async {
+        onNextTurn { me in
             guard me.machine.awaitsRetry(serial: serial) else { return }
             me.resendUpstream()
         }
         return true
     }
 
-    /// The transfer failed: true when the failure is retried.
-    func retryOnFailure(_ error: UpstreamError) -> Bool {
-        guard let x = ex, x.attemptURL != nil, context.retryPolicy.isEnabled, error.outOfDescriptors == nil,
-            error.invalidResponse == nil,
-            error.notResent == nil,
-            let cause = RetryPolicy.cause(
-                failure: error.cause, viaParent: error.parent != nil,
-                denied: error.deniedAddress != nil)
-        else { return false }
-        return retryUpstream(
+    /// The transfer failed in a way the machine retries (``ExchangeStateMachine/FinishStep/retry(_:)``): true when
+    /// the policy and the host's budget allow the retry.
+    func retryOnFailure(_ error: UpstreamError, cause: RetryPolicy.Cause) -> Bool {
+        retryUpstream(
             cause: cause, retryAfter: nil,
             detail: error.detail.isEmpty ? error.response.message : error.detail)
     }
@@ -114,11 +104,8 @@ extension ClientConnection {
         }
         guard let serial = machine.upstreamRetryScheduled() else { return false }
         x.retryCause = cause
-        x.transfer?.cancel()
-        x.transfer = nil
-        x.heldHead.removeAll()
-        x.sniffBuffer = []
-        x.bodyMask = nil
+        cancelTransfer()
+        dropResponse()
         var metadata: Logger.Metadata = [
             "client": "\(peer)", "url": "\(url.origin)\(url.path)",
             "cause": "\(cause.rawValue)", "attempt": "\(retriesDone + 2)", "wait_ms": "\(wait / 1_000_000)",
@@ -126,8 +113,7 @@ extension ClientConnection {
         if let detail { metadata["detail"] = "\(detail)" }
         logger.info("upstream attempt failed, retrying", metadata: metadata)
         // Never started from inside a libcurl callback (where this is decided): always on a later turn.
-        nonisolated(unsafe) let me = self
-        loop.queue.asyncAfter(deadline: .now() + .nanoseconds(Int(min(wait, UInt64(Int.max))))) {
+        onLoop(after: wait) { me in
             guard me.machine.awaitsRetry(serial: serial) else { return }
             me.resendUpstream()
         }

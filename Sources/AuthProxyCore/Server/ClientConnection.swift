@@ -280,13 +280,9 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
             inbuf.count < Self.maxInput, !ic.pullScheduled
         {
             ic.pullScheduled = true
-            nonisolated(unsafe) let me = self
-            loop.queue.async {
+            onNextTurn { me in
                 me.interception?.pullScheduled = false
-                switch me.machine.state {
-                case .closed, .closing: return
-                default: break
-                }
+                guard me.machine.takesRequests else { return }
                 switch me.pullTLS() {
                 case .closed: return
                 case .eof:
@@ -462,22 +458,79 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
 
     /// Answers with an ArcGIS-style JSON error.
     func respond(_ e: ErrorResponse, close: Bool, extraHeaders: String = "") {
-        if let x = ex, let t = x.transfer {
-            t.cancel()
-            x.transfer = nil
-        }
+        cancelTransfer()
         respondLocal(
             status: e.status, contentType: "application/json; charset=utf-8", body: e.jsonBody, close: close,
             extraHeaders: e.retryAfter.map { "Retry-After: \($0)\r\n" + extraHeaders } ?? extraHeaders)
     }
 
-    /// ``respond(_:close:extraHeaders:)`` from a callback that runs outside ``process()`` (a token answer, the end of a
-    /// transfer): a pipelined request already buffered is taken up next, as after every answer. Forgetting that
-    /// follow-up left such a request unanswered until the client sent more.
-    func respondOutsideProcess(_ e: ErrorResponse, close: Bool) {
-        respond(e, close: close)
-        process()
-        updateReadInterest()
+    // MARK: carrying out the machine's steps
+
+    /// Stops the exchange's transfer, if any: its callbacks stop at once.
+    func cancelTransfer() {
+        guard let x = ex, let t = x.transfer else { return }
+        t.cancel()
+        x.transfer = nil
+    }
+
+    /// Forgets what a stopped transfer produced for the client: the decided head, the held body and the mask for
+    /// its body.
+    func dropResponse() {
+        guard let x = ex else { return }
+        x.heldHead.removeAll()
+        x.sniffBuffer = []
+        x.bodyMask = nil
+    }
+
+    /// A failed exchange, as the machine decided (``ExchangeStateMachine/FailureStep``): answered with `answer`, or
+    /// cut.
+    func run(_ step: ExchangeStateMachine.FailureStep, answer: @autoclosure () -> ErrorResponse) {
+        switch step {
+        case .close:
+            close()
+        case .truncate:
+            logAccess()
+            close()
+        case .answerError(let close, let then):
+            dropResponse()
+            respond(answer(), close: close)
+            run(then)
+        }
+    }
+
+    /// Takes up buffered input when and if the machine says (a request pipelined behind one answered outside
+    /// ``process(inPlace:)``).
+    func run(_ continuation: ExchangeStateMachine.Continuation) {
+        switch continuation {
+        case .none:
+            return
+        case .now:
+            process()
+            updateReadInterest()
+        case .nextTurn:
+            onNextTurn { me in
+                me.process()
+                me.updateReadInterest()
+            }
+        }
+    }
+
+    /// Runs `body` with this connection on a later turn of its loop, never inside the current callback.
+    func onNextTurn(_ body: @escaping (ClientConnection) -> Void) {
+        let hop = LoopBound((self, body), queue: loop.queue)
+        loop.queue.async {
+            let (me, body) = hop.value
+            body(me)
+        }
+    }
+
+    /// Runs `body` with this connection on its loop after `nanoseconds`.
+    func onLoop(after nanoseconds: UInt64, _ body: @escaping (ClientConnection) -> Void) {
+        let hop = LoopBound((self, body), queue: loop.queue)
+        loop.queue.asyncAfter(deadline: .now() + .nanoseconds(Int(min(nanoseconds, UInt64(Int.max))))) {
+            let (me, body) = hop.value
+            body(me)
+        }
     }
 
     /// The exchange is answered: log it, give its context back (which frees a replay spill file at once), and
@@ -616,9 +669,8 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
     func close() {
         guard !channel.isClosed else { return }
         machine.closed()
-        if let x = ex {
-            x.transfer?.cancel()
-            x.transfer = nil
+        if ex != nil {
+            cancelTransfer()
             // Dropped, not pooled: close may run inside a use of the context's buffers (a send that failed while
             // the held head was being written), where resetting them is not allowed. Closing mid-exchange is rare.
             // Its replay copy goes with it, so a spill file is freed now, not when the connection is released.
@@ -697,7 +749,7 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
             close()
         case .upstreamStalled:
             guard let t = ex?.transfer else { return }
-            t.cancel()
+            cancelTransfer()
             transferDidFinish(
                 error: UpstreamError(
                     cause: .timeout,
