@@ -136,8 +136,9 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
                 details: ["The configuration was reloaded and [proxy] allow_clients no longer admits it."])
         }
         let cfg = g.config
-        machine.limits = .init(
-            seconds: cfg.headerTimeoutSeconds, idle: cfg.idleTimeoutSeconds, upstream: cfg.upstreamTimeoutSeconds)
+        machine.limitsChanged(
+            .init(
+                seconds: cfg.headerTimeoutSeconds, idle: cfg.idleTimeoutSeconds, upstream: cfg.upstreamTimeoutSeconds))
         let auth = g.access.authenticator
         if let a = authenticated {
             if auth.isRequired, let c = auth.authenticate(a.authorization) {
