@@ -254,6 +254,13 @@ extension ExchangeStateMachine {
         }
     }
 
+    /// After a callback from outside the input loop (the answer about the route) has carried out its events: take
+    /// up buffered input now when they ended the exchange and the connection waits for its next request.
+    var continuationAfterCallback: Continuation {
+        if case .awaitingHead = state { return .now }
+        return .none
+    }
+
     enum ReadInterest: Equatable { case read, pause, leave }
 
     /// Whether a request body is being read: then a read event is read to its end, since a reset behind the
@@ -477,7 +484,8 @@ extension ExchangeStateMachine {
     enum GraceStep: Equatable {
         /// Nothing in flight: close.
         case close
-        /// A request whose answer has not begun: answer 503 (logged like any answer), then close.
+        /// A request whose answer has not begun: answer 503 (logged like any answer), then close at once rather
+        /// than linger after it as an answer otherwise does: the grace period is over.
         case answerUnavailable
         /// The answer had begun and is cut: log the exchange with `logStatus`, then close.
         case cut(logStatus: Int)
@@ -717,6 +725,14 @@ extension ExchangeStateMachine {
     /// answers itself when it holds the network credential (it is final only if a body or the end follows).
     static func headIsFinal(status: Int, answersChallenges: Bool) -> Bool {
         status >= 200 && !(answersChallenges && (status == 401 || status == 407))
+    }
+
+    /// The status the client's head carries for the upstream head being committed. Only a complete final head
+    /// answers the client; without one (the transfer ended, or a body began, after a 1xx such as an unrequested
+    /// `101`, or inside a head) the client gets a 502: relaying a 1xx as the answer, or a 200 whose head was cut,
+    /// would leave it reading the next response on the connection wrongly.
+    static func relayedStatus(upstream status: Int, headComplete: Bool) -> Int {
+        status < 200 || !headComplete ? 502 : status
     }
 
     /// What to look for in a response that may be a token error.

@@ -76,6 +76,8 @@ extension ClientConnection {
             me.queue.async {
                 guard me.value.machine.awaitsRoute(serial: serial) else { return }
                 me.value.forward(url)
+                // Planned again, the request may have been answered at once (a refusal, a rate limit).
+                me.value.run(me.value.machine.continuationAfterCallback)
             }
         }
     }

@@ -238,10 +238,9 @@ extension ClientConnection {
             refuseResponseHead(violation)
             return false
         }
-        // Only a complete final head answers the client. Without one (libcurl ended the transfer, or started a body,
-        // after a 1xx such as an unrequested `101`, or inside a head), the client gets a 502: relaying a 1xx as the
-        // answer, or a 200 whose head was cut, would leave it reading the next response on the connection wrongly.
-        if x.responseHead.status < 200 || !x.responseHead.isComplete { x.responseHead.substituteStatus(502) }
+        let relayed = ExchangeStateMachine.relayedStatus(
+            upstream: x.responseHead.status, headComplete: x.responseHead.isComplete)
+        if relayed != x.responseHead.status { x.responseHead.substituteStatus(relayed) }
         x.heldHead.removeAll()
         if let injected = x.injectedToken {
             maskInjectedToken(in: x, token: injected.value)

@@ -254,4 +254,27 @@ import Testing
         m.closed()
         #expect(!m.takesRequests)
     }
+
+    /// A request planned again when its route arrives may be answered at once: then a pipelined request behind it
+    /// is taken up; when the transfer started instead, or the connection closes, nothing is.
+    @Test func aCallbackThatEndedTheExchangeTakesUpBufferedInput() {
+        var answered = Self.exchange(answer: .none)
+        _ = answered.routeRequested()
+        #expect(answered.continuationAfterCallback == .none)
+        _ = answered.answerLocally(status: 429, close: false)
+        #expect(answered.endExchange(shuttingDown: false, now: 1) == .awaitNext)
+        #expect(answered.continuationAfterCallback == .now)
+        var closing = Self.exchange(answer: .none)
+        _ = closing.answerLocally(status: 403, close: true)
+        #expect(closing.endExchange(shuttingDown: false, now: 1) == .close)
+        #expect(closing.continuationAfterCallback == .none)
+    }
+
+    /// Only a complete final head answers the client; anything else becomes a 502.
+    @Test(arguments: [
+        (200, true, 200), (404, true, 404), (101, true, 502), (100, true, 502), (200, false, 502), (0, false, 502),
+    ])
+    func theRelayedStatus(upstream: Int, complete: Bool, expected: Int) {
+        #expect(M.relayedStatus(upstream: upstream, headComplete: complete) == expected)
+    }
 }
