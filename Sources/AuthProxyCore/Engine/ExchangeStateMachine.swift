@@ -161,6 +161,8 @@ struct ExchangeStateMachine: Equatable {
     private(set) var lastClientProgress: UInt64
     /// When shutdown began (nil: it has not).
     private(set) var shutdownSince: UInt64? = nil
+    /// A pull of decrypted TLS input is scheduled for the next turn (``decryptedInputWaiting()``).
+    private(set) var pullScheduled = false
 
     init(limits: Limits, now: UInt64) {
         self.limits = limits
@@ -252,6 +254,21 @@ extension ExchangeStateMachine {
         case .closing, .closed: return false
         default: return true
         }
+    }
+
+    /// Decrypted TLS input waits in the session and the socket will not report it again (it was read while the
+    /// connection could not take it): true when a pull is to be scheduled for the next turn of the loop, once, and
+    /// not while the connection is closing.
+    mutating func decryptedInputWaiting() -> Bool {
+        guard !pullScheduled, takesRequests else { return false }
+        pullScheduled = true
+        return true
+    }
+
+    /// The scheduled pull's turn: true when input is still taken as requests.
+    mutating func decryptedInputTurn() -> Bool {
+        pullScheduled = false
+        return takesRequests
     }
 
     /// After a callback from outside the input loop (the answer about the route) has carried out its events: take
@@ -524,10 +541,30 @@ extension ExchangeStateMachine {
         state = .tunnel(e)
     }
 
-    /// The tunnel could not be opened: the CONNECT is answered with an error (the exchange is back).
-    mutating func tunnelFailed() {
-        guard case .tunnel(let e) = state else { return }
+    enum TunnelFailureStep: Equatable {
+        /// Answer the CONNECT with the error, then close.
+        case answer
+        /// The client was told 200 already and speaks TLS: an HTTP answer would only be garbage to it. Log the
+        /// CONNECT with the error's status, then close.
+        case cut
+    }
+
+    /// The tunnel could not be opened; the exchange is back, for its answer or its access-log line. `answered`:
+    /// the CONNECT was answered 200 before the upstream was connected (a matched host whose first bytes made it a
+    /// blind tunnel).
+    mutating func tunnelFailed(answered: Bool) -> TunnelFailureStep {
+        guard case .tunnel(let e) = state else { return .cut }
         state = .exchange(e)
+        return answered ? .cut : .answer
+    }
+
+    /// Whether a reload whose `allow_clients` no longer admits the client closes the connection now: nothing of a
+    /// request is in progress (between requests, a TLS handshake or a served tunnel's first bytes awaited,
+    /// closing), or a tunnel owns it, which carries no further request to refuse. An exchange in progress
+    /// finishes, and the next request is refused (``ClientConnection/adoptGeneration(_:)``).
+    var closesWhenNoLongerAdmitted: Bool {
+        if case .exchange = state { return false }
+        return true
     }
 
     /// The upstream answered the exchange's WebSocket handshake with `101`: the connection becomes a two-way byte
@@ -733,6 +770,27 @@ extension ExchangeStateMachine {
     /// would leave it reading the next response on the connection wrongly.
     static func relayedStatus(upstream status: Int, headComplete: Bool) -> Int {
         status < 200 || !headComplete ? 502 : status
+    }
+
+    /// What a final response head asks for before it is committed.
+    enum FinalHeadStep: Equatable {
+        /// Commit it (``responseHeadCommitted(status:framing:inspection:)``).
+        case commit
+        /// A `GET` refused 414 as too long goes again at once as a `POST` form (not an upstream retry).
+        case resendAsForm
+        /// Ask the retry policy and the host's budget (``upstreamRetryScheduled(countsAsRetry:)``); when they
+        /// refuse, commit.
+        case retry(RetryPolicy.Cause)
+    }
+
+    /// A final response head arrived. `asForm`: it is a 414 to a `GET` that ``GetAsPost`` can send as a form;
+    /// `retry`: the cause ``RetryPolicy`` gives its status, when retries apply to the request. Neither happens
+    /// once the request may not go again (``mayResendUpstream``).
+    func finalHead(asForm: Bool, retry: RetryPolicy.Cause?) -> FinalHeadStep {
+        guard mayResendUpstream else { return .commit }
+        if asForm { return .resendAsForm }
+        if let retry { return .retry(retry) }
+        return .commit
     }
 
     /// What to look for in a response that may be a token error.

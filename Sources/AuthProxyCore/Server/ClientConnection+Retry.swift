@@ -26,26 +26,34 @@ extension ClientConnection {
         x.attemptInspect = inspect
     }
 
-    /// A final response head arrived: true when its status is retried (the transfer is stopped and the request
-    /// goes again after its backoff); false when it is relayed.
-    func retryOnStatus(_ x: ExchangeContext) -> Bool {
-        guard x.attemptURL != nil, context.retryPolicy.isEnabled,
-            let cause = RetryPolicy.cause(status: x.responseHead.status),
-            x.responseHead.violation == nil
+    /// Whether a final response head is a 414 to a `GET` that ``GetAsPost`` can send as a form (for
+    /// ``ExchangeStateMachine/finalHead(asForm:retry:)``).
+    func sendsAsFormAfter414(_ x: ExchangeContext) -> Bool {
+        guard x.responseHead.status == 414, x.responseHead.violation == nil, x.getAsPost == nil,
+            context.config.getAsPostAboveBytes > 0, let url = x.attemptURL, let h = x.head
         else { return false }
-        return retryUpstream(
+        return GetAsPost.applies(method: h.method, hasBody: false, isUpgrade: h.upgrade != nil, target: url)
+    }
+
+    /// The cause ``RetryPolicy`` gives a final response head's status, when retries apply to the request.
+    func statusRetryCause(_ x: ExchangeContext) -> RetryPolicy.Cause? {
+        guard x.attemptURL != nil, context.retryPolicy.isEnabled, x.responseHead.violation == nil else { return nil }
+        return RetryPolicy.cause(status: x.responseHead.status)
+    }
+
+    /// The machine retries a final head's status: true when the policy and the host's budget allow it (the
+    /// transfer is stopped and the request goes again after its backoff); false when the head is committed.
+    func retryOnStatus(_ x: ExchangeContext, cause: RetryPolicy.Cause) -> Bool {
+        retryUpstream(
             cause: cause, retryAfter: RetryPolicy.retryAfterSeconds(x.responseHead.string(of: "retry-after")))
     }
 
-    /// A `GET` to an ArcGIS REST operation answered 414 URI Too Long: true when it goes again at once as a
-    /// `POST` form (``GetAsPost``). Not an upstream retry: it spends neither the retries nor the budget.
+    /// The machine sends a `GET` refused 414 again at once as a `POST` form (``GetAsPost``): true when it goes. Not
+    /// an upstream retry: it spends neither the retries nor the budget.
     func resendAsPostOn414(_ x: ExchangeContext) -> Bool {
-        guard x.responseHead.status == 414, x.responseHead.violation == nil, x.getAsPost == nil,
-            context.config.getAsPostAboveBytes > 0,
-            let url = x.attemptURL, let h = x.head,
-            GetAsPost.applies(method: h.method, hasBody: false, isUpgrade: h.upgrade != nil, target: url),
-            let serial = machine.upstreamRetryScheduled(countsAsRetry: false)
-        else { return false }
+        guard let url = x.attemptURL, let serial = machine.upstreamRetryScheduled(countsAsRetry: false) else {
+            return false
+        }
         x.getAsPost = .status414
         ProxyMetrics.active?.getAsPost(.status414)
         cancelTransfer()

@@ -119,15 +119,14 @@ extension ClientConnection {
     func tunnelFailed(_ e: ErrorResponse, answered: Bool) {
         if e.status == 403 { ProxyMetrics.active?.denied(.destination) }
         tunnel = nil
-        machine.tunnelFailed()
-        guard !answered else {
-            // The client was told 200 and speaks TLS: an HTTP answer would only be garbage to it.
+        switch machine.tunnelFailed(answered: answered) {
+        case .answer:
+            respond(e, close: true)
+        case .cut:
             logger.warning("tunnel could not be opened", metadata: ["client": "\(peer)", "cause": "\(e.message)"])
             logAccess(status: e.status)
             close()
-            return
         }
-        respond(e, close: true)
     }
 
     func tunnelFinished(bytesUp: Int64, bytesDown: Int64) {

@@ -216,7 +216,14 @@ extension ClientConnection {
         case .end:
             machine.upstreamProgress(now: now)
             if x.responseHead.isFinal(answersChallenges: x.networkAuth.answersChallenges) {
-                if resendAsPostOn414(x) || retryOnStatus(x) { return }
+                switch machine.finalHead(asForm: sendsAsFormAfter414(x), retry: statusRetryCause(x)) {
+                case .resendAsForm:
+                    if resendAsPostOn414(x) { return }
+                case .retry(let cause):
+                    if retryOnStatus(x, cause: cause) { return }
+                case .commit:
+                    break
+                }
                 commitResponseHead(inspect: true)
             } else if x.responseHead.status == 401, x.challengeScheme == nil, ProxyMetrics.active != nil {
                 x.challengeScheme = NetworkAuthScheme.answered(

@@ -8,8 +8,10 @@ import Logging
 #endif
 
 /// One client connection: the executor of its ``ExchangeStateMachine``. It moves bytes between the socket, TLS,
-/// libcurl and the token service, reports what happened to the machine, and carries out what the machine
-/// decides (answer, close, pause, resume, hold, retry). Lifecycle decisions are not taken here.
+/// the upstream clients and the token service, reports what happened to the machine, and carries out what the
+/// machine decides (answer, fail, close, pause, resume, hold, retry, and when buffered input is taken up again).
+/// Two lifecycle decisions are still taken here: how far the read loop in ``readable()`` reads, and the
+/// connection's mode, which it also keeps in ``tunnel`` and ``interception`` besides the machine's state.
 ///
 /// Memory per connection is bounded: at most ``maxInput`` unparsed input bytes, ``maxBuffered`` request-body
 /// bytes waiting for libcurl, and ``maxBuffered`` response bytes waiting for the client. When a limit is
@@ -21,7 +23,7 @@ import Logging
 /// holds little more than its socket, parser and state machine.
 ///
 /// Confined to its loop's queue: every method runs there (Dispatch handlers, libcurl callbacks and token
-/// answers are delivered on it).
+/// answers are delivered on it; a hop to a later turn goes through ``LoopBound``, which checks it in debug builds).
 final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
     static let maxBuffered = 256 * 1024
     static let maxInput = 80 * 1024
@@ -161,7 +163,7 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
     /// has no request in progress (idle between requests, or a blind tunnel, which carries no more requests to
     /// refuse) is closed now; one with a request in progress finishes it and is refused at its next one.
     func reloadInstalled(_ g: ServerContext) {
-        guard !g.access.allowClients.contains(address), ex == nil || tunnel != nil else { return }
+        guard !g.access.allowClients.contains(address), machine.closesWhenNoLongerAdmitted else { return }
         logger.warning(
             "connection closed: client address no longer in [proxy] allow_clients after a reload",
             metadata: ["client": "\(peer)"])
@@ -277,13 +279,11 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
         case .leave: return
         }
         // Decrypted-but-unread input does not make the socket readable again: pull it when there is room.
-        if let ic = interception, let session = ic.session, session.handshakeDone, session.hasBufferedInput,
-            inbuf.count < Self.maxInput, !ic.pullScheduled
+        if let session = tls, session.handshakeDone, session.hasBufferedInput, inbuf.count < Self.maxInput,
+            machine.decryptedInputWaiting()
         {
-            ic.pullScheduled = true
             onNextTurn { me in
-                me.interception?.pullScheduled = false
-                guard me.machine.takesRequests else { return }
+                guard me.machine.decryptedInputTurn() else { return }
                 switch me.pullTLS() {
                 case .closed: return
                 case .eof:

@@ -16,8 +16,6 @@ final class Interception {
     let blindAllowed: Bool
     /// When the CONNECT began: its access-log line is written once the first bytes have decided.
     let connectStarted: UInt64
-    /// A pull of decrypted input is queued (input TLS buffered while the connection could not take it).
-    var pullScheduled = false
 
     /// The scheme of the requests inside.
     var scheme: String { session == nil ? "http" : "https" }
