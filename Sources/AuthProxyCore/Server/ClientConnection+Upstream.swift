@@ -410,10 +410,12 @@ extension ClientConnection {
                 return
             case .retry(let cause):
                 // A failure that is retried logs its own line (``retryUpstream(cause:retryAfter:detail:)``).
-                if let error, retryOnFailure(error, cause: cause) { return }
+                guard let error else { preconditionFailure("a transfer failed without an error") }
+                if retryOnFailure(error, cause: cause) { return }
                 step = machine.transferEnded(.upstreamFailed(retry: nil))
             case .failed(let failure):
-                guard let error else { return }
+                // Only an upstream failure fails the exchange, and it comes with its error (as `retry` does).
+                guard let error else { preconditionFailure("a transfer failed without an error") }
                 if error.outOfDescriptors == nil, failure != .close {
                     logger.warning(
                         "upstream failed",
