@@ -53,8 +53,11 @@ struct ExchangeStateMachine: Equatable {
     enum State: Equatable {
         /// Between requests. `headStarted`: when the first byte of the next head arrived (nil: none yet).
         case awaitingHead(headStarted: UInt64?)
-        /// TLS with the client after an intercepted CONNECT, handshake not finished; or a CONNECT to a matched host
-        /// answered 200 whose first bytes (TLS, plain HTTP, anything else) are awaited. The header timeout applies.
+        /// A CONNECT to a matched host was answered 200 at `since` and the proxy serves the tunnel itself: its first
+        /// bytes (TLS, plain HTTP, anything else) say what it carries. The header timeout applies.
+        case awaitingTunnelContent(since: UInt64)
+        /// TLS with the client inside a served tunnel (interception), handshake not finished; `since` is when the
+        /// CONNECT was answered. The header timeout applies.
         case tlsHandshake(since: UInt64)
         case exchange(Exchange)
         /// A blind CONNECT tunnel, or a WebSocket relayed after its `101`, owns the socket (its own timeouts apply);
@@ -225,6 +228,10 @@ extension ExchangeStateMachine {
         case parseHead
         /// Move request-body bytes towards the upstream.
         case pumpBody
+        /// The first bytes inside a served tunnel arrived: classify them (``TunnelContent``) and report what the
+        /// tunnel becomes (``tunnelCarriesHTTP(now:)``, ``tlsHandshakeStarted()``, ``tunnelAfterFirstBytes(started:)``,
+        /// ``tunnelContentRefused(started:)``), or nothing while more bytes are needed.
+        case classifyTunnel
         /// The connection is closing: input is read and dropped.
         case discard
     }
@@ -243,6 +250,8 @@ extension ExchangeStateMachine {
             return e.request == .complete ? .wait : .pumpBody
         case .closing:
             return .discard
+        case .awaitingTunnelContent:
+            return buffered == 0 ? .wait : .classifyTunnel
         case .tlsHandshake, .tunnel, .closed:
             return .wait
         }
@@ -579,11 +588,11 @@ extension ExchangeStateMachine {
         return true
     }
 
-    /// Inside a CONNECT to a matched host (answered 200, waiting for its first bytes in ``State/tlsHandshake``),
-    /// the client began TLS and no interception applies: a blind tunnel relays it, with an exchange for the
+    /// Inside a CONNECT to a matched host (answered 200, waiting for its first bytes in
+    /// ``State/awaitingTunnelContent(since:)``), the client began TLS and no interception applies: a blind tunnel relays it, with an exchange for the
     /// CONNECT's access-log line (begun at `started`).
     mutating func tunnelAfterFirstBytes(started: UInt64) {
-        guard case .tlsHandshake = state else { return }
+        guard case .awaitingTunnelContent = state else { return }
         exchanges += 1
         var e = Exchange(
             serial: exchanges, started: started, isHead: false, clientMinorVersion: 1, expectsContinue: false,
@@ -597,7 +606,7 @@ extension ExchangeStateMachine {
     /// exchange without a request begins, to be answered with an error and a close (a matched host never becomes
     /// a raw tunnel past `connect_ports`).
     mutating func tunnelContentRefused(started: UInt64) {
-        guard case .tlsHandshake = state else { return }
+        guard case .awaitingTunnelContent = state else { return }
         exchanges += 1
         state = .exchange(
             Exchange(
@@ -605,11 +614,26 @@ extension ExchangeStateMachine {
                 expectsContinue: false, keepAlive: false, request: .complete))
     }
 
-    /// CONNECT to an intercepted host was answered 200: the exchange ends and the TLS handshake begins.
-    mutating func interceptionStarted(now: UInt64) {
+    /// A CONNECT to a matched host was answered 200 and the proxy serves the tunnel: its exchange is answered (its
+    /// access-log line waits for the first bytes) and those bytes are awaited.
+    mutating func servedTunnelStarted(now: UInt64) {
         guard exchange != nil else { return }
-        state = .tlsHandshake(since: now)
+        state = .awaitingTunnelContent(since: now)
         lastClientProgress = now
+    }
+
+    /// The first bytes inside a served tunnel are plain HTTP: requests may be parsed now.
+    mutating func tunnelCarriesHTTP(now: UInt64) {
+        guard case .awaitingTunnelContent = state else { return }
+        state = .awaitingHead(headStarted: nil)
+        lastClientProgress = now
+    }
+
+    /// The first bytes inside a served tunnel are TLS and the proxy intercepts it: the handshake begins, still
+    /// within the header timeout counted from the CONNECT's answer.
+    mutating func tlsHandshakeStarted() {
+        guard case .awaitingTunnelContent(let since) = state else { return }
+        state = .tlsHandshake(since: since)
     }
 
     /// The TLS handshake with the client finished: requests may come.
@@ -1162,7 +1186,7 @@ extension ExchangeStateMachine {
             if let since = shutdownSince, now &- since >= limits.shutdownQuiet { return .closeForShutdown }
             let limit = exchanges == 0 ? limits.headerTimeout : limits.idleTimeout
             return now &- lastClientProgress > limit ? .close : .none
-        case .tlsHandshake(let since):
+        case .awaitingTunnelContent(let since), .tlsHandshake(let since):
             if let down = shutdownSince, now &- down >= limits.shutdownQuiet { return .close }
             return now &- max(since, lastClientProgress) > limits.headerTimeout ? .close : .none
         case .exchange(let e):

@@ -43,8 +43,8 @@ extension ClientConnection {
         channel.write("HTTP/1.1 200 Connection Established\r\nVia: \(context.viaValue)\r\n\r\n")
         interception = Interception(
             session: nil, server: context.tlsServer, host: host, port: port,
-            awaitingFirstBytes: true, blindAllowed: blindAllowed, connectStarted: started)
-        machine.interceptionStarted(now: now)
+            blindAllowed: blindAllowed, connectStarted: started)
+        machine.servedTunnelStarted(now: now)
     }
 
     /// The first bytes inside a served tunnel (in `inbuf`) arrived. Returns true when requests may be parsed now
@@ -54,7 +54,6 @@ extension ClientConnection {
         let decision = RequestPlanner.servedTunnel(
             content, host: ic.host, port: ic.port, canIntercept: ic.server != nil,
             blindAllowed: ic.blindAllowed)
-        if decision != .wait { ic.awaitingFirstBytes = false }
         let destination = "\(ic.host):\(ic.port)"
         switch decision {
         case .wait:
@@ -62,7 +61,7 @@ extension ClientConnection {
         case .serveHTTP:
             logAccess(status: 200, started: ic.connectStarted)
             detachExchange()
-            machine.handshakeFinished(now: now)
+            machine.tunnelCarriesHTTP(now: now)
             return true
         case .intercept:
             if let server = ic.server { startInterception(ic, server: server) }

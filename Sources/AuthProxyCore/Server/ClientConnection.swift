@@ -10,8 +10,8 @@ import Logging
 /// One client connection: the executor of its ``ExchangeStateMachine``. It moves bytes between the socket, TLS,
 /// the upstream clients and the token service, reports what happened to the machine, and carries out what the
 /// machine decides (answer, fail, close, pause, resume, hold, retry, and when buffered input is taken up again).
-/// Two lifecycle decisions are still taken here: how far the read loop in ``readable()`` reads, and the
-/// connection's mode, which it also keeps in ``tunnel`` and ``interception`` besides the machine's state.
+/// The connection's mode is the machine's state; ``tunnel`` and ``interception`` are only that mode's resources. One
+/// lifecycle decision is still taken here: how far the read loop in ``readable()`` reads.
 ///
 /// Memory per connection is bounded: at most ``maxInput`` unparsed input bytes, ``maxBuffered`` request-body
 /// bytes waiting for libcurl, and ``maxBuffered`` response bytes waiting for the client. When a limit is
@@ -311,11 +311,10 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
             }
             switch step {
             case .wait, .discard:
-                // The first bytes inside a CONNECT to a matched host say what the tunnel carries.
-                if step == .wait, let ic = interception, ic.awaitingFirstBytes, !inbuf.isEmpty, firstTunnelBytes(ic) {
-                    continue
-                }
                 return
+            case .classifyTunnel:
+                // The first bytes inside a CONNECT to a matched host say what the tunnel carries.
+                guard let ic = interception, firstTunnelBytes(ic) else { return }
             case .pumpBody:
                 pumpBody()
                 return

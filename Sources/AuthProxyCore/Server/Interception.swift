@@ -10,8 +10,6 @@ final class Interception {
     let server: TLSServer?
     let host: String
     let port: Int
-    /// The tunnel was answered 200 and its first bytes have not been seen yet.
-    var awaitingFirstBytes: Bool
     /// The port is in `connect_ports`: TLS that cannot be intercepted may be relayed blind.
     let blindAllowed: Bool
     /// When the CONNECT began: its access-log line is written once the first bytes have decided.
@@ -21,14 +19,13 @@ final class Interception {
     var scheme: String { session == nil ? "http" : "https" }
 
     init(
-        session: TLSSession?, server: TLSServer?, host: String, port: Int, awaitingFirstBytes: Bool = false,
+        session: TLSSession?, server: TLSServer?, host: String, port: Int,
         blindAllowed: Bool = false, connectStarted: UInt64 = 0
     ) {
         self.session = session
         self.server = server
         self.host = host
         self.port = port
-        self.awaitingFirstBytes = awaitingFirstBytes
         self.blindAllowed = blindAllowed
         self.connectStarted = connectStarted
     }

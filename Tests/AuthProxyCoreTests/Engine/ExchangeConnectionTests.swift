@@ -22,7 +22,7 @@ import Testing
         var m = M(limits: limits, now: 0)
         m.requestBegan(.init(), shuttingDown: false, now: 0)
         _ = m.answerLocally(status: 200, close: false)
-        m.interceptionStarted(now: 0)
+        m.servedTunnelStarted(now: 0)
         return m
     }
 
@@ -70,6 +70,7 @@ import Testing
 
     @Test func decryptedInputIsPulledOnceOnTheNextTurn() {
         var m = Self.servedTunnel()
+        m.tlsHandshakeStarted()
         m.handshakeFinished(now: 1)
         #expect(m.decryptedInputWaiting() == true)
         // Already scheduled: not twice.
@@ -80,6 +81,7 @@ import Testing
 
     @Test func decryptedInputIsNotPulledOnceTheConnectionCloses() {
         var m = Self.servedTunnel()
+        m.tlsHandshakeStarted()
         m.handshakeFinished(now: 1)
         #expect(m.decryptedInputWaiting() == true)
         m.closingForShutdown(now: 2)
@@ -115,5 +117,30 @@ import Testing
         _ = m.responseHeadCommitted(status: 200, framing: Self.plain, inspection: .none)
         _ = m.upstreamBody(count: 4, clientPending: 0, clientFailed: false, now: 1)
         #expect(m.finalHead(asForm: true, retry: .status502) == .commit)
+    }
+
+    // MARK: a served tunnel's first bytes
+
+    /// The first bytes decide the mode: plain HTTP is parsed as requests, TLS is intercepted (the header timeout
+    /// still counted from the CONNECT's answer), anything refused is answered; before they arrive nothing is read.
+    @Test func aServedTunnelsFirstBytesDecideItsMode() {
+        var m = Self.servedTunnel()
+        #expect(m.state == .awaitingTunnelContent(since: 0))
+        #expect(m.nextInputStep(buffered: 0, now: 1) == .wait)
+        #expect(m.nextInputStep(buffered: 3, now: 1) == .classifyTunnel)
+        var http = m
+        http.tunnelCarriesHTTP(now: 2)
+        #expect(http.nextInputStep(buffered: 3, now: 2) == .parseHead)
+        var tls = m
+        tls.tlsHandshakeStarted()
+        #expect(tls.state == .tlsHandshake(since: 0))
+        // Handshake bytes are the TLS session's, not requests.
+        #expect(tls.nextInputStep(buffered: 3, now: 2) == .wait)
+        #expect(tls.tick(now: 11_000_000_000, clientPending: 0, lastSendProgress: 0) == .close)
+        // Only from the served tunnel's first bytes.
+        var plain = M(limits: Self.limits, now: 0)
+        plain.tunnelCarriesHTTP(now: 1)
+        plain.tlsHandshakeStarted()
+        #expect(plain.state == .awaitingHead(headStarted: nil))
     }
 }
