@@ -297,6 +297,31 @@ extension ExchangeStateMachine {
         return e.request != .complete
     }
 
+    /// How one pass of the connection's read loop reads, decided as the pass begins.
+    enum ReadPass: Equatable {
+        /// The connection is closing: read to `EAGAIN` and drop the bytes.
+        case discard
+        /// A request body streams in: read to `EAGAIN`. libdispatch reports a hang-up (the client reset) once and
+        /// then stops watching the socket, so a short read does not mean the error behind the data was seen.
+        case toTheEnd
+        /// Stop at the first short read, when everything the client sent so far is in (a head that arrived whole in
+        /// one read is then parsed where it lies, without copying).
+        case untilShortRead
+    }
+
+    var readPass: ReadPass {
+        if case .closing = state { return .discard }
+        return readsBody ? .toTheEnd : .untilShortRead
+    }
+
+    /// A pass of the read loop stopped before `EAGAIN` (`atLimit`: at the input limit, else at a short read) and its
+    /// input was processed: whether to read on at once rather than wait for another read event, which after a
+    /// hang-up may never come. It reads on from the input limit, and when a body now streams (a short read before
+    /// the head just parsed turned out to have a body), as long as reading is wanted (``readInterest(buffered:limit:)``).
+    func readsOn(atLimit: Bool, buffered: Int, limit: Int) -> Bool {
+        (atLimit || readsBody) && readInterest(buffered: buffered, limit: limit) == .read
+    }
+
     /// Whether to keep reading from the client: not while `buffered` (unparsed input, or ciphertext not yet
     /// decrypted) is at `limit` (back-pressure on a client sending faster than the upstream takes), always
     /// while closing (input is discarded), and not at all after the client half-closed or once a tunnel owns

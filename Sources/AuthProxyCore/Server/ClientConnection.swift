@@ -10,8 +10,9 @@ import Logging
 /// One client connection: the executor of its ``ExchangeStateMachine``. It moves bytes between the socket, TLS,
 /// the upstream clients and the token service, reports what happened to the machine, and carries out what the
 /// machine decides (answer, fail, close, pause, resume, hold, retry, and when buffered input is taken up again).
-/// The connection's mode is the machine's state; ``tunnel`` and ``interception`` are only that mode's resources. One
-/// lifecycle decision is still taken here: how far the read loop in ``readable()`` reads.
+/// The connection's mode is the machine's state; ``tunnel`` and ``interception`` are only that mode's resources. No
+/// lifecycle decision is taken here: a failure that leaves nothing to answer (a failed TLS handshake, the end of a
+/// tunnel) closes at once, and the close is reported to the machine.
 ///
 /// Memory per connection is bounded: at most ``maxInput`` unparsed input bytes, ``maxBuffered`` request-body
 /// bytes waiting for libcurl, and ``maxBuffered`` response bytes waiting for the client. When a limit is
@@ -188,29 +189,24 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
             return
         }
         var eof = false
-        // libdispatch reports a hang-up (the client reset) once and then stops watching the socket, so a read
-        // event may be the last one: while a request body streams in, read to EAGAIN (a short read does not mean
-        // the error behind the data was seen), and when reading stopped early (the input limit, or a short read
-        // before the head just parsed turned out to have a body) read on here rather than wait for another event.
-        var more = true
-        while more {
-            more = false
+        // Each pass reads as the machine says (``ExchangeStateMachine/ReadPass``), then processes what it read.
+        var stoppedEarly = true
+        while stoppedEarly {
+            stoppedEarly = false
             var atLimit = false
-            var discarding = false
-            if case .closing = machine.state { discarding = true }
-            let toTheEnd = machine.readsBody
+            let pass = machine.readPass
             // Bytes of a read that found `inbuf` empty, left in the scratch buffer for `process(inPlace:)`.
             var inPlace = 0
             reading: while true {
                 guard inbuf.count < Self.maxInput, (tls?.bufferedCiphertext ?? 0) < Self.maxInput else {
-                    more = true
+                    stoppedEarly = true
                     atLimit = true
                     break reading
                 }
                 switch channel.read(into: loop.scratch) {
                 case .bytes(let n):
                     machine.clientProgress(now: now)
-                    if discarding { continue }
+                    if pass == .discard { continue }
                     let bytes = UnsafeRawBufferPointer(rebasing: loop.scratch[0..<n])
                     if !firstBytesSeen {
                         firstBytesSeen = true
@@ -220,18 +216,19 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
                             continue
                         }
                     }
+                    let short = n < loop.scratch.count && pass == .untilShortRead
                     if let tls {
                         tls.feed(bytes)
-                    } else if inbuf.isEmpty, n < loop.scratch.count, !toTheEnd {
+                    } else if inbuf.isEmpty, short {
                         // Everything the client sent, in one read (the usual case): parsed where it lies.
                         inPlace = n
-                        more = true
+                        stoppedEarly = true
                         break reading
                     } else {
                         inbuf.append(bytes)
                     }
-                    if n < loop.scratch.count, !toTheEnd {
-                        more = true
+                    if short {
+                        stoppedEarly = true
                         break reading
                     }
                 case .wouldBlock:
@@ -245,7 +242,7 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
                     return
                 }
             }
-            if tls != nil, !discarding {
+            if tls != nil, pass != .discard {
                 switch pullTLS() {
                 case .closed: return
                 case .eof: eof = true
@@ -260,14 +257,10 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
                 clientEOF()
                 return
             }
-            if more,
-                channel.isClosed || (!atLimit && !machine.readsBody)
-                    || machine.readInterest(
-                        buffered: max(inbuf.count, tls?.bufferedCiphertext ?? 0), limit: Self.maxInput)
-                        != .read
-            {
-                more = false
-            }
+            stoppedEarly =
+                stoppedEarly && !channel.isClosed
+                && machine.readsOn(
+                    atLimit: atLimit, buffered: max(inbuf.count, tls?.bufferedCiphertext ?? 0), limit: Self.maxInput)
         }
         updateReadInterest()
     }

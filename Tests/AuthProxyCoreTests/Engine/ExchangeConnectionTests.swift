@@ -143,4 +143,42 @@ import Testing
         plain.tlsHandshakeStarted()
         #expect(plain.state == .awaitingHead(headStarted: nil))
     }
+
+    // MARK: the read loop
+
+    /// Between requests a pass stops at a short read; while a body streams it reads to `EAGAIN` (a hang-up behind
+    /// the body may not be reported again); while closing, input is read and dropped.
+    @Test func eachPassOfTheReadLoopReadsAsTheStateSays() {
+        var m = M(limits: Self.limits, now: 0)
+        #expect(m.readPass == .untilShortRead)
+        m.requestBegan(.init(hasBody: true), shuttingDown: false, now: 0)
+        #expect(m.readPass == .toTheEnd)
+        _ = m.requestBodyMoved(complete: true, pending: 0, now: 1)
+        #expect(m.readPass == .untilShortRead)
+        _ = m.answerLocally(status: 200, close: true)
+        #expect(m.endExchange(shuttingDown: false, now: 1) == .close)
+        #expect(m.readPass == .discard)
+    }
+
+    /// After a pass that stopped early: read on from the input limit or when a body now streams, unless reading is
+    /// paused (input at its limit) or left (the client half-closed, a tunnel owns the socket).
+    @Test(arguments: [
+        (false, false, 0, false),  // a short read, no body: wait for the next event
+        (true, false, 0, true),  // the input limit was reached and the machine has since consumed some
+        (true, false, 100, false),  // still at the limit: reading is paused
+        (false, true, 0, true),  // the head just parsed has a body: read it on now
+        (false, true, 100, false),
+    ])
+    func thePassReadsOnWhenTheMachineSays(atLimit: Bool, bodyStreams: Bool, buffered: Int, expected: Bool) {
+        var m = M(limits: Self.limits, now: 0)
+        if bodyStreams { m.requestBegan(.init(hasBody: true), shuttingDown: false, now: 0) }
+        #expect(m.readsOn(atLimit: atLimit, buffered: buffered, limit: 100) == expected)
+    }
+
+    @Test func aHalfClosedClientIsNotReadOn() {
+        var m = M(limits: Self.limits, now: 0)
+        m.requestBegan(.init(), shuttingDown: false, now: 0)
+        #expect(m.clientEOF(pendingOutput: 0) == .halfClosed)
+        #expect(!m.readsOn(atLimit: true, buffered: 0, limit: 100))
+    }
 }
