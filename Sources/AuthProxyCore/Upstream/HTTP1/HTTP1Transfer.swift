@@ -127,8 +127,9 @@ final class HTTP1Transfer: UpstreamExchange {
             keepAlive: true)
         dialer = d
         // Not called after cancel() (which cancels the dialer): the exchange is still on when this runs.
-        nonisolated(unsafe) let me = self
+        let bound = LoopBound(self, queue: pool.queue)
         d.start { outcome in
+            let me = bound.value
             me.dialer = nil
             switch outcome {
             case .success(let channel):
@@ -157,8 +158,9 @@ final class HTTP1Transfer: UpstreamExchange {
             route: request.parentRoute)
         connector = c
         // Not called after cancel() (which cancels the connector): the exchange is still on when this runs.
-        nonisolated(unsafe) let me = self
+        let bound = LoopBound(self, queue: pool.queue)
         c.start { result in
+            let me = bound.value
             me.connector = nil
             switch result {
             case .success(let link):
@@ -313,8 +315,9 @@ final class HTTP1Transfer: UpstreamExchange {
         // ``SocketChannel/resumeReading()`` guards against). The exchange then hung until the client gave up (an
         // upload whose upstream reset it: no answer, no log line, in 1 of several CI runs). Look at the socket on
         // the next turn; reading until EAGAIN makes a spurious look harmless.
-        nonisolated(unsafe) let me = self
+        let bound = LoopBound(self, queue: pool.queue)
         pool.queue.async {
+            let me = bound.value
             guard me.machine.readsResponse, me.connection != nil else { return }
             me.connectionReadable()
         }
