@@ -38,9 +38,10 @@ final class HTTP1Transfer: UpstreamExchange {
     private let tls: Bool
     private let trust: ServerTrustSettings?
     private var connector: CurlConnector?
-    private var reader: ResponseReader
-    /// What happens next (connect, send, resend, pause, end): decided by the machine, carried out here.
-    private var machine: HTTP1TransferStateMachine
+    @exclusivity(unchecked) private var reader: ResponseReader
+    /// What happens next (connect, send, resend, pause, end): decided by the machine, carried out here. Confined to
+    /// the pool's queue and changed only by the machine's own methods, so without the dynamic exclusivity check.
+    @exclusivity(unchecked) private var machine: HTTP1TransferStateMachine
     /// Connecting a plain connection (``Dialer``); nil once connected or failed.
     private var dialer: Dialer?
     private var deniedAddress: IPAddress? = nil
