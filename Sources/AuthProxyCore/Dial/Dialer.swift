@@ -40,12 +40,12 @@ final class Dialer: SocketChannelOwner {
             resolved(.success([numeric]))
             return
         }
-        let host = host, port = port, queue = queue
-        nonisolated(unsafe) let me = self
+        let host = host, port = port
+        let me = LoopBound(self, queue: queue)
         // getaddrinfo blocks: run it off the loop, come back with the answer.
         DispatchQueue.global().async {
             let result = resolve(host: host, port: port)
-            queue.async { if me.completion != nil { me.resolved(result) } }
+            me.queue.async { if me.value.completion != nil { me.value.resolved(result) } }
         }
     }
 

@@ -53,8 +53,11 @@ struct ExchangeStateMachine: Equatable {
     enum State: Equatable {
         /// Between requests. `headStarted`: when the first byte of the next head arrived (nil: none yet).
         case awaitingHead(headStarted: UInt64?)
-        /// TLS with the client after an intercepted CONNECT, handshake not finished; or a CONNECT to a matched host
-        /// answered 200 whose first bytes (TLS, plain HTTP, anything else) are awaited. The header timeout applies.
+        /// A CONNECT to a matched host was answered 200 at `since` and the proxy serves the tunnel itself: its first
+        /// bytes (TLS, plain HTTP, anything else) say what it carries. The header timeout applies.
+        case awaitingTunnelContent(since: UInt64)
+        /// TLS with the client inside a served tunnel (interception), handshake not finished; `since` is when the
+        /// CONNECT was answered. The header timeout applies.
         case tlsHandshake(since: UInt64)
         case exchange(Exchange)
         /// A blind CONNECT tunnel, or a WebSocket relayed after its `101`, owns the socket (its own timeouts apply);
@@ -151,15 +154,18 @@ struct ExchangeStateMachine: Equatable {
     /// Body bytes held at most while looking for a token error (token errors are small).
     static let lookAhead = 64 * 1024
 
-    var limits: Limits
-    // Changed only by the event methods (in the `+Client`, `+Upstream` and `+Timers` extensions).
-    var state: State
+    // The stored properties are set only by the event methods below, all in this file, so that no code outside the
+    // machine's own type can change the lifecycle: the connection reports events and reads the state.
+    private(set) var limits: Limits
+    private(set) var state: State
     /// Exchanges begun on this connection.
-    var exchanges = 0
+    private(set) var exchanges = 0
     /// Last time the client sent bytes or took response bytes.
-    var lastClientProgress: UInt64
+    private(set) var lastClientProgress: UInt64
     /// When shutdown began (nil: it has not).
-    var shutdownSince: UInt64? = nil
+    private(set) var shutdownSince: UInt64? = nil
+    /// A pull of decrypted TLS input is scheduled for the next turn (``decryptedInputWaiting()``).
+    private(set) var pullScheduled = false
 
     init(limits: Limits, now: UInt64) {
         self.limits = limits
@@ -183,9 +189,15 @@ struct ExchangeStateMachine: Equatable {
 
     var isClosed: Bool { state == .closed }
 
+    /// The configuration was reloaded: the time limits and buffer sizes of the generation the connection now
+    /// follows apply from here on.
+    mutating func limitsChanged(_ new: Limits) {
+        limits = new
+    }
+
     /// Applies `change` to the exchange in progress (a no-op in any other state) and returns its result.
     @inline(__always)
-    mutating func withExchange<R>(_ change: (inout Exchange) -> R) -> R? {
+    private mutating func withExchange<R>(_ change: (inout Exchange) -> R) -> R? {
         guard case .exchange(var e) = state else { return nil }
         state = .closed  // drop the second reference so `e` is mutated in place
         defer { state = .exchange(e) }
@@ -194,11 +206,1045 @@ struct ExchangeStateMachine: Equatable {
 
     /// Applies `change` to the transfer in progress, if any.
     @inline(__always)
-    mutating func withTransfer<R>(_ change: (inout Transfer) -> R) -> R? {
+    private mutating func withTransfer<R>(_ change: (inout Transfer) -> R) -> R? {
         withExchange { e -> R? in
             guard case .transferring(var t) = e.upstream else { return nil }
             defer { e.upstream = .transferring(t) }
             return change(&t)
         } ?? nil
+    }
+}
+
+// MARK: - Events from the client side: bytes, request heads, local answers, EOF, resets, shutdown, CONNECT.
+extension ExchangeStateMachine {
+    /// Client bytes arrived, or response bytes left: the client is alive.
+    mutating func clientProgress(now: UInt64) {
+        lastClientProgress = now
+    }
+
+    /// What to do with buffered input.
+    enum InputStep: Equatable {
+        case wait
+        case parseHead
+        /// Move request-body bytes towards the upstream.
+        case pumpBody
+        /// The first bytes inside a served tunnel arrived: classify them (``TunnelContent``) and report what the
+        /// tunnel becomes (``tunnelCarriesHTTP(now:)``, ``tlsHandshakeStarted()``, ``tunnelAfterFirstBytes(started:)``,
+        /// ``tunnelContentRefused(started:)``), or nothing while more bytes are needed.
+        case classifyTunnel
+        /// The connection is closing: input is read and dropped.
+        case discard
+    }
+
+    /// Called whenever input arrived or an exchange ended; `buffered` is the unparsed input.
+    mutating func nextInputStep(buffered: Int, now: UInt64) -> InputStep {
+        switch state {
+        case .awaitingHead(let started):
+            if buffered == 0 {
+                if started != nil { state = .awaitingHead(headStarted: nil) }
+                return .wait
+            }
+            if started == nil { state = .awaitingHead(headStarted: now) }
+            return .parseHead
+        case .exchange(let e):
+            return e.request == .complete ? .wait : .pumpBody
+        case .closing:
+            return .discard
+        case .awaitingTunnelContent:
+            return buffered == 0 ? .wait : .classifyTunnel
+        case .tlsHandshake, .tunnel, .closed:
+            return .wait
+        }
+    }
+
+    /// Whether input may still become requests: not once the connection is closing (input is dropped) or closed.
+    var takesRequests: Bool {
+        switch state {
+        case .closing, .closed: return false
+        default: return true
+        }
+    }
+
+    /// Decrypted TLS input waits in the session and the socket will not report it again (it was read while the
+    /// connection could not take it): true when a pull is to be scheduled for the next turn of the loop, once, and
+    /// not while the connection is closing.
+    mutating func decryptedInputWaiting() -> Bool {
+        guard !pullScheduled, takesRequests else { return false }
+        pullScheduled = true
+        return true
+    }
+
+    /// The scheduled pull's turn: true when input is still taken as requests.
+    mutating func decryptedInputTurn() -> Bool {
+        pullScheduled = false
+        return takesRequests
+    }
+
+    /// After a callback from outside the input loop (the answer about the route) has carried out its events: take
+    /// up buffered input now when they ended the exchange and the connection waits for its next request.
+    var continuationAfterCallback: Continuation {
+        if case .awaitingHead = state { return .now }
+        return .none
+    }
+
+    enum ReadInterest: Equatable { case read, pause, leave }
+
+    /// Whether a request body is being read: then a read event is read to its end, since a reset behind the
+    /// body's bytes may not be reported again (the client's socket, the transfer and a replay file would stay
+    /// until the idle timeout).
+    var readsBody: Bool {
+        guard case .exchange(let e) = state else { return false }
+        return e.request != .complete
+    }
+
+    /// How one pass of the connection's read loop reads, decided as the pass begins.
+    enum ReadPass: Equatable {
+        /// The connection is closing: read to `EAGAIN` and drop the bytes.
+        case discard
+        /// A request body streams in: read to `EAGAIN`. libdispatch reports a hang-up (the client reset) once and
+        /// then stops watching the socket, so a short read does not mean the error behind the data was seen.
+        case toTheEnd
+        /// Stop at the first short read, when everything the client sent so far is in (a head that arrived whole in
+        /// one read is then parsed where it lies, without copying).
+        case untilShortRead
+    }
+
+    var readPass: ReadPass {
+        if case .closing = state { return .discard }
+        return readsBody ? .toTheEnd : .untilShortRead
+    }
+
+    /// A pass of the read loop stopped before `EAGAIN` (`atLimit`: at the input limit, else at a short read) and its
+    /// input was processed: whether to read on at once rather than wait for another read event, which after a
+    /// hang-up may never come. It reads on from the input limit, and when a body now streams (a short read before
+    /// the head just parsed turned out to have a body), as long as reading is wanted (``readInterest(buffered:limit:)``).
+    func readsOn(atLimit: Bool, buffered: Int, limit: Int) -> Bool {
+        (atLimit || readsBody) && readInterest(buffered: buffered, limit: limit) == .read
+    }
+
+    /// Whether to keep reading from the client: not while `buffered` (unparsed input, or ciphertext not yet
+    /// decrypted) is at `limit` (back-pressure on a client sending faster than the upstream takes), always
+    /// while closing (input is discarded), and not at all after the client half-closed or once a tunnel owns
+    /// the socket.
+    func readInterest(buffered: Int, limit: Int) -> ReadInterest {
+        switch state {
+        case .closed, .tunnel: return .leave
+        case .closing: return .read
+        case .exchange(let e) where e.clientHalfClosed: return .leave
+        default: return buffered < limit ? .read : .pause
+        }
+    }
+
+    /// Facts about a parsed request head the lifecycle depends on.
+    struct RequestFacts: Equatable {
+        var isHead = false
+        var minorVersion = 1
+        var expectsContinue = false
+        /// The client asked for (or allows) keep-alive.
+        var keepAlive = true
+        /// A body follows the head.
+        var hasBody = false
+    }
+
+    /// A request head was parsed: its exchange begins. Returns the exchange's serial.
+    @discardableResult
+    mutating func requestBegan(_ r: RequestFacts, shuttingDown: Bool, now: UInt64) -> Int {
+        exchanges += 1
+        state = .exchange(
+            Exchange(
+                serial: exchanges, started: now, isHead: r.isHead, clientMinorVersion: r.minorVersion,
+                expectsContinue: r.expectsContinue, keepAlive: r.keepAlive && !shuttingDown,
+                request: r.hasBody ? .streaming : .complete))
+        return exchanges
+    }
+
+    /// Input that is not a request (unparseable, or no head in time): an exchange without a request begins,
+    /// to be answered with an error and a close.
+    mutating func requestFailed(now: UInt64) {
+        exchanges += 1
+        state = .exchange(
+            Exchange(
+                serial: exchanges, started: now, isHead: false, clientMinorVersion: 1,
+                expectsContinue: false, keepAlive: false, request: .complete))
+    }
+
+    /// The proxy answers the exchange itself (an error, its own endpoint, a refusal). `close` ends the
+    /// connection after the answer, and so does a request body not read to its end. Returns whether the answer
+    /// says keep-alive; nil when there is no exchange (the connection closed meanwhile).
+    mutating func answerLocally(status: Int, close: Bool) -> Bool? {
+        withExchange { e in
+            if close || e.request != .complete { e.keepAlive = false }
+            e.status = status
+            e.upstream = .finished
+            e.response = .complete
+            return e.keepAlive
+        }
+    }
+
+    /// Whether to send `100 Continue` now: once per exchange, for a client that asked, before any response.
+    mutating func continueDue() -> Bool {
+        withExchange { e in
+            guard e.expectsContinue, !e.continueSent, e.response == .none else { return false }
+            e.continueSent = true
+            return true
+        } ?? false
+    }
+
+    /// The form body is collected whole; the transfer can start.
+    mutating func formCollected() {
+        withExchange { e in e.request = .complete }
+    }
+
+    /// The request body is to be collected whole (a form that will carry the token). False when it is
+    /// already complete.
+    mutating func collectForm() -> Bool {
+        withExchange { e in
+            guard e.request != .complete else { return false }
+            e.request = .collectingForm
+            return true
+        } ?? false
+    }
+
+    /// Request-body bytes were moved into the buffer the upstream reads from (`pending` bytes now wait there).
+    /// Returns true when the paused transfer must be resumed.
+    mutating func requestBodyMoved(complete: Bool, pending: Int, now: UInt64) -> Bool {
+        withExchange { e in
+            if complete { e.request = .complete }
+            guard case .transferring(var t) = e.upstream, t.waitingForBody, pending > 0 || complete else {
+                return false
+            }
+            t.waitingForBody = false
+            t.lastProgress = now
+            e.upstream = .transferring(t)
+            return true
+        } ?? false
+    }
+
+    /// The client's send queue shrank to `pending` bytes. True when the transfer paused for it must resume.
+    mutating func clientDrained(pending: Int, now: UInt64) -> Bool {
+        lastClientProgress = now
+        let resumeBelow = limits.maxBuffered / 2
+        return withTransfer { t in
+            guard t.pausedForClient, pending < resumeBelow else { return false }
+            t.pausedForClient = false
+            t.lastProgress = now
+            return true
+        } ?? false
+    }
+
+    /// What ending the exchange leads to.
+    enum Ending: Equatable {
+        /// Wait for the next request (one may already be buffered).
+        case awaitNext
+        /// Half-close once the response is flushed, then linger (``State/closing(since:)``).
+        case close
+        /// There was no exchange (the connection closed while answering).
+        case none
+    }
+
+    /// The response is complete (or the exchange answered): keep the connection or close it.
+    mutating func endExchange(shuttingDown: Bool, now: UInt64) -> Ending {
+        guard case .exchange(let e) = state else { return .none }
+        if !e.keepAlive || e.request != .complete || shuttingDown || e.clientHalfClosed {
+            state = .closing(since: now)
+            return .close
+        }
+        state = .awaitingHead(headStarted: nil)
+        lastClientProgress = now
+        return .awaitNext
+    }
+
+    enum EOFStep: Equatable {
+        /// The tunnel handles it.
+        case tunnel
+        /// A complete request is still answered; stop reading (the client only half-closed).
+        case halfClosed
+        /// The rest of the last response is still going out: stop reading, the linger check closes.
+        case pauseReading
+        /// The client is gone: close.
+        case gone
+    }
+
+    /// The client sent EOF. It may only have half-closed after sending its request, so a complete request still
+    /// gets its answer; anything incomplete is abandoned. A client that is really gone shows up as a failed
+    /// write, which cancels the transfer.
+    mutating func clientEOF(pendingOutput: Int) -> EOFStep {
+        switch state {
+        case .tunnel:
+            return .tunnel
+        case .exchange(var e) where e.request == .complete:
+            e.keepAlive = false
+            e.clientHalfClosed = true
+            state = .exchange(e)
+            return .halfClosed
+        case .closing where pendingOutput > 0:
+            return .pauseReading
+        default:
+            return .gone
+        }
+    }
+
+    enum GoneStep: Equatable {
+        case tunnel
+        /// Close; when `logStatus` is set the exchange in progress is logged with it first.
+        case close(logStatus: Int?)
+    }
+
+    /// The client closed or reset its connection: whatever is in flight is cancelled.
+    mutating func clientGone() -> GoneStep {
+        switch state {
+        case .tunnel:
+            return .tunnel
+        case .exchange(let e):
+            // 499 (client closed request) unless the answer had begun.
+            let started: Bool
+            switch e.response {
+            case .streaming, .complete: started = true
+            default: started = false
+            }
+            state = .closed
+            return .close(logStatus: started ? e.status : 499)
+        default:
+            state = .closed
+            return .close(logStatus: nil)
+        }
+    }
+
+    /// The connection is being closed now (by the connection itself): nothing more happens on it.
+    mutating func closed() {
+        state = .closed
+    }
+
+    /// Shutdown began. A busy connection answers with `Connection: close` and closes after its exchange. An idle
+    /// one is not closed at once: a request the client sent just before it could see a close would meet a reset.
+    /// It takes requests (each answered with `Connection: close`) for ``Limits/shutdownQuiet``, then the tick
+    /// closes it (``TimerStep/closeForShutdown``); blind tunnels run on until the grace period ends.
+    mutating func shutdownRequested(now: UInt64) {
+        guard shutdownSince == nil else { return }
+        shutdownSince = now
+        withExchange { e in e.keepAlive = false }
+    }
+
+    /// An idle connection closes for the shutdown: half-closed and lingering like after a last response, so a
+    /// request arriving meanwhile is read and dropped (the client sees EOF and may retry elsewhere), not reset.
+    mutating func closingForShutdown(now: UInt64) {
+        state = .closing(since: now)
+    }
+
+    /// What the end of the grace period does to a connection still open.
+    enum GraceStep: Equatable {
+        /// Nothing in flight: close.
+        case close
+        /// A request whose answer has not begun: answer 503 (logged like any answer), then close at once rather
+        /// than linger after it as an answer otherwise does: the grace period is over.
+        case answerUnavailable
+        /// The answer had begun and is cut: log the exchange with `logStatus`, then close.
+        case cut(logStatus: Int)
+        /// A blind tunnel: end it (its access line is logged), then close.
+        case tunnel
+    }
+
+    /// The grace period is over: every exchange still in flight ends now, and each gets its access-log line.
+    mutating func graceExpired() -> GraceStep {
+        switch state {
+        case .exchange(var e):
+            switch e.response {
+            case .streaming, .complete:
+                state = .closed
+                return .cut(logStatus: e.status)
+            default:
+                e.keepAlive = false
+                state = .exchange(e)
+                return .answerUnavailable
+            }
+        case .tunnel:
+            return .tunnel
+        default:
+            state = .closed
+            return .close
+        }
+    }
+
+    // MARK: CONNECT
+
+    /// A blind tunnel starts for the exchange (the CONNECT is answered when the upstream is connected).
+    mutating func tunnelStarted() {
+        guard case .exchange(var e) = state else { return }
+        e.upstream = .finished
+        e.status = 200
+        state = .tunnel(e)
+    }
+
+    enum TunnelFailureStep: Equatable {
+        /// Answer the CONNECT with the error, then close.
+        case answer
+        /// The client was told 200 already and speaks TLS: an HTTP answer would only be garbage to it. Log the
+        /// CONNECT with the error's status, then close.
+        case cut
+    }
+
+    /// The tunnel could not be opened; the exchange is back, for its answer or its access-log line. `answered`:
+    /// the CONNECT was answered 200 before the upstream was connected (a matched host whose first bytes made it a
+    /// blind tunnel).
+    mutating func tunnelFailed(answered: Bool) -> TunnelFailureStep {
+        guard case .tunnel(let e) = state else { return .cut }
+        state = .exchange(e)
+        return answered ? .cut : .answer
+    }
+
+    /// Whether a reload whose `allow_clients` no longer admits the client closes the connection now: nothing of a
+    /// request is in progress (between requests, a TLS handshake or a served tunnel's first bytes awaited,
+    /// closing), or a tunnel owns it, which carries no further request to refuse. An exchange in progress
+    /// finishes, and the next request is refused (``ClientConnection/adoptGeneration(_:)``).
+    var closesWhenNoLongerAdmitted: Bool {
+        if case .exchange = state { return false }
+        return true
+    }
+
+    /// The upstream answered the exchange's WebSocket handshake with `101`: the connection becomes a two-way byte
+    /// relay (the tunnel state: its own idle timeout, half-close and back-pressure), and the exchange is kept for
+    /// the access-log line written when the relay ends. False when there is no exchange (the client went away).
+    mutating func upgraded() -> Bool {
+        guard case .exchange(var e) = state else { return false }
+        e.status = 101
+        e.upstream = .finished
+        e.keepAlive = false
+        state = .tunnel(e)
+        return true
+    }
+
+    /// Inside a CONNECT to a matched host (answered 200, waiting for its first bytes in
+    /// ``State/awaitingTunnelContent(since:)``), the client began TLS and no interception applies: a blind tunnel relays it, with an exchange for the
+    /// CONNECT's access-log line (begun at `started`).
+    mutating func tunnelAfterFirstBytes(started: UInt64) {
+        guard case .awaitingTunnelContent = state else { return }
+        exchanges += 1
+        var e = Exchange(
+            serial: exchanges, started: started, isHead: false, clientMinorVersion: 1, expectsContinue: false,
+            keepAlive: false, request: .complete)
+        e.upstream = .finished
+        e.status = 200
+        state = .tunnel(e)
+    }
+
+    /// Inside a CONNECT to a matched host, the first bytes are neither TLS nor HTTP (or TLS no rule lets through): an
+    /// exchange without a request begins, to be answered with an error and a close (a matched host never becomes
+    /// a raw tunnel past `connect_ports`).
+    mutating func tunnelContentRefused(started: UInt64) {
+        guard case .awaitingTunnelContent = state else { return }
+        exchanges += 1
+        state = .exchange(
+            Exchange(
+                serial: exchanges, started: started, isHead: false, clientMinorVersion: 1,
+                expectsContinue: false, keepAlive: false, request: .complete))
+    }
+
+    /// A CONNECT to a matched host was answered 200 and the proxy serves the tunnel: its exchange is answered (its
+    /// access-log line waits for the first bytes) and those bytes are awaited.
+    mutating func servedTunnelStarted(now: UInt64) {
+        guard exchange != nil else { return }
+        state = .awaitingTunnelContent(since: now)
+        lastClientProgress = now
+    }
+
+    /// The first bytes inside a served tunnel are plain HTTP: requests may be parsed now.
+    mutating func tunnelCarriesHTTP(now: UInt64) {
+        guard case .awaitingTunnelContent = state else { return }
+        state = .awaitingHead(headStarted: nil)
+        lastClientProgress = now
+    }
+
+    /// The first bytes inside a served tunnel are TLS and the proxy intercepts it: the handshake begins, still
+    /// within the header timeout counted from the CONNECT's answer.
+    mutating func tlsHandshakeStarted() {
+        guard case .awaitingTunnelContent(let since) = state else { return }
+        state = .tlsHandshake(since: since)
+    }
+
+    /// The TLS handshake with the client finished: requests may come.
+    mutating func handshakeFinished(now: UInt64) {
+        guard case .tlsHandshake = state else { return }
+        state = .awaitingHead(headStarted: nil)
+        lastClientProgress = now
+    }
+}
+
+// MARK: - Events from the upstream side: tokens, the transfer, the response head and body, token rejections.
+extension ExchangeStateMachine {
+    // MARK: token and transfer
+
+    /// A token is needed before the transfer can start. Returns the serial the answer must carry.
+    mutating func tokenRequested() -> Int? {
+        withExchange { e in
+            let attempt: Int
+            switch e.upstream {
+            case .retryScheduled: attempt = 2
+            case .awaitingToken(let a): attempt = a
+            default: attempt = 1
+            }
+            e.upstream = .awaitingToken(attempt: attempt)
+            return e.serial
+        }
+    }
+
+    /// The route waits for the PAC file's answer. Returns the exchange's serial (nil: no exchange).
+    mutating func routeRequested() -> Int? {
+        withExchange { e in
+            e.upstream = .awaitingRoute
+            return e.serial
+        }
+    }
+
+    /// Whether the route answer for exchange `serial` is still wanted (the exchange may have been answered, or
+    /// the connection closed, meanwhile).
+    func awaitsRoute(serial: Int) -> Bool {
+        guard case .exchange(let e) = state, e.serial == serial, case .awaitingRoute = e.upstream else { return false }
+        return true
+    }
+
+    /// Whether a token answer tagged `serial` is still wanted (the exchange may have ended or closed).
+    func awaitsToken(serial: Int) -> Bool {
+        guard case .exchange(let e) = state, e.serial == serial, case .awaitingToken = e.upstream else { return false }
+        return true
+    }
+
+    /// The libcurl transfer started. `inspect`: its response is looked at for a token error.
+    mutating func transferStarted(inspect: Bool, now: UInt64) {
+        withExchange { e in
+            var attempt = 1
+            switch e.upstream {
+            case .awaitingToken(let a), .backingOff(let a): attempt = a
+            default: break
+            }
+            e.upstream = .transferring(Transfer(attempt: attempt, inspect: inspect, lastProgress: now))
+            e.response = .none
+            e.status = 0
+        }
+    }
+
+    /// The attempt of the transfer in progress (1, or 2 for the retry).
+    var attempt: Int {
+        guard let e = exchange else { return 1 }
+        switch e.upstream {
+        case .transferring(let t): return t.attempt
+        case .awaitingToken(let a), .backingOff(let a): return a
+        case .retryScheduled: return 2
+        default: return 1
+        }
+    }
+
+    // MARK: upstream retries
+
+    /// Upstream retries made for the exchange in progress.
+    var upstreamRetries: Int { exchange?.upstreamRetries ?? 0 }
+
+    /// Whether the request may still go to the upstream again: a transfer is in progress, the request was read
+    /// to its end, and nothing of an answer has reached the client (no `100 Continue`, no byte of the response:
+    /// a head that is only decided or held has not been written).
+    var mayResendUpstream: Bool {
+        guard case .exchange(let e) = state, case .transferring = e.upstream, e.request == .complete, !e.continueSent
+        else { return false }
+        switch e.response {
+        case .none, .headReady, .holding: return true
+        case .streaming, .complete: return false
+        }
+    }
+
+    /// The attempt in progress failed in a way ``RetryPolicy`` retries: it is dropped (the connection stops the
+    /// transfer and forgets its response) and the request waits for its backoff. Returns the serial the end of
+    /// the backoff must carry; nil when the request may not be sent again (``mayResendUpstream``).
+    /// `countsAsRetry`: false for a resend that is not a retry (a `GET` answered 414 going again as a `POST`).
+    mutating func upstreamRetryScheduled(countsAsRetry: Bool = true) -> Int? {
+        guard mayResendUpstream else { return nil }
+        return withExchange { e in
+            guard case .transferring(let t) = e.upstream else { return nil }
+            e.upstream = .backingOff(attempt: t.attempt)
+            e.response = .none
+            e.status = 0
+            if countsAsRetry { e.upstreamRetries += 1 }
+            return e.serial
+        } ?? nil
+    }
+
+    /// Whether the backoff of exchange `serial` is still awaited (the client may have gone meanwhile).
+    func awaitsRetry(serial: Int) -> Bool {
+        guard case .exchange(let e) = state, e.serial == serial, case .backingOff = e.upstream else { return false }
+        return true
+    }
+
+    /// The upstream sent or took bytes.
+    mutating func upstreamProgress(now: UInt64) {
+        withTransfer { t in t.lastProgress = now }
+    }
+
+    /// The upstream wants request-body bytes. True when `100 Continue` is due first (the client waits for it
+    /// before sending its body, and libcurl asking for the body means the upstream did not refuse it).
+    mutating func upstreamWantsBody(now: UInt64) -> Bool {
+        upstreamProgress(now: now)
+        return continueDue()
+    }
+
+    enum BodySupplyStep: Equatable { case end, pause }
+
+    /// The buffer the upstream reads from is empty: the body is complete, or the transfer waits for more.
+    mutating func requestBodyBufferEmpty() -> BodySupplyStep {
+        withExchange { e in
+            if e.request == .complete { return .end }
+            if case .transferring(var t) = e.upstream {
+                t.waitingForBody = true
+                e.upstream = .transferring(t)
+            }
+            return .pause
+        } ?? .end
+    }
+
+    // MARK: response head
+
+    /// Whether upstream header lines still belong to the response head (after it come trailers, which are
+    /// hop-by-hop and dropped).
+    var readsResponseHead: Bool {
+        guard case .exchange(let e) = state, case .transferring = e.upstream else { return false }
+        return e.response == .none
+    }
+
+    /// The end of one upstream head. A 1xx head is followed by the real one; so is a 401/407 that libcurl
+    /// answers itself when it holds the network credential (it is final only if a body or the end follows).
+    static func headIsFinal(status: Int, answersChallenges: Bool) -> Bool {
+        status >= 200 && !(answersChallenges && (status == 401 || status == 407))
+    }
+
+    /// The status the client's head carries for the upstream head being committed. Only a complete final head
+    /// answers the client; without one (the transfer ended, or a body began, after a 1xx such as an unrequested
+    /// `101`, or inside a head) the client gets a 502: relaying a 1xx as the answer, or a 200 whose head was cut,
+    /// would leave it reading the next response on the connection wrongly.
+    static func relayedStatus(upstream status: Int, headComplete: Bool) -> Int {
+        status < 200 || !headComplete ? 502 : status
+    }
+
+    /// What a final response head asks for before it is committed.
+    enum FinalHeadStep: Equatable {
+        /// Commit it (``responseHeadCommitted(status:framing:inspection:)``).
+        case commit
+        /// A `GET` refused 414 as too long goes again at once as a `POST` form (not an upstream retry).
+        case resendAsForm
+        /// Ask the retry policy and the host's budget (``upstreamRetryScheduled(countsAsRetry:)``); when they
+        /// refuse, commit.
+        case retry(RetryPolicy.Cause)
+    }
+
+    /// A final response head arrived. `asForm`: it is a 414 to a `GET` that ``GetAsPost`` can send as a form;
+    /// `retry`: the cause ``RetryPolicy`` gives its status, when retries apply to the request. Neither happens
+    /// once the request may not go again (``mayResendUpstream``).
+    func finalHead(asForm: Bool, retry: RetryPolicy.Cause?) -> FinalHeadStep {
+        guard mayResendUpstream else { return .commit }
+        if asForm { return .resendAsForm }
+        if let retry { return .retry(retry) }
+        return .commit
+    }
+
+    /// What to look for in a response that may be a token error.
+    enum Inspection: Equatable {
+        case none
+        /// The status says it (498/499).
+        case rejectedByStatus
+        /// The body may say it (a small JSON, JSONP or HTML answer): hold it and look.
+        case holdBody
+    }
+
+    /// Whether and how a response could be a token rejection.
+    static func inspection(status: Int, framing: ResponseFraming, mayCarryError: Bool) -> Inspection {
+        if TokenRejection.isRejection(status: status) { return .rejectedByStatus }
+        if framing.noBody || !mayCarryError || (framing.contentLength ?? 0) > Int64(lookAhead) { return .none }
+        return .holdBody
+    }
+
+    enum CommitStep: Equatable {
+        /// The head waits to go out with the first body bytes (or the end).
+        case ready
+        /// Head and body are held to look for a token error.
+        case hold
+        /// The status is a token rejection: ask the token service what to do (then ``tokenRejection(_:)``).
+        case rejected
+    }
+
+    /// The response head is decided (`framing` fixed). `inspection` is applied only when the transfer injected
+    /// a token that could be refreshed.
+    mutating func responseHeadCommitted(status: Int, framing: ResponseFraming, inspection: Inspection) -> CommitStep {
+        withExchange { e in
+            e.status = status
+            // An answer before the request body was read to its end (an upload answered at once, a 413, a 401 to an
+            // `Expect: 100-continue`) ends the connection, or the client would send its next request into the
+            // discarded rest of that body.
+            e.keepAlive = e.responseMayKeepAlive && framing.keepAlive
+            var inspect = false
+            if case .transferring(var t) = e.upstream {
+                inspect = t.inspect
+                t.inspect = false
+                e.upstream = .transferring(t)
+            }
+            switch inspect ? inspection : .none {
+            case .none:
+                e.response = .headReady(framing)
+                return .ready
+            case .holdBody:
+                e.response = .holding(framing, bytes: 0)
+                return .hold
+            case .rejectedByStatus:
+                e.response = .holding(framing, bytes: 0)
+                return .rejected
+            }
+        } ?? .ready
+    }
+
+    /// The framing of the committed response head.
+    var framing: ResponseFraming? {
+        switch exchange?.response {
+        case .headReady(let f)?, .holding(let f, _)?, .streaming(let f)?: return f
+        default: return nil
+        }
+    }
+
+    /// Whether the response head may say keep-alive (else `Connection: close` goes into it).
+    var keepAlive: Bool { exchange?.responseMayKeepAlive ?? false }
+
+    // MARK: token rejection
+
+    /// What the token service decided about a rejected token.
+    enum RejectionOutcome: Equatable {
+        /// Pass the rejection to the client as is.
+        case relay
+        /// Stop this attempt; fetch a fresh token and retry with the replayed body.
+        case retry
+        /// Stop; answer with an explanation (a pregenerated token cannot be refreshed).
+        case explain
+    }
+
+    enum RejectionStep: Equatable {
+        /// Release the held response (``releaseHeld(transferLive:)``).
+        case release
+        /// Cancel the transfer now and come back on the next turn of the loop (``scheduledStep(serial:)``).
+        case cancelAndReschedule(serial: Int)
+    }
+
+    mutating func tokenRejection(_ outcome: RejectionOutcome) -> RejectionStep {
+        withExchange { e in
+            switch outcome {
+            case .relay:
+                return .release
+            case .retry, .explain:
+                e.upstream = outcome == .retry ? .retryScheduled : .explainScheduled
+                e.response = .none
+                e.status = 0
+                return .cancelAndReschedule(serial: e.serial)
+            }
+        } ?? .release
+    }
+
+    enum ScheduledStep: Equatable { case none, retry, explain }
+
+    /// The turn after a rejection: what was scheduled for exchange `serial`, if it is still the current one.
+    mutating func scheduledStep(serial: Int) -> ScheduledStep {
+        guard case .exchange(let e) = state, e.serial == serial else { return .none }
+        switch e.upstream {
+        case .retryScheduled: return .retry
+        case .explainScheduled: return .explain
+        default: return .none
+        }
+    }
+
+    enum ReleaseStep: Equatable {
+        /// Write the held head now (no body bytes were held).
+        case flushHead
+        /// Write the held head with the `bytes` held body bytes.
+        case writeHeld(bytes: Int)
+        /// Nothing to write yet (the head goes out at the end).
+        case keep
+    }
+
+    /// Stop holding: the held head and body go to the client and the transfer streams on.
+    mutating func releaseHeld(transferLive: Bool) -> ReleaseStep {
+        withExchange { e in
+            guard case .holding(let f, let n) = e.response else { return .keep }
+            if n == 0 {
+                e.response = .headReady(f)
+                if !transferLive { return .keep }
+                e.response = .streaming(f)
+                return .flushHead
+            }
+            e.response = .streaming(f)
+            return .writeHeld(bytes: n)
+        } ?? .keep
+    }
+
+    // MARK: response body and end
+
+    enum BodyStep: Equatable {
+        /// No head was committed yet (a 401 that turns out final because a body follows): commit it, then
+        /// report the bytes again.
+        case commitHeadFirst
+        /// Keep the bytes with the held response.
+        case hold
+        /// The held response is too large to be a token error: release it, then report the bytes again.
+        case release
+        /// Write them (after the head if it has not gone out).
+        case write
+        /// A response without body (HEAD, 204, 304): drop them.
+        case discard
+        /// The client's queue is full: pause the transfer (libcurl hands the same bytes again on resume).
+        case pause
+        /// The client is gone: abort the transfer.
+        case abort
+    }
+
+    mutating func upstreamBody(count: Int, clientPending: Int, clientFailed: Bool, now: UInt64) -> BodyStep {
+        let maxBuffered = limits.maxBuffered
+        return withExchange { e in
+            guard case .transferring(var t) = e.upstream else { return .abort }
+            t.lastProgress = now
+            defer { e.upstream = .transferring(t) }
+            switch e.response {
+            case .none:
+                return .commitHeadFirst
+            case .holding(let f, let n):
+                if n + count <= Self.lookAhead {
+                    e.response = .holding(f, bytes: n + count)
+                    return .hold
+                }
+                return .release
+            case .headReady(let f), .streaming(let f):
+                if clientFailed { return .abort }
+                if f.noBody { return .discard }
+                if clientPending >= maxBuffered {
+                    t.pausedForClient = true
+                    return .pause
+                }
+                e.response = .streaming(f)
+                return .write
+            case .complete:
+                return .abort
+            }
+        } ?? .abort
+    }
+
+    /// How a transfer ended.
+    enum TransferEnd: Equatable {
+        case success
+        /// A failure caused by our side of the exchange (the client went away, a callback aborted).
+        case clientSide
+        /// The upstream failed (DNS, connect, TLS, timeout, reset). `retry`: the ``RetryPolicy`` cause when the
+        /// failure is of a kind that is retried and the request was kept for a retry; nil when it is answered.
+        case upstreamFailed(retry: RetryPolicy.Cause?)
+
+        /// Classifies a finished transfer: `error` nil for success. `retryable`: upstream retries are on and the
+        /// request was kept for one. A failure is never retried when the proxy itself ran out of descriptors,
+        /// when the answer was invalid (it would be again), or when the request may have been processed
+        /// (``UpstreamError/notResent``).
+        init(_ error: UpstreamError?, retryable: Bool) {
+            guard let error else {
+                self = .success
+                return
+            }
+            if error.isClientSide {
+                self = .clientSide
+                return
+            }
+            guard retryable, error.outOfDescriptors == nil, error.invalidResponse == nil, error.notResent == nil else {
+                self = .upstreamFailed(retry: nil)
+                return
+            }
+            self = .upstreamFailed(
+                retry: RetryPolicy.cause(
+                    failure: error.cause, viaParent: error.parent != nil, denied: error.deniedAddress != nil))
+        }
+    }
+
+    /// When the connection takes up its buffered input again after an event from outside its input loop answered
+    /// or ended the exchange (a pipelined request may be waiting behind it).
+    enum Continuation: Equatable {
+        /// Not needed: the connection closes after this exchange.
+        case none
+        /// As soon as the step is carried out.
+        case now
+        /// On the next turn of the loop: the event came from inside a transfer's callback, where no transfer may
+        /// start.
+        case nextTurn
+    }
+
+    /// What a failed exchange leads to.
+    enum FailureStep: Equatable {
+        /// There is no exchange (the connection closed meanwhile): close.
+        case close
+        /// The head is out: the only honest signal left is to cut the connection (truncation). Log, then close.
+        case truncate
+        /// Answer with the error; `close` when the request body was not read to its end.
+        case answerError(close: Bool, then: Continuation)
+    }
+
+    enum FinishStep: Equatable {
+        case close
+        case failed(FailureStep)
+        /// The upstream failed in a way ``RetryPolicy`` retries, before anything reached the client: ask the policy
+        /// and the host's budget (``upstreamRetryScheduled(countsAsRetry:)``); when they refuse, report
+        /// `.upstreamFailed(retry: nil)`.
+        case retry(RetryPolicy.Cause)
+        /// No final head came (a lone 401 challenge, or nothing): commit the head from what was received, then
+        /// report the end again.
+        case commitHeadFirst
+        /// Look at the held body for a token error (then ``tokenRejection(_:)`` or ``releaseHeld(transferLive:)``,
+        /// and report the end again).
+        case inspectHeld
+        /// Complete the response (the held head, and the last chunk when chunked), then
+        /// ``endExchange(shuttingDown:now:)``, then take up buffered input as `then` says.
+        case complete(ResponseFraming, then: Continuation)
+
+        /// Whether the step follows a failure of the upstream (counted and logged as one).
+        var isUpstreamFailure: Bool {
+            switch self {
+            case .retry, .failed(.truncate), .failed(.answerError): return true
+            default: return false
+            }
+        }
+    }
+
+    /// The transfer ended (reported from outside its callbacks).
+    mutating func transferEnded(_ end: TransferEnd) -> FinishStep {
+        guard case .exchange(var e) = state else { return .close }
+        switch end {
+        case .clientSide:
+            return .close
+        case .upstreamFailed(let cause):
+            if let cause, mayResendUpstream { return .retry(cause) }
+            return .failed(exchangeFailed(from: .now))
+        case .success:
+            switch e.response {
+            case .none:
+                return .commitHeadFirst
+            case .holding:
+                return .inspectHeld
+            case .headReady(let f), .streaming(let f):
+                e.upstream = .finished
+                e.response = .complete
+                state = .exchange(e)
+                return .complete(f, then: Self.continuation(after: e, from: .now))
+            case .complete:
+                return .close
+            }
+        }
+    }
+
+    /// The upstream's response head is refused (``ResponseHeadAssembler/violation``: a lenient client could read it
+    /// differently from the proxy): the transfer is stopped and never retried, and the exchange fails. Reported from
+    /// inside the transfer's callbacks, so a pipelined request waits a turn.
+    mutating func responseHeadRefused() -> FailureStep {
+        exchangeFailed(from: .nextTurn)
+    }
+
+    /// The request body cannot be read (an invalid chunk): the transfer is stopped and, as the rest of the body
+    /// cannot be told from a next request, the connection ends after the answer.
+    mutating func requestBodyInvalid() -> FailureStep {
+        guard case .exchange(var e) = state else { return .close }
+        e.keepAlive = false
+        state = .exchange(e)
+        return exchangeFailed(from: .none)
+    }
+
+    /// The exchange's token cannot be used (the token service failed, a token that may only go over https for an
+    /// http request, a pregenerated token the upstream rejected): the exchange is answered with the error.
+    mutating func tokenUnusable() -> FailureStep {
+        exchangeFailed(from: .now)
+    }
+
+    /// The one rule for an exchange that fails: cut when its answer has begun, else answer with the error.
+    private mutating func exchangeFailed(from: Continuation) -> FailureStep {
+        guard case .exchange(var e) = state else { return .close }
+        e.upstream = .finished
+        if case .streaming = e.response {
+            state = .exchange(e)
+            return .truncate
+        }
+        e.response = .none
+        state = .exchange(e)
+        let close = e.request != .complete
+        return .answerError(close: close, then: close ? .none : Self.continuation(after: e, from: from))
+    }
+
+    /// Whether the connection stays open after exchange `e` for a request that may be buffered behind it.
+    private static func continuation(after e: Exchange, from: Continuation) -> Continuation {
+        e.keepAlive && e.request == .complete && !e.clientHalfClosed ? from : .none
+    }
+}
+
+// MARK: - Timeouts: checked once a second with the time passed in, so tests move a fake clock instead of waiting.
+extension ExchangeStateMachine {
+    enum TimerStep: Equatable {
+        case none
+        /// A request head started but did not finish in time: answer 408 and close.
+        case headerTimedOut
+        /// Idle, lingering or a handshake that never finished: close without a word.
+        case close
+        /// Shutdown: an idle connection's quiet time is over; begin closing (``closingForShutdown(now:)``).
+        case closeForShutdown
+        /// The client stopped reading its response or sending its body: log and close.
+        case clientStalled
+        /// The upstream sent and took nothing while we were ready for it: fail the transfer.
+        case upstreamStalled
+        /// A tunnel checks its own timeouts.
+        case tunnel
+        /// Reads from the client are paused (back-pressure) in the middle of its request body, so a reset would
+        /// go unseen until they resume: ask the socket whether the client hung up (then ``clientGone()``).
+        case probeClient
+    }
+
+    /// Whether the connection waits for a request and has heard nothing from the client for `duration`.
+    func isIdle(now: UInt64, for duration: UInt64) -> Bool {
+        guard case .awaitingHead(nil) = state else { return false }
+        return now &- lastClientProgress >= duration
+    }
+
+    /// `clientPending`: response bytes queued for the client; `lastSendProgress`: when a send last moved bytes
+    /// (a slow but steady reader is not idle); `clientReadsPaused`: the connection stopped reading the client.
+    func tick(now: UInt64, clientPending: Int, lastSendProgress: UInt64, clientReadsPaused: Bool = false) -> TimerStep {
+        switch state {
+        case .awaitingHead(let started?):
+            return now &- started > limits.headerTimeout ? .headerTimedOut : .none
+        case .awaitingHead(nil):
+            if let since = shutdownSince, now &- since >= limits.shutdownQuiet { return .closeForShutdown }
+            let limit = exchanges == 0 ? limits.headerTimeout : limits.idleTimeout
+            return now &- lastClientProgress > limit ? .close : .none
+        case .awaitingTunnelContent(let since), .tlsHandshake(let since):
+            if let down = shutdownSince, now &- down >= limits.shutdownQuiet { return .close }
+            return now &- max(since, lastClientProgress) > limits.headerTimeout ? .close : .none
+        case .exchange(let e):
+            let progress = max(lastClientProgress, lastSendProgress)
+            var waitingOnClient = clientPending > 0 || e.request == .collectingForm
+            if case .transferring(let t) = e.upstream, t.waitingForBody, e.request != .complete {
+                waitingOnClient = true
+            }
+            if waitingOnClient, now &- progress > limits.idleTimeout { return .clientStalled }
+            // libcurl's low-speed check averages over a window, so a stall after a trickle would be cut late.
+            if case .transferring(let t) = e.upstream, !t.pausedForClient, !t.waitingForBody,
+                now &- t.lastProgress > limits.upstreamTimeout
+            {
+                return .upstreamStalled
+            }
+            // An upload held back by a slow upstream: the client may have reset meanwhile (fault campaign: its
+            // socket, the transfer and the replay file stayed until the idle timeout).
+            if clientReadsPaused, e.request != .complete { return .probeClient }
+            return .none
+        case .tunnel:
+            return .tunnel
+        case .closing(let since):
+            // When response bytes last moved to the client (or the closing began).
+            let lastSent = max(since, lastSendProgress)
+            if clientPending > 0 {
+                // Still sending the last response: only a client that stopped reading is cut off.
+                return now &- lastSent > limits.idleTimeout ? .close : .none
+            }
+            // Flushed and half-closed: input is dropped while it keeps coming, up to the total linger time.
+            let quiet = now &- max(lastSent, lastClientProgress)
+            return quiet > limits.linger || now &- lastSent > limits.lingerTotal ? .close : .none
+        case .closed:
+            return .none
+        }
     }
 }

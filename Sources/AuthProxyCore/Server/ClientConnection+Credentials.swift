@@ -72,12 +72,13 @@ extension ClientConnection {
     /// is planned again from the start, unless the exchange ended or the connection closed meanwhile.
     private func awaitRoute(_ routing: ParentRouting, url: URLTarget, target: URLTarget) {
         guard let serial = machine.routeRequested() else { return }
-        let queue = loop.queue
-        nonisolated(unsafe) let me = self
+        let me = LoopBound(self, queue: loop.queue)
         routing.evaluate(scheme: target.scheme, host: target.host, port: target.port) {
-            queue.async {
-                guard me.machine.awaitsRoute(serial: serial) else { return }
-                me.forward(url)
+            me.queue.async {
+                guard me.value.machine.awaitsRoute(serial: serial) else { return }
+                me.value.forward(url)
+                // Planned again, the request may have been answered at once (a refusal, a rate limit).
+                me.value.run(me.value.machine.continuationAfterCallback)
             }
         }
     }
@@ -155,12 +156,11 @@ extension ClientConnection {
             tokenReady(.success(t), layer: layer)
             return
         }
-        let queue = loop.queue
-        nonisolated(unsafe) let me = self
+        let me = LoopBound(self, queue: loop.queue)
         tokens.token(for: c, target: url) { result in
-            queue.async {
-                guard me.machine.awaitsToken(serial: serial) else { return }
-                me.tokenReady(result, layer: layer)
+            me.queue.async {
+                guard me.value.machine.awaitsToken(serial: serial) else { return }
+                me.value.tokenReady(result, layer: layer)
             }
         }
     }
@@ -174,17 +174,17 @@ extension ClientConnection {
         switch result {
         case .failure(let e):
             if x.retry != nil { x.retry?.result = "token_failure" }
-            respondOutsideProcess(e.response, close: false)
+            run(machine.tokenUnusable(), answer: e.response)
         case .success(let t):
             let upstream = x.upstreamURL ?? url
             if t.ssl && upstream.scheme == "http" {
-                respondOutsideProcess(
-                    ErrorResponse(
+                run(
+                    machine.tokenUnusable(),
+                    answer: ErrorResponse(
                         status: 502, message: "Credential '\(c.name)': its token may only be sent over https",
                         details: [
                             "The token service marked the token ssl:true; request \(url.origin) over https (or set upgrade_to_https when available)."
-                        ]),
-                    close: false)
+                        ]))
                 return
             }
             x.injectedToken = t
@@ -227,7 +227,7 @@ extension ClientConnection {
         switch result {
         case .failure(let e):
             if x.retry != nil { x.retry?.result = "token_failure" }
-            respondOutsideProcess(e.response, close: false)
+            run(machine.tokenUnusable(), answer: e.response)
         case .success(let t):
             x.gatewayToken = t
             x.gatewayTokenRejected = false
@@ -281,26 +281,22 @@ extension ClientConnection {
             case .cancelAndReschedule(let serial) = machine.tokenRejection(
                 action == .explainPregenerated ? .explain : .retry)
         else { return false }
-        x.transfer?.cancel()
-        x.transfer = nil
-        x.heldHead.removeAll()
-        x.sniffBuffer = []
-        nonisolated(unsafe) let me = self
-        loop.queue.async {
+        cancelTransfer()
+        dropResponse()
+        onNextTurn { me in
             switch me.machine.scheduledStep(serial: serial) {
             case .none:
                 return
             case .explain:
-                me.respond(
-                    ErrorResponse(
+                me.run(
+                    me.machine.tokenUnusable(),
+                    answer: ErrorResponse(
                         status: 502,
                         message:
                             "Credential '\(c.name)': the upstream rejected its pregenerated token (expired or revoked)",
                         details: [
                             "Renew it: generate a new token, put it in proxy.conf and reload (SIGHUP, POST /reload) or restart authproxy."
-                        ]), close: false)
-                me.process()
-                me.updateReadInterest()
+                        ]))
             case .retry:
                 me.retryWithFreshToken(layer: layer)
             }

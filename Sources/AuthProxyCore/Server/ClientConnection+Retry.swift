@@ -26,13 +26,24 @@ extension ClientConnection {
         x.attemptInspect = inspect
     }
 
-    /// A final response head arrived: true when its status is retried (the transfer is stopped and the request
-    /// goes again after its backoff); false when it is relayed.
-    func retryOnStatus(_ x: ExchangeContext) -> Bool {
-        guard x.attemptURL != nil, context.retryPolicy.isEnabled,
-            let cause = RetryPolicy.cause(status: x.responseHead.status),
-            x.responseHead.violation == nil
+    /// Whether a final response head is a 414 to a `GET` that ``GetAsPost`` can send as a form (for
+    /// ``ExchangeStateMachine/finalHead(asForm:retry:)``).
+    func sendsAsFormAfter414(_ x: ExchangeContext) -> Bool {
+        guard x.responseHead.status == 414, x.responseHead.violation == nil, x.getAsPost == nil,
+            context.config.getAsPostAboveBytes > 0, let url = x.attemptURL, let h = x.head
         else { return false }
+        return GetAsPost.applies(method: h.method, hasBody: false, isUpgrade: h.upgrade != nil, target: url)
+    }
+
+    /// The cause ``RetryPolicy`` gives a final response head's status, when retries apply to the request.
+    func statusRetryCause(_ x: ExchangeContext) -> RetryPolicy.Cause? {
+        guard x.attemptURL != nil, context.retryPolicy.isEnabled, x.responseHead.violation == nil else { return nil }
+        return RetryPolicy.cause(status: x.responseHead.status)
+    }
+
+    /// The machine retries a final head's status: true when the policy and the host's budget allow it (the
+    /// transfer is stopped and the request goes again after its backoff); false when the head is committed.
+    func retryOnStatus(_ x: ExchangeContext, cause: RetryPolicy.Cause) -> Bool {
         var retryAfter: Int? = nil
         if let v = x.responseHead.string(of: "retry-after") {
             retryAfter = RetryPolicy.retryAfterSeconds(
@@ -42,46 +53,33 @@ extension ClientConnection {
         return retryUpstream(cause: cause, retryAfter: retryAfter)
     }
 
-    /// A `GET` to an ArcGIS REST operation answered 414 URI Too Long: true when it goes again at once as a
-    /// `POST` form (``GetAsPost``). Not an upstream retry: it spends neither the retries nor the budget.
+    /// The machine sends a `GET` refused 414 again at once as a `POST` form (``GetAsPost``): true when it goes. Not
+    /// an upstream retry: it spends neither the retries nor the budget.
     func resendAsPostOn414(_ x: ExchangeContext) -> Bool {
-        guard x.responseHead.status == 414, x.responseHead.violation == nil, x.getAsPost == nil,
-            context.config.getAsPostAboveBytes > 0,
-            let url = x.attemptURL, let h = x.head,
-            GetAsPost.applies(method: h.method, hasBody: false, isUpgrade: h.upgrade != nil, target: url),
-            let serial = machine.upstreamRetryScheduled(countsAsRetry: false)
-        else { return false }
+        guard let url = x.attemptURL, let serial = machine.upstreamRetryScheduled(countsAsRetry: false) else {
+            return false
+        }
         x.getAsPost = .status414
         ProxyMetrics.active?.getAsPost(.status414)
-        x.transfer?.cancel()
-        x.transfer = nil
-        x.heldHead.removeAll()
-        x.sniffBuffer = []
-        x.bodyMask = nil
+        cancelTransfer()
+        dropResponse()
         logger.info(
             "upstream refused the URL as too long (414), sending it as a POST form",
             metadata: [
                 "client": "\(peer)", "url": "\(url.origin)\(url.path)", "url_bytes": "\(url.pathAndQuery.utf8.count)",
             ])
         // Decided inside a libcurl callback, where no transfer may start: on the next turn.
-        nonisolated(unsafe) let me = self
-        loop.queue.async {
+        onNextTurn { me in
             guard me.machine.awaitsRetry(serial: serial) else { return }
             me.resendUpstream()
         }
         return true
     }
 
-    /// The transfer failed: true when the failure is retried.
-    func retryOnFailure(_ error: UpstreamError) -> Bool {
-        guard let x = ex, x.attemptURL != nil, context.retryPolicy.isEnabled, error.outOfDescriptors == nil,
-            error.invalidResponse == nil,
-            error.notResent == nil,
-            let cause = RetryPolicy.cause(
-                failure: error.cause, viaParent: error.parent != nil,
-                denied: error.deniedAddress != nil)
-        else { return false }
-        return retryUpstream(
+    /// The transfer failed in a way the machine retries (``ExchangeStateMachine/FinishStep/retry(_:)``): true when
+    /// the policy and the host's budget allow the retry.
+    func retryOnFailure(_ error: UpstreamError, cause: RetryPolicy.Cause) -> Bool {
+        retryUpstream(
             cause: cause, retryAfter: nil,
             detail: error.detail.isEmpty ? error.response.message : error.detail)
     }
@@ -119,11 +117,8 @@ extension ClientConnection {
         }
         guard let serial = machine.upstreamRetryScheduled() else { return false }
         x.retryCause = cause
-        x.transfer?.cancel()
-        x.transfer = nil
-        x.heldHead.removeAll()
-        x.sniffBuffer = []
-        x.bodyMask = nil
+        cancelTransfer()
+        dropResponse()
         var metadata: Logger.Metadata = [
             "client": "\(peer)", "url": "\(url.origin)\(url.path)",
             "cause": "\(cause.rawValue)", "attempt": "\(retriesDone + 2)", "wait_ms": "\(wait / 1_000_000)",
@@ -131,8 +126,7 @@ extension ClientConnection {
         if let detail { metadata["detail"] = "\(detail)" }
         logger.info("upstream attempt failed, retrying", metadata: metadata)
         // Never started from inside a libcurl callback (where this is decided): always on a later turn.
-        nonisolated(unsafe) let me = self
-        loop.queue.asyncAfter(deadline: .now() + .nanoseconds(Int(min(wait, UInt64(Int.max))))) {
+        onLoop(after: wait) { me in
             guard me.machine.awaitsRetry(serial: serial) else { return }
             me.resendUpstream()
         }

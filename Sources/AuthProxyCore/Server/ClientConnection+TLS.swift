@@ -183,6 +183,7 @@ extension ClientConnection {
         logAccess(status: 200, started: ic.connectStarted)
         detachExchange()
         ic.session = session
+        machine.tlsHandshakeStarted()
         // The ClientHello (and whatever followed it) is in the input buffer.
         inbuf.withUnreadBytes { session.feed($0) }
         inbuf.removeAll()

@@ -43,8 +43,8 @@ extension ClientConnection {
         channel.write("HTTP/1.1 200 Connection Established\r\nVia: \(context.viaValue)\r\n\r\n")
         interception = Interception(
             session: nil, server: context.tlsServer, host: host, port: port,
-            awaitingFirstBytes: true, blindAllowed: blindAllowed, connectStarted: started)
-        machine.interceptionStarted(now: now)
+            blindAllowed: blindAllowed, connectStarted: started)
+        machine.servedTunnelStarted(now: now)
     }
 
     /// The first bytes inside a served tunnel (in `inbuf`) arrived. Returns true when requests may be parsed now
@@ -54,7 +54,6 @@ extension ClientConnection {
         let decision = RequestPlanner.servedTunnel(
             content, host: ic.host, port: ic.port, canIntercept: ic.server != nil,
             blindAllowed: ic.blindAllowed, routing: context.routing, denyDestinations: context.access.denyDestinations)
-        if decision != .wait { ic.awaitingFirstBytes = false }
         let destination = "\(ic.host):\(ic.port)"
         switch decision {
         case .wait:
@@ -62,7 +61,7 @@ extension ClientConnection {
         case .serveHTTP:
             logAccess(status: 200, started: ic.connectStarted)
             detachExchange()
-            machine.handshakeFinished(now: now)
+            machine.tunnelCarriesHTTP(now: now)
             return true
         case .intercept:
             if let server = ic.server { startInterception(ic, server: server) }
@@ -119,15 +118,14 @@ extension ClientConnection {
     func tunnelFailed(_ e: ErrorResponse, answered: Bool) {
         if e.status == 403 { ProxyMetrics.active?.denied(.destination) }
         tunnel = nil
-        machine.tunnelFailed()
-        guard !answered else {
-            // The client was told 200 and speaks TLS: an HTTP answer would only be garbage to it.
+        switch machine.tunnelFailed(answered: answered) {
+        case .answer:
+            respond(e, close: true)
+        case .cut:
             logger.warning("tunnel could not be opened", metadata: ["client": "\(peer)", "cause": "\(e.message)"])
             logAccess(status: e.status)
             close()
-            return
         }
-        respond(e, close: true)
     }
 
     func tunnelFinished(bytesUp: Int64, bytesDown: Int64) {

@@ -156,16 +156,10 @@ extension ClientConnection {
         }
     }
 
-    /// The request body is malformed: answer 400 and close, or cut the connection when the answer has begun.
+    /// The request body is malformed: the machine says whether the client gets a 400 or, its answer begun, a cut.
     func bodyFailed(_ e: HTTPParseError) {
-        ex?.transfer?.cancel()
-        ex?.transfer = nil
-        if case .streaming? = machine.exchange?.response {
-            close()
-        } else {
-            ex?.heldHead.removeAll()
-            respond(ErrorResponse.forParseError(e), close: true)
-        }
+        cancelTransfer()
+        run(machine.requestBodyInvalid(), answer: ErrorResponse.forParseError(e))
     }
 
     func transferNeedsBody(_ buffer: UnsafeMutableRawBufferPointer) -> BodySupply {
@@ -231,7 +225,14 @@ extension ClientConnection {
         case .end:
             machine.upstreamProgress(now: now)
             if x.responseHead.isFinal(answersChallenges: x.networkAuth.answersChallenges) {
-                if resendAsPostOn414(x) || retryOnStatus(x) { return }
+                switch machine.finalHead(asForm: sendsAsFormAfter414(x), retry: statusRetryCause(x)) {
+                case .resendAsForm:
+                    if resendAsPostOn414(x) { return }
+                case .retry(let cause):
+                    if retryOnStatus(x, cause: cause) { return }
+                case .commit:
+                    break
+                }
                 commitResponseHead(inspect: true)
             } else if x.responseHead.status == 401, x.challengeScheme == nil, ProxyMetrics.active != nil {
                 x.challengeScheme = NetworkAuthScheme.answered(
@@ -253,10 +254,9 @@ extension ClientConnection {
             refuseResponseHead(violation)
             return false
         }
-        // Only a complete final head answers the client. Without one (libcurl ended the transfer, or started a body,
-        // after a 1xx such as an unrequested `101`, or inside a head), the client gets a 502: relaying a 1xx as the
-        // answer, or a 200 whose head was cut, would leave it reading the next response on the connection wrongly.
-        if x.responseHead.status < 200 || !x.responseHead.isComplete { x.responseHead.substituteStatus(502) }
+        let relayed = ExchangeStateMachine.relayedStatus(
+            upstream: x.responseHead.status, headComplete: x.responseHead.isComplete)
+        if relayed != x.responseHead.status { x.responseHead.substituteStatus(relayed) }
         x.heldHead.removeAll()
         if let injected = x.injectedToken {
             maskInjectedToken(in: x, token: injected.value)
@@ -338,8 +338,8 @@ extension ClientConnection {
     }
 
     /// An upstream head that a lenient client could read differently from libcurl (RFC 9112): it is never relayed.
-    /// The transfer is stopped (libcurl closes that upstream connection) and the client gets a 502; its connection
-    /// stays usable when its request was read to the end.
+    /// The transfer is stopped (libcurl closes that upstream connection) and the exchange fails as the machine says
+    /// (a 502, the connection kept when its request was read to the end).
     func refuseResponseHead(_ violation: ResponseHeadAssembler.Violation) {
         let destination = ex?.transfer?.destination ?? ex?.upstreamURL.map { "\($0.urlHost):\($0.port)" } ?? "-"
         logger.warning(
@@ -349,28 +349,12 @@ extension ClientConnection {
                 "cause": "\(violation)",
             ])
         ProxyMetrics.active?.upstreamError(.protocolError)
-        ex?.transfer?.cancel()
-        ex?.transfer = nil
-        switch machine.transferEnded(.upstreamFailed) {
-        case .answerError(let close):
-            ex?.heldHead.removeAll()
-            ex?.sniffBuffer = []
-            respond(
-                ErrorResponse(
-                    status: 502, message: "Upstream \(destination) sent an invalid response: \(violation)",
-                    details: ["The response was not relayed (RFC 9112)."]), close: close)
-            // Usually inside a libcurl callback, where no transfer may start: a pipelined request waits a turn.
-            nonisolated(unsafe) let me = self
-            loop.queue.async {
-                me.process()
-                me.updateReadInterest()
-            }
-        case .truncate:
-            logAccess()
-            close()
-        default:
-            close()
-        }
+        cancelTransfer()
+        run(
+            machine.responseHeadRefused(),
+            answer: ErrorResponse(
+                status: 502, message: "Upstream \(destination) sent an invalid response: \(violation)",
+                details: ["The response was not relayed (RFC 9112)."]))
     }
 
     /// Writes the held response head, if any, followed by `tail`.
@@ -432,70 +416,44 @@ extension ClientConnection {
 
     func transferDidFinish(error: UpstreamError?) {
         ex?.transfer = nil
-        let end: ExchangeStateMachine.TransferEnd
+        let end = ExchangeStateMachine.TransferEnd(
+            error, retryable: context.retryPolicy.isEnabled && ex?.attemptURL != nil)
+        var step = machine.transferEnded(end)
         if let error {
-            end = error.isClientSide || machine.isClosed ? .clientSide : .upstreamFailed
-            if end == .upstreamFailed, let m = ProxyMetrics.active {
-                if error.deniedAddress != nil, error.cause == .connect {
-                    m.denied(.destination)
-                } else {
-                    m.upstreamError(error.metricCause)
-                }
-            }
-            // A failure that is retried logs its own line (``retryOnFailure(_:)``); the warning is for the one the
-            // client gets.
-            if end == .upstreamFailed, retryOnFailure(error) { return }
+            if step.isUpstreamFailure { countUpstreamFailure(error) }
+            // Rate-limited: when descriptors run out, every request would log a line.
             if let e = error.outOfDescriptors {
-                // Rate-limited: when descriptors run out, every request would log a line.
                 context.descriptors.report(.upstream, error: e, logger: logger, now: now)
-            } else if end == .upstreamFailed {
-                logger.warning(
-                    "upstream failed",
-                    metadata: [
-                        "client": "\(peer)", "destination": "\(error.destination)",
-                        "cause": "\(error.detail.isEmpty ? error.response.message : error.detail)",
-                    ])
             }
         } else {
-            end = .success
-            if let x = ex, x.responseHead.status == 401, x.networkAuth.answersChallenges, let url = x.upstreamURL {
-                let offered = AuthChallenge.parse(fields: x.responseHead.values(of: "www-authenticate")).map(\.scheme)
-                if let cause = x.networkAuth.password?.unanswerable(offered: offered, overHTTPS: url.scheme == "https")
-                {
-                    logger.warning(
-                        "the network credential cannot answer the upstream's challenge",
-                        metadata: [
-                            "url": "\(url.origin)\(url.path)", "credential": "\(x.networkAuth.passwordName ?? "-")",
-                            "cause": "\(cause)",
-                        ])
-                } else {
-                    logger.warning(
-                        "upstream refused the network credential",
-                        metadata: [
-                            "url": "\(url.origin)\(url.path)",
-                            "credential":
-                                "\(x.networkAuth.passwordName ?? context.kerberosCredentialName ?? "kerberos")",
-                        ])
-                }
-            }
+            warnRefusedNetworkCredential()
         }
         while true {
-            switch machine.transferEnded(end) {
+            switch step {
             case .close:
                 close()
                 return
-            case .truncate:
-                // Headers are out: the only honest signal left is to cut the connection.
-                logAccess()
-                close()
-                return
-            case .answerError(let close):
-                ex?.heldHead.removeAll()
-                ex?.sniffBuffer = []
-                respondOutsideProcess(error!.response, close: close)
+            case .retry(let cause):
+                // A failure that is retried logs its own line (``retryUpstream(cause:retryAfter:detail:)``).
+                guard let error else { preconditionFailure("a transfer failed without an error") }
+                if retryOnFailure(error, cause: cause) { return }
+                step = machine.transferEnded(.upstreamFailed(retry: nil))
+            case .failed(let failure):
+                // Only an upstream failure fails the exchange, and it comes with its error (as `retry` does).
+                guard let error else { preconditionFailure("a transfer failed without an error") }
+                if error.outOfDescriptors == nil, failure != .close {
+                    logger.warning(
+                        "upstream failed",
+                        metadata: [
+                            "client": "\(peer)", "destination": "\(error.destination)",
+                            "cause": "\(error.detail.isEmpty ? error.response.message : error.detail)",
+                        ])
+                }
+                run(failure, answer: error.response)
                 return
             case .commitHeadFirst:
                 guard commitResponseHead(inspect: false) else { return }
+                step = machine.transferEnded(end)
             case .inspectHeld:
                 if let x = ex,
                     TokenRejection.isRejection(
@@ -507,14 +465,47 @@ extension ClientConnection {
                     return
                 }
                 releaseHeldResponse()
-            case .complete(let framing):
+                step = machine.transferEnded(end)
+            case .complete(let framing, let then):
                 tokenAccepted()
                 flushHead(then: framing.chunked ? "0\r\n\r\n" : "")
                 finishExchange()
-                process()
-                updateReadInterest()
+                run(then)
                 return
             }
+        }
+    }
+
+    /// An upstream failure in the metrics (a destination `deny_destinations` refused is counted as a refusal).
+    private func countUpstreamFailure(_ error: UpstreamError) {
+        guard let m = ProxyMetrics.active else { return }
+        if error.deniedAddress != nil, error.cause == .connect {
+            m.denied(.destination)
+        } else {
+            m.upstreamError(error.metricCause)
+        }
+    }
+
+    /// A final 401 although a network credential answers challenges: the log says whether the credential could
+    /// not answer the schemes offered or was refused.
+    private func warnRefusedNetworkCredential() {
+        guard let x = ex, x.responseHead.status == 401, x.networkAuth.answersChallenges, let url = x.upstreamURL
+        else { return }
+        let offered = AuthChallenge.parse(fields: x.responseHead.values(of: "www-authenticate")).map(\.scheme)
+        if let cause = x.networkAuth.password?.unanswerable(offered: offered, overHTTPS: url.scheme == "https") {
+            logger.warning(
+                "the network credential cannot answer the upstream's challenge",
+                metadata: [
+                    "url": "\(url.origin)\(url.path)", "credential": "\(x.networkAuth.passwordName ?? "-")",
+                    "cause": "\(cause)",
+                ])
+        } else {
+            logger.warning(
+                "upstream refused the network credential",
+                metadata: [
+                    "url": "\(url.origin)\(url.path)",
+                    "credential": "\(x.networkAuth.passwordName ?? context.kerberosCredentialName ?? "kerberos")",
+                ])
         }
     }
 }

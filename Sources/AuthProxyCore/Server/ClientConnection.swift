@@ -8,8 +8,11 @@ import Logging
 #endif
 
 /// One client connection: the executor of its ``ExchangeStateMachine``. It moves bytes between the socket, TLS,
-/// libcurl and the token service, reports what happened to the machine, and carries out what the machine
-/// decides (answer, close, pause, resume, hold, retry). Lifecycle decisions are not taken here.
+/// the upstream clients and the token service, reports what happened to the machine, and carries out what the
+/// machine decides (answer, fail, close, pause, resume, hold, retry, and when buffered input is taken up again).
+/// The connection's mode is the machine's state; ``tunnel`` and ``interception`` are only that mode's resources. No
+/// lifecycle decision is taken here: a failure that leaves nothing to answer (a failed TLS handshake, the end of a
+/// tunnel) closes at once, and the close is reported to the machine.
 ///
 /// Memory per connection is bounded: at most ``maxInput`` unparsed input bytes, ``maxBuffered`` request-body
 /// bytes waiting for libcurl, and ``maxBuffered`` response bytes waiting for the client. When a limit is
@@ -21,7 +24,7 @@ import Logging
 /// holds little more than its socket, parser and state machine.
 ///
 /// Confined to its loop's queue: every method runs there (Dispatch handlers, libcurl callbacks and token
-/// answers are delivered on it).
+/// answers are delivered on it; a hop to a later turn goes through ``LoopBound``, which checks it in debug builds).
 final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
     static let maxBuffered = 256 * 1024
     static let maxInput = 80 * 1024
@@ -49,8 +52,10 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
     /// The generation `credentials`, `authenticated` and the machine's limits were taken from; an exchange that
     /// begins under a newer one takes them again (``adoptGeneration(_:)``).
     var generationSeen: Int
-    /// Every lifecycle decision: see ``ExchangeStateMachine``.
-    var machine: ExchangeStateMachine
+    /// Every lifecycle decision: see ``ExchangeStateMachine``. Read and changed many times per request, always on
+    /// the loop's queue and by the machine's own methods, which call nothing back: accesses cannot overlap, so
+    /// they go without the dynamic exclusivity check (a measured share of the request's cost).
+    @exclusivity(unchecked) var machine: ExchangeStateMachine
     var inbuf = ByteBuffer()
     var parser = RequestHeadParser()
     /// A CONNECT tunnel to a matched host that the proxy serves itself (TLS with the client when intercepted, or
@@ -136,8 +141,9 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
                 details: ["The configuration was reloaded and [proxy] allow_clients no longer admits it."])
         }
         let cfg = g.config
-        machine.limits = .init(
-            seconds: cfg.headerTimeoutSeconds, idle: cfg.idleTimeoutSeconds, upstream: cfg.upstreamTimeoutSeconds)
+        machine.limitsChanged(
+            .init(
+                seconds: cfg.headerTimeoutSeconds, idle: cfg.idleTimeoutSeconds, upstream: cfg.upstreamTimeoutSeconds))
         let auth = g.access.authenticator
         if let a = authenticated {
             if auth.isRequired, let c = auth.authenticate(a.authorization) {
@@ -160,7 +166,7 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
     /// has no request in progress (idle between requests, or a blind tunnel, which carries no more requests to
     /// refuse) is closed now; one with a request in progress finishes it and is refused at its next one.
     func reloadInstalled(_ g: ServerContext) {
-        guard !g.access.allowClients.contains(address), ex == nil || tunnel != nil else { return }
+        guard !g.access.allowClients.contains(address), machine.closesWhenNoLongerAdmitted else { return }
         logger.warning(
             "connection closed: client address no longer in [proxy] allow_clients after a reload",
             metadata: ["client": "\(peer)"])
@@ -185,29 +191,24 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
             return
         }
         var eof = false
-        // libdispatch reports a hang-up (the client reset) once and then stops watching the socket, so a read
-        // event may be the last one: while a request body streams in, read to EAGAIN (a short read does not mean
-        // the error behind the data was seen), and when reading stopped early (the input limit, or a short read
-        // before the head just parsed turned out to have a body) read on here rather than wait for another event.
-        var more = true
-        while more {
-            more = false
+        // Each pass reads as the machine says (``ExchangeStateMachine/ReadPass``), then processes what it read.
+        var stoppedEarly = true
+        while stoppedEarly {
+            stoppedEarly = false
             var atLimit = false
-            var discarding = false
-            if case .closing = machine.state { discarding = true }
-            let toTheEnd = machine.readsBody
+            let pass = machine.readPass
             // Bytes of a read that found `inbuf` empty, left in the scratch buffer for `process(inPlace:)`.
             var inPlace = 0
             reading: while true {
                 guard inbuf.count < Self.maxInput, (tls?.bufferedCiphertext ?? 0) < Self.maxInput else {
-                    more = true
+                    stoppedEarly = true
                     atLimit = true
                     break reading
                 }
                 switch channel.read(into: loop.scratch) {
                 case .bytes(let n):
                     machine.clientProgress(now: now)
-                    if discarding { continue }
+                    if pass == .discard { continue }
                     let bytes = UnsafeRawBufferPointer(rebasing: loop.scratch[0..<n])
                     if !firstBytesSeen {
                         firstBytesSeen = true
@@ -217,18 +218,19 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
                             continue
                         }
                     }
+                    let short = n < loop.scratch.count && pass == .untilShortRead
                     if let tls {
                         tls.feed(bytes)
-                    } else if inbuf.isEmpty, n < loop.scratch.count, !toTheEnd {
+                    } else if inbuf.isEmpty, short {
                         // Everything the client sent, in one read (the usual case): parsed where it lies.
                         inPlace = n
-                        more = true
+                        stoppedEarly = true
                         break reading
                     } else {
                         inbuf.append(bytes)
                     }
-                    if n < loop.scratch.count, !toTheEnd {
-                        more = true
+                    if short {
+                        stoppedEarly = true
                         break reading
                     }
                 case .wouldBlock:
@@ -242,7 +244,7 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
                     return
                 }
             }
-            if tls != nil, !discarding {
+            if tls != nil, pass != .discard {
                 switch pullTLS() {
                 case .closed: return
                 case .eof: eof = true
@@ -257,14 +259,10 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
                 clientEOF()
                 return
             }
-            if more,
-                channel.isClosed || (!atLimit && !machine.readsBody)
-                    || machine.readInterest(
-                        buffered: max(inbuf.count, tls?.bufferedCiphertext ?? 0), limit: Self.maxInput)
-                        != .read
-            {
-                more = false
-            }
+            stoppedEarly =
+                stoppedEarly && !channel.isClosed
+                && machine.readsOn(
+                    atLimit: atLimit, buffered: max(inbuf.count, tls?.bufferedCiphertext ?? 0), limit: Self.maxInput)
         }
         updateReadInterest()
     }
@@ -276,17 +274,11 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
         case .leave: return
         }
         // Decrypted-but-unread input does not make the socket readable again: pull it when there is room.
-        if let ic = interception, let session = ic.session, session.handshakeDone, session.hasBufferedInput,
-            inbuf.count < Self.maxInput, !ic.pullScheduled
+        if let session = tls, session.handshakeDone, session.hasBufferedInput, inbuf.count < Self.maxInput,
+            machine.decryptedInputWaiting()
         {
-            ic.pullScheduled = true
-            nonisolated(unsafe) let me = self
-            loop.queue.async {
-                me.interception?.pullScheduled = false
-                switch me.machine.state {
-                case .closed, .closing: return
-                default: break
-                }
+            onNextTurn { me in
+                guard me.machine.decryptedInputTurn() else { return }
                 switch me.pullTLS() {
                 case .closed: return
                 case .eof:
@@ -314,11 +306,10 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
             }
             switch step {
             case .wait, .discard:
-                // The first bytes inside a CONNECT to a matched host say what the tunnel carries.
-                if step == .wait, let ic = interception, ic.awaitingFirstBytes, !inbuf.isEmpty, firstTunnelBytes(ic) {
-                    continue
-                }
                 return
+            case .classifyTunnel:
+                // The first bytes inside a CONNECT to a matched host say what the tunnel carries.
+                guard let ic = interception, firstTunnelBytes(ic) else { return }
             case .pumpBody:
                 pumpBody()
                 return
@@ -462,22 +453,79 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
 
     /// Answers with an ArcGIS-style JSON error.
     func respond(_ e: ErrorResponse, close: Bool, extraHeaders: String = "") {
-        if let x = ex, let t = x.transfer {
-            t.cancel()
-            x.transfer = nil
-        }
+        cancelTransfer()
         respondLocal(
             status: e.status, contentType: "application/json; charset=utf-8", body: e.jsonBody, close: close,
             extraHeaders: e.retryAfter.map { "Retry-After: \($0)\r\n" + extraHeaders } ?? extraHeaders)
     }
 
-    /// ``respond(_:close:extraHeaders:)`` from a callback that runs outside ``process()`` (a token answer, the end of a
-    /// transfer): a pipelined request already buffered is taken up next, as after every answer. Forgetting that
-    /// follow-up left such a request unanswered until the client sent more.
-    func respondOutsideProcess(_ e: ErrorResponse, close: Bool) {
-        respond(e, close: close)
-        process()
-        updateReadInterest()
+    // MARK: carrying out the machine's steps
+
+    /// Stops the exchange's transfer, if any: its callbacks stop at once.
+    func cancelTransfer() {
+        guard let x = ex, let t = x.transfer else { return }
+        t.cancel()
+        x.transfer = nil
+    }
+
+    /// Forgets what a stopped transfer produced for the client: the decided head, the held body and the mask for
+    /// its body.
+    func dropResponse() {
+        guard let x = ex else { return }
+        x.heldHead.removeAll()
+        x.sniffBuffer = []
+        x.bodyMask = nil
+    }
+
+    /// A failed exchange, as the machine decided (``ExchangeStateMachine/FailureStep``): answered with `answer`, or
+    /// cut.
+    func run(_ step: ExchangeStateMachine.FailureStep, answer: @autoclosure () -> ErrorResponse) {
+        switch step {
+        case .close:
+            close()
+        case .truncate:
+            logAccess()
+            close()
+        case .answerError(let close, let then):
+            dropResponse()
+            respond(answer(), close: close)
+            run(then)
+        }
+    }
+
+    /// Takes up buffered input when and if the machine says (a request pipelined behind one answered outside
+    /// ``process(inPlace:)``).
+    func run(_ continuation: ExchangeStateMachine.Continuation) {
+        switch continuation {
+        case .none:
+            return
+        case .now:
+            process()
+            updateReadInterest()
+        case .nextTurn:
+            onNextTurn { me in
+                me.process()
+                me.updateReadInterest()
+            }
+        }
+    }
+
+    /// Runs `body` with this connection on a later turn of its loop, never inside the current callback.
+    func onNextTurn(_ body: @escaping (ClientConnection) -> Void) {
+        let hop = LoopBound((self, body), queue: loop.queue)
+        loop.queue.async {
+            let (me, body) = hop.value
+            body(me)
+        }
+    }
+
+    /// Runs `body` with this connection on its loop after `nanoseconds`.
+    func onLoop(after nanoseconds: UInt64, _ body: @escaping (ClientConnection) -> Void) {
+        let hop = LoopBound((self, body), queue: loop.queue)
+        loop.queue.asyncAfter(deadline: .now() + .nanoseconds(Int(min(nanoseconds, UInt64(Int.max))))) {
+            let (me, body) = hop.value
+            body(me)
+        }
     }
 
     /// The exchange is answered: log it, give its context back (which frees a replay spill file at once), and
@@ -629,9 +677,8 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
     func close() {
         guard !channel.isClosed else { return }
         machine.closed()
-        if let x = ex {
-            x.transfer?.cancel()
-            x.transfer = nil
+        if ex != nil {
+            cancelTransfer()
             // Dropped, not pooled: close may run inside a use of the context's buffers (a send that failed while
             // the held head was being written), where resetting them is not allowed. Closing mid-exchange is rare.
             // Its replay copy goes with it, so a spill file is freed now, not when the connection is released.
@@ -710,7 +757,7 @@ final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
             close()
         case .upstreamStalled:
             guard let t = ex?.transfer else { return }
-            t.cancel()
+            cancelTransfer()
             transferDidFinish(
                 error: UpstreamError(
                     cause: .timeout,

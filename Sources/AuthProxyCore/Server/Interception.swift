@@ -10,27 +10,22 @@ final class Interception {
     let server: TLSServer?
     let host: String
     let port: Int
-    /// The tunnel was answered 200 and its first bytes have not been seen yet.
-    var awaitingFirstBytes: Bool
     /// The port is in `connect_ports`: TLS that cannot be intercepted may be relayed blind.
     let blindAllowed: Bool
     /// When the CONNECT began: its access-log line is written once the first bytes have decided.
     let connectStarted: UInt64
-    /// A pull of decrypted input is queued (input TLS buffered while the connection could not take it).
-    var pullScheduled = false
 
     /// The scheme of the requests inside.
     var scheme: String { session == nil ? "http" : "https" }
 
     init(
-        session: TLSSession?, server: TLSServer?, host: String, port: Int, awaitingFirstBytes: Bool = false,
+        session: TLSSession?, server: TLSServer?, host: String, port: Int,
         blindAllowed: Bool = false, connectStarted: UInt64 = 0
     ) {
         self.session = session
         self.server = server
         self.host = host
         self.port = port
-        self.awaitingFirstBytes = awaitingFirstBytes
         self.blindAllowed = blindAllowed
         self.connectStarted = connectStarted
     }

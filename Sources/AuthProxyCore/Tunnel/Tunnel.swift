@@ -101,15 +101,15 @@ final class Tunnel: SocketChannelOwner {
         case .refused(let e):
             fail(e)
         case .pending(let routing):
-            let queue = connection.loop.queue
-            nonisolated(unsafe) let me = self
+            let me = LoopBound(self, queue: connection.loop.queue)
             routing.evaluate(scheme: "https", host: host, port: port) {
-                queue.async {
-                    guard !me.closed else { return }
-                    let context = me.connection.context
-                    me.follow(
+                me.queue.async {
+                    let t = me.value
+                    guard !t.closed else { return }
+                    let context = t.connection.context
+                    t.follow(
                         RequestPlanner.tunnelRoute(
-                            host: me.host, port: me.port, routing: context.routing,
+                            host: t.host, port: t.port, routing: context.routing,
                             denyDestinations: context.access.denyDestinations))
                 }
             }

@@ -119,9 +119,10 @@ import Testing
         _ = m.nextInputStep(buffered: 100, now: 0)
         m.requestBegan(.init(), shuttingDown: false, now: 0)
         #expect(m.answerLocally(status: 200, close: false) == true)
-        m.interceptionStarted(now: 1)
-        #expect(m.state == .tlsHandshake(since: 1))
-        #expect(m.nextInputStep(buffered: 5, now: 1) == .wait)
+        m.servedTunnelStarted(now: 1)
+        #expect(m.state == .awaitingTunnelContent(since: 1))
+        #expect(m.nextInputStep(buffered: 0, now: 1) == .wait)
+        #expect(m.nextInputStep(buffered: 5, now: 1) == .classifyTunnel)
         // Nothing arrives: the header timeout closes it.
         #expect(m.tick(now: 12 * 1_000_000_000, clientPending: 0, lastSendProgress: 0) == .close)
         var blind = m

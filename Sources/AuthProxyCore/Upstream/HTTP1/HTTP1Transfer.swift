@@ -38,9 +38,10 @@ final class HTTP1Transfer: UpstreamExchange {
     private let tls: Bool
     private let trust: ServerTrustSettings?
     private var connector: CurlConnector?
-    private var reader: ResponseReader
-    /// What happens next (connect, send, resend, pause, end): decided by the machine, carried out here.
-    private var machine: HTTP1TransferStateMachine
+    @exclusivity(unchecked) private var reader: ResponseReader
+    /// What happens next (connect, send, resend, pause, end): decided by the machine, carried out here. Confined to
+    /// the pool's queue and changed only by the machine's own methods, so without the dynamic exclusivity check.
+    @exclusivity(unchecked) private var machine: HTTP1TransferStateMachine
     /// Connecting a plain connection (``Dialer``); nil once connected or failed.
     private var dialer: Dialer?
     /// ``pumpBody()`` is running: a delegate call inside it that would start it again leaves it to the loop.
@@ -126,8 +127,9 @@ final class HTTP1Transfer: UpstreamExchange {
             keepAlive: true)
         dialer = d
         // Not called after cancel() (which cancels the dialer): the exchange is still on when this runs.
-        nonisolated(unsafe) let me = self
+        let bound = LoopBound(self, queue: pool.queue)
         d.start { outcome in
+            let me = bound.value
             me.dialer = nil
             switch outcome {
             case .success(let channel):
@@ -151,8 +153,9 @@ final class HTTP1Transfer: UpstreamExchange {
             route: request.parentRoute)
         connector = c
         // Not called after cancel() (which cancels the connector): the exchange is still on when this runs.
-        nonisolated(unsafe) let me = self
+        let bound = LoopBound(self, queue: pool.queue)
         c.start { result in
+            let me = bound.value
             me.connector = nil
             switch result {
             case .success(let link):
@@ -307,8 +310,9 @@ final class HTTP1Transfer: UpstreamExchange {
         // ``SocketChannel/resumeReading()`` guards against). The exchange then hung until the client gave up (an
         // upload whose upstream reset it: no answer, no log line, in 1 of several CI runs). Look at the socket on
         // the next turn; reading until EAGAIN makes a spurious look harmless.
-        nonisolated(unsafe) let me = self
+        let bound = LoopBound(self, queue: pool.queue)
         pool.queue.async {
+            let me = bound.value
             guard me.machine.readsResponse, me.connection != nil else { return }
             me.connectionReadable()
         }

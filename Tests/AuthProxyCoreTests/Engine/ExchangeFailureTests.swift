@@ -1,0 +1,280 @@
+import Testing
+
+@testable import AuthProxyCore
+
+/// How an exchange fails and what the connection does next: an invalid request body, a refused response head, an
+/// unusable token, and the classification of a finished transfer (answer, cut, retry, finish), each decided by the
+/// machine with the connection only carrying it out.
+@Suite struct ExchangeFailureTests {
+    typealias M = ExchangeStateMachine
+    static let limits = M.Limits(seconds: 10, idle: 60, upstream: 30)
+    static let plain = ResponseFraming(noBody: false, chunked: false, contentLength: 10, keepAlive: true)
+
+    /// How far the answer to the client has got when the failure is reported.
+    enum Answer: CustomTestStringConvertible {
+        /// No response head from the upstream yet.
+        case none
+        /// The head is decided and waits for the first body bytes.
+        case headReady
+        /// The head and body are held to look for a token error.
+        case holding
+        /// The head and some body bytes went out.
+        case streaming
+
+        var testDescription: String { "\(self)" }
+    }
+
+    /// A connection with one request begun and its transfer started, its answer at `answer`.
+    static func exchange(_ r: M.RequestFacts = .init(), answer: Answer = .none) -> M {
+        var m = M(limits: limits, now: 0)
+        _ = m.nextInputStep(buffered: 100, now: 0)
+        m.requestBegan(r, shuttingDown: false, now: 0)
+        m.transferStarted(inspect: answer == .holding, now: 0)
+        switch answer {
+        case .none:
+            break
+        case .headReady:
+            _ = m.responseHeadCommitted(status: 200, framing: plain, inspection: .none)
+        case .holding:
+            _ = m.responseHeadCommitted(status: 200, framing: plain, inspection: .holdBody)
+        case .streaming:
+            _ = m.responseHeadCommitted(status: 200, framing: plain, inspection: .none)
+            _ = m.upstreamBody(count: 4, clientPending: 0, clientFailed: false, now: 1)
+        }
+        return m
+    }
+
+    // MARK: an invalid request body
+
+    /// The rest of an unreadable body cannot be told from a next request: whatever the answer's progress, the
+    /// connection ends, with a 400 when nothing went out and a cut when the answer had begun.
+    @Test(arguments: [
+        (Answer.none, M.FailureStep.answerError(close: true, then: .none)),
+        (.headReady, .answerError(close: true, then: .none)),
+        (.holding, .answerError(close: true, then: .none)),
+        (.streaming, .truncate),
+    ])
+    func anInvalidRequestBodyEndsTheConnection(answer: Answer, expected: M.FailureStep) {
+        var m = Self.exchange(.init(hasBody: true), answer: answer)
+        #expect(m.requestBodyInvalid() == expected)
+        #expect(!m.mayResendUpstream)
+        if case .answerError = expected {
+            #expect(m.answerLocally(status: 400, close: true) == false)
+            #expect(m.endExchange(shuttingDown: false, now: 2) == .close)
+        }
+    }
+
+    @Test func anInvalidBodyWithTheConnectionAlreadyClosedCloses() {
+        var m = Self.exchange(.init(hasBody: true))
+        m.closed()
+        #expect(m.requestBodyInvalid() == .close)
+    }
+
+    // MARK: a refused response head
+
+    /// A refused head is answered 502; the connection is kept when the request was read to its end and keep-alive
+    /// holds, and then a pipelined request is taken up on the next turn (the refusal comes from inside a transfer
+    /// callback).
+    @Test(arguments: [
+        (M.RequestFacts(), Answer.none, M.FailureStep.answerError(close: false, then: .nextTurn)),
+        (M.RequestFacts(keepAlive: false), .none, .answerError(close: false, then: .none)),
+        (M.RequestFacts(hasBody: true), .none, .answerError(close: true, then: .none)),
+        (M.RequestFacts(), .headReady, .answerError(close: false, then: .nextTurn)),
+        (M.RequestFacts(), .streaming, .truncate),
+    ])
+    func aRefusedHeadIsAnsweredOrCut(request: M.RequestFacts, answer: Answer, expected: M.FailureStep) {
+        var m = Self.exchange(request, answer: answer)
+        #expect(m.responseHeadRefused() == expected)
+        // Never retried: the transfer is over for the exchange.
+        #expect(!m.mayResendUpstream)
+        #expect(m.upstreamRetryScheduled() == nil)
+    }
+
+    @Test func aHeadRefusedAfterTheClientHalfClosedIsNotFollowedByMoreInput() {
+        var m = Self.exchange()
+        #expect(m.clientEOF(pendingOutput: 0) == .halfClosed)
+        #expect(m.responseHeadRefused() == .answerError(close: false, then: .none))
+    }
+
+    @Test func aHeadRefusedOnAClosedConnectionCloses() {
+        var m = Self.exchange()
+        m.closed()
+        #expect(m.responseHeadRefused() == .close)
+    }
+
+    // MARK: an unusable token
+
+    @Test func anUnusableTokenIsAnsweredAndTheNextRequestTakenUpAtOnce() {
+        var m = Self.exchange()
+        _ = m.tokenRequested()
+        #expect(m.tokenUnusable() == .answerError(close: false, then: .now))
+        #expect(m.answerLocally(status: 502, close: false) == true)
+        #expect(m.endExchange(shuttingDown: false, now: 1) == .awaitNext)
+    }
+
+    @Test func anUnusableTokenWhileTheBodyStreamsClosesAfterTheAnswer() {
+        var m = Self.exchange(.init(hasBody: true))
+        _ = m.tokenRequested()
+        #expect(m.tokenUnusable() == .answerError(close: true, then: .none))
+    }
+
+    @Test func aRejectedPregeneratedTokenIsExplainedOnTheNextTurn() {
+        var m = Self.exchange(answer: .holding)
+        guard case .cancelAndReschedule(let serial) = m.tokenRejection(.explain) else {
+            Issue.record("no reschedule")
+            return
+        }
+        #expect(m.scheduledStep(serial: serial) == .explain)
+        #expect(m.tokenUnusable() == .answerError(close: false, then: .now))
+    }
+
+    // MARK: classifying the end of a transfer
+
+    static func error(
+        _ cause: UpstreamFailure, denied: Bool = false, descriptors: Bool = false, invalid: Bool = false,
+        notResent: Bool = false
+    ) -> UpstreamError {
+        var e = UpstreamError(cause: cause, detail: "", destination: "h:80", timeoutSeconds: 30)
+        if denied { e.deniedAddress = IPAddress.parse("10.0.0.1") }
+        if descriptors { e.outOfDescriptors = 24 }
+        if invalid { e.invalidResponse = "two Content-Length" }
+        if notResent { e.notResent = "POST" }
+        return e
+    }
+
+    /// A refused or broken connection is retried when the request was kept for a retry; the client's own failures
+    /// end the exchange; every other failure is answered.
+    @Test(arguments: [
+        (nil, true, M.TransferEnd.success),
+        (error(.clientGone), true, .clientSide),
+        (error(.requestBody), true, .clientSide),
+        (error(.reset), true, .upstreamFailed(retry: .reset)),
+        (error(.connect), true, .upstreamFailed(retry: .reset)),
+        (error(.nothing), true, .upstreamFailed(retry: .reset)),
+        (error(.partial), true, .upstreamFailed(retry: .reset)),
+        (error(.reset), false, .upstreamFailed(retry: nil)),
+        (error(.dns), true, .upstreamFailed(retry: nil)),
+        (error(.timeout), true, .upstreamFailed(retry: nil)),
+        (error(.untrustedCertificate), true, .upstreamFailed(retry: nil)),
+        (error(.connect, denied: true), true, .upstreamFailed(retry: nil)),
+        (error(.connect, descriptors: true), true, .upstreamFailed(retry: nil)),
+        (error(.reset, invalid: true), true, .upstreamFailed(retry: nil)),
+        (error(.nothing, notResent: true), true, .upstreamFailed(retry: nil)),
+    ])
+    func aFinishedTransferIsClassified(error: UpstreamError?, retryable: Bool, expected: M.TransferEnd) {
+        #expect(M.TransferEnd(error, retryable: retryable) == expected)
+    }
+
+    /// What a classified end means for the exchange, by how far the answer got.
+    @Test(arguments: [
+        (M.RequestFacts(), Answer.none, M.TransferEnd.upstreamFailed(retry: .reset), M.FinishStep.retry(.reset)),
+        (M.RequestFacts(), .headReady, .upstreamFailed(retry: .reset), .retry(.reset)),
+        (M.RequestFacts(), .holding, .upstreamFailed(retry: .reset), .retry(.reset)),
+        (M.RequestFacts(), .streaming, .upstreamFailed(retry: .reset), .failed(.truncate)),
+        (
+            M.RequestFacts(hasBody: true), .none, .upstreamFailed(retry: .reset),
+            .failed(.answerError(close: true, then: .none))
+        ),
+        (M.RequestFacts(), .none, .upstreamFailed(retry: nil), .failed(.answerError(close: false, then: .now))),
+        (
+            M.RequestFacts(keepAlive: false), .none, .upstreamFailed(retry: nil),
+            .failed(.answerError(close: false, then: .none))
+        ),
+        (M.RequestFacts(), .streaming, .upstreamFailed(retry: nil), .failed(.truncate)),
+        (M.RequestFacts(), .none, .clientSide, .close),
+        (M.RequestFacts(), .streaming, .clientSide, .close),
+        (M.RequestFacts(), .none, .success, .commitHeadFirst),
+        (M.RequestFacts(), .holding, .success, .inspectHeld),
+        (M.RequestFacts(), .headReady, .success, .complete(plain, then: .now)),
+        (M.RequestFacts(), .streaming, .success, .complete(plain, then: .now)),
+        (M.RequestFacts(keepAlive: false), .streaming, .success, .complete(plain, then: .none)),
+    ])
+    func aTransferEndIsCarriedOut(request: M.RequestFacts, answer: Answer, end: M.TransferEnd, expected: M.FinishStep) {
+        var m = Self.exchange(request, answer: answer)
+        #expect(m.transferEnded(end) == expected)
+    }
+
+    /// A retry the policy or the budget refuses is reported again without a cause: the failure is answered, and
+    /// counted once (the retry step already was an upstream failure).
+    @Test func aRefusedRetryIsAnswered() {
+        var m = Self.exchange()
+        let first = m.transferEnded(.upstreamFailed(retry: .reset))
+        #expect(first == .retry(.reset))
+        #expect(first.isUpstreamFailure)
+        // The machine left the transfer as it was, so the retry can be scheduled...
+        #expect(m.mayResendUpstream)
+        // ...or refused.
+        #expect(m.transferEnded(.upstreamFailed(retry: nil)) == .failed(.answerError(close: false, then: .now)))
+        #expect(!m.mayResendUpstream)
+    }
+
+    @Test func anAcceptedRetryBacksOff() {
+        var m = Self.exchange()
+        #expect(m.transferEnded(.upstreamFailed(retry: .reset)) == .retry(.reset))
+        let serial = m.upstreamRetryScheduled()
+        #expect(serial != nil)
+        #expect(m.awaitsRetry(serial: serial!))
+    }
+
+    @Test func aTransferEndingAfterACloseCloses() {
+        var m = Self.exchange()
+        m.closed()
+        #expect(m.transferEnded(.upstreamFailed(retry: .reset)) == .close)
+        #expect(m.transferEnded(.success) == .close)
+    }
+
+    @Test(arguments: [
+        (M.FinishStep.retry(.reset), true),
+        (.failed(.truncate), true),
+        (.failed(.answerError(close: false, then: .now)), true),
+        (.failed(.close), false),
+        (.close, false),
+        (.commitHeadFirst, false),
+        (.inspectHeld, false),
+        (.complete(plain, then: .now), false),
+    ])
+    func upstreamFailuresAreTheStepsThatFollowOne(step: M.FinishStep, expected: Bool) {
+        #expect(step.isUpstreamFailure == expected)
+    }
+
+    /// A half-closed client gets its answer and nothing more is read as a request.
+    @Test func aCompleteResponseToAHalfClosedClientIsNotFollowedByMoreInput() {
+        var m = Self.exchange(answer: .streaming)
+        #expect(m.clientEOF(pendingOutput: 0) == .halfClosed)
+        #expect(m.transferEnded(.success) == .complete(Self.plain, then: .none))
+    }
+
+    @Test func inputStopsBeingRequestsOnceTheConnectionCloses() {
+        var m = Self.exchange()
+        #expect(m.takesRequests)
+        _ = m.transferEnded(.upstreamFailed(retry: nil))
+        _ = m.answerLocally(status: 502, close: true)
+        #expect(m.endExchange(shuttingDown: false, now: 1) == .close)
+        #expect(!m.takesRequests)
+        m.closed()
+        #expect(!m.takesRequests)
+    }
+
+    /// A request planned again when its route arrives may be answered at once: then a pipelined request behind it
+    /// is taken up; when the transfer started instead, or the connection closes, nothing is.
+    @Test func aCallbackThatEndedTheExchangeTakesUpBufferedInput() {
+        var answered = Self.exchange(answer: .none)
+        _ = answered.routeRequested()
+        #expect(answered.continuationAfterCallback == .none)
+        _ = answered.answerLocally(status: 429, close: false)
+        #expect(answered.endExchange(shuttingDown: false, now: 1) == .awaitNext)
+        #expect(answered.continuationAfterCallback == .now)
+        var closing = Self.exchange(answer: .none)
+        _ = closing.answerLocally(status: 403, close: true)
+        #expect(closing.endExchange(shuttingDown: false, now: 1) == .close)
+        #expect(closing.continuationAfterCallback == .none)
+    }
+
+    /// Only a complete final head answers the client; anything else becomes a 502.
+    @Test(arguments: [
+        (200, true, 200), (404, true, 404), (101, true, 502), (100, true, 502), (200, false, 502), (0, false, 502),
+    ])
+    func theRelayedStatus(upstream: Int, complete: Bool, expected: Int) {
+        #expect(M.relayedStatus(upstream: upstream, headComplete: complete) == expected)
+    }
+}
