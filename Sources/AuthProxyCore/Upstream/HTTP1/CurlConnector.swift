@@ -113,8 +113,8 @@ final class CurlConnector {
         t.resume()
         dialTimer = t
         // Not called after cancel() (which cancels the dialer).
-        nonisolated(unsafe) let me = self
-        d.start { outcome in me.dialed(outcome) }
+        let me = LoopBound(self, queue: multi.queue)
+        d.start { outcome in me.value.dialed(outcome) }
     }
 
     private func stopDialing() {
@@ -129,8 +129,8 @@ final class CurlConnector {
         switch outcome {
         case .success(let channel):
             // The socket reaches libcurl once the channel's sources are gone (libcurl makes its own).
-            nonisolated(unsafe) let me = self
-            channel.relinquish { fd in me.connect(over: fd) }
+            let me = LoopBound(self, queue: multi.queue)
+            channel.relinquish { fd in me.value.connect(over: fd) }
         case .failure(.outOfDescriptors(let e)):
             // The proxy's own shortage, not the parent's fault.
             finish(.failure(dialError(.outOfDescriptors(e))))
