@@ -2,6 +2,7 @@
 TLS connection libcurl makes):
 what it writes on the wire, connection reuse, the retry on a pooled connection that died, responses arriving in
 pieces, and the switch back to libcurl. The rest of the suite runs through it too (it is the default)."""
+import os
 import subprocess
 import threading
 import time
@@ -10,7 +11,7 @@ import pytest
 
 import harness
 from harness import RawBackend, ScriptedUpstream
-from httpraw import RawConn
+from httpraw import RawConn, wait_until
 
 
 def get(proxy, url, headers=()):
@@ -334,5 +335,29 @@ def test_a_tls_response_delimited_by_a_close_without_close_notify_is_complete(pr
         p = tls_proxy(proxy_factory, backend, tls_cert[0])
         r = get(p, backend.url + "/until-close")
         assert (r.status, r.body) == (200, body)
+    finally:
+        backend.stop()
+
+
+def test_new_https_connections_leak_no_descriptor(proxy_factory, tls_cert):
+    """The backend closes every connection, so each https request needs a new one: the Dialer connects it and hands
+    the socket to libcurl for TLS, which closes it in the end. After 200 of them the proxy holds no more descriptors
+    than before (one given away twice, or never closed, would show here)."""
+    backend = RawBackend(respond=lambda req: [b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+                                              RawBackend.CLOSE], tls=tls_cert)
+    try:
+        p = tls_proxy(proxy_factory, backend, tls_cert[0])
+
+        def descriptors():
+            return len(os.listdir("/proc/%d/fd" % p.pid))
+
+        for i in range(5):
+            assert get(p, backend.url + "/warm/%d" % i).status == 200
+        time.sleep(0.5)
+        before = descriptors()
+        for i in range(200):
+            r = get(p, backend.url + "/new/%d" % i)
+            assert (r.status, r.body) == (200, b"ok"), (i, r.status, r.body[:200])
+        assert wait_until(lambda: descriptors() <= before + 2, 5), (before, descriptors())
     finally:
         backend.stop()
