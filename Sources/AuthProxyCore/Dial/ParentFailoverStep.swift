@@ -1,5 +1,5 @@
 /// What an attempt that failed at its parent proxy leads to: the one failover decision of both paths through a
-/// parent, the libcurl transfer (``UpstreamTransfer``) and the connection libcurl makes for the own client and
+/// parent, the libcurl transfer (``CurlTransfer``) and the connection libcurl makes for the own client and
 /// for tunnels (``CurlConnector``). They carry it out.
 ///
 /// The request moves on only when the parent is at fault (``ParentFailover/backsOff(_:)``: a refused CONNECT is

@@ -8,7 +8,7 @@ import Logging
 #endif
 
 /// The libcurl side of a forwarded request: starting the transfer, feeding it the request body, and
-/// relaying the response head and body (the `UpstreamTransferDelegate` callbacks).
+/// relaying the response head and body (the `UpstreamExchangeDelegate` callbacks).
 extension ClientConnection {
     /// Starts the libcurl transfer for the current request with `headers` (hop-by-hop fields are removed here).
     /// `inspect`: the response is looked at for a token error (a refreshable token was injected).
@@ -21,7 +21,7 @@ extension ClientConnection {
         // `101` (``RequestPlanner/webSocketRefusal(network:insideInterception:)`` turned away those that need libcurl).
         // Through a parent, plain http goes in absolute form, which libcurl writes (and a WebSocket through a
         // CONNECT tunnel the own client opens).
-        let native =
+        let ownClient =
             (context.config.httpClient == .native || h.upgrade != nil) && !x.networkAuth.hasCredential
             && (x.parentRoute == nil || url.scheme == "https" || h.upgrade != nil)
         // A client doing NTLM/Negotiate itself: from now on, upstream connections of its own (never pooled for
@@ -86,14 +86,14 @@ extension ClientConnection {
         prepareRetry(x, head: h, url: url, headers: headers, inspect: inspect, hasBody: clientHasBody, now: started)
         x.inspectsService = inspect
         machine.transferStarted(inspect: inspect || (x.stacksGateway && x.gatewayToken != nil), now: started)
-        if native {
+        if ownClient {
             let t = HTTP1Transfer(
                 pool: loop.http1, request: request, target: sent,
                 affinity: ownUpstreams.map { .ownedBy($0.owner) } ?? .shared, delegate: self)
             x.transfer = t
             t.start()
         } else {
-            let t = UpstreamTransfer(
+            let t = CurlTransfer(
                 multi: ownUpstreams?.multi ?? loop.multi, request: request,
                 destination: "\(url.urlHost):\(url.port)", delegate: self)
             x.transfer = t

@@ -25,7 +25,7 @@ import Logging
 ///
 /// Confined to its loop's queue: every method runs there (Dispatch handlers, libcurl callbacks and token
 /// answers are delivered on it; a hop to a later turn goes through ``LoopBound``, which checks it in debug builds).
-final class ClientConnection: UpstreamTransferDelegate, SocketChannelOwner {
+final class ClientConnection: UpstreamExchangeDelegate, SocketChannelOwner {
     static let maxBuffered = 256 * 1024
     static let maxInput = 80 * 1024
 

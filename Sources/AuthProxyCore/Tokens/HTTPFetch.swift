@@ -3,7 +3,7 @@ import Dispatch
 
 /// A small request the proxy makes on its own behalf (token services, `rest/info`): the whole response is
 /// collected (bounded to ``maxBody``). Runs on a ``CurlMulti``'s queue; keeps itself alive until done.
-final class HTTPFetch: UpstreamTransferDelegate {
+final class HTTPFetch: UpstreamExchangeDelegate {
     struct Response: Sendable {
         var status: Int
         var contentType: String?
@@ -28,7 +28,7 @@ final class HTTPFetch: UpstreamTransferDelegate {
     /// without one, a body over ``maxBody`` fails the fetch.
     private let bodyLimit: Int?
     private var truncated = false
-    private var transfer: UpstreamTransfer?
+    private var transfer: CurlTransfer?
     private var completion: ((Result<Response, FetchError>) -> Void)?
     private var keepAlive: HTTPFetch?
 
@@ -82,7 +82,7 @@ final class HTTPFetch: UpstreamTransferDelegate {
         // A token service that accepts and never answers must not hold its credential (and every request
         // waiting on it) forever.
         request.totalTimeoutSeconds = timeoutSeconds
-        let t = UpstreamTransfer(
+        let t = CurlTransfer(
             multi: multi,
             request: request,
             destination: destination, delegate: self)

@@ -26,20 +26,20 @@ extension CurlEasyHandle {
         if let pw = routing.password {
             // Basic goes in clear to an http:// parent, as from every other client of that proxy; libcurl picks
             // the strongest scheme the parent offers (a warning at start says when Basic may go in clear).
-            if pw.schemes.contains(.basic) { mask |= UpstreamTransfer.authBasic }
+            if pw.schemes.contains(.basic) { mask |= CurlTransfer.authBasic }
             if pw.schemes.contains(.basic), routing.kerberos == nil, routing.health.basicOnly(parent) {
                 // Known to take Basic only: sent with the request, so it does not meet a 407 first.
-                mask = UpstreamTransfer.authBasic
+                mask = CurlTransfer.authBasic
             } else {
-                if pw.schemes.contains(.digest) { mask |= UpstreamTransfer.authDigest }
-                if pw.schemes.contains(.ntlm) { mask |= UpstreamTransfer.authNTLM }
+                if pw.schemes.contains(.digest) { mask |= CurlTransfer.authDigest }
+                if pw.schemes.contains(.ntlm) { mask |= CurlTransfer.authNTLM }
             }
             ap_easy_setopt_ptr(e, CURLOPT_PROXYUSERNAME, pw.curlUser)
             ap_easy_setopt_ptr(e, CURLOPT_PROXYPASSWORD, pw.password)
         }
         if routing.kerberos != nil {
             // GSS-API takes the identity from the process's credential cache (SPN HTTP/<parent host>).
-            mask |= UpstreamTransfer.authNegotiate
+            mask |= CurlTransfer.authNegotiate
             if routing.password == nil { ap_easy_setopt_ptr(e, CURLOPT_PROXYUSERPWD, ":") }
         }
         if mask != 0 { ap_easy_setopt_long(e, CURLOPT_PROXYAUTH, mask) }

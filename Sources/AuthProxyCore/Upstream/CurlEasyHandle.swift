@@ -34,7 +34,7 @@ final class CurlEasyHandle {
     /// touches a handle that finished meanwhile and was handed to another transfer), and the transfer told when
     /// libcurl reports it done (nil once that transfer was cancelled). `CURLOPT_PRIVATE` points at the handle.
     var owner: ObjectIdentifier? = nil
-    var transfer: Unmanaged<UpstreamTransfer>? = nil
+    var transfer: Unmanaged<CurlTransfer>? = nil
     /// A `CONNECT_ONLY` handle (``CurlMulti/makeConnectOnlyHandle()``): it makes one connection (TLS, a parent's
     /// CONNECT) over a socket the ``Dialer`` connected, for ``CurlConnector``, and stays in the multi handle for
     /// that connection's life. It has a connection cache and a DNS cache of its own (`share`), so no other

@@ -186,8 +186,8 @@ final class CurlMulti: @unchecked Sendable {
         }
     }
 
-    /// Adds `easy` to the multi handle for `transfer`, which ``UpstreamTransfer/finished(_:)`` is called on.
-    func add(_ easy: CurlEasyHandle, transfer: UpstreamTransfer) {
+    /// Adds `easy` to the multi handle for `transfer`, which ``CurlTransfer/finished(_:)`` is called on.
+    func add(_ easy: CurlEasyHandle, transfer: CurlTransfer) {
         assertOnQueue(queue)
         easy.owner = ObjectIdentifier(transfer)
         easy.transfer = Unmanaged.passUnretained(transfer)

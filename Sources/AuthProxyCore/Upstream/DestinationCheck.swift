@@ -8,7 +8,7 @@ import CCurl
 /// What libcurl's `CURLOPT_OPENSOCKETFUNCTION` decides for one upstream connection attempt, and what it saw:
 /// every resolved address is checked against `deny_destinations` as the socket is opened (so neither a host
 /// name nor DNS rebinding gets around it), and a socket that cannot be opened for lack of descriptors is told
-/// apart from an unreachable upstream. For ``UpstreamTransfer``, whose libcurl transfers connect themselves (they
+/// apart from an unreachable upstream. For ``CurlTransfer``, whose libcurl transfers connect themselves (they
 /// keep libcurl's connection cache); every other connection is dialed by the ``Dialer`` (``DestinationFilter``).
 struct DestinationCheck {
     let deny: [AddressBlock]

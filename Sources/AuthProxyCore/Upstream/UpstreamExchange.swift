@@ -1,6 +1,6 @@
-/// A running upstream exchange, whichever client carries it: libcurl (``UpstreamTransfer``: TLS upstreams and
+/// A running upstream exchange, whichever client carries it: libcurl (``CurlTransfer``: TLS upstreams and
 /// every network-authentication scheme) or the proxy's own HTTP/1.1 client (``HTTP1Transfer``: plain `http://`
-/// upstreams without a network credential). Both report through ``UpstreamTransferDelegate`` on the event
+/// upstreams without a network credential). Both report through ``UpstreamExchangeDelegate`` on the event
 /// loop's queue, with the same rules: after ``cancel()`` nothing more is reported.
 protocol UpstreamExchange: AnyObject {
     /// Host and port, for error messages and logs.
@@ -11,4 +11,4 @@ protocol UpstreamExchange: AnyObject {
     func cancel()
 }
 
-extension UpstreamTransfer: UpstreamExchange {}
+extension CurlTransfer: UpstreamExchange {}

@@ -15,13 +15,13 @@ import Testing
             ]), bodyLength: nil, timeoutSeconds: 5)
         r.via = "1.1 authproxy"
         #expect(
-            UpstreamTransfer.headerLines(r) == [
+            CurlTransfer.headerLines(r) == [
                 "X-Empty;", "Referer: http://app/", "Via: 1.1 authproxy", "Expect:", "Accept:",
             ])
         r.fields.add(name: "Accept", value: "application/json")
         r.via = nil
         #expect(
-            UpstreamTransfer.headerLines(r) == [
+            CurlTransfer.headerLines(r) == [
                 "X-Empty;", "Referer: http://app/", "Accept: application/json", "Expect:",
             ])
     }

@@ -11,7 +11,7 @@ import Dispatch
 /// https, libcurl then makes and verifies TLS over it, ``CurlConnector``, read and written through ``CurlLink``), the request head written
 /// from the ``UpstreamRequest`` and the client's fields, the body streamed from the delegate (chunked when its length is unknown), and
 /// the response read with ``ResponseReader`` and handed to the delegate line by line and chunk by chunk, exactly
-/// as ``UpstreamTransfer`` hands on what libcurl reads.
+/// as ``CurlTransfer`` hands on what libcurl reads.
 ///
 /// It exists because libcurl's per-request machinery (a handle reset and re-armed per request, a `poll` per
 /// reuse, its own buffers and callbacks) was the largest block of the proxy's CPU per request. libcurl
@@ -24,7 +24,7 @@ import Dispatch
 /// What happens next (connect or send, the body flowing or paused, a resend after a dead kept-alive connection,
 /// pooling or closing at the end) is decided by ``HTTP1TransferStateMachine``; this class carries it out.
 ///
-/// Confined to the loop's queue. The delegate is `unowned(unsafe)` on the same rule as ``UpstreamTransfer``'s:
+/// Confined to the loop's queue. The delegate is `unowned(unsafe)` on the same rule as ``CurlTransfer``'s:
 /// it cancels the exchange before it goes away.
 final class HTTP1Transfer: UpstreamExchange {
     private let pool: UpstreamConnectionPool
@@ -32,7 +32,7 @@ final class HTTP1Transfer: UpstreamExchange {
     private let target: URLTarget
     /// Host and port for error messages (made only when asked: most exchanges never need it).
     var destination: String { "\(target.urlHost):\(target.port)" }
-    private unowned(unsafe) var delegate: (any UpstreamTransferDelegate)?
+    private unowned(unsafe) var delegate: (any UpstreamExchangeDelegate)?
     private var connection: UpstreamConnection?
     /// An https upstream: connections are TLS, made by libcurl with `trust`.
     private let tls: Bool
@@ -49,7 +49,7 @@ final class HTTP1Transfer: UpstreamExchange {
 
     init(
         pool: UpstreamConnectionPool, request: UpstreamRequest, target: URLTarget,
-        affinity: Affinity = .shared, delegate: any UpstreamTransferDelegate
+        affinity: Affinity = .shared, delegate: any UpstreamExchangeDelegate
     ) {
         self.pool = pool
         self.affinity = affinity

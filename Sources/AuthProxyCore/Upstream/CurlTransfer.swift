@@ -5,86 +5,12 @@ import CCurl
     import Glibc
 #endif
 
-/// What a transfer reports back, on the event loop's queue, from inside libcurl callbacks.
-protocol UpstreamTransferDelegate: AnyObject {
-    /// One raw header line from the upstream, CRLF included (status lines of every response, 1xx too).
-    func transferDidReceiveHeaderLine(_ line: UnsafeRawBufferPointer)
-    /// Body bytes. Return false to have libcurl keep them and pause until ``UpstreamTransfer/resume()``.
-    func transferDidReceiveBody(_ bytes: UnsafeRawBufferPointer) -> BodyAcceptance
-    /// Fill `buffer` with request-body bytes.
-    func transferNeedsBody(_ buffer: UnsafeMutableRawBufferPointer) -> BodySupply
-    /// libcurl wants to send the request body again from the start; false if that is impossible.
-    func transferRewindBody() -> Bool
-    /// The transfer ended; `error` is nil on success.
-    func transferDidFinish(error: UpstreamError?)
-    /// The upstream answered an upgrade request (``UpstreamRequest/upgrade``) with `101`, whose head lines were
-    /// handed on: the exchange is over and its connection is the delegate's, with `leftover` (bytes of the new
-    /// protocol read behind the head). The channel has no owner and reads paused: the delegate takes it over or
-    /// closes it. Only the own client (``HTTP1Transfer``) carries upgrades.
-    func transferSwitchedProtocols(channel: SocketChannel, leftover: ByteBuffer)
-}
-
-extension UpstreamTransferDelegate {
-    /// The proxy's own fetches (tokens, sign-in) never ask for an upgrade; a connection handed over anyway is closed.
-    func transferSwitchedProtocols(channel: SocketChannel, leftover: ByteBuffer) {
-        channel.close()
-    }
-}
-
-enum BodyAcceptance {
-    case accepted
-    case pause
-    /// The client is gone: abort the transfer.
-    case abort
-}
-
-enum BodySupply {
-    case bytes(Int)
-    case end
-    case pause
-    case abort
-}
-
-/// A request to send upstream, for either client: the own HTTP/1.1 client writes its head from it, and the libcurl
-/// adapter (``UpstreamTransfer``) turns it into options and header lines.
-struct UpstreamRequest {
-    var method: String
-    var url: String
-    /// The request's fields as the client sent them (or as the proxy's own request sets them): hop-by-hop fields,
-    /// those listed in `Connection`, `Host`, `Content-Length` and `Expect` are left out as the head is written
-    /// (``HTTPHeaders/forEachForwardedField(_:)``).
-    var fields: HTTPHeaders
-    /// The `Via` value the request carries upstream (nil: none, for the proxy's own requests).
-    var via: String? = nil
-    /// nil: no body; -1: length unknown (sent chunked); otherwise the exact length.
-    var bodyLength: Int64?
-    var timeoutSeconds: Int
-    /// Network-type credentials for this request (server trust, password, Kerberos, client certificate).
-    var network = NetworkAuth()
-    /// A limit on the whole exchange (the proxy's own requests); client requests use the stall check instead.
-    var totalTimeoutSeconds: Int? = nil
-    /// Addresses never connected to (`deny_destinations`), checked on each resolved address as libcurl opens
-    /// the socket, so neither a host name nor DNS rebinding gets around it.
-    var denyDestinations: [AddressBlock] = []
-    /// The proxy's own requests (token and sign-in fetches): asking for a token twice does no harm, so they go
-    /// again on a new connection like idempotent ones (``ResendPolicy``).
-    var harmlessToRepeat = false
-    /// The `Upgrade` value of a WebSocket handshake, sent with `Connection: Upgrade` (the own client only); nil
-    /// for every other request.
-    var upgrade: String? = nil
-    /// The parent proxies it goes through (nil: direct).
-    var parentRoute: ParentRoute? = nil
-
-    /// Whether the request may go again after a reused connection died with it unanswered.
-    var resendable: Bool { harmlessToRepeat || ResendPolicy.isIdempotent(method) }
-}
-
 /// One exchange with an upstream server, on a pooled libcurl easy handle (``CurlEasyHandle``).
 ///
 /// Confined to its event loop's queue; libcurl calls back through `Unmanaged` pointers to the transfer (the
 /// callbacks' data pointers, and the handle's ``CurlEasyHandle/transfer``), so the transfer must stay alive until
 /// ``finished(_:on:)`` or ``cancel()``.
-final class UpstreamTransfer {
+final class CurlTransfer {
     let multi: CurlMulti
     private(set) var easy: CurlEasyHandle?
     private var headers: UnsafeMutablePointer<curl_slist>?
@@ -92,9 +18,9 @@ final class UpstreamTransfer {
     /// connection) and costs an atomic load per callback. The rule that makes `unowned(unsafe)` sound: a delegate
     /// never goes away while its transfer can still call it. ``ClientConnection`` keeps its transfer in its
     /// exchange and cancels it (which clears this) wherever it drops it, in `close()` and, as a backstop, in
-    /// `deinit`; ``HTTPFetch`` keeps itself alive until ``UpstreamTransferDelegate/transferDidFinish(error:)``.
+    /// `deinit`; ``HTTPFetch`` keeps itself alive until ``UpstreamExchangeDelegate/transferDidFinish(error:)``.
     /// After ``cancel()`` or ``finished(_:on:)`` this is nil and no callback reaches the delegate.
-    private unowned(unsafe) var delegate: (any UpstreamTransferDelegate)?
+    private unowned(unsafe) var delegate: (any UpstreamExchangeDelegate)?
     private var paused = false
     let request: UpstreamRequest
     /// Host and port for error messages.
@@ -122,7 +48,7 @@ final class UpstreamTransfer {
     /// The schemes of the parent's 407 being read.
     private var parentOffers: Set<String> = []
 
-    init(multi: CurlMulti, request: UpstreamRequest, destination: String, delegate: any UpstreamTransferDelegate) {
+    init(multi: CurlMulti, request: UpstreamRequest, destination: String, delegate: any UpstreamExchangeDelegate) {
         self.multi = multi
         self.request = request
         self.destination = destination
@@ -429,7 +355,7 @@ extension NetworkAuth {
 
 extension CurlEasyHandle {
     /// The options every transfer uses with the same value: set when the handle is made and after a reset.
-    /// The callbacks find their transfer through the per-request data pointers that ``UpstreamTransfer/start()``
+    /// The callbacks find their transfer through the per-request data pointers that ``CurlTransfer/start()``
     /// sets.
     func applyFixedOptions(multi: CurlMulti) {
         let e = raw
@@ -463,7 +389,7 @@ private func transferOpenSocketCallback(
     _ ud: UnsafeMutableRawPointer?, _ purpose: curlsocktype, _ address: UnsafeMutablePointer<curl_sockaddr>?
 ) -> curl_socket_t {
     guard let ud, let address else { return CURL_SOCKET_BAD }
-    return Unmanaged<UpstreamTransfer>.fromOpaque(ud).takeUnretainedValue().openSocket(address)
+    return Unmanaged<CurlTransfer>.fromOpaque(ud).takeUnretainedValue().openSocket(address)
 }
 
 /// `CURLOPT_PREREQFUNCTION`: the connection is chosen (new or from the pool) and the request not yet sent.
@@ -475,13 +401,13 @@ private func transferPrereqCallback(
     guard let ud, let primaryIP, let localIP, let remote = IPAddress.parse(cString: primaryIP),
         let local = IPAddress.parse(cString: localIP)
     else { return Int32(CURL_PREREQFUNC_OK) }
-    Unmanaged<UpstreamTransfer>.fromOpaque(ud).takeUnretainedValue().multi.discardIfStale(
+    Unmanaged<CurlTransfer>.fromOpaque(ud).takeUnretainedValue().multi.discardIfStale(
         CurlMulti.ConnectionKey(local: local, localPort: Int(localPort), remote: remote, remotePort: Int(primaryPort)))
     return Int32(CURL_PREREQFUNC_OK)
 }
 
 private func transferSeekCallback(_ ud: UnsafeMutableRawPointer?, _ offset: curl_off_t, _ origin: Int32) -> Int32 {
-    let t = Unmanaged<UpstreamTransfer>.fromOpaque(ud!).takeUnretainedValue()
+    let t = Unmanaged<CurlTransfer>.fromOpaque(ud!).takeUnretainedValue()
     guard offset == 0, origin == SEEK_SET, t.rewind() else { return Int32(CURL_SEEKFUNC_CANTSEEK) }
     return Int32(CURL_SEEKFUNC_OK)
 }
@@ -489,20 +415,20 @@ private func transferSeekCallback(_ ud: UnsafeMutableRawPointer?, _ offset: curl
 private func transferHeaderCallback(
     _ data: UnsafeMutablePointer<CChar>?, _ size: Int, _ n: Int, _ ud: UnsafeMutableRawPointer?
 ) -> Int {
-    Unmanaged<UpstreamTransfer>.fromOpaque(ud!).takeUnretainedValue()
+    Unmanaged<CurlTransfer>.fromOpaque(ud!).takeUnretainedValue()
         .header(UnsafeRawBufferPointer(start: data, count: size * n))
 }
 
 private func transferWriteCallback(
     _ data: UnsafeMutablePointer<CChar>?, _ size: Int, _ n: Int, _ ud: UnsafeMutableRawPointer?
 ) -> Int {
-    Unmanaged<UpstreamTransfer>.fromOpaque(ud!).takeUnretainedValue()
+    Unmanaged<CurlTransfer>.fromOpaque(ud!).takeUnretainedValue()
         .body(UnsafeRawBufferPointer(start: data, count: size * n))
 }
 
 private func transferReadCallback(
     _ data: UnsafeMutablePointer<CChar>?, _ size: Int, _ n: Int, _ ud: UnsafeMutableRawPointer?
 ) -> Int {
-    Unmanaged<UpstreamTransfer>.fromOpaque(ud!).takeUnretainedValue()
+    Unmanaged<CurlTransfer>.fromOpaque(ud!).takeUnretainedValue()
         .read(UnsafeMutableRawBufferPointer(start: data, count: size * n))
 }
