@@ -339,6 +339,23 @@ def test_5xx_and_429_back_off_and_recover(proxy_factory, idp, ogc, session, mode
     assert [e["outcome"] for e in idp.token_requests()] == [mode, "ok"]
 
 
+def test_a_retry_after_from_the_token_endpoint_is_waited_for(proxy_factory, idp, ogc, session):
+    # The provider asks for 3 s: the backoff (1 s after a first failure) waits that long instead.
+    idp.mode = "429"
+    idp.retry_after = 3
+    p = proxy_factory(extra_config=secret_cred(idp, ogc))
+    r = via(p, session, "GET", ogc.items_url())
+    assert r.status_code == 502 and "again in 3 s" in r.text, r.text
+    idp.mode = None
+    time.sleep(1.5)
+    r = via(p, session, "GET", ogc.items_url())
+    assert r.status_code == 502  # still waiting: no second token request yet
+    assert [e["outcome"] for e in idp.token_requests()] == ["429"]
+    time.sleep(2)
+    features(via(p, session, "GET", ogc.items_url()))
+    assert [e["outcome"] for e in idp.token_requests()] == ["429", "ok"]
+
+
 def test_invalid_client_is_a_clear_502_and_does_not_hammer_the_provider(proxy_factory, idp, ogc, session):
     idp.mode = "invalid_client"
     p = proxy_factory(extra_config=secret_cred(idp, ogc))

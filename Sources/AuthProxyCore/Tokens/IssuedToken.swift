@@ -54,6 +54,9 @@ public struct TokenError: Error, Sendable, Equatable {
     public var loginRefused = false
     /// When the credential will ask its token service again (milliseconds since the epoch), if it is backing off.
     public var retryAt: Int64? = nil
+    /// The token service asked for this pause (`Retry-After` on a 429 or 503), in milliseconds: the backoff waits
+    /// at least this long, up to ``TokenBackoff/maxRetryAfter``.
+    public var retryAfter: Int64? = nil
 
     var response: ErrorResponse {
         var d = details

@@ -22,13 +22,18 @@ public struct TokenBackoff: Sendable, Equatable {
         return min(cap, base << Int64(min(failures - 1, 16)))
     }
 
-    /// Records a failure at `now`; returns the wait until the next attempt.
+    /// The longest `Retry-After` of a token service that is honoured: a provider asking for an hour would leave
+    /// every request without a token for that hour once the token expired; past five minutes the proxy asks again.
+    public static let maxRetryAfter: Int64 = 300_000
+
+    /// Records a failure at `now`; returns the wait until the next attempt. `retryAfter`: the pause the token service
+    /// asked for (milliseconds), which the wait is at least, up to ``maxRetryAfter``.
     @discardableResult
-    public mutating func failed(at now: Int64) -> Int64 {
+    public mutating func failed(at now: Int64, retryAfter: Int64? = nil) -> Int64 {
         if failures > 0, now - lastFailureAt > Self.forgetAfter { failures = 0 }
         failures += 1
         lastFailureAt = now
-        let wait = Self.delay(afterFailures: failures)
+        let wait = max(Self.delay(afterFailures: failures), min(retryAfter ?? 0, Self.maxRetryAfter))
         retryAt = now + wait
         return wait
     }

@@ -252,7 +252,7 @@ struct TokenCache<Waiter> {
             t.fresh = true  // these requests waited for it: the upstream has never seen it
             return Settlement(outcome: .stored, deliveries: waiters.map { Delivery(waiter: $0, result: .success(t)) })
         case .failure(var error):
-            let wait = error.local ? 0 : e.backoff.failed(at: now)
+            let wait = error.local ? 0 : e.backoff.failed(at: now, retryAfter: error.retryAfter)
             e.lastError = error
             if error.loginRefused {
                 var l = loginRefusals[e.credential] ?? LoginRefusal(error: error)

@@ -27,6 +27,20 @@ import Testing
         #expect(b.failed(at: 20_000) == 1000)
     }
 
+    @Test func aRetryAfterOfTheTokenServiceIsWaitedForUpToFiveMinutes() {
+        var b = TokenBackoff()
+        // Longer than the schedule's step: the service's pause wins.
+        #expect(b.failed(at: 0, retryAfter: 7000) == 7000)
+        #expect(b.retryAt == 7000)
+        // Shorter than the step: the schedule's (the second failure waits 2 s).
+        #expect(b.failed(at: 7000, retryAfter: 500) == 2000)
+        // An hour is cut to five minutes: the proxy asks again rather than go without tokens for an hour.
+        #expect(b.failed(at: 9000, retryAfter: 3_600_000) == TokenBackoff.maxRetryAfter)
+        // Five minutes on, the schedule has started again (failures that far apart are forgotten); a service still
+        // limiting says so again with its next Retry-After.
+        #expect(b.failed(at: 309_000, retryAfter: nil) == 1000)
+    }
+
     @Test func oldFailuresAreForgotten() {
         var b = TokenBackoff()
         for t in stride(from: Int64(0), to: 200_000, by: 31_000) { b.failed(at: t) }

@@ -24,7 +24,7 @@ Provider (``OIDCProvider``), issuer ``http://127.0.0.1:PORT/realms/test`` (Keycl
 
 Access tokens are JWTs (HS256 with the provider's own key) carrying ``exp``; ``expires_in`` is configurable (None
 leaves it out, so the client must read ``exp``). Failure modes: ``mode`` = "invalid_client", "503", "empty200",
-"429". Every token request is logged (``token_requests()``).
+"429" (with ``Retry-After: retry_after`` when that is set). Every token request is logged (``token_requests()``).
 
 Resource server (``ResourceServer``): ``GET /ogc/collections/<c>/items`` answers a GeoJSON FeatureCollection when the
 bearer (``Authorization: Bearer`` or ``access_token=``) is one the provider issued and not expired, and
@@ -216,9 +216,10 @@ class _ProviderHandler(_Base):
         entry["status"] = status
         with p.lock:
             p.log.append(entry)
+        extra = [("Retry-After", str(p.retry_after))] if status in (429, 503) and p.retry_after is not None else []
         if isinstance(answer, bytes):
-            return self.send(status, answer, ctype="application/json")
-        self.send(status, answer, headers=[("Cache-Control", "no-store")])
+            return self.send(status, answer, ctype="application/json", headers=extra)
+        self.send(status, answer, headers=[("Cache-Control", "no-store")] + extra)
 
 
 class OIDCProvider(_Listener):
@@ -231,6 +232,7 @@ class OIDCProvider(_Listener):
         self.expires_in = expires_in
         self.auth_methods = list(auth_methods) if auth_methods is not None else None
         self.mode = None
+        self.retry_after = None  # seconds sent as Retry-After with a 429 or 503 mode
         self.document_issuer = None  # set to make discovery name another issuer
         self.log = []
         self.discovery_requests = 0

@@ -189,7 +189,15 @@ extension TokenFetcher {
                     done(.failure(e))
                 case .outage(let why):
                     if ep.discovered, case .issuer(let i) = o.endpoint { discoveries[i] = nil }
-                    done(.failure(TokenError(credential: c.name, message: "\(where_) answered \(why)")))
+                    var e = TokenError(credential: c.name, message: "\(where_) answered \(why)")
+                    if r.status == 429 || r.status == 503,
+                        let v = r.headers.first(where: { $0.name.caseInsensitiveEquals("retry-after") })?.value,
+                        let s = RetryPolicy.retryAfterSeconds(
+                            v, responseDate: ServerClock.date(in: r.headers), now: now)
+                    {
+                        e.retryAfter = Int64(s) * 1000
+                    }
+                    done(.failure(e))
                 }
             }
         }
