@@ -259,8 +259,9 @@ struct Check: ParsableCommand {
                 ? ", token_placement=\(cred.oauth2?.placement.rawValue ?? cred.placement.rawValue)\(cred.overrideClientToken ? ", override_client_token" : "")"
                 : ""
             let blind = cred.intercept ? "" : ", intercept=false"
+            let layer = cred.layer == .gateway ? ", layer=gateway (applied with the service credential)" : ""
             print(
-                "    - \(cred.name) (\(cred.kind.typeName)\(placement)\(limit)\(blind)): \(cred.match.map(\.description).joined(separator: ", "))"
+                "    - \(cred.name) (\(cred.kind.typeName)\(layer)\(placement)\(limit)\(blind)): \(cred.match.map(\.description).joined(separator: ", "))"
             )
             for prefix in TokenService.unprefetchable(cred) {
                 warnings.append(

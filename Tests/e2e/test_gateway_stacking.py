@@ -197,3 +197,14 @@ def test_status_shows_both_layers_and_never_a_token(proxy_factory, idp, iap, ses
     for path in ("/status.json", "/", "/metrics"):
         text = admin_get(p, path).text
         assert token not in text and token[-20:] not in text and "gw-secret" not in text
+
+
+def test_check_names_the_gateway_layer(proxy_binary, idp, iap, tmp_path):
+    ags, gw = iap
+    conf = tmp_path / "proxy.conf"
+    conf.write_text('[proxy]\nlisten = ["127.0.0.1:0"]\n' + config(idp, gw, ags))
+    out = subprocess.run([proxy_binary, "check", "--config", str(conf)], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    (line,) = [l for l in out.stdout.splitlines() if l.strip().startswith("- iap ")]
+    assert "layer=gateway" in line, out.stdout
+    assert "gw-secret" not in out.stdout + out.stderr
