@@ -279,7 +279,9 @@ enum RequestPlanner {
                 plan.gatewayToken = .inject(g, site: o.placement == .query ? .query : .header, collectForm: false)
                 if hasBody { plan.replayLimit = settings.maxReplayBytes }  // replayed after the gateway's rejection
                 if o.placement == .header, plan.network.answersChallenges {
-                    return Self.authorizationClash(gateway: g.name, service: plan.network.passwordName ?? "kerberos")
+                    return Self.authorizationClash(
+                        gateway: g.name,
+                        service: plan.network.passwordName.map { "'\($0)'" } ?? "the Kerberos credential")
                 }
             }
         }
@@ -298,7 +300,7 @@ enum RequestPlanner {
             if case .inject(let g, .header, _) = plan.gatewayToken,
                 fields.contains(where: { $0.name.caseInsensitiveEquals("authorization") })
             {
-                return Self.authorizationClash(gateway: g.name, service: c.name)
+                return Self.authorizationClash(gateway: g.name, service: "'\(c.name)'")
             }
             // Static fields go on every matched request (no ArcGIS API gate: a gateway guards every path). The
             // gateway's fields, set above, win a name both set: the gateway is met first.
@@ -321,7 +323,7 @@ enum RequestPlanner {
                 gatewaySite == (o.placement == .query ? .query : .header)
             {
                 return o.placement == .header
-                    ? Self.authorizationClash(gateway: g.name, service: c.name)
+                    ? Self.authorizationClash(gateway: g.name, service: "'\(c.name)'")
                     : PlannedAnswer(
                         error: ErrorResponse(
                             status: 502,
@@ -391,12 +393,13 @@ enum RequestPlanner {
     /// A request carries one `Authorization` field: a gateway's bearer token and the service's own use of it (a
     /// bearer token, a header credential's field, a password or Kerberos login) cannot both go in, and either
     /// server would read the other's value.
+    /// `service` is named as it reads in the message (a quoted credential name, or "the Kerberos credential").
     static func authorizationClash(gateway: String, service: String) -> PlannedAnswer {
         PlannedAnswer(
             error: ErrorResponse(
                 status: 502,
                 message:
-                    "Credentials '\(gateway)' (gateway) and '\(service)' both need this request's Authorization header",
+                    "Credentials '\(gateway)' (gateway) and \(service) both need this request's Authorization header",
                 details: [
                     "Set token_placement = \"query\" on the gateway credential, or keep the service's credential off the Authorization header."
                 ]))
