@@ -5,9 +5,8 @@ import Testing
 /// An `oauth2` credential with `layer = "gateway"` stacked on the service credentials, as a table over
 /// ``RequestPlanner``: which tokens a request carries, and the requests where two would need one place.
 @Suite struct GatewayTokenPlanningTests {
-    static let store: CredentialStore = {
-        let c = try! ConfigLoader(environment: [:]).parse(
-            """
+    static let store = RequestPlannerTests.store(
+        parsing: """
             [proxy]
             listen = ["127.0.0.1:3128"]
 
@@ -57,21 +56,13 @@ import Testing
             headers = { "Authorization" = "Basic abc" }
             match = ["https://gis.example.com/static"]
             """)
-        return CredentialStore(c.credentials)
-    }()
 
-    static func plan(_ request: String) -> (ForwardPlan, PlannedAnswer?) {
-        let h = RequestPlannerTests.head(request)
-        guard case .absolute(let u) = h.target else { fatalError("not absolute") }
-        var plan = ForwardPlan(url: u)
-        let answer = RequestPlanner.plan(
-            h, url: u, store: store,
-            settings: .init(unmatched: .relay, maxReplayBytes: 100, insideInterception: false), into: &plan)
-        return (plan, answer)
-    }
-
-    static func describe(_ p: ForwardPlan, _ a: PlannedAnswer?) -> String {
-        if let a { return "\(a.error.status) \(a.error.message)" }
+    static func describe(_ r: Result<ForwardPlan, RequestPlannerTests.Answered>) -> String {
+        let p: ForwardPlan
+        switch r {
+        case .failure(let a): return "\(a.answer.error.status) \(a.answer.error.message)"
+        case .success(let plan): p = plan
+        }
         var parts: [String] = []
         if case .inject(let g, let site, _) = p.gatewayToken { parts.append("gateway \(g.name) \(site)") }
         if case .inject(let c, let site, _) = p.token { parts.append("token \(c.name) \(site)") }
@@ -109,7 +100,6 @@ import Testing
         ("GET https://other.example.com/ HTTP/1.1\n\n", ""),
     ])
     func layers(_ request: String, _ expected: String) {
-        let (p, a) = Self.plan(request)
-        #expect(Self.describe(p, a) == expected, "\(request)")
+        #expect(Self.describe(RequestPlannerTests.plan(request, store: Self.store)) == expected, "\(request)")
     }
 }

@@ -5,9 +5,8 @@ import Testing
 /// An `oauth2` credential in the planner: every matched path gets its token (not only ArcGIS APIs), in its own
 /// placement, and a client's own authorization is left alone unless overridden.
 @Suite struct OAuth2PlanTests {
-    static let store: CredentialStore = {
-        let c = try! ConfigLoader(environment: [:]).parse(
-            """
+    static let store = RequestPlannerTests.store(
+        parsing: """
             [[credential]]
             name = "kc"
             type = "oauth2"
@@ -26,8 +25,6 @@ import Testing
             override_client_token = true
             match = ["https://geo.example.com/geoserver"]
             """)
-        return CredentialStore(c.credentials)
-    }()
 
     @Test(arguments: [
         ("GET https://ogc.example.com/collections/x/items HTTP/1.1\nHost: ogc.example.com\n\n", "kc header"),

@@ -4,9 +4,8 @@ import Testing
 
 /// The `/proxy?<url>` endpoint's rules (README "Client recipes", ArcGIS JS `proxyUrl`), without sockets.
 @Suite struct ProxyEndpointPlannerTests {
-    static let store: CredentialStore = {
-        let c = try! ConfigLoader(environment: [:]).parse(
-            """
+    static let store = RequestPlannerTests.store(
+        parsing: """
             [proxy]
             listen = ["127.0.0.1:3128"]
 
@@ -23,8 +22,6 @@ import Testing
             key = "S"
             match = ["https://public.example.com/arcgis/secure"]
             """)
-        return CredentialStore(c.credentials)
-    }()
 
     static func decide(
         _ fields: String, target: String, method: String = "GET",

@@ -45,10 +45,12 @@ import Testing
         match = ["http://over.example.com/arcgis"]
         """
 
-    static let store: CredentialStore = {
-        let c = try! ConfigLoader(environment: [:]).parse(config)
-        return CredentialStore(c.credentials)
-    }()
+    static let store = store(parsing: config)
+
+    /// The credentials of a configuration text (a test's table of credentials).
+    static func store(parsing config: String) -> CredentialStore {
+        CredentialStore(try! ConfigLoader(environment: [:]).parse(config).credentials)
+    }
 
     static func head(_ text: String) -> RequestHead {
         var parser = RequestHeadParser()
