@@ -74,19 +74,23 @@ class RedisServer:
         return [k for k in self.cli("--scan").split("\n") if k]
 
 
-class LockDelayingRelay:
-    """A loopback relay in front of Redis that, once armed, holds every lock attempt (`SET … NX`) back for `delay`
-    seconds before passing it on: it widens the moment between a replica's look at the token key and its lock
-    (two round trips, microseconds apart on an idle machine) so that another replica's whole token request can
-    be made to fall inside it."""
+class RedisRelay:
+    """A loopback relay in front of Redis, for a replica to reach it through.
 
-    def __init__(self, redis_port, delay):
+    - Armed (`armed = True`), it holds every lock attempt (`SET … NX`) back for `delay` seconds before passing it on
+      (`delay_everything`: every command, a slow Redis). That widens the moment between a replica's look at the token
+      key and its lock (two round trips, microseconds apart on an idle machine) so that another replica's whole
+      token request can be made to fall inside it.
+    - `cut()` cuts every connection and refuses new ones until `restore()`: one replica loses Redis (commands and
+      notices) while the others keep it."""
+
+    def __init__(self, redis_port, delay=0):
         self.redis_port = redis_port
         self.delay = delay
         self.armed = False
-        # Hold back every command, not only lock attempts (a slow Redis).
         self.delay_everything = False
         self.held = 0
+        self.cut_off = False
         self.lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.lsock.bind(("127.0.0.1", 0))
@@ -104,6 +108,9 @@ class LockDelayingRelay:
                 c, _ = self.lsock.accept()
             except OSError:
                 return
+            if self.cut_off:
+                c.close()
+                continue
             u = socket.create_connection(("127.0.0.1", self.redis_port), timeout=10)
             u.settimeout(None)
             self.socks += [c, u]
@@ -128,13 +135,21 @@ class LockDelayingRelay:
             except OSError:
                 pass
 
-    def stop(self):
-        self.lsock.close()
+    def cut(self):
+        self.cut_off = True
         for s in self.socks:
             try:
-                s.close()
+                s.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+        self.socks = []
+
+    def restore(self):
+        self.cut_off = False
+
+    def stop(self):
+        self.cut()
+        self.lsock.close()
 
 
 @pytest.fixture
@@ -218,7 +233,7 @@ def test_after_a_forced_expiry_500_concurrent_requests_over_the_fleet_make_one_t
 def test_a_lock_taken_just_after_another_replica_wrote_its_token_takes_that_token(
         proxy_factory, ags_fleet, redis_server):
     # Replica b reaches Redis through the relay: its lock attempts arrive 3 s late (its operation timeout allows it).
-    relay = LockDelayingRelay(redis_server.port, delay=3.0).start()
+    relay = RedisRelay(redis_server.port, delay=3.0).start()
     try:
         via_relay = redis_server.url().replace(":%d/" % redis_server.port, ":%d/" % relay.port)
         [a] = start_fleet(proxy_factory, ags_fleet, redis_server.url(), n=1)
@@ -463,74 +478,8 @@ def test_rotating_refresh_tokens_are_never_spent_twice_by_the_fleet(proxy_factor
         idp.stop()
 
 
-class CuttableRelay:
-    """A loopback relay in front of Redis that can cut every connection and refuse new ones for a while: one
-    replica loses Redis (commands and notices) while the others keep it."""
-
-    def __init__(self, redis_port):
-        self.redis_port = redis_port
-        self.cut_off = False
-        self.lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.lsock.bind(("127.0.0.1", 0))
-        self.port = self.lsock.getsockname()[1]
-        self.socks = []
-
-    def start(self):
-        self.lsock.listen(16)
-        threading.Thread(target=self._accept, daemon=True).start()
-        return self
-
-    def _accept(self):
-        while True:
-            try:
-                c, _ = self.lsock.accept()
-            except OSError:
-                return
-            if self.cut_off:
-                c.close()
-                continue
-            u = socket.create_connection(("127.0.0.1", self.redis_port), timeout=10)
-            u.settimeout(None)
-            self.socks += [c, u]
-            for a, b in ((c, u), (u, c)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pump(src, dst):
-        try:
-            while True:
-                data = src.recv(65536)
-                if not data:
-                    break
-                dst.sendall(data)
-        except OSError:
-            pass
-        for s in (src, dst):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def cut(self):
-        self.cut_off = True
-        for s in self.socks:
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-        self.socks = []
-
-    def restore(self):
-        self.cut_off = False
-
-    def stop(self):
-        self.cut()
-        self.lsock.close()
-
-
 def test_a_replica_that_reconnects_drops_a_token_withdrawn_while_it_was_away(proxy_factory, ags_fleet, redis_server):
-    relay = CuttableRelay(redis_server.port).start()
+    relay = RedisRelay(redis_server.port).start()
     try:
         a = start_fleet(proxy_factory, ags_fleet, redis_server.url(), n=1)[0]
         b = proxy_factory(proxy={"state_key": STATE_KEY, "workers": 1}, log={"level": "debug"}, extra_config=cluster_section(
@@ -631,7 +580,7 @@ def test_a_read_only_replica_or_a_cluster_mode_endpoint_is_named_and_the_replica
 def test_a_slow_redis_is_given_timeout_ms_and_the_replica_goes_on_alone(proxy_factory, ags_fleet, redis_server):
     """Every Redis operation has `timeout_ms`: a Redis that answers late (here: each command held back 2 s by a
     relay) costs a request at most about that much, and the replica serves on its own."""
-    relay = LockDelayingRelay(redis_server.port, delay=2.0).start()
+    relay = RedisRelay(redis_server.port, delay=2.0).start()
     try:
         url = "redis://:%s@127.0.0.1:%d/0" % (REDIS_PASSWORD, relay.port)
         p = start_fleet(proxy_factory, ags_fleet, url, n=1, timeout_ms=200)[0]
