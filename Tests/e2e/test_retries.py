@@ -12,6 +12,7 @@ import pytest
 import requests
 
 import harness
+from scripted_arcgis import INVALID_TOKEN, ScriptedArcGIS
 from test_admin import admin_get, start_with_admin, samples, value
 
 
@@ -265,53 +266,21 @@ def test_an_upstream_retry_and_the_token_retry_are_counted_apart(proxy_factory, 
     token, once), then 200. The client gets the 200, each retry is counted on its own metric, and the token retry
     is still available after the upstream retry. (A token fetched for the request itself and rejected at once is
     relayed by the token policy: the server rejects new tokens.)"""
-    import http.server
-    import json
-    state = {"gen": 0, "queries": [], "valid": set()}
-    lock = threading.Lock()
+    queries = []
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+    def answer(srv, path, tok):
+        with srv.lock:
+            n = len(queries)
+            queries.append(tok)
+            if n == 2:
+                srv.valid.discard(tok)  # revoked between the two attempts
+            valid = tok in srv.valid
+        if n == 1:
+            return 503, b"busy"
+        return (200, b'{"features":[]}') if valid else (200, INVALID_TOKEN)
 
-        def log_message(self, *a):
-            pass
-
-        def send(self, body, status=200):
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def do_POST(self):
-            self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            with lock:
-                state["gen"] += 1
-                t = "T%d" % state["gen"]
-                state["valid"].add(t)
-            self.send(json.dumps({"token": t, "expires": int(time.time() * 1000) + 3600000, "ssl": False}).encode())
-
-        def do_GET(self):
-            if self.path.startswith("/arcgis/rest/info"):
-                return self.send(json.dumps({"currentVersion": 11.1, "authInfo": {
-                    "isTokenBasedSecurity": True, "shortLivedTokenValidity": 60,
-                    "tokenServicesUrl": "http://127.0.0.1:%d/arcgis/tokens/generateToken" % port}}).encode())
-            tok = self.path.split("token=")[-1]
-            with lock:
-                n = len(state["queries"])
-                state["queries"].append(tok)
-                if n == 2:
-                    state["valid"].discard(tok)  # revoked between the two attempts
-                valid = tok in state["valid"]
-            if n == 1:
-                return self.send(b"busy", 503)
-            if not valid:
-                return self.send(b'{"error":{"code":498,"message":"Invalid token.","details":[]}}')
-            return self.send(b'{"features":[]}')
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    port = srv.server_address[1]
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    srv = ScriptedArcGIS(answer).start()
+    port = srv.port
     try:
         p = start_with_admin(proxy_factory, harness.cred("gis", "arcgis-token", "http://127.0.0.1:%d/arcgis" % port,
                                                          username="u", password="p"))
@@ -320,11 +289,11 @@ def test_an_upstream_retry_and_the_token_retry_are_counted_apart(proxy_factory, 
         r = client.get(url, proxies=p.proxies, timeout=15)
         assert r.status_code == 200 and r.json() == {"features": []}
         # The warm-up, T1 twice (the first attempt and its upstream retry), then the fresh T2.
-        assert state["queries"] == ["T1", "T1", "T1", "T2"], state["queries"]
+        assert queries == ["T1", "T1", "T1", "T2"], queries
         p.wait_for_log(lambda l: "attempts=2" in l, timeout=5)
         assert "attempts=2" in access_line(p, "/FeatureServer/0/query")
         smp = samples(p)
         assert value(smp, "authproxy_upstream_retries_total", cause="503", result="success") == 1
         assert value(smp, "authproxy_retries_total", credential="gis", result="success") == 1
     finally:
-        srv.shutdown()
+        srv.stop()

@@ -12,6 +12,7 @@ import requests
 import harness
 from harness import cred
 from arcgis import ArcGISServer, federate
+from scripted_arcgis import INVALID_TOKEN, ScriptedArcGIS
 from test_credentials import arcgis_cred, via
 
 
@@ -120,45 +121,15 @@ def test_one_service_rejecting_tokens_that_others_accept_does_not_log_in_per_req
     password login (21 for 20+20 requests). Now the backoff holds once the pattern repeats: its rejections are
     relayed, the other services keep their token, and logins grow with the backoff (1 s doubling), not with
     the requests."""
-    import http.server
-    import json
-    state = {"gen": 0, "valid": set()}
-    lock = threading.Lock()
+    def answer(srv, path, tok):
+        with srv.lock:
+            valid = tok in srv.valid
+        if not valid or "/Elsewhere/" in path:
+            return 200, INVALID_TOKEN
+        return 200, b'{"features":[]}'
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *a):
-            pass
-
-        def send(self, body):
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def do_POST(self):
-            self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            with lock:
-                state["gen"] += 1
-                t = "T%d" % state["gen"]
-                state["valid"].add(t)
-            self.send(json.dumps({"token": t, "expires": int(time.time() * 1000) + 3600000, "ssl": False}).encode())
-
-        def do_GET(self):
-            if self.path.startswith("/arcgis/rest/info"):
-                return self.send(json.dumps({"currentVersion": 11.1, "authInfo": {
-                    "isTokenBasedSecurity": True, "shortLivedTokenValidity": 60,
-                    "tokenServicesUrl": "http://127.0.0.1:%d/arcgis/tokens/generateToken" % port}}).encode())
-            tok = self.path.split("token=")[-1] if "token=" in self.path else None
-            if tok not in state["valid"] or "/Elsewhere/" in self.path:
-                return self.send(b'{"error":{"code":498,"message":"Invalid token.","details":[]}}')
-            return self.send(b'{"features":[]}')
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    port = srv.server_address[1]
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    srv = ScriptedArcGIS(answer).start()
+    port = srv.port
     try:
         p = proxy_factory(extra_config=cred("gis", "arcgis-token", "http://127.0.0.1:%d/arcgis" % port,
                                             username="u", password="p"))
@@ -171,9 +142,9 @@ def test_one_service_rejecting_tokens_that_others_accept_does_not_log_in_per_req
             time.sleep(0.1)
         elapsed = time.time() - started
         # One login at the start, one per rejection of a fresh token while the backoff doubles (1, 2, 4 s ...).
-        assert state["gen"] <= 2 + int(elapsed).bit_length(), (state["gen"], elapsed)
+        assert srv.issued <= 2 + int(elapsed).bit_length(), (srv.issued, elapsed)
     finally:
-        srv.shutdown()
+        srv.stop()
 
 
 def test_concurrent_clients_share_one_fresh_rejection(proxy_factory):
