@@ -12,7 +12,6 @@ request is logged (``requests()``) with the gateway token's state and the fields
 """
 
 import http.client
-import threading
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from .server import _Base, _Listener
@@ -80,13 +79,3 @@ class IdentityAwareProxy(_Listener):
         self.upstream = upstream
         self.rejection = rejection
         self.placement = placement
-        self.lock = threading.Lock()
-        self.log = []
-
-    def requests(self):
-        with self.lock:
-            return list(self.log)
-
-    def reset_log(self):
-        with self.lock:
-            self.log = []

@@ -111,7 +111,8 @@ class _Base(BaseHTTPRequestHandler):
 
 
 class _Listener:
-    """A threaded server on 127.0.0.1 that can go down and come back on the same port."""
+    """A threaded server on 127.0.0.1 that can go down and come back on the same port, with a log of what it was
+    asked (``requests()``, ``reset_log()``; handlers append under ``lock``)."""
 
     handler = None
 
@@ -122,6 +123,16 @@ class _Listener:
         self._thread = None
         self.conn_lock = threading.Lock()
         self.connections = set()
+        self.lock = threading.Lock()
+        self.log = []
+
+    def requests(self):
+        with self.lock:
+            return list(self.log)
+
+    def reset_log(self):
+        with self.lock:
+            self.log = []
 
     def start(self):
         owner = self
@@ -227,14 +238,12 @@ class OIDCProvider(_Listener):
 
     def __init__(self, expires_in=60, auth_methods=("client_secret_basic", "client_secret_post", "private_key_jwt")):
         super().__init__()
-        self.lock = threading.Lock()
         self.clients = {}
         self.expires_in = expires_in
         self.auth_methods = list(auth_methods) if auth_methods is not None else None
         self.mode = None
         self.retry_after = None  # seconds sent as Retry-After with a 429 or 503 mode
         self.document_issuer = None  # set to make discovery name another issuer
-        self.log = []
         self.discovery_requests = 0
         self.tokens = {}  # access token -> (client_id, exp)
         self.codes = {}  # authorization code -> what it was issued for
@@ -285,12 +294,7 @@ class OIDCProvider(_Listener):
 
     # -- state for tests ---------------------------------------------------------------------------------------
     def token_requests(self):
-        with self.lock:
-            return list(self.log)
-
-    def reset_log(self):
-        with self.lock:
-            self.log = []
+        return self.requests()
 
     def expire_all(self):
         """Every access token issued so far is expired from now on (the client does not know)."""
@@ -528,17 +532,7 @@ class ResourceServer(_Listener):
     def __init__(self, provider):
         super().__init__()
         self.provider = provider
-        self.lock = threading.Lock()
-        self.log = []
         self.forbid_scope = False
-
-    def requests(self):
-        with self.lock:
-            return list(self.log)
-
-    def reset_log(self):
-        with self.lock:
-            self.log = []
 
     def items_url(self, collection="x"):
         return self.base + "/ogc/collections/%s/items" % collection
