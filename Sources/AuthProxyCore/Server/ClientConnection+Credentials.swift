@@ -140,17 +140,15 @@ extension ClientConnection {
         // upgrade_to_https), so a password never travels to an http:// token service the client named.
         guard let x = ex, let url = x.upstreamURL ?? x.originalURL else { return }
         let layer: Credential.Layer
-        let c: Credential
-        if !x.stacksGateway, let s = x.credential {
-            (c, layer) = (s, .service)
-        } else if let g = x.gatewayCredential, x.gatewayToken == nil {
-            (c, layer) = (g, .gateway)
-        } else if let s = x.credential {
-            (c, layer) = (s, .service)
-        } else {
+        switch TokenLayers.next(
+            gatewayNeedsToken: x.stacksGateway && x.gatewayToken == nil, serviceNeedsToken: x.credential != nil)
+        {
+        case .obtain(let l): layer = l
+        case .transfer:
             if let h = x.head { startTransfer(url: url, headers: h.headers) }
             return
         }
+        guard let c = layer == .gateway ? x.gatewayCredential : x.credential else { return }
         guard let tokens = context.tokens, let serial = machine.tokenRequested() else { return }
         if let t = tokens.cachedToken(for: c, target: url) {
             tokenReady(.success(t), layer: layer)
@@ -257,11 +255,10 @@ extension ClientConnection {
         }
         // The decision (one refresh and one retry; back off when the server rejects fresh tokens) is
         // TokenRetryPolicy's, applied by the token service.
-        // Each layer is refreshed once: a gateway's rejection and then the service's, on the retry, are two
-        // first rejections.
-        let retried = layer == .gateway ? x.gatewayTokenRetried : x.serviceTokenRetried
         let action = tokens.rejected(
-            c, target: x.upstreamURL ?? url, token: t, attempt: retried ? 2 : 1,
+            c, target: x.upstreamURL ?? url, token: t,
+            attempt: TokenLayers.attempt(
+                layerRetried: layer == .gateway ? x.gatewayTokenRetried : x.serviceTokenRetried),
             replayImpossible: replayImpossible)
         if case .relay(let reason, let serverRejectsNewTokens) = action {
             if layer == .gateway { x.gatewayTokenRejected = true } else { x.injectedTokenRejected = true }

@@ -292,20 +292,14 @@ extension ClientConnection {
                     success: status != 401)
             }
         }
-        let inspection: ExchangeStateMachine.Inspection
-        var rejectedLayer = Credential.Layer.service
-        if !inspect {
-            inspection = .none
-        } else if x.stacksGateway, x.gatewayToken != nil, let o = x.gatewayCredential?.oauth2, oauth2Rejects(x, o) {
-            // The gateway answers before the service is reached: its rejection is read first.
-            inspection = .rejectedByStatus
-            rejectedLayer = .gateway
-        } else if !x.inspectsService {
-            inspection = .none
-        } else if let o = x.credential?.oauth2 {
-            inspection = oauth2Rejects(x, o) ? .rejectedByStatus : .none
-        } else {
-            inspection = ExchangeStateMachine.inspection(
+        let (inspection, rejectedLayer) = TokenLayers.inspection(
+            inspect: inspect,
+            gatewayRejects: inspect && x.stacksGateway && x.gatewayToken != nil
+                && x.gatewayCredential?.oauth2.map { oauth2Rejects(x, $0) } == true,
+            inspectsService: x.inspectsService
+        ) {
+            if let o = x.credential?.oauth2 { return oauth2Rejects(x, o) ? .rejectedByStatus : .none }
+            return ExchangeStateMachine.inspection(
                 status: status, framing: framing,
                 mayCarryError: x.responseHead.value(of: "content-type").map {
                     TokenRejection.mayCarryError(contentTypeBytes: $0)
