@@ -74,6 +74,15 @@ class RedisServer:
         return [k for k in self.cli("--scan").split("\n") if k]
 
 
+def port_is_free(port):
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
 class RedisRelay:
     """A loopback relay in front of Redis, for a replica to reach it through.
 
@@ -552,6 +561,11 @@ def test_a_read_only_replica_or_a_cluster_mode_endpoint_is_named_and_the_replica
     """READONLY (a replica after a failover) and a cluster-mode endpoint: one clear warning naming the cause, and
     requests still served."""
     port = harness.free_port()
+    if mode == "cluster":
+        # A cluster node also listens on port + 10000 (its bus): an ephemeral port above 55535 has none, and
+        # redis-server exits at once.
+        while port > 55535 or not port_is_free(port + 10000):
+            port = harness.free_port()
     d = tmp_path / ("redis-" + mode)
     d.mkdir()
     args = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(d), "--save", "",
@@ -560,11 +574,12 @@ def test_a_read_only_replica_or_a_cluster_mode_endpoint_is_named_and_the_replica
         args += ["--replicaof", "127.0.0.1", str(redis_server.port), "--masterauth", REDIS_PASSWORD]
     else:
         args += ["--cluster-enabled", "yes", "--cluster-config-file", str(d / "nodes.conf")]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.time() + 10
         while subprocess.run(["redis-cli", "-p", str(port), "-a", REDIS_PASSWORD, "--no-auth-warning", "PING"],
                              capture_output=True, text=True).stdout.strip() != "PONG":
+            assert proc.poll() is None, "redis-server exited: %s" % proc.stderr.read().decode(errors="replace")
             assert time.time() < deadline
             time.sleep(0.05)
         p = start_fleet(proxy_factory, ags_fleet, "redis://:%s@127.0.0.1:%d/0" % (REDIS_PASSWORD, port), n=1)[0]
