@@ -97,7 +97,13 @@ final class SocketChannel: @unchecked Sendable {
         self.secure = secure
         // The concrete class behind every source the overlay makes (8 bytes stored instead of a 40-byte existential).
         readSource = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue) as! DispatchSource
-        readSource.setEventHandler { [unowned self] in self.owner?.channelReadable(self) }
+        readSource.setEventHandler { [unowned self] in
+            if self.awaitingConnect {
+                self.connectFinished(readEvent: true)
+            } else {
+                self.owner?.channelReadable(self)
+            }
+        }
         readSource.setCancelHandler(handler: sourceCancelled)
     }
 
@@ -222,10 +228,42 @@ final class SocketChannel: @unchecked Sendable {
     }
 
     /// Waits for a non-blocking `connect(2)` to finish; the owner hears of it in
-    /// ``SocketChannelOwner/channelConnected(_:error:)``.
+    /// ``SocketChannelOwner/channelConnected(_:error:)``. Reading is on from here: the connected channel goes to its
+    /// next owner reading.
+    ///
+    /// Both sources watch the connect, the read source registered first. libdispatch keeps one epoll registration
+    /// per descriptor: a hang-up (a reset, a refused connect) is handed to the sources registered at that moment,
+    /// and the descriptor is dropped from epoll, so a source registered after it never fires. Registered only when
+    /// the owner first reads, the read source missed an upstream's reset that came right after the request (the
+    /// exchange hung until its timeout, about 1 request in 20 under load); and a refused connect can reach the
+    /// read source before the write source is registered. So whichever source fires first reports the connect
+    /// (``connectFinished()``).
     func awaitConnect() {
         awaitingConnect = true
+        resumeReading()
         armWrite()
+    }
+
+    /// The connect awaited by ``awaitConnect()`` finished (or failed): reported to the owner once. A read event
+    /// that comes while the socket is still connecting, with no error, is not an outcome and is ignored.
+    private func connectFinished(readEvent: Bool) {
+        var err: Int32 = 0
+        var len = socklen_t(MemoryLayout<Int32>.size)
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len)
+        if readEvent, err == 0 {
+            var peer = sockaddr_storage()
+            var peerLen = socklen_t(MemoryLayout<sockaddr_storage>.size)
+            let connected = withUnsafeMutablePointer(to: &peer) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getpeername(fd, $0, &peerLen) == 0 }
+            }
+            guard connected else { return }
+        }
+        awaitingConnect = false
+        if pending.isEmpty, writeResumed {
+            writeResumed = false
+            writeSource?.suspend()
+        }
+        owner?.channelConnected(self, error: err)
     }
 
     /// Cancels both sources; the descriptor is closed when both cancel handlers have run. Nothing is reported
@@ -303,15 +341,7 @@ final class SocketChannel: @unchecked Sendable {
 
     private func writable() {
         if awaitingConnect {
-            awaitingConnect = false
-            var err: Int32 = 0
-            var len = socklen_t(MemoryLayout<Int32>.size)
-            getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len)
-            if pending.isEmpty, writeResumed {
-                writeResumed = false
-                writeSource?.suspend()
-            }
-            owner?.channelConnected(self, error: err)
+            connectFinished(readEvent: false)
             return
         }
         while !pending.isEmpty {

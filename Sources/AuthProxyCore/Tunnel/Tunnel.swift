@@ -189,11 +189,13 @@ final class Tunnel: SocketChannelOwner {
         connected = true
         lastActivity = DispatchTime.now().uptimeNanoseconds
         let early = connection.tunnelEstablished(answered: answered)
+        // Reading before the first write: a write that has to wait makes the write source, and a read source
+        // registered after it can miss the upstream's reset (``SocketChannel/awaitConnect()``).
+        up.resumeReading()
         if !early.isEmpty {
             early.withUnreadBytes { up.write($0) }
             bytesUp += Int64(early.count)
         }
-        up.resumeReading()
         client.resumeReading()
     }
 
