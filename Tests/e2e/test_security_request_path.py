@@ -268,7 +268,9 @@ def test_a_request_in_flight_across_the_narrowing_reload_finishes_and_the_next_g
 # ---------------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("path", ["/arcgis/%u002e%u002e/admin", "/arcgis/%U002E%U002E/admin", "/arcgis/%252e%252e/admin",
-                                  "/arcgis/..%3b/admin", "/arcgis/..%00/admin", "/arcgis/%zz/x"])
+                                  "/arcgis/..%3b/admin", "/arcgis/..%00/admin", "/arcgis/%zz/x",
+                                  # double encoding with a mix of escapes (found by the URL fuzz target)
+                                  "/arcgis/%252%65%252%65/admin", "/arcgis/%25%32%65%25%32%65/admin"])
 def test_ambiguous_escapes_get_400_on_a_host_with_credentials(proxy_factory, path):
     gis = harness.RawBackend()
     try:

@@ -55,14 +55,6 @@ public enum PathNormalizer {
                 let b = hi << 4 | lo
                 if b == UInt8(ascii: "/") || b == UInt8(ascii: "\\") { return .ambiguous("encoded slash in path") }
                 if b == 0 { return .ambiguous("encoded NUL in path") }
-                // `%252e`, `%252f`, `%255c`: a server or a filter in front of it that decodes twice sees a dot
-                // or a slash. Other `%25` (a literal `%` in a name) is kept.
-                if b == UInt8(ascii: "%"), i + 4 < u.count, let h2 = hexDigitValue(u[i + 3]),
-                    let l2 = hexDigitValue(u[i + 4]),
-                    [UInt8(ascii: "."), UInt8(ascii: "/"), UInt8(ascii: "\\")].contains(h2 << 4 | l2)
-                {
-                    return .ambiguous("double-encoded dot or slash in path")
-                }
                 if isUnreservedURIByte(b) {
                     decoded.append(b)
                 } else {
@@ -77,6 +69,11 @@ public enum PathNormalizer {
             decoded.append(c)
             i += 1
         }
+
+        // `%252e`, `%252f`, `%255c`: a server or a filter in front of it that decodes twice sees a dot or a slash.
+        // Looked for in the decoded bytes, so a mix of escapes counts too: `%252%65` is `%252e` once `%65` is
+        // decoded. Other `%25` (a literal `%` in a name) is kept.
+        if Self.hasDoubleEncodedDotOrSlash(decoded) { return .ambiguous("double-encoded dot or slash in path") }
 
         let segments = decoded.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false).dropFirst()
         var hasDot = false
@@ -117,6 +114,21 @@ public enum PathNormalizer {
     }
 
     private static func upperHex(_ v: UInt8) -> UInt8 { v < 10 ? 48 + v : 55 + v }
+
+    /// `%25` followed by two hex digits that encode `.`, `/` or `\` (escapes that stayed encoded are upper-case).
+    private static func hasDoubleEncodedDotOrSlash(_ d: [UInt8]) -> Bool {
+        var i = 0
+        while i + 4 < d.count {
+            if d[i] == UInt8(ascii: "%"), d[i + 1] == UInt8(ascii: "2"), d[i + 2] == UInt8(ascii: "5"),
+                let hi = hexDigitValue(d[i + 3]), let lo = hexDigitValue(d[i + 4]),
+                [UInt8(ascii: "."), UInt8(ascii: "/"), UInt8(ascii: "\\")].contains(hi << 4 | lo)
+            {
+                return true
+            }
+            i += 1
+        }
+        return false
+    }
 
     /// `.%3B…` or `..%3B…` (escapes are upper-case by now).
     private static func isDotsThenEncodedSemicolon(_ s: ArraySlice<UInt8>) -> Bool {

@@ -44,6 +44,10 @@ import Testing
         // Double-encoded dots and slashes, an encoded NUL, and `..%3b`.
         "/arcgis/%252e%252e/admin", "/arcgis/%252E./admin", "/arcgis%252fadmin", "/arcgis/..%3b/admin",
         "/arcgis/.%3Bx/admin", "/arcgis/..%00/admin",
+        // Double encoding written with a mix of escapes: `%252%65` is `%252e` once the unreserved `%65` is decoded,
+        // and a server that decodes twice sees `%2e`, then a dot (found by the URL fuzz target).
+        "/arcgis/%252%65%252%65/admin", "/arcgis/%25%32%65%25%32%65/admin", "/arcgis%25%32%66admin",
+        "/%252%656%2528",
     ])
     func ambiguous(path: String) {
         guard case .ambiguous = PathNormalizer.normalize(Substring(path)) else {
