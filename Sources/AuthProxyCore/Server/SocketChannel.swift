@@ -234,10 +234,9 @@ final class SocketChannel: @unchecked Sendable {
     /// Both sources watch the connect, the read source registered first. libdispatch keeps one epoll registration
     /// per descriptor: a hang-up (a reset, a refused connect) is handed to the sources registered at that moment,
     /// and the descriptor is dropped from epoll, so a source registered after it never fires. Registered only when
-    /// the owner first reads, the read source missed an upstream's reset that came right after the request (the
-    /// exchange hung until its timeout, about 1 request in 20 under load); and a refused connect can reach the
-    /// read source before the write source is registered. So whichever source fires first reports the connect
-    /// (``connectFinished()``).
+    /// the owner first reads, the read source would miss an upstream's reset that comes right after the request;
+    /// and a refused connect can reach the read source before the write source is registered. So whichever source
+    /// fires first reports the connect (``connectFinished(readEvent:)``).
     func awaitConnect() {
         awaitingConnect = true
         resumeReading()
