@@ -501,12 +501,22 @@ public struct ConfigLoader: Sendable {
             }
             return u.withoutTrailingSlash
         }
+        // A key or token goes into requests as it is (a header placement writes it raw): what no token service
+        // may hand out (``TokenSyntax``) is refused from the configuration too, without quoting it.
+        func sendableToken(_ key: String) throws(ConfigError) -> String {
+            let v = try required(key)
+            if let why = TokenSyntax.arcgisProblem(v) {
+                throw ConfigError(
+                    key: entry.path + "." + key, line: entry.line(of: key), "the value (not shown): \(why)")
+            }
+            return v
+        }
         let kind: Credential.Kind
         switch type {
         case "api-key":
-            kind = .apiKey(key: try required("key"))
+            kind = .apiKey(key: try sendableToken("key"))
         case "token":
-            let token = try required("token")
+            let token = try sendableToken("token")
             let referer = try entry.string("referer")
             var expires: Int64? = nil
             if let n = entry.table["expires"] {
@@ -703,10 +713,10 @@ public struct ConfigLoader: Sendable {
             guard let v = try t.string(k), !v.isEmpty else {
                 throw ConfigError(key: t.path + "." + k, line: t.line(of: k), "needs a value")
             }
-            guard !v.utf8.contains(where: { $0 == 13 || $0 == 10 || $0 == 0 }) else {
-                throw ConfigError(
-                    key: t.path + "." + k, line: t.line(of: k),
-                    "the value (a secret, not shown) holds a line break or NUL")
+            // The rule every head the proxy writes upstream passes (``OutboundHead``): refused here, at load,
+            // rather than as a 502 on every request.
+            if let why = OutboundHead.fieldProblem(name: k, value: v) {
+                throw ConfigError(key: t.path + "." + k, line: t.line(of: k), "the value (a secret, not shown) \(why)")
             }
             fields.append(HeaderField(name: k, value: v))
         }

@@ -1148,6 +1148,14 @@ extension ExchangeStateMachine {
         return exchangeFailed(from: .none)
     }
 
+    /// The request head the proxy made cannot be written upstream (``OutboundHead``: a byte its own parser would
+    /// refuse, put there by a token, key or header credential): no transfer starts, the exchange fails. Decided
+    /// where a transfer would start, which may be inside a token or retry callback: a pipelined request waits a
+    /// turn.
+    mutating func outboundHeadRefused() -> FailureStep {
+        exchangeFailed(from: .nextTurn)
+    }
+
     /// The exchange's token cannot be used (the token service failed, a token that may only go over https for an
     /// http request, a pregenerated token the upstream rejected): the exchange is answered with the error.
     mutating func tokenUnusable() -> FailureStep {

@@ -516,7 +516,7 @@ final class TokenFetcher {
             return .failure(
                 TokenError(credential: c.name, message: "token service \(Self.redacted(service)) returned no token"))
         }
-        return .success(t)
+        return Self.sendable(t, c, service: service)
     }
 
     private func issued(_ c: Credential, _ answer: Answer<OAuthTokenResponse>, service: String) -> Result<
@@ -529,7 +529,18 @@ final class TokenFetcher {
                     credential: c.name,
                     message: "token service \(Self.redacted(service)) returned no access_token"))
         }
-        return .success(t)
+        return Self.sendable(t, c, service: service)
+    }
+
+    /// `t` when it may go into a request (``TokenSyntax``); otherwise the failure an answer without a token gives
+    /// (the credential backs off), naming the token service and what is wrong, never the value.
+    private static func sendable(_ t: IssuedToken, _ c: Credential, service: String) -> Result<IssuedToken, TokenError>
+    {
+        guard let why = TokenSyntax.arcgisProblem(t.value) else { return .success(t) }
+        return .failure(
+            TokenError(
+                credential: c.name,
+                message: "token service \(redacted(service)) returned a token that cannot be sent: \(why)"))
     }
 
     /// A discovered token service is trusted only on the server's own host, and not over http for an https

@@ -13,6 +13,7 @@ struct FuzzTarget: Sendable {
         FuzzTarget(name: "toml", run: TOMLFuzzer.run),
         FuzzTarget(name: "token-rejection", run: TokenRejectionFuzzer.run),
         FuzzTarget(name: "url", run: URLFuzzer.run),
+        FuzzTarget(name: "outbound-head", run: OutboundHeadFuzzer.run),
     ]
 }
 

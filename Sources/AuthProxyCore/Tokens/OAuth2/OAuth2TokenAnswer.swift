@@ -10,7 +10,8 @@ import Foundation
 ///   `unsupported_grant_type` is a refusal of the configuration: the client gets a 502 with the error and its
 ///   description, and the credential backs off (a provider must not be hammered with a secret it refused).
 /// - Anything else — a 5xx, a 429, an empty or non-JSON body (even with 200: envoy #42009 made that fatal), another
-///   error code, no access token — is an outage: backoff and retry.
+///   error code, no access token, an access token that is not an RFC 6750 `b64token` (``TokenSyntax``) — is an
+///   outage: backoff and retry.
 enum OAuth2TokenAnswer: Equatable {
     case token(IssuedToken, refreshToken: String?)
     /// The provider refused the credential's request; `error` is the RFC 6749 code.
@@ -40,6 +41,10 @@ enum OAuth2TokenAnswer: Equatable {
         guard (200..<300).contains(status) else { return .outage(why: "HTTP \(status)") }
         guard let token = object["access_token"] as? String, !token.isEmpty else {
             return .outage(why: "HTTP \(status) without an access_token")
+        }
+        // Written into `Authorization: Bearer` as it is: a token that is not a b64token is no token.
+        if let why = TokenSyntax.bearerProblem(token) {
+            return .outage(why: "an access_token that cannot be sent: \(why)")
         }
         if let type = object["token_type"] as? String, type.lowercased() != "bearer" {
             return .refused(
