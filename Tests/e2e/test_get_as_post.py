@@ -91,14 +91,27 @@ def test_gdal_reads_features_with_a_long_where(proxy_factory, iis, cause):
     assert value(samples(p), "authproxy_get_as_post_total", cause=cause) == len(lines)
 
 
-def test_without_a_credential(proxy_factory, iis, client):
+def test_without_a_credential_the_get_goes_as_it_is(proxy_factory, iis, client):
+    """Only hosts a credential matches get the conversion (issue 35): elsewhere the client's GET, and the front
+    end's 414, are relayed as they are."""
     p = proxy_factory()
     url = iis.server_root + "/rest/services/Public/Parcels/FeatureServer/0/query"
     params = {"where": long_where(), "outFields": "*", "f": "json"}
     r = client.get(url, params=params, proxies=p.proxies, timeout=10)
-    assert r.status_code == 200 and len(r.json()["features"]) == 3
+    assert r.status_code == 414
     seen = server_log(iis, "/FeatureServer/0/query")
-    assert [e["method"] for e in seen] == ["POST"] and seen[0]["token_sources"] == [], seen
+    assert [e["method"] for e in seen] == ["GET"], seen
+
+
+def test_an_edit_stays_get(proxy_factory, iis, client):
+    """A long GET to an edit operation is not the proxy's to turn into a POST (issue 35)."""
+    p = proxy_factory(extra_config=cred("gis", "arcgis-token", iis.server_root, username="alice",
+                                        password="alice-pass"))
+    url = iis.server_root + "/rest/services/Parcels/FeatureServer/0/deleteFeatures"
+    r = client.get(url, params={"where": long_where(), "f": "json"}, proxies=p.proxies, timeout=10)
+    assert r.status_code == 414
+    seen = server_log(iis, "/FeatureServer/0/deleteFeatures")
+    assert seen and all(e["method"] == "GET" for e in seen), seen
 
 
 def test_a_short_query_stays_get(proxy_factory, iis, client):
@@ -147,13 +160,13 @@ def test_the_post_made_from_a_get_is_retried(proxy_factory, client):
 
     o = CountingOrigin(script)
     try:
-        p = proxy_factory()
+        p = proxy_factory(extra_config=cred("gis", "api-key", o.url + "/arcgis", key="AAPK-key"))
         url = o.url + "/arcgis/rest/services/x/FeatureServer/0/query"
         r = client.get(url, params={"where": long_where(), "f": "json"}, proxies=p.proxies, timeout=10)
         assert r.status_code == 200 and r.json() == {"features": []}
         assert len(bodies) == 2
         for method, target, body in bodies:
             assert method == b"POST" and target == b"/arcgis/rest/services/x/FeatureServer/0/query"
-            assert body.startswith(b"where=OBJECTID+IN+%281000%2C1001") and body.endswith(b"&f=json"), body[:80]
+            assert body.startswith(b"where=OBJECTID+IN+%281000%2C1001") and body.endswith(b"&token=AAPK-key"), body[-80:]
     finally:
         o.close()

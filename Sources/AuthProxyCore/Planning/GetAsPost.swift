@@ -7,9 +7,13 @@
 /// the query, token included, as its body when the URL it would send is longer than the limit, or when the
 /// upstream answered the `GET` with 414.
 ///
-/// **Only REST operations.** Paths under `/rest/services/` (ArcGIS Server) and `/sharing/rest/` (portal), case
-/// ignored as ArcGIS does. Tiles, image exports, attachments, item data, thumbnails and other resources stay
-/// `GET`: they are downloads that caches, CDNs and the server itself key by URL, and some do not accept `POST`.
+/// **Only reads, only where a credential applies.** The operations ``ArcGISOperation`` lists as reads
+/// (`query`, `identify`, `export`, geometry and geocode operations, a portal `search`, …) on a request a credential
+/// matched: a long URL there is the proxy's doing (the token it adds) or a GIS client's selection, and the proxy
+/// knows the server. Edits (`deleteFeatures`, `applyEdits`, an item's `delete`) stay `GET`: converting them would
+/// hand the server a `POST` that a GET-only CSRF guard would have refused, and the proxy has no business turning a
+/// client's `GET` into a write. Tiles, attachments, item data and other downloads are not operations at all and stay
+/// `GET`. Elsewhere — hosts without a credential — the client's request goes as it is.
 enum GetAsPost {
     /// Why a request went as `POST` (the `cause` label of `authproxy_get_as_post_total`).
     enum Cause: String, Equatable, Sendable {
@@ -19,31 +23,13 @@ enum GetAsPost {
         case status414 = "414"
     }
 
-    /// Path segments (anywhere in the path) of downloads that stay `GET`.
-    static let downloadSegments: Set<String> = [
-        "tile", "tiles", "tilemap", "attachments", "thumbnail", "resources",
-        "images",
-    ]
-    /// Operations (the last path segment) that are downloads and stay `GET`.
-    static let downloadOperations: Set<String> = ["export", "exportimage", "data", "download"]
-
-    /// Whether `path` (without its query) names an ArcGIS REST operation that may be sent as a form.
-    static func isRESTOperation(path: Substring) -> Bool {
-        let lower = path.lowercased()
-        guard lower.contains("/rest/services/") || lower.contains("/sharing/rest/") else { return false }
-        let segments = lower.split(separator: "/", omittingEmptySubsequences: true)
-        if segments.contains(where: { downloadSegments.contains(String($0)) }) { return false }
-        if let last = segments.last, downloadOperations.contains(String(last)) { return false }
-        return true
-    }
-
     /// Whether a request may go as a form at all: a `GET` without a body (nor a WebSocket handshake) whose query
-    /// is not empty, to a REST operation.
-    static func applies(method: String, hasBody: Bool, isUpgrade: Bool, target: URLTarget) -> Bool {
-        guard method == "GET", !hasBody, !isUpgrade, let q = target.queryStart,
+    /// is not empty, to a read operation (``ArcGISOperation/isConvertibleRead(path:)``), matched by a credential.
+    static func applies(method: String, hasBody: Bool, isUpgrade: Bool, matched: Bool, target: URLTarget) -> Bool {
+        guard matched, method == "GET", !hasBody, !isUpgrade, let q = target.queryStart,
             target.pathAndQuery.utf8.index(after: q) != target.pathAndQuery.utf8.endIndex
         else { return false }
-        return isRESTOperation(path: target.path)
+        return ArcGISOperation.isConvertibleRead(path: target.path)
     }
 
     /// Whether the URL `target` stands for (as sent: scheme, host, port, path and query) is longer than `limit`

@@ -19,7 +19,7 @@ extension ClientConnection {
         }
         // Kept for a retry, or for the resend as a form after a 414 (``resendAsPostOn414(_:)``).
         guard retries || context.config.getAsPostAboveBytes > 0, h.upgrade == nil,
-            RetryPolicy.mayRetry(method: h.method, hasBody: hasBody)
+            RetryPolicy.mayRetry(method: h.method, hasBody: hasBody, path: url.path)
         else { return }
         x.attemptURL = url
         x.attemptHeaders = headers
@@ -32,7 +32,8 @@ extension ClientConnection {
         guard x.responseHead.status == 414, x.responseHead.violation == nil, x.getAsPost == nil,
             context.config.getAsPostAboveBytes > 0, let url = x.attemptURL, let h = x.head
         else { return false }
-        return GetAsPost.applies(method: h.method, hasBody: false, isUpgrade: h.upgrade != nil, target: url)
+        return GetAsPost.applies(
+            method: h.method, hasBody: false, isUpgrade: h.upgrade != nil, matched: x.credential != nil, target: url)
     }
 
     /// The cause ``RetryPolicy`` gives a final response head's status, when retries apply to the request.

@@ -46,7 +46,9 @@ extension ClientConnection {
         var method = h.method
         var sent = url
         if x.getAsPost != nil || GetAsPost.exceeds(url, limit: context.config.getAsPostAboveBytes),
-            GetAsPost.applies(method: h.method, hasBody: clientHasBody, isUpgrade: h.upgrade != nil, target: url)
+            GetAsPost.applies(
+                method: h.method, hasBody: clientHasBody, isUpgrade: h.upgrade != nil, matched: x.credential != nil,
+                target: url)
         {
             if x.getAsPost == nil {
                 x.getAsPost = .length
@@ -70,11 +72,17 @@ extension ClientConnection {
             sent.pathAndQuery = applied.pathAndQuery
             fields = applied.headers
         }
+        if let problem = OutboundHead.problem(method: method, target: sent.pathAndQuery, fields: fields) {
+            refuseOutboundHead(problem, url: url)
+            return
+        }
         var request = UpstreamRequest(
             method: method, url: sent.url, fields: fields, bodyLength: bodyLength,
             timeoutSeconds: context.config.upstreamTimeoutSeconds)
-        // A read sent as a form is as harmless to repeat as the GET it stands for.
+        // A read sent as a form is as harmless to repeat as the GET it stands for; an edit is never repeated,
+        // whatever method carries it (``ArcGISOperation``).
         request.harmlessToRepeat = x.getAsPost != nil
+        request.edits = ArcGISOperation.isEdit(path: sent.path)
         request.via = context.viaValue
         request.network = x.networkAuth
         request.denyDestinations = context.access.denyDestinations
@@ -100,6 +108,28 @@ extension ClientConnection {
             t.start()
         }
         pumpBody()
+    }
+
+    /// The head made for `url` breaks ``OutboundHead``: nothing goes upstream, the client gets a 502 that names the
+    /// field and the credential that set it, never the value.
+    private func refuseOutboundHead(_ problem: OutboundHead.Problem, url: URLTarget) {
+        let credential = ex?.credential?.name ?? ex?.gatewayCredential?.name
+        var metadata: Logger.Metadata = [
+            "client": "\(peer)", "url": "\(url.origin)\(url.path)", "problem": "\(problem.message)",
+        ]
+        if let credential { metadata["credential"] = "\(credential)" }
+        logger.error("refused to send a request head the upstream could read differently", metadata: metadata)
+        let whose = credential.map { " (credential '\($0)')" } ?? ""
+        run(
+            machine.outboundHeadRefused(),
+            answer: ErrorResponse(
+                status: 502,
+                message: "The proxy did not send the request to \(url.origin)\(whose): \(problem.message)",
+                details: [
+                    "A token, key or header value the proxy adds holds a byte a request head cannot carry (a line "
+                        + "break, a control byte); sent, it could split the request in two. Check the token service "
+                        + "or the credential's configuration."
+                ]))
     }
 
     /// Moves request-body bytes from the input buffer to the body buffer libcurl reads from (or into the form

@@ -19,8 +19,9 @@ struct UpstreamRequest {
     /// Addresses never connected to (`deny_destinations`), checked on each resolved address as libcurl opens
     /// the socket, so neither a host name nor DNS rebinding gets around it.
     var denyDestinations: [AddressBlock] = []
-    /// The proxy's own requests (token and sign-in fetches): asking for a token twice does no harm, so they go
-    /// again on a new connection like idempotent ones (``ResendPolicy``).
+    /// The proxy's own requests (token and sign-in fetches), and the form it made from a read `GET`: asking for a
+    /// token or reading twice does no harm, so they go again on a new connection like idempotent ones
+    /// (``ResendPolicy``).
     var harmlessToRepeat = false
     /// The `Upgrade` value of a WebSocket handshake, sent with `Connection: Upgrade` (the own client only); nil
     /// for every other request.
@@ -28,6 +29,10 @@ struct UpstreamRequest {
     /// The parent proxies it goes through (nil: direct).
     var parentRoute: ParentRoute? = nil
 
+    /// An ArcGIS edit operation (``ArcGISOperation/isEdit(path:)``): never sent again once all of it went out,
+    /// whatever its method.
+    var edits = false
+
     /// Whether the request may go again after a reused connection died with it unanswered.
-    var resendable: Bool { harmlessToRepeat || ResendPolicy.isIdempotent(method) }
+    var resendable: Bool { !edits && (harmlessToRepeat || ResendPolicy.isIdempotent(method)) }
 }

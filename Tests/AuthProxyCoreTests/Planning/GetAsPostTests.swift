@@ -10,16 +10,32 @@ import Testing
         ("/arcgis/rest/services/Parcels/FeatureServer/0/query", true),
         ("/server/rest/services/Hosted/Roads/MapServer/identify", true),
         ("/ARCGIS/REST/SERVICES/x/FeatureServer/0/Query", true),
+        ("/arcgis/rest/services/x/FeatureServer/0/queryRelatedRecords", true),
         ("/portal/sharing/rest/search", true),
-        ("/portal/sharing/rest/content/users/alice/items", true),
         ("/arcgis/rest/services/Elevation/ImageServer/getSamples", true),
         ("/arcgis/rest/services/World/MapServer/find", true),
+        ("/arcgis/rest/services/World/MapServer/export", true),
+        ("/arcgis/rest/services/Elevation/ImageServer/exportImage", true),
+        ("/arcgis/rest/services/Utilities/Geometry/GeometryServer/project", true),
+        ("/arcgis/rest/services/World/GeocodeServer/findAddressCandidates", true),
+        // Edits stay GET (issue 35: a long GET deleteFeatures became a POST and was sent three times).
+        ("/arcgis/rest/services/x/FeatureServer/0/deleteFeatures", false),
+        ("/arcgis/rest/services/x/FeatureServer/0/applyEdits", false),
+        ("/arcgis/rest/services/x/FeatureServer/applyEdits", false),
+        ("/arcgis/rest/services/x/FeatureServer/0/addFeatures", false),
+        ("/arcgis/rest/services/x/FeatureServer/0/updateFeatures", false),
+        ("/portal/sharing/rest/content/users/alice/items/abc/delete", false),
+        ("/portal/sharing/rest/content/users/alice/items/abc/update", false),
+        ("/portal/sharing/rest/content/users/alice/items/abc/export", false),
+        ("/portal/sharing/rest/content/users/alice/items", false),
+        ("/arcgis/rest/services/Tool/GPServer/Task/execute", false),
+        // Any other operation, known or not, stays GET: the list is of reads.
+        ("/api/rest/services/accounts/delete", false),
+        ("/arcgis/rest/services/x/FeatureServer/0/someNewOperation", false),
         // Downloads stay GET.
         ("/arcgis/rest/services/Basemap/MapServer/tile/3/2/1", false),
         ("/arcgis/rest/services/Basemap/VectorTileServer/tile/3/2/1.pbf", false),
         ("/arcgis/rest/services/Basemap/MapServer/tilemap/3/0/0/8/8", false),
-        ("/arcgis/rest/services/World/MapServer/export", false),
-        ("/arcgis/rest/services/Elevation/ImageServer/exportImage", false),
         ("/arcgis/rest/services/x/FeatureServer/0/12/attachments/3", false),
         ("/portal/sharing/rest/content/items/abc/data", false),
         ("/portal/sharing/rest/content/items/abc/info/thumbnail/t.png", false),
@@ -27,24 +43,43 @@ import Testing
         // Not an ArcGIS REST operation.
         ("/arcgis/services/x/MapServer/WMSServer", false),
         ("/geoserver/wfs", false),
+        ("/geoserver/query", false),
         ("/arcgis/rest/info", false),
         ("/portal/sharing/generateToken", false),
     ])
-    func restOperations(path: String, operation: Bool) {
-        #expect(GetAsPost.isRESTOperation(path: path[...]) == operation)
+    func onlyReadOperationsAreConverted(path: String, converted: Bool) {
+        #expect(ArcGISOperation.isConvertibleRead(path: path[...]) == converted)
     }
 
-    @Test func onlyABodilessGetWithAQuery() {
+    @Test(arguments: [
+        ("/arcgis/rest/services/x/FeatureServer/0/deleteFeatures", true),
+        ("/arcgis/rest/services/x/FeatureServer/0/DELETEFEATURES/", true),
+        ("/arcgis/rest/services/x/FeatureServer/applyEdits", true),
+        ("/portal/sharing/rest/content/users/alice/items/abc/delete", true),
+        ("/portal/sharing/rest/content/users/alice/addItem", true),
+        ("/arcgis/rest/services/Tool/GPServer/Task/submitJob", true),
+        ("/arcgis/rest/services/x/FeatureServer/0/query", false),
+        ("/arcgis/rest/services/Basemap/MapServer/tile/3/2/1", false),
+        ("/", false),
+    ])
+    func edits(path: String, edit: Bool) {
+        #expect(ArcGISOperation.isEdit(path: path[...]) == edit)
+    }
+
+    @Test func onlyABodilessGetWithAQueryToAMatchedHost() {
         let q = Self.url("https://gis.example.com/arcgis/rest/services/x/FeatureServer/0/query?where=1%3D1&f=json")
-        #expect(GetAsPost.applies(method: "GET", hasBody: false, isUpgrade: false, target: q))
-        #expect(!GetAsPost.applies(method: "HEAD", hasBody: false, isUpgrade: false, target: q))
-        #expect(!GetAsPost.applies(method: "POST", hasBody: true, isUpgrade: false, target: q))
-        #expect(!GetAsPost.applies(method: "GET", hasBody: true, isUpgrade: false, target: q))
-        #expect(!GetAsPost.applies(method: "GET", hasBody: false, isUpgrade: true, target: q))
+        #expect(GetAsPost.applies(method: "GET", hasBody: false, isUpgrade: false, matched: true, target: q))
+        #expect(!GetAsPost.applies(method: "GET", hasBody: false, isUpgrade: false, matched: false, target: q))
+        #expect(!GetAsPost.applies(method: "HEAD", hasBody: false, isUpgrade: false, matched: true, target: q))
+        #expect(!GetAsPost.applies(method: "POST", hasBody: true, isUpgrade: false, matched: true, target: q))
+        #expect(!GetAsPost.applies(method: "GET", hasBody: true, isUpgrade: false, matched: true, target: q))
+        #expect(!GetAsPost.applies(method: "GET", hasBody: false, isUpgrade: true, matched: true, target: q))
         let bare = Self.url("https://gis.example.com/arcgis/rest/services/x/FeatureServer/0/query")
-        #expect(!GetAsPost.applies(method: "GET", hasBody: false, isUpgrade: false, target: bare))
+        #expect(!GetAsPost.applies(method: "GET", hasBody: false, isUpgrade: false, matched: true, target: bare))
         let empty = Self.url("https://gis.example.com/arcgis/rest/services/x/FeatureServer/0/query?")
-        #expect(!GetAsPost.applies(method: "GET", hasBody: false, isUpgrade: false, target: empty))
+        #expect(!GetAsPost.applies(method: "GET", hasBody: false, isUpgrade: false, matched: true, target: empty))
+        let edit = Self.url("https://gis.example.com/arcgis/rest/services/x/FeatureServer/0/deleteFeatures?where=1")
+        #expect(!GetAsPost.applies(method: "GET", hasBody: false, isUpgrade: false, matched: true, target: edit))
     }
 
     @Test func theLengthIsThatOfTheWholeURLAsSent() {

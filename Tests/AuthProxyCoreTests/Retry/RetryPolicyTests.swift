@@ -15,7 +15,17 @@ import Testing
         ("PATCH", false, false), ("TRACE", false, false), ("get", false, false),
     ])
     func onlyBodilessIdempotentReadsAreRetried(method: String, hasBody: Bool, retried: Bool) {
-        #expect(RetryPolicy.mayRetry(method: method, hasBody: hasBody) == retried)
+        #expect(RetryPolicy.mayRetry(method: method, hasBody: hasBody, path: "/arcgis/rest/info") == retried)
+    }
+
+    @Test(arguments: [
+        "/arcgis/rest/services/x/FeatureServer/0/deleteFeatures", "/arcgis/rest/services/x/FeatureServer/applyEdits",
+        "/portal/sharing/rest/content/users/a/items/abc/delete", "/arcgis/rest/services/T/GPServer/t/execute",
+    ])
+    func anEditIsNeverRetriedWhateverTheMethod(path: String) {
+        #expect(!RetryPolicy.mayRetry(method: "GET", hasBody: false, path: path[...]))
+        #expect(
+            RetryPolicy.mayRetry(method: "GET", hasBody: false, path: "/arcgis/rest/services/x/FeatureServer/0/query"))
     }
 
     @Test func statusesThatAreRetried() {
