@@ -511,13 +511,21 @@ public struct ConfigLoader: Sendable {
             }
             return v
         }
+        // The `Referer` a token is bound to goes out with every request: the same rule as any injected field.
+        func refererField() throws(ConfigError) -> String? {
+            guard let v = try entry.string("referer") else { return nil }
+            if let why = OutboundHead.fieldProblem(name: "Referer", value: v) {
+                throw ConfigError(key: entry.path + ".referer", line: entry.line(of: "referer"), "the value \(why)")
+            }
+            return v
+        }
         let kind: Credential.Kind
         switch type {
         case "api-key":
             kind = .apiKey(key: try sendableToken("key"))
         case "token":
             let token = try sendableToken("token")
-            let referer = try entry.string("referer")
+            let referer = try refererField()
             var expires: Int64? = nil
             if let n = entry.table["expires"] {
                 let text: String
@@ -538,7 +546,7 @@ public struct ConfigLoader: Sendable {
             }
             kind = .token(token: token, referer: referer, expires: expires)
         case "arcgis-token":
-            let referer = try entry.string("referer")
+            let referer = try refererField()
             let client = try entry.string("client") ?? (referer == nil ? "requestip" : "referer")
             guard ["referer", "requestip", "ip"].contains(client) else {
                 throw ConfigError(

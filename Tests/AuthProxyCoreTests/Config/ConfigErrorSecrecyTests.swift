@@ -116,6 +116,24 @@ import Testing
             "must be written literally"
         ),
         ("[[client]]\nname = \"${S}\"\npassword = \"p\"\n", "client[0].name", 2, "must be written literally"),
+        // What a request head cannot carry (issue 35): refused at load, the value never shown.
+        (
+            credential("type = \"api-key\"\nmatch = \"https://h/\"\nkey = \"\(secret)\\r\\nX: 1\"\n"),
+            "credential[0].key", 5, "not visible ASCII (byte 0x0D at byte 26"
+        ),
+        (
+            credential("type = \"token\"\nmatch = \"https://h/\"\ntoken = \"\(secret) x\"\n"),
+            "credential[0].token", 5, "not visible ASCII (byte 0x20"
+        ),
+        (
+            credential(
+                "type = \"token\"\nmatch = \"https://h/\"\ntoken = \"t\"\nreferer = \"app://\(secret)\\u0001\"\n"),
+            "credential[0].referer", 6, "control byte (byte 0x01"
+        ),
+        (
+            credential("type = \"header\"\nmatch = \"https://h/\"\nheaders = { \"X-Key\" = \"\(secret)\\u007f\" }\n"),
+            "credential[0].headers.X-Key", 5, "control byte (byte 0x7F"
+        ),
     ])
     func errorsNameTheKeyButNotTheSecret(_ template: String, _ key: String, _ line: Int, _ fragment: String) {
         let path = Self.secretFile()
