@@ -25,10 +25,11 @@ EXAMPLE = os.path.join(ROOT, "proxy.conf.example")
 # ---------------------------------------------------------------------------
 
 # The TableReader methods that take a key (ConfigLoader.swift), and the helpers parseCredential and parseOAuth2
-# define around them (`required("username")`, `url("token_url", …)`, `readable("private_key")`).
+# define around them (`required("username")`, `url("token_url", …)`, `readable("private_key")`,
+# `sendableToken("key")`).
 READER_METHODS = ("string", "int", "bool", "enumValue", "stringArray", "addressBlocks", "stringOrArray", "intArray",
                   "table", "tableArray", "literalString", "verbatimString", "markUsed")
-HELPERS = ("required", "url", "readable")
+HELPERS = ("required", "url", "readable", "sendableToken")
 READ = re.compile(r"(?:\b(\w+)\??\.)?\b(%s)\(\"([a-z_]+)\"" % "|".join(READER_METHODS + HELPERS))
 FUNC = re.compile(r"^\s*(?:(?:private|public|fileprivate|static|mutating)\s+)*func (\w+)\(")
 TYPE_CASE = re.compile(r'^\s*case "([a-z0-9-]+)":')
@@ -51,8 +52,8 @@ def loader_keys():
         func, ctype = None, None
         for lineno, line in enumerate(open(os.path.join(CONFIG_SOURCES, name), encoding="utf-8"), 1):
             m = FUNC.match(line)
-            # Nested helpers (required, url, readable, fail) do not change the function being read.
-            if m and m.group(1) not in HELPERS + ("fail",):
+            # Nested helpers (required, url, readable, fail, …) do not change the function being read.
+            if m and m.group(1) not in HELPERS + ("fail", "checkedReferer"):
                 func, ctype = m.group(1), None
             if func == "parseCredential":
                 c = TYPE_CASE.match(line)

@@ -512,8 +512,8 @@ public struct ConfigLoader: Sendable {
             return v
         }
         // The `Referer` a token is bound to goes out with every request: the same rule as any injected field.
-        func refererField() throws(ConfigError) -> String? {
-            guard let v = try entry.string("referer") else { return nil }
+        func checkedReferer(_ v: String?) throws(ConfigError) -> String? {
+            guard let v else { return nil }
             if let why = OutboundHead.fieldProblem(name: "Referer", value: v) {
                 throw ConfigError(key: entry.path + ".referer", line: entry.line(of: "referer"), "the value \(why)")
             }
@@ -525,7 +525,7 @@ public struct ConfigLoader: Sendable {
             kind = .apiKey(key: try sendableToken("key"))
         case "token":
             let token = try sendableToken("token")
-            let referer = try refererField()
+            let referer = try checkedReferer(entry.string("referer"))
             var expires: Int64? = nil
             if let n = entry.table["expires"] {
                 let text: String
@@ -546,7 +546,7 @@ public struct ConfigLoader: Sendable {
             }
             kind = .token(token: token, referer: referer, expires: expires)
         case "arcgis-token":
-            let referer = try refererField()
+            let referer = try checkedReferer(entry.string("referer"))
             let client = try entry.string("client") ?? (referer == nil ? "requestip" : "referer")
             guard ["referer", "requestip", "ip"].contains(client) else {
                 throw ConfigError(
