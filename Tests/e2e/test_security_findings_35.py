@@ -4,9 +4,18 @@ Item 6: a discovered token service (`rest/info`'s `tokenServicesUrl`, or the por
 trusted by scheme and host alone, so a server root on one port sent `username=…&password=…` to whatever listened
 on another port of its host. Now it must be on the server root's origin (scheme, host, port) or one the credential
 is configured for (a `match` prefix, `token_url`); otherwise a 502 names the root, the URL and why.
+
+Item 7: `Upgrade: websocket, h2c` went upstream as it was, and any `101` was relayed as a raw tunnel, through which
+requests the proxy refuses (`/arcgis/..;/admin/x`) reached the backend unparsed. Now only `Upgrade: websocket` goes
+upstream, and a `101` becomes a relay only when it switches to websocket with the `Sec-WebSocket-Accept` that answers
+the request's key; otherwise the client gets a 502 and the upstream connection is closed.
 """
+import base64
+import hashlib
 import http.server
 import json
+import os
+import socket
 import threading
 import time
 import urllib.parse
@@ -193,3 +202,175 @@ def test_federated_portal_on_another_port_needs_configuring(proxy_factory, feder
     issued = portal.stats()["tokens_issued"]
     assert issued.get("generate_password") == 1 and issued.get("generate_federated") == 1, issued
 
+
+# ---------------------------------------------------------------------------------------------------------------
+# Item 7: a 101 to anything but the handshake's websocket becomes a raw tunnel
+# ---------------------------------------------------------------------------------------------------------------
+
+WS_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"  # RFC 6455 §1.3
+SMUGGLED = b"GET /arcgis/..;/admin/x HTTP/1.1\r\nHost: backend\r\n\r\n"
+
+
+def accept_for(key):
+    return base64.b64encode(hashlib.sha1(key.encode() + WS_GUID).digest()).decode()
+
+
+class SwitchingOrigin:
+    """A raw-socket origin that answers every request head with `answer(head)` (bytes), then records whatever the
+    connection carries next until it closes or `after_seconds` pass: what a tunnel would have relayed."""
+
+    def __init__(self, answer, after_seconds=3.0):
+        self.answer = answer
+        self.after_seconds = after_seconds
+        self.lock = threading.Lock()
+        self.seen = []  # [head bytes, bytes after the head, finished]
+        self.up = harness.ScriptedUpstream(self._behave)
+        self.url = self.up.url
+
+    def _behave(self, c):
+        entry = [b"", b"", False]
+        with self.lock:
+            self.seen.append(entry)
+        try:
+            c.settimeout(10)
+            data = harness.read_head(c)
+            head, _, after = data.partition(b"\r\n\r\n")
+            entry[0] = head
+            entry[1] = after
+            c.sendall(self.answer(head.decode("latin-1")))
+            deadline = time.monotonic() + self.after_seconds
+            while time.monotonic() < deadline:
+                c.settimeout(max(0.05, deadline - time.monotonic()))
+                try:
+                    d = c.recv(65536)
+                except socket.timeout:
+                    break
+                if not d:
+                    break
+                entry[1] += d
+        finally:
+            entry[2] = True
+            c.close()
+
+    def wait_finished(self, timeout=10):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.lock:
+                if self.seen and all(e[2] for e in self.seen):
+                    return list(self.seen)
+            time.sleep(0.05)
+        with self.lock:
+            return list(self.seen)
+
+    def close(self):
+        self.up.close()
+
+
+def header_values(head, name):
+    out = []
+    for line in head.split("\r\n")[1:]:
+        k, _, v = line.partition(":")
+        if k.strip().lower() == name:
+            out.append(v.strip())
+    return out
+
+
+def answer_101(kind):
+    def answer(head):
+        key = (header_values(head, "sec-websocket-key") or [""])[0]
+        if kind == "h2c":
+            return b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n"
+        accept = accept_for(key) if kind == "valid" else accept_for("not-" + key)
+        return ("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                "Sec-WebSocket-Accept: %s\r\n\r\n" % accept).encode()
+    return answer
+
+
+def read_response(s, timeout=10):
+    """(head text, body bytes) of one response on `s` (body by Content-Length; b"" when there is none)."""
+    s.settimeout(timeout)
+    data = harness.read_head(s)
+    head, _, body = data.partition(b"\r\n\r\n")
+    text = head.decode("latin-1")
+    n = int((header_values(text, "content-length") or ["0"])[0])
+    while len(body) < n:
+        d = s.recv(65536)
+        if not d:
+            break
+        body += d
+    return text, body
+
+
+def handshake(origin, upgrade, key):
+    target = origin.url + "/arcgis/rest/services/Quakes/StreamServer/subscribe"
+    return ("GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: %s\r\nConnection: Upgrade, HTTP2-Settings\r\n"
+            "HTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\nSec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n"
+            % (target, origin.url[len("http://"):], upgrade, key)).encode()
+
+
+@pytest.mark.parametrize("client", ["native", "libcurl"])
+@pytest.mark.parametrize("kind", ["h2c", "wrong-accept", "valid"])
+def test_a_switch_is_relayed_only_to_the_handshakes_websocket(proxy_factory, client, kind):
+    """The handshake offers `websocket, h2c`; the origin answers `101` with `Upgrade: h2c`, or with websocket and an
+    accept value for another key, then reads on. The client must get a 502 naming why, and the request it writes
+    next (`/arcgis/..;/admin/x`, which the proxy refuses on this host) must never reach the origin — the upstream
+    connection is closed. Control (`valid`): a correct switch is relayed and the same bytes do arrive, so the
+    recorder sees what a tunnel carries. Every handshake reaches the origin with `Upgrade: websocket` alone."""
+    origin = SwitchingOrigin(answer_101(kind))
+    try:
+        p = proxy_factory(proxy={"http_client": client},
+                          extra_config=cred("stream", "api-key", origin.url + "/arcgis", key="KEY35"))
+        key = base64.b64encode(os.urandom(16)).decode()
+        s = socket.create_connection((p.host, p.port), timeout=10)
+        try:
+            s.sendall(handshake(origin, "websocket, h2c", key))
+            head, body = read_response(s)
+            try:
+                s.sendall(SMUGGLED)
+            except OSError:
+                pass  # the proxy closed the connection after its 502
+            seen = origin.wait_finished()
+        finally:
+            s.close()
+        assert len(seen) == 1, seen
+        if kind == "valid":
+            assert head.startswith("HTTP/1.1 101"), head
+            assert SMUGGLED in seen[0][1], seen
+        else:
+            assert b"..;" not in b"".join(e[0] + e[1] for e in seen), seen
+            err = harness.assert_error_json(int(head.split(" ")[1]),
+                                            lambda n: (header_values(head, n.lower()) or [None])[0], body, 502)
+            assert "101" in err["message"], err
+            assert ("h2c" in err["message"]) if kind == "h2c" else ("Sec-WebSocket-Accept" in err["message"]), err
+            assert header_values(head, "connection") == ["close"], head
+            assert "KEY35" not in p.log_text()
+        upstream_head = seen[0][0].decode("latin-1")
+        assert header_values(upstream_head, "upgrade") == ["websocket"], upstream_head
+    finally:
+        origin.close()
+
+
+@pytest.mark.parametrize("client", ["native", "libcurl"])
+def test_an_upgrade_naming_no_websocket_is_a_plain_request(proxy_factory, client):
+    """`Upgrade: h2c` alone: the request goes upstream as a plain request without `Upgrade`, and an origin that
+    switches anyway gets no tunnel (a 502; nothing the client writes next reaches it)."""
+    origin = SwitchingOrigin(answer_101("h2c"))
+    try:
+        p = proxy_factory(proxy={"http_client": client})
+        s = socket.create_connection((p.host, p.port), timeout=10)
+        try:
+            s.sendall(handshake(origin, "h2c", base64.b64encode(os.urandom(16)).decode()))
+            head, body = read_response(s)
+            try:
+                s.sendall(SMUGGLED)
+            except OSError:
+                pass
+            seen = origin.wait_finished()
+        finally:
+            s.close()
+        assert len(seen) >= 1, seen
+        assert header_values(seen[0][0].decode("latin-1"), "upgrade") == [], seen[0][0]
+        assert head.startswith("HTTP/1.1 502"), head
+        assert b"..;" not in b"".join(e[0] + e[1] for e in seen), seen
+    finally:
+        origin.close()
