@@ -9,6 +9,10 @@ Item 7: `Upgrade: websocket, h2c` went upstream as it was, and any `101` was rel
 requests the proxy refuses (`/arcgis/..;/admin/x`) reached the backend unparsed. Now only `Upgrade: websocket` goes
 upstream, and a `101` becomes a relay only when it switches to websocket with the `Sec-WebSocket-Accept` that answers
 the request's key; otherwise the client gets a 502 and the upstream connection is closed.
+
+Item 9a: an OIDC discovery document's `mtls_endpoint_aliases.token_endpoint` was used whatever its scheme: an http
+alias got the token request without TLS. Now it must be https, or discovery is refused naming the field.
+
 """
 import base64
 import hashlib
@@ -16,6 +20,7 @@ import http.server
 import json
 import os
 import socket
+import ssl
 import threading
 import time
 import urllib.parse
@@ -374,3 +379,40 @@ def test_an_upgrade_naming_no_websocket_is_a_plain_request(proxy_factory, client
         assert b"..;" not in b"".join(e[0] + e[1] for e in seen), seen
     finally:
         origin.close()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Item 9a: an http mutual-TLS alias in OIDC discovery
+# ---------------------------------------------------------------------------------------------------------------
+
+def test_an_http_mtls_alias_never_gets_the_token_request(proxy_factory, session, tls_cert, recorder):
+    """An https provider whose discovery names an http `mtls_endpoint_aliases.token_endpoint` (a listener on another
+    port that records what it gets), with a certificate credential covering it: the token request must not go there
+    (the old build sent `grant_type=client_credentials&client_id=…` in clear), and the 502 names the field."""
+    from oidc import OIDCProvider, ResourceServer
+    cert, key = tls_cert
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    idp = OIDCProvider(expires_in=60, auth_methods=["tls_client_auth"])
+    idp.tls = ctx
+    idp.start()
+    ogc = ResourceServer(idp).start()
+    try:
+        idp.add_client("mtls-client", tls_subject_cn="localhost")
+        alias = recorder.base + "/realms/test/protocol/openid-connect/token"
+        idp.mtls_alias = alias
+        config = (cred("idp-trust", "server-trust", idp.base, ca_file=cert)
+                  + cred("alias-cert", "certificate", recorder.base, cert=cert, key=key)
+                  + cred("ogc", "oauth2", ogc.base + "/ogc", issuer=idp.issuer, client_id="mtls-client",
+                         token_endpoint_auth_method="tls_client_auth"))
+        p = proxy_factory(extra_config=config)
+        r = via(p, session, ogc.items_url())
+        assert recorder.requests == [], recorder.requests
+        assert idp.token_requests() == [], idp.token_requests()
+        err = harness.assert_error_json(r.status_code, r.headers.get, r.content, 502)
+        assert "mtls_endpoint_aliases.token_endpoint" in err["message"] and alias in err["message"], err
+        assert "https" in err["message"], err
+    finally:
+        ogc.stop()
+        idp.stop()
+
