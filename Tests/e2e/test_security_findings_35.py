@@ -13,12 +13,15 @@ the request's key; otherwise the client gets a 502 and the upstream connection i
 Item 9a: an OIDC discovery document's `mtls_endpoint_aliases.token_endpoint` was used whatever its scheme: an http
 alias got the token request without TLS. Now it must be https, or discovery is refused naming the field.
 
+Item 9b: a fleet lock squatted in Redis delayed every token need by the whole token request timeout; now a replica
+waits `[cluster] lock_wait_seconds` (default 5 s) for another's token, then fetches it itself with a warning.
 """
 import base64
 import hashlib
 import http.server
 import json
 import os
+import shutil
 import socket
 import ssl
 import threading
@@ -416,3 +419,43 @@ def test_an_http_mtls_alias_never_gets_the_token_request(proxy_factory, session,
         ogc.stop()
         idp.stop()
 
+
+# ---------------------------------------------------------------------------------------------------------------
+# Item 9b: a squatted fleet lock
+# ---------------------------------------------------------------------------------------------------------------
+
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server (Debian package) is not installed")
+def test_a_squatted_fleet_lock_delays_a_token_need_by_the_lock_wait_only(proxy_factory, ags, tmp_path, session):
+    """Someone who can write to the fleet's Redis sets the lock key of a credential's token with a 10-minute expiry.
+    A replica that needs that token waits `lock_wait_seconds` (default 5 s), then fetches it itself and says so —
+    not the whole token request timeout (30 s here; the old build waited all of it)."""
+    from test_fleet import STATE_KEY, RedisServer, cluster_section, wait_connected
+    redis = RedisServer(tmp_path).start()
+    try:
+        extra = cluster_section(redis.url()) + cred("fleet35", "arcgis-token", ags.server_root, username="alice",
+                                                    password="alice-pass")
+        a = proxy_factory(proxy={"state_key": STATE_KEY, "workers": 1}, extra_config=extra)
+        wait_connected([a])
+        assert via(a, session, ags.query_url() + "?f=json").status_code == 200
+        token_keys = [k for k in redis.keys() if ":t:" in k]
+        assert len(token_keys) == 1, redis.keys()
+        lock_key = token_keys[0].replace(":t:", ":l:")
+        assert redis.cli("SET", lock_key, "squatter", "PX", "600000").strip() == "OK"
+        redis.cli("DEL", token_keys[0])
+        logins = len(ags.token_calls("server.generateToken"))
+
+        b = proxy_factory(proxy={"state_key": STATE_KEY, "workers": 1, "upstream_timeout_seconds": 30},
+                          extra_config=extra)
+        wait_connected([b])
+        t0 = time.monotonic()
+        r = session.get(ags.query_url() + "?f=json", proxies=b.proxies, timeout=90)
+        elapsed = time.monotonic() - t0
+        assert r.status_code == 200, r.text[:300]
+        # It did wait for the lock (the squatter was seen), and no longer than the wait plus a debug build's room.
+        assert 4.0 <= elapsed < 15.0, elapsed
+        assert len(ags.token_calls("server.generateToken")) == logins + 1
+        assert "lock_wait_seconds" in b.log_text(), b.log_text()[-2000:]
+        # The squatter's lock is left alone (its value is not this replica's lease).
+        assert redis.cli("GET", lock_key).strip() == "squatter"
+    finally:
+        redis.stop()
