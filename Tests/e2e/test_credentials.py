@@ -360,8 +360,11 @@ def test_oauth_app_federated_exchange(proxy_factory, federation, session):
 
 
 def test_arcgis_token_from_portal_is_exchanged(proxy_factory, federation, session):
+    # The portal runs on another port than the server (another origin): the password goes there only because it
+    # is configured (a match prefix), never on the word of the server's rest/info alone (issue 35, item 6).
     portal, server = federation
-    p = proxy_factory(extra_config=cred("gis", "arcgis-token", server.server_root, username="bob", password="bob-pass"))
+    p = proxy_factory(extra_config=cred("gis", "arcgis-token", [server.server_root, portal.portal_url],
+                                        username="bob", password="bob-pass"))
     r = via(p, session, "GET", server.query_url() + "?f=json")
     assert r.status_code == 200, r.text[:300]
     issued = portal.stats()["tokens_issued"]

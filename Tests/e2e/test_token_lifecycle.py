@@ -183,7 +183,9 @@ def test_all_tokens_revoked_at_once_the_next_request_succeeds(proxy_factory, fed
                      client_secret="proxyapp-secret", portal_url=portal.portal_url)
         new_portal_token = "oauth_client_credentials"
     else:
-        creds = cred("fed", "arcgis-token", server.server_root, username="bob", password="bob-pass")
+        # The portal is on another origin than the server: it is trusted with the password as a match prefix.
+        creds = cred("fed", "arcgis-token", [server.server_root, portal.portal_url], username="bob",
+                     password="bob-pass")
         new_portal_token = "generate_password"
     p = proxy_factory(extra_config=creds)
     assert via(p, session, "GET", server.query_url() + "?f=json").status_code == 200

@@ -13,8 +13,9 @@ import Synchronization
 ///   again (a token written and its lock released since the first read serves instead). The holder fetches and
 ///   writes the token with a script that checks the lease is still its own (so a replica whose lock expired cannot
 ///   overwrite a newer token), releases the lock and publishes a notice. The others wait for the notice (the
-///   subscriber) and poll the token key (pub/sub drops messages when a connection does), up to the token request
-///   timeout; then they fetch themselves (a duplicate is better than a failure).
+///   subscriber) and poll the token key (pub/sub drops messages when a connection does), up to `lock_wait_seconds`
+///   (``lockWaitMillis``); then they fetch themselves (a duplicate is better than a failure, and a lock squatted
+///   by whoever can write to Redis delays a token need by that wait, not by the lock's whole life).
 /// - **Invalidation**: a rejected token is deleted only if it is still the one rejected (compare-and-delete on its
 ///   digest), and a notice makes every replica drop it at once.
 /// - **Redis unavailable**: every operation is bounded by `timeout_ms`; on a failure the replica works alone from
@@ -26,9 +27,11 @@ final class ClusterTokenStore: TokenStore, @unchecked Sendable {
     let file: FileTokenStore
     let config: ClusterConfig
     let keys: ClusterKeys
-    /// How long the lock is held at most, and how long others wait for the holder's token: the token request
-    /// timeout (`upstream_timeout_seconds`), plus room for a federated exchange's second request.
+    /// How long the lock is held at most: the token request timeout (`upstream_timeout_seconds`), plus room for a
+    /// federated exchange's second request.
     let fetchMillis: Int64
+    /// How long others wait for the holder's token before fetching it themselves (`lock_wait_seconds`).
+    let lockWaitMillis: Int64
     private let logger: Logger
     private let clock: any WallClock
     private let connection: RedisConnection
@@ -61,6 +64,7 @@ final class ClusterTokenStore: TokenStore, @unchecked Sendable {
         self.config = config
         self.keys = keys
         self.fetchMillis = Int64(fetchTimeoutSeconds) * 1000
+        self.lockWaitMillis = Int64(config.lockWaitSeconds) * 1000
         self.logger = logger
         self.clock = clock
         connection = RedisConnection(endpoint: config.endpoint, timeoutMillis: config.timeoutMillis)
@@ -127,7 +131,7 @@ final class ClusterTokenStore: TokenStore, @unchecked Sendable {
             ProxyMetrics.active?.cluster(.sharedMiss)
             ProxyMetrics.active?.cluster(.lockWait)
             let w = Wait(
-                slot: slot, holding: holding?.value, rejected: rejected, deadline: clock.nowMillis() + fetchMillis,
+                slot: slot, holding: holding?.value, rejected: rejected, deadline: clock.nowMillis() + lockWaitMillis,
                 done: done)
             waits[name, default: []].append(w)
             schedulePoll(name)
@@ -210,9 +214,12 @@ final class ClusterTokenStore: TokenStore, @unchecked Sendable {
                 still.append(w)
             case .some(.none):
                 ProxyMetrics.active?.cluster(.lockWaitTimeout)
-                logger.info(
-                    "another replica's token request took longer than the token request timeout: fetching here",
-                    metadata: ["credential": "\(w.slot.credential)", "root": "\(w.slot.root)"])
+                logger.warning(
+                    "the fleet's lock for this token was held longer than lock_wait_seconds: fetching here (another replica's token request is slow, or the lock was not set by a replica)",
+                    metadata: [
+                        "credential": "\(w.slot.credential)", "root": "\(w.slot.root)",
+                        "lock_wait_s": "\(lockWaitMillis / 1000)",
+                    ])
                 w.done(.fetch(nil))
             case .none:
                 w.done(.fetch(nil))

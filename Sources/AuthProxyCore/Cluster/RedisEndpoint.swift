@@ -141,6 +141,10 @@ public struct ClusterConfig: Sendable, Equatable {
     public var timeoutMillis = 200
     /// Whether `/readyz` reports not ready while Redis cannot be used.
     public var required = false
+    /// How long a replica waits for the token of another replica holding the fleet's lock before it fetches the
+    /// token itself. Shorter than the token request timeout the lock lives for: anyone who can write to Redis can
+    /// hold a lock, and every token need would otherwise wait the whole timeout (60 s by default) for nothing.
+    public var lockWaitSeconds = 5
 
     public init(endpoint: RedisEndpoint) {
         self.endpoint = endpoint

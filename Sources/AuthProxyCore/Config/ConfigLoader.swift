@@ -265,7 +265,8 @@ public struct ConfigLoader: Sendable {
     }
 
     /// `[cluster]`: `redis` (a `redis://` or `rediss://` URL, user and password in it; the whole value may be
-    /// `${ENV}` or `file:`), `ca`/`cert`/`key` for `rediss://`, `key_prefix`, `timeout_ms`, `required`.
+    /// `${ENV}` or `file:`), `ca`/`cert`/`key` for `rediss://`, `key_prefix`, `timeout_ms`, `required`,
+    /// `lock_wait_seconds`.
     private func parseCluster(_ t: inout TableReader) throws(ConfigError) -> ClusterConfig {
         guard let url = try t.string("redis") else {
             throw ConfigError(
@@ -304,6 +305,7 @@ public struct ConfigLoader: Sendable {
         }
         if let ms = try t.int("timeout_ms", range: 10...60_000) { c.timeoutMillis = ms }
         if let r = try t.bool("required") { c.required = r }
+        if let w = try t.int("lock_wait_seconds", range: 1...600) { c.lockWaitSeconds = w }
         try t.finish()
         return c
     }

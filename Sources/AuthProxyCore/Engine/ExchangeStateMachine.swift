@@ -1139,6 +1139,19 @@ extension ExchangeStateMachine {
         exchangeFailed(from: .nextTurn)
     }
 
+    /// The upstream answered the exchange's WebSocket handshake with a `101` that cannot be relayed (another
+    /// protocol, or an accept value that does not answer the key: ``WebSocketSwitch``): the exchange fails with the
+    /// error, and the client connection ends after it, since the bytes the client sends behind its handshake are
+    /// meant for the new protocol and must not be read as requests. Reported from inside the transfer's callbacks.
+    mutating func switchRefused() -> FailureStep {
+        guard case .exchange(var e) = state else { return .close }
+        e.keepAlive = false
+        state = .exchange(e)
+        let step = exchangeFailed(from: .none)
+        if case .answerError = step { return .answerError(close: true, then: .none) }
+        return step
+    }
+
     /// The request body cannot be read (an invalid chunk): the transfer is stopped and, as the rest of the body
     /// cannot be told from a next request, the connection ends after the answer.
     mutating func requestBodyInvalid() -> FailureStep {

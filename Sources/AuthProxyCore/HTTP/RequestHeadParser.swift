@@ -194,13 +194,15 @@ public struct RequestHeadParser: Sendable {
     }
 
     /// The `Upgrade` value to forward when `head` is a WebSocket handshake (RFC 6455 §4.1: GET, HTTP/1.1, no body,
-    /// `Upgrade` naming `websocket`), nil otherwise. Other protocols (`h2c`) are not relayed.
+    /// `Upgrade` naming `websocket`): `websocket` alone, whatever else the client listed, nil otherwise. Other
+    /// protocols (`h2c`) are never offered upstream: a switch to them would leave the proxy a raw relay that parses
+    /// nothing (``WebSocketSwitch``), so the server may only choose WebSocket or no switch.
     static func webSocketUpgrade(_ head: RequestHead) -> String? {
         guard head.method == "GET", head.minorVersion == 1, head.framing == .none || head.framing == .contentLength(0),
             head.headers.tokens("upgrade").contains("websocket")
         else { return nil }
         switch head.target {
-        case .absolute, .origin: return head.headers.values("upgrade").joined(separator: ", ")
+        case .absolute, .origin: return "websocket"
         case .authority: return nil
         }
     }

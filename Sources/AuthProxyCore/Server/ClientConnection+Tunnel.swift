@@ -153,6 +153,15 @@ extension ClientConnection {
             refuseResponseHead(violation)
             return
         }
+        if let refusal = WebSocketSwitch.check(
+            requestKeys: x.head?.headers.values("sec-websocket-key") ?? [],
+            upgrade: x.responseHead.values(of: "upgrade"), accept: x.responseHead.values(of: "sec-websocket-accept"))
+        {
+            // Never a raw relay to anything but the WebSocket this handshake asked for.
+            up.close()
+            refuseSwitch(refusal, destination: "\(url.urlHost):\(url.port)")
+            return
+        }
         guard machine.upgraded() else {
             up.close()
             return
@@ -174,5 +183,19 @@ extension ClientConnection {
             idleTimeoutSeconds: context.config.tunnelIdleTimeoutSeconds, isWebSocket: true)
         tunnel = t
         t.adopt(up, toUpstream: early, toClient: leftover)
+    }
+
+    private func refuseSwitch(_ refusal: WebSocketSwitch.Refusal, destination: String) {
+        logger.warning(
+            "upstream switch refused",
+            metadata: ["client": "\(peer)", "destination": "\(destination)", "cause": "\(refusal)"])
+        ProxyMetrics.active?.upstreamError(.protocolError)
+        run(
+            machine.switchRefused(),
+            answer: ErrorResponse(
+                status: 502,
+                message:
+                    "Upstream \(destination) answered the WebSocket handshake with a 101 that cannot be relayed: \(refusal)",
+                details: ["The connection to it was closed; nothing was relayed (RFC 6455 §4.1)."]))
     }
 }

@@ -12,6 +12,16 @@ enum Crypto {
         return out
     }
 
+    /// SHA-1 of `bytes`: only where a protocol fixes it (the WebSocket handshake's accept value), never for
+    /// anything the proxy protects.
+    static func sha1(_ bytes: [UInt8]) -> [UInt8] {
+        var out = [UInt8](repeating: 0, count: 20)
+        var len: UInt32 = 0
+        let ok = bytes.withUnsafeBytes { b in EVP_Digest(b.baseAddress, b.count, &out, &len, EVP_sha1(), nil) }
+        precondition(ok == 1 && len == 20, "EVP_Digest(SHA-1) failed")
+        return out
+    }
+
     static func sha256Hex(_ s: String) -> String { hex(sha256(Array(s.utf8))) }
 
     static func hex(_ bytes: [UInt8]) -> String {

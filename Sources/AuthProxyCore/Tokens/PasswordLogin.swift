@@ -21,28 +21,30 @@ enum PasswordLogin {
     }
 
     /// The plan for `root` (a portal root when `isPortal`), given the server's `rest/info` when it could be
-    /// read; a failure is the message for the client's 502.
-    static func plan(_ s: ArcGISTokenSettings, root: String, isPortal: Bool, info: ServerInfoResponse?)
-        -> Result<Plan, PlanError>
-    {
+    /// read and the origins the credential is configured for (``TokenServiceTrust/configuredOrigins(_:)``); a
+    /// failure is the message for the client's 502.
+    static func plan(
+        _ s: ArcGISTokenSettings, root: String, isPortal: Bool, info: ServerInfoResponse?,
+        configured: Set<TokenServiceTrust.Origin> = []
+    ) -> Result<Plan, PlanError> {
         let tokenURL: String
         if let u = s.tokenURL {
             tokenURL = u
         } else if isPortal {
             tokenURL = ServerRoot.sharingRest(root) + "/generateToken"
-        } else if let u = info?.tokenServicesURL
-            ?? info?.owningSystemURL.map({ ServerRoot.sharingRest($0) + "/generateToken" })
-        {
-            // rest/info is the server's word: never send a password to another host, or over http when
-            // the server itself is https, on its say-so alone.
-            guard TokenFetcher.isSafeTokenService(u, for: root) else {
+        } else if let named = namedTokenService(info) {
+            // rest/info is the server's word: the password goes only to the server's own origin (or one the
+            // credential is configured for) on its say-so alone.
+            if case .failure(let distrust) = TokenServiceTrust.check(
+                tokenService: named.url, root: root, configured: configured)
+            {
                 return .failure(
                     PlanError(
                         message:
-                            "\(root)/rest/info names the token service \(TokenFetcher.redacted(u)) on another host or without https; set token_url to trust it"
+                            "\(root)/rest/info names the token service \(TokenFetcher.redacted(named.url)) (\(named.field)), which \(distrust.reason): the password is not sent there; set token_url to trust it"
                     ))
             }
-            tokenURL = u
+            tokenURL = named.url
         } else {
             return .failure(PlanError(message: "\(root)/rest/info does not name a token service; set token_url"))
         }
@@ -54,6 +56,18 @@ enum PasswordLogin {
         }
         return .success(
             .login(tokenURL: tokenURL, expirationMinutes: s.expirationMinutes ?? info?.shortLivedTokenValidity))
+    }
+
+    /// The token service `rest/info` names, and which of its fields named it (for messages).
+    private static func namedTokenService(_ info: ServerInfoResponse?) -> (url: String, field: String)? {
+        if let u = info?.tokenServicesURL { return (u, "its authInfo.tokenServicesUrl") }
+        if let o = info?.owningSystemURL {
+            return (
+                ServerRoot.sharingRest(o) + "/generateToken",
+                "the portal of its owningSystemUrl \(TokenFetcher.redacted(o))"
+            )
+        }
+        return nil
     }
 
     /// The portal root of a portal token service (`https://host/portal/sharing/rest/generateToken` →

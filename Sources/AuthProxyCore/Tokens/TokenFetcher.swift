@@ -199,7 +199,9 @@ final class TokenFetcher {
         done: @escaping (Result<IssuedToken, TokenError>) -> Void
     ) {
         let proceed: (ServerInfoResponse?) -> Void = { [self] info in
-            switch PasswordLogin.plan(s, root: root, isPortal: isPortal, info: info) {
+            switch PasswordLogin.plan(
+                s, root: root, isPortal: isPortal, info: info, configured: TokenServiceTrust.configuredOrigins(c))
+            {
             case .failure(let e):
                 done(.failure(TokenError(credential: c.name, message: e.message)))
             case .success(.exchange(let portal)):
@@ -541,14 +543,6 @@ final class TokenFetcher {
             TokenError(
                 credential: c.name,
                 message: "token service \(redacted(service)) returned a token that cannot be sent: \(why)"))
-    }
-
-    /// A discovered token service is trusted only on the server's own host, and not over http for an https
-    /// server.
-    static func isSafeTokenService(_ url: String, for root: String) -> Bool {
-        guard let u = HTTPURL.parse(url), let r = HTTPURL.parse(root) else { return false }
-        if r.target.scheme == "https" && u.target.scheme != "https" { return false }
-        return u.target.host == r.target.host
     }
 
     /// A URL without its query string, for messages.

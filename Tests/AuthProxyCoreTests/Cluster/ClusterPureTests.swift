@@ -146,8 +146,10 @@ import Testing
             key_prefix = "gis-fleet:"
             timeout_ms = 150
             required = true
+            lock_wait_seconds = 12
             """)
         let cluster = try #require(c.cluster)
+        #expect(cluster.lockWaitSeconds == 12)
         #expect(
             cluster.endpoint.host == "10.0.0.5" && cluster.endpoint.password == "pw" && cluster.endpoint.database == 1)
         #expect(cluster.keyPrefix == "gis-fleet:" && cluster.timeoutMillis == 150 && cluster.required)
@@ -155,6 +157,15 @@ import Testing
             try Self.parse("[proxy]\nstate_key = \"0123456789abcdef0\"\n[cluster]\nredis = \"redis://r:6379\"\n")
                 .cluster)
         #expect(d.keyPrefix == "authproxy:" && d.timeoutMillis == 200 && !d.required)
+        // A squatted lock delays a token need by this wait, not by the token request timeout (60 s by default).
+        #expect(d.lockWaitSeconds == 5)
+        for bad in ["0", "601", "\"5\""] {
+            #expect(throws: ConfigError.self) {
+                try Self.parse(
+                    "[proxy]\nstate_key = \"0123456789abcdef0\"\n[cluster]\nredis = \"redis://r:6379\"\nlock_wait_seconds = \(bad)\n"
+                )
+            }
+        }
         let tls = try #require(
             try Self.parse(
                 """

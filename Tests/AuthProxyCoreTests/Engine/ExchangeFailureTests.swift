@@ -102,6 +102,22 @@ import Testing
         #expect(m.responseHeadRefused() == .close)
     }
 
+    // MARK: a 101 that cannot be relayed
+
+    /// A WebSocket handshake answered with a `101` the proxy will not relay (``WebSocketSwitch``): a 502, and the
+    /// connection ends after it even when the request was complete and keep-alive — the client's bytes behind its
+    /// handshake are frames of the protocol it expected, never a next request to read.
+    @Test func aRefusedSwitchIsAnsweredAndTheConnectionEnds() {
+        var m = Self.exchange()
+        #expect(m.switchRefused() == .answerError(close: true, then: .none))
+        #expect(!m.mayResendUpstream)
+        #expect(m.answerLocally(status: 502, close: true) == false)
+        #expect(m.endExchange(shuttingDown: false, now: 2) == .close)
+        var closed = Self.exchange()
+        closed.closed()
+        #expect(closed.switchRefused() == .close)
+    }
+
     // MARK: an unusable token
 
     @Test func anUnusableTokenIsAnsweredAndTheNextRequestTakenUpAtOnce() {

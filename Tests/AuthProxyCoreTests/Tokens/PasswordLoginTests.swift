@@ -83,14 +83,44 @@ import Testing
         #expect(plan == .login(tokenURL: Self.portalTokens, expirationMinutes: nil))
     }
 
-    @Test func discoveredServiceOnAnotherHostOrOverHTTPIsRefused() {
-        for u in ["https://evil.example.com/arcgis/tokens/generateToken", "http://gis.example.com/arcgis/tokens/"] {
+    @Test func discoveredServiceOnAnotherHostPortOrOverHTTPIsRefused() {
+        for u in [
+            "https://evil.example.com/arcgis/tokens/generateToken", "http://gis.example.com/arcgis/tokens/",
+            "https://gis.example.com:37767/arcgis/tokens/generateToken",
+        ] {
             let r = PasswordLogin.plan(
                 Self.settings(), root: Self.server, isPortal: false, info: ServerInfoResponse(tokenServicesURL: u))
             #expect(throws: PasswordLogin.PlanError.self) { try r.get() }
         }
         let none = PasswordLogin.plan(Self.settings(), root: Self.server, isPortal: false, info: ServerInfoResponse())
         #expect(throws: PasswordLogin.PlanError.self) { try none.get() }
+    }
+
+    /// A server federated with a portal on another port of its host (owningSystemUrl): the portal would get the
+    /// password, so it must be on the server's origin or configured; the message names the root, the URL and why.
+    @Test func aFederatedPortalOnAnotherPortMustBeConfigured() throws {
+        let server = "https://gis.example.com:6443/arcgis"
+        let portal = "https://gis.example.com:7443/arcgis"
+        let info = ServerInfoResponse(owningSystemURL: portal)
+        let refused = PasswordLogin.plan(Self.settings(), root: server, isPortal: false, info: info)
+        guard case .failure(let e) = refused else {
+            Issue.record("planned \(refused)")
+            return
+        }
+        #expect(e.message.contains(server + "/rest/info"), "\(e.message)")
+        #expect(e.message.contains(portal + "/sharing/rest/generateToken"), "\(e.message)")
+        #expect(e.message.contains("owningSystemUrl") && e.message.contains("token_url"), "\(e.message)")
+        // Listed as a match prefix of the credential, the portal is trusted.
+        let configured: Set<TokenServiceTrust.Origin> = [.init(scheme: "https", host: "gis.example.com", port: 7443)]
+        let plan = try PasswordLogin.plan(
+            Self.settings(), root: server, isPortal: false, info: info, configured: configured
+        ).get()
+        #expect(plan == .exchange(portal: portal))
+        // So is it with token_url.
+        let withURL = try PasswordLogin.plan(
+            Self.settings(tokenURL: portal + "/sharing/rest/generateToken"), root: server, isPortal: false, info: info
+        ).get()
+        #expect(withURL == .exchange(portal: portal))
     }
 
     @Test func portalRootOfTokenService() {

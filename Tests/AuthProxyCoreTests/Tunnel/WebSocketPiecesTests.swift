@@ -22,6 +22,16 @@ import Testing
         #expect(h?.upgrade == "websocket")
     }
 
+    /// Only `websocket` is offered upstream, whatever else the client listed: a server that picked `h2c` would get
+    /// a raw relay that the proxy parses no more.
+    @Test(arguments: ["websocket, h2c", "h2c, WebSocket", "WEBSOCKET", "h2c,websocket/13, websocket"])
+    func otherProtocolsAreStrippedFromTheUpgradeSentUpstream(upgrade: String) {
+        let h = head(
+            "GET http://h/s HTTP/1.1\r\nHost: h\r\nUpgrade: \(upgrade)\r\nConnection: Upgrade\r\n"
+                + "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+        #expect(h?.upgrade == "websocket")
+    }
+
     @Test(arguments: [
         // Upgrade not listed in Connection: hop-by-hop, dropped as before.
         "GET http://h/ HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\n\r\n",

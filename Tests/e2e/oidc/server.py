@@ -189,6 +189,8 @@ class _ProviderHandler(_Base):
             }
             if p.auth_methods is not None:
                 doc["token_endpoint_auth_methods_supported"] = p.auth_methods
+            if p.mtls_alias:
+                doc["mtls_endpoint_aliases"] = {"token_endpoint": p.mtls_alias}
             return self.send(200, doc)
         if path == REALM_PATH + "/protocol/openid-connect/auth":
             return self.authorize()
@@ -244,6 +246,7 @@ class OIDCProvider(_Listener):
         self.mode = None
         self.retry_after = None  # seconds sent as Retry-After with a 429 or 503 mode
         self.document_issuer = None  # set to make discovery name another issuer
+        self.mtls_alias = None  # set to name mtls_endpoint_aliases.token_endpoint in discovery
         self.discovery_requests = 0
         self.tokens = {}  # access token -> (client_id, exp)
         self.codes = {}  # authorization code -> what it was issued for

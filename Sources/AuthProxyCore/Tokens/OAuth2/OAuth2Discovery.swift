@@ -23,8 +23,8 @@ struct OAuth2Discovery: Sendable, Equatable {
 
     /// Reads the document `body` fetched for `configuredIssuer`; the reason when it cannot be used: not JSON, no
     /// `token_endpoint`, an `issuer` that is not exactly the one configured (OIDC Discovery §4.3 — a document
-    /// naming another issuer may be an attacker's or a mix-up), or an `http://` token endpoint for an https
-    /// issuer.
+    /// naming another issuer may be an attacker's or a mix-up), an `http://` token endpoint for an https
+    /// issuer, or an `http://` `mtls_endpoint_aliases.token_endpoint` (for any issuer: mutual TLS needs TLS).
     static func parse(_ body: [UInt8], configuredIssuer: String) -> Result<OAuth2Discovery, OAuth2Problem> {
         guard let object = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any] else {
             return .failure(OAuth2Problem("the discovery document is not a JSON object"))
@@ -43,7 +43,9 @@ struct OAuth2Discovery: Sendable, Equatable {
         }
         if configuredIssuer.lowercased().hasPrefix("https:"), t.target.scheme != "https" {
             return .failure(
-                OAuth2Problem("the discovery document's token_endpoint \(token) is not https, the issuer is"))
+                OAuth2Problem(
+                    "the discovery document's token_endpoint \(TokenFetcher.redacted(token)) is not https, the issuer is"
+                ))
         }
         var d = OAuth2Discovery(issuer: issuer, tokenEndpoint: token)
         d.authorizationEndpoint = (object["authorization_endpoint"] as? String).flatMap {
@@ -54,8 +56,16 @@ struct OAuth2Discovery: Sendable, Equatable {
         }
         if let aliases = object["mtls_endpoint_aliases"] as? [String: Any],
             let m = aliases["token_endpoint"] as? String,
-            HTTPURL.parse(m) != nil
+            let alias = HTTPURL.parse(m)
         {
+            // Mutual TLS needs TLS: over http the token request (client id, refresh token or code) and the token
+            // it brings back would travel in clear, with no client certificate, whatever the issuer's scheme.
+            guard alias.target.scheme == "https" else {
+                return .failure(
+                    OAuth2Problem(
+                        "the discovery document's mtls_endpoint_aliases.token_endpoint \(TokenFetcher.redacted(m)) is not https (mutual TLS needs it)"
+                    ))
+            }
             d.mtlsTokenEndpoint = m
         }
         return .success(d)

@@ -40,6 +40,30 @@ import Testing
             OAuth2Discovery.documentURL(issuer: Self.issuer + "/") == Self.issuer + "/.well-known/openid-configuration")
     }
 
+    /// Mutual TLS needs TLS: an http mTLS alias would carry the token request (and the token back) in clear, with
+    /// no client certificate — refused for an https issuer and for an http one, naming the field.
+    @Test(arguments: [issuer, "http://idp.example.com/realms/gis"])
+    func anHTTPMutualTLSAliasIsRefused(issuer: String) {
+        let r = OAuth2Discovery.parse(
+            Self.doc([
+                "issuer": issuer, "token_endpoint": issuer + "/token",
+                "mtls_endpoint_aliases": ["token_endpoint": "http://mtls.idp.example.com/token?x=1"],
+            ]), configuredIssuer: issuer)
+        guard case .failure(let why) = r else {
+            Issue.record("accepted an http mTLS alias")
+            return
+        }
+        #expect(why.message.contains("mtls_endpoint_aliases.token_endpoint"), "\(why.message)")
+        #expect(why.message.contains("http://mtls.idp.example.com/token") && !why.message.contains("x=1"))
+        // An https alias with an http issuer is fine (the alias is what carries the request).
+        let ok = OAuth2Discovery.parse(
+            Self.doc([
+                "issuer": issuer, "token_endpoint": issuer + "/token",
+                "mtls_endpoint_aliases": ["token_endpoint": "https://mtls.idp.example.com/token"],
+            ]), configuredIssuer: issuer)
+        #expect((try? ok.get())?.mtlsTokenEndpoint == "https://mtls.idp.example.com/token")
+    }
+
     @Test(
         arguments: [
             // configured wins; else the best the provider supports among what the configuration can do
