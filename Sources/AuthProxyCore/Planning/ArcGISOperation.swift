@@ -51,9 +51,41 @@ enum ArcGISOperation {
         "updateusers", "invite", "join", "leave", "reassign", "edit", "start", "stop", "register", "unregister",
     ]
 
-    /// The last non-empty segment of `path` (no query), lowercased.
+    /// The last non-empty segment of `path` (no query) as a server reads it: without `;` path parameters,
+    /// percent-decoded (once, as ArcGIS and its web adaptor decode; an encoded `/` or `\\` ends a segment there
+    /// too), lowercased — so `deleteFeature%73`, `0%2FdeleteFeatures` and `DELETEFEATURES;x=1` are the edit they
+    /// name.
     static func operation(path: Substring) -> String? {
-        path.split(separator: "/", omittingEmptySubsequences: true).last.map { $0.lowercased() }
+        // Scanned from the end: this runs for every request (retry and resend decisions).
+        let u = path.utf8
+        var end = u.endIndex
+        while end != u.startIndex, u[u.index(before: end)] == UInt8(ascii: "/") { end = u.index(before: end) }
+        guard end != u.startIndex else { return nil }
+        var start = end
+        while start != u.startIndex, u[u.index(before: start)] != UInt8(ascii: "/") { start = u.index(before: start) }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(u.distance(from: start, to: end))
+        var previous: [UInt8] = []
+        var i = start
+        while i != end, u[i] != UInt8(ascii: ";") {
+            var b = u[i]
+            i = u.index(after: i)
+            if b == UInt8(ascii: "%"), i != end, let hi = hexDigitValue(u[i]) {
+                let j = u.index(after: i)
+                if j != end, let lo = hexDigitValue(u[j]) {
+                    b = hi << 4 | lo
+                    i = u.index(after: j)
+                }
+            }
+            // An encoded slash or backslash starts a new segment for a server that decodes before it splits.
+            if b == UInt8(ascii: "/") || b == UInt8(ascii: "\\") {
+                if !bytes.isEmpty { swap(&bytes, &previous) }
+                bytes.removeAll(keepingCapacity: true)
+                continue
+            }
+            bytes.append(b >= 0x41 && b <= 0x5A ? b | 0x20 : b)
+        }
+        return String(decoding: bytes.isEmpty ? previous : bytes, as: UTF8.self)
     }
 
     /// Whether `path` names an ArcGIS REST read the proxy may send as a `POST` form.

@@ -54,6 +54,12 @@ import Testing
     @Test(arguments: [
         ("/arcgis/rest/services/x/FeatureServer/0/deleteFeatures", true),
         ("/arcgis/rest/services/x/FeatureServer/0/DELETEFEATURES/", true),
+        ("/arcgis/rest/services/x/FeatureServer/0/deleteFeature%73", true),
+        ("/arcgis/rest/services/x/FeatureServer/0/%61pplyEdits;jsessionid=1", true),
+        ("/arcgis/rest/services/x/FeatureServer/0%2FdeleteFeatures", true),
+        ("/arcgis/rest/services/x/FeatureServer/0%5cdeleteFeatures", true),
+        ("/arcgis/rest/services/x/FeatureServer/0/deleteFeatures%2F", true),
+        ("/arcgis/rest/services/x/FeatureServer/0/deleteFeatures%2F%2F", true),
         ("/arcgis/rest/services/x/FeatureServer/applyEdits", true),
         ("/portal/sharing/rest/content/users/alice/items/abc/delete", true),
         ("/portal/sharing/rest/content/users/alice/addItem", true),
