@@ -76,9 +76,20 @@ def test_sigterm_under_mixed_load_fails_nothing_that_started_before_it(proxy_fac
         except Exception as e:  # noqa: BLE001
             tunnel_result.append((False, repr(e)))
 
-    workers = [threading.Thread(target=keep_alive_client) for _ in range(8)]
-    workers += [threading.Thread(target=download, args=(i,)) for i in range(3)]
-    workers.append(threading.Thread(target=tunnel))
+    crashed = []                 # exceptions the workers did not expect (a bad answer, a broken parse)
+
+    def guarded(fn, *args):
+        def run():
+            try:
+                fn(*args)
+            except BaseException as e:  # noqa: BLE001 - reported by the main thread
+                with lock:
+                    crashed.append("%s: %r" % (fn.__name__, e))
+        return threading.Thread(target=run)
+
+    workers = [guarded(keep_alive_client) for _ in range(8)]
+    workers += [guarded(download, i) for i in range(3)]
+    workers.append(guarded(tunnel))
     for w in workers:
         w.start()
     time.sleep(1.0)
@@ -106,6 +117,8 @@ def test_sigterm_under_mixed_load_fails_nothing_that_started_before_it(proxy_fac
     for w in workers:
         w.join(20)
 
+    assert not [w for w in workers if w.is_alive()], "workers still running 20 s after the proxy exited"
+    assert not crashed, crashed[:5]
     assert code == 0, p.log_text()[-3000:]
     assert exited < grace + 1, "exit %.1f s after SIGTERM (grace %d s)" % (exited, grace)
     before = [r for r in results if r[0] < signalled[0]]
