@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs the whole test suite: Swift unit tests, then end-to-end tests with the real binary, real clients
+# Runs the whole test suite: Swift unit tests, then end-to-end tests with the real binary (the debug build; a
+# subset once more with the release build), real clients
 # (curl, Python requests, GDAL ogrinfo) and test servers on loopback, then every fuzz target for a bounded time
 # (FUZZ_SECONDS per target, default 30; 0 skips them). Installs what it needs from Debian
 # packages and PyPI when missing (needs root or sudo). Used by .ci/run.
