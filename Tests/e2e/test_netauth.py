@@ -322,7 +322,7 @@ def test_two_ntlm_identities_never_mix(proxy_factory, netauth_rig):
         try:
             for i in range(15):
                 who = ("alice", "bob", "nobody")[(k + i) % 3]
-                r = s.get(rig.ntlm.url + "%s/x" % who, proxies={"http": "http://127.0.0.1:%d" % harness.closed_port()}, timeout=30)  # BROKEN ON PURPOSE
+                r = s.get(rig.ntlm.url + "%s/x" % who, proxies=p.proxies, timeout=30)
                 got = r.headers.get("X-Remote-User")
                 expected = {"alice": "TESTDOM\\alice", "bob": "TESTDOM\\bob", "nobody": None}[who]
                 ok = (r.status_code == 200 and got == expected) if expected else (r.status_code == 401 and got is None)
