@@ -39,9 +39,15 @@ work="${FUZZ_WORK:-$scratch/fuzz}"
 
 # AUTHPROXY_FUZZ declares the fuzz targets in Package.swift; a normal build never sees them.
 echo "== building authproxy-fuzz (libFuzzer + AddressSanitizer) in $scratch"
+# The filter only hides a linker note; the build's own status decides (a failed build in a reused scratch
+# directory leaves the previous binary in place, which must not be fuzzed as if it were this tree's).
+set +e
 AUTHPROXY_FUZZ=1 swift build --scratch-path "$scratch" --product authproxy-fuzz \
-  -Xswiftc -sanitize=fuzzer,address 2>&1 | grep -v "Cannot export local symbol" || true
+  -Xswiftc -sanitize=fuzzer,address 2>&1 | grep -v "Cannot export local symbol"
+build_status=${PIPESTATUS[0]}
+set -e
 bin="$scratch/debug/authproxy-fuzz"
+[ "$build_status" -eq 0 ] || { echo "fuzz.sh: build failed (swift build exited $build_status); not fuzzing" >&2; exit 1; }
 [ -x "$bin" ] || { echo "fuzz.sh: build failed ($bin missing)" >&2; exit 1; }
 [ "$build_only" -eq 0 ] || exit 0
 
@@ -64,12 +70,13 @@ for t in "${targets[@]}"; do
     -print_final_stats=1 -artifact_prefix="$dir/" ${FUZZ_ARGS:-} "$dir/corpus" "Tests/Fuzz/corpus/$t" >"$log" 2>&1
   rc=$?
   set -e
-  grep -E "^#[0-9]+[[:space:]]+(INITED|DONE)|^stat::(number_of_executed_units|peak_rss_mb)" "$log" | sed 's/^/   /'
+  # (No such line when the target died at start: that is reported below, not by set -e here.)
+  { grep -E "^#[0-9]+[[:space:]]+(INITED|DONE)|^stat::(number_of_executed_units|peak_rss_mb)" "$log" || true; } | sed 's/^/   /'
   echo "   corpus: $(ls "$dir/corpus" | wc -l) inputs (seeds: $(ls "Tests/Fuzz/corpus/$t" | wc -l))"
   if [ "$rc" -ne 0 ]; then
     failed+=("$t")
     echo "!! $t failed (exit $rc); log: $log"
-    grep -E "Fatal error|ERROR: (AddressSanitizer|libFuzzer|LeakSanitizer)|SUMMARY" "$log" | head -5 | sed 's/^/   /'
+    { grep -E "Fatal error|ERROR: (AddressSanitizer|libFuzzer|LeakSanitizer)|SUMMARY" "$log" || true; } | head -5 | sed 's/^/   /'
     for f in "$dir"/crash-* "$dir"/leak-* "$dir"/oom-* "$dir"/timeout-*; do
       [ -e "$f" ] || continue
       echo "   kept input: $f (base64: $(base64 -w0 "$f" | head -c 4000))"

@@ -21,7 +21,9 @@ STARTUP_TIMEOUT = 15.0
 
 
 def proxy_bin():
-    return os.environ.get("AUTHPROXY_BIN") or DEFAULT_BIN
+    """The binary every test runs: $AUTHPROXY_BIN (the release build in scripts/test.sh's release pass), else the
+    debug build. Absolute, so tests that run it from another directory run the same one."""
+    return os.path.abspath(os.environ.get("AUTHPROXY_BIN") or DEFAULT_BIN)
 
 
 def clean_env(extra=None):

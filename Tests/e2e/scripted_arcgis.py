@@ -1,5 +1,7 @@
 """A minimal ArcGIS Server on loopback whose services answer what a test scripts: `rest/info` names its own
-`generateToken`, which issues T1, T2, … (each valid an hour), and every other GET is answered by
+`generateToken`, which issues T1, T2, … (each valid an hour) to the one account it is made with (`username`,
+`password`; any other login gets ArcGIS's "Invalid username or password." and no token, so no test can pass on a
+credential the proxy got wrong), and every other GET is answered by
 `answer(server, path, token)` -> (status, body), with `token` the request's `token=` (None without one). For the
 token lifecycles the faithful test server (Tests/e2e/arcgis) cannot be made to play: a 503 then a revocation
 between two attempts, one service rejecting what the others accept."""
@@ -7,13 +9,16 @@ import http.server
 import json
 import threading
 import time
+import urllib.parse
 
 
 class ScriptedArcGIS:
-    def __init__(self, answer):
+    def __init__(self, answer, username="u", password="p"):
         self.answer = answer
+        self.username, self.password = username, password
         self.lock = threading.Lock()
         self.issued = 0
+        self.refused_logins = 0
         self.valid = set()
         owner = self
 
@@ -31,7 +36,13 @@ class ScriptedArcGIS:
                 self.wfile.write(body)
 
             def do_POST(self):
-                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                form = urllib.parse.parse_qs(self.rfile.read(int(self.headers.get("Content-Length", 0))).decode())
+                if (self.path.split("?")[0] != "/arcgis/tokens/generateToken"
+                        or form.get("username") != [owner.username] or form.get("password") != [owner.password]):
+                    with owner.lock:
+                        owner.refused_logins += 1
+                    return self.send(json.dumps({"error": {"code": 400, "message": "Unable to generate token.",
+                                                           "details": ["Invalid username or password."]}}).encode())
                 with owner.lock:
                     owner.issued += 1
                     t = "T%d" % owner.issued

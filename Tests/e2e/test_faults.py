@@ -191,9 +191,10 @@ def test_client_reset_mid_upload_is_noticed_at_once(proxy_factory, ags, session,
         s.sendall(b"\0" * (mb << 20))
         t0 = time.monotonic()
         reset(s)
-        assert wait_until(lambda: access_statuses(p).count("499") == i + 1, 2.5), p.log_text()[-2000:]
-        assert _back_to(p, baseline, 1.0) is not None, "descriptors still open: %r" % sorted(open_fds(p.pid))
-        assert time.monotonic() - t0 < 2.5
+        # Within seconds, not at the 60 s idle timeout (room for a loaded debug build).
+        assert wait_until(lambda: access_statuses(p).count("499") == i + 1, 10), p.log_text()[-2000:]
+        assert _back_to(p, baseline, 5.0) is not None, "descriptors still open: %r" % sorted(open_fds(p.pid))
+        assert time.monotonic() - t0 < 10
         assert not deleted_files(p.pid), "replay spill file still open"
     uploads = [harness.parse_kv(l) for l in harness.access_lines_text(p) if "/upload" in l]
     assert [u["status"] for u in uploads] == ["499"] * 3
@@ -217,9 +218,10 @@ def test_client_reset_while_upload_is_held_back_by_the_upstream(proxy, scripted)
         assert sent > 256 * 1024 and sent < 64 << 20, sent
         t0 = time.monotonic()
         reset(s)
-        lines = proxy.wait_for_log(r"status=499", timeout=3)
+        # Within seconds, not at the 60 s idle timeout (room for a loaded debug build).
+        lines = proxy.wait_for_log(r"status=499", timeout=10)
         assert lines, proxy.log_text()[-2000:]
-        assert time.monotonic() - t0 < 2.5
+        assert time.monotonic() - t0 < 10
         assert _back_to(proxy, baseline, 2) is not None, sorted(open_fds(proxy.pid))
     finally:
         stalled.close()

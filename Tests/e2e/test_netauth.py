@@ -312,28 +312,37 @@ def test_two_ntlm_identities_never_mix(proxy_factory, netauth_rig):
     rig = netauth_rig
     p = proxy_factory(extra_config=cred("a", "password", rig.ntlm.url + "alice", username="alice", password="alice-pw", domain="TESTDOM")
                       + cred("b", "password", rig.ntlm.url + "bob", username="bob", password="bob-pw", domain="TESTDOM"))
-    wrong = []
+    wrong, errors, done = [], [], [0]
     lock = threading.Lock()
 
     def worker(k):
         import requests
         s = requests.Session()
         s.trust_env = False
-        for i in range(15):
-            who = ("alice", "bob", "nobody")[(k + i) % 3]
-            r = s.get(rig.ntlm.url + "%s/x" % who, proxies=p.proxies, timeout=30)
-            got = r.headers.get("X-Remote-User")
-            expected = {"alice": "TESTDOM\\alice", "bob": "TESTDOM\\bob", "nobody": None}[who]
-            ok = (r.status_code == 200 and got == expected) if expected else (r.status_code == 401 and got is None)
-            if not ok:
+        try:
+            for i in range(15):
+                who = ("alice", "bob", "nobody")[(k + i) % 3]
+                r = s.get(rig.ntlm.url + "%s/x" % who, proxies=p.proxies, timeout=30)
+                got = r.headers.get("X-Remote-User")
+                expected = {"alice": "TESTDOM\\alice", "bob": "TESTDOM\\bob", "nobody": None}[who]
+                ok = (r.status_code == 200 and got == expected) if expected else (r.status_code == 401 and got is None)
                 with lock:
-                    wrong.append((who, r.status_code, got))
-        s.close()
+                    done[0] += 1
+                    if not ok:
+                        wrong.append((who, r.status_code, got))
+        except Exception as e:  # noqa: BLE001 - a hang, reset or refusal is a failure, reported below
+            with lock:
+                errors.append("worker %d: %r" % (k, e))
+        finally:
+            s.close()
 
     ts = [threading.Thread(target=worker, args=(k,)) for k in range(6)]
     [t.start() for t in ts]
-    [t.join() for t in ts]
+    [t.join(120) for t in ts]
+    assert not any(t.is_alive() for t in ts), "workers still running after 120 s"
+    assert not errors, errors[:10]
     assert not wrong, wrong[:10]
+    assert done[0] == 6 * 15, "%d of %d requests completed" % (done[0], 6 * 15)
 
 
 def test_token_and_ntlm_on_the_same_url(proxy_factory, netauth_rig, session):

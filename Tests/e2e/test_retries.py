@@ -320,7 +320,7 @@ def test_an_upstream_retry_and_the_token_retry_are_counted_apart(proxy_factory, 
             return 503, b"busy"
         return (200, b'{"features":[]}') if valid else (200, INVALID_TOKEN)
 
-    srv = ScriptedArcGIS(answer).start()
+    srv = ScriptedArcGIS(answer, username="u", password="p").start()
     port = srv.port
     try:
         p = start_with_admin(proxy_factory, harness.cred("gis", "arcgis-token", "http://127.0.0.1:%d/arcgis" % port,

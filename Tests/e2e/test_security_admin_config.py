@@ -287,11 +287,12 @@ def test_slow_admin_connection_is_closed_after_the_header_timeout(proxy_factory)
     port = int(p.admin.rsplit(":", 1)[1])
     (s,) = _slow_connections(port, 1, ["127.0.0.1"])
     started = time.monotonic()
-    s.settimeout(8)
+    s.settimeout(9)
     try:
         assert s.recv(100) == b""
     except ConnectionResetError:
         pass
     finally:
         s.close()
-    assert 2.5 < time.monotonic() - started < 4.5
+    # The admin listener's 3 s header timeout, not the old 10 s one (room above for a loaded debug build).
+    assert 2.5 < time.monotonic() - started < 8

@@ -76,18 +76,31 @@ def test_sigterm_under_mixed_load_fails_nothing_that_started_before_it(proxy_fac
         except Exception as e:  # noqa: BLE001
             tunnel_result.append((False, repr(e)))
 
-    workers = [threading.Thread(target=keep_alive_client) for _ in range(8)]
-    workers += [threading.Thread(target=download, args=(i,)) for i in range(3)]
-    workers.append(threading.Thread(target=tunnel))
+    crashed = []                 # exceptions the workers did not expect (a bad answer, a broken parse)
+
+    def guarded(fn, *args):
+        def run():
+            try:
+                fn(*args)
+            except BaseException as e:  # noqa: BLE001 - reported by the main thread
+                with lock:
+                    crashed.append("%s: %r" % (fn.__name__, e))
+        return threading.Thread(target=run)
+
+    workers = [guarded(keep_alive_client) for _ in range(8)]
+    workers += [guarded(download, i) for i in range(3)]
+    workers.append(guarded(tunnel))
     for w in workers:
         w.start()
     time.sleep(1.0)
     signalled[0] = time.monotonic()
     p.signal(signal.SIGTERM)
 
-    # New connections are refused shortly after the signal (the listener closes).
-    refused_at = None
-    deadline = time.monotonic() + 3
+    # New connections are refused once the signal is handled (the listener closes) while the work that started
+    # before it goes on: the evidence is that the downloads (~4.8 s, most of it after the signal) have not ended
+    # when the first refusal comes, not a clock margin a loaded debug build could miss.
+    refused_at, downloads_done_then = None, None
+    deadline = time.monotonic() + 6
     while time.monotonic() < deadline:
         try:
             s = socket.create_connection((p.host, p.port), timeout=1)
@@ -96,9 +109,11 @@ def test_sigterm_under_mixed_load_fails_nothing_that_started_before_it(proxy_fac
         except (ConnectionRefusedError, ConnectionResetError):
             # A connection that reached the backlog just as the listener closed is reset, not refused: either
             # way it was not accepted.
-            refused_at = time.monotonic()
+            refused_at, downloads_done_then = time.monotonic(), len(downloads)
             break
-    assert refused_at is not None and refused_at - signalled[0] < 1.5, "listener still accepting after SIGTERM"
+    assert refused_at is not None, "listener still accepting 6 s after SIGTERM"
+    assert downloads_done_then == 0, "listener closed only after %d downloads ended (%.1f s after SIGTERM)" % (
+        downloads_done_then, refused_at - signalled[0])
 
     code = p.proc.wait(grace + 5)
     exited = time.monotonic() - signalled[0]
@@ -106,6 +121,8 @@ def test_sigterm_under_mixed_load_fails_nothing_that_started_before_it(proxy_fac
     for w in workers:
         w.join(20)
 
+    assert not [w for w in workers if w.is_alive()], "workers still running 20 s after the proxy exited"
+    assert not crashed, crashed[:5]
     assert code == 0, p.log_text()[-3000:]
     assert exited < grace + 1, "exit %.1f s after SIGTERM (grace %d s)" % (exited, grace)
     before = [r for r in results if r[0] < signalled[0]]

@@ -128,7 +128,7 @@ def test_one_service_rejecting_tokens_that_others_accept_does_not_log_in_per_req
             return 200, INVALID_TOKEN
         return 200, b'{"features":[]}'
 
-    srv = ScriptedArcGIS(answer).start()
+    srv = ScriptedArcGIS(answer, username="u", password="p").start()
     port = srv.port
     try:
         p = proxy_factory(extra_config=cred("gis", "arcgis-token", "http://127.0.0.1:%d/arcgis" % port,

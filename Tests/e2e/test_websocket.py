@@ -349,9 +349,10 @@ def test_unmatched_websocket_gets_no_token(proxy_factory, open_echo):
 
 def test_unmatched_connect_outside_connect_ports_is_still_refused(proxy_factory, open_echo):
     p = proxy_factory(proxy={"connect_ports": [443]})
-    with pytest.raises(Exception):
+    with pytest.raises(websockets.exceptions.InvalidProxyStatus) as refused:
         with ws_connect(open_echo.url(), proxy=p.url, open_timeout=10):
             pass
+    assert refused.value.response.status_code == 403, refused.value
     assert open_echo.handshakes == []
 
 
