@@ -3,7 +3,7 @@
 #
 #   scripts/fuzz.sh [--seconds N | --minutes N] [--build-only] [TARGET...]
 #
-# TARGET: request-head, chunked-decoder, response-head, response-reader, toml, token-rejection, url (default: all, one at a time).
+# TARGET: request-head, chunked-decoder, response-head, response-reader, toml, token-rejection, url, outbound-head (default: all, one at a time).
 # Each target starts from its committed seeds (Tests/Fuzz/corpus/TARGET, read only) plus what earlier runs found
 # ($FUZZ_WORK/TARGET/corpus). A crash, an invariant violation, a leak or an out-of-memory stops that target; its input
 # is kept as $FUZZ_WORK/TARGET/crash-* (printed in base64 too, for CI logs) and the script exits 1 after the others ran.
@@ -14,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-all_targets=(request-head chunked-decoder response-head response-reader toml token-rejection url)
+all_targets=(request-head chunked-decoder response-head response-reader toml token-rejection url outbound-head)
 seconds=60
 build_only=0
 targets=()
