@@ -351,6 +351,14 @@ public struct ConfigLoader: Sendable {
             }
             u.pacRefreshSeconds = r
         }
+        if let t = try proxy.int("upstream_pac_timeout_seconds", range: 1...120) {
+            guard u.pac != nil else {
+                throw ConfigError(
+                    key: "proxy.upstream_pac_timeout_seconds", line: proxy.line(of: "upstream_pac_timeout_seconds"),
+                    "applies only with upstream_pac")
+            }
+            u.pacTimeoutSeconds = t
+        }
         u.credentialName = try proxy.literalString("upstream_proxy_credential")
         if let b = try proxy.int("upstream_proxy_backoff_seconds", range: 1...3600) { u.backoffSeconds = b }
         if let ca = try proxy.string("upstream_proxy_ca") {

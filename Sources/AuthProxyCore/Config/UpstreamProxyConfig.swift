@@ -7,6 +7,9 @@ public struct UpstreamProxyConfig: Sendable, Equatable {
     public var pac: PacSource? = nil
     /// How often the PAC file is read again (and retried after a failure, at most this long apart).
     public var pacRefreshSeconds = 300
+    /// `upstream_pac_timeout_seconds`: how long one evaluation of the PAC file may take before its worker is
+    /// killed (``PacEngine``).
+    public var pacTimeoutSeconds = PacEngine.defaultDeadlineSeconds
     /// The `password` or `kerberos` credential the parents are authenticated with (nil: none).
     public var credentialName: String? = nil
     /// Destinations that bypass the parents.

@@ -163,6 +163,9 @@ import Testing
     @Test func theRefreshPeriod() throws {
         let c = try loader.parse("[proxy]\nupstream_pac = \"/p.pac\"\nupstream_pac_refresh_seconds = 60\n")
         #expect(c.upstreamProxy.pacRefreshSeconds == 60)
+        #expect(c.upstreamProxy.pacTimeoutSeconds == 10)
+        let t = try loader.parse("[proxy]\nupstream_pac = \"/p.pac\"\nupstream_pac_timeout_seconds = 3\n")
+        #expect(t.upstreamProxy.pacTimeoutSeconds == 3)
     }
 
     @Test(arguments: [
@@ -172,6 +175,8 @@ import Testing
         ("[proxy]\nupstream_pac = \"file://relative/p.pac\"\n", "is not a PAC file location"),
         ("[proxy]\nupstream_pac_refresh_seconds = 60\n", "applies only with upstream_pac"),
         ("[proxy]\nupstream_pac = \"/p.pac\"\nupstream_pac_refresh_seconds = 0\n", "upstream_pac_refresh_seconds"),
+        ("[proxy]\nupstream_pac_timeout_seconds = 5\n", "applies only with upstream_pac"),
+        ("[proxy]\nupstream_pac = \"/p.pac\"\nupstream_pac_timeout_seconds = 0\n", "upstream_pac_timeout_seconds"),
     ])
     func aRefusedSetting(_ text: String, _ says: String) {
         do {
