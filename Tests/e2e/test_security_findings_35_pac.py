@@ -254,3 +254,109 @@ def test_an_endless_pac_rule_gets_a_502_and_readyz_says_not_ready_meanwhile(prox
         assert time.monotonic() - t0 < 3
     finally:
         pac.stop()
+
+
+# ---------------------------------------------------------------------------
+# item 5: the served PAC file
+# ---------------------------------------------------------------------------
+
+SERVED_CREDENTIALS = harness.cred("portal", "api-key", ["https://gis.internal.example/arcgis",
+                                                        "http://maps.internal.example:8080/"], key="K")
+
+
+def pac_get(host, port, path="/proxy.pac", headers=None):
+    import http.client
+    c = http.client.HTTPConnection(host, port, timeout=10)
+    try:
+        c.request("GET", path, headers=headers or {})
+        r = c.getresponse()
+        return r, r.read()
+    finally:
+        c.close()
+
+
+def pac_evaluate(script, url):
+    import sys
+    try:
+        import pacparser
+    except ImportError:  # Debian's python3-pacparser under another interpreter of the same version
+        sys.path.append("/usr/lib/python3/dist-packages")
+        import pacparser
+    pacparser.init()
+    try:
+        pacparser.parse_pac_string(script)
+        return pacparser.find_proxy(url, url.split("/")[2].split(":")[0])
+    finally:
+        pacparser.cleanup()
+
+
+def globals_of(script):
+    """The names a script defines in the global scope, as a page's <script src> would leave them, by running it
+    in a JavaScript engine (pacparser's): FindProxyForURL may reach its tables only through its own scope."""
+    probe = script + """
+var authproxyProbe = [];
+for (var k in this) authproxyProbe.push(k);
+function authproxyGlobals() { return authproxyProbe.join(" "); }
+"""
+    # pacparser calls FindProxyForURL only: wrap the probe in it.
+    probe += "\nFindProxyForURL = function (u, h) { return authproxyGlobals(); };\n"
+    return set(pac_evaluate(probe, "http://x.example/").split())
+
+
+@pytest.mark.parametrize("path", ["/proxy.pac", "/wpad.dat"])
+def test_the_served_pac_file_sends_nosniff_and_defines_no_global_table(proxy_factory, path):
+    p = proxy_factory(extra_config=SERVED_CREDENTIALS)
+    r, body = pac_get(p.host, p.port, path)
+    assert r.status == 200
+    assert r.getheader("X-Content-Type-Options") == "nosniff"
+    script = body.decode()
+    # Still a working PAC file.
+    assert pac_evaluate(script, "https://gis.internal.example/") == "PROXY 127.0.0.1:%d" % p.port
+    assert pac_evaluate(script, "http://maps.internal.example:8080/") == "PROXY 127.0.0.1:%d" % p.port
+    assert pac_evaluate(script, "https://elsewhere.example/") == "DIRECT"
+    g = globals_of(script)
+    leaked = {n for n in g if n.startswith("authproxy") and n not in ("authproxyProbe", "authproxyGlobals")}
+    assert not leaked, "globals a page could read: %s" % sorted(leaked)
+    assert "FindProxyForURL" in g
+
+
+@pytest.mark.parametrize("headers,status", [
+    ({"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Dest": "empty", "Sec-Fetch-Mode": "cors"}, 403),
+    ({"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Dest": "script", "Sec-Fetch-Mode": "no-cors"}, 403),
+    ({"Sec-Fetch-Site": "same-origin", "Sec-Fetch-Dest": "script"}, 403),
+    ({"Host": "rebound.attacker.example:3128"}, 421),
+    ({"Sec-Fetch-Site": "same-origin", "Sec-Fetch-Dest": "empty", "Sec-Fetch-Mode": "cors"}, 200),
+    ({"Sec-Fetch-Site": "none", "Sec-Fetch-Dest": "document", "Sec-Fetch-Mode": "navigate"}, 200),
+    ({"Host": "localhost"}, 200),
+    ({"Host": "proxy.corp.example:3128"}, 200),  # pac_address's host
+    ({"Host": "wpad.corp.example"}, 200),  # in pac_hosts
+])
+def test_pages_of_other_sites_and_rebound_names_do_not_get_the_pac_file(proxy_factory, headers, status):
+    # The refusals need no new setting (they hold on a default configuration); the names that are answered do.
+    listed = {"pac_address": "proxy.corp.example:3128", "pac_hosts": ["wpad.corp.example"]} if status == 200 else {}
+    p = proxy_factory(proxy=listed, extra_config=SERVED_CREDENTIALS)
+    for path in ("/proxy.pac", "/wpad.dat"):
+        r, body = pac_get(p.host, p.port, path, headers=headers)
+        assert r.status == status, (path, headers, body)
+        if status != 200:
+            assert b"internal.example" not in body
+        else:
+            assert r.getheader("X-Content-Type-Options") == "nosniff"
+            assert pac_evaluate(body.decode(), "https://gis.internal.example/") == "PROXY proxy.corp.example:3128"
+
+
+def test_the_admin_listener_applies_the_same_rules_and_allow_clients(proxy_factory):
+    # [admin] allow admits loopback; allow_clients admits only an address that is not this client's.
+    p = start_with_admin(proxy_factory, SERVED_CREDENTIALS, proxy={"allow_clients": ["127.0.0.2/32"]},
+                         healthz=False)
+    r = admin_get(p, "/proxy.pac")
+    assert r.status_code == 403, r.text
+    assert "allow_clients" in r.text and "internal.example" not in r.text
+    p2 = start_with_admin(proxy_factory, SERVED_CREDENTIALS)
+    assert admin_get(p2, "/proxy.pac").status_code == 200
+    r = admin_get(p2, "/wpad.dat", headers={"Sec-Fetch-Site": "cross-site"})
+    assert r.status_code == 403 and "internal.example" not in r.text
+    r = admin_get(p2, "/proxy.pac", headers={"Sec-Fetch-Dest": "script"})
+    assert r.status_code == 403
+    r = admin_get(p2, "/proxy.pac", headers={"Host": "rebound.attacker.example"})
+    assert r.status_code == 421

@@ -135,6 +135,17 @@ public struct ConfigLoader: Sendable {
                 config.pacAddress = address
             }
             if let f = try proxy.enumValue("pac_fallback", PacFallback.self) { config.pacFallback = f }
+            if let names = try proxy.stringArray("pac_hosts") {
+                config.pacHosts = try names.values.map { (h: String) throws(ConfigError) -> String in
+                    guard let name = Self.hostName(h) else {
+                        throw ConfigError(
+                            key: "proxy.pac_hosts", line: names.line,
+                            "\(proxy.shown("pac_hosts", h)) is not a host name like proxy.example (no scheme, port or wildcard; "
+                                + "IP addresses, localhost and pac_address's host are always accepted)")
+                    }
+                    return name
+                }
+            }
             try proxy.finish()
         }
         if var log = try top.table("log") {
