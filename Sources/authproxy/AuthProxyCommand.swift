@@ -291,6 +291,7 @@ struct Check: ParsableCommand {
                 )
             }
         }
+        warnings += c.upstreamProxy.warnings
         for w in warnings { printError("authproxy: warning: \(w)") }
         print("  interception ([tls]):     \(interception)")
         print("  proxy over TLS:           \(proxyTLS.summary)")

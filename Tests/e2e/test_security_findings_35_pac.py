@@ -360,3 +360,134 @@ def test_the_admin_listener_applies_the_same_rules_and_allow_clients(proxy_facto
     assert r.status_code == 403
     r = admin_get(p2, "/proxy.pac", headers={"Host": "rebound.attacker.example"})
     assert r.status_code == 421
+
+
+# ---------------------------------------------------------------------------
+# item 4: the parents a PAC file names
+# ---------------------------------------------------------------------------
+
+PARENT_CREDENTIAL = '\n[[credential]]\nname = "corp"\ntype = "password"\nusername = "alice"\npassword = "corp-secret"\n'
+
+
+def test_a_pac_named_parent_at_a_denied_address_is_never_contacted(proxy_factory, origin):
+    # 127.0.0.2 stands for the metadata service (169.254.169.254): an address deny_destinations refuses.
+    denied = ForwardingProxy("denied", hosts=NAMES, host="127.0.0.2").start()
+    good = ForwardingProxy("good", hosts=NAMES).start()
+    pac = PacServer("""
+function FindProxyForURL(url, host) {
+    if (host == "a.pac.test") return "PROXY %s";
+    if (host == "b.pac.test") return "PROXY %s; PROXY %s";
+    return "DIRECT";
+}
+""" % (denied.address, denied.address, good.address)).start()
+    try:
+        p = proxy_factory(proxy={
+                "upstream_pac": pac.url, "upstream_pac_refresh_seconds": 300, "upstream_timeout_seconds": 5,
+                "deny_destinations": ["169.254.0.0/16", "127.0.0.2/32"], "upstream_proxy_credential": "corp"},
+                extra_config=PARENT_CREDENTIAL)
+        r = get(p, "http://a.pac.test:%d/echo" % origin.port)
+        assert r.status_code == 403, r.text
+        body = r.json()["error"]
+        assert pac.url in body["message"] and "denied address" in body["message"], body
+        assert any(denied.address in d and "deny_destinations" in d for d in body["details"]), body
+        # A list skips the denied parent and uses the next.
+        r = get(p, "http://b.pac.test:%d/echo" % origin.port)
+        assert r.status_code == 200, r.text
+        assert good.saw("GET") == ["http://b.pac.test:%d/echo" % origin.port]
+        assert denied.accepted == 0, "the denied parent received %d connections" % denied.accepted
+        assert denied.authorizations == []
+    finally:
+        pac.stop()
+        denied.stop()
+        good.stop()
+
+
+def test_a_pac_named_parent_resolved_into_a_denied_block_is_never_contacted(proxy_factory, origin):
+    # By name: `localhost` resolves into 127.0.0.0/8, denied here; the PAC server and the origin are not dialed
+    # through the Dialer's deny check (the PAC fetch goes directly, and no request here reaches the origin).
+    parent = ForwardingProxy("byname", hosts=NAMES).start()
+    pac = PacServer("""
+function FindProxyForURL(url, host) {
+    if (host == "a.pac.test") return "PROXY localhost:%d";
+    return "DIRECT";
+}
+""" % parent.port).start()
+    try:
+        p = proxy_factory(proxy={
+            "upstream_pac": pac.url, "upstream_pac_refresh_seconds": 300, "upstream_timeout_seconds": 5,
+            "deny_destinations": ["127.0.0.0/8", "::1/128"], "upstream_proxy_credential": "corp"},
+            extra_config=PARENT_CREDENTIAL)
+        assert wait_until(lambda: "PAC file loaded" in p.log_text(), timeout=10)
+        for path in ("/echo", "/echo?again=1"):
+            r = get(p, "http://a.pac.test:%d%s" % (origin.port, path))
+            assert r.status_code in (403, 502), r.text
+            assert "No PAC file" not in r.text
+        status, _ = tunnel_status(p, "a.pac.test", origin.port)
+        assert status in (403, 502)
+        assert parent.accepted == 0, "the parent at a denied address received %d connections" % parent.accepted
+    finally:
+        pac.stop()
+        parent.stop()
+
+
+def tunnel_status(proxy, host, port):
+    import socket
+    c = socket.create_connection((proxy.host, proxy.port), timeout=20)
+    try:
+        c.sendall(b"CONNECT %s:%d HTTP/1.1\r\nHost: %s:%d\r\n\r\n" % (host.encode(), port, host.encode(), port))
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = c.recv(4096)
+            if not chunk:
+                break
+            head += chunk
+        return (int(head.split(b" ", 2)[1]) if head else 0), head
+    finally:
+        c.close()
+
+
+def test_the_parent_credential_goes_only_to_listed_parents(proxy_factory, origin):
+    listed = ForwardingProxy("listed", hosts=NAMES, basic="alice:corp-secret").start()
+    other = ForwardingProxy("other", hosts=NAMES, basic="alice:corp-secret").start()
+    pac = PacServer("""
+function FindProxyForURL(url, host) {
+    if (host == "a.pac.test") return "PROXY %s";
+    if (host == "b.pac.test") return "PROXY %s";
+    return "DIRECT";
+}
+""" % (listed.address, other.address)).start()
+    try:
+        p = proxy_factory(proxy={
+            "upstream_pac": pac.url, "upstream_pac_refresh_seconds": 300, "upstream_timeout_seconds": 5,
+            "upstream_proxy_credential": "corp", "upstream_proxy_credential_parents": [listed.address]},
+            extra_config=PARENT_CREDENTIAL)
+        r = get(p, "http://a.pac.test:%d/echo" % origin.port)
+        assert r.status_code == 200, r.text
+        assert listed.authorizations, "the listed parent got no credential"
+        r = get(p, "http://b.pac.test:%d/echo" % origin.port)
+        assert r.status_code != 200
+        status, _ = tunnel_status(p, "b.pac.test", origin.port)
+        assert status != 200
+        assert other.accepted > 0
+        assert other.authorizations == [], "a parent outside the list received %s" % other.authorizations
+    finally:
+        pac.stop()
+        listed.stop()
+        other.stop()
+
+
+def test_check_warns_about_an_http_pac_url_and_an_unrestricted_parent_credential(tmp_path):
+    cfg = tmp_path / "proxy.conf"
+    base = '[proxy]\nlisten = ["127.0.0.1:%d"]\nstate_dir = "%s"\nupstream_pac = "%s"\n'
+    cfg.write_text(base % (harness.free_port(), tmp_path, "http://wpad.corp.example/wpad.dat")
+                   + 'upstream_proxy_credential = "corp"\n' + PARENT_CREDENTIAL)
+    r = harness.run_cli(["check", "-c", str(cfg)])
+    assert r.returncode == 0, r.stderr
+    assert "upstream_pac http://wpad.corp.example/wpad.dat is fetched without TLS" in r.stderr, r.stderr
+    assert "upstream_proxy_credential_parents" in r.stderr
+    cfg.write_text(base % (harness.free_port(), tmp_path, "https://wpad.corp.example/wpad.dat")
+                   + 'upstream_proxy_credential = "corp"\n'
+                   + 'upstream_proxy_credential_parents = ["proxy.corp.example:8080"]\n' + PARENT_CREDENTIAL)
+    r = harness.run_cli(["check", "-c", str(cfg)])
+    assert r.returncode == 0, r.stderr
+    assert "without TLS" not in r.stderr and "upstream_proxy_credential_parents" not in r.stderr, r.stderr

@@ -50,11 +50,13 @@ import Testing
         done.wait()
     }
 
-    func routing(_ resolver: PacResolver, noProxy: [String] = []) -> ParentRouting {
+    func routing(_ resolver: PacResolver, noProxy: [String] = [], deny: [String] = []) -> ParentRouting {
         var u = UpstreamProxyConfig()
         u.pac = .file(dir + "/proxy.pac")
         if case .success(let n) = NoProxyList.parse(noProxy) { u.noProxy = n }
-        return ParentRouting(config: u, credentials: [], health: ParentHealth(backoffSeconds: 30), pac: resolver)
+        return ParentRouting(
+            config: u, credentials: [], health: ParentHealth(backoffSeconds: 30), pac: resolver,
+            deny: deny.compactMap(AddressBlock.parse))
     }
 
     func route(_ r: ParentRouting, _ scheme: String, _ host: String, _ port: Int) -> ParentRouting.Lookup {
@@ -239,5 +241,47 @@ import Testing
         }
         #expect(p.candidates.map(\.url) == ["http://p.corp:3128"])
         #expect(PacEngine.shared.activity == .idle)
+    }
+
+    /// A parent the PAC file names at a `deny_destinations` address is never a candidate: alone it refuses the
+    /// request (403 naming the PAC file), in a list it is skipped; a name is checked when dialed (`parentDeny`).
+    @Test func aPacNamedParentAtADeniedAddressIsRefusedOrSkipped() {
+        let resolver = PacResolver()
+        load(
+            resolver,
+            write(
+                """
+                function FindProxyForURL(url, host) {
+                    if (host == "meta.example") return "PROXY 169.254.169.254:80";
+                    if (host == "list.example") return "PROXY 169.254.169.254:80; PROXY p.corp:3128";
+                    if (host == "direct.example") return "PROXY 169.254.169.254:80; DIRECT";
+                    return "PROXY p.corp:3128";
+                }
+                """))
+        let r = routing(resolver, deny: ["169.254.0.0/16"])
+        guard case .refused(let e) = route(r, "http", "meta.example", 80) else {
+            Issue.record("a denied parent was routed")
+            return
+        }
+        #expect(e.status == 403)
+        #expect(e.message.contains("proxy.pac") && e.message.contains("denied address"))
+        #expect(e.details.joined().contains("169.254.169.254:80"))
+        guard case .ready(let l?) = route(r, "http", "list.example", 80) else {
+            Issue.record("no route for list.example")
+            return
+        }
+        #expect(l.candidates.map(\.url) == ["http://p.corp:3128"])
+        #expect(l.fromPac && l.parentDeny == r.deny)
+        #expect(route(r, "http", "direct.example", 80) == .ready(nil))
+        // The configured parents are the operator's choice: no check on them.
+        var u = UpstreamProxyConfig()
+        u.parents = [ParentProxy.parse("http://p.corp:3128")!]
+        let configured = ParentRouting(
+            config: u, credentials: [], health: ParentHealth(backoffSeconds: 30), deny: r.deny)
+        guard case .ready(let c?) = configured.lookup(scheme: "http", host: "a.example", port: 80) else {
+            Issue.record("no configured route")
+            return
+        }
+        #expect(c.parentDeny.isEmpty)
     }
 }
