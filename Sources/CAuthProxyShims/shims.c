@@ -1,5 +1,13 @@
 #define _GNU_SOURCE
 #include <sched.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <unistd.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/socket.h>
 #include <malloc.h>
 #include <stdlib.h>
@@ -230,3 +238,43 @@ int ap_pkey_size(EVP_PKEY *key) { return EVP_PKEY_get_size(key); }
 EVP_PKEY *ap_rsa_keygen(unsigned bits) { return EVP_RSA_gen(bits); }
 int ap_x509_der(X509 *cert, unsigned char **out) { *out = NULL; return i2d_X509(cert, out); }
 void ap_openssl_free(void *p) { OPENSSL_free(p); }
+
+int ap_spawn_helper(const char *path, char *const argv[], int fd) {
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t attr;
+    if (posix_spawn_file_actions_init(&fa) != 0) return -ENOMEM;
+    if (posix_spawnattr_init(&attr) != 0) {
+        posix_spawn_file_actions_destroy(&fa);
+        return -ENOMEM;
+    }
+    int rc = posix_spawn_file_actions_adddup2(&fa, fd, 0);
+    if (rc == 0) rc = posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    /* glibc 2.34: closes everything above stderr in the child, whatever was opened without O_CLOEXEC. */
+    if (rc == 0) rc = posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+    sigset_t all, none;
+    sigfillset(&all);
+    sigemptyset(&none);
+    if (rc == 0) rc = posix_spawnattr_setsigdefault(&attr, &all);
+    if (rc == 0) rc = posix_spawnattr_setsigmask(&attr, &none);
+    if (rc == 0) rc = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+    pid_t pid = -1;
+    extern char **environ;
+    if (rc == 0) rc = posix_spawn(&pid, path, &fa, &attr, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&attr);
+    return rc == 0 ? (int)pid : -rc;
+}
+
+int ap_die_with_parent(int parent) {
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) return -1;
+    return getppid() == (pid_t)parent ? 0 : -1;
+}
+
+void ap_close_from(int first) {
+#ifdef SYS_close_range
+    if (syscall(SYS_close_range, (unsigned)first, ~0U, 0) == 0) return;
+#endif
+    struct rlimit rl;
+    long max = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? (long)rl.rlim_cur : 65536;
+    for (long fd = first; fd < max; fd++) close((int)fd);
+}

@@ -14,7 +14,9 @@ struct AuthProxyCommand: ParsableCommand {
         commandName: "authproxy",
         abstract: "An authenticating HTTP forward proxy for ArcGIS and OGC services.",
         version: "authproxy \(AuthProxyVersion.string)",
-        subcommands: [Serve.self, Check.self, Doctor.self, Login.self, SignOutCommand.self, CA.self],
+        subcommands: [
+            Serve.self, Check.self, Doctor.self, Login.self, SignOutCommand.self, CA.self, PacWorkerCommand.self,
+        ],
         defaultSubcommand: Serve.self
     )
 }
@@ -39,6 +41,21 @@ struct ConfigOptions: ParsableArguments {
             printError("authproxy: \(config): \(error)")
             throw ExitCode(2)
         }
+    }
+}
+
+/// The PAC worker (``PacWorker``): started by the proxy itself, never by hand.
+struct PacWorkerCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "pac-worker", abstract: "Runs a PAC file for the proxy (internal).", shouldDisplay: false)
+
+    @Option(name: .long) var memoryMib: Int
+    @Option(name: .long) var seconds: Int
+    @Option(name: .long) var parent: Int32
+
+    func run() throws {
+        let status = PacWorker.run(memoryMiB: memoryMib, seconds: seconds, parent: parent)
+        if status != 0 { throw ExitCode(status) }
     }
 }
 
@@ -274,6 +291,7 @@ struct Check: ParsableCommand {
                 )
             }
         }
+        warnings += c.upstreamProxy.warnings
         for w in warnings { printError("authproxy: warning: \(w)") }
         print("  interception ([tls]):     \(interception)")
         print("  proxy over TLS:           \(proxyTLS.summary)")

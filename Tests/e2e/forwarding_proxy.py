@@ -12,8 +12,12 @@ import urllib.parse
 
 
 class ForwardingProxy:
-    def __init__(self, name, hosts=None, host="127.0.0.1"):
+    def __init__(self, name, hosts=None, host="127.0.0.1", basic=None):
         self.name = name
+        # basic: a "user:password" this parent requires (407 with Proxy-Authenticate: Basic until it is sent).
+        self.basic = basic
+        self.accepted = 0  # connections accepted
+        self.authorizations = []  # every Proxy-Authorization value received
         self.hosts = dict(hosts or {})
         self.seen = []  # ("GET", "http://a.pac.test:1234/echo") or ("CONNECT", "a.pac.test:1234")
         self._lock = threading.Lock()
@@ -55,6 +59,7 @@ class ForwardingProxy:
                 return
             with self._lock:
                 self._conns.add(c)
+                self.accepted += 1
             threading.Thread(target=self._serve, args=(c,), daemon=True).start()
 
     def _connect(self, host, port):
@@ -72,6 +77,16 @@ class ForwardingProxy:
             head, rest = buf.split(b"\r\n\r\n", 1)
             lines = head.decode("latin-1").split("\r\n")
             method, target, _ = lines[0].split(" ", 2)
+            presented = [l.split(":", 1)[1].strip() for l in lines[1:] if l.lower().startswith("proxy-authorization:")]
+            with self._lock:
+                self.authorizations += presented
+            if self.basic is not None:
+                import base64
+                expected = "Basic " + base64.b64encode(self.basic.encode()).decode()
+                if expected not in presented:
+                    c.sendall(b'HTTP/1.1 407 Proxy Authentication Required\r\nProxy-Authenticate: Basic realm="parent"\r\n'
+                              b"Content-Length: 0\r\nConnection: close\r\n\r\n")
+                    return
             with self._lock:
                 self.seen.append((method, target))
             if method == "CONNECT":

@@ -127,7 +127,8 @@ def test_pac_script_evaluated_by_a_real_engine(proxy_factory):
 
 
 def test_pac_names_the_proxy_by_the_host_it_was_fetched_with(proxy_factory):
-    p = proxy_factory(extra_config=CREDENTIALS)
+    # A name is answered when it is listed (pac_hosts): a guard against DNS rebinding (test_security_findings_35_pac).
+    p = proxy_factory(proxy={"pac_hosts": ["proxy.corp.example"]}, extra_config=CREDENTIALS)
     _, body = get(p.host, p.port, "/proxy.pac", headers={"Host": "Proxy.Corp.example:3128"})
     assert evaluate(body.decode(), "https://gis.example.com/") == "PROXY proxy.corp.example:3128"
     # Without a port in Host: the default port of http.

@@ -157,11 +157,14 @@ def test_a_dead_parent_fails_over_to_the_next_and_a_trailing_direct_goes_direct(
 
 
 def test_a_trailing_direct_still_honours_deny_destinations(proxy_factory, origin, parents):
-    a, b = parents
+    _, b = parents
+    # The parent itself must be at an allowed address (a PAC-named parent is checked against deny_destinations
+    # too: test_security_findings_35_pac), so it listens on 127.0.0.2 while 127.0.0.1 is denied.
+    a = ForwardingProxy("parentA", hosts=NAMES, host="127.0.0.2").start()
     dead = "127.0.0.1:%d" % harness.closed_port()
     pac = PacServer(pac_text(a, b, dead)).start()
     try:
-        p = start(proxy_factory, pac.url, origin, deny_destinations=["127.0.0.0/8", "::1/128"])
+        p = start(proxy_factory, pac.url, origin, deny_destinations=["127.0.0.1/32", "::1/128"])
         r = get(p, "http://localhost:%d/echo" % origin.port)
         assert r.status_code == 403, r.text
         # Through a parent the destination's address is the parent's business (a name it resolves).
@@ -169,6 +172,7 @@ def test_a_trailing_direct_still_honours_deny_destinations(proxy_factory, origin
         assert r.status_code == 200, r.text
     finally:
         pac.stop()
+        a.stop()
 
 
 def test_no_pac_file_at_start_refuses_with_a_502_naming_it_until_one_loads(proxy_factory, origin, parents):

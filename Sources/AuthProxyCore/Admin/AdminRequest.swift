@@ -10,6 +10,9 @@ struct AdminRequest: Equatable {
     var origin: String?
     var referer: String?
     var secFetchSite: String?
+    var secFetchDest: String?
+    /// The client's address (nil in tests that do not care).
+    var client: IPAddress?
     /// Every header field name, as sent.
     var headerNames: [String] = []
     var contentType: String?
@@ -18,8 +21,11 @@ struct AdminRequest: Equatable {
 
     init(
         method: String, target: String, host: String?, origin: String? = nil, referer: String? = nil,
-        secFetchSite: String? = nil, headerNames: [String] = [], contentType: String? = nil, ifNoneMatch: String? = nil
+        secFetchSite: String? = nil, headerNames: [String] = [], contentType: String? = nil, ifNoneMatch: String? = nil,
+        secFetchDest: String? = nil, client: IPAddress? = nil
     ) {
+        self.secFetchDest = secFetchDest
+        self.client = client
         self.ifNoneMatch = ifNoneMatch
         self.method = method
         self.target = target
@@ -31,7 +37,7 @@ struct AdminRequest: Equatable {
         self.contentType = contentType
     }
 
-    init(head: RequestHead) {
+    init(head: RequestHead, client: IPAddress? = nil) {
         let target: String
         var host = head.headers.first("host")
         switch head.target {
@@ -49,6 +55,7 @@ struct AdminRequest: Equatable {
             method: head.method, target: target, host: host, origin: head.headers.first("origin"),
             referer: head.headers.first("referer"), secFetchSite: head.headers.first("sec-fetch-site"),
             headerNames: head.headers.map(\.name), contentType: head.headers.first("content-type"),
-            ifNoneMatch: head.headers.first("if-none-match"))
+            ifNoneMatch: head.headers.first("if-none-match"), secFetchDest: head.headers.first("sec-fetch-dest"),
+            client: client)
     }
 }

@@ -51,12 +51,24 @@ enum AdminRouter {
             return .json(200, backend.statusJSON())
         case "/proxy.pac", "/wpad.dat":
             let (settings, listeners) = backend.pacInputs()
+            if let refusal = PacRequestPolicy.refusal(
+                host: request.host, secFetchSite: request.secFetchSite, secFetchDest: request.secFetchDest, names: hosts
+            ) {
+                return Response(
+                    status: refusal.status, contentType: "text/plain; charset=utf-8",
+                    body: Array((refusal.message + "\n").utf8))
+            }
+            if let client = request.client, !settings.allowClients.contains(client) {
+                return .text(403, "refused: the PAC file is served to clients in [proxy] allow_clients only\n")
+            }
             let a = PacEndpoint.answer(
                 method: method, ifNoneMatch: request.ifNoneMatch,
                 address: PacEndpoint.adminAddress(settings: settings, listeners: listeners, requestHost: request.host),
                 settings: settings)
             return Response(
-                status: a.status, contentType: a.contentType, body: Array(a.body.utf8), extraHeaders: a.headers)
+                status: a.status, contentType: a.contentType, body: Array(a.body.utf8),
+                // The admin listener sends nosniff on every answer already.
+                extraHeaders: a.headers.filter { $0.0 != "X-Content-Type-Options" })
         case "/reload":
             guard method == "POST" else { return methodNotAllowed("POST") }
             if let refusal = AdminRequestPolicy.reloadRefusal(request) { return .text(403, refusal + "\n") }

@@ -203,7 +203,7 @@ final class AdminServer: @unchecked Sendable {
                 return
             }
             guard Int64(c.input.count - consumed) >= bodyLength else { return }
-            var response = AdminRouter.route(AdminRequest(head: head), hosts: hosts, backend: backend)
+            var response = AdminRouter.route(AdminRequest(head: head, client: c.peer), hosts: hosts, backend: backend)
             // HEAD: the GET's Content-Length, without its body.
             let length = response.body.count
             if head.isHead { response.body = [] }

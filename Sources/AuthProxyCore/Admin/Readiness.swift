@@ -1,6 +1,6 @@
 /// `GET /readyz`: ready when every listener is open, the proxy is not shutting down, every token credential
 /// with `prefetch = true` holds a valid token for each of its server roots, and, with `upstream_pac`, a PAC file
-/// is in force. A pure decision over those facts.
+/// is in force and routing is not stuck in it. A pure decision over those facts.
 public struct Readiness: Sendable, Equatable {
     public var ready: Bool
     /// Why not, one reason per problem (empty when ready).
@@ -25,6 +25,9 @@ public struct Readiness: Sendable, Equatable {
             if let e = pac.lastError { r += ": \(e)" }
             reasons.append(r)
         }
+        // An evaluation looping or the PAC worker restarting: requests for destinations not evaluated lately
+        // wait (up to upstream_pac_timeout_seconds, then a 502).
+        if let pac, let stall = pac.stall { reasons.append(stall) }
         for l in listeners where !l.open { reasons.append("listener \(l.address) is not open") }
         for p in prefetch {
             let root = p.key.firstIndex(of: "|").map { String(p.key[p.key.index(after: $0)...]) } ?? p.key

@@ -135,6 +135,17 @@ public struct ConfigLoader: Sendable {
                 config.pacAddress = address
             }
             if let f = try proxy.enumValue("pac_fallback", PacFallback.self) { config.pacFallback = f }
+            if let names = try proxy.stringArray("pac_hosts") {
+                config.pacHosts = try names.values.map { (h: String) throws(ConfigError) -> String in
+                    guard let name = Self.hostName(h) else {
+                        throw ConfigError(
+                            key: "proxy.pac_hosts", line: names.line,
+                            "\(proxy.shown("pac_hosts", h)) is not a host name like proxy.example (no scheme, port or wildcard; "
+                                + "IP addresses, localhost and pac_address's host are always accepted)")
+                    }
+                    return name
+                }
+            }
             try proxy.finish()
         }
         if var log = try top.table("log") {
@@ -353,7 +364,33 @@ public struct ConfigLoader: Sendable {
             }
             u.pacRefreshSeconds = r
         }
+        if let t = try proxy.int("upstream_pac_timeout_seconds", range: 1...120) {
+            guard u.pac != nil else {
+                throw ConfigError(
+                    key: "proxy.upstream_pac_timeout_seconds", line: proxy.line(of: "upstream_pac_timeout_seconds"),
+                    "applies only with upstream_pac")
+            }
+            u.pacTimeoutSeconds = t
+        }
         u.credentialName = try proxy.literalString("upstream_proxy_credential")
+        if let list = try proxy.stringArray("upstream_proxy_credential_parents") {
+            guard u.credentialName != nil else {
+                throw ConfigError(
+                    key: "proxy.upstream_proxy_credential_parents", line: list.line,
+                    "applies only with upstream_proxy_credential")
+            }
+            var names = Set<String>()
+            for text in list.values {
+                guard let a = PacEndpoint.authority(text) else {
+                    throw ConfigError(
+                        key: "proxy.upstream_proxy_credential_parents", line: list.line,
+                        "\(proxy.shown("upstream_proxy_credential_parents", text)) is not a parent's host:port like "
+                            + "proxy.corp.example:8080 (no scheme; the port is required)")
+                }
+                names.insert(a)
+            }
+            u.credentialParents = names
+        }
         if let b = try proxy.int("upstream_proxy_backoff_seconds", range: 1...3600) { u.backoffSeconds = b }
         if let ca = try proxy.string("upstream_proxy_ca") {
             guard access(ca, R_OK) == 0 else {
@@ -374,7 +411,10 @@ public struct ConfigLoader: Sendable {
             }
         }
         if !u.isConfigured {
-            for key in ["upstream_proxy_credential", "upstream_proxy_ca", "no_proxy", "upstream_proxy_backoff_seconds"]
+            for key in [
+                "upstream_proxy_credential", "upstream_proxy_credential_parents", "upstream_proxy_ca", "no_proxy",
+                "upstream_proxy_backoff_seconds",
+            ]
             where proxy.table[key] != nil {
                 throw ConfigError(
                     key: "proxy." + key, line: proxy.line(of: key), "applies only with upstream_proxy or upstream_pac")

@@ -101,6 +101,9 @@ public struct ProxyConfig: Sendable {
     /// `[proxy] pac_address`: the `host:port` the served PAC file tells clients to use (`PROXY host:port`); nil:
     /// the `Host` the PAC file was fetched with (see ``PacEndpoint``).
     public var pacAddress: String? = nil
+    /// `[proxy] pac_hosts`: names besides IP literals, localhost and `pac_address`'s host that the proxy
+    /// listener answers `/proxy.pac` for (``PacRequestPolicy``), lowercased.
+    public var pacHosts: [String] = []
     /// `[proxy] pac_fallback`.
     public var pacFallback: PacFallback = .none
     /// `[cluster]`: tokens shared by the replicas of a fleet through Redis; nil: this process alone.

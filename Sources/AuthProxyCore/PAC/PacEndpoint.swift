@@ -9,17 +9,30 @@ enum PacEndpoint {
         /// `[proxy] pac_address`, normalised (``authority(_:defaultPort:)``).
         var configuredAddress: String?
         var fallback: PacFallback
+        /// The names the proxy listener answers the file for (``PacRequestPolicy``).
+        var proxyListenerNames: Set<String>
+        /// `allow_clients`: the admin listener, whose `[admin] allow` may admit more, serves the file only to
+        /// clients the proxy listener admits.
+        var allowClients: [AddressBlock]
 
-        init(rules: [PacScriptBuilder.Rule], configuredAddress: String?, fallback: PacFallback) {
+        init(
+            rules: [PacScriptBuilder.Rule], configuredAddress: String?, fallback: PacFallback,
+            proxyListenerNames: Set<String> = [], allowClients: [AddressBlock] = AddressBlock.loopback
+        ) {
             self.rules = rules
             self.configuredAddress = configuredAddress
             self.fallback = fallback
+            self.proxyListenerNames = proxyListenerNames
+            self.allowClients = allowClients
         }
 
         init(_ config: ProxyConfig) {
             self.init(
                 rules: PacScriptBuilder.rules(config.credentials), configuredAddress: config.pacAddress,
-                fallback: config.pacFallback)
+                fallback: config.pacFallback,
+                proxyListenerNames: PacRequestPolicy.proxyListenerNames(
+                    pacHosts: config.pacHosts, pacAddress: config.pacAddress),
+                allowClients: config.allowClients)
         }
     }
 
@@ -81,6 +94,13 @@ enum PacEndpoint {
         return "\(a[..<colon]):\(port)"
     }
 
+    /// A refusal by ``PacRequestPolicy``, as an answer.
+    static func refused(_ r: PacRequestPolicy.Refusal) -> Answer {
+        Answer(
+            status: r.status, contentType: "text/plain; charset=utf-8", body: r.message + "\n",
+            headers: [("X-Content-Type-Options", "nosniff")])
+    }
+
     /// The answer to `method` with `If-None-Match: ifNoneMatch`, for clients that reach the proxy at `address`.
     static func answer(method: String, ifNoneMatch: String?, address: String?, settings: Settings) -> Answer {
         guard method == "GET" || method == "HEAD" else {
@@ -96,7 +116,10 @@ enum PacEndpoint {
         }
         let script = PacScriptBuilder.script(rules: settings.rules, address: address, fallback: settings.fallback)
         let tag = etag(script)
-        let cache = [("Cache-Control", "max-age=\(maxAgeSeconds)"), ("ETag", tag)]
+        // nosniff: a browser refuses to run a response of this type as a page's script.
+        let cache = [
+            ("Cache-Control", "max-age=\(maxAgeSeconds)"), ("ETag", tag), ("X-Content-Type-Options", "nosniff"),
+        ]
         if let inm = ifNoneMatch, matches(inm, tag) {
             return Answer(status: 304, contentType: contentType, body: "", headers: cache)
         }

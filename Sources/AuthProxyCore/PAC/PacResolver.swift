@@ -17,7 +17,8 @@ import Logging
 ///   handed to the engine queue.
 ///
 /// A file that cannot be read or fetched, or that fails to parse or to answer, leaves the last good one in force
-/// and says so in a warning. Until one has loaded, requests that need a route are refused with a 502 that names
+/// and says so in a warning, as does one that runs out of memory or time in the PAC worker (``PacEngine``).
+/// Until one has loaded, requests that need a route are refused with a 502 that names
 /// the PAC file (``ParentRouting``), and `/readyz` is not ready.
 final class PacResolver: @unchecked Sendable {
     /// What `/readyz`, the status page and the metrics show.
@@ -31,6 +32,8 @@ final class PacResolver: @unchecked Sendable {
         /// The last load's failure (nil after a success).
         var lastError: String? = nil
         var failures: UInt64 = 0
+        /// Why routing is stuck right now (an evaluation running long, the engine restarting), or nil.
+        var stall: String? = nil
     }
 
     enum Lookup: Equatable {
@@ -116,7 +119,11 @@ final class PacResolver: @unchecked Sendable {
         return key.port == defaultPort ? "\(key.scheme)://\(host)/" : "\(key.scheme)://\(host):\(key.port)/"
     }
 
-    var snapshot: Status { lock.withLock { status } }
+    var snapshot: Status {
+        var s = lock.withLock { status }
+        s.stall = PacEngine.shared.activity.stall(now: now())
+        return s
+    }
 
     // MARK: loading
 
@@ -124,9 +131,12 @@ final class PacResolver: @unchecked Sendable {
     /// reading. `loaded` is called once this first read has ended, whatever its outcome (on a queue of the
     /// resolver's).
     func configure(
-        _ source: PacSource?, refreshSeconds: Int, timeoutSeconds: Int, logger: Logger,
+        _ source: PacSource?, refreshSeconds: Int, timeoutSeconds: Int,
+        evaluationSeconds: Int = PacEngine.defaultDeadlineSeconds, logger: Logger,
         loaded: (@Sendable () -> Void)? = nil
     ) {
+        // Before any load this configuration starts: both reach the engine's queue in this order.
+        PacEngine.shared.queue.async { PacEngine.shared.setDeadline(seconds: evaluationSeconds) }
         loadQueue.async { [self] in
             self.source = source
             self.refreshSeconds = refreshSeconds

@@ -7,6 +7,9 @@
 /// `https://h/arcgis` sends all of `h` through the proxy (which relays what no credential matches unchanged). It
 /// never calls `dnsResolve`, `isInNet` or `myIpAddress`: those make the client resolve names synchronously, and
 /// a slow DNS server then stalls every request the browser makes.
+///
+/// The tables live inside `FindProxyForURL`, so the script defines no other global: a page that ran it (see
+/// ``PacRequestPolicy``) would find no list of the hosts in its global scope.
 enum PacScriptBuilder {
     /// One host (or `*.domain`) on one scheme and port that goes through the proxy.
     struct Rule: Hashable, Sendable {
@@ -51,11 +54,10 @@ enum PacScriptBuilder {
         return """
             // Proxy auto-configuration served by authproxy: the hosts its credentials match go through it,
             // everything else goes directly. Generated from the configuration; it changes when that is reloaded.
-            var authproxyDirective = \(jsString(directive(address: address, fallback: fallback)));
-            var authproxyHosts = {\(exact.isEmpty ? "" : "\n    " + exact.joined(separator: ",\n    ") + "\n")};
-            var authproxyDomains = [\(suffixes.isEmpty ? "" : "\n    " + suffixes.joined(separator: ",\n    ") + "\n")];
-
             function FindProxyForURL(url, host) {
+                var authproxyDirective = \(jsString(directive(address: address, fallback: fallback)));
+                var authproxyHosts = {\(exact.isEmpty ? "" : "\n        " + exact.joined(separator: ",\n        ") + "\n    ")};
+                var authproxyDomains = [\(suffixes.isEmpty ? "" : "\n        " + suffixes.joined(separator: ",\n        ") + "\n    ")];
                 var h = String(host).toLowerCase();
                 if (h.charAt(h.length - 1) == ".") h = h.substring(0, h.length - 1);
                 if (h.charAt(0) == "[" && h.charAt(h.length - 1) == "]") h = h.substring(1, h.length - 1);

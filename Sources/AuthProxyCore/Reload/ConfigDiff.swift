@@ -131,6 +131,7 @@ public struct ConfigDiff: Sendable, Equatable {
         )
         note("proxy.upstream_proxy_ca", old.upstreamProxy.caFile != new.upstreamProxy.caFile)
         note("proxy.pac_address", old.pacAddress != new.pacAddress)
+        note("proxy.pac_hosts", old.pacHosts != new.pacHosts)
         note("proxy.pac_fallback", old.pacFallback != new.pacFallback)
         note("log.level", old.logLevel != new.logLevel)
         note("admin.allow", old.admin != nil && new.admin != nil && old.admin?.allow != new.admin?.allow)

@@ -109,7 +109,8 @@ extension ProxyServer {
         if next.upstreamProxy.pac != nil || running.upstreamProxy.pac != nil {
             shared.pac.configure(
                 next.upstreamProxy.pac, refreshSeconds: next.upstreamProxy.pacRefreshSeconds,
-                timeoutSeconds: next.upstreamTimeoutSeconds, logger: logger)
+                timeoutSeconds: next.upstreamTimeoutSeconds, evaluationSeconds: next.upstreamProxy.pacTimeoutSeconds,
+                logger: logger)
         }
         running = next
         // Each loop swaps on its own queue, so no exchange ever sees a half-installed generation and the

@@ -47,6 +47,17 @@ extension ClientConnection {
         default: host = h.headers.first("host")
         }
         let settings = context.pac
+        if let refusal = PacRequestPolicy.refusal(
+            host: host, secFetchSite: h.headers.first("sec-fetch-site"),
+            secFetchDest: h.headers.first("sec-fetch-dest"),
+            names: settings.proxyListenerNames)
+        {
+            let a = PacEndpoint.refused(refusal)
+            respondLocal(
+                status: a.status, contentType: a.contentType, body: a.body,
+                extraHeaders: a.headers.map { "\($0.0): \($0.1)\r\n" }.joined())
+            return
+        }
         let a = PacEndpoint.answer(
             method: h.method, ifNoneMatch: h.headers.first("if-none-match"),
             address: PacEndpoint.address(settings: settings, hostHeader: host, listener: nil), settings: settings)

@@ -235,7 +235,7 @@ public final class ProxyServer: @unchecked Sendable {
         let first = DispatchSemaphore(value: 0)
         shared.pac.configure(
             source, refreshSeconds: u.pacRefreshSeconds, timeoutSeconds: config.upstreamTimeoutSeconds,
-            logger: logger
+            evaluationSeconds: u.pacTimeoutSeconds, logger: logger
         ) { first.signal() }
         if first.wait(timeout: .now() + .seconds(min(config.upstreamTimeoutSeconds, 15))) == .timedOut {
             logger.warning(

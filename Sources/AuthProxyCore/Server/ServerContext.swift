@@ -55,7 +55,7 @@ final class ServerContext: Sendable {
             config.upstreamProxy.isConfigured
             ? ParentRouting(
                 config: config.upstreamProxy, credentials: config.credentials, health: shared.parents,
-                via: shared.viaValue, pac: shared.pac) : nil
+                via: shared.viaValue, pac: shared.pac, deny: config.denyDestinations) : nil
         shared.parents.setBackoff(seconds: config.upstreamProxy.backoffSeconds)
         self.pac = PacEndpoint.Settings(config)
         retryPolicy = RetryPolicy(config)

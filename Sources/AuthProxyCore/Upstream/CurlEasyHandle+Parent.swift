@@ -23,7 +23,9 @@ extension CurlEasyHandle {
         if tunnel { ap_easy_setopt_long(e, CURLOPT_HTTPPROXYTUNNEL, 1) }
         if parent.scheme == .https, let ca = routing.config.caFile { ap_easy_setopt_ptr(e, CURLOPT_PROXY_CAINFO, ca) }
         var mask = 0
-        if let pw = routing.password {
+        // upstream_proxy_credential_parents: a parent outside the list gets no credential (and no login).
+        let authenticated = routing.config.mayAuthenticate(parent)
+        if authenticated, let pw = routing.password {
             // Basic goes in clear to an http:// parent, as from every other client of that proxy; libcurl picks
             // the strongest scheme the parent offers (a warning at start says when Basic may go in clear).
             if pw.schemes.contains(.basic) { mask |= CurlTransfer.authBasic }
@@ -37,7 +39,7 @@ extension CurlEasyHandle {
             ap_easy_setopt_ptr(e, CURLOPT_PROXYUSERNAME, pw.curlUser)
             ap_easy_setopt_ptr(e, CURLOPT_PROXYPASSWORD, pw.password)
         }
-        if routing.kerberos != nil {
+        if authenticated, routing.kerberos != nil {
             // GSS-API takes the identity from the process's credential cache (SPN HTTP/<parent host>).
             mask |= CurlTransfer.authNegotiate
             if routing.password == nil { ap_easy_setopt_ptr(e, CURLOPT_PROXYUSERPWD, ":") }

@@ -53,9 +53,10 @@ final class CurlTransfer {
         self.request = request
         self.destination = destination
         self.delegate = delegate
-        // Through a parent, libcurl opens sockets to the parent only, an address the operator chose; the
-        // destination's address is checked where it is known (``RequestPlanner``, IP literals).
-        destinationCheck = DestinationCheck(deny: request.parentRoute == nil ? request.denyDestinations : [])
+        // Through a parent, libcurl opens sockets to the parent only: an address the operator chose, or one a PAC
+        // file named (checked, ``ParentRoute/parentDeny``); the destination's address is checked where it is known
+        // (``RequestPlanner``, IP literals).
+        destinationCheck = DestinationCheck(deny: request.parentRoute?.parentDeny ?? request.denyDestinations)
     }
 
     deinit {

@@ -55,6 +55,17 @@ int ap_affinity_cpu_count(void);
 /// Returns 1 when applied, 0 when the environment decides, -1 when mallopt failed (or not glibc).
 int ap_malloc_fix_mmap_threshold(int bytes);
 
+/// Starts `path` with `argv` (NULL-terminated) as a helper process: `fd` becomes its standard input (the one channel
+/// to it), standard output is /dev/null, standard error is shared, every other descriptor is closed (the proxy's
+/// listening and client sockets must never outlive it in a child), signal dispositions and the mask are reset.
+/// Returns the pid, or -errno.
+int ap_spawn_helper(const char *path, char *const argv[], int fd);
+/// In a helper: dies with SIGKILL when the thread that started it (the proxy's) dies; then checks the parent is
+/// still `parent` (it may have died before the request took effect). Returns 0, or -1 when orphaned already.
+int ap_die_with_parent(int parent);
+/// Closes every descriptor from `first` on (close_range, else one by one up to the limit).
+void ap_close_from(int first);
+
 /// Reads the libcurl version string and feature bits.
 const char *ap_curl_version(void);
 

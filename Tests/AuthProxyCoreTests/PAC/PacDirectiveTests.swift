@@ -163,6 +163,29 @@ import Testing
     @Test func theRefreshPeriod() throws {
         let c = try loader.parse("[proxy]\nupstream_pac = \"/p.pac\"\nupstream_pac_refresh_seconds = 60\n")
         #expect(c.upstreamProxy.pacRefreshSeconds == 60)
+        #expect(c.upstreamProxy.pacTimeoutSeconds == 10)
+        let t = try loader.parse("[proxy]\nupstream_pac = \"/p.pac\"\nupstream_pac_timeout_seconds = 3\n")
+        #expect(t.upstreamProxy.pacTimeoutSeconds == 3)
+    }
+
+    @Test func theParentCredentialGoesToListedParentsOnlyAndCheckWarns() {
+        var u = UpstreamProxyConfig()
+        u.pac = .url("http://wpad.corp.example/wpad.dat")
+        u.credentialName = "corp"
+        let a = ParentProxy.parse("http://p.corp:3128")!
+        let v6 = ParentProxy.parse("http://[fd00::1]:8080")!
+        #expect(u.mayAuthenticate(a) && u.mayAuthenticate(v6))
+        #expect(u.warnings.count == 2)
+        #expect(u.warnings[0].contains("without TLS"))
+        #expect(u.warnings[1].contains("upstream_proxy_credential_parents"))
+        u.credentialParents = ["p.corp:3128", "[fd00::1]:8080"]
+        u.pac = .url("https://wpad.corp.example/wpad.dat")
+        #expect(u.mayAuthenticate(a) && u.mayAuthenticate(v6))
+        #expect(!u.mayAuthenticate(ParentProxy.parse("http://169.254.169.254:80")!))
+        #expect(!u.mayAuthenticate(ParentProxy.parse("http://p.corp:3129")!))
+        #expect(u.warnings.isEmpty)
+        u.pac = .file("/etc/p.pac")
+        #expect(u.warnings.isEmpty)
     }
 
     @Test(arguments: [
@@ -172,6 +195,20 @@ import Testing
         ("[proxy]\nupstream_pac = \"file://relative/p.pac\"\n", "is not a PAC file location"),
         ("[proxy]\nupstream_pac_refresh_seconds = 60\n", "applies only with upstream_pac"),
         ("[proxy]\nupstream_pac = \"/p.pac\"\nupstream_pac_refresh_seconds = 0\n", "upstream_pac_refresh_seconds"),
+        ("[proxy]\nupstream_pac_timeout_seconds = 5\n", "applies only with upstream_pac"),
+        (
+            "[proxy]\nupstream_pac = \"/p.pac\"\nupstream_proxy_credential_parents = [\"p:1\"]\n",
+            "applies only with upstream_proxy_credential"
+        ),
+        (
+            "[proxy]\nupstream_pac = \"/p.pac\"\nupstream_proxy_credential = \"c\"\nupstream_proxy_credential_parents = [\"http://p:1\"]\n",
+            "is not a parent's host:port"
+        ),
+        (
+            "[proxy]\nupstream_pac = \"/p.pac\"\nupstream_proxy_credential = \"c\"\nupstream_proxy_credential_parents = [\"p\"]\n",
+            "is not a parent's host:port"
+        ),
+        ("[proxy]\nupstream_pac = \"/p.pac\"\nupstream_pac_timeout_seconds = 0\n", "upstream_pac_timeout_seconds"),
     ])
     func aRefusedSetting(_ text: String, _ says: String) {
         do {

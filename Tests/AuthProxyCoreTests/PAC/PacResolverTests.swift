@@ -30,20 +30,33 @@ import Testing
         return path
     }
 
+    /// The PAC worker is the `authproxy` binary, built next to this test bundle (the engine's default,
+    /// /proc/self/exe, is the test runner here).
+    static let workerPath: String = {
+        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? ""
+        return URL(fileURLWithPath: exe).deletingLastPathComponent().appendingPathComponent("authproxy").path
+    }()
+
     /// Configures `resolver` on `path` and waits for the read to end.
-    func load(_ resolver: PacResolver, _ path: String) {
+    func load(_ resolver: PacResolver, _ path: String, evaluationSeconds: Int = 10) {
+        PacEngine.shared.queue.sync { PacEngine.shared.workerPath = Self.workerPath }
         let done = DispatchSemaphore(value: 0)
-        resolver.configure(.file(path), refreshSeconds: 3600, timeoutSeconds: 5, logger: Logger(label: "test")) {
+        resolver.configure(
+            .file(path), refreshSeconds: 3600, timeoutSeconds: 5, evaluationSeconds: evaluationSeconds,
+            logger: Logger(label: "test")
+        ) {
             done.signal()
         }
         done.wait()
     }
 
-    func routing(_ resolver: PacResolver, noProxy: [String] = []) -> ParentRouting {
+    func routing(_ resolver: PacResolver, noProxy: [String] = [], deny: [String] = []) -> ParentRouting {
         var u = UpstreamProxyConfig()
         u.pac = .file(dir + "/proxy.pac")
         if case .success(let n) = NoProxyList.parse(noProxy) { u.noProxy = n }
-        return ParentRouting(config: u, credentials: [], health: ParentHealth(backoffSeconds: 30), pac: resolver)
+        return ParentRouting(
+            config: u, credentials: [], health: ParentHealth(backoffSeconds: 30), pac: resolver,
+            deny: deny.compactMap(AddressBlock.parse))
     }
 
     func route(_ r: ParentRouting, _ scheme: String, _ host: String, _ port: Int) -> ParentRouting.Lookup {
@@ -180,5 +193,95 @@ import Testing
         let ready = Readiness.evaluate(listeners: [], shuttingDown: false, prefetch: [], pac: s) { _ in nil }
         #expect(!ready.ready)
         #expect(ready.reasons.first?.contains("no PAC file loaded") == true)
+    }
+
+    /// A script that doubles a string until memory runs out is refused at load, naming the limit; the process's
+    /// memory never grows with it (the worker's does, up to its cap), and the last good file stays in force.
+    @Test func aPacFileThatExhaustsMemoryIsRefusedAndTheLastGoodOneStays() {
+        let resolver = PacResolver()
+        load(resolver, write(Self.pac))
+        let r = routing(resolver)
+        load(resolver, write("function FindProxyForURL(u, h) { var s = \"x\"; while (true) s = s + s; }"))
+        let s = resolver.snapshot
+        #expect(s.loaded)
+        #expect(s.lastError?.contains("exceeded the PAC memory limit of \(PacEngine.memoryMiB) MiB") == true)
+        guard case .ready(let a?) = route(r, "http", "a.example", 80) else {
+            Issue.record("the last good PAC file is gone")
+            return
+        }
+        #expect(a.candidates.map(\.url) == ["http://pa.corp:3128"])
+    }
+
+    /// A rule that never ends is killed at the deadline: that destination is refused with a 502 naming the cause,
+    /// and the worker, started again with the same file, answers for the next one.
+    @Test func anEndlessRuleIsCutAtTheDeadlineAndTheWorkerStartsAgain() {
+        let resolver = PacResolver()
+        load(
+            resolver,
+            write(
+                """
+                function FindProxyForURL(url, host) {
+                    if (host == "stuck.example") { while (true) {} }
+                    return "PROXY p.corp:3128";
+                }
+                """), evaluationSeconds: 1)
+        let r = routing(resolver)
+        let started = DispatchTime.now()
+        guard case .refused(let e) = route(r, "http", "stuck.example", 80) else {
+            Issue.record("stuck.example was routed")
+            return
+        }
+        let seconds = Double(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1e9
+        #expect(seconds < 8)
+        #expect(e.status == 502)
+        #expect(e.details.joined().contains("did not answer within 1 s"))
+        guard case .ready(let p?) = route(r, "http", "other.example", 80) else {
+            Issue.record("the restarted worker gave no route")
+            return
+        }
+        #expect(p.candidates.map(\.url) == ["http://p.corp:3128"])
+        #expect(PacEngine.shared.activity == .idle)
+    }
+
+    /// A parent the PAC file names at a `deny_destinations` address is never a candidate: alone it refuses the
+    /// request (403 naming the PAC file), in a list it is skipped; a name is checked when dialed (`parentDeny`).
+    @Test func aPacNamedParentAtADeniedAddressIsRefusedOrSkipped() {
+        let resolver = PacResolver()
+        load(
+            resolver,
+            write(
+                """
+                function FindProxyForURL(url, host) {
+                    if (host == "meta.example") return "PROXY 169.254.169.254:80";
+                    if (host == "list.example") return "PROXY 169.254.169.254:80; PROXY p.corp:3128";
+                    if (host == "direct.example") return "PROXY 169.254.169.254:80; DIRECT";
+                    return "PROXY p.corp:3128";
+                }
+                """))
+        let r = routing(resolver, deny: ["169.254.0.0/16"])
+        guard case .refused(let e) = route(r, "http", "meta.example", 80) else {
+            Issue.record("a denied parent was routed")
+            return
+        }
+        #expect(e.status == 403)
+        #expect(e.message.contains("proxy.pac") && e.message.contains("denied address"))
+        #expect(e.details.joined().contains("169.254.169.254:80"))
+        guard case .ready(let l?) = route(r, "http", "list.example", 80) else {
+            Issue.record("no route for list.example")
+            return
+        }
+        #expect(l.candidates.map(\.url) == ["http://p.corp:3128"])
+        #expect(l.fromPac && l.parentDeny == r.deny)
+        #expect(route(r, "http", "direct.example", 80) == .ready(nil))
+        // The configured parents are the operator's choice: no check on them.
+        var u = UpstreamProxyConfig()
+        u.parents = [ParentProxy.parse("http://p.corp:3128")!]
+        let configured = ParentRouting(
+            config: u, credentials: [], health: ParentHealth(backoffSeconds: 30), deny: r.deny)
+        guard case .ready(let c?) = configured.lookup(scheme: "http", host: "a.example", port: 80) else {
+            Issue.record("no configured route")
+            return
+        }
+        #expect(c.parentDeny.isEmpty)
     }
 }

@@ -170,7 +170,8 @@ import Testing
         #expect(a.contentType == "application/x-ns-proxy-autoconfig")
         #expect(a.body.contains("PROXY p.corp:3128"))
         let tag = PacEndpoint.etag(a.body)
-        #expect(a.headers.map(\.0) == ["Cache-Control", "ETag"])
+        #expect(a.headers.map(\.0) == ["Cache-Control", "ETag", "X-Content-Type-Options"])
+        #expect(a.headers[2].1 == "nosniff")
         #expect(a.headers[0].1 == "max-age=300")
         #expect(a.headers[1].1 == tag)
         #expect(tag.hasPrefix("\"") && tag.hasSuffix("\"") && tag.count == 34)
@@ -226,5 +227,57 @@ import Testing
                 AdminRequest(method: "GET", target: "/proxy.pac", host: "evil.example:9128"), hosts: [],
                 backend: Backend()
             ).status != 200)
+    }
+
+    /// The served script defines one global, `FindProxyForURL`: the tables are inside it.
+    @Test func theScriptDefinesNoGlobalButFindProxyForURL() {
+        let script = PacScriptBuilder.script(
+            rules: [PacScriptBuilder.Rule(scheme: "https", host: "gis.corp", wildcard: false, port: 443)],
+            address: "p.corp:3128", fallback: .none)
+        let topLevel = script.split(separator: "\n").filter { !$0.hasPrefix(" ") && !$0.hasPrefix("//") && !$0.isEmpty }
+        #expect(topLevel == ["function FindProxyForURL(url, host) {", "}"])
+        #expect(script.contains("    var authproxyHosts = {"))
+    }
+
+    @Test(
+        arguments: [
+            ("127.0.0.1:3128", nil, nil, nil),
+            ("[::1]:3128", nil, nil, nil),
+            ("localhost:3128", "same-origin", "empty", nil),
+            ("proxy.corp:3128", "none", "document", nil),
+            ("Proxy.Corp", nil, nil, nil),
+            ("evil.example:3128", nil, nil, 421),
+            ("127.0.0.1:3128", "cross-site", nil, 403),
+            ("127.0.0.1:3128", "same-site", "empty", 403),
+            ("127.0.0.1:3128", nil, "script", 403),
+            ("127.0.0.1:3128", "same-origin", "Worker", 403),
+        ] as [(String, String?, String?, Int?)])
+    func whoMayReadThePacFile(_ host: String, _ site: String?, _ dest: String?, _ status: Int?) {
+        let names = PacRequestPolicy.proxyListenerNames(pacHosts: [], pacAddress: "proxy.corp:3128")
+        let r = PacRequestPolicy.refusal(host: host, secFetchSite: site, secFetchDest: dest, names: names)
+        #expect(r?.status == status, "\(host) \(site ?? "-") \(dest ?? "-")")
+    }
+
+    @Test func theAdminListenerServesThePacFileOnlyToAllowedClients() {
+        final class Backend: AdminBackend, @unchecked Sendable {
+            func readiness() -> Readiness { Readiness(ready: true, reasons: []) }
+            func statusReport() -> StatusReport { fatalError("not used") }
+            func statusJSON() -> String { "{}" }
+            func metricsExposition() -> [UInt8] { [] }
+            func reload(trigger: String) -> (applied: Bool, message: String) { (true, "") }
+            func pacInputs() -> (settings: PacEndpoint.Settings, listeners: [ListenAddress]) {
+                (PacEndpointTests.settings, [ListenAddress(host: "127.0.0.1", port: 3128)])
+            }
+        }
+        func status(_ client: String, site: String? = nil) -> Int {
+            AdminRouter.route(
+                AdminRequest(
+                    method: "GET", target: "/proxy.pac", host: "127.0.0.1:9128", secFetchSite: site,
+                    client: IPAddress.parse(client)), hosts: [], backend: Backend()
+            ).status
+        }
+        #expect(status("127.0.0.1") == 200)
+        #expect(status("10.1.2.3") == 403)
+        #expect(status("127.0.0.1", site: "cross-site") == 403)
     }
 }

@@ -103,7 +103,8 @@ final class CurlConnector {
         if let route, let p { route.routing.health.attempted(p) }
         deadline = DispatchTime.now().uptimeNanoseconds + UInt64(timeoutSeconds) * 1_000_000_000
         let d = Dialer(
-            host: p?.host ?? dialHost, port: p?.port ?? port, deny: p == nil ? denyDirect : [], queue: multi.queue,
+            host: p?.host ?? dialHost, port: p?.port ?? port, deny: p == nil ? denyDirect : (route?.parentDeny ?? []),
+            queue: multi.queue,
             keepAlive: false)
         dialer = d
         let t = DispatchSource.makeTimerSource(queue: multi.queue)
