@@ -146,6 +146,7 @@ def test_a_pac_file_that_doubles_a_string_is_refused_within_bounded_memory(proxy
             assert peak < RSS_BOUND, "grew to %d MiB" % (peak // harness.MB)
             time.sleep(0.02)
         assert p.log_text().count("exceeded the PAC memory limit") >= attempts + 2
+        print("peak RSS of the proxy and its PAC worker: %d MiB" % (peak // harness.MB))
         assert p.alive()
 
         # The last good file still routes, also for destinations not asked about before.
