@@ -58,6 +58,7 @@ AUTHPROXY_TEST_HTTP_CLIENT=libcurl AUTHPROXY_BIN="$PWD/.build/debug/authproxy" p
   Tests/e2e/test_forwarding.py Tests/e2e/test_streaming.py Tests/e2e/test_smuggling_corpus.py Tests/e2e/test_faults.py \
   Tests/e2e/test_security_regressions.py Tests/e2e/test_security_request_path.py Tests/e2e/test_interception.py \
   Tests/e2e/test_retries.py Tests/e2e/test_get_as_post.py Tests/e2e/test_security_request_path_35.py \
+  Tests/e2e/test_security_findings_35_pac.py \
   Tests/e2e/test_http_client.py::test_libcurl_can_carry_https_instead \
   Tests/e2e/test_http_client.py::test_an_answer_before_the_upload_ended_closes_the_client_connection_cleanly \
   Tests/e2e/test_http_client.py::test_the_rest_of_an_upload_answered_early_is_read_while_it_keeps_coming
