@@ -34,58 +34,97 @@ enum ArcGISOperation {
     static let portalReads: Set<String> = ["search"]
 
     /// Operations that change data, configuration or accounts, or run a job: never sent twice, never converted.
+    /// Names that begin with one of ``editVerbs`` are edits too, so an operation missing here is still caught.
     static let edits: Set<String> = [
         // Feature services and layers.
         "applyedits", "addfeatures", "updatefeatures", "deletefeatures", "calculate", "append", "truncate",
         "addattachment", "updateattachment", "deleteattachments",
         // Branch and traditional versioning, replicas.
-        "reconcile", "post", "purgelock", "alterversion", "create", "delete", "createreplica", "synchronizereplica",
-        "unregisterreplica",
+        "reconcile", "post", "purgelock", "alter", "startediting", "stopediting", "restorerows",
+        "deleteforwardedits", "create", "delete", "createreplica", "synchronizereplica", "unregisterreplica",
         // Image services.
         "add", "addrasters", "updaterasters", "deleterasters",
-        // Geoprocessing: a tool may write anything.
-        "execute", "submitjob",
+        // Geoprocessing: a tool may write anything; a job's cancel stops it.
+        "execute", "submitjob", "cancel",
+        // Utility networks.
+        "updatesubnetwork", "enabletopology", "disabletopology", "validatenetworktopology",
         // Portal items, groups and users; service and site administration.
-        "update", "additem", "updateitem", "deleteitems", "move", "share", "unshare", "publish", "createservice",
-        "addtodefinition", "updatedefinition", "deletefromdefinition", "adduser", "addusers", "removeusers",
-        "updateusers", "invite", "join", "leave", "reassign", "edit", "start", "stop", "register", "unregister",
+        "update", "additem", "updateitem", "deleteitems", "move", "moveitems", "share", "shareitems", "unshare",
+        "unshareitems", "protect", "unprotect", "createfolder", "addrelationship", "deleterelationship",
+        "addresources", "updateresources", "removeresources", "publish", "createservice", "addtodefinition",
+        "updatedefinition", "deletefromdefinition", "adduser", "addusers", "createuser", "deleteusers", "removeusers",
+        "updateusers", "enable", "disable", "invite", "join", "leave", "reassign", "edit", "start", "stop",
+        "register", "unregister",
     ]
 
-    /// The last non-empty segment of `path` (no query) as a server reads it: without `;` path parameters,
-    /// percent-decoded (once, as ArcGIS and its web adaptor decode; an encoded `/` or `\\` ends a segment there
-    /// too), lowercased — so `deleteFeature%73`, `0%2FdeleteFeatures` and `DELETEFEATURES;x=1` are the edit they
-    /// name.
+    /// Verbs an edit's name begins with (`addFeatures`, `deleteItems`, `updateSubnetwork`, `enableTopology`, …): a
+    /// list of edits fails open when ArcGIS adds one, so any operation named with one of them is an edit. None of
+    /// ``serviceReads`` or ``portalReads`` begins with one; a read caught by mistake loses only a retry.
+    static let editVerbs: [String] = [
+        "add", "update", "delete", "remove", "apply", "create", "edit", "move", "share", "unshare", "protect",
+        "unprotect", "enable", "disable", "start", "stop", "cancel", "submit", "execute", "register", "unregister",
+        "reconcile", "purge", "restore", "truncate", "append", "calculate", "alter", "reassign", "invite", "publish",
+        "overwrite", "import", "synchronize", "validate", "rebuild", "reset", "set",
+    ]
+
+    /// The operation `path` (no query) names, as a server reads it: percent-decoded once (as ArcGIS and its web
+    /// adaptor decode; `\\` and an encoded `/` separate segments too), each segment without its `;` parameters,
+    /// dot-segments resolved (RFC 3986 §5.2.4: `deleteFeatures/.`, `deleteFeatures/%2e` and `deleteFeatures/x/..`
+    /// are `deleteFeatures` to Tomcat and IIS), the last non-empty segment lowercased.
     static func operation(path: Substring) -> String? {
-        // Scanned from the end: this runs for every request (retry and resend decisions).
         let u = path.utf8
-        var end = u.endIndex
-        while end != u.startIndex, u[u.index(before: end)] == UInt8(ascii: "/") { end = u.index(before: end) }
-        guard end != u.startIndex else { return nil }
-        var start = end
-        while start != u.startIndex, u[u.index(before: start)] != UInt8(ascii: "/") { start = u.index(before: start) }
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(u.distance(from: start, to: end))
-        var previous: [UInt8] = []
-        var i = start
-        while i != end, u[i] != UInt8(ascii: ";") {
+        // Nearly every path has no escape, parameter, backslash or dot-segment: its last segment, as it is.
+        var simple = true
+        var previous: UInt8 = 0
+        for b in u {
+            if b == UInt8(ascii: "%") || b == UInt8(ascii: ";") || b == UInt8(ascii: "\\")
+                || (b == UInt8(ascii: ".") && previous == UInt8(ascii: "/"))
+            {
+                simple = false
+                break
+            }
+            previous = b
+        }
+        if simple {
+            var end = u.endIndex
+            while end != u.startIndex, u[u.index(before: end)] == UInt8(ascii: "/") { end = u.index(before: end) }
+            guard end != u.startIndex else { return nil }
+            var start = end
+            while start != u.startIndex, u[u.index(before: start)] != UInt8(ascii: "/") {
+                start = u.index(before: start)
+            }
+            return String(Substring(u[start..<end])).lowercased()
+        }
+        // Decoded once, `\\` as `/`, then split, parameters dropped, dot-segments resolved.
+        var decoded: [UInt8] = []
+        decoded.reserveCapacity(u.count)
+        var i = u.startIndex
+        while i != u.endIndex {
             var b = u[i]
             i = u.index(after: i)
-            if b == UInt8(ascii: "%"), i != end, let hi = hexDigitValue(u[i]) {
+            if b == UInt8(ascii: "%"), i != u.endIndex, let hi = hexDigitValue(u[i]) {
                 let j = u.index(after: i)
-                if j != end, let lo = hexDigitValue(u[j]) {
+                if j != u.endIndex, let lo = hexDigitValue(u[j]) {
                     b = hi << 4 | lo
                     i = u.index(after: j)
                 }
             }
-            // An encoded slash or backslash starts a new segment for a server that decodes before it splits.
-            if b == UInt8(ascii: "/") || b == UInt8(ascii: "\\") {
-                if !bytes.isEmpty { swap(&bytes, &previous) }
-                bytes.removeAll(keepingCapacity: true)
+            decoded.append(b == UInt8(ascii: "\\") ? UInt8(ascii: "/") : b)
+        }
+        var segments: [ArraySlice<UInt8>] = []
+        for raw in decoded.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false) {
+            let segment = raw.prefix { $0 != UInt8(ascii: ";") }
+            if segment.elementsEqual([UInt8(ascii: ".")]) { continue }
+            if segment.elementsEqual([UInt8(ascii: "."), UInt8(ascii: ".")]) {
+                // Empty segments (a trailing or doubled slash) are skipped when naming the operation, so they go too.
+                while let last = segments.last, last.isEmpty { segments.removeLast() }
+                if !segments.isEmpty { segments.removeLast() }
                 continue
             }
-            bytes.append(b >= 0x41 && b <= 0x5A ? b | 0x20 : b)
+            segments.append(segment)
         }
-        return String(decoding: bytes.isEmpty ? previous : bytes, as: UTF8.self)
+        guard let last = segments.last(where: { !$0.isEmpty }) else { return nil }
+        return String(decoding: last, as: UTF8.self).lowercased()
     }
 
     /// Whether `path` names an ArcGIS REST read the proxy may send as a `POST` form.
@@ -100,6 +139,7 @@ enum ArcGISOperation {
     /// Whether `path` names an operation that must not be sent twice (see the type's comment). Judged on any host,
     /// by the operation's name alone: a `…/delete` elsewhere is left unrepeated too, which costs at most a retry.
     static func isEdit(path: Substring) -> Bool {
-        operation(path: path).map { edits.contains($0) } ?? false
+        guard let op = operation(path: path) else { return false }
+        return edits.contains(op) || editVerbs.contains { op.hasPrefix($0) }
     }
 }

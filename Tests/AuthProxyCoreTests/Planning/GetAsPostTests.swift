@@ -60,6 +60,22 @@ import Testing
         ("/arcgis/rest/services/x/FeatureServer/0%5cdeleteFeatures", true),
         ("/arcgis/rest/services/x/FeatureServer/0/deleteFeatures%2F", true),
         ("/arcgis/rest/services/x/FeatureServer/0/deleteFeatures%2F%2F", true),
+        // Dot-segments a server resolves (issue 35 review: each was retried 3 times).
+        ("/arcgis/rest/services/x/FeatureServer/0/deleteFeatures/.", true),
+        ("/arcgis/rest/services/x/FeatureServer/0/deleteFeatures/%2e", true),
+        ("/arcgis/rest/services/x/FeatureServer/0/deleteFeatures/x/..", true),
+        ("/arcgis/rest/services/x/FeatureServer/0/deleteFeatures%2F.", true),
+        ("/arcgis/rest/services/x/FeatureServer/0/deleteFeatures/x/..;/", true),
+        ("/arcgis/rest/services/x/FeatureServer/0/deleteFeatures/x%5c..", true),
+        ("/arcgis/rest/services/x/FeatureServer/0/query/../deleteFeatures", true),
+        ("/arcgis/rest/services/x/FeatureServer/0/deleteFeatures/../query", false),
+        // Edits named by their verb though not listed.
+        ("/arcgis/rest/services/x/UtilityNetworkServer/updateIsConnected", true),
+        ("/portal/sharing/rest/content/users/a/items/abc/addComment", true),
+        ("/arcgis/rest/services/x/VersionManagementServer/versions/abc/alter", true),
+        ("/arcgis/rest/services/x/FeatureServer/0/queryRelatedRecords", false),
+        ("/arcgis/rest/services/Utilities/Geometry/GeometryServer/trimExtend", false),
+        ("/arcgis/rest/services/World/GeocodeServer/reverseGeocode", false),
         ("/arcgis/rest/services/x/FeatureServer/applyEdits", true),
         ("/portal/sharing/rest/content/users/alice/items/abc/delete", true),
         ("/portal/sharing/rest/content/users/alice/addItem", true),
@@ -70,6 +86,12 @@ import Testing
     ])
     func edits(path: String, edit: Bool) {
         #expect(ArcGISOperation.isEdit(path: path[...]) == edit)
+    }
+
+    @Test func noReadBeginsWithAnEditVerb() {
+        for read in ArcGISOperation.serviceReads.union(ArcGISOperation.portalReads) {
+            #expect(!ArcGISOperation.isEdit(path: "/arcgis/rest/services/x/MapServer/\(read)"), "\(read)")
+        }
     }
 
     @Test func onlyABodilessGetWithAQueryToAMatchedHost() {
