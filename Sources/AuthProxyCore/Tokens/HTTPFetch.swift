@@ -72,6 +72,16 @@ final class HTTPFetch: UpstreamExchangeDelegate {
         ])
         if method == "POST" { fields.add(name: "Content-Type", value: "application/x-www-form-urlencoded") }
         for (name, value) in extraHeaders { fields.add(name: name, value: value) }
+        // The proxy's own requests pass the check every client request passes (``OutboundHead``): a gateway token
+        // or a header credential goes into these heads too. Answered on a later turn, as a transfer would be.
+        let pathAndQuery = HTTPURL.parse(url)?.target.pathAndQuery ?? ""
+        if let problem = OutboundHead.problem(method: method, target: pathAndQuery, fields: fields) {
+            let hop = LoopBound(completion, queue: multi.queue)
+            completion = nil
+            keepAlive = nil
+            multi.queue.async { hop.value?(.failure(FetchError(message: "not sent: \(problem.message)"))) }
+            return
+        }
         let destination = HTTPURL.parse(url).map { "\($0.target.urlHost):\($0.target.port)" } ?? url
         var request = UpstreamRequest(
             method: method, url: url, fields: fields,

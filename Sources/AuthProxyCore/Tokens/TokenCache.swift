@@ -423,10 +423,11 @@ struct TokenCache<Waiter> {
 
     /// A token saved by this or another process for `key`, taken only when the key has never been used here
     /// (a token this process dropped — rejected upstream, old grant — may still be in the file). Returns
-    /// whether it was taken.
+    /// whether it was taken. A saved token no token service could have handed out now (``TokenSyntax``: one
+    /// saved by a build that did not check, or a file edited by hand) is left in the file, not taken.
     @discardableResult
     mutating func adopt(key: String, credential: String, token: IssuedToken) -> Bool {
-        guard entries[key] == nil else { return false }
+        guard entries[key] == nil, TokenSyntax.arcgisProblem(token.value) == nil else { return false }
         entries[key] = Entry(credential: credential, token: token)
         return true
     }

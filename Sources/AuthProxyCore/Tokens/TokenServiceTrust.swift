@@ -6,7 +6,8 @@
 /// can open one). The rule is therefore the browser's: the token service must be on the server root's own
 /// **origin** — scheme, host and port, with the scheme's default port filled in — or on an origin the
 /// credential is configured for (one of its `match` prefixes, whose roots already get the password directly),
-/// and never over http for an https server. Anything else needs `token_url`.
+/// and never over http for an https server. The one other origin taken on the server's word is its https form
+/// (`http://host` on 80 naming `https://host` on 443). Anything else needs `token_url`.
 enum TokenServiceTrust {
     /// `scheme://host:port`, lower-cased, default port explicit: two URLs are on one origin when these are equal.
     struct Origin: Hashable, Sendable, CustomStringConvertible {
@@ -56,6 +57,12 @@ enum TokenServiceTrust {
             return .failure(Distrust(reason: "is plain http while the server is https"))
         }
         if service == own || configured.contains(service) { return .success(()) }
+        // A server reached over http on port 80 whose token service is its https form on 443 (ArcGIS names the
+        // https URL for a site that also answers http): the same host's default ports, with more protection, not
+        // another listener on that host.
+        if own.scheme == "http", own.port == 80, service == Origin(scheme: "https", host: own.host, port: 443) {
+            return .success(())
+        }
         return .failure(
             Distrust(
                 reason:

@@ -586,6 +586,14 @@ import Testing
         #expect(valid == [Cache.CachedToken(key: Self.portalKey, credential: "app", token: saved)])
         #expect(cache.validTokens(now: 500_000).isEmpty)
     }
+
+    @Test func aSavedTokenNoHeadCouldCarryIsNotAdopted() {
+        var cache = Cache()
+        let smuggled = Self.token("tok\r\nX-Injected: 1", expires: 500_000)
+        let adopted = cache.adopt(key: Self.portalKey, credential: "app", token: smuggled)
+        #expect(!adopted)
+        #expect(cache.cached(key: Self.portalKey, now: 1) == nil)
+    }
 }
 
 /// A configuration reload that changes or removes a credential (``TokenCache/forget(credential:)``).

@@ -26,8 +26,16 @@ import Testing
             !Self.trusted(
                 "https://gis.example.com:7443/portal/sharing/rest/generateToken", "https://gis.example.com/arcgis"))
         #expect(!Self.trusted("https://gis.example.com/arcgis/tokens/", "https://gis.example.com:6443/arcgis"))
-        // http → https of the same host is still another origin (another port, another listener).
-        #expect(!Self.trusted("https://gis.example.com/arcgis/tokens/", "http://gis.example.com/arcgis"))
+        // http → https of the same host on other ports is another listener.
+        #expect(!Self.trusted("https://gis.example.com/arcgis/tokens/", "http://gis.example.com:8080/arcgis"))
+        #expect(!Self.trusted("https://gis.example.com:8443/arcgis/tokens/", "http://gis.example.com/arcgis"))
+    }
+
+    @Test func theHTTPSFormOfAnHTTPServerOnItsDefaultPortsIsTrusted() {
+        // Both privileged ports of one host: ArcGIS names its https token service for a site that also answers http.
+        #expect(Self.trusted("https://gis.example.com/arcgis/tokens/", "http://gis.example.com/arcgis"))
+        #expect(Self.trusted("https://gis.example.com:443/arcgis/tokens/", "http://gis.example.com:80/arcgis"))
+        #expect(!Self.trusted("https://other.example.com/arcgis/tokens/", "http://gis.example.com/arcgis"))
     }
 
     @Test func anotherHostOrADowngradeOrNoURLIsNotTrusted() {
