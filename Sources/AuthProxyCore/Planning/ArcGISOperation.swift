@@ -58,44 +58,66 @@ enum ArcGISOperation {
     ]
 
     /// Verbs an edit's name begins with (`addFeatures`, `deleteItems`, `updateSubnetwork`, `enableTopology`, …): a
-    /// list of edits fails open when ArcGIS adds one, so any operation named with one of them is an edit. None of
+    /// list of edits fails open when ArcGIS adds one, so any operation named with one of them is an edit, and this
+    /// is what ``isEdit(path:)`` compares (every name in ``edits`` begins with one; unit-tested). None of
     /// ``serviceReads`` or ``portalReads`` begins with one; a read caught by mistake loses only a retry.
     static let editVerbs: [String] = [
         "add", "update", "delete", "remove", "apply", "create", "edit", "move", "share", "unshare", "protect",
         "unprotect", "enable", "disable", "start", "stop", "cancel", "submit", "execute", "register", "unregister",
         "reconcile", "purge", "restore", "truncate", "append", "calculate", "alter", "reassign", "invite", "publish",
-        "overwrite", "import", "synchronize", "validate", "rebuild", "reset", "set",
+        "overwrite", "import", "synchronize", "validate", "rebuild", "reset", "set", "post", "join", "leave",
     ]
 
-    /// The operation `path` (no query) names, as a server reads it: percent-decoded once (as ArcGIS and its web
-    /// adaptor decode; `\\` and an encoded `/` separate segments too), each segment without its `;` parameters,
-    /// dot-segments resolved (RFC 3986 §5.2.4: `deleteFeatures/.`, `deleteFeatures/%2e` and `deleteFeatures/x/..`
-    /// are `deleteFeatures` to Tomcat and IIS), the last non-empty segment lowercased.
+    /// The operation `path` names, as a server reads it: up to any `?`, percent-decoded once (as ArcGIS and its
+    /// web adaptor decode; `\\` and an encoded `/` separate segments too), each segment without its `;`
+    /// parameters, dot-segments resolved (RFC 3986 §5.2.4: `deleteFeatures/.`, `deleteFeatures/%2e` and
+    /// `deleteFeatures/x/..` are `deleteFeatures` to Tomcat and IIS), the last non-empty segment lowercased.
     static func operation(path: Substring) -> String? {
-        let u = path.utf8
-        // Nearly every path has no escape, parameter, backslash or dot-segment: its last segment, as it is.
-        var simple = true
-        var previous: UInt8 = 0
-        for b in u {
-            if b == UInt8(ascii: "%") || b == UInt8(ascii: ";") || b == UInt8(ascii: "\\")
-                || (b == UInt8(ascii: ".") && previous == UInt8(ascii: "/"))
-            {
-                simple = false
-                break
+        lastSegment(of: path) { String(decoding: $0, as: UTF8.self) }
+    }
+
+    /// Calls `body` with the lowercased bytes of the operation `path` names (see ``operation(path:)``); nil when
+    /// it names none. Runs for every request (``isEdit(path:)``): nearly every path has no escape, parameter,
+    /// backslash or dot-segment, and its last segment is lowercased on the stack, without an allocation.
+    static func lastSegment<R>(of path: Substring, _ body: (UnsafeBufferPointer<UInt8>) -> R) -> R? {
+        let scan = path.utf8.withContiguousStorageIfAvailable { buf -> SimpleScan<R> in
+            var previous: UInt8 = 0
+            var start = 0
+            var stop = buf.count
+            for i in 0..<buf.count {
+                let b = buf[i]
+                if b == UInt8(ascii: "?") {
+                    stop = i
+                    break
+                }
+                if b == UInt8(ascii: "%") || b == UInt8(ascii: ";") || b == UInt8(ascii: "\\")
+                    || (b == UInt8(ascii: ".") && previous == UInt8(ascii: "/"))
+                {
+                    return .needsResolving
+                }
+                if b == UInt8(ascii: "/"), i + 1 < buf.count, buf[i + 1] != UInt8(ascii: "/"),
+                    buf[i + 1] != UInt8(ascii: "?")
+                {
+                    start = i + 1
+                }
+                previous = b
             }
-            previous = b
+            var end = stop
+            while end > start, buf[end - 1] == UInt8(ascii: "/") { end -= 1 }
+            guard end > start, start < stop else { return .last(nil) }
+            let n = end - start
+            return .last(
+                withUnsafeTemporaryAllocation(of: UInt8.self, capacity: n) { lower in
+                    for i in 0..<n {
+                        let b = buf[start + i]
+                        lower[i] = b >= 0x41 && b <= 0x5A ? b | 0x20 : b
+                    }
+                    return body(UnsafeBufferPointer(lower))
+                })
         }
-        if simple {
-            var end = u.endIndex
-            while end != u.startIndex, u[u.index(before: end)] == UInt8(ascii: "/") { end = u.index(before: end) }
-            guard end != u.startIndex else { return nil }
-            var start = end
-            while start != u.startIndex, u[u.index(before: start)] != UInt8(ascii: "/") {
-                start = u.index(before: start)
-            }
-            return String(Substring(u[start..<end])).lowercased()
-        }
+        if case .last(let r)? = scan { return r }
         // Decoded once, `\\` as `/`, then split, parameters dropped, dot-segments resolved.
+        let u = path.utf8.prefix { $0 != UInt8(ascii: "?") }
         var decoded: [UInt8] = []
         decoded.reserveCapacity(u.count)
         var i = u.startIndex
@@ -124,7 +146,15 @@ enum ArcGISOperation {
             segments.append(segment)
         }
         guard let last = segments.last(where: { !$0.isEmpty }) else { return nil }
-        return String(decoding: last, as: UTF8.self).lowercased()
+        let lower = last.map { $0 >= 0x41 && $0 <= 0x5A ? $0 | 0x20 : $0 }
+        return lower.withUnsafeBufferPointer(body)
+    }
+
+    /// What the quick look at a path found (``lastSegment(of:_:)``).
+    private enum SimpleScan<R> {
+        /// The path has nothing to decode or resolve: what `body` made of its last segment (nil: none).
+        case last(R?)
+        case needsResolving
     }
 
     /// Whether `path` names an ArcGIS REST read the proxy may send as a `POST` form.
@@ -139,7 +169,18 @@ enum ArcGISOperation {
     /// Whether `path` names an operation that must not be sent twice (see the type's comment). Judged on any host,
     /// by the operation's name alone: a `…/delete` elsewhere is left unrepeated too, which costs at most a retry.
     static func isEdit(path: Substring) -> Bool {
-        guard let op = operation(path: path) else { return false }
-        return edits.contains(op) || editVerbs.contains { op.hasPrefix($0) }
+        lastSegment(of: path) { name in
+            guard let first = name.first else { return false }
+            return editVerbsByFirstByte[Int(first)].contains { verb in
+                name.count >= verb.count && verb.indices.allSatisfy { name[$0] == verb[$0] }
+            }
+        } ?? false
     }
+
+    /// ``editVerbs`` by their first byte, as bytes: a name is compared with the few verbs that begin as it does.
+    private static let editVerbsByFirstByte: [[[UInt8]]] = {
+        var table = [[[UInt8]]](repeating: [], count: 256)
+        for verb in editVerbs { table[Int(verb.utf8.first!)].append(Array(verb.utf8)) }
+        return table
+    }()
 }

@@ -5,7 +5,7 @@
 /// **What is retried.** Only requests a client may expect to be repeated without harm and whose request can be
 /// sent again as it was: `GET`, `HEAD`, `OPTIONS` without a request body (RFC 9110 §9.2.2; `PUT` and `DELETE`
 /// are idempotent too, but an ArcGIS or OGC edit is not something to repeat behind the client's back), never an
-/// ArcGIS edit operation whatever its method (``mayRetry(method:hasBody:path:)``), and only while nothing of the
+/// ArcGIS edit operation whatever its method (``mayRetry(method:hasBody:edits:)``), and only while nothing of the
 /// answer has reached the client (the executor checks that with the ``ExchangeStateMachine``).
 ///
 /// **When.** The connection was refused or reset, or closed before the answer was complete (``Cause/reset``);
@@ -54,14 +54,14 @@ struct RetryPolicy: Equatable, Sendable {
 
     var isEnabled: Bool { maxRetries > 0 }
 
-    /// Whether a request of this method to `path` may be retried at all. `hasBody`: the client sent a request body
-    /// (it is not kept for a resend). Judged as the request goes upstream: an ArcGIS edit
-    /// (``ArcGISOperation/isEdit(path:)``) is never retried whatever method carries it — a `GET …/deleteFeatures`
-    /// is not safe to send twice because HTTP calls `GET` idempotent. The one `POST` that goes again is the form
-    /// the proxy made from a read `GET` (``GetAsPost``), which `method` (the client's) stands for: the proxy made
-    /// it, and only for operations that write nothing.
-    static func mayRetry(method: String, hasBody: Bool, path: Substring) -> Bool {
-        guard !hasBody, !ArcGISOperation.isEdit(path: path) else { return false }
+    /// Whether a request of this method may be retried at all. `hasBody`: the client sent a request body (it is
+    /// not kept for a resend). `edits`: it names an ArcGIS edit (``ArcGISOperation/isEdit(path:)``), which is never
+    /// retried whatever method carries it — a `GET …/deleteFeatures` is not safe to send twice because HTTP calls
+    /// `GET` idempotent. The one `POST` that goes again is the form the proxy made from a read `GET`
+    /// (``GetAsPost``), which `method` (the client's) stands for: the proxy made it, and only for operations that
+    /// write nothing.
+    static func mayRetry(method: String, hasBody: Bool, edits: Bool) -> Bool {
+        guard !hasBody, !edits else { return false }
         switch method {
         case "GET", "HEAD", "OPTIONS": return true
         default: return false

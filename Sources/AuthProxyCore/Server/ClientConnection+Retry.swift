@@ -11,7 +11,7 @@ extension ClientConnection {
     /// keeps what a retry would send when the request may be retried.
     func prepareRetry(
         _ x: ExchangeContext, head h: RequestHead, url: URLTarget, headers: HTTPHeaders, inspect: Bool,
-        hasBody: Bool, now: UInt64
+        hasBody: Bool, edits: Bool, now: UInt64
     ) {
         let retries = context.retryPolicy.isEnabled
         if retries, machine.upstreamRetries == 0, machine.attempt == 1 {
@@ -19,7 +19,7 @@ extension ClientConnection {
         }
         // Kept for a retry, or for the resend as a form after a 414 (``resendAsPostOn414(_:)``).
         guard retries || context.config.getAsPostAboveBytes > 0, h.upgrade == nil,
-            RetryPolicy.mayRetry(method: h.method, hasBody: hasBody, path: url.path)
+            RetryPolicy.mayRetry(method: h.method, hasBody: hasBody, edits: edits)
         else { return }
         x.attemptURL = url
         x.attemptHeaders = headers

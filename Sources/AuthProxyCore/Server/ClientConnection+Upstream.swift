@@ -82,7 +82,9 @@ extension ClientConnection {
         // A read sent as a form is as harmless to repeat as the GET it stands for; an edit is never repeated,
         // whatever method carries it (``ArcGISOperation``).
         request.harmlessToRepeat = x.getAsPost != nil
-        request.edits = ArcGISOperation.isEdit(path: sent.path)
+        // Decided once per attempt, for the resend and the retry alike.
+        let edits = ArcGISOperation.isEdit(path: url.pathAndQuery[...])
+        request.edits = edits
         request.via = context.viaValue
         request.network = x.networkAuth
         request.denyDestinations = context.access.denyDestinations
@@ -91,7 +93,9 @@ extension ClientConnection {
         x.responseHead.reset()
         let started = now
         x.upstreamStarted = started
-        prepareRetry(x, head: h, url: url, headers: headers, inspect: inspect, hasBody: clientHasBody, now: started)
+        prepareRetry(
+            x, head: h, url: url, headers: headers, inspect: inspect, hasBody: clientHasBody, edits: edits, now: started
+        )
         x.inspectsService = inspect
         machine.transferStarted(inspect: inspect || (x.stacksGateway && x.gatewayToken != nil), now: started)
         if ownClient {

@@ -34,6 +34,25 @@ import Testing
         #expect(problem([("X-Esri-Authorization", value)])?.field == "X-Esri-Authorization")
     }
 
+    @Test func everyPositionOfALongValueIsChecked() {
+        // The value check reads eight bytes at a time: a bad byte in any lane, and good bytes of every class.
+        let good: [UInt8] = Array("Bearer eyJ.ab-_~+/=".utf8) + [9, 0x20, 0x7E, 0x80, 0xC3, 0xA9, 0xFF]
+        for bad: UInt8 in [0, 1, 0x0A, 0x0D, 0x1F, 0x7F] {
+            for at in 0..<40 {
+                var bytes = (0..<41).map { good[$0 % good.count] }
+                bytes[0] = UInt8(ascii: "v")
+                bytes[40] = UInt8(ascii: "v")
+                bytes[at == 0 ? 1 : at] = bad
+                let value = String(decoding: bytes, as: UTF8.self)
+                #expect(OutboundHead.fieldProblem(name: "X", value: value) != nil, "0x\(bad) at \(at)")
+                #expect(problem([("X", value)]) != nil, "0x\(bad) at \(at)")
+            }
+        }
+        let clean = String(
+            decoding: (0..<41).map { i in i == 0 || i == 40 ? UInt8(ascii: "v") : good[i % good.count] }, as: UTF8.self)
+        #expect(problem([("X", clean)]) == nil)
+    }
+
     @Test func whitespaceTheParserWouldTrimIsRefused() {
         #expect(problem([("X-Key", " k")]) != nil)
         #expect(problem([("X-Key", "k\t")]) != nil)

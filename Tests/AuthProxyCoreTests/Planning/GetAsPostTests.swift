@@ -88,6 +88,19 @@ import Testing
         #expect(ArcGISOperation.isEdit(path: path[...]) == edit)
     }
 
+    @Test func everyListedEditBeginsWithAnEditVerb() {
+        for edit in ArcGISOperation.edits {
+            #expect(ArcGISOperation.isEdit(path: "/arcgis/rest/services/x/FeatureServer/0/\(edit)"), "\(edit)")
+        }
+    }
+
+    @Test func theQueryIsNotPartOfTheOperation() {
+        #expect(ArcGISOperation.isEdit(path: "/arcgis/rest/services/x/FeatureServer/0/deleteFeatures?where=1%3D1"))
+        #expect(ArcGISOperation.isEdit(path: "/arcgis/rest/services/x/FeatureServer/0/deleteFeatures/?f=./x/.."))
+        #expect(!ArcGISOperation.isEdit(path: "/arcgis/rest/services/x/FeatureServer/0/query?op=/deleteFeatures"))
+        #expect(!ArcGISOperation.isEdit(path: "/arcgis/rest/services/x/FeatureServer/0/query?op=%2FdeleteFeatures"))
+    }
+
     @Test func noReadBeginsWithAnEditVerb() {
         for read in ArcGISOperation.serviceReads.union(ArcGISOperation.portalReads) {
             #expect(!ArcGISOperation.isEdit(path: "/arcgis/rest/services/x/MapServer/\(read)"), "\(read)")

@@ -15,7 +15,7 @@ import Testing
         ("PATCH", false, false), ("TRACE", false, false), ("get", false, false),
     ])
     func onlyBodilessIdempotentReadsAreRetried(method: String, hasBody: Bool, retried: Bool) {
-        #expect(RetryPolicy.mayRetry(method: method, hasBody: hasBody, path: "/arcgis/rest/info") == retried)
+        #expect(RetryPolicy.mayRetry(method: method, hasBody: hasBody, edits: false) == retried)
     }
 
     @Test(arguments: [
@@ -23,9 +23,9 @@ import Testing
         "/portal/sharing/rest/content/users/a/items/abc/delete", "/arcgis/rest/services/T/GPServer/t/execute",
     ])
     func anEditIsNeverRetriedWhateverTheMethod(path: String) {
-        #expect(!RetryPolicy.mayRetry(method: "GET", hasBody: false, path: path[...]))
-        #expect(
-            RetryPolicy.mayRetry(method: "GET", hasBody: false, path: "/arcgis/rest/services/x/FeatureServer/0/query"))
+        #expect(!RetryPolicy.mayRetry(method: "GET", hasBody: false, edits: ArcGISOperation.isEdit(path: path[...])))
+        let query: Substring = "/arcgis/rest/services/x/FeatureServer/0/query"
+        #expect(RetryPolicy.mayRetry(method: "GET", hasBody: false, edits: ArcGISOperation.isEdit(path: query)))
     }
 
     @Test func statusesThatAreRetried() {
