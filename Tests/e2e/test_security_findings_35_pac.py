@@ -26,6 +26,7 @@ import requests
 import harness
 from forwarding_proxy import ForwardingProxy, PacServer
 from test_admin import admin_get, start_with_admin
+from test_upstream_pac import send_connect
 
 NAMES = {"a.pac.test": "127.0.0.1", "b.pac.test": "127.0.0.1", "stuck.pac.test": "127.0.0.1"}
 
@@ -435,14 +436,7 @@ def tunnel_status(proxy, host, port):
     import socket
     c = socket.create_connection((proxy.host, proxy.port), timeout=20)
     try:
-        c.sendall(b"CONNECT %s:%d HTTP/1.1\r\nHost: %s:%d\r\n\r\n" % (host.encode(), port, host.encode(), port))
-        head = b""
-        while b"\r\n\r\n" not in head:
-            chunk = c.recv(4096)
-            if not chunk:
-                break
-            head += chunk
-        return (int(head.split(b" ", 2)[1]) if head else 0), head
+        return send_connect(c, host, port)
     finally:
         c.close()
 

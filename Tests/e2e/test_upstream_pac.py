@@ -53,18 +53,23 @@ def get(proxy, url):
     return s.get(url, proxies=proxy.proxies, timeout=20)
 
 
+def send_connect(c, host, port):
+    """CONNECT host:port on the open connection `c` to the proxy: (status, the head as read)."""
+    c.sendall(b"CONNECT %s:%d HTTP/1.1\r\nHost: %s:%d\r\n\r\n" % (host.encode(), port, host.encode(), port))
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = c.recv(4096)
+        if not chunk:
+            break
+        head += chunk
+    return (int(head.split(b" ", 2)[1]) if head else 0), head
+
+
 def tunnel_get(proxy, host, port):
     """CONNECT host:port through the proxy, then a plain GET /echo inside: (CONNECT status, inner response)."""
     c = socket.create_connection((proxy.host, proxy.port), timeout=20)
     try:
-        c.sendall(b"CONNECT %s:%d HTTP/1.1\r\nHost: %s:%d\r\n\r\n" % (host.encode(), port, host.encode(), port))
-        head = b""
-        while b"\r\n\r\n" not in head:
-            chunk = c.recv(4096)
-            if not chunk:
-                break
-            head += chunk
-        status = int(head.split(b" ", 2)[1]) if head else 0
+        status, head = send_connect(c, host, port)
         if status != 200:
             return status, head
         c.sendall(b"GET /echo HTTP/1.1\r\nHost: %s:%d\r\nConnection: close\r\n\r\n" % (host.encode(), port))

@@ -136,15 +136,10 @@ public struct ConfigLoader: Sendable {
             }
             if let f = try proxy.enumValue("pac_fallback", PacFallback.self) { config.pacFallback = f }
             if let names = try proxy.stringArray("pac_hosts") {
-                config.pacHosts = try names.values.map { (h: String) throws(ConfigError) -> String in
-                    guard let name = Self.hostName(h) else {
-                        throw ConfigError(
-                            key: "proxy.pac_hosts", line: names.line,
-                            "\(proxy.shown("pac_hosts", h)) is not a host name like proxy.example (no scheme, port or wildcard; "
-                                + "IP addresses, localhost and pac_address's host are always accepted)")
-                    }
-                    return name
-                }
+                config.pacHosts = try Self.hostNames(
+                    names, key: "proxy.pac_hosts", example: "proxy.example",
+                    alwaysAccepted: "IP addresses, localhost and pac_address's host"
+                ) { proxy.shown("pac_hosts", $0) }
             }
             try proxy.finish()
         }
@@ -175,15 +170,9 @@ public struct ConfigLoader: Sendable {
             var settings = AdminConfig(listen: address)
             if let blocks = try admin.addressBlocks("allow") { settings.allow = blocks }
             if let names = try admin.stringArray("hosts") {
-                settings.hosts = try names.values.map { (h: String) throws(ConfigError) -> String in
-                    guard let name = Self.hostName(h) else {
-                        throw ConfigError(
-                            key: "admin.hosts", line: names.line,
-                            "\(admin.shown("hosts", h)) is not a host name like admin.example (no scheme, port or wildcard; "
-                                + "IP addresses and localhost are always accepted)")
-                    }
-                    return name
-                }
+                settings.hosts = try Self.hostNames(
+                    names, key: "admin.hosts", example: "admin.example", alwaysAccepted: "IP addresses and localhost"
+                ) { admin.shown("hosts", $0) }
             }
             try admin.finish()
             config.admin = settings
@@ -772,6 +761,23 @@ public struct ConfigLoader: Sendable {
         }
         try t.finish()
         return fields
+    }
+
+    /// The entries of a host-name list (`[admin] hosts`, `[proxy] pac_hosts`), each through ``hostName(_:)``;
+    /// `shown` quotes an entry for the error as the reader would (never a secret's value).
+    static func hostNames(
+        _ names: (values: [String], line: Int), key: String, example: String, alwaysAccepted: String,
+        shown: (String) -> String
+    ) throws(ConfigError) -> [String] {
+        try names.values.map { (h: String) throws(ConfigError) -> String in
+            guard let name = hostName(h) else {
+                throw ConfigError(
+                    key: key, line: names.line,
+                    "\(shown(h)) is not a host name like \(example) (no scheme, port or wildcard; "
+                        + "\(alwaysAccepted) are always accepted)")
+            }
+            return name
+        }
     }
 
     /// `[admin] hosts` entry `text` lowercased when it is a DNS name (letters, digits, hyphens, dots; labels of
