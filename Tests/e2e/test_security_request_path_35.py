@@ -243,27 +243,3 @@ def test_a_get_to_an_edit_is_not_resent_after_its_pooled_connection_died(proxy_f
         assert "not sent again" in body.decode(), body
     finally:
         b.stop()
-
-
-def test_a_long_read_is_still_a_post_form_and_retried(proxy_factory, session):
-    bodies = []
-
-    def script(n, c, data):
-        head, _, body = data.partition(b"\r\n\r\n")
-        length = int([l for l in head.split(b"\r\n") if l.lower().startswith(b"content-length:")][0].split(b":")[1])
-        while len(body) < length:
-            body += c.recv(65536)
-        bodies.append((head.split(b" ")[0], body))
-        answer(c, 503) if n == 0 else answer(c, 200, b'{"features":[]}')
-
-    o = CountingOrigin(script)
-    try:
-        p = proxy_factory(proxy={"upstream_retries": 2}, extra_config=cred("gis", "api-key", o.url + "/arcgis",
-                                                                          key="AAPK-key"))
-        r = session.get(o.url + "/arcgis/rest/services/x/FeatureServer/0/query",
-                        params={"objectIds": long_ids(), "f": "json"}, proxies=p.proxies, timeout=20)
-        assert r.status_code == 200 and r.json() == {"features": []}
-        assert [m for m, _ in bodies] == [b"POST", b"POST"], bodies
-        assert all(b.startswith(b"objectIds=1000%2C1001") and b"token=AAPK-key" in b for _, b in bodies)
-    finally:
-        o.close()
