@@ -180,7 +180,7 @@ def test_prometheus_alert_rules():
     docs = load_docs(ALERTS)
     rules = {r["alert"]: r for g in docs[0]["groups"] for r in g["rules"]}
     for name in ("AuthproxyTokenRefreshFailing", "AuthproxyTokenAboutToExpire", "AuthproxyUpstreamErrorRate",
-                 "AuthproxyParentProxyInBackoff", "AuthproxyRedisUnavailable"):
+                 "AuthproxyParentProxyInBackoff", "AuthproxyRedisUnavailable", "AuthproxyCredentialExpiresSoon"):
         assert name in rules, name
     for name, r in rules.items():
         assert r["labels"]["severity"] in ("warning", "critical"), name

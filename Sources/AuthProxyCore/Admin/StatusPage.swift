@@ -48,6 +48,7 @@ enum StatusPage {
             h +=
                 "<td>\(esc(c.type))</td><td>\(c.match.map { "<code>\(esc($0))</code>" }.joined(separator: "<br>"))</td><td>"
             h += tokenCell(c)
+            h += expiryCell(c)
             h += "</td><td>\(c.requestsLast5Min)</td><td>\(c.rejectionsLast5Min)</td>"
             h += "<td>\(c.rateLimitedLast5Min) / \(c.rateLimitedTotal)</td></tr>\n"
         }
@@ -140,6 +141,21 @@ enum StatusPage {
             if let e = t.lastError, t.state != "valid" { s += "<br>last error: \(esc(e))" }
             if let n = t.nextRetry { s += "<br>next retry \(esc(n))" }
             s += "</div>"
+        }
+        return s
+    }
+
+    /// The refresh token, keys and certificate of a credential and when they lapse (access tokens are in
+    /// ``tokenCell(_:)``): highlighted within `[proxy] expiry_warning_days`.
+    private static func expiryCell(_ c: StatusReport.Credential) -> String {
+        var s = ""
+        for e in c.expiries where e.what != CredentialExpiry.What.accessToken.rawValue {
+            let what = e.what.replacing("_", with: " ") + (e.which.map { " \($0)" } ?? "")
+            let cls = e.expiresInSeconds <= 0 ? "bad" : e.dueSoon ? "warn" : "muted"
+            let when = e.expiresInSeconds <= 0 ? "expired" : "expires in \(duration(e.expiresInSeconds))"
+            s +=
+                "<div class=\"expiry\" data-what=\"\(esc(e.what))\"><span class=\"\(cls)\">\(esc(what)) \(when)</span>"
+                + " <span class=\"muted\">(\(esc(e.expires)))</span></div>"
         }
         return s
     }

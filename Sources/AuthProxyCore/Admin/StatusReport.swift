@@ -31,6 +31,19 @@ public struct StatusReport: Codable, Sendable, Equatable {
         public var lastTokenRequest: String?
         public var lastTokenRequestSucceeded: Bool?
         public var networkAuth: [NetworkAuth]
+        /// What of this credential lapses by itself, and when (``CredentialExpiry``).
+        public var expiries: [Expiry] = []
+    }
+
+    public struct Expiry: Codable, Sendable, Equatable {
+        /// `access_token`, `refresh_token`, `key` or `certificate`.
+        public var what: String
+        /// Which one, when there are several (an API key's slot, a token's server root).
+        public var which: String?
+        public var expires: String
+        public var expiresInSeconds: Int64
+        /// Within `[proxy] expiry_warning_days` of expiring, or expired.
+        public var dueSoon: Bool
     }
 
     public struct NetworkAuth: Codable, Sendable, Equatable {

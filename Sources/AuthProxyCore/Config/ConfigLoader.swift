@@ -114,6 +114,7 @@ public struct ConfigLoader: Sendable {
             if let r = try proxy.int("upstream_retries", range: 0...10) { config.upstreamRetries = r }
             if let w = try proxy.int("max_retry_wait_seconds", range: 0...300) { config.maxRetryWaitSeconds = w }
             if let b = try proxy.int("retry_budget_percent", range: 0...100) { config.retryBudgetPercent = b }
+            if let d = try proxy.int("expiry_warning_days", range: 0...365) { config.expiryWarningDays = d }
             if let g = try proxy.int("get_as_post_above_bytes", range: 0...(1 << 20)) { config.getAsPostAboveBytes = g }
             try parseUpstreamProxy(&proxy, into: &config.upstreamProxy)
             config.tlsCert = try proxy.string("tls_cert")

@@ -86,6 +86,9 @@ public struct ProxyConfig: Sendable {
     /// `[proxy] retry_budget_percent`: retries to one upstream host add at most this share to its requests
     /// (over 10 s, plus a few per event loop; ``RetryBudget``).
     public var retryBudgetPercent = 20
+    /// `[proxy] expiry_warning_days`: `check`, the log and the status page warn this many days before an API key,
+    /// the refresh token of a sign-in or a client certificate expires (``CredentialExpiry``).
+    public var expiryWarningDays = 14
     /// `[proxy] get_as_post_above_bytes`: an ArcGIS REST `GET` whose URL (token included) is longer than this goes
     /// upstream as a `POST` form, as does one the upstream answered 414 (``GetAsPost``); 0 turns both off.
     public var getAsPostAboveBytes = 2048

@@ -1,6 +1,12 @@
 /// Label values for metrics: a small closed set each, so a series count stays bounded whatever clients send, and
 /// never a URL path, query, end-user name or secret.
 enum MetricLabels {
+    /// A label value as the text format escapes it (a parent URL or credential name holds no quote or backslash,
+    /// but a PAC file or a configuration could name anything).
+    static func escaped(_ s: String) -> String {
+        s.replacing("\\", with: "\\\\").replacing("\"", with: "\\\"").replacing("\n", with: "\\n")
+    }
+
     /// Methods that get their own series; anything else is `other` (extension methods are unbounded).
     static let methods = ["GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH", "CONNECT"]
 

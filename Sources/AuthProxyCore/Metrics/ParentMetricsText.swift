@@ -7,27 +7,21 @@ enum ParentMetricsText {
         var out = "# HELP authproxy_parent_requests_total Requests, tunnels and token fetches sent to a parent proxy.\n"
         out += "# TYPE authproxy_parent_requests_total counter\n"
         for p in parents {
-            out += "authproxy_parent_requests_total{parent=\"\(label(p.parent.url))\"} \(p.stats.requests)\n"
+            out += "authproxy_parent_requests_total{parent=\"\(MetricLabels.escaped(p.parent.url))\"} \(p.stats.requests)\n"
         }
         out += "# HELP authproxy_parent_failures_total Failures at a parent proxy, by cause.\n"
         out += "# TYPE authproxy_parent_failures_total counter\n"
         for p in parents {
             for cause in ParentFailover.Cause.allCases {
                 out +=
-                    "authproxy_parent_failures_total{cause=\"\(cause.rawValue)\",parent=\"\(label(p.parent.url))\"} \(p.stats.failures[cause] ?? 0)\n"
+                    "authproxy_parent_failures_total{cause=\"\(cause.rawValue)\",parent=\"\(MetricLabels.escaped(p.parent.url))\"} \(p.stats.failures[cause] ?? 0)\n"
             }
         }
         out += "# HELP authproxy_parent_backoff 1 while a parent proxy is skipped after a failure.\n"
         out += "# TYPE authproxy_parent_backoff gauge\n"
         for p in parents {
-            out += "authproxy_parent_backoff{parent=\"\(label(p.parent.url))\"} \(p.inBackoff ? 1 : 0)\n"
+            out += "authproxy_parent_backoff{parent=\"\(MetricLabels.escaped(p.parent.url))\"} \(p.inBackoff ? 1 : 0)\n"
         }
         return out
-    }
-
-    /// A label value as the text format escapes it (a parent URL holds no quote or backslash, but a PAC file
-    /// could name anything).
-    private static func label(_ s: String) -> String {
-        s.replacing("\\", with: "\\\\").replacing("\"", with: "\\\"").replacing("\n", with: "\\n")
     }
 }

@@ -56,9 +56,26 @@ extension ProxyServer: AdminBackend {
         let (connections, tunnels) = liveCounts()
         m.clientConnections.set(Int64(connections))
         m.tunnels.set(Int64(tunnels))
-        guard let context = reloadQueue.sync(execute: { current }) else { return m.exposition() }
+        guard let (context, tokens) = reloadQueue.sync(execute: { current.map { ($0, tokens) } }) else {
+            return m.exposition()
+        }
         let parents = context.shared.parents.snapshot(configured: context.config.upstreamProxy.parents)
+        let expiries = credentialExpiries(context, tokens, statuses: tokens?.status() ?? [])
         return m.exposition() + Array(ParentMetricsText.render(parents).utf8)
+            + Array(CredentialExpiryText.render(expiries).utf8)
+    }
+
+    /// Everything of the configured credentials that lapses by itself (``CredentialExpiry``), from whoever holds
+    /// it: access tokens from the token service's status.
+    private func credentialExpiries(_ context: ServerContext, _ tokens: TokenService?, statuses: [TokenStatus])
+        -> [CredentialExpiry]
+    {
+        var list: [CredentialExpiry] = []
+        for s in statuses {
+            guard let e = s.expires else { continue }
+            list.append(CredentialExpiry(credential: s.credential, what: .accessToken, which: s.root, expires: e))
+        }
+        return CredentialExpiry.ordered(list)
     }
 
     func statusReport() -> StatusReport {
@@ -69,6 +86,7 @@ extension ProxyServer: AdminBackend {
         let readiness = readiness(context, tokens)
         let statuses = tokens?.status() ?? []
         let activity = ProxyMetrics.active?.activity.withLock { $0 } ?? CredentialActivity()
+        let expiries = credentialExpiries(context, tokens, statuses: statuses)
         let credentials = config.credentials.map { c -> StatusReport.Credential in
             let a = activity.of(c.name)
             let views = statuses.filter { $0.credential == c.name }.map { s in
@@ -78,6 +96,12 @@ extension ProxyServer: AdminBackend {
                     expiresInSeconds: s.expires.map { ($0 - now) / 1000 },
                     lastRefresh: s.issued.flatMap { $0 > 0 ? rfc3339(millis: $0) : nil },
                     lastError: s.lastError, nextRetry: s.retryAt.map { rfc3339(millis: $0) })
+            }
+            let lapses = expiries.filter { $0.credential == c.name }.map { e in
+                StatusReport.Expiry(
+                    what: e.what.rawValue, which: e.which, expires: rfc3339(millis: e.expires),
+                    expiresInSeconds: (e.expires - now) / 1000,
+                    dueSoon: e.isDueSoon(now: now, warningDays: config.expiryWarningDays))
             }
             return StatusReport.Credential(
                 name: c.name, type: c.kind.typeName, match: c.match.map(\.description),
@@ -90,7 +114,7 @@ extension ProxyServer: AdminBackend {
                     StatusReport.NetworkAuth(
                         scheme: o.scheme, successes: o.successes, failures: o.failures,
                         last: o.lastAt > 0 ? rfc3339(millis: o.lastAt) : nil, lastSucceeded: o.lastSucceeded)
-                })
+                }, expiries: lapses)
         }
         let started = ProxyMetrics.active?.startedAt ?? now
         var report = StatusReport(
