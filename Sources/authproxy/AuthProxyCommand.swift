@@ -203,9 +203,11 @@ struct Check: ParsableCommand {
         // The token state must open with this configuration, or `serve` would refuse to start.
         let file = TokenStateFile(directory: c.stateDir, secret: c.stateKey)
         let state: String
+        var signIns: [String] = []
         do throws(StateError) {
             let contents = try file.load()
             state = "\(file.path): \(contents.tokens.count) token(s), \(contents.refreshTokens.count) refresh token(s)"
+            signIns = TokenService.signInSummaries(contents, credentials: c.credentials)
         } catch {
             let hint = error.kind == .damaged ? " (serve would rename it aside and start without saved tokens)" : ""
             printError("authproxy: \(options.config): token state: \(error)\(hint)")
@@ -301,6 +303,7 @@ struct Check: ParsableCommand {
             )
         }
         print("  token state:              \(state)")
+        for line in signIns { print("    \(line)") }
         if let why = file.unwritableReason() {
             // serve starts all the same, but every token save fails and tokens are fetched again after a restart.
             printError("authproxy: warning: state_dir \(c.stateDir): \(why); tokens will not be saved")

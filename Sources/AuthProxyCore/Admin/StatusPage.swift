@@ -155,7 +155,9 @@ enum StatusPage {
             let when = e.expiresInSeconds <= 0 ? "expired" : "expires in \(duration(e.expiresInSeconds))"
             s +=
                 "<div class=\"expiry\" data-what=\"\(esc(e.what))\"><span class=\"\(cls)\">\(esc(what)) \(when)</span>"
-                + " <span class=\"muted\">(\(esc(e.expires)))</span></div>"
+                + " <span class=\"muted\">(\(esc(e.expires)))</span>"
+                + (e.renews.map { " <span class=\"muted\">renewed by the proxy at \(esc($0))</span>" } ?? "")
+                + (e.lastError.map { "<div class=\"bad\">\(esc($0))</div>" } ?? "") + "</div>"
         }
         return s
     }

@@ -42,8 +42,12 @@ public struct StatusReport: Codable, Sendable, Equatable {
         public var which: String?
         public var expires: String
         public var expiresInSeconds: Int64
-        /// Within `[proxy] expiry_warning_days` of expiring, or expired.
+        /// Within `[proxy] expiry_warning_days` of expiring, or expired, and not renewed by the proxy before.
         public var dueSoon: Bool
+        /// When the proxy renews it by itself (a sign-in's refresh-token exchange); nil: nothing does.
+        public var renews: String? = nil
+        /// Why the last renewal failed.
+        public var lastError: String? = nil
     }
 
     public struct NetworkAuth: Codable, Sendable, Equatable {

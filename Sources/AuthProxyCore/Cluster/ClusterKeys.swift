@@ -42,6 +42,11 @@ struct ClusterKeys: Sendable {
         prefix + "r:" + Crypto.hex(Crypto.hmacSHA256(key: nameKey, Array("refresh\u{0}\(fingerprint)".utf8)))
     }
     var channel: String { prefix + "events" }
+    /// The name of the fleet's lock for exchanging the refresh token of the credential with settings `fingerprint`
+    /// (its lock key is ``lockKey(_:)`` of it, like a token slot's).
+    func exchangeName(fingerprint: String) -> String {
+        Crypto.hex(Crypto.hmacSHA256(key: nameKey, Array("exchange\u{0}\(fingerprint)".utf8)))
+    }
 
     /// The digest a value starts with and notices carry: 32 hex digits of an HMAC of the token.
     func digest(_ value: String) -> String {
@@ -121,6 +126,27 @@ struct ClusterKeys: Sendable {
         redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
         redis.call('DEL', KEYS[1])
         redis.call('PUBLISH', ARGV[4], ARGV[5])
+        return 1
+        """
+
+    /// KEYS: lock, refresh token. ARGV: digest prefix of the refresh token exchanged ("digest."), lease, new value,
+    /// ttl ms (0: none), channel, notice. Replaces the refresh token only if it is still the one exchanged (another
+    /// replica's exchange, a new sign-in or a sign-out wins), releases the lock if it is still this replica's lease,
+    /// and publishes. 1 when written.
+    static let exchangeScript = """
+        local v = redis.call('GET', KEYS[2])
+        local ours = redis.call('GET', KEYS[1]) == ARGV[2]
+        if not v or string.sub(v, 1, string.len(ARGV[1])) ~= ARGV[1] then
+          if ours then redis.call('DEL', KEYS[1]) end
+          return 0
+        end
+        if ARGV[4] == '0' then
+          redis.call('SET', KEYS[2], ARGV[3])
+        else
+          redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4])
+        end
+        if ours then redis.call('DEL', KEYS[1]) end
+        redis.call('PUBLISH', ARGV[5], ARGV[6])
         return 1
         """
 

@@ -18,7 +18,8 @@ public enum ClusterSignIn {
         let fingerprint = Crypto.sha256Hex(c.identityMaterial)
         let record = refreshToken.map {
             TokenStateFile.StoredRefreshToken(
-                credential: c.name, fingerprint: fingerprint, refreshToken: $0, expires: expires, username: username)
+                credential: c.name, fingerprint: fingerprint, refreshToken: $0, expires: expires, username: username,
+                issued: nowMillis())
         }
         try withRedis(config) { (conn, keys) throws(RedisError) in
             let key = keys.refreshKey(fingerprint: fingerprint)

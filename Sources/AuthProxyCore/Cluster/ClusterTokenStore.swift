@@ -309,8 +309,73 @@ final class ClusterTokenStore: TokenStore, @unchecked Sendable {
         let key = keys.refreshKey(fingerprint: stored.fingerprint)
         guard let value = keys.seal(stored, under: key) else { return }
         _ = use("refresh token") { (c) throws(RedisError) in
-            try c.command(["SET", key, value])
+            var set = ["SET", key, value]
+            if let ttl = refreshTTL(stored) { set += ["PX", String(ttl)] }
+            try c.command(set)
             try c.command(["PUBLISH", keys.channel, ClusterKeys.Notice.signIn.text])
+        }
+    }
+
+    /// A refresh token lives in Redis as long as it is valid (as `authproxy login` writes it); nil: no expiry.
+    private func refreshTTL(_ stored: TokenStateFile.StoredRefreshToken) -> Int64? {
+        stored.expires.map { max(1, $0 - clock.nowMillis()) }
+    }
+
+    // MARK: - refresh-token exchange
+
+    /// Reads what Redis holds for the credential first (another replica may have exchanged it already), then takes
+    /// the sign-in's lock and reads again (as ``lockOrTake(_:holding:rejected:connection:)``: the holder may have
+    /// written and released between the two). Redis unusable: this replica exchanges on its own.
+    func claimExchange(_ current: TokenStateFile.StoredRefreshToken, done: @escaping (ExchangeClaim) -> Void) {
+        let name = keys.exchangeName(fingerprint: current.fingerprint)
+        let refreshKey = keys.refreshKey(fingerprint: current.fingerprint)
+        let outcome = use("exchange") { (c) throws(RedisError) -> ExchangeClaim in
+            func moved() throws(RedisError) -> ExchangeClaim? {
+                guard case .string(let v) = try c.command(["GET", refreshKey]) else { return .superseded(nil) }
+                let shared = self.keys.openRefresh(v, under: refreshKey)
+                return shared?.refreshToken == current.refreshToken ? nil : .superseded(shared)
+            }
+            if let claim = try moved() { return claim }
+            guard let lease = try self.lock(name, connection: c) else { return .busy }
+            if let claim = try moved() {
+                try c.command([
+                    "EVAL", ClusterKeys.releaseScript, "1", self.keys.lockKey(name), lease.value, self.keys.channel,
+                    ClusterKeys.Notice.unlocked(name).text,
+                ])
+                return claim
+            }
+            return .exchange(lease)
+        }
+        if outcome == .busy { ProxyMetrics.active?.cluster(.lockWait) }
+        done(outcome ?? .exchange(nil))
+    }
+
+    func finishExchange(
+        _ current: TokenStateFile.StoredRefreshToken, exchanged: TokenStateFile.StoredRefreshToken,
+        lease: TokenLease?
+    ) -> Bool? {
+        let name = keys.exchangeName(fingerprint: current.fingerprint)
+        let refreshKey = keys.refreshKey(fingerprint: current.fingerprint)
+        guard let value = keys.seal(exchanged, under: refreshKey) else { return nil }
+        let written = use("exchange") { (c) throws(RedisError) -> Bool in
+            let r = try c.command([
+                "EVAL", ClusterKeys.exchangeScript, "2", self.keys.lockKey(name), refreshKey,
+                self.keys.digest(current.refreshToken) + ".", lease?.value ?? "", value,
+                String(self.refreshTTL(exchanged) ?? 0), self.keys.channel, ClusterKeys.Notice.signIn.text,
+            ])
+            return r == .integer(1)
+        }
+        if written == true { ProxyMetrics.active?.cluster(.publish) }
+        return written
+    }
+
+    func abandonExchange(_ current: TokenStateFile.StoredRefreshToken, lease: TokenLease) {
+        let name = keys.exchangeName(fingerprint: current.fingerprint)
+        _ = use("release") { (c) throws(RedisError) in
+            try c.command([
+                "EVAL", ClusterKeys.releaseScript, "1", self.keys.lockKey(name), lease.value, self.keys.channel,
+                ClusterKeys.Notice.unlocked(name).text,
+            ])
         }
     }
 

@@ -22,6 +22,12 @@ public struct CredentialExpiry: Sendable, Equatable, Codable {
     public var which: String?
     /// Milliseconds since the epoch.
     public var expires: Int64
+    /// When the proxy renews it by itself (a sign-in's refresh-token exchange), milliseconds since the epoch; nil when
+    /// nothing renews it automatically (or renewal was refused). A thing renewed before it matters is not due soon,
+    /// however close its expiry: a two-week refresh token is always within 14 days of it.
+    public var renews: Int64? = nil
+    /// Why the last renewal failed (never a secret), for the status page.
+    public var problem: String? = nil
 
     public init(credential: String, what: What, which: String? = nil, expires: Int64) {
         self.credential = credential
@@ -30,9 +36,11 @@ public struct CredentialExpiry: Sendable, Equatable, Codable {
         self.expires = expires
     }
 
-    /// Whether it lapses within `warningDays` of `now` (or has lapsed).
+    /// Whether it lapses within `warningDays` of `now` (or has lapsed), and nothing renews it before that: no
+    /// renewal, or its renewal is overdue.
     public func isDueSoon(now: Int64, warningDays: Int) -> Bool {
-        expires - now <= Int64(warningDays) * 86_400_000
+        if let renews, renews > now { return false }
+        return expires - now <= Int64(warningDays) * 86_400_000
     }
 
     /// The order the status page and the exposition list them in: by credential, kind, then which one.

@@ -13,6 +13,17 @@ enum CredentialExpiryText {
             labels += ",what=\"\(e.what.rawValue)\""
             out += "authproxy_credential_expiry_timestamp_seconds{\(labels)} \(e.expires / 1000)\n"
         }
+        let renewed = CredentialExpiry.ordered(expiries).filter { $0.renews != nil }
+        guard !renewed.isEmpty else { return out }
+        out +=
+            "# HELP authproxy_credential_renewal_timestamp_seconds When the proxy renews a credential's refresh token by itself (Unix time); absent when nothing renews it.\n"
+        out += "# TYPE authproxy_credential_renewal_timestamp_seconds gauge\n"
+        for e in renewed {
+            var labels = "credential=\"\(MetricLabels.escaped(e.credential))\""
+            if let i = e.which { labels += ",which=\"\(MetricLabels.escaped(i))\"" }
+            labels += ",what=\"\(e.what.rawValue)\""
+            out += "authproxy_credential_renewal_timestamp_seconds{\(labels)} \((e.renews ?? 0) / 1000)\n"
+        }
         return out
     }
 }

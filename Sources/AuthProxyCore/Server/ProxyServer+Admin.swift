@@ -75,6 +75,7 @@ extension ProxyServer: AdminBackend {
             guard let e = s.expires else { continue }
             list.append(CredentialExpiry(credential: s.credential, what: .accessToken, which: s.root, expires: e))
         }
+        list += tokens?.signInExpiries() ?? []
         return CredentialExpiry.ordered(list)
     }
 
@@ -101,7 +102,8 @@ extension ProxyServer: AdminBackend {
                 StatusReport.Expiry(
                     what: e.what.rawValue, which: e.which, expires: rfc3339(millis: e.expires),
                     expiresInSeconds: (e.expires - now) / 1000,
-                    dueSoon: e.isDueSoon(now: now, warningDays: config.expiryWarningDays))
+                    dueSoon: e.isDueSoon(now: now, warningDays: config.expiryWarningDays),
+                    renews: e.renews.map { rfc3339(millis: $0) }, lastError: e.problem)
             }
             return StatusReport.Credential(
                 name: c.name, type: c.kind.typeName, match: c.match.map(\.description),

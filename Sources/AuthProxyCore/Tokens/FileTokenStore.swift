@@ -65,4 +65,18 @@ final class FileTokenStore: TokenStore {
 
     /// Other processes on this host follow the state file, which holds it already.
     func shareRefreshToken(_ stored: TokenStateFile.StoredRefreshToken) {}
+
+    /// The service has just re-read the state file (another process's exchange would be there): exchange.
+    func claimExchange(_ current: TokenStateFile.StoredRefreshToken, done: @escaping (ExchangeClaim) -> Void) {
+        done(.exchange(nil))
+    }
+
+    /// The service writes the state file itself, compare-and-set under its lock.
+    func finishExchange(
+        _ current: TokenStateFile.StoredRefreshToken, exchanged: TokenStateFile.StoredRefreshToken,
+        lease: TokenLease?
+    ) -> Bool? { nil }
+
+    /// No lock was taken.
+    func abandonExchange(_ current: TokenStateFile.StoredRefreshToken, lease: TokenLease) {}
 }

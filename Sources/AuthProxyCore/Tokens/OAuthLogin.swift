@@ -69,7 +69,8 @@ public struct OAuthLogin: AuthorizationCodeFlow, Sendable {
             throw StateError("the portal returned no refresh_token")
         }
         return Grant(
-            refreshToken: refresh, refreshExpires: answer.refreshTokenExpiresIn.map { nowMillis() + $0 * 1000 },
+            refreshToken: refresh,
+            refreshExpires: OAuthTokenResponse.refreshExpiry(answer.refreshTokenExpiresIn, now: nowMillis()),
             username: answer.username)
     }
 

@@ -13,6 +13,9 @@ protocol TokenFetcherHost: AnyObject {
     /// An `oauth2` credential's provider rotated its refresh token: the new one replaces the old, in memory and in
     /// the state file, before anything else can spend the old one.
     func keepRotatedRefreshToken(_ c: Credential, _ value: String)
+    /// The answer to an `oauth-user` refresh grant that spent `spent` said when the sign-in's refresh token expires
+    /// (`refresh_token_expires_in`), and may have carried a new one (`refreshToken`): the stored sign-in follows.
+    func refreshTokenRenewed(_ c: Credential, spent: String, refreshToken: String?, expires: Int64)
     /// The access token of an `oauth2` credential with `layer = "gateway"` (cached and single flight like any other),
     /// for the proxy's own requests behind that gateway.
     func gatewayToken(_ g: Credential, provider: String, done: @escaping (Result<IssuedToken, TokenError>) -> Void)
@@ -253,7 +256,7 @@ final class TokenFetcher {
     }
 
     private func refreshGrant(
-        _ c: Credential, _ o: OAuthUserSettings,
+        _ c: Credential, _ o: OAuthUserSettings, retried: Bool = false,
         done: @escaping (Result<IssuedToken, TokenError>) -> Void
     ) {
         // The file is the authority on refresh tokens (`authproxy login` writes them, `signout` removes them):
@@ -274,6 +277,19 @@ final class TokenFetcher {
             ("grant_type", "refresh_token"), ("client_id", o.clientID), ("refresh_token", refresh), ("f", "json"),
         ]
         post(c, url: url, fields: fields, answer: OAuthTokenResponse.self) { [self] result in
+            if case .success(let a) = result,
+                let expires = OAuthTokenResponse.refreshExpiry(a.body.refreshTokenExpiresIn, now: clock.nowMillis())
+            {
+                // A portal that says how long the refresh token lives (or hands out a new one) keeps the stored
+                // sign-in's expiry true, so the exchange is planned on the portal's word.
+                host.refreshTokenRenewed(c, spent: refresh, refreshToken: a.body.refreshToken, expires: expires)
+            }
+            if case .failure(let e) = result, e.refused, !retried, host.refreshToken(for: c) != refresh {
+                // The refresh token was exchanged while this grant was on its way (a portal may invalidate the old
+                // one at once): the sign-in is fine, ask again with the new one.
+                refreshGrant(c, o, retried: true, done: done)
+                return
+            }
             done(
                 result.flatMap { issued(c, $0, service: url) }.mapError {
                     Self.loginRefused(Self.refreshRefused($0, c))
@@ -306,6 +322,42 @@ final class TokenFetcher {
 
     private static func signInAgain(_ c: Credential) -> String {
         "sign in again with `authproxy login --config <file> --credential \(c.name)`"
+    }
+
+    /// What `grant_type=exchange_refresh_token` returned: the new refresh token and when it expires (nil: never).
+    struct ExchangedRefreshToken {
+        var refreshToken: String
+        var expires: Int64?
+    }
+
+    /// `grant_type=exchange_refresh_token` (`client_id`, `redirect_uri`, `refresh_token`): the portal swaps the
+    /// sign-in's refresh token for a new one with a full life. A refusal (``TokenError/refused``) means the portal no
+    /// longer accepts `refreshToken`; anything else is an outage. The access token that comes with it is not kept: the
+    /// cache's own single flight obtains access tokens, and those of the sign-in stay valid.
+    func exchangeRefreshToken(
+        _ c: Credential, _ o: OAuthUserSettings, refreshToken: String,
+        done: @escaping (Result<ExchangedRefreshToken, TokenError>) -> Void
+    ) {
+        let url = ServerRoot.sharingRest(o.portalURL) + "/oauth2/token"
+        let fields = [
+            ("grant_type", "exchange_refresh_token"), ("client_id", o.clientID), ("redirect_uri", o.redirectURI),
+            ("refresh_token", refreshToken), ("f", "json"),
+        ]
+        post(c, url: url, fields: fields, answer: OAuthTokenResponse.self) { [self] result in
+            done(
+                result.flatMap { answer in
+                    guard let r = answer.body.refreshToken, !r.isEmpty else {
+                        return .failure(
+                            TokenError(
+                                credential: c.name,
+                                message:
+                                    "token service \(Self.redacted(url)) returned no refresh_token for the exchange"))
+                    }
+                    let expires = OAuthTokenResponse.refreshExpiry(
+                        answer.body.refreshTokenExpiresIn, now: clock.nowMillis())
+                    return .success(ExchangedRefreshToken(refreshToken: r, expires: expires))
+                })
+        }
     }
 
     /// Federation: a portal token → a token for `serverRoot` (portal `generateToken` with `token` + `serverUrl`).

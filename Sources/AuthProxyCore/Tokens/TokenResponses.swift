@@ -178,6 +178,13 @@ struct OAuthTokenResponse: Decodable, Sendable, Equatable {
             refreshTokenExpiresIn: c.lenientInt64(.refreshTokenExpiresIn), username: c.lenientString(.username))
     }
 
+    /// When a refresh token with `refresh_token_expires_in` of `seconds` expires, for an answer received at `now`;
+    /// nil for none, or for -1 (or 0), which the portal sends for a refresh token that does not expire.
+    static func refreshExpiry(_ seconds: Int64?, now: Int64) -> Int64? {
+        guard let seconds, seconds > 0 else { return nil }
+        return now + seconds * 1000
+    }
+
     /// The access token, obtained at `now`; nil when the answer carries none (or an empty one).
     func issuedToken(at now: Int64) -> IssuedToken? {
         guard let accessToken, !accessToken.isEmpty else { return nil }

@@ -39,12 +39,16 @@ extension TokenService {
     }
 
     /// Checks the state file once a second: `authproxy login` and `signout` (other processes) change it,
-    /// and a running proxy must follow without a restart.
+    /// and a running proxy must follow without a restart. The same tick exchanges the refresh tokens of sign-ins
+    /// that are due (``renewSignIns()``): an idle proxy must not let a sign-in lapse.
     private func startWatching() {
         dispatchPrecondition(condition: .onQueue(queue))
         let t = DispatchSource.makeTimerSource(queue: queue)
         t.schedule(deadline: .now() + 1, repeating: 1, leeway: .milliseconds(200))
-        t.setEventHandler { [weak self] in self?.reloadIfChanged() }
+        t.setEventHandler { [weak self] in
+            self?.reloadIfChanged()
+            self?.renewSignIns()
+        }
         t.resume()
         watcher = t
     }
@@ -70,13 +74,21 @@ extension TokenService {
     func follow(_ contents: TokenStateFile.Contents) {
         var current: [String: TokenStateFile.StoredRefreshToken] = [:]
         for r in contents.refreshTokens where fingerprints[r.credential] == r.fingerprint { current[r.credential] = r }
-        for name in oauthUsers where current[name]?.refreshToken != refreshTokens[name]?.refreshToken {
-            // Signed out, or signed in again (perhaps as another user): tokens from the old grant must go.
+        for name in oauthUsers where current[name]?.signIn != refreshTokens[name]?.signIn {
+            // Signed out, or signed in again (perhaps as another user): tokens from the old grant must go. An
+            // exchanged refresh token continues its sign-in (same ``signIn``) and keeps them.
             cache.withLock { $0.grantChanged(credential: name) }
             logger.notice(
                 current[name] == nil
                     ? "refresh token removed by another process" : "new refresh token from another process",
                 metadata: ["credential": "\(name)"])
+        }
+        for (name, mine) in refreshTokens {
+            // The same sign-in, renewed here after the file was read (its save failed, or is about to happen): the
+            // newer refresh token is kept, never the one it replaced.
+            if let theirs = current[name], theirs.signIn == mine.signIn, (mine.expires ?? 0) > (theirs.expires ?? 0) {
+                current[name] = mine
+            }
         }
         refreshTokens = current
         let now = clock.nowMillis()
@@ -105,14 +117,14 @@ extension TokenService {
         }
         let keys = Set(ours.map(\.key))
         let oauthUsers = oauthUsers
-        let grants = refreshTokens.mapValues(\.refreshToken)
+        let grants = refreshTokens.mapValues(\.signIn)
         do {
             let result = try tokenStore.update { (contents: inout TokenStateFile.Contents) throws(StateError) in
                 // A user signed out, or in again, between our last look and the lock: the tokens we hold
                 // for them belong to the old grant and must not be written back.
                 var inFile: [String: String] = [:]
                 for r in contents.refreshTokens where fingerprints[r.credential] == r.fingerprint {
-                    inFile[r.credential] = r.refreshToken
+                    inFile[r.credential] = r.signIn
                 }
                 let mine = ours.filter {
                     !oauthUsers.contains($0.credential)
@@ -137,26 +149,49 @@ extension TokenService {
 
     /// Keeps the refresh token an `oauth2` provider rotated (RFC 9700 §4.14.2): in memory at once, then in the
     /// state file under its lock, bound to the credential's settings (a new seed in proxy.conf wins over it). The old
-    /// one must never be spent again — providers with reuse detection revoke the whole grant for that.
+    /// one must never be spent again — providers with reuse detection revoke the whole grant for that. A rotation
+    /// continues the sign-in it came from (``TokenStateFile/StoredRefreshToken/grant``).
     func keepRefreshToken(_ c: Credential, _ value: String) {
         dispatchPrecondition(condition: .onQueue(queue))
         let stored = TokenStateFile.StoredRefreshToken(
             credential: c.name, fingerprint: fingerprints[c.name] ?? Crypto.sha256Hex(c.identityMaterial),
-            refreshToken: value, expires: nil, username: nil)
-        refreshTokens[c.name] = stored
+            refreshToken: value, expires: nil, username: refreshTokens[c.name]?.username,
+            issued: clock.nowMillis(), grant: refreshTokens[c.name]?.signIn)
         // The fleet first: a replica waiting for the lock reads the shared copy as soon as it has it.
         tokenStore.shareRefreshToken(stored)
-        sharedGrants[c.name] = .some(value)
+        saveRenewedRefreshToken(stored, replacing: nil)
+    }
+
+    /// Keeps `stored`, a new refresh token of the sign-in `replacing` had (an exchange, a rotation, or the same one
+    /// with a newer expiry): in memory at once, then in the state file under its lock — only while the file still
+    /// holds that sign-in (or, `replacing` nil, whatever it holds), so a `login` or `signout` made meanwhile wins. A
+    /// restart in the middle goes on with whichever of the two the file holds; the memory copy is never older.
+    func saveRenewedRefreshToken(
+        _ stored: TokenStateFile.StoredRefreshToken, replacing: TokenStateFile.StoredRefreshToken?
+    ) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        let name = stored.credential
+        refreshTokens[name] = stored
+        sharedGrants[name] = .some(stored.signIn)
+        let fleet = !(tokenStore is FileTokenStore)
         do {
             let result = try tokenStore.update { (contents: inout TokenStateFile.Contents) throws(StateError) in
-                contents.refreshTokens.removeAll { $0.credential == c.name }
+                let inFile = contents.refreshTokens.first {
+                    $0.credential == name && $0.fingerprint == stored.fingerprint
+                }
+                if let replacing {
+                    // A fleet's sign-in may have been made on another machine: this replica's file may not have it.
+                    let sameSignIn = inFile.map { $0.signIn == replacing.signIn } ?? fleet
+                    guard sameSignIn else { return }
+                }
+                contents.refreshTokens.removeAll { $0.credential == name }
                 contents.refreshTokens.append(stored)
             }
             follow(result.contents)  // what another writer changed just before the lock
         } catch {
             logger.error(
-                "cannot save the rotated refresh token; it is kept in memory only (a restart goes back to the configured one)",
-                metadata: ["credential": "\(c.name)", "cause": "\(error)"])
+                "cannot save the new refresh token; it is kept in memory only (a restart goes back to the one in the file)",
+                metadata: ["credential": "\(name)", "cause": "\(error)"])
         }
     }
 
@@ -171,7 +206,7 @@ extension TokenService {
         let stored = TokenStateFile.StoredRefreshToken(
             credential: c.name,
             fingerprint: Crypto.sha256Hex(c.identityMaterial), refreshToken: refreshToken, expires: expires,
-            username: username)
+            username: username, issued: nowMillis())
         let result = try file.update { (contents: inout TokenStateFile.Contents) throws(StateError) in
             contents.refreshTokens.removeAll { $0.credential == c.name }
             contents.refreshTokens.append(stored)

@@ -15,7 +15,7 @@ extension TokenService: TokenStoreObserver {
         guard let fingerprint = fingerprints[c.name] else { return nil }
         var grant: String?
         if oauthUsers.contains(c.name) {
-            grant = currentRefreshToken(name: c.name).map { Crypto.sha256Hex("authproxy grant\u{0}" + $0) }
+            grant = currentSignIn(name: c.name)?.signIn
         }
         return TokenSlot(
             key: Self.key(c.name, root: root, isPortal: isPortal), credential: c.name, fingerprint: fingerprint,
@@ -62,16 +62,19 @@ extension TokenService: TokenStoreObserver {
     }
 
     /// The refresh token of the `oauth-user` credential `name`: the shared store's when it has an answer (it is
-    /// the authority for a fleet: `login` and `signout` write it there), the state file's otherwise. A change the
-    /// store shows is a new sign-in (or a sign-out): tokens of the old grant go.
-    func currentRefreshToken(name: String) -> String? {
+    /// the authority for a fleet: `login` and `signout` write it there), the state file's otherwise. A change of
+    /// sign-in the store shows (a new `login`, a sign-out) drops the tokens of the old one; a new refresh token of the
+    /// same sign-in (another replica's exchange) keeps them. What the store has is copied into this replica's state
+    /// file (``saveRenewedRefreshToken(_:replacing:)``): a sign-in made on another machine is exchanged here on time
+    /// too, and a restart while Redis cannot be reached goes on with the newest refresh token.
+    func currentSignIn(name: String) -> TokenStateFile.StoredRefreshToken? {
         dispatchPrecondition(condition: .onQueue(queue))
         guard let fingerprint = fingerprints[name],
             case .some(let shared) = tokenStore.sharedRefreshToken(credential: name, fingerprint: fingerprint)
-        else { return refreshTokens[name]?.refreshToken }
+        else { return refreshTokens[name] }
         // A refresh token seeded in proxy.conf (not a sign-in) that no replica has rotated yet: the local one.
-        if shared == nil, !oauthUsers.contains(name) { return refreshTokens[name]?.refreshToken }
-        let now = shared?.refreshToken
+        if shared == nil, !oauthUsers.contains(name) { return refreshTokens[name] }
+        let now = shared?.signIn
         if let before = sharedGrants[name], before != now {
             cache.withLock { $0.grantChanged(credential: name) }
             logger.notice(
@@ -79,8 +82,24 @@ extension TokenService: TokenStoreObserver {
                 metadata: ["credential": "\(name)"])
         }
         sharedGrants[name] = .some(now)
-        return now
+        guard let shared else { return nil }
+        let mine = refreshTokens[name]
+        guard mine?.refreshToken != shared.refreshToken else { return shared }
+        if let mine, mine.signIn == shared.signIn, (mine.expires ?? 0) > (shared.expires ?? 0) {
+            // Exchanged here while Redis could not be used: the fleet gets this one (if it still has the old).
+            _ = tokenStore.finishExchange(shared, exchanged: mine, lease: nil)
+            return mine
+        }
+        if let mine, mine.signIn == shared.signIn {
+            logger.info(
+                "the sign-in's refresh token was exchanged by another replica: using the new one",
+                metadata: ["credential": "\(name)"])
+        }
+        saveRenewedRefreshToken(shared, replacing: nil)
+        return shared
     }
+
+    func currentRefreshToken(name: String) -> String? { currentSignIn(name: name)?.refreshToken }
 
     func currentRefreshToken(_ c: Credential) -> String? { currentRefreshToken(name: c.name) }
 

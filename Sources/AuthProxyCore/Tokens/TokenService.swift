@@ -47,6 +47,14 @@ public final class TokenService: @unchecked Sendable {
     /// reused. Confined to `queue` (set again by a reload).
     var fingerprints: [String: String]
     var oauthUsers: Set<String>
+    /// The `oauth-user` credentials, by name: their sign-ins are kept alive by exchanging the refresh token
+    /// (`TokenService+SignInRenewal.swift`). Confined to `queue` (set again by a reload).
+    var signIns: [String: Credential]
+    /// Per `oauth-user` credential, where its exchange stands. Confined to `queue`.
+    var renewals: [String: SignInRenewal] = [:]
+    /// The refresh-token expiry of each sign-in, for the status page and `/metrics` (any thread): rebuilt on `queue`
+    /// whenever it may have changed.
+    let signInExpiryView = Mutex<[CredentialExpiry]>([])
     /// Network credentials (server trust above all) for the token service and `rest/info` requests.
     private var store: CredentialStore
 
@@ -95,6 +103,7 @@ public final class TokenService: @unchecked Sendable {
         self.fingerprints = fingerprints
         store = CredentialStore(credentials)
         oauthUsers = Set(credentials.filter(\.signsIn).map(\.name))
+        signIns = Self.signInCredentials(credentials)
         tokenStore.observer = self
     }
 
@@ -369,6 +378,8 @@ public final class TokenService: @unchecked Sendable {
             }
             fingerprints = next
             oauthUsers = users
+            signIns = Self.signInCredentials(credentials)
+            renewals = renewals.filter { signIns[$0.key] != nil && !dropped.contains($0.key) }
             self.store = store
             fetcher.store = store
             refreshTokens = refreshTokens.filter { next[$0.key] == $0.value.fingerprint }
@@ -563,6 +574,10 @@ extension TokenService: TokenFetcherHost {
 
     func keepRotatedRefreshToken(_ c: Credential, _ value: String) {
         keepRefreshToken(c, value)
+    }
+
+    func refreshTokenRenewed(_ c: Credential, spent: String, refreshToken: String?, expires: Int64) {
+        renewedByRefreshGrant(c, spent: spent, refreshToken: refreshToken, expires: expires)
     }
 
     func gatewayToken(_ g: Credential, provider: String, done: @escaping (Result<IssuedToken, TokenError>) -> Void) {

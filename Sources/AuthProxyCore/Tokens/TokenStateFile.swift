@@ -28,6 +28,21 @@ public struct TokenStateFile: Sendable {
         /// Milliseconds since the epoch; nil: unknown.
         public var expires: Int64?
         public var username: String?
+        /// When it was issued (milliseconds since the epoch), so the exchange margin can be a share of its life
+        /// (``SignInRenewal``); nil: unknown (saved by an earlier version).
+        public var issued: Int64? = nil
+        /// The sign-in this refresh token continues, when it came from an exchange (`exchange_refresh_token`, a
+        /// provider's rotation): the ``signIn`` of the refresh token it replaced. nil: it is the sign-in's first.
+        public var grant: String? = nil
+
+        /// What names the sign-in (an `authproxy login`): its first refresh token's digest, kept through every
+        /// exchange. Access tokens, shared fleet slots and the state file's tokens belong to a sign-in, not to one
+        /// refresh token: an exchange keeps them, a new login (a new first refresh token) drops them.
+        public var signIn: String { grant ?? Self.signIn(of: refreshToken) }
+
+        static func signIn(of firstRefreshToken: String) -> String {
+            Crypto.sha256Hex("authproxy grant\u{0}" + firstRefreshToken)
+        }
     }
 
     public struct Contents: Codable, Sendable, Equatable {

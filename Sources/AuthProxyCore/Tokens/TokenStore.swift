@@ -49,8 +49,37 @@ protocol TokenStore: AnyObject {
     /// the new one, never the old (reuse detection revokes the whole grant). The state file has it already.
     func shareRefreshToken(_ stored: TokenStateFile.StoredRefreshToken)
 
+    /// The refresh token `current` is due for its exchange (``SignInRenewal``): whether this process may exchange it
+    /// (holding the fleet's lock for the sign-in when there is one), or the store has moved on — another replica
+    /// exchanged it, or the sign-in was replaced or removed — or another replica is exchanging it now. The fencing of
+    /// ``claim(_:holding:rejected:done:)``, for the one refresh token a sign-in has: exchanged once, never twice.
+    func claimExchange(_ current: TokenStateFile.StoredRefreshToken, done: @escaping (ExchangeClaim) -> Void)
+
+    /// The exchange that ``claimExchange(_:done:)`` allowed produced `exchanged`: it replaces `current` in the store,
+    /// only if the store still holds `current` (compare-and-set), and the lock is released. true: written; false: the
+    /// store holds another refresh token now (its own is the one to use); nil: the store cannot tell (no fleet, or
+    /// Redis cannot be used).
+    func finishExchange(
+        _ current: TokenStateFile.StoredRefreshToken, exchanged: TokenStateFile.StoredRefreshToken,
+        lease: TokenLease?
+    ) -> Bool?
+
+    /// The exchange that ``claimExchange(_:done:)`` allowed failed: the lock is released for the next try.
+    func abandonExchange(_ current: TokenStateFile.StoredRefreshToken, lease: TokenLease)
+
     /// Who to tell about another process's changes that arrive on their own (a fleet's notices).
     var observer: (any TokenStoreObserver)? { get set }
+}
+
+/// The answer to ``TokenStore/claimExchange(_:done:)``.
+enum ExchangeClaim: Sendable, Equatable {
+    /// Exchange it. `lease` when this process holds the fleet's lock for the sign-in: finish with it.
+    case exchange(TokenLease?)
+    /// The store holds another refresh token for the credential now (nil: none — signed out): take that one, exchange
+    /// nothing.
+    case superseded(TokenStateFile.StoredRefreshToken?)
+    /// Another replica is exchanging it now: look again shortly.
+    case busy
 }
 
 /// What ``TokenService`` learns from a store between its own calls.
@@ -82,8 +111,9 @@ struct TokenSlot: Hashable, Sendable {
     var credential: String
     /// SHA-256 of the credential's ``Credential/identityMaterial``.
     var fingerprint: String
-    /// For `oauth-user`: a digest of the refresh token its tokens come from, so a token of an earlier sign-in
-    /// is never taken for one of the current sign-in.
+    /// For `oauth-user`: the sign-in its tokens come from (``TokenStateFile/StoredRefreshToken/signIn``), so a token
+    /// of an earlier sign-in is never taken for one of the current sign-in, and an exchanged refresh token keeps the
+    /// tokens of its sign-in.
     var grant: String?
 
     /// The part of the key after the credential's name: the server root (and `/sharing/rest` for a portal).

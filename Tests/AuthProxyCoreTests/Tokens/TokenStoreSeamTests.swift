@@ -45,6 +45,23 @@ import Testing
             guard let refresh else { return nil }
             return .some(refresh[credential])
         }
+        var exchangeAnswer: ExchangeClaim = .exchange(nil)
+        var finished: [(old: String, new: String)] = []
+        func claimExchange(_ current: TokenStateFile.StoredRefreshToken, done: @escaping (ExchangeClaim) -> Void) {
+            done(exchangeAnswer)
+        }
+        func finishExchange(
+            _ current: TokenStateFile.StoredRefreshToken, exchanged: TokenStateFile.StoredRefreshToken,
+            lease: TokenLease?
+        ) -> Bool? {
+            finished.append((current.refreshToken, exchanged.refreshToken))
+            guard var r = refresh else { return nil }
+            guard r[current.credential]?.refreshToken == current.refreshToken else { return false }
+            r[current.credential] = exchanged
+            refresh = r
+            return true
+        }
+        func abandonExchange(_ current: TokenStateFile.StoredRefreshToken, lease: TokenLease) {}
     }
 
     /// Token service at 127.0.0.1:9 (discard: refused at once), so a token request that really starts fails.
@@ -220,9 +237,9 @@ import Testing
             // Signed out elsewhere: no refresh token, even though this replica's file still has one.
             store.refresh = [:]
             #expect(s.currentRefreshToken(name: "me") == nil)
-            // The store cannot be asked (Redis down): the file's copy.
+            // The store cannot be asked (Redis down): the file's copy, which follows the store's last sign-in.
             store.refresh = nil
-            #expect(s.currentRefreshToken(name: "me") == "R-file")
+            #expect(s.currentRefreshToken(name: "me") == "R2")
         }
     }
 
@@ -253,6 +270,89 @@ import Testing
             // the spent seed.
             store.refresh = [:]
             #expect(s.currentRefreshToken(name: "gw") == "R2")
+        }
+    }
+
+    @Test func anExchangedRefreshTokenContinuesTheSignInAndANewLoginDoesNot() throws {
+        let c = try TokenTestSupport.credential(
+            """
+            [[credential]]
+            name = "me"
+            type = "oauth-user"
+            client_id = "app"
+            portal_url = "http://127.0.0.1:9/portal"
+            redirect_uri = "urn:ietf:wg:oauth:2.0:oob"
+            match = ["http://127.0.0.1:9/portal"]
+            """)
+        let store = MemoryStore()
+        let fp = Crypto.sha256Hex(c.identityMaterial)
+        let first = TokenStateFile.StoredRefreshToken(
+            credential: "me", fingerprint: fp, refreshToken: "R1", expires: 1_700_000_060_000, username: "alice",
+            issued: 1_700_000_000_000)
+        store.refresh = ["me": first]
+        let s = Self.service(c, store, clock: FakeClock(1_700_000_000_000))
+        let key = "me|http://127.0.0.1:9/portal/sharing/rest"
+        let token = IssuedToken(
+            value: "T1", expires: 1_700_000_600_000, issued: 1_700_000_000_000, ssl: false, referer: nil)
+        s.queue.sync {
+            let grant1 = s.slot(c, root: "http://127.0.0.1:9/portal", isPortal: true)?.grant
+            #expect(grant1 == first.signIn)
+            _ = s.cache.withLock { $0.adopt(key: key, credential: "me", token: token) }
+            // Another replica exchanged it: a new refresh token of the same sign-in, in the store.
+            var exchanged = first
+            exchanged.refreshToken = "R2"
+            exchanged.expires = 1_700_000_120_000
+            exchanged.grant = first.signIn
+            store.refresh = ["me": exchanged]
+            #expect(s.currentRefreshToken(name: "me") == "R2")
+            #expect(s.slot(c, root: "http://127.0.0.1:9/portal", isPortal: true)?.grant == grant1)
+            #expect(s.cache.withLock { $0.entries[key]?.token?.value } == "T1")  // the sign-in's token stays
+            // ... and this replica's file has the new one (a restart without Redis goes on with it).
+            #expect(store.contents.refreshTokens.map(\.refreshToken) == ["R2"])
+            // A new `login`: another sign-in, whose slots have other names and whose old tokens go.
+            store.refresh = [
+                "me": .init(credential: "me", fingerprint: fp, refreshToken: "R9", expires: nil, username: "bob")
+            ]
+            #expect(s.slot(c, root: "http://127.0.0.1:9/portal", isPortal: true)?.grant != grant1)
+            #expect(s.cache.withLock { $0.entries[key]?.token } == nil)
+        }
+    }
+
+    @Test func theStateFileFollowsAnExchangeWithoutDroppingTokens() throws {
+        let c = try TokenTestSupport.credential(
+            """
+            [[credential]]
+            name = "me"
+            type = "oauth-user"
+            client_id = "app"
+            portal_url = "http://127.0.0.1:9/portal"
+            redirect_uri = "urn:ietf:wg:oauth:2.0:oob"
+            match = ["http://127.0.0.1:9/portal"]
+            """)
+        let store = MemoryStore()
+        let fp = Crypto.sha256Hex(c.identityMaterial)
+        let first = TokenStateFile.StoredRefreshToken(
+            credential: "me", fingerprint: fp, refreshToken: "R1", expires: 1_700_000_060_000, username: nil)
+        let s = Self.service(c, store, clock: FakeClock(1_700_000_000_000))
+        let key = "me|http://127.0.0.1:9/portal/sharing/rest"
+        let token = IssuedToken(
+            value: "T1", expires: 1_700_000_600_000, issued: 1_700_000_000_000, ssl: false, referer: nil)
+        s.queue.sync {
+            s.refreshTokens["me"] = first
+            _ = s.cache.withLock { $0.adopt(key: key, credential: "me", token: token) }
+            var contents = TokenStateFile.Contents()
+            var exchanged = first
+            exchanged.refreshToken = "R2"
+            exchanged.grant = first.signIn
+            contents.refreshTokens = [exchanged]
+            s.follow(contents)  // another process sharing the state directory exchanged it
+            #expect(s.refreshTokens["me"]?.refreshToken == "R2")
+            #expect(s.cache.withLock { $0.entries[key]?.token?.value } == "T1")
+            contents.refreshTokens = [
+                .init(credential: "me", fingerprint: fp, refreshToken: "R9", expires: nil, username: nil)
+            ]
+            s.follow(contents)  // `authproxy login` again
+            #expect(s.cache.withLock { $0.entries[key]?.token } == nil)
         }
     }
 }

@@ -278,7 +278,8 @@ class Token:
 
 
 class RefreshToken:
-    __slots__ = ("value", "client_id", "username", "issued", "expires", "revoked", "redirect_uri")
+    __slots__ = ("value", "client_id", "username", "issued", "expires", "revoked", "redirect_uri",
+                 "exchanged")
 
     def __init__(self, value, client_id, username, issued, expires, redirect_uri):
         self.value = value
@@ -288,6 +289,7 @@ class RefreshToken:
         self.expires = expires        # None: never
         self.revoked = False
         self.redirect_uri = redirect_uri
+        self.exchanged = 0            # successful exchange_refresh_token grants that spent it
 
 
 class AuthCode:
@@ -319,6 +321,8 @@ class _Stats:
         self.token_failures = {}           # reason -> count
         self.rejected_498 = 0
         self.rejected_499 = 0
+        self.refresh_exchanges = 0         # successful exchange_refresh_token grants
+        self.refresh_exchange_repeats = 0  # exchanges of a refresh token exchanged before (ok or not)
         self.rejected_403 = 0
         self.double_token = 0
         self.same_token_twice = 0
@@ -343,6 +347,8 @@ class _Stats:
                 "token_failures": dict(self.token_failures),
                 "token_failures_total": sum(self.token_failures.values()),
                 "rejected_498": self.rejected_498,
+                "refresh_exchanges": self.refresh_exchanges,
+                "refresh_exchange_repeats": self.refresh_exchange_repeats,
                 "rejected_499": self.rejected_499,
                 "rejected_403": self.rejected_403,
                 "double_token": self.double_token,
@@ -1512,6 +1518,9 @@ class _App:
             with self.st.lock:
                 rt = self.st.refresh.get(rv)
                 epoch = self.st.refresh_expire_epoch
+            if grant == "exchange_refresh_token" and rt is not None and rt.exchanged:
+                with self.st.stats.lock:
+                    self.st.stats.refresh_exchange_repeats += 1
             if (rt is None or rt.revoked or rt.client_id != cid or rt.issued <= epoch
                     or (rt.expires is not None and _now() >= rt.expires)):
                 return self._oauth_error(h, req, "invalid_request", "Invalid refresh_token",
@@ -1524,7 +1533,17 @@ class _App:
             if not p.get("redirect_uri"):
                 return self._oauth_error(h, req, "invalid_request", "redirect_uri not specified",
                                          "invalid_redirect_uri", kind)
+            if rt.redirect_uri and p.get("redirect_uri") != rt.redirect_uri:
+                return self._oauth_error(h, req, "invalid_request", "Invalid redirect_uri",
+                                         "invalid_redirect_uri", kind)
+            # A new refresh token of the full configured life (not the authorize `expiration` of the sign-in).
             nrt = self._new_refresh(cid, rt.username, None, rt.redirect_uri)
+            with self.st.lock:
+                rt.exchanged += 1
+                if self.cfg["exchange_revokes_old"]:
+                    rt.revoked = True
+            with self.st.stats.lock:
+                self.st.stats.refresh_exchanges += 1
             t = self._issue(kind, rt.username, cid, ttl_cap, None, refresh=nrt.value,
                             revocable=True)
             self._token_call("oauth2.token", kind, True)
@@ -1782,7 +1801,7 @@ class _App:
                 "oauth_error_status": int, "enforce_referer": "bool", "enforce_ip": "bool",
                 "legacy_tokens_url": "bool", "auto_federate": "bool", "default_user": str,
                 "revoke_app_tokens": "bool", "server_json_ctype": str, "reject_all": "bool",
-                "content_encoding": str, "clock_skew": float}
+                "content_encoding": str, "clock_skew": float, "exchange_revokes_old": "bool"}
 
     def set_options(self, opts):
         for k, v in opts.items():
@@ -1882,7 +1901,8 @@ class ArcGISServer:
                  error_form=None, legacy_tokens_url=False, enforce_referer=True, enforce_ip=True,
                  auto_federate=True, revoke_app_tokens=False, redirect_uris=(), code_ttl=300.0,
                  server_json_ctype=SERVER_JSON_CTYPE, federate_self=False, verbose=False,
-                 reject_all=False, content_encoding=None, clock_skew=0.0, max_url_bytes=None, token_delay=0.0):
+                 reject_all=False, content_encoding=None, clock_skew=0.0, max_url_bytes=None, token_delay=0.0,
+                 exchange_revokes_old=False):
         if role not in ("portal", "server", "both"):
             raise ValueError("role must be portal, server or both")
         if error_form not in (None, "auto") + ERROR_FORMS:
@@ -1913,6 +1933,7 @@ class ArcGISServer:
             "redirect_uris": tuple(redirect_uris or ()), "code_ttl": float(code_ttl),
             "server_json_ctype": server_json_ctype,
             "reject_all": bool(reject_all),
+            "exchange_revokes_old": bool(exchange_revokes_old),
             "content_encoding": content_encoding or None,
             "clock_skew": float(clock_skew or 0),
             "max_url_bytes": int(max_url_bytes) if max_url_bytes else None,

@@ -534,6 +534,50 @@ def test_oauth_authorization_code_pkce_refresh(http, make):
                                     "invalid_redirect_uri": 1}
 
 
+def test_exchange_refresh_token_full_life_counted_and_old_one_kept_or_revoked(http, make):
+    """exchange_refresh_token: a new refresh token of the full configured life (not the sign-in's shorter
+    `expiration`), the same redirect_uri as the sign-in, counted in stats (a second exchange of one refresh token
+    counted apart); the old refresh token keeps working unless `exchange_revokes_old` is set."""
+    portal = make(role="portal", ttl=30, refresh_ttl=600)
+    tok_url = portal.sharing_url + "/oauth2/token"
+    redirect = "http://127.0.0.1:1/callback"
+
+    def sign_in(**extra):
+        q = code_from(authorize(http, portal, redirect, **extra))
+        return http.post(tok_url, data={"client_id": APP[0], "grant_type": "authorization_code", "code": q["code"],
+                                        "redirect_uri": redirect, "f": "json"}).json()
+
+    def exchange(rt, uri=redirect):
+        return http.post(tok_url, data={"client_id": APP[0], "grant_type": "exchange_refresh_token",
+                                        "refresh_token": rt, "redirect_uri": uri, "f": "json"}).json()
+
+    def refresh(rt):
+        return http.post(tok_url, data={"client_id": APP[0], "grant_type": "refresh_token", "refresh_token": rt,
+                                        "f": "json"}).json()
+
+    doc = sign_in(expiration=2)  # a two-minute sign-in
+    assert doc["refresh_token_expires_in"] == 120
+    assert exchange(doc["refresh_token"], "http://127.0.0.1:1/other")["error"]["error_description"] == \
+        "Invalid redirect_uri"
+    exr = exchange(doc["refresh_token"])
+    assert exr["refresh_token"] != doc["refresh_token"] and exr["refresh_token_expires_in"] == 600
+    assert "access_token" in refresh(doc["refresh_token"])  # the old one still works by default
+    assert "access_token" in refresh(exr["refresh_token"])
+    exchange(doc["refresh_token"])  # exchanged a second time: counted
+    st = portal.stats()
+    assert st["refresh_exchanges"] == 2 and st["refresh_exchange_repeats"] == 1
+
+    portal.set(exchange_revokes_old=True)
+    doc = sign_in()
+    exr = exchange(doc["refresh_token"])
+    assert "refresh_token" in exr
+    assert refresh(doc["refresh_token"])["error"]["error_description"] == "Invalid refresh_token"
+    assert exchange(doc["refresh_token"])["error"]["error_description"] == "Invalid refresh_token"
+    assert "access_token" in refresh(exr["refresh_token"])
+    st = portal.stats()
+    assert st["refresh_exchanges"] == 3 and st["refresh_exchange_repeats"] == 2
+
+
 def test_authorize_errors_and_oob_page(http, fed):
     portal, _ = fed
     r = authorize(http, portal, OOB_REDIRECT)
