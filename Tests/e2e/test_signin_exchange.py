@@ -181,7 +181,11 @@ def test_status_and_metrics_show_the_sign_in_and_its_renewal(proxy_factory, fede
     status = admin_get(p, "/status.json").json()
     row = [x for c in status["credentials"] if c["name"] == "me" for x in c["expiries"] if x["what"] == "refresh_token"]
     assert len(row) == 1 and not row[0]["dueSoon"] and row[0]["renews"], row
-    assert_no_refresh_token(portal, metrics, json.dumps(status), admin_get(p, "/").text)
+    # `check` reads the state file: when the stored sign-in expires and when a running proxy exchanges it.
+    c = harness.run_cli(["check", "--config", str(tmp_path / "login.conf")])
+    assert c.returncode == 0, c.stderr
+    assert "sign-in of 'me' (alice): refresh token expires" in c.stdout and "exchanges it from" in c.stdout, c.stdout
+    assert_no_refresh_token(portal, metrics, json.dumps(status), admin_get(p, "/").text, c.stdout + c.stderr)
 
 
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server (Debian package) is not installed")

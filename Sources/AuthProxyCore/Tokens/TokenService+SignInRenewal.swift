@@ -71,9 +71,11 @@ extension TokenService {
             switch claim {
             case .busy:
                 renewals[c.name]?.deferred(now: clock.nowMillis())
-            case .superseded(let record):
+            case .superseded:
+                // Takes over the store's refresh token, learns of a new sign-in, or of a sign-out (then the tick
+                // skips the credential until someone signs in again).
                 renewals[c.name]?.dropped()
-                if record != nil { _ = currentSignIn(name: c.name) }  // takes it over (or learns of a new sign-in)
+                _ = currentSignIn(name: c.name)
             case .exchange(let lease):
                 logger.info(
                     "exchanging the sign-in's refresh token before it expires",
