@@ -277,8 +277,9 @@ struct Check: ParsableCommand {
                 : ""
             let blind = cred.intercept ? "" : ", intercept=false"
             let layer = cred.layer == .gateway ? ", layer=gateway (applied with the service credential)" : ""
+            let refresh = cred.isRefreshable && cred.refresh == .onDemand ? ", refresh=on_demand" : ""
             print(
-                "    - \(cred.name) (\(cred.kind.typeName)\(layer)\(placement)\(limit)\(blind)): \(cred.match.map(\.description).joined(separator: ", "))"
+                "    - \(cred.name) (\(cred.kind.typeName)\(layer)\(placement)\(refresh)\(limit)\(blind)): \(cred.match.map(\.description).joined(separator: ", "))"
             )
             for prefix in TokenService.unprefetchable(cred) {
                 warnings.append(
