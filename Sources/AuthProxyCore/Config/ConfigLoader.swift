@@ -688,7 +688,7 @@ public struct ConfigLoader: Sendable {
             }
             kind = .kerberos(KerberosSettings(principal: principal, keytab: keytab, password: password))
         case "certificate":
-            let s = ClientCertificateSettings(
+            var s = ClientCertificateSettings(
                 file: try entry.string("file"), password: try entry.string("password"),
                 cert: try entry.string("cert"), key: try entry.string("key"),
                 keyPassword: try entry.string("key_password"))
@@ -698,7 +698,10 @@ public struct ConfigLoader: Sendable {
                     "a certificate credential needs file (+ password) for PKCS#12, or cert + key (+ key_password) for PEM"
                 )
             }
-            if var problem = ClientCertificateCheck.validate(s) {
+            switch ClientCertificateCheck.load(s) {
+            case .success(let m): s.material = m
+            case .failure(let failure):
+                var problem = failure.message
                 // The check quotes the paths it could not use: not those read from a file or the environment.
                 for (k, v) in [("file", s.file), ("cert", s.cert), ("key", s.key)] where entry.isReference(k) {
                     if let v, !v.isEmpty { problem = problem.replacing("'\(v)'", with: entry.shown(k, v)) }
@@ -1088,6 +1091,11 @@ extension String {
 
 /// Reads a whole (small) text file, or nil with errno set.
 func readTextFile(_ path: String) -> String? {
+    readFileBytes(path).map { String(decoding: $0, as: UTF8.self) }
+}
+
+/// The whole file as read (at most 16 MiB), nil (errno set) when it cannot be read.
+func readFileBytes(_ path: String) -> [UInt8]? {
     let fd = open(path, O_RDONLY | O_CLOEXEC)
     guard fd >= 0 else { return nil }
     defer { close(fd) }
@@ -1100,7 +1108,7 @@ func readTextFile(_ path: String) -> String? {
         bytes.append(contentsOf: chunk[0..<n])
         if bytes.count > 16 * 1024 * 1024 { errno = EFBIG; return nil }
     }
-    return String(decoding: bytes, as: UTF8.self)
+    return bytes
 }
 
 func lastErrorString() -> String { String(cString: strerror(errno)) }

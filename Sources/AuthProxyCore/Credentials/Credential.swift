@@ -285,4 +285,8 @@ public struct ClientCertificateSettings: Sendable, Equatable {
     public var cert: String?
     public var key: String?
     public var keyPassword: String?
+    /// The files' contents as last loaded and checked (at start, by a reload, or when a renewed file was
+    /// adopted): what connections are made with. Compared by digest, so pooled connections made with another
+    /// certificate are kept apart.
+    public var material: ClientCertificateMaterial? = nil
 }

@@ -75,6 +75,7 @@ extension ProxyServer: AdminBackend {
             guard let e = s.expires else { continue }
             list.append(CredentialExpiry(credential: s.credential, what: .accessToken, which: s.root, expires: e))
         }
+        list += CertificateRenewal.expiries(context.config.credentials)
         return CredentialExpiry.ordered(list)
     }
 
