@@ -214,4 +214,13 @@ import Testing
         #expect(throws: ConfigError.self) { try Self.load("", key) }
         #expect(throws: ConfigError.self) { try Self.load("refresh = \"lazy\"", Self.arcgis) }
     }
+
+    @Test func changingRefreshKeepsTheTokensAndRetunesTheCredential() throws {
+        let ahead = try Self.load("", Self.arcgis)
+        let onDemand = try Self.load("refresh = \"on_demand\"", Self.arcgis)
+        let diff = ConfigDiff(running: ahead, loaded: onDemand)
+        #expect(diff.kept == ["gis"])
+        #expect(diff.retuned == ["gis"])
+        #expect(diff.changed.isEmpty)
+    }
 }
