@@ -279,13 +279,19 @@ struct Check: ParsableCommand {
                 : ""
             let blind = cred.intercept ? "" : ", intercept=false"
             let layer = cred.layer == .gateway ? ", layer=gateway (applied with the service credential)" : ""
+            let refresh = cred.isRefreshable && cred.refresh == .onDemand ? ", refresh=on_demand" : ""
             print(
-                "    - \(cred.name) (\(cred.kind.typeName)\(layer)\(placement)\(limit)\(blind)): \(cred.match.map(\.description).joined(separator: ", "))"
+                "    - \(cred.name) (\(cred.kind.typeName)\(layer)\(placement)\(refresh)\(limit)\(blind)): \(cred.match.map(\.description).joined(separator: ", "))"
             )
             for prefix in TokenService.unprefetchable(cred) {
                 warnings.append(
                     "credential '\(cred.name)': prefetch cannot fetch a token ahead for match \(prefix) (a host alone names no server root or portal): give the root, e.g. \(prefix)/arcgis or \(prefix)/portal; /readyz does not wait for it"
                 )
+            }
+            if let w = CertificateRenewal.expiryWarning(
+                cred, now: Int64(time(nil)) * 1000, warningDays: c.expiryWarningDays)
+            {
+                warnings.append(w)
             }
             if case .token(_, _, let expires?) = cred.kind, expires <= Int64(time(nil)) * 1000 {
                 warnings.append(

@@ -115,6 +115,7 @@ public struct ConfigLoader: Sendable {
             if let w = try proxy.int("max_retry_wait_seconds", range: 0...300) { config.maxRetryWaitSeconds = w }
             if let b = try proxy.int("retry_budget_percent", range: 0...100) { config.retryBudgetPercent = b }
             if let d = try proxy.int("expiry_warning_days", range: 0...365) { config.expiryWarningDays = d }
+            if let r = try proxy.enumValue("refresh", RefreshMode.self) { config.refresh = r }
             if let g = try proxy.int("get_as_post_above_bytes", range: 0...(1 << 20)) { config.getAsPostAboveBytes = g }
             try parseUpstreamProxy(&proxy, into: &config.upstreamProxy)
             config.tlsCert = try proxy.string("tls_cert")
@@ -204,7 +205,8 @@ public struct ConfigLoader: Sendable {
             var names = Set<String>()
             for (index, var entry) in entries.enumerated() {
                 let credential = try parseCredential(
-                    &entry, index: index, parentCredential: config.upstreamProxy.credentialName)
+                    &entry, index: index, parentCredential: config.upstreamProxy.credentialName,
+                    defaultRefresh: config.refresh)
                 guard names.insert(credential.name).inserted else {
                     throw ConfigError(
                         key: entry.path + ".name", line: entry.line(of: "name"),
@@ -467,9 +469,9 @@ public struct ConfigLoader: Sendable {
         return out
     }
 
-    private func parseCredential(_ entry: inout TableReader, index: Int, parentCredential: String?) throws(ConfigError)
-        -> Credential
-    {
+    private func parseCredential(
+        _ entry: inout TableReader, index: Int, parentCredential: String?, defaultRefresh: RefreshMode
+    ) throws(ConfigError) -> Credential {
         guard let name = try entry.literalString("name"), !name.isEmpty else {
             throw entry.missing("name", "every credential needs a name")
         }
@@ -497,6 +499,7 @@ public struct ConfigLoader: Sendable {
         let upgrade = try entry.bool("upgrade_to_https") ?? false
         let allowJSONP = try entry.bool("allow_jsonp") ?? false
         let prefetch = try entry.bool("prefetch") ?? false
+        let refresh = try entry.enumValue("refresh", RefreshMode.self)
         let layer = try entry.enumValue("layer", Credential.Layer.self) ?? .service
         if layer == .gateway, type != "header", type != "oauth2" {
             throw ConfigError(
@@ -685,7 +688,7 @@ public struct ConfigLoader: Sendable {
             }
             kind = .kerberos(KerberosSettings(principal: principal, keytab: keytab, password: password))
         case "certificate":
-            let s = ClientCertificateSettings(
+            var s = ClientCertificateSettings(
                 file: try entry.string("file"), password: try entry.string("password"),
                 cert: try entry.string("cert"), key: try entry.string("key"),
                 keyPassword: try entry.string("key_password"))
@@ -695,7 +698,10 @@ public struct ConfigLoader: Sendable {
                     "a certificate credential needs file (+ password) for PKCS#12, or cert + key (+ key_password) for PEM"
                 )
             }
-            if var problem = ClientCertificateCheck.validate(s) {
+            switch ClientCertificateCheck.load(s) {
+            case .success(let m): s.material = m
+            case .failure(let failure):
+                var problem = failure.message
                 // The check quotes the paths it could not use: not those read from a file or the environment.
                 for (k, v) in [("file", s.file), ("cert", s.cert), ("key", s.key)] where entry.isReference(k) {
                     if let v, !v.isEmpty { problem = problem.replacing("'\(v)'", with: entry.shown(k, v)) }
@@ -730,6 +736,23 @@ public struct ConfigLoader: Sendable {
                 )
             }
             credential.prefetch = true
+        }
+        if let refresh, !credential.isRefreshable {
+            throw ConfigError(
+                key: entry.path + ".refresh", line: entry.line(of: "refresh"),
+                "refresh = \"\(refresh.rawValue)\" applies to credentials that fetch tokens (arcgis-token, oauth-app, oauth-user, oauth2), not to \(type)"
+            )
+        }
+        if credential.isRefreshable { credential.refresh = refresh ?? defaultRefresh }
+        if credential.prefetch, credential.refresh == .onDemand {
+            // prefetch keeps a token fresh with no request at all; on_demand promises no token traffic then.
+            throw ConfigError(
+                key: entry.path + (refresh == nil ? ".prefetch" : ".refresh"),
+                line: entry.line(of: refresh == nil ? "prefetch" : "refresh"),
+                refresh == nil
+                    ? "prefetch = true contradicts [proxy] refresh = \"on_demand\" (no token traffic while no request needs the token): set refresh = \"ahead\" on this credential, or drop prefetch"
+                    : "prefetch = true and refresh = \"on_demand\" contradict each other (prefetch fetches tokens before any request needs them): drop one"
+            )
         }
         return credential
     }
@@ -1068,6 +1091,11 @@ extension String {
 
 /// Reads a whole (small) text file, or nil with errno set.
 func readTextFile(_ path: String) -> String? {
+    readFileBytes(path).map { String(decoding: $0, as: UTF8.self) }
+}
+
+/// The whole file as read (at most 16 MiB), nil (errno set) when it cannot be read.
+func readFileBytes(_ path: String) -> [UInt8]? {
     let fd = open(path, O_RDONLY | O_CLOEXEC)
     guard fd >= 0 else { return nil }
     defer { close(fd) }
@@ -1080,7 +1108,7 @@ func readTextFile(_ path: String) -> String? {
         bytes.append(contentsOf: chunk[0..<n])
         if bytes.count > 16 * 1024 * 1024 { errno = EFBIG; return nil }
     }
-    return String(decoding: bytes, as: UTF8.self)
+    return bytes
 }
 
 func lastErrorString() -> String { String(cString: strerror(errno)) }

@@ -89,6 +89,8 @@ public struct ProxyConfig: Sendable {
     /// `[proxy] expiry_warning_days`: `check`, the log and the status page warn this many days before an API key,
     /// the refresh token of a sign-in or a client certificate expires (``CredentialExpiry``).
     public var expiryWarningDays = 14
+    /// `[proxy] refresh`: the ``RefreshMode`` of every credential that fetches tokens and sets none itself.
+    public var refresh: RefreshMode = .ahead
     /// `[proxy] get_as_post_above_bytes`: an ArcGIS REST `GET` whose URL (token included) is longer than this goes
     /// upstream as a `POST` form, as does one the upstream answered 414 (``GetAsPost``); 0 turns both off.
     public var getAsPostAboveBytes = 2048

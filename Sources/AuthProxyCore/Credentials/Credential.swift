@@ -74,6 +74,9 @@ public struct Credential: Sendable {
     public var allowJSONP: Bool = false
     /// Fetch a token at start-up and keep it fresh before any request needs it; `/readyz` waits for it.
     public var prefetch: Bool = false
+    /// When a new token is fetched: ahead of need (in the background), or only when a request needs one
+    /// (``RefreshMode``). Meaningful for credentials that fetch tokens (``isRefreshable``).
+    public var refresh: RefreshMode = .ahead
     /// `intercept = false`: a CONNECT to a host:port this credential matches stays a blind tunnel, whatever other
     /// credentials match it (a Windows login bound to the server certificate cannot pass through interception).
     public var intercept: Bool = true
@@ -282,4 +285,8 @@ public struct ClientCertificateSettings: Sendable, Equatable {
     public var cert: String?
     public var key: String?
     public var keyPassword: String?
+    /// The files' contents as last loaded and checked (at start, by a reload, or when a renewed file was
+    /// adopted): what connections are made with. Compared by digest, so pooled connections made with another
+    /// certificate are kept apart.
+    public var material: ClientCertificateMaterial? = nil
 }

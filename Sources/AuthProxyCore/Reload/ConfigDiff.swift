@@ -6,7 +6,7 @@
 ///   every setting that obtains a token, secrets included) differs: its cached tokens are dropped. A credential
 ///   whose identity is the same is **kept** with its tokens, even if settings that do not affect a token
 ///   changed (`token_placement`, `rate_limit`, `upgrade_to_https`, `allow_jsonp`, `override_client_token`,
-///   `prefetch`, `intercept`: listed in ``retuned``).
+///   `prefetch`, `refresh`, `intercept`: listed in ``retuned``).
 /// - **Restart needed**: `[proxy] listen`, `workers`, `state_dir`, `state_key`, `[admin] listen` and
 ///   `[log] format` keep their running values (``effective``), and each change is reported.
 public struct ConfigDiff: Sendable, Equatable {
@@ -156,6 +156,7 @@ public struct ConfigDiff: Sendable, Equatable {
         a.kind == b.kind && a.placement == b.placement && a.overrideClientToken == b.overrideClientToken
             && a.upgradeToHTTPS == b.upgradeToHTTPS
             && a.rateLimit == b.rateLimit && a.allowJSONP == b.allowJSONP && a.prefetch == b.prefetch
+            && a.refresh == b.refresh
             && a.intercept == b.intercept
     }
 

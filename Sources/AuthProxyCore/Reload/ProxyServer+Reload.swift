@@ -120,6 +120,7 @@ extension ProxyServer {
         for l in listeners { l.install(context.access) }
         if let a = next.admin { admin?.update(allow: a.allow, hosts: a.hosts) }
         updateWatcher()
+        updateCertificateWatcher()
 
         let result = ReloadResult(trigger: trigger, outcome: .applied(diff), generation: context.generation)
         record(result)
@@ -145,6 +146,7 @@ extension ProxyServer {
         }
         let before = Set(diff.kept)
         warnInsecure(next.credentials.filter { !before.contains($0.name) })
+        logCertificateExpiries(next.credentials.filter { !before.contains($0.name) })
         return result
     }
 

@@ -76,6 +76,7 @@ extension ProxyServer: AdminBackend {
             list.append(CredentialExpiry(credential: s.credential, what: .accessToken, which: s.root, expires: e))
         }
         list += tokens?.signInExpiries() ?? []
+        list += CertificateRenewal.expiries(context.config.credentials)
         return CredentialExpiry.ordered(list)
     }
 

@@ -34,6 +34,10 @@ public final class ProxyServer: @unchecked Sendable {
     /// and its minted leaves while they are the same).
     var tlsDigest: String?
     var watcher: ConfigWatcher?
+    /// Follows the certificate and CA files of the running credentials, always (``CertificateRenewal``).
+    var certificateWatcher: FileWatcher<CertificateFiles>?
+    /// Those files as the running credentials were loaded from.
+    var certificateFiles: CertificateFiles?
     /// The last reload's outcome, for the status page (touched on `reloadQueue`).
     var lastReload: StatusReport.Reload?
     /// The `[admin]` listener, when configured (its address needs a restart to change).
@@ -155,7 +159,11 @@ public final class ProxyServer: @unchecked Sendable {
                 ])
         }
         tokens?.startPrefetching(config.credentials)
-        reloadQueue.sync { updateWatcher() }
+        logCertificateExpiries(config.credentials)
+        reloadQueue.sync {
+            updateWatcher()
+            updateCertificateWatcher()
+        }
     }
 
     /// The admin listener's port (useful with port 0), nil without `[admin]`.
@@ -280,6 +288,8 @@ public final class ProxyServer: @unchecked Sendable {
         reloadQueue.async { [self] in
             watcher?.stop()
             watcher = nil
+            certificateWatcher?.stop()
+            certificateWatcher = nil
         }
         for l in listeners { l.stop() }
         for loop in loops { loop.queue.async { loop.beginShutdown() } }

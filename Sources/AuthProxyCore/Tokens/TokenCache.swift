@@ -129,21 +129,29 @@ struct TokenCache<Waiter> {
 
     // MARK: - handing out tokens
 
-    /// The token of `key` usable at `now` without waiting, and whether it is due for refresh.
-    func cached(key: String, now: Int64) -> (token: IssuedToken, refreshDue: Bool)? {
+    /// The token of `key` usable at `now` without waiting, and whether it is due for refresh. Under
+    /// ``RefreshMode/onDemand`` a token due for refresh is not handed out this way: the request asks
+    /// ``acquire(key:credential:now:mode:waiter:)``, which waits for a new one.
+    func cached(key: String, now: Int64, mode: RefreshMode = .ahead) -> (token: IssuedToken, refreshDue: Bool)? {
         guard let t = entries[key]?.token, !t.isExpired(at: now) else { return nil }
-        return (t, t.needsRefresh(at: now))
+        let due = t.needsRefresh(at: now)
+        if due, mode == .onDemand { return nil }
+        return (t, due)
     }
 
-    /// A request needs a token for `key` (under credential `credential`).
-    mutating func acquire(key: String, credential: String, now: Int64, waiter: Waiter) -> Lookup {
-        lookup(key: key, credential: credential, now: now, refresh: false, waiter: waiter)
+    /// A request needs a token for `key` (under credential `credential`). `mode`: the credential's ``RefreshMode``;
+    /// under `onDemand` a token inside its refresh margin is replaced now (the request waits), and a key backing
+    /// off asks for no probe at the end of its backoff (the next request asks then).
+    mutating func acquire(
+        key: String, credential: String, now: Int64, mode: RefreshMode = .ahead, waiter: Waiter
+    ) -> Lookup {
+        lookup(key: key, credential: credential, now: now, refresh: false, onDemand: mode == .onDemand, waiter: waiter)
     }
 
     /// The token of `key` is inside its refresh margin: ``Lookup/startFetch(_:)`` when a refresh should start.
     /// Nobody waits for it.
     mutating func refreshInBackground(key: String, credential: String, now: Int64) -> Lookup {
-        lookup(key: key, credential: credential, now: now, refresh: true, waiter: nil)
+        lookup(key: key, credential: credential, now: now, refresh: true, onDemand: false, waiter: nil)
     }
 
     /// The probe scheduled by ``Lookup/backingOff(_:probeAt:)`` is due: what to do, or nil when nobody
@@ -154,13 +162,16 @@ struct TokenCache<Waiter> {
         entries[key] = e
         loginRefusals[e.credential]?.probeScheduled = false
         guard e.wantedWhileBackingOff, !e.inFlight, e.token.map({ $0.isExpired(at: now) }) ?? true else { return nil }
-        return lookup(key: key, credential: e.credential, now: now, refresh: false, waiter: nil)
+        return lookup(key: key, credential: e.credential, now: now, refresh: false, onDemand: false, waiter: nil)
     }
 
-    private mutating func lookup(key: String, credential: String, now: Int64, refresh: Bool, waiter: Waiter?) -> Lookup
-    {
+    private mutating func lookup(
+        key: String, credential: String, now: Int64, refresh: Bool, onDemand: Bool = false, waiter: Waiter?
+    ) -> Lookup {
         var e = entries[key] ?? Entry(credential: credential)
-        if let t = e.token, !t.isExpired(at: now), !(refresh && t.needsRefresh(at: now)) { return .ready(t) }
+        if let t = e.token, !t.isExpired(at: now), !((refresh || onDemand) && t.needsRefresh(at: now)) {
+            return .ready(t)
+        }
         if refresh, e.token != nil, e.inFlight { return .wait }  // the refresh is running already
         if let r = rejections[key], r.backoff.isBackingOff(at: now) {
             // The server rejected fresh tokens: no new one until the backoff allows it. The token it rejected
@@ -175,15 +186,24 @@ struct TokenCache<Waiter> {
             entries[key] = e
             return .wait
         }
+        if onDemand, let t = e.token, !t.isExpired(at: now),
+            e.backoff.isBackingOff(at: now) || loginRefusals[credential]?.backoff.isBackingOff(at: now) == true
+        {
+            // Its refresh failed just now: the token due for refresh is still valid, and serves until the
+            // backoff allows the next request to ask again.
+            return .ready(t)
+        }
         if e.backoff.isBackingOff(at: now), var error = e.lastError {
             // Backing off after a failure: answer at once instead of hammering the token service, say when
-            // the next attempt is, and make sure one happens then.
+            // the next attempt is, and make sure one happens then (on demand: the next request after it asks).
             error.retryAt = e.backoff.retryAt
-            e.wantedWhileBackingOff = true
             var probeAt: Int64?
-            if !e.probeScheduled {
-                e.probeScheduled = true
-                probeAt = e.backoff.retryAt
+            if !onDemand {
+                e.wantedWhileBackingOff = true
+                if !e.probeScheduled {
+                    e.probeScheduled = true
+                    probeAt = e.backoff.retryAt
+                }
             }
             entries[key] = e
             return .backingOff(error, probeAt: probeAt)
@@ -199,7 +219,7 @@ struct TokenCache<Waiter> {
                 var error = l.error
                 error.retryAt = backingOff ? l.backoff.retryAt : nil
                 var probeAt: Int64?
-                if backingOff, !l.probeScheduled, !refresh {
+                if backingOff, !l.probeScheduled, !refresh, !onDemand {
                     l.probeScheduled = true
                     probeAt = l.backoff.retryAt
                     e.wantedWhileBackingOff = true

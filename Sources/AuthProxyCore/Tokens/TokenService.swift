@@ -127,7 +127,8 @@ public final class TokenService: @unchecked Sendable {
     }
 
     /// A token usable right now without waiting, if there is one. A token inside its refresh margin is
-    /// returned and a background refresh is started.
+    /// returned and a background refresh is started; under `refresh = "on_demand"` it is not returned (the
+    /// request asks ``token(for:target:completion:)``, which waits for a new one: no refresh outlives a request).
     public func cachedToken(for c: Credential, target: URLTarget) -> IssuedToken? {
         switch c.kind {
         case .apiKey(let key):
@@ -140,7 +141,9 @@ public final class TokenService: @unchecked Sendable {
         }
         let key = Self.key(for: c, target: target)
         let now = clock.nowMillis()
-        guard let (t, refreshDue) = cache.withLock({ $0.cached(key: key, now: now) }) else { return nil }
+        guard let (t, refreshDue) = cache.withLock({ $0.cached(key: key, now: now, mode: c.refresh) }) else {
+            return nil
+        }
         if refreshDue {
             queue.async { [self] in refreshInBackground(c, target: target) }
         }
@@ -417,7 +420,9 @@ public final class TokenService: @unchecked Sendable {
         noticeSignInChange(c)
         let key = Self.key(c.name, root: root, isPortal: isPortal)
         let now = clock.nowMillis()
-        let lookup = cache.withLock { $0.acquire(key: key, credential: c.name, now: now, waiter: completion) }
+        let lookup = cache.withLock {
+            $0.acquire(key: key, credential: c.name, now: now, mode: c.refresh, waiter: completion)
+        }
         run(lookup, c, root: root, isPortal: isPortal, completion: completion)
     }
 

@@ -5,8 +5,11 @@ import Logging
     import Glibc
 #endif
 
-/// `[proxy] watch_config`: notices changes of the configuration file and of the `file:` secrets it names, and
-/// asks for a reload when their contents changed.
+/// Notices changes of a set of files (``WatchedFiles``) and reports when their contents changed:
+/// - `[proxy] watch_config` (``ConfigWatcher``): the configuration file and the `file:` secrets it names; a change
+///   asks for a reload;
+/// - always: the certificate and CA files of the running credentials (``CertificateFiles``); a change has them
+///   looked at again (``CertificateRenewal``).
 ///
 /// Watches **directories**, not files: editors replace a file by renaming a new one over it, and Kubernetes
 /// updates a mounted ConfigMap or Secret by an atomic symlink swap (`key -> ..data/key`, `..data ->
@@ -19,37 +22,42 @@ import Logging
 /// the targets of the links change.
 ///
 /// Confined to `queue`: the read source, the timer and every member are used only there.
-final class ConfigWatcher: @unchecked Sendable {
-    private let queue = ProxyQueue.make("authproxy.config-watch")
+final class FileWatcher<Inputs: WatchedFiles>: @unchecked Sendable {
+    private let queue: DispatchQueue
     private let fd: Int32
     private var source: (any DispatchSourceRead)?
     private var timer: (any DispatchSourceTimer)?
     private var debouncer = ChangeDebouncer()
     /// The inputs as last seen on disk (or as the last reload read them).
-    private var known: ConfigInputs
+    private var known: Inputs
     /// Watched directory by watch descriptor, and the names in it that matter.
     private var directories: [Int32: (path: String, names: Set<String>)] = [:]
     private let logger: Logger
+    /// Names the watcher in its log lines (`watch_config`, `certificates`).
+    private let label: String
     private let changed: @Sendable () -> Void
     private var stopped = false
 
-    static let mask: UInt32 =
+    static var mask: UInt32 {
         UInt32(IN_CREATE | IN_MOVED_TO | IN_MOVED_FROM | IN_CLOSE_WRITE | IN_DELETE | IN_ATTRIB)
-        | UInt32(IN_DELETE_SELF | IN_MOVE_SELF)
+            | UInt32(IN_DELETE_SELF | IN_MOVE_SELF)
+    }
 
     /// Starts watching `inputs`; `changed` runs on the watcher's queue when their contents changed. Nil when
     /// inotify is unavailable (logged).
-    init?(inputs: ConfigInputs, logger: Logger, changed: @escaping @Sendable () -> Void) {
+    init?(inputs: Inputs, label: String = "watch_config", logger: Logger, changed: @escaping @Sendable () -> Void) {
         let fd = inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC))
         guard fd >= 0 else {
             logger.error(
-                "watch_config: cannot watch the configuration files (inotify_init1)",
+                "\(label): cannot watch the files (inotify_init1)",
                 metadata: ["cause": "\(String(cString: strerror(errno)))", "hint": "send SIGHUP to reload instead"])
             return nil
         }
+        queue = ProxyQueue.make("authproxy.watch-\(label)")
         self.fd = fd
         known = inputs
         self.logger = logger
+        self.label = label
         self.changed = changed
         let s = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
         s.setEventHandler { [weak self] in self?.readEvents() }
@@ -60,7 +68,7 @@ final class ConfigWatcher: @unchecked Sendable {
     }
 
     /// A reload read `inputs` (the set of files may differ): compare against them from now on.
-    func update(_ inputs: ConfigInputs) {
+    func update(_ inputs: Inputs) {
         queue.async { [self] in
             guard !stopped else { return }
             known = inputs
@@ -68,7 +76,8 @@ final class ConfigWatcher: @unchecked Sendable {
         }
     }
 
-    /// Stops watching (`watch_config` turned off, or shutdown). The descriptor closes when the source is gone.
+    /// Stops watching (`watch_config` turned off, no certificate files any more, or shutdown). The descriptor
+    /// closes when the source is gone.
     func stop() {
         queue.async { [self] in
             guard !stopped else { return }
@@ -143,7 +152,7 @@ final class ConfigWatcher: @unchecked Sendable {
 
     private func check() {
         guard !stopped else { return }
-        let now = known.reread(with: readTextFile)
+        let now = known.rereadFromDisk()
         rewatch()
         guard now != known else { return }
         known = now
@@ -167,7 +176,7 @@ final class ConfigWatcher: @unchecked Sendable {
             let wd = inotify_add_watch(fd, dir, Self.mask)
             if wd < 0 {
                 logger.warning(
-                    "watch_config: cannot watch a directory",
+                    "\(label): cannot watch a directory",
                     metadata: [
                         "directory": "\(dir)", "cause": "\(String(cString: strerror(errno)))",
                     ])
@@ -191,3 +200,6 @@ final class ConfigWatcher: @unchecked Sendable {
         return String(cString: p)
     }
 }
+
+/// `[proxy] watch_config`: the configuration file and the `file:` secrets it names.
+typealias ConfigWatcher = FileWatcher<ConfigInputs>
