@@ -285,6 +285,11 @@ struct Check: ParsableCommand {
                     "credential '\(cred.name)': prefetch cannot fetch a token ahead for match \(prefix) (a host alone names no server root or portal): give the root, e.g. \(prefix)/arcgis or \(prefix)/portal; /readyz does not wait for it"
                 )
             }
+            if let k = cred.apiKey {
+                print("        keys: \(k.summary)")
+                warnings += k.expiryNotes(
+                    credential: cred.name, now: Int64(time(nil)) * 1000, warningDays: c.expiryWarningDays)
+            }
             if case .token(_, _, let expires?) = cred.kind, expires <= Int64(time(nil)) * 1000 {
                 warnings.append(
                     "credential '\(cred.name)': its pregenerated token expired (expires is in the past); requests get 502 until it is renewed"

@@ -7,7 +7,8 @@ enum ParentMetricsText {
         var out = "# HELP authproxy_parent_requests_total Requests, tunnels and token fetches sent to a parent proxy.\n"
         out += "# TYPE authproxy_parent_requests_total counter\n"
         for p in parents {
-            out += "authproxy_parent_requests_total{parent=\"\(MetricLabels.escaped(p.parent.url))\"} \(p.stats.requests)\n"
+            out +=
+                "authproxy_parent_requests_total{parent=\"\(MetricLabels.escaped(p.parent.url))\"} \(p.stats.requests)\n"
         }
         out += "# HELP authproxy_parent_failures_total Failures at a parent proxy, by cause.\n"
         out += "# TYPE authproxy_parent_failures_total counter\n"
