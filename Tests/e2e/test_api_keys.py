@@ -237,3 +237,21 @@ def test_referrer_restricted_key_works_whatever_referer_the_client_sends(proxy_f
     assert {e["referer"] for e in log} == {"https://app.example.com/maps"}
     assert {(e["outcome"], e.get("api_key_slot")) for e in log} == {("ok", 1)}
     assert not [l for l in p.log_lines() if SWITCH_LINE in l]
+
+
+def test_a_compressed_rejection_is_still_seen(proxy_factory, session):
+    """The rejection of a key with a second slot must come back in a coding the proxy reads: br and zstd are taken
+    out of the client's Accept-Encoding; a gzip'd 498 is recognised and the request replayed."""
+    s = ArcGISServer(role="server", ttl=60, content_encoding="gzip").start()
+    try:
+        k1, k2 = s.create_api_key("item", 1), s.create_api_key("item", 2)
+        later = time.time() + 300 * 86400
+        p = proxy_factory(extra_config=key_cred(s, [(k1, later), (k2, later)]))
+        s.invalidate_api_key("item", 1)
+        r = via(p, session, "GET", s.query_url() + "?f=json", headers={"Accept-Encoding": "gzip, deflate, br, zstd"})
+        assert r.status_code == 200 and r.json()["features"], r.text[:300]
+        log = s.request_log()
+        assert [(e["outcome"], e.get("api_key_slot"), e["content_encoding"]) for e in log] == [
+            ("498", 1, "gzip"), ("ok", 2, "gzip")], log
+    finally:
+        s.stop()

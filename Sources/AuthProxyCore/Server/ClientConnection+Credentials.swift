@@ -209,8 +209,9 @@ extension ClientConnection {
             var target = upstream
             target.pathAndQuery = applied.pathAndQuery
             // Responses are inspected for token errors: a retry (a refreshed token, an API key's other slot) or a
-            // clear error follows.
-            if c.isRefreshable || c.apiKey != nil, let ae = TokenRejection.acceptEncodingForInspection(headers) {
+            // clear error follows. Only where a retry can follow must a rejection come back in a coding the sniffer
+            // reads (not br or zstd): a single API key's rejection it cannot read is relayed as it is.
+            if c.retriesRejections, let ae = TokenRejection.acceptEncodingForInspection(headers) {
                 // A rejection must come back in a coding the sniffer reads (not br or zstd), or it is missed.
                 headers.setInjected(name: "Accept-Encoding", value: ae)
             }
