@@ -212,7 +212,6 @@ extension ClientConnection {
             // clear error follows. Only where a retry can follow must a rejection come back in a coding the sniffer
             // reads (not br or zstd): a single API key's rejection it cannot read is relayed as it is.
             if c.retriesRejections, let ae = TokenRejection.acceptEncodingForInspection(headers) {
-                // A rejection must come back in a coding the sniffer reads (not br or zstd), or it is missed.
                 headers.setInjected(name: "Accept-Encoding", value: ae)
             }
             startTransfer(url: target, headers: headers, inspect: true)

@@ -26,16 +26,15 @@ struct APIKeySlotBook: Sendable {
 
     /// The slot a request sent at `now` uses.
     func choose(_ credential: String, _ s: APIKeySettings, now: Int64) -> Choice {
-        let live = s.slots.filter { !$0.isExpired(now: now) }
-        guard let first = live.first else { return .allExpired }
+        guard let first = s.slots.first(where: { !$0.isExpired(now: now) }) else { return .allExpired }
         // The common case, with nothing rejected: no digest computed per request.
         guard let rejected = rejections[credential], !rejected.isEmpty else { return .use(slot: first.number) }
         var oldest: (slot: Int, at: Int64)? = nil
-        for slot in live {
+        for slot in s.slots where !slot.isExpired(now: now) {
             guard let at = rejected[Self.digest(slot.key)] else { return .use(slot: slot.number) }
             if oldest.map({ at < $0.at }) ?? true { oldest = (slot.number, at) }
         }
-        return .retryRejected(slot: oldest!.slot)
+        return .retryRejected(slot: oldest?.slot ?? first.number)
     }
 
     enum Rejection: Equatable {
