@@ -2,6 +2,7 @@
 invalidates mid-run (the client never sees the 498, the proxy says so once and stays on the other slot), expiry in
 `check`, /status.json and /metrics, a key restricted to referrers, the rotation recipe of docs/credentials-arcgis.md,
 and never a key in a log line, metric or page."""
+from concurrent.futures import ThreadPoolExecutor
 import json
 import re
 import shutil
@@ -10,6 +11,7 @@ import subprocess
 import time
 
 import pytest
+import requests
 
 import harness
 from arcgis import ArcGISServer
@@ -123,7 +125,9 @@ def test_both_slots_rejected_is_a_clear_502_until_a_reload_puts_a_new_key_in(pro
     later = time.time() + 300 * 86400
     conf_keys = tmp_path / "key1"
     conf_keys.write_text(k1)
-    p = proxy_factory(extra_config=key_cred(ags, [("file:%s" % conf_keys, later), (k2, later)]))
+    p = proxy_factory(proxy={"watch_config": True},
+                      extra_config=key_cred(ags, [("file:%s" % conf_keys, later), (k2, later)]))
+    assert p.wait_for_log(lambda l: "watching the configuration for changes" in l)
     ags.invalidate_api_key("item", 1)
     ags.invalidate_api_key("item", 2)
     r = via(p, session, "GET", ags.query_url() + "?f=json")
@@ -135,12 +139,14 @@ def test_both_slots_rejected_is_a_clear_502_until_a_reload_puts_a_new_key_in(pro
     assert r.status_code == 502 and "both of its API keys" in r.text
     assert p.wait_for_log(lambda l: "no other slot is usable" in l)
 
-    # A new key in slot 1, a reload: slot 1 is used again (its rejection belonged to the old key).
+    # A new key in slot 1's secret file: watch_config reloads, and slot 1 is used again (its rejection belonged to
+    # the old key).
     k1b = ags.create_api_key("item", 1)
-    conf_keys.write_text(k1b)
+    tmp = tmp_path / "key1.new"
+    tmp.write_text(k1b + "\n")
+    tmp.rename(conf_keys)
+    assert p.wait_for_log(lambda l: "configuration reloaded" in l and "changed=keys" in l, timeout=10)
     ags.reset_stats()
-    p.signal(signal.SIGHUP)
-    assert p.wait_for_log(lambda l: "configuration reloaded" in l, timeout=10)
     assert via(p, session, "GET", ags.query_url() + "?f=json").json()["features"]
     assert slots_seen(ags) == [("ok", 1)]
     assert_no_key_anywhere(p, [k1, k2, k1b])
@@ -255,3 +261,26 @@ def test_a_compressed_rejection_is_still_seen(proxy_factory, session):
             ("498", 1, "gzip"), ("ok", 2, "gzip")], log
     finally:
         s.stop()
+
+
+def test_concurrent_requests_at_the_invalidation_switch_once(proxy_factory, ags):
+    """Requests in flight with the revoked key are each sent again with the other one; the warning is logged once."""
+    k1, k2 = ags.create_api_key("item", 1), ags.create_api_key("item", 2)
+    later = time.time() + 300 * 86400
+    p = proxy_factory(extra_config=key_cred(ags, [(k1, later), (k2, later)]))
+    ags.invalidate_api_key("item", 1)
+
+    def one(_):
+        with requests.Session() as s:
+            s.trust_env = False
+            r = s.get(ags.query_url() + "?f=json", proxies=p.proxies, timeout=30)
+            return r.status_code, bool(r.json().get("features"))
+
+    with ThreadPoolExecutor(16) as pool:
+        results = list(pool.map(one, range(48)))
+    assert results == [(200, True)] * 48
+    outcomes = slots_seen(ags)
+    assert all(o in (("498", 1), ("ok", 2)) for o in outcomes), outcomes
+    assert outcomes.count(("ok", 2)) == 48
+    assert p.wait_for_log(lambda l: SWITCH_LINE in l)
+    assert len([l for l in p.log_lines() if SWITCH_LINE in l]) == 1
