@@ -293,6 +293,11 @@ struct Check: ParsableCommand {
             {
                 warnings.append(w)
             }
+            if let k = cred.apiKey {
+                print("        keys: \(k.summary)")
+                warnings += k.expiryNotes(
+                    credential: cred.name, now: Int64(time(nil)) * 1000, warningDays: c.expiryWarningDays)
+            }
             if case .token(_, _, let expires?) = cred.kind, expires <= Int64(time(nil)) * 1000 {
                 warnings.append(
                     "credential '\(cred.name)': its pregenerated token expired (expires is in the past); requests get 502 until it is renewed"

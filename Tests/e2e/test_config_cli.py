@@ -277,7 +277,7 @@ def test_example_credentials_are_valid_when_uncommented(tmp_path):
     """Every commented [[credential]] example in proxy.conf.example is a working configuration."""
     example = os.path.join(os.path.dirname(__file__), "..", "..", "proxy.conf.example")
     lines = []
-    keys = ("[[credential]]", "name ", "type ", "key ", "match ", "token ", "referer ", "expires ", "username ",
+    keys = ("[[credential]]", "name ", "type ", "key ", "keys ", "match ", "token ", "referer ", "expires ", "username ",
             "password ", "client_id ", "client_secret ", "portal_url ", "redirect_uri ", "expiration_minutes ",
             "token_url ", "ca_file ", "rate_limit ", "[[client]]", "credentials ", "issuer ")
     secret = tmp_path / "token.txt"
@@ -295,7 +295,7 @@ def test_example_credentials_are_valid_when_uncommented(tmp_path):
                      .replace("file:/run/secrets/ops-proxy-password", "file:%s" % secret))
     conf = tmp_path / "uncommented.conf"
     conf.write_text("".join(lines))
-    env = harness.clean_env({"ARCGIS_API_KEY": "k", "GIS_PASSWORD": "p", "ARCGIS_CLIENT_SECRET": "s",
+    env = harness.clean_env({"ARCGIS_KEY_1": "k1", "ARCGIS_KEY_2": "k2", "GIS_PASSWORD": "p", "ARCGIS_CLIENT_SECRET": "s",
                              "TEAM_A_PROXY_PASSWORD": "pw", "KEYCLOAK_CLIENT_SECRET": "s"})
     r = harness.run_cli(["check", "--config", str(conf)], env=env)
     assert r.returncode == 0, r.stderr

@@ -28,7 +28,7 @@ EXAMPLE = os.path.join(ROOT, "proxy.conf.example")
 # define around them (`required("username")`, `url("token_url", …)`, `readable("private_key")`,
 # `sendableToken("key")`).
 READER_METHODS = ("string", "int", "bool", "enumValue", "stringArray", "addressBlocks", "stringOrArray", "intArray",
-                  "table", "tableArray", "literalString", "verbatimString", "markUsed")
+                  "table", "tableArray", "literalString", "verbatimString", "markUsed", "dateTime")
 HELPERS = ("required", "url", "readable", "sendableToken")
 READ = re.compile(r"(?:\b(\w+)\??\.)?\b(%s)\(\"([a-z_]+)\"" % "|".join(READER_METHODS + HELPERS))
 FUNC = re.compile(r"^\s*(?:(?:private|public|fileprivate|static|mutating)\s+)*func (\w+)\(")
@@ -53,7 +53,7 @@ def loader_keys():
         for lineno, line in enumerate(open(os.path.join(CONFIG_SOURCES, name), encoding="utf-8"), 1):
             m = FUNC.match(line)
             # Nested helpers (required, url, readable, fail, …) do not change the function being read.
-            if m and m.group(1) not in HELPERS + ("fail", "checkedReferer"):
+            if m and m.group(1) not in HELPERS + ("fail", "checkedReferer", "checkedKey"):
                 func, ctype = m.group(1), None
             if func == "parseCredential":
                 c = TYPE_CASE.match(line)
@@ -77,6 +77,8 @@ def loader_keys():
                     sections.setdefault("credential.rate_limit", set()).add(key)
                 elif func in ("parseOAuth2", "rejectionSignals"):
                     types.setdefault("oauth2", set()).add(key)
+                elif func == "parseAPIKey":
+                    types.setdefault("api-key", set()).add(key)
                 elif func == "headerFields" and receiver == "entry":
                     types.setdefault("header", set()).add(key)
                 elif func == "parseCredential" and (receiver == "entry" or method in HELPERS):

@@ -336,9 +336,9 @@ def test_rejection_cannot_come_back_in_br_or_zstd(proxy_factory, session, enc):
 
 
 def test_accept_encoding_untouched_without_an_inspected_token(proxy_factory, origin, session):
-    # Only requests whose answer is inspected for a token error have their Accept-Encoding filtered.
+    # Only requests whose token can be retried after a rejection have their Accept-Encoding filtered.
     p = proxy_factory(extra_config=cred("k", "api-key", origin.url + "/echo", key="K"))
-    for path in ["/echo", "/upload"]:      # an API key (never refreshed), no credential
+    for path in ["/echo", "/upload"]:      # an API key with one slot (nothing to switch to), no credential
         via(p, session, "GET", origin.url + path, headers={"Accept-Encoding": "gzip, deflate, br, zstd"})
         e = origin.request_log()[-1]
         assert [v for k, v in e["headers"] if k.lower() == "accept-encoding"] == ["gzip, deflate, br, zstd"], e

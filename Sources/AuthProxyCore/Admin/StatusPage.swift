@@ -119,6 +119,7 @@ enum StatusPage {
     private static func tokenCell(_ c: StatusReport.Credential) -> String {
         if c.tokens.isEmpty {
             switch c.type {
+            case "api-key" where !c.keySlots.isEmpty: return keySlotCell(c.keySlots)
             case "api-key": return "<span class=\"ok\">static key</span>"
             case "token": return "<span class=\"ok\">pregenerated</span>"
             case "arcgis-token", "oauth-app", "oauth-user", "oauth2":
@@ -140,6 +141,24 @@ enum StatusPage {
             if let l = t.lastRefresh { s += "<br>last refresh \(esc(l))" }
             if let e = t.lastError, t.state != "valid" { s += "<br>last error: \(esc(e))" }
             if let n = t.nextRetry { s += "<br>next retry \(esc(n))" }
+            s += "</div>"
+        }
+        return s
+    }
+
+    /// An API key's slots: which one is in use, and which ones the server rejected or have expired.
+    private static func keySlotCell(_ slots: [StatusReport.KeySlot]) -> String {
+        var s = ""
+        for k in slots {
+            let cls: String
+            switch k.state {
+            case "in_use": cls = "ok"
+            case "standby": cls = "muted"
+            default: cls = "bad"
+            }
+            s +=
+                "<div class=\"keyslot\" data-state=\"\(esc(k.state))\"><span class=\"\(cls)\">key slot \(k.slot): \(esc(k.state.replacing("_", with: " ")))</span>"
+            if let at = k.rejectedAt { s += " <span class=\"muted\">(rejected \(esc(at)))</span>" }
             s += "</div>"
         }
         return s

@@ -33,6 +33,16 @@ public struct StatusReport: Codable, Sendable, Equatable {
         public var networkAuth: [NetworkAuth]
         /// What of this credential lapses by itself, and when (``CredentialExpiry``).
         public var expiries: [Expiry] = []
+        /// An `api-key` credential's slots and their state (never the keys).
+        public var keySlots: [KeySlot] = []
+    }
+
+    public struct KeySlot: Codable, Sendable, Equatable {
+        public var slot: Int
+        /// `in_use`, `standby`, `rejected` or `expired` (``APIKeySlotState/State``).
+        public var state: String
+        /// When the server rejected its key.
+        public var rejectedAt: String?
     }
 
     public struct Expiry: Codable, Sendable, Equatable {

@@ -557,28 +557,11 @@ public struct ConfigLoader: Sendable {
         let kind: Credential.Kind
         switch type {
         case "api-key":
-            kind = .apiKey(key: try sendableToken("key"))
+            kind = .apiKey(try Self.parseAPIKey(&entry, name: name))
         case "token":
             let token = try sendableToken("token")
             let referer = try checkedReferer(entry.string("referer"))
-            var expires: Int64? = nil
-            if let n = entry.table["expires"] {
-                let text: String
-                switch n.value {
-                case .datetime(let d):
-                    entry.markUsed("expires")
-                    text = d
-                case .string: text = try entry.string("expires") ?? ""
-                default:
-                    throw ConfigError(key: entry.path + ".expires", line: n.line, "expected an RFC 3339 date-time")
-                }
-                guard let ms = parseRFC3339(text) else {
-                    throw ConfigError(
-                        key: entry.path + ".expires", line: n.line,
-                        "\(entry.shown("expires", text)) is not an RFC 3339 date-time like 2026-12-31T23:59:00Z")
-                }
-                expires = ms
-            }
+            let expires = try entry.dateTime("expires")
             kind = .token(token: token, referer: referer, expires: expires)
         case "arcgis-token":
             let referer = try checkedReferer(entry.string("referer"))

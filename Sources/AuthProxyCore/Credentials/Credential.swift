@@ -12,8 +12,8 @@ public struct Credential: Sendable {
     // indirect: the settings live in a box, so the credential copied into every plan and exchange is a few words
     // (its payloads reach ~280 bytes inline), not a memcpy per request.
     public indirect enum Kind: Sendable, Equatable {
-        /// A permanent API key, injected as is.
-        case apiKey(key: String)
+        /// An API key (one or two slots, each with its expiry), injected as is: see ``APIKeySettings``.
+        case apiKey(APIKeySettings)
         /// A pregenerated token; `expires` in milliseconds since the epoch.
         case token(token: String, referer: String?, expires: Int64?)
         /// `generateToken` with a username and password.
@@ -99,6 +99,20 @@ public struct Credential: Sendable {
         }
     }
 
+    /// The `api-key` settings, when this is one.
+    public var apiKey: APIKeySettings? {
+        if case .apiKey(let k) = kind { return k }
+        return nil
+    }
+
+    /// Whether a rejection of its token (498/499 in any form) can be answered by sending the request again with
+    /// another token: a refreshed one, or an API key's other slot. Such requests keep a replay copy of their body and
+    /// have their responses read in a coding the rejection sniffer understands.
+    public var retriesRejections: Bool {
+        if let k = apiKey { return k.slots.count > 1 }
+        return isRefreshable
+    }
+
     /// Whether its refresh token comes from `authproxy login` (kept in the state file, which `login` and `signout`
     /// change under a running proxy): `oauth-user`, and `oauth2` with the `authorization_code` grant.
     public var signsIn: Bool {
@@ -121,7 +135,9 @@ public struct Credential: Sendable {
     var identityMaterial: String {
         var s = "\(name)\u{0}\(kind.typeName)\u{0}\(match.map(\.description).joined(separator: ","))\u{0}"
         switch kind {
-        case .apiKey(let key): s += key
+        case .apiKey(let k):
+            s += k.slots.map { "\($0.number)\u{0}\($0.key)\u{0}\($0.expires ?? 0)" }.joined(separator: "\u{0}")
+            s += "\u{0}\(k.referer ?? "")"
         case .token(let t, let r, let e): s += "\(t)\u{0}\(r ?? "")\u{0}\(e ?? 0)"
         case .arcgisToken(let a):
             s +=

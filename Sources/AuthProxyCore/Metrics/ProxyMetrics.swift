@@ -142,6 +142,15 @@ public final class ProxyMetrics: Sendable {
         activity.withLock { $0.rejected(credential: credential, now: nowMillis()) }
     }
 
+    /// The upstream rejected the key in `slot` of the `api-key` credential `credential` (``APIKeySlotBook``). Rare,
+    /// so the handle is made per event.
+    func apiKeyRejected(credential: String, slot: Int) {
+        CoreMetrics.Counter(
+            label: "authproxy_api_key_rejections_total", dimensions: [("credential", credential), ("slot", "\(slot)")],
+            factory: factory
+        ).increment()
+    }
+
     /// A request retried with a fresh token ended: `success` when the retry's answer was not a rejection.
     func retry(credential: String, result: String) {
         CoreMetrics.Counter(

@@ -351,8 +351,9 @@ enum RequestPlanner {
                 site = .query  // a large or chunked form keeps streaming; the token goes into the URL
             }
         }
-        if c.isRefreshable, hasBody, !collectForm {
-            // A rejected token is retried with the body sent again, up to max_replay_bytes.
+        if c.retriesRejections, hasBody, !collectForm {
+            // A rejected token is retried (refreshed, or an API key's other slot) with the body sent again, up to
+            // max_replay_bytes.
             plan.replayLimit = settings.maxReplayBytes
         }
         plan.token = .inject(c, site: site, collectForm: collectForm)

@@ -147,6 +147,7 @@ extension ProxyServer {
         let before = Set(diff.kept)
         warnInsecure(next.credentials.filter { !before.contains($0.name) })
         logCertificateExpiries(next.credentials.filter { !before.contains($0.name) })
+        tokens?.warnKeyExpiry(next.credentials, warningDays: next.expiryWarningDays)
         return result
     }
 

@@ -208,14 +208,13 @@ extension ClientConnection {
             if x.tokenSite == .form { x.formBody = applied.form }
             var target = upstream
             target.pathAndQuery = applied.pathAndQuery
-            // Responses are inspected for token errors when a retry (or a clear error) can follow.
-            var inspect = true
-            if case .apiKey = c.kind { inspect = false }
-            if inspect, c.isRefreshable, let ae = TokenRejection.acceptEncodingForInspection(headers) {
-                // A rejection must come back in a coding the sniffer reads (not br or zstd), or it is missed.
+            // Responses are inspected for token errors: a retry (a refreshed token, an API key's other slot) or a
+            // clear error follows. Only where a retry can follow must a rejection come back in a coding the sniffer
+            // reads (not br or zstd): a single API key's rejection it cannot read is relayed as it is.
+            if c.retriesRejections, let ae = TokenRejection.acceptEncodingForInspection(headers) {
                 headers.setInjected(name: "Accept-Encoding", value: ae)
             }
-            startTransfer(url: target, headers: headers, inspect: inspect)
+            startTransfer(url: target, headers: headers, inspect: true)
         }
     }
 
@@ -274,9 +273,22 @@ extension ClientConnection {
         }
         // Stop the transfer now; answer or retry on the next turn of the loop (starting a transfer or
         // answering from inside a libcurl callback is not allowed).
-        guard
-            case .cancelAndReschedule(let serial) = machine.tokenRejection(
-                action == .explainPregenerated ? .explain : .retry)
+        // The clear error that replaces the rejection, when the proxy answers instead of retrying.
+        let answer: ErrorResponse?
+        switch action {
+        case .explainPregenerated:
+            answer = ErrorResponse(
+                status: 502,
+                message: "Credential '\(c.name)': the upstream rejected its pregenerated token (expired or revoked)",
+                details: [
+                    "Renew it: generate a new token, put it in proxy.conf and reload (SIGHUP, POST /reload) or restart authproxy."
+                ])
+        case .answer(let e):
+            answer = e
+        case .refreshAndRetry, .relay:
+            answer = nil
+        }
+        guard case .cancelAndReschedule(let serial) = machine.tokenRejection(answer == nil ? .retry : .explain)
         else { return false }
         cancelTransfer()
         dropResponse()
@@ -285,15 +297,7 @@ extension ClientConnection {
             case .none:
                 return
             case .explain:
-                me.run(
-                    me.machine.tokenUnusable(),
-                    answer: ErrorResponse(
-                        status: 502,
-                        message:
-                            "Credential '\(c.name)': the upstream rejected its pregenerated token (expired or revoked)",
-                        details: [
-                            "Renew it: generate a new token, put it in proxy.conf and reload (SIGHUP, POST /reload) or restart authproxy."
-                        ]))
+                if let answer { me.run(me.machine.tokenUnusable(), answer: answer) }
             case .retry:
                 me.retryWithFreshToken(layer: layer)
             }
@@ -310,7 +314,8 @@ extension ClientConnection {
         {
             tokens.accepted(g, target: url, token: t)
         }
-        guard !x.injectedTokenRejected, let t = x.injectedToken, let c = x.credential, c.isRefreshable,
+        guard !x.injectedTokenRejected, let t = x.injectedToken, let c = x.credential,
+            c.isRefreshable || c.apiKey != nil,
             let url = x.upstreamURL ?? x.originalURL, let tokens = context.tokens
         else { return }
         tokens.accepted(c, target: url, token: t)

@@ -61,8 +61,11 @@ extension ProxyServer: AdminBackend {
         }
         let parents = context.shared.parents.snapshot(configured: context.config.upstreamProxy.parents)
         let expiries = credentialExpiries(context, tokens, statuses: tokens?.status() ?? [])
+        let slots = context.config.credentials.flatMap { c in
+            (tokens?.apiKeySlotStates(c) ?? []).map { (credential: c.name, state: $0) }
+        }
         return m.exposition() + Array(ParentMetricsText.render(parents).utf8)
-            + Array(CredentialExpiryText.render(expiries).utf8)
+            + Array(CredentialExpiryText.render(expiries).utf8) + Array(APIKeySlotText.render(slots).utf8)
     }
 
     /// Everything of the configured credentials that lapses by itself (``CredentialExpiry``), from whoever holds
@@ -77,6 +80,7 @@ extension ProxyServer: AdminBackend {
         }
         list += tokens?.signInExpiries() ?? []
         list += CertificateRenewal.expiries(context.config.credentials)
+        for c in context.config.credentials { list += c.apiKey?.expiries(credential: c.name) ?? [] }
         return CredentialExpiry.ordered(list)
     }
 
@@ -117,7 +121,11 @@ extension ProxyServer: AdminBackend {
                     StatusReport.NetworkAuth(
                         scheme: o.scheme, successes: o.successes, failures: o.failures,
                         last: o.lastAt > 0 ? rfc3339(millis: o.lastAt) : nil, lastSucceeded: o.lastSucceeded)
-                }, expiries: lapses)
+                }, expiries: lapses,
+                keySlots: (tokens?.apiKeySlotStates(c) ?? []).map { k in
+                    StatusReport.KeySlot(
+                        slot: k.slot, state: k.state.rawValue, rejectedAt: k.rejectedAt.map { rfc3339(millis: $0) })
+                })
         }
         let started = ProxyMetrics.active?.startedAt ?? now
         var report = StatusReport(

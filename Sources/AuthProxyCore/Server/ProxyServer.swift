@@ -99,6 +99,7 @@ public final class ProxyServer: @unchecked Sendable {
             kerberos = tickets
         }
         warnInsecure(config.credentials)
+        tokens?.warnKeyExpiry(config.credentials, warningDays: config.expiryWarningDays)
         if config.pacAddress == nil, let wildcard = config.listen.first(where: \.isWildcard) {
             logger.warning(
                 "the PAC file (/proxy.pac) names the proxy by the Host it was fetched with: listening on a wildcard address, that may be a name or address not every client can reach",

@@ -40,6 +40,9 @@ public enum TokenRetryPolicy {
         case relay(reason: String, serverRejectsNewTokens: Bool)
         /// A pregenerated token was rejected: answer with a clear error (renew it).
         case explainPregenerated
+        /// Answer the client with this error instead of the rejection (an API key credential whose every usable
+        /// key the server rejected: ``APIKeySlotBook``).
+        case answer(ErrorResponse)
     }
 
     public static func decide(_ s: Situation) -> Action {

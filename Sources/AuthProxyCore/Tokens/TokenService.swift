@@ -70,6 +70,9 @@ public final class TokenService: @unchecked Sendable {
     /// Credentials kept fresh by `prefetch = true`, by name, with the fingerprint of the settings they were
     /// started with (see `TokenService+Prefetch.swift`).
     var prefetching: [String: String] = [:]
+    /// Which key of each `api-key` credential is used and which ones the server rejected (per process; event loops
+    /// read it on every request with such a credential).
+    let keySlots = Mutex(APIKeySlotBook())
     /// Which roots a client's path named may have a token at all (``RootConfirmations``). Confined to `queue`
     /// (internal so tests can set it up there).
     var confirmations = RootConfirmations<Completion>()
@@ -131,8 +134,8 @@ public final class TokenService: @unchecked Sendable {
     /// request asks ``token(for:target:completion:)``, which waits for a new one: no refresh outlives a request).
     public func cachedToken(for c: Credential, target: URLTarget) -> IssuedToken? {
         switch c.kind {
-        case .apiKey(let key):
-            return IssuedToken(value: key, expires: nil, issued: 0, ssl: false, referer: nil)
+        case .apiKey(let k):
+            return apiKeyToken(c, k)
         case .token(let t, let referer, let expires):
             guard !(expires.map { clock.nowMillis() >= $0 } ?? false) else { return nil }
             return IssuedToken(value: t, expires: expires, issued: 0, ssl: false, referer: referer)
@@ -154,7 +157,14 @@ public final class TokenService: @unchecked Sendable {
     /// the service queue.
     public func token(for c: Credential, target: URLTarget, completion: @escaping Completion) {
         switch c.kind {
-        case .apiKey, .token:
+        case .apiKey(let k):
+            if let t = apiKeyToken(c, k) {
+                completion(.success(t))
+            } else {
+                completion(.failure(Self.keysExpired(c, k)))
+            }
+            return
+        case .token:
             if let t = cachedToken(for: c, target: target) {
                 completion(.success(t))
             } else {
@@ -296,6 +306,9 @@ public final class TokenService: @unchecked Sendable {
         _ c: Credential, target: URLTarget, token: IssuedToken, attempt: Int,
         replayImpossible: String?
     ) -> TokenRetryPolicy.Action {
+        if let k = c.apiKey {
+            return apiKeyRejected(c, k, token: token, attempt: attempt, replayImpossible: replayImpossible)
+        }
         let key = Self.key(for: c, target: target)
         var pregenerated = false
         if case .token = c.kind { pregenerated = true }
@@ -328,6 +341,10 @@ public final class TokenService: @unchecked Sendable {
     /// A request to `target` that carried `token` got an answer that was no token error: the server accepts
     /// that token (see ``TokenCache/accepted(key:value:now:)``).
     func accepted(_ c: Credential, target: URLTarget, token: IssuedToken) {
+        if let k = c.apiKey {
+            apiKeyAccepted(c, k, token: token)
+            return
+        }
         // Called for every completed exchange with a token: the key (string work) only when it can matter.
         guard cache.withLock({ $0.awaitsAcceptance }) else { return }
         let key = Self.key(for: c, target: target)
@@ -375,6 +392,9 @@ public final class TokenService: @unchecked Sendable {
                 for name in dropped { cache.forget(credential: name) }
             }
             for name in dropped { confirmations.forget(credential: name) }
+            // A key's rejection lasts until a reload puts another key in its slot.
+            let keys = Dictionary(credentials.compactMap { c in c.apiKey.map { (c.name, $0) } }) { a, _ in a }
+            keySlots.withLock { $0.retain(keys) }
             if let timeoutSeconds {
                 self.timeoutSeconds = timeoutSeconds
                 fetcher.timeoutSeconds = timeoutSeconds

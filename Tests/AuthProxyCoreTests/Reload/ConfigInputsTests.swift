@@ -30,7 +30,7 @@ import Testing
             """
         try config.write(toFile: d + "/proxy.conf", atomically: true, encoding: .utf8)
         let (c, inputs) = try ConfigLoader(environment: [:]).loadWithInputs(path: d + "/proxy.conf")
-        #expect(c.credentials.first?.kind == .apiKey(key: "K1"))
+        #expect(c.credentials.first?.kind == .apiKey(APIKeySettings(slots: [.init(number: 1, key: "K1")])))
         #expect(Set(inputs.secretDigests.keys) == [d + "/key", d + "/pw"])
         #expect(inputs.paths == [d + "/proxy.conf", d + "/key", d + "/pw"])
         // Digests only: no secret in the value.

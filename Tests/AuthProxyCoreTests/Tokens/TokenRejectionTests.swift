@@ -162,7 +162,8 @@ import Testing
 @Suite struct CredentialStoreTests {
     private func cred(_ name: String, _ match: [String]) -> Credential {
         Credential(
-            name: name, kind: .apiKey(key: name), match: match.compactMap(MatchPrefix.parse), placement: .param,
+            name: name, kind: .apiKey(APIKeySettings(slots: [.init(number: 1, key: name)])),
+            match: match.compactMap(MatchPrefix.parse), placement: .param,
             overrideClientToken: false, line: 1)
     }
 
@@ -231,7 +232,7 @@ import Testing
             match = "https://host/portal"
             """)
         #expect(c.credentials.map(\.kind.typeName) == ["api-key", "token", "arcgis-token", "oauth-app", "oauth-user"])
-        #expect(c.credentials[0].kind == .apiKey(key: "secret-api-key"))
+        #expect(c.credentials[0].kind == .apiKey(APIKeySettings(slots: [.init(number: 1, key: "secret-api-key")])))
         #expect(
             c.credentials[1].kind
                 == .token(token: "abc", referer: "https://app.example.com", expires: 1_893_456_000_000))

@@ -277,6 +277,52 @@ class Token:
                 "ip": self.ip, "revoked": self.revoked}
 
 
+class APIKey:
+    """One key of an API key credentials item (ArcGIS Online / Location Platform / Enterprise >= 11.4): a slot
+    (1 or 2), its own expiry, invalidated on its own."""
+    __slots__ = ("value", "item", "slot", "expires", "invalidated")
+
+    def __init__(self, value, item, slot, expires):
+        self.value = value
+        self.item = item
+        self.slot = slot
+        self.expires = expires
+        self.invalidated = False
+
+
+class APIKeyItem:
+    """An API key credentials item: its owner, its referrer restriction (`httpReferrers`) and its two slots."""
+    __slots__ = ("name", "username", "referrers", "slots")
+
+    def __init__(self, name, username, referrers):
+        self.name = name
+        self.username = username
+        self.referrers = list(referrers or [])
+        self.slots = {}               # slot number -> APIKey
+
+
+def _new_api_key(slot):
+    # The shape of a real API key: "AAPT…" + ".AT<slot>_" + 8 characters (arcgis-rest-js reads the slot from the
+    # tenth character from the end, `slotForKey`).
+    tail = "".join(secrets.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
+                   for _ in range(8))
+    return "AAPT" + secrets.token_urlsafe(60).replace("_", "-") + ".AT%d_%s" % (slot, tail)
+
+
+def _referrer_allows(patterns, referer):
+    """httpReferrers: an entry ending in `*` matches any Referer it starts (before the `*`); another entry matches
+    the Referer equal to it or starting with it."""
+    if not referer:
+        return False
+    for p in patterns:
+        if p.endswith("*"):
+            if referer.startswith(p[:-1]):
+                return True
+        elif referer == p or referer.startswith(p):
+            return True
+    return False
+
+
 class RefreshToken:
     __slots__ = ("value", "client_id", "username", "issued", "expires", "revoked", "redirect_uri",
                  "exchanged")
@@ -380,6 +426,8 @@ class _State:
         self.error_form = cfg["error_form"]   # None = auto (json; html for tiles)
         self.token_service = {"mode": "ok", "status": 503, "remaining": None, "seconds": 0.0}
         self.federated = set()           # normalised server roots known to this portal
+        self.api_keys = {}               # key value -> APIKey
+        self.api_items = {}              # item name -> APIKeyItem
         self.probe_ok = set()
         self.stats = _Stats()
 
@@ -931,6 +979,65 @@ class _App:
             return "ip", None, ip
         return "Invalid client type '%s'." % params.get("client")
 
+    # -- API key credentials -----------------------------------------------------------
+    def create_api_key(self, item, slot, ttl=365 * 86400.0, referrers=None, username=None, expires=None):
+        """(Re)generate the key in `slot` (1 or 2) of API key credentials `item` (created on first use; `referrers`
+        then sets its httpReferrers, later None keeps them). The slot's previous key stops working, as when a key is
+        regenerated in the portal. `expires`: epoch seconds (else now + ttl). Returns the APIKey."""
+        slot = int(slot)
+        if slot not in (1, 2):
+            raise ValueError("slot must be 1 or 2")
+        with self.st.lock:
+            it = self.st.api_items.get(item)
+            if it is None:
+                it = APIKeyItem(item, username or self.cfg["default_user"], referrers)
+                self.st.api_items[item] = it
+            elif referrers is not None:
+                it.referrers = list(referrers)
+            old = it.slots.get(slot)
+            if old is not None:
+                old.invalidated = True
+            k = APIKey(_new_api_key(slot), item, slot,
+                       float(expires) if expires is not None else _now() + float(ttl))
+            it.slots[slot] = k
+            self.st.api_keys[k.value] = k
+        return k
+
+    def invalidate_api_key(self, item, slot):
+        """Invalidate the key in `slot` of `item` (the portal's "invalidate API key"). True if there was one."""
+        with self.st.lock:
+            it = self.st.api_items.get(item)
+            k = it.slots.get(int(slot)) if it else None
+            if k is None or k.invalidated:
+                return False
+            k.invalidated = True
+            return True
+
+    def set_api_key_referrers(self, item, referrers):
+        with self.st.lock:
+            it = self.st.api_items.get(item)
+            if it is None:
+                return False
+            it.referrers = list(referrers or [])
+            return True
+
+    def check_api_key(self, h, value):
+        """None when `value` is no API key of this instance; else (ok, reason, username, slot)."""
+        with self.st.lock:
+            k = self.st.api_keys.get(value)
+            if k is None:
+                return None
+            it = self.st.api_items[k.item]
+            referrers = list(it.referrers)
+            username = it.username
+        if k.invalidated:
+            return False, "revoked", None, k.slot
+        if _now() >= k.expires:
+            return False, "expired", None, k.slot
+        if referrers and self.cfg["enforce_referer"] and not _referrer_allows(referrers, h.headers.get("Referer")):
+            return False, "referer_mismatch", None, k.slot
+        return True, None, username, k.slot
+
     # -- token validation ----------------------------------------------------------
     def _check_binding(self, h, tok_client, tok_referer, tok_ip):
         if tok_client == "referer" and self.cfg["enforce_referer"]:
@@ -1137,7 +1244,12 @@ class _App:
             self.reject(h, req, 499, "missing_token", portal, logkw)
             return False, None, None
         value = distinct[0]
-        if portal:
+        key = self.check_api_key(h, value)
+        if key is not None:
+            # An API key works on the portal and the services of the instance that issued it (as keys of ArcGIS
+            # Online work on its hosted services); its slot is in the request log.
+            ok, reason, user, logkw["api_key_slot"] = key
+        elif portal:
             ok, reason, t = self.validate_for_portal(h, value)
             user = t.username if t is not None else None
         else:
@@ -1787,6 +1899,25 @@ class _App:
             return h.send_bytes(200, _dumps({"token": t.value, "expires": _ms(t.expires),
                                              "ssl": self.cfg["ssl"]}).encode(),
                                 "application/json")
+        if path == "/__admin/api-key":
+            try:
+                refs = p.get("referrers")
+                k = self.create_api_key(
+                    p.get("item", "api-key-item"), p.get("slot", "1"), ttl=float(p.get("ttl", 365 * 86400)),
+                    referrers=None if refs is None else [r for r in refs.split(",") if r],
+                    username=p.get("username") or None,
+                    expires=float(p["expires"]) / 1000.0 if p.get("expires") else None)
+            except ValueError as e:
+                return h.send_bytes(400, _dumps({"error": str(e)}).encode(), "application/json")
+            return h.send_bytes(200, _dumps({"key": k.value, "item": k.item, "slot": k.slot,
+                                             "expires": _ms(k.expires)}).encode(), "application/json")
+        if path == "/__admin/api-key/invalidate":
+            done = self.invalidate_api_key(p.get("item", "api-key-item"), p.get("slot", "1"))
+            return h.send_bytes(200, _dumps({"invalidated": done}).encode(), "application/json")
+        if path == "/__admin/api-key/referrers":
+            refs = [r for r in p.get("referrers", "").split(",") if r]
+            done = self.set_api_key_referrers(p.get("item", "api-key-item"), refs)
+            return h.send_bytes(200, _dumps({"updated": done, "referrers": refs}).encode(), "application/json")
         if path == "/__admin/invalidate":
             with st.lock:
                 t = st.tokens.get(p.get("token", ""))
@@ -2084,6 +2215,17 @@ class ArcGISServer:
                             self.state.cfg["ttl"] if ttl is None else ttl, aud, client,
                             referer, ip)
         return t.value
+
+    def create_api_key(self, item="api-key-item", slot=1, ttl=365 * 86400.0, referrers=None, username=None,
+                       expires=None):
+        """A key in `slot` of API key credentials `item` (see the README): returns its value."""
+        return self.app.create_api_key(item, slot, ttl, referrers, username, expires).value
+
+    def invalidate_api_key(self, item="api-key-item", slot=1):
+        return self.app.invalidate_api_key(item, slot)
+
+    def set_api_key_referrers(self, item="api-key-item", referrers=()):
+        return self.app.set_api_key_referrers(item, referrers)
 
     def describe(self):
         return self.app.describe()

@@ -770,6 +770,58 @@ def test_admin_issue_and_invalidate(http, standalone):
 
 
 # ---------------------------------------------------------------------------
+# API key credentials
+# ---------------------------------------------------------------------------
+
+def test_api_key_slots_work_side_by_side_and_invalidate_alone(http, standalone):
+    srv = standalone
+    k1 = srv.create_api_key("item", 1)
+    k2 = http.post(srv.url + "/__admin/api-key", data={"item": "item", "slot": "2"}).json()["key"]
+    # The shape arcgis-rest-js reads the slot from (slotForKey).
+    assert k1.startswith("AAPT") and k1[-10] == "1" and k2[-10] == "2"
+    assert query(http, srv, k1).json() == ESRI_QUERY_DOC
+    assert query(http, srv, k2).json() == ESRI_QUERY_DOC
+    assert http.post(srv.url + "/__admin/api-key/invalidate", data={"item": "item", "slot": "1"}).json() == {
+        "invalidated": True}
+    r = query(http, srv, k1)
+    assert r.json() == ERR_498 and r.headers["X-Arcgis-Test-Reason"] == "revoked"
+    assert query(http, srv, k2).json() == ESRI_QUERY_DOC
+    assert [e.get("api_key_slot") for e in srv.request_log()][-2:] == [1, 2]
+    # Regenerating a slot replaces its key: the old one stops working.
+    k2b = srv.create_api_key("item", 2)
+    assert query(http, srv, k2).json() == ERR_498
+    assert query(http, srv, k2b).json() == ESRI_QUERY_DOC
+    # The 498 comes in whatever form the request asks for.
+    r = query(http, srv, k1, __err="status")
+    assert r.status_code == 498 and r.json() == ERR_498
+
+
+def test_api_key_expiry(http, standalone):
+    srv = standalone
+    k = srv.create_api_key("short", 1, ttl=0.3)
+    assert query(http, srv, k).json() == ESRI_QUERY_DOC
+    time.sleep(0.4)
+    r = query(http, srv, k)
+    assert r.json() == ERR_498 and r.headers["X-Arcgis-Test-Reason"] == "expired"
+    past = http.post(srv.url + "/__admin/api-key",
+                     data={"item": "dated", "slot": "1", "expires": str(int(time.time() * 1000) - 1000)}).json()
+    assert query(http, srv, past["key"]).json() == ERR_498
+
+
+def test_api_key_referrer_restriction(http, standalone):
+    srv = standalone
+    k = srv.create_api_key("web", 1, referrers=["https://app.example.com/*", "https://other.example.com/"])
+    for ref in (None, "https://evil.example.com/", "https://app.example.co/"):
+        r = query(http, srv, k, headers={"Referer": ref} if ref else {})
+        assert r.json() == ERR_498 and r.headers["X-Arcgis-Test-Reason"] == "referer_mismatch", ref
+    for ref in ("https://app.example.com/", "https://app.example.com/maps/x", "https://other.example.com/a"):
+        assert query(http, srv, k, headers={"Referer": ref}).json() == ESRI_QUERY_DOC, ref
+    assert http.post(srv.url + "/__admin/api-key/referrers", data={"item": "web", "referrers": ""}).json()[
+        "updated"]
+    assert query(http, srv, k).json() == ESRI_QUERY_DOC
+
+
+# ---------------------------------------------------------------------------
 # uploads
 # ---------------------------------------------------------------------------
 
