@@ -277,8 +277,15 @@ struct Check: ParsableCommand {
                 : ""
             let blind = cred.intercept ? "" : ", intercept=false"
             let layer = cred.layer == .gateway ? ", layer=gateway (applied with the service credential)" : ""
+            var binding = ""
+            if case .arcgisToken(let s) = cred.kind {
+                binding =
+                    ", client=\(s.client)"
+                    + (s.client == "referer"
+                        ? " (referer \(s.referer ?? "")\(s.syntheticReferer ? ", synthetic" : ""))" : "")
+            }
             print(
-                "    - \(cred.name) (\(cred.kind.typeName)\(layer)\(placement)\(limit)\(blind)): \(cred.match.map(\.description).joined(separator: ", "))"
+                "    - \(cred.name) (\(cred.kind.typeName)\(layer)\(binding)\(placement)\(limit)\(blind)): \(cred.match.map(\.description).joined(separator: ", "))"
             )
             for prefix in TokenService.unprefetchable(cred) {
                 warnings.append(
@@ -292,6 +299,7 @@ struct Check: ParsableCommand {
             }
         }
         warnings += c.upstreamProxy.warnings
+        warnings += TokenBinding.warnings(c.credentials, clustered: c.cluster != nil, upstream: c.upstreamProxy)
         for w in warnings { printError("authproxy: warning: \(w)") }
         print("  interception ([tls]):     \(interception)")
         print("  proxy over TLS:           \(proxyTLS.summary)")
