@@ -194,3 +194,72 @@ def test_check_warns_when_requestip_meets_a_fleet_or_several_parents(proxy_binar
     assert "requestip" not in r.stderr, r.stderr
     # The summary says what the tokens are bound to.
     assert "client=referer (referer %s, synthetic)" % SYNTHETIC in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("client", ["native", "libcurl"])
+def test_the_bound_referer_goes_on_every_path_the_token_takes(proxy_factory, client):
+    """A long GET sent as a form, a GET the front end refuses 414 and that goes again as a form, a POST replayed with
+    a fresh token after a 498, and the /proxy endpoint of browser apps: each request that carried the token carried
+    the credential's referer instead of the client's, and the server (which enforces it) accepted each."""
+    ags = ArcGISServer(role="server", ttl=600, max_url_bytes=3000).start()
+    app = "http://maps.example.test:8080"
+    try:
+        p = proxy_factory(
+            proxy={"http_client": client, "allowed_origins": [app], "get_as_post_above_bytes": 2000},
+            extra_config=cred(CRED, "arcgis-token", ags.server_root, username="alice", password="alice-pass"))
+        with requests.Session() as s:
+            s.trust_env = False
+            long_where = "OBJECTID IN (%s)" % ",".join(str(i) for i in range(600))
+            r = s.get(ags.query_url(), params={"where": long_where, "f": "json"}, proxies=p.proxies, timeout=30,
+                      headers={"Referer": CLIENT_REFERER})
+            assert r.status_code == 200 and "features" in r.text, r.text[:300]
+            ags.expire_all()
+            r = s.post(ags.query_url(), data={"where": "1=1", "f": "json"}, proxies=p.proxies, timeout=30,
+                       headers={"Referer": CLIENT_REFERER})
+            assert r.status_code == 200 and "features" in r.text, r.text[:300]
+            r = s.get(p.url + "/proxy?" + ags.query_url() + "?f=json&where=1%3D1", timeout=30,
+                      headers={"Origin": app, "Referer": app + "/index.html"})
+            assert r.status_code == 200 and "features" in r.text, r.text[:300]
+        seen = queries(ags)
+        assert [e["method"] for e in seen] == ["POST", "POST", "POST", "GET"], seen
+        assert [e["outcome"] for e in seen] == ["ok", "498", "ok", "ok"], seen
+        assert {e["referer"] for e in seen if e.get("token")} == {SYNTHETIC}, seen
+        assert len(generate_calls(ags)) == 2
+    finally:
+        ags.stop()
+
+
+def test_the_414_resend_carries_the_referer(proxy_factory):
+    ags = ArcGISServer(role="server", ttl=600, max_url_bytes=3000).start()
+    try:
+        p = proxy_factory(proxy={"get_as_post_above_bytes": 100000}, extra_config=cred(
+            CRED, "arcgis-token", ags.server_root, username="alice", password="alice-pass"))
+        long_where = "OBJECTID IN (%s)" % ",".join(str(i) for i in range(600))
+        r = requests.get(ags.query_url(), params={"where": long_where, "f": "json"}, proxies=p.proxies, timeout=30,
+                         headers={"Referer": CLIENT_REFERER})
+        assert r.status_code == 200 and "features" in r.text, r.text[:300]
+        seen = queries(ags)
+        assert [(e["method"], e["referer"]) for e in seen] == [("POST", SYNTHETIC)], seen
+        assert [e for e in ags.request_log() if e.get("status") == 414], ags.request_log()
+    finally:
+        ags.stop()
+
+
+def test_a_token_saved_with_requestip_is_not_reused_after_the_binding_changes(proxy_factory, ags, tmp_path):
+    """Upgrading (or removing client = "requestip") changes the binding: the saved token is bound to an address, so
+    the restarted proxy fetches a referer-bound one instead of sending the old one with a referer."""
+    state = tmp_path / "binding-state"
+    state.mkdir()
+    old = proxy_factory(proxy={"state_dir": str(state)}, extra_config=cred(
+        CRED, "arcgis-token", ags.server_root, username="alice", password="alice-pass", client="requestip"))
+    assert get(old, ags.query_url() + "?f=json").status_code == 200
+    old.stop()
+    assert CRED in (state / "tokens.json").read_text()
+    new = proxy_factory(proxy={"state_dir": str(state)}, extra_config=cred(
+        CRED, "arcgis-token", ags.server_root, username="alice", password="alice-pass"))
+    r = get(new, ags.query_url() + "?f=json")
+    assert r.status_code == 200 and "features" in r.text, r.text[:300]
+    seen = queries(ags)
+    assert len(generate_calls(ags)) == 2, ags.token_calls()
+    assert [e["outcome"] for e in seen] == ["ok", "ok"] and seen[0]["token"] != seen[1]["token"], seen
+    assert [e["referer"] for e in seen] == [CLIENT_REFERER, SYNTHETIC], seen
