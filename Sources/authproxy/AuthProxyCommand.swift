@@ -279,9 +279,16 @@ struct Check: ParsableCommand {
                 : ""
             let blind = cred.intercept ? "" : ", intercept=false"
             let layer = cred.layer == .gateway ? ", layer=gateway (applied with the service credential)" : ""
+            var binding = ""
+            if case .arcgisToken(let s) = cred.kind {
+                binding =
+                    ", client=\(s.client)"
+                    + (s.client == "referer"
+                        ? " (referer \(s.referer ?? "")\(s.syntheticReferer ? ", synthetic" : ""))" : "")
+            }
             let refresh = cred.isRefreshable && cred.refresh == .onDemand ? ", refresh=on_demand" : ""
             print(
-                "    - \(cred.name) (\(cred.kind.typeName)\(layer)\(placement)\(refresh)\(limit)\(blind)): \(cred.match.map(\.description).joined(separator: ", "))"
+                "    - \(cred.name) (\(cred.kind.typeName)\(layer)\(binding)\(placement)\(refresh)\(limit)\(blind)): \(cred.match.map(\.description).joined(separator: ", "))"
             )
             for prefix in TokenService.unprefetchable(cred) {
                 warnings.append(
@@ -305,6 +312,7 @@ struct Check: ParsableCommand {
             }
         }
         warnings += c.upstreamProxy.warnings
+        warnings += TokenBinding.warnings(c.credentials, clustered: c.cluster != nil, upstream: c.upstreamProxy)
         for w in warnings { printError("authproxy: warning: \(w)") }
         print("  interception ([tls]):     \(interception)")
         print("  proxy over TLS:           \(proxyTLS.summary)")

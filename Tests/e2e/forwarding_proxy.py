@@ -4,6 +4,8 @@ and CONNECT tunnels, one exchange per client connection, recording what it saw.
 Names it is asked for are resolved through `hosts` (name -> address) first, so tests can route invented
 names (a.pac.test) that only the parent knows, as a corporate proxy resolves names the client cannot.
 Forwarded http requests get `Via: 1.1 <name>`, so the origin shows which parent carried them.
+`source`: the address its outgoing connections are bound to (another 127.x), so the origin sees each parent
+as a different egress address, as behind different NAT gateways.
 """
 
 import socket
@@ -12,8 +14,9 @@ import urllib.parse
 
 
 class ForwardingProxy:
-    def __init__(self, name, hosts=None, host="127.0.0.1", basic=None):
+    def __init__(self, name, hosts=None, host="127.0.0.1", basic=None, source=None):
         self.name = name
+        self.source = source
         # basic: a "user:password" this parent requires (407 with Proxy-Authenticate: Basic until it is sent).
         self.basic = basic
         self.accepted = 0  # connections accepted
@@ -63,7 +66,8 @@ class ForwardingProxy:
             threading.Thread(target=self._serve, args=(c,), daemon=True).start()
 
     def _connect(self, host, port):
-        return socket.create_connection((self.hosts.get(host, host), port), timeout=10)
+        return socket.create_connection((self.hosts.get(host, host), port), timeout=10,
+                                        source_address=(self.source, 0) if self.source else None)
 
     def _serve(self, c):
         try:

@@ -26,10 +26,10 @@ EXAMPLE = os.path.join(ROOT, "proxy.conf.example")
 
 # The TableReader methods that take a key (ConfigLoader.swift), and the helpers parseCredential and parseOAuth2
 # define around them (`required("username")`, `url("token_url", …)`, `readable("private_key")`,
-# `sendableToken("key")`).
+# `sendableToken("key")`, `urlList("sign_in_urls")`).
 READER_METHODS = ("string", "int", "bool", "enumValue", "stringArray", "addressBlocks", "stringOrArray", "intArray",
                   "table", "tableArray", "literalString", "verbatimString", "markUsed", "dateTime")
-HELPERS = ("required", "url", "readable", "sendableToken")
+HELPERS = ("required", "url", "readable", "sendableToken", "urlList")
 READ = re.compile(r"(?:\b(\w+)\??\.)?\b(%s)\(\"([a-z_]+)\"" % "|".join(READER_METHODS + HELPERS))
 FUNC = re.compile(r"^\s*(?:(?:private|public|fileprivate|static|mutating)\s+)*func (\w+)\(")
 TYPE_CASE = re.compile(r'^\s*case "([a-z0-9-]+)":')

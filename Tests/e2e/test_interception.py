@@ -214,6 +214,8 @@ def test_arcgis_https_token_injected_for_curl_requests_gdal(proxy_factory, ca, h
     queries = [e for e in s.request_log() if e["kind"] == "query"]
     assert len(queries) >= 3, queries
     assert all(e["outcome"] == "ok" and e["token_count"] == 1 for e in queries), queries
+    # Inside the intercepted tunnel too, the token's bound referer replaces whatever the client sent (issue 36).
+    assert all(e["referer"] and e["referer"].startswith("app://authproxy/") for e in queries), queries
     text = p.log_text()
     assert "alice-pass" not in text
     assert len(minted_lines(p, "localhost")) == 1, text[-3000:]

@@ -321,6 +321,9 @@ def test_rejected_handshake_is_retried_once_with_a_fresh_token(proxy_factory, st
         tokens = s.tokens()
         assert s.outcomes() == ["ok", str(status), "ok"], s.handshakes
         assert tokens[1] == first and tokens[2] not in (None, first), tokens
+        # Each handshake, the retried one too, carries the referer the token is bound to (issue 36).
+        referers = [{k.lower(): v for k, v in h.items()}.get("referer") for _, h, _ in s.handshakes]
+        assert referers == ["app://authproxy/stream"] * 3, referers
         assert p.wait_for_log(lambda l: "token rejected, refreshing and retrying" in l)
     finally:
         s.stop()

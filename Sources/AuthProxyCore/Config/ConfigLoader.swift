@@ -554,6 +554,17 @@ public struct ConfigLoader: Sendable {
             }
             return v
         }
+        // `sign_in_urls`: where the web tier in front of the credential's servers sends a client to sign in (an IdP
+        // besides the portal's own sign-in and SAML, recognised without it): a redirect there is a token rejection.
+        func urlList(_ key: String) throws(ConfigError) -> [String] {
+            guard let list = try entry.stringArray(key) else { return [] }
+            for v in list.values where HTTPURL.parse(v) == nil {
+                throw ConfigError(
+                    key: entry.path + "." + key, line: list.line, "\(entry.shown(key, v)) is not an http(s) URL")
+            }
+            return list.values
+        }
+        var signInURLs: [String] = []
         let kind: Credential.Kind
         switch type {
         case "api-key":
@@ -564,29 +575,33 @@ public struct ConfigLoader: Sendable {
             let expires = try entry.dateTime("expires")
             kind = .token(token: token, referer: referer, expires: expires)
         case "arcgis-token":
-            let referer = try checkedReferer(entry.string("referer"))
-            let client = try entry.string("client") ?? (referer == nil ? "requestip" : "referer")
+            signInURLs = try urlList("sign_in_urls")
+            let configured = try checkedReferer(entry.string("referer"))
+            // Bound to a referer unless `requestip` is asked for: a token bound to one egress address breaks in a
+            // fleet and on a parent failover (``TokenBinding``).
+            let client = try entry.string("client") ?? "referer"
             guard ["referer", "requestip", "ip"].contains(client) else {
                 throw ConfigError(
                     key: entry.path + ".client", line: entry.line(of: "client"),
                     "\(entry.shown("client", client)) is not one of \"referer\", \"requestip\", \"ip\"")
             }
-            if client == "referer" && referer == nil {
-                throw ConfigError(
-                    key: entry.path + ".referer", line: entry.table.line, "client = \"referer\" needs a referer")
-            }
+            let synthetic = client == "referer" && configured == nil
             kind = .arcgisToken(
                 ArcGISTokenSettings(
                     username: try required("username"), password: try required("password"),
-                    tokenURL: try url("token_url", required: false), referer: referer,
-                    expirationMinutes: try entry.int("expiration_minutes", range: 1...525_600), client: client))
+                    tokenURL: try url("token_url", required: false),
+                    referer: synthetic ? TokenBinding.syntheticReferer(credential: name) : configured,
+                    expirationMinutes: try entry.int("expiration_minutes", range: 1...525_600), client: client,
+                    syntheticReferer: synthetic))
         case "oauth-app":
+            signInURLs = try urlList("sign_in_urls")
             kind = .oauthApp(
                 OAuthAppSettings(
                     clientID: try required("client_id"), clientSecret: try required("client_secret"),
                     portalURL: try url("portal_url", required: true)!,
                     expirationMinutes: try entry.int("expiration_minutes", range: 1...20_160)))
         case "oauth-user":
+            signInURLs = try urlList("sign_in_urls")
             let redirect = try required("redirect_uri")
             guard redirect == "urn:ietf:wg:oauth:2.0:oob" || HTTPURL.parse(redirect) != nil else {
                 throw ConfigError(
@@ -706,6 +721,7 @@ public struct ConfigLoader: Sendable {
         var credential = Credential(
             name: name, kind: kind, match: prefixes, placement: placement, overrideClientToken: override,
             line: entry.table.line)
+        credential.signInURLs = signInURLs
         credential.upgradeToHTTPS = upgrade
         credential.layer = layer
         credential.rateLimit = rateLimit

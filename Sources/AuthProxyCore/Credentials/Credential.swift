@@ -84,6 +84,9 @@ public struct Credential: Sendable {
     /// identity-aware proxy in front of ArcGIS); `"service"` (default): competes with the other service
     /// credentials by longest match.
     public var layer: Layer = .service
+    /// `sign_in_urls`: where the web tier sends a client to sign in, besides a portal's sign-in and a SAML request
+    /// (``SignInRedirect``); a redirect there answering a request with this credential's token rejects the token.
+    public var signInURLs: [String] = []
     public var line: Int
 
     public enum Layer: String, Sendable, CaseIterable {
@@ -192,11 +195,15 @@ public struct ArcGISTokenSettings: Sendable, Equatable {
     public var password: String
     /// nil: discovered from `<server root>/rest/info?f=json`.
     public var tokenURL: String?
+    /// The referer tokens are bound to (with `client` "referer"): the configured one, else the credential's
+    /// synthetic one (``TokenBinding/syntheticReferer(credential:)``).
     public var referer: String?
     /// nil: the server's `shortLivedTokenValidity`.
     public var expirationMinutes: Int?
-    /// `client` field of generateToken: "referer" (default when a referer is set) or "requestip".
+    /// `client` field of generateToken: "referer" (the default) or "requestip"/"ip" when configured.
     public var client: String
+    /// Whether ``referer`` is the synthetic one (no `referer` configured).
+    public var syntheticReferer: Bool = false
 }
 
 public struct OAuthAppSettings: Sendable, Equatable {

@@ -232,9 +232,10 @@ extension ClientConnection {
         }
     }
 
-    /// The upstream rejected the token injected for `layer` (for the service: 498/499 in any form; for an `oauth2`
-    /// token: its rejection signal). Returns true when the proxy takes over
-    /// (a retry with a fresh token and the replayed body, or a clear error for a pregenerated token); false
+    /// The upstream rejected the token injected for `layer` (for the service: 498/499 in any form, or a redirect to
+    /// sign in; for an `oauth2` token: its rejection signal). Returns true when the proxy takes over
+    /// (a retry with a fresh token and the replayed body, or a clear error for a pregenerated token or a server that
+    /// keeps redirecting to sign in); false
     /// when the rejection is relayed as is (the held response is released and the transfer goes on).
     @discardableResult
     func tokenRejected(layer: Credential.Layer = .service) -> Bool {
@@ -245,6 +246,15 @@ extension ClientConnection {
         if let m = ProxyMetrics.active {
             m.tokenRejected(credential: c.name)
             if x.retry != nil { x.retry?.result = "rejected" }
+        }
+        // Behind web-tier or SAML authentication the rejection is a redirect to sign in: a login page, never relayed.
+        let signIn = layer == .service ? signInRedirect(x) : nil
+        if let signIn {
+            logger.info(
+                "the server redirects to sign in: the token counts as rejected",
+                metadata: [
+                    "credential": "\(c.name)", "url": "\(url.origin)\(url.path)", "sign_in": "\(signIn.rawValue)",
+                ])
         }
         var replayImpossible: String? = nil
         if let r = x.replay, r.overflowed {
@@ -259,7 +269,16 @@ extension ClientConnection {
             attempt: TokenLayers.attempt(
                 layerRetried: layer == .gateway ? x.gatewayTokenRetried : x.serviceTokenRetried),
             replayImpossible: replayImpossible)
-        if case .relay(let reason, let serverRejectsNewTokens) = action {
+        var signInRequired: ErrorResponse? = nil
+        if case .relay(let reason, _) = action, let signIn {
+            signInRequired = Self.signInRequired(credential: c.name, to: signIn, reason: reason)
+            logger.warning(
+                "the server still redirects to sign in: answering 502",
+                metadata: [
+                    "credential": "\(c.name)", "url": "\(url.origin)\(url.path)", "sign_in": "\(signIn.rawValue)",
+                    "reason": "\(reason)",
+                ])
+        } else if case .relay(let reason, let serverRejectsNewTokens) = action {
             if layer == .gateway { x.gatewayTokenRejected = true } else { x.injectedTokenRejected = true }
             logger.log(
                 level: serverRejectsNewTokens || replayImpossible != nil ? .warning : .info,
@@ -286,7 +305,7 @@ extension ClientConnection {
         case .answer(let e):
             answer = e
         case .refreshAndRetry, .relay:
-            answer = nil
+            answer = signInRequired
         }
         guard case .cancelAndReschedule(let serial) = machine.tokenRejection(answer == nil ? .retry : .explain)
         else { return false }
@@ -303,6 +322,40 @@ extension ClientConnection {
             }
         }
         return true
+    }
+
+    /// The sign-in the response redirects to, when it rejects the injected ArcGIS token that way
+    /// (``SignInRedirect``): only for the credential kinds whose tokens a web tier may guard (`arcgis-token`,
+    /// `oauth-app`, `oauth-user`), only on a request that carried one.
+    func signInRedirect(_ x: ExchangeContext) -> SignInRedirect.Target? {
+        let status = x.responseHead.status
+        guard status >= 300, status < 400, let c = x.credential, x.injectedToken != nil,
+            let url = x.upstreamURL ?? x.originalURL
+        else { return nil }
+        switch c.kind {
+        case .arcgisToken, .oauthApp, .oauthUser: break
+        default: return nil
+        }
+        return SignInRedirect.classify(
+            status: status, location: x.responseHead.string(of: "location"), request: url, signInURLs: c.signInURLs)
+    }
+
+    /// The answer when the server keeps redirecting to sign in (a fresh token did not help, or no retry may
+    /// follow): the login page is never relayed to a GIS client, which could not use it.
+    static func signInRequired(credential: String, to target: SignInRedirect.Target, reason: String) -> ErrorResponse {
+        let whereTo: String
+        switch target {
+        case .portal: whereTo = "the portal's sign-in"
+        case .saml: whereTo = "a SAML identity provider"
+        case .configured: whereTo = "its identity provider (sign_in_urls)"
+        }
+        return ErrorResponse(
+            status: 502,
+            message:
+                "Credential '\(credential)': sign-in required: the server redirects to \(whereTo) instead of accepting its token",
+            details: [
+                "The redirect (a login page) was not relayed (\(reason)). Check that the credential's user may use this service, that the web tier accepts ArcGIS tokens, and the credential's referer binding."
+            ])
     }
 
     /// The exchange completed without a token error: the server accepts the token it carried (see

@@ -333,6 +333,7 @@ extension ClientConnection {
             inspectsService: x.inspectsService
         ) {
             if let o = x.credential?.oauth2 { return oauth2Rejects(x, o) ? .rejectedByStatus : .none }
+            if signInRedirect(x) != nil { return .rejectedByStatus }
             return ExchangeStateMachine.inspection(
                 status: status, framing: framing,
                 mayCarryError: x.responseHead.value(of: "content-type").map {

@@ -366,12 +366,20 @@ final class TokenFetcher {
         done: @escaping (Result<IssuedToken, TokenError>) -> Void
     ) {
         let url = ServerRoot.sharingRest(portal) + "/generateToken"
-        let fields = [("token", portalToken.value), ("serverUrl", serverRoot), ("f", "json")]
-        post(c, url: url, fields: fields, answer: GenerateTokenResponse.self) { [self] result in
+        // The server token is bound as the credential's tokens are (a referer-bound portal token would otherwise
+        // hand down nothing for an OAuth credential, or the portal's idea of the caller's address).
+        let binding = TokenBinding.of(c)
+        let fields =
+            [("token", portalToken.value), ("serverUrl", serverRoot)] + (binding?.exchangeFields ?? []) + [
+                ("f", "json")
+            ]
+        // The portal token travels in this request: bound to a referer, it needs that Referer here as anywhere.
+        let headers = portalToken.referer.map { [("Referer", $0)] } ?? []
+        post(c, url: url, fields: fields, headers: headers, answer: GenerateTokenResponse.self) { [self] result in
             done(
                 result.flatMap { issued(c, $0, service: url) }.map { t in
                     var t = t
-                    t.referer = portalToken.referer
+                    t.referer = binding?.referer ?? portalToken.referer
                     return t
                 })
         }
@@ -498,8 +506,8 @@ final class TokenFetcher {
     /// POSTs `fields` to the token service at `url` and reads its answer as `Body`; a refusal in any shape
     /// (``TokenServiceReply``) is a failure naming the service and its message.
     private func post<Body: Decodable>(
-        _ c: Credential, url: String, fields: [(String, String)], answer: Body.Type,
-        done: @escaping (Result<Answer<Body>, TokenError>) -> Void
+        _ c: Credential, url: String, fields: [(String, String)], headers: [(String, String)] = [],
+        answer: Body.Type, done: @escaping (Result<Answer<Body>, TokenError>) -> Void
     ) {
         let route: ParentRoute?
         switch parentRoute(url) {
@@ -514,7 +522,9 @@ final class TokenFetcher {
         throughGateway(url, for: c) { [self] gateway in
             switch gateway {
             case .failure(let error): done(.failure(error))
-            case .success(let sent): post(c, url: url, sent: sent, route: route, fields: fields, done: done)
+            case .success(var sent):
+                sent.fields += headers
+                post(c, url: url, sent: sent, route: route, fields: fields, done: done)
             }
         }
     }

@@ -242,7 +242,9 @@ import Testing
             Issue.record("kinds")
             return
         }
-        #expect(a.client == "requestip")
+        // No referer configured: bound to the credential's synthetic referer, never to the egress address.
+        #expect(a.client == "referer")
+        #expect(a.referer == "app://authproxy/gen" && a.syntheticReferer)
         #expect(o.portalURL == "https://www.arcgis.com")
     }
 

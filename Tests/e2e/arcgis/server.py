@@ -373,6 +373,8 @@ class _Stats:
         self.double_token = 0
         self.same_token_twice = 0
         self.accepted = 0
+        self.signin_redirects = 0          # token failures answered with a redirect to sign in (web tier)
+        self.moved_redirects = 0
         self.requests = {}                 # path kind -> count
         self.token_sources = {}            # source -> count
         self.revocations = 0
@@ -400,6 +402,8 @@ class _Stats:
                 "double_token": self.double_token,
                 "same_token_twice": self.same_token_twice,
                 "accepted": self.accepted,
+                "signin_redirects": self.signin_redirects,
+                "moved_redirects": self.moved_redirects,
                 "requests": dict(self.requests),
                 "token_sources": dict(self.token_sources),
                 "revocations": self.revocations,
@@ -859,12 +863,18 @@ class _App:
                         "/oauth2/authorize": "oauth_authorize",
                         "/oauth2/revokeToken": "oauth_revoke",
                         "/oauth2/approval": "oauth_approval",
+                        "/oauth2/signin": "oauth_signin",
                         "/portals/self": "portal_self",
                         "/community/self": "community_self",
                     }
                     if rest2 in table:
                         return table[rest2]
                     return "portal_other"
+        if path.startswith("/idp/"):
+            return "idp_login"
+        if path.rstrip("/").endswith(("/sharing/rest/oauth2/signin", "/sharing/oauth2/signin")):
+            return "oauth_signin"           # the sign-in page, also where a server-only instance points to
+
         return "not_found"
 
     def _reported_ms(self, t):
@@ -888,7 +898,7 @@ class _App:
         """Record the request in /__requests when its response is sent."""
         s = self.st.stats
         entry = {"t": _now(), "method": h.command, "path": req.path, "kind": req.kind,
-                 "referer": h.headers.get("Referer"), "body_size": req.body_size,
+                 "referer": h.headers.get("Referer"), "client": h.client_address[0], "body_size": req.body_size,
                  "status": None}
         entry.update(kw)
 
@@ -939,6 +949,46 @@ class _App:
     def _json(self, h, req, obj, status=200, headers=()):
         portal = req.kind.startswith(("portal", "oauth", "community"))
         h.send_json(obj, req, status, headers, portal=portal)
+
+    # -- web tier ----------------------------------------------------------------
+    def _signin_location(self, original):
+        """Where the web tier in front of the server sends a client without a valid token."""
+        mode = self.cfg["signin_redirect"]
+        portal = (self.owning_system_url or self.portal_url).rstrip("/")
+        back = quote(original, safe="")
+        if mode == "portal":
+            return (portal + "/sharing/oauth2/authorize?client_id=arcgisonline&response_type=token"
+                    "&expiration=20160&redirect_uri=" + back)
+        if mode == "signin":
+            return portal + "/sharing/rest/oauth2/signin?returnUrl=" + back
+        if mode == "saml":
+            authn = ('<samlp:AuthnRequest xmlns:samlp="urn:oasis:names:tc:SAML:2.0:protocol" ID="_%s" '
+                     'Version="2.0" AssertionConsumerServiceURL="%s/sharing/rest/oauth2/saml/signin"/>'
+                     % (secrets.token_hex(8), portal))
+            raw = zlib.compressobj(9, zlib.DEFLATED, -15)
+            packed = raw.compress(authn.encode()) + raw.flush()
+            return (self.base_url + "/idp/adfs/ls/?SAMLRequest=" + quote(base64.b64encode(packed).decode(), safe="")
+                    + "&RelayState=" + back)
+        return self.base_url + "/idp/login?returnUrl=" + back        # "idp": an IdP known only by its URL
+
+    def _signin_redirect(self, h, req, code, reason, logkw):
+        loc = self._signin_location(self.base_url + h.path)
+        self._log(h, req, outcome="302", reason=reason, form="signin_redirect", **(logkw or {}))
+        with self.st.stats.lock:
+            self.st.stats.signin_redirects += 1
+        page = ('<html><head><title>Object moved</title></head><body><h2>Object moved to '
+                '<a href="%s">here</a>.</h2></body></html>' % html.escape(loc))
+        h.send_bytes(302, page.encode(), "text/html;charset=utf-8", [("Location", loc), (REASON_HEADER, reason)],
+                     reason="Found")
+
+    def r_oauth_signin(self, h, req):
+        self.r_idp_login(h, req)
+
+    def r_idp_login(self, h, req):
+        """The login page a browser would fill in: what a GIS client must never get instead of data."""
+        h.send_html(200, "<html><head><title>Sign In</title></head><body><form method=\"post\">"
+                         "<input name=\"username\"><input name=\"password\" type=\"password\">"
+                         "<button>Sign In</button></form></body></html>")
 
     # -- token issuing -----------------------------------------------------------
     def _lifetime(self, expiration_minutes, cap=None):
@@ -1166,6 +1216,9 @@ class _App:
 
     def reject(self, h, req, code, reason, portal=False, logkw=None):
         """Answer a token failure (code 498/499) in the selected form."""
+        if code in (498, 499) and not portal and self.cfg.get("signin_redirect") \
+                and req.kind in ("query", "tile", "service", "upload"):
+            return self._signin_redirect(h, req, code, reason, logkw)
         form = self._error_form(req)
         hdrs = [(REASON_HEADER, reason)]
         cb = req.params.get("callback", "")
@@ -1365,6 +1418,20 @@ class _App:
         return not (folder and folder[0].lower() == "public")
 
     def _serve_secured(self, h, req, producer):
+        folder, _, _, _ = self._service_parts(req.path)
+        if folder and folder[0].lower() == "moved":
+            # An ordinary redirect: the service moved to the Secure folder (before any token check, as a web
+            # server's rewrite rule would answer).
+            sp = self.cfg["server_path"] + "/rest/services/"
+            loc = self.base_url + sp + "Secure/" + req.path[len(sp) + len(folder[0]) + 1:]
+            query = urlsplit(h.path).query
+            if query:
+                loc += "?" + query
+            with self.st.stats.lock:
+                self.st.stats.moved_redirects += 1
+            self._log(h, req, outcome="301", reason="moved")
+            return h.send_bytes(301, b"<html><body>Moved Permanently</body></html>", "text/html",
+                                [("Location", loc)], reason="Moved Permanently")
         ok, user, src = self.authorize_request(h, req, secured=self._secured(req))
         if not ok:
             return
@@ -1538,7 +1605,8 @@ class _App:
             self._token_call(ep, kind, False, "missing_token")
             self._json(h, req, ERR_499)
             return
-        ok, reason, t = self._local_check(value, True)
+        # The portal token is used here like anywhere: a referer-bound one needs its Referer on this request too.
+        ok, reason, t = self.validate_for_portal(h, value)
         if not ok:
             self._token_call(ep, kind, False, "invalid_portal_token")
             self._json(h, req, ERR_498, headers=[(REASON_HEADER, reason)])
@@ -1932,7 +2000,8 @@ class _App:
                 "oauth_error_status": int, "enforce_referer": "bool", "enforce_ip": "bool",
                 "legacy_tokens_url": "bool", "auto_federate": "bool", "default_user": str,
                 "revoke_app_tokens": "bool", "server_json_ctype": str, "reject_all": "bool",
-                "content_encoding": str, "clock_skew": float, "exchange_revokes_old": "bool"}
+                "content_encoding": str, "clock_skew": float, "exchange_revokes_old": "bool",
+                "signin_redirect": str}
 
     def set_options(self, opts):
         for k, v in opts.items():
@@ -1958,6 +2027,7 @@ class _App:
              "accept_portal_tokens": c["accept_portal_tokens"],
              "oauth_error_status": c["oauth_error_status"],
              "reject_all": c.get("reject_all", False),
+             "signin_redirect": c.get("signin_redirect"),
              "content_encoding": c.get("content_encoding")}
         if self.has_portal:
             d["portal_url"] = self.portal_url
@@ -2033,7 +2103,7 @@ class ArcGISServer:
                  auto_federate=True, revoke_app_tokens=False, redirect_uris=(), code_ttl=300.0,
                  server_json_ctype=SERVER_JSON_CTYPE, federate_self=False, verbose=False,
                  reject_all=False, content_encoding=None, clock_skew=0.0, max_url_bytes=None, token_delay=0.0,
-                 exchange_revokes_old=False):
+                 exchange_revokes_old=False, signin_redirect=None):
         if role not in ("portal", "server", "both"):
             raise ValueError("role must be portal, server or both")
         if error_form not in (None, "auto") + ERROR_FORMS:
@@ -2070,6 +2140,9 @@ class ArcGISServer:
             "max_url_bytes": int(max_url_bytes) if max_url_bytes else None,
             # Seconds generateToken takes (a slow token service: what waiting for another replica costs).
             "token_delay": float(token_delay or 0),
+            # Web-tier / SAML mode: a missing, invalid or expired token on a service gets a 302 to sign in
+            # (portal | signin | saml | idp) instead of 498/499.
+            "signin_redirect": signin_redirect or None,
         }
         if cfg["portal_path"] == cfg["server_path"] and role == "both":
             raise ValueError("portal_path and server_path must differ")
@@ -2282,6 +2355,8 @@ def main(argv=None):
     ap.add_argument("--no-enforce-referer", action="store_true")
     ap.add_argument("--no-enforce-ip", action="store_true")
     ap.add_argument("--revoke-app-tokens", action="store_true")
+    ap.add_argument("--signin-redirect", choices=("portal", "signin", "saml", "idp"),
+                    help="web-tier mode: redirect to sign in instead of answering 498/499 on services")
     ap.add_argument("--redirect-uri", action="append", default=[],
                     help="allowed redirect_uri prefix (default: any)")
     ap.add_argument("--tls", nargs=2, metavar=("CERT", "KEY"))
@@ -2298,7 +2373,7 @@ def main(argv=None):
         legacy_tokens_url=a.legacy_tokens_url, portal_path=a.portal_path,
         server_path=a.server_path, enforce_referer=not a.no_enforce_referer,
         enforce_ip=not a.no_enforce_ip, revoke_app_tokens=a.revoke_app_tokens,
-        redirect_uris=a.redirect_uri, tls=a.tls, verbose=a.verbose)
+        redirect_uris=a.redirect_uri, tls=a.tls, verbose=a.verbose, signin_redirect=a.signin_redirect)
     if a.print_port:
         print(srv.port, flush=True)
     else:

@@ -203,6 +203,91 @@ def test_referer_binding(http, standalone):
     assert r.json() == ESRI_QUERY_DOC
 
 
+def query_from(srv, source, token, referer=None):
+    """A query sent from another loopback address (as a replica behind another NAT address would)."""
+    u = urlsplit(srv.query_url())
+    c = HTTPConnection(u.hostname, u.port, timeout=10, source_address=(source, 0))
+    try:
+        c.request("GET", u.path + "?f=json&where=1%3D1&token=" + token,
+                  headers={"Referer": referer} if referer else {})
+        r = c.getresponse()
+        return r.status, json.loads(r.read()), r.getheader("X-Arcgis-Test-Reason")
+    finally:
+        c.close()
+
+
+def test_requestip_binding_refuses_another_source_address(http, standalone):
+    tok = gen_server_token(http, standalone, client="requestip")["token"]
+    assert query_from(standalone, "127.0.0.1", tok)[1] == ESRI_QUERY_DOC
+    status, body, reason = query_from(standalone, "127.0.0.2", tok)
+    assert (status, body, reason) == (200, ERR_498, "ip_mismatch")
+    # No client at all is requestip too (ArcGIS's default).
+    tok2 = http.post(standalone.server_root + "/tokens/generateToken",
+                     data={"username": "alice", "password": "alice-pass", "f": "json"}).json()["token"]
+    assert query_from(standalone, "127.0.0.3", tok2)[2] == "ip_mismatch"
+    # A referer-bound token works from any address that sends its referer.
+    rtok = gen_server_token(http, standalone, client="referer", referer="app://authproxy/x")["token"]
+    for source in ("127.0.0.1", "127.0.0.2", "127.0.0.3"):
+        assert query_from(standalone, source, rtok, referer="app://authproxy/x")[1] == ESRI_QUERY_DOC
+    assert query_from(standalone, "127.0.0.2", rtok)[2] == "referer_mismatch"
+    assert {e["client"] for e in standalone.request_log()} == {"127.0.0.1", "127.0.0.2", "127.0.0.3"}
+
+
+def test_the_exchange_checks_the_portal_tokens_referer(http, fed):
+    portal, server = fed
+    ptok = gen_portal_token(http, portal, client="referer", referer="app://authproxy/x")["token"]
+    data = {"token": ptok, "serverUrl": server.server_root, "client": "referer", "referer": "app://authproxy/x",
+            "f": "json"}
+    r = http.post(portal.sharing_url + "/generateToken", data=data)
+    assert r.json() == ERR_498 and r.headers["X-Arcgis-Test-Reason"] == "referer_mismatch"
+    r = http.post(portal.sharing_url + "/generateToken", data=data, headers={"Referer": "app://authproxy/x"})
+    stok = r.json()["token"]
+    assert query(http, server, stok).json() == ERR_498
+    assert query(http, server, stok, headers={"Referer": "app://authproxy/x"}).json() == ESRI_QUERY_DOC
+
+
+@pytest.mark.parametrize("mode,where", [
+    ("portal", "/sharing/oauth2/authorize?client_id=arcgisonline&response_type=token"),
+    ("signin", "/sharing/rest/oauth2/signin?returnUrl="),
+    ("saml", "/idp/adfs/ls/?SAMLRequest="),
+    ("idp", "/idp/login?returnUrl="),
+])
+def test_web_tier_mode_redirects_to_sign_in_instead_of_498(http, make, mode, where):
+    srv = make(role="server", ttl=30, signin_redirect=mode)
+    tok = gen_server_token(http, srv)["token"]
+    assert query(http, srv, tok).json() == ESRI_QUERY_DOC
+    for token in (None, "bogus", tok):
+        if token == tok:
+            srv.expire_all()
+        r = http.get(
+            srv.query_url(), params=dict({"f": "json"}, **({"token": token} if token else {})),
+            allow_redirects=False, timeout=10)
+        assert r.status_code == 302, (r.status_code, r.text[:200])
+        loc = r.headers["Location"]
+        assert where in loc, loc
+        assert "redirect_uri" in loc or "returnUrl" in loc or "RelayState" in loc
+    # The sign-in page at the end of the redirect is a login form, not data.
+    page = http.get(loc, allow_redirects=False, timeout=10)
+    if mode != "portal":
+        assert page.status_code == 200 and "Sign In" in page.text and "<form" in page.text
+    st = srv.stats()
+    assert st["signin_redirects"] == 3 and st["rejected_498"] == 0 and st["rejected_499"] == 0, st
+    # Portal endpoints and the token service keep their JSON answers.
+    assert "token" in gen_server_token(http, srv)
+    # Switched off at run time, the 498 is back.
+    srv.set(signin_redirect="none")
+    assert query(http, srv, "bogus").json() == ERR_498
+
+
+def test_a_moved_service_is_an_ordinary_redirect(http, standalone):
+    r = http.get(standalone.query_url(folder="Moved"), params={"f": "json", "where": "1=1"},
+                 allow_redirects=False, timeout=10)
+    assert r.status_code == 301
+    assert r.headers["Location"].startswith(standalone.query_url(folder="Secure") + "?")
+    assert "where=1%3D1" in r.headers["Location"]
+    assert standalone.stats()["moved_redirects"] == 1
+
+
 # ---------------------------------------------------------------------------
 # token transport, double tokens
 # ---------------------------------------------------------------------------
