@@ -207,18 +207,7 @@ import Testing
     }
 
     @Test func theStoresRefreshTokenIsTheAuthorityAndItsChangeIsANewSignIn() throws {
-        let c = try TokenTestSupport.credential(
-            """
-            [[credential]]
-            name = "me"
-            type = "oauth-user"
-            client_id = "app"
-            portal_url = "http://127.0.0.1:9/portal"
-            redirect_uri = "urn:ietf:wg:oauth:2.0:oob"
-            match = ["http://127.0.0.1:9/portal"]
-            """)
-        let store = MemoryStore()
-        let fp = Crypto.sha256Hex(c.identityMaterial)
+        let (c, store, fp) = try Self.signedInUser()
         store.refresh = [
             "me": .init(credential: "me", fingerprint: fp, refreshToken: "R1", expires: nil, username: "alice")
         ]
@@ -273,7 +262,8 @@ import Testing
         }
     }
 
-    @Test func anExchangedRefreshTokenContinuesTheSignInAndANewLoginDoesNot() throws {
+    /// An `oauth-user` credential "me", an empty store, and the credential's fingerprint.
+    private static func signedInUser() throws -> (Credential, MemoryStore, String) {
         let c = try TokenTestSupport.credential(
             """
             [[credential]]
@@ -284,8 +274,11 @@ import Testing
             redirect_uri = "urn:ietf:wg:oauth:2.0:oob"
             match = ["http://127.0.0.1:9/portal"]
             """)
-        let store = MemoryStore()
-        let fp = Crypto.sha256Hex(c.identityMaterial)
+        return (c, MemoryStore(), Crypto.sha256Hex(c.identityMaterial))
+    }
+
+    @Test func anExchangedRefreshTokenContinuesTheSignInAndANewLoginDoesNot() throws {
+        let (c, store, fp) = try Self.signedInUser()
         let first = TokenStateFile.StoredRefreshToken(
             credential: "me", fingerprint: fp, refreshToken: "R1", expires: 1_700_000_060_000, username: "alice",
             issued: 1_700_000_000_000)
@@ -319,18 +312,7 @@ import Testing
     }
 
     @Test func theStateFileFollowsAnExchangeWithoutDroppingTokens() throws {
-        let c = try TokenTestSupport.credential(
-            """
-            [[credential]]
-            name = "me"
-            type = "oauth-user"
-            client_id = "app"
-            portal_url = "http://127.0.0.1:9/portal"
-            redirect_uri = "urn:ietf:wg:oauth:2.0:oob"
-            match = ["http://127.0.0.1:9/portal"]
-            """)
-        let store = MemoryStore()
-        let fp = Crypto.sha256Hex(c.identityMaterial)
+        let (c, store, fp) = try Self.signedInUser()
         let first = TokenStateFile.StoredRefreshToken(
             credential: "me", fingerprint: fp, refreshToken: "R1", expires: 1_700_000_060_000, username: nil)
         let s = Self.service(c, store, clock: FakeClock(1_700_000_000_000))
