@@ -5,6 +5,13 @@ import Logging
 extension TokenService {
     /// The key a request sent now carries, or nil when every slot has expired.
     func apiKeyToken(_ c: Credential, _ k: APIKeySettings) -> IssuedToken? {
+        if k.slots.count == 1 {
+            // One key has no other slot to switch to, so its rejections are not read (``Credential/retriesRejections``)
+            // and nothing is recorded for it: no lock on every request.
+            let slot = k.slots[0]
+            if let e = slot.expires, clock.nowMillis() >= e { return nil }
+            return IssuedToken(value: slot.key, expires: slot.expires, issued: 0, ssl: false, referer: k.referer)
+        }
         let now = clock.nowMillis()
         let number: Int
         switch keySlots.withLock({ $0.choose(c.name, k, now: now) }) {
