@@ -2,7 +2,7 @@
 # Runs the whole test suite: Swift unit tests, then end-to-end tests with the real binary (the debug build; a
 # subset once more with the release build), real clients
 # (curl, Python requests, GDAL ogrinfo) and test servers on loopback, then every fuzz target for a bounded time
-# (FUZZ_SECONDS per target, default 30; 0 skips them). Installs what it needs from Debian
+# (FUZZ_SECONDS per target, default 20; 0 skips them). Installs what it needs from Debian
 # packages and PyPI when missing (needs root or sudo). Used by .ci/run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -81,7 +81,7 @@ AUTHPROXY_TEST_HTTP_CLIENT=libcurl AUTHPROXY_BIN="$PWD/.build/debug/authproxy" p
 echo "== end-to-end against the release build (forwarding, tokens, interception, WebSocket)"
 AUTHPROXY_BIN="$PWD/.build/release/authproxy" python3 -m pytest -q -p no:cacheprovider \
   Tests/e2e/test_forwarding.py Tests/e2e/test_token_lifecycle.py Tests/e2e/test_interception.py Tests/e2e/test_websocket.py
-fuzz_seconds="${FUZZ_SECONDS:-30}"
+fuzz_seconds="${FUZZ_SECONDS:-20}"
 if [ "$fuzz_seconds" -gt 0 ]; then
   # A crash or invariant violation fails the run; its input stays under .build-libfuzzer/fuzz/TARGET/ (and is
   # printed in base64).
