@@ -1,0 +1,133 @@
+/// A kind of `[[credential]]` (`type = "…"`): what the proxy does differently per kind lives behind this protocol, in
+/// the kind's own folder under `Credentials/Kinds/`, and the planner, the executor, the token service and the
+/// configuration loader call it without knowing which kind they hold. A new kind is a folder, one line in
+/// ``CredentialKinds/all`` and its docs (docs/ARCHITECTURE.md, "How to add a credential kind").
+///
+/// A kind is a value (its validated settings); the credential around it (``Credential``) holds what every kind
+/// shares: name, match prefixes, layer, rate limit, refresh mode.
+public protocol CredentialKind: Sendable {
+    /// `type = "…"` in `[[credential]]`.
+    static var typeName: String { get }
+
+    /// Reads the kind's own keys from its `[[credential]]` table; the loader has read the shared ones (`name`,
+    /// `type`, `match`, `placement`, `layer`, …) and rejects every key nobody read, so a typo is never ignored.
+    /// Errors name the key and its line, never a secret's value (``TableReader/shown(_:_:)``).
+    static func parse(_ entry: inout TableReader, name: String) throws(ConfigError) -> Self
+
+    /// Whether it acts on requests (one per request, the longest match among the token kinds, plus the gateway
+    /// layer) or on connections (network kinds combine, one per ``NetworkSlot``).
+    var role: CredentialRole { get }
+
+    /// Every setting, secrets included, as one string: hashed, it binds cached tokens to the exact settings that
+    /// produced them, so a changed password or key never reuses an old token.
+    var identityMaterial: String { get }
+
+    /// How it gets what it puts on a request.
+    var tokenSource: TokenSource { get }
+
+    /// Before anything is obtained: whether the client's request already carries its own credential of this kind
+    /// (then it is left alone, unless the credential sets `override_client_token`), and whether the request body
+    /// must be held whole to apply the credential (a form field, a payload hash).
+    func prepare(_ request: RequestView) -> Preparation
+
+    /// Applies the credential, with its token when ``tokenSource`` obtains one, to the request exactly as it will be
+    /// written upstream: after GET→POST and the gateway layer, before ``OutboundHead``'s check. Returns why it could
+    /// not, as the client's answer (nothing goes upstream then).
+    func apply(_ token: IssuedToken?, to request: inout OutgoingRequest) -> ApplyFailure?
+
+    /// Whether the upstream's response head says the applied credential was rejected (a new token may help).
+    func rejection(of head: ResponseView) -> Rejection
+
+    /// The values this credential puts on requests that must never reach a client: masked in every response head,
+    /// and in response bodies when ``scrubsResponseBodies``.
+    func secrets(token: IssuedToken?) -> [String]
+
+    /// Whether its secrets are masked in response bodies too (servers that echo a URL's query in what they
+    /// answer: GeoServer capabilities backlinks, tile JSON, error pages). `scrub_responses` overrides it.
+    var scrubsResponseBodiesByDefault: Bool { get }
+
+    /// Rows for the status page (`name = value`, nothing secret).
+    var statusDetails: [(String, String)] { get }
+}
+
+/// What a credential acts on.
+public enum CredentialRole: Sendable, Equatable {
+    /// Requests: injected fields, query parameters, form fields or a signature.
+    case token
+    /// Connections: a TLS setting or an authentication handshake libcurl answers.
+    case network(NetworkSlot)
+}
+
+/// The network credentials a request combines, one of each (``NetworkAuth``).
+public enum NetworkSlot: Sendable, Equatable, CaseIterable {
+    case trust, certificate, password, kerberos
+}
+
+/// How a kind obtains what it applies.
+public enum TokenSource: Sendable, Equatable {
+    /// Nothing to obtain: its settings are applied as they are (header fields, query parameters, a signature
+    /// with static keys). ``CredentialKind/apply(_:to:)`` gets nil.
+    case none
+    /// A value held in the configuration with its own validity (an API key's slots, a pregenerated token): read
+    /// through ``FixedTokenKind``.
+    case fixed
+    /// Fetched by the token service (single flight, cached per scope, shared with the fleet), through
+    /// ``FetchedTokenKind``: it can be refreshed after a rejection.
+    case fetched
+}
+
+/// What ``CredentialKind/prepare(_:)`` decides before the token is obtained.
+public struct Preparation: Sendable, Equatable {
+    /// The client brings its own credential of this kind: the request goes as it is.
+    public var clientHasOwn = false
+    /// The request body must be held whole to apply the credential (an urlencoded form a token or parameter goes
+    /// into, a body whose hash is signed): up to this many bytes; nil: the body streams.
+    public var holdsBodyUpTo: Int? = nil
+
+    public init(clientHasOwn: Bool = false, holdsBodyUpTo: Int? = nil) {
+        self.clientHasOwn = clientHasOwn
+        self.holdsBodyUpTo = holdsBodyUpTo
+    }
+}
+
+/// A kind's reading of a response head.
+public enum Rejection: Sendable, Equatable {
+    /// Not a rejection.
+    case none
+    /// The head says the credential was rejected.
+    case rejected
+    /// The body may say it (an ArcGIS JSON error with code 498/499): hold a small body and look.
+    case readBody
+}
+
+/// Why a credential could not be applied: the client's answer, naming the credential and the cause.
+public struct ApplyFailure: Error, Sendable, Equatable {
+    public var status: Int
+    public var message: String
+    public var details: [String]
+
+    public init(status: Int = 502, message: String, details: [String] = []) {
+        self.status = status
+        self.message = message
+        self.details = details
+    }
+}
+
+extension CredentialKind {
+    public var typeName: String { Self.typeName }
+    public var tokenSource: TokenSource { .none }
+    public func prepare(_ request: RequestView) -> Preparation { Preparation() }
+    public func apply(_ token: IssuedToken?, to request: inout OutgoingRequest) -> ApplyFailure? { nil }
+    public func rejection(of head: ResponseView) -> Rejection { .none }
+    public func secrets(token: IssuedToken?) -> [String] { token.map { [$0.value] } ?? [] }
+    public var scrubsResponseBodiesByDefault: Bool { false }
+    public var statusDetails: [(String, String)] { [] }
+
+    /// Whether it puts something on requests (the others act on connections).
+    public var isToken: Bool { role == .token }
+
+    /// The two kinds are the same settings.
+    func same(as other: any CredentialKind) -> Bool {
+        type(of: other).typeName == Self.typeName && other.identityMaterial == identityMaterial
+    }
+}
