@@ -297,7 +297,7 @@ enum RequestPlanner {
             return nil
         }
         if case .header(let fields) = c.kind {
-            if case .inject(let g, .header, _) = plan.gatewayToken,
+            if case .inject(let g, .header, _) = plan.gatewayToken, g.oauth2?.placement == .header,
                 fields.contains(where: { $0.name.caseInsensitiveEquals("authorization") })
             {
                 return Self.authorizationClash(gateway: g.name, service: "'\(c.name)'")
@@ -314,22 +314,27 @@ enum RequestPlanner {
             // An OAuth2 bearer token goes on every matched request (OGC API, GeoServer, a gateway), whatever its
             // path; the client's own `Authorization` or `access_token` is left alone unless overridden.
             if !c.overrideClientToken,
-                OAuth2Injection.clientHasToken(pathAndQuery: url.pathAndQuery, headers: h.headers)
+                OAuth2Injection.clientHasToken(
+                    pathAndQuery: url.pathAndQuery, headers: h.headers, placement: o.placement)
             {
                 return nil
             }
             if hasBody { plan.replayLimit = settings.maxReplayBytes }  // replayed after a rejection
-            if case .inject(let g, let gatewaySite, _) = plan.gatewayToken,
-                gatewaySite == (o.placement == .query ? .query : .header)
-            {
-                return o.placement == .header
-                    ? Self.authorizationClash(gateway: g.name, service: "'\(c.name)'")
-                    : PlannedAnswer(
+            // Two layers clash only where both write: Authorization, access_token, or Proxy-Authorization.
+            if case .inject(let g, _, _) = plan.gatewayToken, g.oauth2?.placement == o.placement {
+                switch o.placement {
+                case .header:
+                    return Self.authorizationClash(gateway: g.name, service: "'\(c.name)'")
+                case .query, .proxyAuthorization:
+                    return PlannedAnswer(
                         error: ErrorResponse(
                             status: 502,
                             message:
-                                "Credentials '\(g.name)' (gateway) and '\(c.name)' both put their token in the access_token parameter",
-                            details: ["Set token_placement = \"header\" on one of them."]))
+                                "Credentials '\(g.name)' (gateway) and '\(c.name)' both put their token in \(o.placement == .query ? "the access_token parameter" : "Proxy-Authorization")",
+                            details: [
+                                "Set token_placement on one of them: \"header\", \"query\" or \"proxy-authorization\"."
+                            ]))
+                }
             }
             plan.token = .inject(c, site: o.placement == .query ? .query : .header, collectForm: false)
             return nil
