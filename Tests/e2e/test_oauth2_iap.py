@@ -4,8 +4,8 @@ STS and a Keycloak-style token exchange) and the IAP-like gateway of Tests/e2e/o
 
 The IAP credential (`layer = "gateway"`, `service_account_file`, `target_audience`, `token_placement =
 "proxy-authorization"`) puts its ID token in `Proxy-Authorization` while an OAuth2 service credential behind it puts
-its bearer in `Authorization`: both arrive, with curl, Python requests and GDAL, in both `http_client` modes and
-through an authenticating parent proxy. The ID token is refreshed at its `exp` and after IAP's 401; a wrong
+its bearer in `Authorization`: both arrive, with curl, Python requests and GDAL, in both `http_client` modes, over
+https inside an intercepted tunnel, and through an authenticating parent proxy (http and https). The ID token is refreshed at its `exp` and after IAP's 401; a wrong
 audience is IAP's 401 relayed with a warning naming the credential. A token exchange re-reads its subject token
 file. No assertion, ID token, subject token or access token reaches a log line, the status page or the metrics."""
 import json
@@ -266,29 +266,106 @@ def test_an_unknown_service_account_is_a_502_naming_the_credential_and_googles_e
 
 
 # ---------------------------------------------------------------------------------------------------------
+# IAP is https: inside an intercepted CONNECT tunnel, in both http_client modes
+# ---------------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def interception(proxy_binary, tmp_path_factory):
+    """(authproxy CA dir, upstream certificate, key): the CA that mints the client-facing certificates, and IAP's
+    self-signed certificate for localhost."""
+    d = tmp_path_factory.mktemp("iap-tls")
+    r = harness.run_cli(["ca", "init", "--dir", str(d / "ca")])
+    assert r.returncode == 0, r.stderr + r.stdout
+    cert, key = str(d / "iap.pem"), str(d / "iap.key")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-sha256", "-days", "2",
+                    "-subj", "/CN=localhost", "-keyout", key, "-out", cert,
+                    "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+                    "-addext", "basicConstraints=critical,CA:TRUE"], check=True, capture_output=True, timeout=60)
+    return str(d / "ca"), cert, key
+
+
+def https_iap(idp, interception):
+    """The service behind an IAP-like gateway over https (self-signed for localhost)."""
+    import ssl
+    _, cert, key = interception
+    ogc = ResourceServer(idp).start()
+    gw = IdentityAwareProxy(idp, ogc.base, mode="iap", audience=IAP_CLIENT)
+    gw.tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    gw.tls.load_cert_chain(cert, key)
+    gw.start()
+    return ogc, gw, "https://localhost:%d" % gw.port
+
+
+def https_config(idp, sa_file, interception, base):
+    """Interception with authproxy's CA, trust in IAP's certificate, the IAP and service credentials."""
+    ca_dir, cert, _ = interception
+    tls = '\n[tls]\nca_cert = %s\nca_key = %s\nintercept = "matched"\n' % (
+        json.dumps(ca_dir + "/ca.pem"), json.dumps(ca_dir + "/ca.key"))
+    return (tls + cred("iap", "oauth2", base + "/", service_account_file=sa_file, target_audience=IAP_CLIENT,
+                       token_placement="proxy-authorization", layer="gateway")
+            + cred("ogc", "oauth2", base + "/ogc", token_url=idp.token_endpoint, client_id="gis-proxy",
+                   client_secret=SERVICE_SECRET)
+            + cred("trust", "server-trust", base, ca_file=cert))
+
+
+@pytest.mark.parametrize("http_client", ["native", "libcurl"])
+def test_over_https_through_interception_both_tokens_arrive(proxy_factory, idp, sa_file, session, interception,
+                                                            http_client):
+    ca_dir = interception[0]
+    ogc, gw, base = https_iap(idp, interception)
+    try:
+        p = proxy_factory(proxy={"http_client": http_client},
+                          extra_config=https_config(idp, sa_file, interception, base))
+        url = base + "/ogc/collections/x/items"
+        features(session.get(url, proxies=p.proxies, verify=ca_dir + "/ca.pem", timeout=30))
+        c = harness.curl("-x", p.url, "--cacert", ca_dir + "/ca.pem", "--fail", url)
+        assert c.returncode == 0, c.stderr
+        env = harness.clean_env({"GDAL_HTTP_PROXY": p.authority, "GDAL_CURL_CA_BUNDLE": ca_dir + "/ca.pem",
+                                 "CURL_CA_BUNDLE": ca_dir + "/ca.pem"})
+        g = subprocess.run(["ogrinfo", "-ro", "-al", "-so", url], capture_output=True, env=env, timeout=60)
+        assert g.returncode == 0 and b"Feature Count: 3" in g.stdout, g.stderr
+        log = gw.requests()
+        assert len(log) == 3 and all(e["state"] == "ok" and e["token_from"] == "proxy-authorization" for e in log)
+        assert all(e["authorization"].startswith("Bearer ") for e in log)
+        assert [e["state"] for e in ogc.requests()] == ["ok"] * 3
+    finally:
+        gw.stop()
+        ogc.stop()
+
+
+# ---------------------------------------------------------------------------------------------------------
 # Through an authenticating parent proxy: its Proxy-Authorization and IAP's are two different fields
 # ---------------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("http_client", ["native", "libcurl"])
+@pytest.mark.parametrize("http_client,scheme", [("native", "http"), ("libcurl", "http"), ("native", "https"),
+                                                ("libcurl", "https")])
 def test_through_a_parent_proxy_the_parent_gets_its_login_and_iap_its_id_token(
-        proxy_factory, idp, iap, sa_file, session, squid_basic, http_client):  # noqa: F811
+        proxy_factory, idp, iap, sa_file, session, squid_basic, interception, request, http_client,
+        scheme):  # noqa: F811
     from parents import rig as parents_rig
-    ogc, gw = iap
     sq = squid_basic
     parent = '\n[[credential]]\nname = "corp"\ntype = "password"\nusername = "alice"\npassword = %s\n' % json.dumps(
         parents_rig.USERS["alice"])
-    p = proxy_factory(proxy={"http_client": http_client, "upstream_proxy": sq.url,
-                             "upstream_proxy_credential": "corp"},
-                      extra_config=parent + iap_cred(gw, sa_file) + service_cred(idp, gw))
-    marker = "parent-%s" % http_client
-    features(via(p, session, "GET", items(gw) + "?m=" + marker))
+    settings = {"http_client": http_client, "upstream_proxy": sq.url, "upstream_proxy_credential": "corp"}
+    if scheme == "https":
+        ogc, gw, base = https_iap(idp, interception)
+        request.addfinalizer(gw.stop)
+        request.addfinalizer(ogc.stop)
+        p = proxy_factory(proxy=settings, extra_config=parent + https_config(idp, sa_file, interception, base))
+        r = session.get(base + "/ogc/collections/x/items", proxies=p.proxies, verify=interception[0] + "/ca.pem",
+                        timeout=30)
+    else:
+        ogc, gw = iap
+        p = proxy_factory(proxy=settings, extra_config=parent + iap_cred(gw, sa_file) + service_cred(idp, gw))
+        r = via(p, session, "GET", items(gw))
+    features(r)
     (e,) = [e for e in gw.requests() if e["path"].endswith("/items")]
     assert e["state"] == "ok" and e["token_from"] == "proxy-authorization"
     assert e["authorization"].startswith("Bearer ") and e["proxy_authorization"].startswith("Bearer ")
     # Squid authenticated alice for a tunnel to IAP (libcurl too tunnels the http:// request: in absolute form its
     # Proxy-Authorization would be Squid's), and the ID token went through it.
     p.stop()  # Squid writes a tunnel's line when it closes
-    want = "127.0.0.1:%d" % gw.port
+    want = ("localhost:%d" if scheme == "https" else "127.0.0.1:%d") % gw.port
 
     def tunnel(line):
         try:

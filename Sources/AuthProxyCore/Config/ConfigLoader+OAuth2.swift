@@ -56,7 +56,8 @@ extension ConfigLoader {
         case (nil, let t?):
             endpoint = .tokenURL(t)
         case (nil, nil) where account != nil:
-            endpoint = .tokenURL(HTTPURL.parse(account!.tokenURI)?.string ?? account!.tokenURI)
+            let uri = account?.tokenURI ?? ""
+            endpoint = .tokenURL(HTTPURL.parse(uri)?.string ?? uri)
         default:
             throw fail(
                 "",
