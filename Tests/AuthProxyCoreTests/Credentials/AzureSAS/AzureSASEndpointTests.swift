@@ -85,6 +85,9 @@ struct AzureSASEndpointTests {
         #expect(problem("planetarycomputer/{collection}")?.contains("http(s)") == true)
         #expect(problem(Self.pc + "/{collection}/{container}")?.contains("mixes") == true)
         #expect(
+            problem(Self.pc + "/{account}/{container}?Subscription-Key=abc")?.contains("set subscription_key") == true)
+        #expect(problem(Self.pc + "/{account}/{container}?api-version=2025-04-30") == nil)
+        #expect(
             (try? AzureSASEndpoint.placeholders(of: Self.pc + "/{account}/{container}").get()) == [
                 .account, .container,
             ])

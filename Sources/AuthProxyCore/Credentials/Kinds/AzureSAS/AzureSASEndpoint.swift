@@ -32,7 +32,7 @@ struct AzureSASEndpoint: Equatable, Sendable {
     }
 
     /// The placeholders of a `token_url`, or why it cannot be one: an http(s) URL once they are filled, whose braces
-    /// hold only `{account}`, `{container}` and `{collection}`.
+    /// hold only `{account}`, `{container}` and `{collection}`, without a subscription key in its query.
     static func placeholders(of pattern: String) -> Result<Set<Placeholder>, Problem> {
         var found = Set<Placeholder>()
         var sample = ""
@@ -58,6 +58,14 @@ struct AzureSASEndpoint: Equatable, Sendable {
         guard !sample.contains("}") else { return .failure(Problem(message: "has a '}' without its '{'")) }
         guard let u = HTTPURL.parse(sample), u.target.scheme == "http" || u.target.scheme == "https" else {
             return .failure(Problem(message: "is not an http(s) URL"))
+        }
+        // The filled-in URL names the token's scope on the status page, in metrics and in logs.
+        if TokenInjection.queryHasField(u.target.pathAndQuery, "subscription-key") {
+            return .failure(
+                Problem(
+                    message:
+                        "carries subscription-key in its query, where logs and the status page would show it: set subscription_key instead"
+                ))
         }
         if found.contains(.collection), found.contains(.account) || found.contains(.container) {
             return .failure(
