@@ -7,8 +7,10 @@
 ///
 /// The SAS travels in the URL, so its signature is masked in response heads and, by default, bodies: a blob store
 /// or a tile server in front of it may echo the URL it was asked for.
-struct AzureSASKind: CredentialKind, FetchedTokenKind, Equatable {
-    static let typeName = "azure-sas"
+public struct AzureSASKind: CredentialKind, FetchedTokenKind, Equatable {
+    public static let typeName = "azure-sas"
+    public static var fetchesTokens: Bool { true }
+    public static var secretKeys: Set<String> { ["subscription_key"] }
 
     var endpoint: AzureSASEndpoint
     /// Sent as `Ocp-Apim-Subscription-Key` to the token endpoint (Planetary Computer's API Management).
@@ -17,7 +19,7 @@ struct AzureSASKind: CredentialKind, FetchedTokenKind, Equatable {
     /// The field API Management reads the subscription key from.
     static let subscriptionKeyField = "Ocp-Apim-Subscription-Key"
 
-    static func parse(_ entry: inout TableReader, name: String) throws(ConfigError) -> AzureSASKind {
+    public static func parse(_ entry: inout TableReader, name: String) throws(ConfigError) -> AzureSASKind {
         guard let pattern = try entry.string("token_url"), !pattern.isEmpty else {
             throw entry.missing(
                 "token_url",
@@ -84,9 +86,9 @@ struct AzureSASKind: CredentialKind, FetchedTokenKind, Equatable {
         return AzureSASKind(endpoint: endpoint, subscriptionKey: key)
     }
 
-    var role: CredentialRole { .token }
+    public var role: CredentialRole { .token }
 
-    var identityMaterial: String {
+    public var identityMaterial: String {
         let map = endpoint.collections.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }
         return [
             endpoint.pattern, endpoint.account ?? "", endpoint.collection ?? "", map.joined(separator: ","),
@@ -94,7 +96,10 @@ struct AzureSASKind: CredentialKind, FetchedTokenKind, Equatable {
         ].joined(separator: "\u{0}")
     }
 
-    var tokenSource: TokenSource { .fetched }
+    public var tokenSource: TokenSource { .fetched }
+
+    /// The SAS fields it puts in the query: no other credential on the request may set them.
+    public var occupies: [String] { AzureSASQuery.fieldNames.sorted().map { "?" + $0 } }
 
     func tokenScope(for target: URLTarget) -> TokenScope {
         switch endpoint.tokenURL(for: target) {
@@ -110,7 +115,7 @@ struct AzureSASKind: CredentialKind, FetchedTokenKind, Equatable {
         fetcher.azureSASToken(c, self, tokenURL: root, done: done)
     }
 
-    func apply(_ token: IssuedToken?, to request: inout OutgoingRequest) -> ApplyFailure? {
+    public func apply(_ token: IssuedToken?, to request: inout OutgoingRequest) -> ApplyFailure? {
         guard let token else {
             return ApplyFailure(message: "Credential '\(request.credential)': no SAS token to apply")
         }
@@ -122,20 +127,20 @@ struct AzureSASKind: CredentialKind, FetchedTokenKind, Equatable {
     /// body): `AuthenticationFailed` is a SAS that is expired, malformed or signed with a key the account no longer
     /// has, which a new SAS cures. Other 403 codes (`AuthorizationPermissionMismatch`, `AuthorizationFailure`: the
     /// SAS lacks a permission, a firewall rule) would refuse a new one just the same.
-    func rejection(of head: ResponseView) -> Rejection {
+    public func rejection(of head: ResponseView) -> Rejection {
         guard head.status == 403, let code = head.first("x-ms-error-code"), code == "AuthenticationFailed" else {
             return .none
         }
         return .rejected
     }
 
-    func secrets(token: IssuedToken?) -> [String] {
+    public func secrets(token: IssuedToken?) -> [String] {
         token.map { AzureSASQuery.secrets(of: $0.value) } ?? []
     }
 
-    var scrubsResponseBodiesByDefault: Bool { true }
+    public var scrubsResponseBodiesByDefault: Bool { true }
 
-    var statusDetails: [(String, String)] {
+    public var statusDetails: [(String, String)] {
         var rows = [("token_url", TokenFetcher.redacted(endpoint.pattern))]
         if let a = endpoint.account { rows.append(("account", a)) }
         if let c = endpoint.collection { rows.append(("collection", c)) }
@@ -143,4 +148,8 @@ struct AzureSASKind: CredentialKind, FetchedTokenKind, Equatable {
         rows.append(("subscription_key", subscriptionKey == nil ? "none" : "set"))
         return rows
     }
+}
+
+extension CredentialKind where Self == AzureSASKind {
+    static func azureSAS(_ k: AzureSASKind) -> AzureSASKind { k }
 }
