@@ -218,6 +218,24 @@ def test_a_sas_the_store_refuses_when_fresh_is_relayed_not_looped(proxy_factory,
     assert_no_sas([r.text, json.dumps(dict(r.headers)), p.log_text()], sas)
 
 
+def test_prefetch_keeps_the_sas_of_each_container_prefix_ready(proxy_factory, rig, session):
+    store, sas = rig
+    sas.ttl = 4
+    p = start_with_admin(proxy_factory, azure_cred(store, sas, match=[store.url + "/cogs", store.url + "/more/"],
+                                                   prefetch=True), env={"PC_SDK_SUBSCRIPTION_KEY": KEY})
+    deadline = time.time() + 10
+    while admin_get(p, "/readyz").status_code != 200 and time.time() < deadline:
+        time.sleep(0.1)
+    assert admin_get(p, "/readyz").json() == {"ready": True}
+    # Both containers' SAS were fetched with no request, and are refreshed before they expire, still with none.
+    assert sorted({e["path"] for e in sas.token_requests()}) == ["/api/sas/v1/token/pcstore/cogs",
+                                                                 "/api/sas/v1/token/pcstore/more"]
+    time.sleep(4.5)
+    assert len(sas.token_requests()) >= 4 and store.requests() == []
+    r = via(p, session, "GET", store.blob_url("more", "cog.tif"), headers={"Range": "bytes=0-9"})
+    assert r.status_code == 206 and store.outcomes() == ["ok"]
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Failures of the token endpoint
 # ---------------------------------------------------------------------------------------------------------
