@@ -98,6 +98,10 @@ public protocol CredentialKind: Sendable {
     /// Warnings for `authproxy check` and the start-up log: what has expired or soon will (never a secret).
     func expiryWarnings(credential: String, now: Int64, warningDays: Int) -> [String]
 
+    /// Metrics of its own in `/metrics` for `credentials` (all of this kind), read when scraped: one block per kind,
+    /// so each family's `# HELP`/`# TYPE` lines appear once.
+    static func scrapeText(_ credentials: [Credential], tokens: TokenService?) -> String
+
     /// `authproxy login` for credential `c`: the sign-in flow of the kinds that sign in (an authorization code).
     func signInFlow(_ c: Credential, fetch: SyncFetch) throws(StateError) -> any AuthorizationCodeFlow
 }
@@ -203,6 +207,7 @@ extension CredentialKind {
 
     public func expiries(credential: String) -> [CredentialExpiry] { [] }
     public var placementDescription: String? { nil }
+    public static func scrapeText(_ credentials: [Credential], tokens: TokenService?) -> String { "" }
     public var checkAttributes: String { "" }
     public func expiryWarnings(credential: String, now: Int64, warningDays: Int) -> [String] { [] }
     public func signInFlow(_ c: Credential, fetch: SyncFetch) throws(StateError) -> any AuthorizationCodeFlow {

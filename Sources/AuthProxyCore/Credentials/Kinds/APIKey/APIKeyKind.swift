@@ -35,6 +35,11 @@ extension APIKeySettings: CredentialKind, FixedTokenKind {
         expiryNotes(credential: credential, now: now, warningDays: warningDays)
     }
 
+    public static func scrapeText(_ credentials: [Credential], tokens: TokenService?) -> String {
+        APIKeySlotText.render(
+            credentials.flatMap { c in (tokens?.apiKeySlotStates(c) ?? []).map { (credential: c.name, state: $0) } })
+    }
+
     func fixedToken(_ c: Credential, service: TokenService) -> Result<IssuedToken, TokenError> {
         service.apiKeyToken(c, self).map { .success($0) } ?? .failure(TokenService.keysExpired(c, self))
     }
