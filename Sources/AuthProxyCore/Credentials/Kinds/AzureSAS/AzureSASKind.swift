@@ -99,7 +99,8 @@ public struct AzureSASKind: CredentialKind, FetchedTokenKind, Equatable {
     public var tokenSource: TokenSource { .fetched }
 
     /// The SAS fields it puts in the query: no other credential on the request may set them.
-    public var occupies: [String] { AzureSASQuery.fieldNames.sorted().map { "?" + $0 } }
+    public var occupies: [String] { Self.occupiedFields }
+    private static let occupiedFields = AzureSASQuery.fieldNames.sorted().map { "?" + $0 }
 
     func tokenScope(for target: URLTarget) -> TokenScope {
         switch endpoint.tokenURL(for: target) {
