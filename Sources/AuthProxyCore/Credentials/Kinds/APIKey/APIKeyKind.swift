@@ -29,6 +29,10 @@ extension APIKeySettings: CredentialKind, FixedTokenKind {
         ArcGISTokenRequests.rejection(of: head)
     }
 
+    public func rejection(of head: ResponseView, body: [UInt8]) -> BodyVerdict {
+        ArcGISTokenRequests.rejection(of: head, body: body)
+    }
+
     public var statusDetails: [(String, String)] { [("keys", summary)] }
 
     public func expiryWarnings(credential: String, now: Int64, warningDays: Int) -> [String] {
