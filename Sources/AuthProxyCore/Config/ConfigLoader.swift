@@ -831,7 +831,7 @@ public struct ConfigLoader: Sendable {
 
 /// Reads keys from one table, resolving secret references and remembering which keys were used so
 /// ``finish()`` can reject unknown ones.
-struct TableReader {
+public struct TableReader {
     let table: TOMLTable
     let path: String
     let env: [String: String]
