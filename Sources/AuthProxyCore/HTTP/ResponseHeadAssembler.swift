@@ -425,6 +425,15 @@ struct ResponseHeadAssembler {
         fields[i].valueEnd = storage.count
     }
 
+    /// Drops `Content-Encoding` and the body's length: the body goes on decoded (``BodyScrub``), so it is re-framed
+    /// (chunked, or closed at its end) and no longer in the encoding the upstream named.
+    mutating func dropContentEncoding() {
+        storage.withUnsafeBytes { s in
+            fields.removeAll { Self.equalsIgnoringCase(Self.bytes(s, $0.nameStart, $0.nameEnd), "content-encoding") }
+        }
+        lengthVoid = true
+    }
+
     /// ``value(of:)`` as a String, for rare callers (token-error sniffing).
     func string(of lowercasedName: StaticString) -> String? {
         value(of: lowercasedName).map { String(decoding: $0, as: UTF8.self) }

@@ -292,17 +292,13 @@ extension ClientConnection {
             upstream: x.responseHead.status, headComplete: x.responseHead.isComplete)
         if relayed != x.responseHead.status { x.responseHead.substituteStatus(relayed) }
         x.heldHead.removeAll()
-        if let injected = x.injectedToken {
-            maskInjectedToken(in: x, token: injected.value)
-            // A redirect's body repeats its URL ("Object moved ... <a href=...>"): the token is masked there too.
+        x.bodyScrub = nil
+        let secrets = responseSecrets(x)
+        if !secrets.isEmpty {
+            for secret in secrets { maskInjectedToken(in: x, token: secret) }
+            // A redirect's body repeats its URL ("Object moved ... <a href=...>"): masked there for every credential.
             let s = x.responseHead.status
-            x.bodyMask = s >= 300 && s < 400 ? injected.value : nil
-        }
-        if x.stacksGateway, let gateway = x.gatewayToken {
-            maskInjectedToken(in: x, token: gateway.value)
-            if x.bodyMask == nil, x.responseHead.status >= 300, x.responseHead.status < 400 {
-                x.bodyMask = gateway.value
-            }
+            if x.scrubsBodies || (s >= 300 && s < 400), !planBodyScrub(x, secrets: secrets) { return false }
         }
         if x.upgradedToHTTPS, let client = x.originalURL, let upstream = x.upstreamURL {
             // upgrade_to_https: a redirect to the https origin goes back to the client as the http one it used.
@@ -354,6 +350,54 @@ extension ClientConnection {
             wwwAuthenticate: status == 401 || status == 403 ? x.responseHead.values(of: "www-authenticate") : [],
             location: status >= 300 && status < 400 ? x.responseHead.string(of: "location") : nil,
             signals: o.rejection, issuerHost: o.providerHost)
+    }
+
+    /// The values masked in this exchange's response: the applied credentials' secrets (the service layer's and
+    /// the gateway layer's).
+    func responseSecrets(_ x: ExchangeContext) -> [String] {
+        var secrets: [String] = []
+        if let injected = x.injectedToken { secrets.append(injected.value) }
+        if x.stacksGateway, let gateway = x.gatewayToken { secrets.append(gateway.value) }
+        return secrets
+    }
+
+    /// Decides how the response body is scrubbed (``BodyScrub``): for a body that may echo a secret, the head loses a
+    /// `Content-Encoding` the proxy decodes; one it cannot decode is refused (a 502: returns false).
+    private func planBodyScrub(_ x: ExchangeContext, secrets: [String]) -> Bool {
+        switch BodyScrub.plan(
+            secrets: secrets, contentType: x.responseHead.string(of: "content-type"),
+            contentEncoding: x.responseHead.string(of: "content-encoding"))
+        {
+        case .relay:
+            x.bodyScrub = nil
+        case .scrub(let scrub, let decodes):
+            x.bodyScrub = scrub
+            if decodes { x.responseHead.dropContentEncoding() }
+        case .refuse(let why):
+            refuseUnscrubbable(why)
+            return false
+        }
+        return true
+    }
+
+    /// A body that may carry a secret cannot be searched (an encoding the proxy cannot decode, data that is not
+    /// what its encoding says): nothing more of it is relayed. Before the head went out the client gets a 502;
+    /// after, the connection is cut (the client sees a truncated answer, never the secret).
+    private func refuseUnscrubbable(_ why: String) {
+        let credential = ex?.credential?.name ?? ex?.gatewayCredential?.name ?? "-"
+        let destination = ex?.transfer?.destination ?? ex?.upstreamURL.map { "\($0.urlHost):\($0.port)" } ?? "-"
+        logger.warning(
+            "response not relayed: its body could not be scrubbed of the credential's secrets",
+            metadata: ["client": "\(peer)", "destination": "\(destination)", "credential": "\(credential)", "cause": "\(why)"])
+        cancelTransfer()
+        run(
+            machine.responseHeadRefused(),
+            answer: ErrorResponse(
+                status: 502, message: "Upstream \(destination) sent a response the proxy could not scrub: \(why)",
+                details: [
+                    "Credential '\(credential)' masks its secrets in response bodies (scrub_responses); a body that "
+                        + "cannot be searched is not relayed."
+                ]))
     }
 
     /// Masks the injected token wherever it is echoed in the response head: a redirect's URL, nested in its
@@ -410,16 +454,46 @@ extension ClientConnection {
     }
 
     func transferDidReceiveBody(_ bytes: UnsafeRawBufferPointer) -> BodyAcceptance {
-        if let token = ex?.bodyMask, let masked = RedirectTokenScrub.mask(bytes, token: token) {
-            return masked.withUnsafeBytes { relayBody($0) }
+        guard let scrub = ex?.bodyScrub else { return relayBody(bytes) }
+        // A scrubber cannot give back bytes it has taken: a full client queue pauses the transfer before, and what
+        // it emits is relayed whatever the queue holds then (at most one read, decoded).
+        guard machine.upstreamBodyMayFlow(clientPending: channel.pendingCount, now: now) else { return .pause }
+        var result = BodyAcceptance.accepted
+        do throws(BodyScrub.Failure) {
+            try scrub.feed(bytes) { piece in
+                if case .accepted = result { result = relayBody(piece, forced: true) }
+            }
+        } catch {
+            refuseUnscrubbable(error.message)
+            return .abort
         }
-        return relayBody(bytes)
+        return result
     }
 
-    private func relayBody(_ bytes: UnsafeRawBufferPointer) -> BodyAcceptance {
+    /// The end of a scrubbed body: what the scrubber held back goes out. False when the body could not be completed
+    /// (the exchange has failed then).
+    private func finishBodyScrub() -> Bool {
+        guard let x = ex, let scrub = x.bodyScrub else { return true }
+        x.bodyScrub = nil
+        var result = BodyAcceptance.accepted
+        do throws(BodyScrub.Failure) {
+            try scrub.finish { piece in
+                if case .accepted = result { result = relayBody(piece, forced: true) }
+            }
+        } catch {
+            refuseUnscrubbable(error.message)
+            return false
+        }
+        if case .accepted = result { return true }
+        close()
+        return false
+    }
+
+    /// `forced`: relayed whatever the client's queue holds (bytes a scrubber has already taken).
+    private func relayBody(_ bytes: UnsafeRawBufferPointer, forced: Bool = false) -> BodyAcceptance {
         while true {
             switch machine.upstreamBody(
-                count: bytes.count, clientPending: channel.pendingCount,
+                count: bytes.count, clientPending: forced ? 0 : channel.pendingCount,
                 clientFailed: channel.failed || channel.isClosed, now: now)
             {
             case .commitHeadFirst:
@@ -445,6 +519,8 @@ extension ClientConnection {
 
     func transferDidFinish(error: UpstreamError?) {
         ex?.transfer = nil
+        // Before the machine hears of the end: the held-back bytes are still part of the transfer's body.
+        if error == nil, !finishBodyScrub() { return }
         let end = ExchangeStateMachine.TransferEnd(
             error, retryable: context.retryPolicy.isEnabled && ex?.attemptURL != nil)
         var step = machine.transferEnded(end)
