@@ -61,8 +61,8 @@ final class ExchangeContext {
     /// response head while its token is injected).
     var inspectsService = false
     /// Whether response bodies are scrubbed of the applied credentials' secrets (`scrub_responses`, else the
-    /// kind's ``CredentialKind/scrubsResponseBodiesByDefault``); set with the credential, read for the request's
-    /// `Accept-Encoding` and the response.
+    /// kind's ``CredentialKind/scrubsResponseBodiesByDefault``): decided where the credentials apply, read for the
+    /// response.
     var scrubsBodies = false
     /// The body scrub of the response being relayed (``BodyScrub``): for a scrubbing credential, and for the body of a
     /// redirect (whose HTML repeats its URL); nil: the body is relayed as it comes, at no cost per byte.

@@ -6,12 +6,12 @@
 /// The parameters go into the query of every request (GET, HEAD, POST forms, WebSocket handshakes); a client's
 /// parameter of the same name is removed, from the query and from a form body the proxy holds. There is no
 /// `override_client_token` choice: the proxy's value always wins, so a client cannot pick another identity.
-struct QueryKind: CredentialKind {
-    static let typeName = "query"
+public struct QueryKind: CredentialKind, Equatable {
+    public static let typeName = "query"
 
     let parameters: QueryParameters
 
-    static func parse(_ entry: inout TableReader, name: String) throws(ConfigError) -> QueryKind {
+    public static func parse(_ entry: inout TableReader, name: String) throws(ConfigError) -> QueryKind {
         guard var table = try entry.table("params") else {
             throw entry.missing(
                 "params", "a query credential needs params = { name = \"value\" } (the query parameters it adds)")
@@ -47,23 +47,27 @@ struct QueryKind: CredentialKind {
         return QueryKind(parameters: QueryParameters(parameters))
     }
 
-    var role: CredentialRole { .token }
+    public var role: CredentialRole { .token }
 
-    var identityMaterial: String {
+    public var identityMaterial: String {
         "query|"
             + parameters.parameters.map { "\($0.name.utf8.count):\($0.name)=\($0.value.utf8.count):\($0.value)" }
             .joined(separator: "|")
     }
 
-    /// A form whose fields may repeat a parameter is held whole, to take the client's copy out of it.
-    func prepare(_ request: RequestView) -> Preparation {
-        guard request.isForm, request.bodyLength != nil, request.method != "GET", request.method != "HEAD" else {
-            return Preparation()
-        }
-        return Preparation(holdsBodyUpTo: Int(RequestPlanner.maxFormBytes))
+    /// The largest urlencoded form held whole to take the client's copy of a parameter out of it (as a token's form).
+    static let maxHeldFormBytes = 1024 * 1024
+
+    /// A form whose fields may repeat a parameter is held whole, to take the client's copy out of it; a larger or
+    /// chunked one streams (the proxy's value is in the query, which servers read first).
+    public func prepare(_ request: RequestView) -> Preparation {
+        guard request.isForm, request.method != "GET", request.method != "HEAD", let n = request.bodyLength, n >= 0,
+            n <= Int64(Self.maxHeldFormBytes)
+        else { return Preparation() }
+        return Preparation(holdsBodyUpTo: Self.maxHeldFormBytes)
     }
 
-    func apply(_ token: IssuedToken?, to request: inout OutgoingRequest) -> ApplyFailure? {
+    public func apply(_ token: IssuedToken?, to request: inout OutgoingRequest) -> ApplyFailure? {
         request.target.pathAndQuery = parameters.applied(to: request.target.pathAndQuery)
         if request.isForm, let body = request.body, let kept = parameters.removing(fromForm: body) {
             request.body = kept
@@ -72,12 +76,18 @@ struct QueryKind: CredentialKind {
         return nil
     }
 
-    func secrets(token: IssuedToken?) -> [String] { parameters.parameters.map(\.value) }
+    public func secrets(token: IssuedToken?) -> [String] { parameters.parameters.map(\.value) }
 
     /// The values travel in URLs, and servers echo URLs.
-    var scrubsResponseBodiesByDefault: Bool { true }
+    public var scrubsResponseBodiesByDefault: Bool { true }
 
-    var statusDetails: [(String, String)] {
+    public var statusDetails: [(String, String)] {
         [("params", parameters.parameters.map(\.name).joined(separator: ", "))]
+    }
+}
+
+extension CredentialKind where Self == QueryKind {
+    static func query(_ parameters: [(String, String)]) -> QueryKind {
+        QueryKind(parameters: QueryParameters(parameters.map { .init(name: $0.0, value: $0.1) }))
     }
 }
