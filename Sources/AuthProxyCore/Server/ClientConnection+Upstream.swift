@@ -395,10 +395,13 @@ extension ClientConnection {
     /// The values masked in this exchange's response: the applied credentials' secrets (the service layer's and
     /// the gateway layer's).
     func responseSecrets(_ x: ExchangeContext) -> [String] {
+        // No intermediate arrays: this runs for every response to a request with a credential.
         var secrets: [String] = []
-        for (c, token) in [(x.credential, x.injectedToken), (x.gatewayCredential, x.gatewayToken)] {
-            guard let c, token != nil || c.kind.tokenSource == .none else { continue }
-            secrets += c.kind.secrets(token: token)
+        if let c = x.credential, x.injectedToken != nil || c.kind.tokenSource == .none {
+            secrets = c.kind.secrets(token: x.injectedToken)
+        }
+        if x.stacksGateway, let g = x.gatewayCredential, x.gatewayToken != nil || g.kind.tokenSource == .none {
+            secrets += g.kind.secrets(token: x.gatewayToken)
         }
         return secrets
     }
