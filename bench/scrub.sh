@@ -82,12 +82,17 @@ CONF
 taskset -c 0 "$BIN" serve --config "$TMP/p/proxy.conf" > "$TMP/p/log" 2>&1 &
 PID=$!; PIDS+=("$PID")
 for _ in $(seq 1 100); do curl -s --noproxy '*' -o /dev/null "http://127.0.0.1:$PORT/healthz" && break; sleep 0.1; done
-# Checks: scrubbed responses hold no key, the plain ones do, and the compressed one arrives decoded.
-for path in scrub/caps.xml gz/caps.xml; do
-    n=$(curl -sf -x "http://127.0.0.1:$PORT" "http://127.0.0.1:$ORIGIN_PORT/$path" | grep -c "$KEY" || true)
-    [[ "$n" == 0 ]] || { echo "the key reached the client through /$path" >&2; exit 1; }
+# Checks: scrubbed responses hold no key (and are whole), the plain ones do, the compressed one arrives decoded.
+for path in scrub/caps.xml gz/caps.xml plain/caps.xml; do
+    curl -sf -x "http://127.0.0.1:$PORT" "http://127.0.0.1:$ORIGIN_PORT/$path" -o "$TMP/check.xml"
+    [[ $(stat -c %s "$TMP/check.xml") == $(stat -c %s "$TMP/www/scrub/caps.xml") ]] || { echo "/$path arrived cut" >&2; exit 1; }
+    n=$(grep -c "$KEY" "$TMP/check.xml" || true)
+    if [[ "$path" == plain/* ]]; then
+        [[ "$n" != 0 ]] || { echo "scrub_responses = false scrubbed /$path" >&2; exit 1; }
+    else
+        [[ "$n" == 0 ]] || { echo "the key reached the client through /$path" >&2; exit 1; }
+    fi
 done
-curl -sf -x "http://127.0.0.1:$PORT" "http://127.0.0.1:$ORIGIN_PORT/plain/caps.xml" | grep -q "$KEY"
 
 TICK=$(getconf CLK_TCK)
 cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }

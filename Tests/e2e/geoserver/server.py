@@ -114,7 +114,7 @@ class GeoServer:
         layers = []
         count = 3
         if self.big_capabilities:
-            count = 2200
+            count = 1050
         for i in range(count):
             name = "topp:states" if i == 0 else "topp:layer%d" % i
             layers.append(

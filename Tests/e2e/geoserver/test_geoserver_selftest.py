@@ -113,7 +113,7 @@ def test_gzip_modes_and_framing(gs, http):
     assert b"Transfer-Encoding: chunked" in head and body.startswith(b"7\r\n") and body.endswith(b"0\r\n\r\n")
     gs.set(framing="length", piece=0, big_capabilities=True)
     r = http.get(gs.url + path, timeout=10)
-    assert len(r.content) > 1024 * 1024 and r.content.count(KEY.encode()) > 2000
+    assert len(r.content) > 1024 * 1024 and r.content.count(KEY.encode()) > 1000
 
 
 def test_it_runs_as_a_process():
