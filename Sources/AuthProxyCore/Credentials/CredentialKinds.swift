@@ -8,6 +8,7 @@ enum CredentialKinds {
         OAuthUserSettings.self,
         OAuth2Settings.self,
         HeaderSettings.self,
+        QueryKind.self,
         ServerTrustSettings.self,
         PasswordSettings.self,
         KerberosSettings.self,

@@ -1026,6 +1026,27 @@ extension ExchangeStateMachine {
         } ?? .abort
     }
 
+    /// Whether body bytes may be taken from the upstream now, asked before they are given to a stateful filter
+    /// (``BodyScrub``) that cannot hand them back: false pauses the transfer until the client's queue drains, as
+    /// ``upstreamBody(count:clientPending:clientFailed:now:)`` would. Everything else that call decides (commit,
+    /// hold, discard, abort) it still decides for the filtered bytes, which are then relayed with `clientPending` 0.
+    mutating func upstreamBodyMayFlow(clientPending: Int, now: UInt64) -> Bool {
+        let maxBuffered = limits.maxBuffered
+        return withExchange { e in
+            guard case .transferring(var t) = e.upstream else { return true }
+            switch e.response {
+            case .headReady(let f), .streaming(let f):
+                guard !f.noBody, clientPending >= maxBuffered else { return true }
+                t.pausedForClient = true
+                t.lastProgress = now
+                e.upstream = .transferring(t)
+                return false
+            case .none, .holding, .complete:
+                return true
+            }
+        } ?? true
+    }
+
     /// How a transfer ended.
     enum TransferEnd: Equatable {
         case success

@@ -351,13 +351,18 @@ struct ResponseHeadAssembler {
         }
     }
 
-    /// Whether any field could hold `token`, as is or encoded: it appears literally, or the head has a `%` or an
-    /// `&#` at all. Three scans with libc's string functions, so that the common head (no escapes, no token) costs
-    /// no per-field pass: this runs for every response to a request with an injected token.
+    /// Whether any field could hold `token`, as is or encoded: it appears literally, or the head has a `%`, an `&`
+    /// or a `\` at all (``EncodedTokenFinder``'s escapes). Scans with libc's string functions, so that the common
+    /// head (no escapes, no token) costs no per-field pass: this runs for every response to a request with an
+    /// injected token.
     func mayHold(token: String) -> Bool {
         storage.withUnsafeBytes { s in
             guard !s.isEmpty else { return false }
-            if memchr(s.baseAddress!, 37, s.count) != nil || Self.find(s, "&#") { return true }
+            if memchr(s.baseAddress!, 37, s.count) != nil || memchr(s.baseAddress!, 38, s.count) != nil
+                || memchr(s.baseAddress!, 92, s.count) != nil
+            {
+                return true
+            }
             var t = token
             return t.withUTF8 { Self.find(s, UnsafeRawBufferPointer($0)) }
         }
@@ -418,6 +423,15 @@ struct ResponseHeadAssembler {
         fields[i].valueStart = storage.count
         storage.append(contentsOf: replacement)
         fields[i].valueEnd = storage.count
+    }
+
+    /// Drops `Content-Encoding` and the body's length: the body goes on decoded (``BodyScrub``), so it is re-framed
+    /// (chunked, or closed at its end) and no longer in the encoding the upstream named.
+    mutating func dropContentEncoding() {
+        storage.withUnsafeBytes { s in
+            fields.removeAll { Self.equalsIgnoringCase(Self.bytes(s, $0.nameStart, $0.nameEnd), "content-encoding") }
+        }
+        lengthVoid = true
     }
 
     /// ``value(of:)`` as a String, for rare callers (token-error sniffing).

@@ -166,7 +166,7 @@ extension ClientConnection {
             up.close()
             return
         }
-        if let injected = x.injectedToken { maskInjectedToken(in: x, token: injected.value) }
+        for secret in responseSecrets(x) { maskInjectedToken(in: x, token: secret) }
         x.heldHead.removeAll()
         x.responseHead.writeSwitchingProtocols(
             into: &x.heldHead, upgrade: x.head?.upgrade ?? "websocket", via: context.viaValue)

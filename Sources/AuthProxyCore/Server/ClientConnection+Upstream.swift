@@ -148,6 +148,10 @@ extension ClientConnection {
             r.layer = .gateway
             if let failure = g.kind.apply(x.gatewayToken, to: &r) { return failure }
         }
+        // A body searched for secrets comes uncompressed (one that comes compressed anyway is decoded: BodyScrub).
+        x.scrubsBodies =
+            x.credential?.scrubsResponseBodies == true || x.gatewayCredential?.scrubsResponseBodies == true
+        if x.scrubsBodies { r.fields.setInjected(name: "Accept-Encoding", value: "identity") }
         return nil
     }
 
@@ -336,16 +340,15 @@ extension ClientConnection {
             upstream: x.responseHead.status, headComplete: x.responseHead.isComplete)
         if relayed != x.responseHead.status { x.responseHead.substituteStatus(relayed) }
         x.heldHead.removeAll()
-        // What the credentials put on the request never goes back to the client: masked in every field, and in a
-        // redirect's body, which repeats its URL ("Object moved ... <a href=...>").
-        x.bodyMask = nil
-        for (c, token) in [(x.credential, x.injectedToken), (x.gatewayCredential, x.gatewayToken)] {
-            guard let c, token != nil || c.kind.tokenSource == .none else { continue }
-            for secret in c.kind.secrets(token: token) {
-                maskInjectedToken(in: x, token: secret)
-                let s = x.responseHead.status
-                if x.bodyMask == nil, s >= 300, s < 400 { x.bodyMask = secret }
-            }
+        // What the credentials put on the request never goes back to the client: masked in every field, and in the
+        // body when the credential scrubs bodies or the response is a redirect, whose body repeats its URL
+        // ("Object moved ... <a href=...>").
+        x.bodyScrub = nil
+        let secrets = responseSecrets(x)
+        if !secrets.isEmpty {
+            for secret in secrets { maskInjectedToken(in: x, token: secret) }
+            let s = x.responseHead.status
+            if x.scrubsBodies || (s >= 300 && s < 400), !planBodyScrub(x, secrets: secrets) { return false }
         }
         if x.upgradedToHTTPS, let client = x.originalURL, let upstream = x.upstreamURL {
             // upgrade_to_https: a redirect to the https origin goes back to the client as the http one it used.
@@ -387,6 +390,61 @@ extension ClientConnection {
             tokenRejected(layer: rejectedLayer)
         }
         return true
+    }
+
+    /// The values masked in this exchange's response: the applied credentials' secrets (the service layer's and
+    /// the gateway layer's).
+    func responseSecrets(_ x: ExchangeContext) -> [String] {
+        // No intermediate arrays: this runs for every response to a request with a credential.
+        var secrets: [String] = []
+        if let c = x.credential, x.injectedToken != nil || c.kind.tokenSource == .none {
+            secrets = c.kind.secrets(token: x.injectedToken)
+        }
+        if x.stacksGateway, let g = x.gatewayCredential, x.gatewayToken != nil || g.kind.tokenSource == .none {
+            secrets += g.kind.secrets(token: x.gatewayToken)
+        }
+        return secrets
+    }
+
+    /// Decides how the response body is scrubbed (``BodyScrub``): for a body that may echo a secret, the head loses a
+    /// `Content-Encoding` the proxy decodes; one it cannot decode is refused (a 502: returns false).
+    private func planBodyScrub(_ x: ExchangeContext, secrets: [String]) -> Bool {
+        switch BodyScrub.plan(
+            secrets: secrets, contentType: x.responseHead.string(of: "content-type"),
+            contentEncoding: x.responseHead.string(of: "content-encoding"))
+        {
+        case .relay:
+            x.bodyScrub = nil
+        case .scrub(let scrub, let decodes):
+            x.bodyScrub = scrub
+            if decodes { x.responseHead.dropContentEncoding() }
+        case .refuse(let why):
+            refuseUnscrubbable(why)
+            return false
+        }
+        return true
+    }
+
+    /// A body that may carry a secret cannot be searched (an encoding the proxy cannot decode, data that is not
+    /// what its encoding says): nothing more of it is relayed. Before the head went out the client gets a 502;
+    /// after, the connection is cut (the client sees a truncated answer, never the secret).
+    private func refuseUnscrubbable(_ why: String) {
+        let credential = ex?.credential?.name ?? ex?.gatewayCredential?.name ?? "-"
+        let destination = ex?.transfer?.destination ?? ex?.upstreamURL.map { "\($0.urlHost):\($0.port)" } ?? "-"
+        logger.warning(
+            "response not relayed: its body could not be scrubbed of the credential's secrets",
+            metadata: [
+                "client": "\(peer)", "destination": "\(destination)", "credential": "\(credential)", "cause": "\(why)",
+            ])
+        cancelTransfer()
+        run(
+            machine.responseHeadRefused(),
+            answer: ErrorResponse(
+                status: 502, message: "Upstream \(destination) sent a response the proxy could not scrub: \(why)",
+                details: [
+                    "Credential '\(credential)' masks its secrets in response bodies (scrub_responses); a body that "
+                        + "cannot be searched is not relayed."
+                ]))
     }
 
     /// Masks the injected token wherever it is echoed in the response head: a redirect's URL, nested in its
@@ -443,16 +501,46 @@ extension ClientConnection {
     }
 
     func transferDidReceiveBody(_ bytes: UnsafeRawBufferPointer) -> BodyAcceptance {
-        if let token = ex?.bodyMask, let masked = RedirectTokenScrub.mask(bytes, token: token) {
-            return masked.withUnsafeBytes { relayBody($0) }
+        guard let scrub = ex?.bodyScrub else { return relayBody(bytes) }
+        // A scrubber cannot give back bytes it has taken: a full client queue pauses the transfer before, and what
+        // it emits is relayed whatever the queue holds then (at most one read, decoded).
+        guard machine.upstreamBodyMayFlow(clientPending: channel.pendingCount, now: now) else { return .pause }
+        var result = BodyAcceptance.accepted
+        do throws(BodyScrub.Failure) {
+            try scrub.feed(bytes) { piece in
+                if case .accepted = result { result = relayBody(piece, forced: true) }
+            }
+        } catch {
+            refuseUnscrubbable(error.message)
+            return .abort
         }
-        return relayBody(bytes)
+        return result
     }
 
-    private func relayBody(_ bytes: UnsafeRawBufferPointer) -> BodyAcceptance {
+    /// The end of a scrubbed body: what the scrubber held back goes out. False when the body could not be completed
+    /// (the exchange has failed then).
+    private func finishBodyScrub() -> Bool {
+        guard let x = ex, let scrub = x.bodyScrub else { return true }
+        x.bodyScrub = nil
+        var result = BodyAcceptance.accepted
+        do throws(BodyScrub.Failure) {
+            try scrub.finish { piece in
+                if case .accepted = result { result = relayBody(piece, forced: true) }
+            }
+        } catch {
+            refuseUnscrubbable(error.message)
+            return false
+        }
+        if case .accepted = result { return true }
+        close()
+        return false
+    }
+
+    /// `forced`: relayed whatever the client's queue holds (bytes a scrubber has already taken).
+    private func relayBody(_ bytes: UnsafeRawBufferPointer, forced: Bool = false) -> BodyAcceptance {
         while true {
             switch machine.upstreamBody(
-                count: bytes.count, clientPending: channel.pendingCount,
+                count: bytes.count, clientPending: forced ? 0 : channel.pendingCount,
                 clientFailed: channel.failed || channel.isClosed, now: now)
             {
             case .commitHeadFirst:
@@ -478,6 +566,8 @@ extension ClientConnection {
 
     func transferDidFinish(error: UpstreamError?) {
         ex?.transfer = nil
+        // Before the machine hears of the end: the held-back bytes are still part of the transfer's body.
+        if error == nil, !finishBodyScrub() { return }
         let end = ExchangeStateMachine.TransferEnd(
             error, retryable: context.retryPolicy.isEnabled && ex?.attemptURL != nil)
         var step = machine.transferEnded(end)

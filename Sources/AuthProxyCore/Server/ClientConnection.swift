@@ -468,13 +468,13 @@ final class ClientConnection: UpstreamExchangeDelegate, SocketChannelOwner {
         x.transfer = nil
     }
 
-    /// Forgets what a stopped transfer produced for the client: the decided head, the held body and the mask for
+    /// Forgets what a stopped transfer produced for the client: the decided head, the held body and the scrub of
     /// its body.
     func dropResponse() {
         guard let x = ex else { return }
         x.heldHead.removeAll()
         x.sniffBuffer = []
-        x.bodyMask = nil
+        x.bodyScrub = nil
     }
 
     /// A failed exchange, as the machine decided (``ExchangeStateMachine/FailureStep``): answered with `answer`, or

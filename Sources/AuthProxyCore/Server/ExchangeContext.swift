@@ -60,9 +60,13 @@ final class ExchangeContext {
     /// Whether the response is inspected for the service token's rejection (the gateway's is read from every
     /// response head while its token is injected).
     var inspectsService = false
-    /// The injected token, masked in the body of a redirect (``RedirectTokenScrub/mask(_:token:)``); nil for
-    /// every other response.
-    var bodyMask: String? = nil
+    /// Whether response bodies are scrubbed of the applied credentials' secrets (`scrub_responses`, else the
+    /// kind's ``CredentialKind/scrubsResponseBodiesByDefault``): decided where the credentials apply, read for the
+    /// response.
+    var scrubsBodies = false
+    /// The body scrub of the response being relayed (``BodyScrub``): for a scrubbing credential, and for the body of a
+    /// redirect (whose HTML repeats its URL); nil: the body is relayed as it comes, at no cost per byte.
+    var bodyScrub: BodyScrub? = nil
     var tokenSite: TokenInjection.Site = .query
     /// A copy of the streamed request body for the retry; `replayOffset` is how much of it the current
     /// transfer has read.
@@ -136,7 +140,8 @@ final class ExchangeContext {
         serviceTokenRetried = false
         gatewayTokenRetried = false
         inspectsService = false
-        bodyMask = nil
+        scrubsBodies = false
+        bodyScrub = nil
         tokenSite = .query
         replay = nil  // closes (and so frees) a spill file at once
         replayOffset = 0
