@@ -8,30 +8,33 @@ extension AWSSigV4Kind {
         }
         // A region or service name goes into the credential scope (`…/us-east-1/s3/aws4_request`): AWS's names are
         // lower-case letters, digits and `-`.
-        func scopeName(_ key: String) throws(ConfigError) -> String? {
-            guard let v = try entry.string(key) else { return nil }
+        func checkScopeName(_ key: String, _ v: String?) throws(ConfigError) {
+            guard let v else { return }
             guard !v.isEmpty,
                 v.utf8.allSatisfy({ ($0 >= 0x61 && $0 <= 0x7A) || ($0 >= 0x30 && $0 <= 0x39) || $0 == 0x2D })
             else { throw fail(key, "\(entry.shown(key, v)) is not an AWS name (lower-case letters, digits and '-')") }
-            return v
         }
         // Keys and tokens go into request heads as they are: visible ASCII, never quoted in an error.
-        func secret(_ key: String) throws(ConfigError) -> String? {
-            guard let v = try entry.string(key) else { return nil }
-            if let why = TokenSyntax.arcgisProblem(v) { throw fail(key, "the value (not shown): \(why)") }
-            return v
+        func checkSendable(_ key: String, _ v: String?) throws(ConfigError) {
+            if let v, let why = TokenSyntax.arcgisProblem(v) { throw fail(key, "the value (not shown): \(why)") }
         }
 
-        guard let region = try scopeName("region") else {
+        let region = try entry.string("region")
+        try checkScopeName("region", region)
+        guard let region else {
             throw entry.missing("region", "credential '\(name)' of type aws-sigv4 needs region (e.g. \"eu-central-1\")")
         }
-        let service = try scopeName("service") ?? "s3"
+        let configuredService = try entry.string("service")
+        try checkScopeName("service", configuredService)
+        let service = configuredService ?? "s3"
         let maxBody =
             try entry.int("max_signed_body_bytes", range: 0...(64 * 1024 * 1024)) ?? Self.defaultMaxSignedBodyBytes
 
         let accessKeyID = try entry.string("access_key_id")
-        let secretKey = try secret("secret_access_key")
-        let sessionToken = try secret("session_token")
+        let secretKey = try entry.string("secret_access_key")
+        try checkSendable("secret_access_key", secretKey)
+        let sessionToken = try entry.string("session_token")
+        try checkSendable("session_token", sessionToken)
         let roleARN = try entry.string("role_arn")
         let tokenFile = try entry.string("web_identity_token_file")
         let sessionName = try entry.string("role_session_name")
