@@ -275,17 +275,11 @@ struct Check: ParsableCommand {
             let limit = cred.rateLimit.map { ", rate_limit=\($0.requests)/\($0.perSeconds)s" } ?? ""
             let placement =
                 cred.kind.isToken
-                ? ", token_placement=\(cred.oauth2?.placement.rawValue ?? cred.placement.rawValue)\(cred.overrideClientToken ? ", override_client_token" : "")"
+                ? ", token_placement=\(cred.kind.placementDescription ?? cred.placement.rawValue)\(cred.overrideClientToken ? ", override_client_token" : "")"
                 : ""
             let blind = cred.intercept ? "" : ", intercept=false"
             let layer = cred.layer == .gateway ? ", layer=gateway (applied with the service credential)" : ""
-            var binding = ""
-            if case .arcgisToken(let s) = cred.kind {
-                binding =
-                    ", client=\(s.client)"
-                    + (s.client == "referer"
-                        ? " (referer \(s.referer ?? "")\(s.syntheticReferer ? ", synthetic" : ""))" : "")
-            }
+            let binding = cred.kind.checkAttributes
             let refresh = cred.isRefreshable && cred.refresh == .onDemand ? ", refresh=on_demand" : ""
             print(
                 "    - \(cred.name) (\(cred.kind.typeName)\(layer)\(binding)\(placement)\(refresh)\(limit)\(blind)): \(cred.match.map(\.description).joined(separator: ", "))"
@@ -300,16 +294,9 @@ struct Check: ParsableCommand {
             {
                 warnings.append(w)
             }
-            if let k = cred.apiKey {
-                print("        keys: \(k.summary)")
-                warnings += k.expiryNotes(
-                    credential: cred.name, now: Int64(time(nil)) * 1000, warningDays: c.expiryWarningDays)
-            }
-            if case .token(_, _, let expires?) = cred.kind, expires <= Int64(time(nil)) * 1000 {
-                warnings.append(
-                    "credential '\(cred.name)': its pregenerated token expired (expires is in the past); requests get 502 until it is renewed"
-                )
-            }
+            for (name, value) in cred.kind.statusDetails { print("        \(name): \(value)") }
+            warnings += cred.kind.expiryWarnings(
+                credential: cred.name, now: Int64(time(nil)) * 1000, warningDays: c.expiryWarningDays)
         }
         warnings += c.upstreamProxy.warnings
         warnings += TokenBinding.warnings(c.credentials, clustered: c.cluster != nil, upstream: c.upstreamProxy)
@@ -412,8 +399,7 @@ struct Login: ParsableCommand {
             let fetch = SyncFetch(
                 timeoutSeconds: config.upstreamTimeoutSeconds, credentials: config.credentials,
                 upstreamProxy: config.upstreamProxy)
-            let login: any AuthorizationCodeFlow =
-                c.oauth2 != nil ? try OAuth2Login(credential: c, fetch: fetch) : try OAuthLogin(credential: c)
+            let login = try c.kind.signInFlow(c, fetch: fetch)
             let listener = try login.loopbackPort.map { (port: Int) throws(StateError) in
                 try LoopbackRedirect(port: port)
             }

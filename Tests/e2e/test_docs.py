@@ -17,6 +17,7 @@ import pytest
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 CONFIG_SOURCES = os.path.join(ROOT, "Sources", "AuthProxyCore", "Config")
+KIND_SOURCES = os.path.join(ROOT, "Sources", "AuthProxyCore", "Credentials", "Kinds")
 CONFIG_DOC = os.path.join(ROOT, "docs", "configuration.md")
 EXAMPLE = os.path.join(ROOT, "proxy.conf.example")
 
@@ -88,6 +89,18 @@ def loader_keys():
                         sections.setdefault("credential", set()).add(key)
                 else:
                     unattributed.append("%s %s.%s(%r) in %s" % (where, receiver, method, key, func))
+    # A credential kind's folder (Credentials/Kinds/<Kind>/) reads that kind's keys, whatever the function.
+    for folder in sorted(os.listdir(KIND_SOURCES)):
+        path = os.path.join(KIND_SOURCES, folder)
+        texts = {n: open(os.path.join(path, n), encoding="utf-8").read()
+                 for n in sorted(os.listdir(path)) if n.endswith(".swift")}
+        names = [m for t in texts.values() for m in re.findall(r'static let typeName = "([a-z0-9-]+)"', t)]
+        assert len(names) == 1, "%s declares %s typeName" % (folder, names or "no")
+        for text in texts.values():
+            for receiver, method, key in READ.findall(text):
+                if receiver == "" and method not in HELPERS:
+                    continue
+                types.setdefault(names[0], set()).add(key)
     assert not unattributed, "reads test_docs.py cannot attribute to a section: %s" % unattributed
     return sections, types
 
@@ -208,7 +221,7 @@ def test_loader_keys_are_found():
     assert {"name", "password", "credentials"} <= sections["client"]
     assert {"name", "type", "match", "prefetch", "layer", "rate_limit"} <= sections["credential"]
     assert {"requests", "per_seconds"} <= sections["credential.rate_limit"]
-    assert set(types) == {"api-key", "token", "arcgis-token", "oauth-app", "oauth-user", "oauth2", "server-trust",
+    assert set(types) >= {"api-key", "token", "arcgis-token", "oauth-app", "oauth-user", "oauth2", "server-trust",
                           "password", "kerberos", "certificate", "header"}
     assert {"issuer", "rejection", "private_key"} <= types["oauth2"]
     assert types["header"] == {"headers"}

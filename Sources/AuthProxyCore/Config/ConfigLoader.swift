@@ -224,12 +224,11 @@ public struct ConfigLoader: Sendable {
         }
         let principals = Set(
             config.credentials.compactMap { c -> String? in
-                if case .kerberos(let k) = c.kind { return k.principal }
-                return nil
+                (c.kind as? KerberosSettings)?.principal
             })
         if principals.count > 1 {
             // The credentials, not the principals: a principal may have been read from a file or the environment.
-            let holders = config.credentials.filter { if case .kerberos = $0.kind { true } else { false } }.map(\.name)
+            let holders = config.credentials.filter { $0.kind is KerberosSettings }.map(\.name)
             throw ConfigError(
                 key: "credential", line: nil,
                 "only one Kerberos identity per proxy process is supported (GSS-API's credential cache is process-wide); found \(principals.count) different principals in \(holders.joined(separator: ", "))"
@@ -422,8 +421,8 @@ public struct ConfigLoader: Sendable {
                 key: "proxy.upstream_proxy_credential", line: line,
                 "names credential '\(name)', which is not defined")
         }
-        switch c.kind {
-        case .password, .kerberos: break
+        switch c.kind.role {
+        case .network(.password), .network(.kerberos): break
         default:
             throw ConfigError(
                 key: "proxy.upstream_proxy_credential", line: line,
@@ -469,6 +468,11 @@ public struct ConfigLoader: Sendable {
         return out
     }
 
+    /// The kinds that can fetch tokens, for the errors about `prefetch` and `refresh`.
+    static var fetchingKinds: String {
+        CredentialKinds.all.filter { $0.fetchesTokens }.map { $0.typeName }.joined(separator: ", ")
+    }
+
     private func parseCredential(
         _ entry: inout TableReader, index: Int, parentCredential: String?, defaultRefresh: RefreshMode
     ) throws(ConfigError) -> Credential {
@@ -492,19 +496,28 @@ public struct ConfigLoader: Sendable {
             }
             return p
         }
-        // An oauth2 credential reads its own token_placement ("header" or "query", see OAuth2Settings).
+        guard let kindType = CredentialKinds.named(type) else {
+            throw ConfigError(
+                key: entry.path + ".type", line: entry.line(of: "type"),
+                "credential type \(entry.shown("type", type)) of '\(name)' is not supported (supported: \(CredentialKinds.names.joined(separator: ", ")))"
+            )
+        }
+        // Kinds with their own placement read it themselves (an oauth2 token's "header" or "query").
         let placement =
-            type == "oauth2" ? .header : try entry.enumValue("token_placement", TokenPlacement.self) ?? .param
+            kindType.sharedKeys.contains(.tokenPlacement)
+            ? try entry.enumValue("token_placement", TokenPlacement.self) ?? .param : .param
         let override = try entry.bool("override_client_token") ?? false
         let upgrade = try entry.bool("upgrade_to_https") ?? false
         let allowJSONP = try entry.bool("allow_jsonp") ?? false
         let prefetch = try entry.bool("prefetch") ?? false
         let refresh = try entry.enumValue("refresh", RefreshMode.self)
+        let scrub = try entry.bool("scrub_responses")
         let layer = try entry.enumValue("layer", Credential.Layer.self) ?? .service
-        if layer == .gateway, type != "header", type != "oauth2" {
+        if layer == .gateway, !kindType.sharedKeys.contains(.gatewayLayer) {
+            let gatewayKinds = CredentialKinds.all.filter { $0.sharedKeys.contains(.gatewayLayer) }.map { $0.typeName }
             throw ConfigError(
                 key: entry.path + ".layer", line: entry.line(of: "layer"),
-                "layer = \"gateway\" applies to header and oauth2 credentials only (not to \(type)): a gateway in front of the service takes a static header or an OAuth2 bearer token"
+                "layer = \"gateway\" applies to \(gatewayKinds.joined(separator: " and ")) credentials only (not to \(type)): a gateway in front of the service takes a static header or an OAuth2 bearer token"
             )
         }
         let intercept = try entry.bool("intercept") ?? true
@@ -521,207 +534,12 @@ public struct ConfigLoader: Sendable {
             rateLimit = RateLimit(requests: n, perSeconds: per)
         }
 
-        func required(_ key: String) throws(ConfigError) -> String {
-            guard let v = try entry.string(key), !v.isEmpty else {
-                throw entry.missing(key, "credential '\(name)' of type \(type) needs \(key)")
-            }
-            return v
-        }
-        func url(_ key: String, required isRequired: Bool) throws(ConfigError) -> String? {
-            guard let v = isRequired ? try required(key) : try entry.string(key) else { return nil }
-            guard let u = HTTPURL.parse(v) else {
-                throw ConfigError(
-                    key: entry.path + "." + key, line: entry.line(of: key),
-                    "\(entry.shown(key, v)) is not an http(s) URL")
-            }
-            return u.withoutTrailingSlash
-        }
-        // A key or token goes into requests as it is (a header placement writes it raw): what no token service
-        // may hand out (``TokenSyntax``) is refused from the configuration too, without quoting it.
-        func sendableToken(_ key: String) throws(ConfigError) -> String {
-            let v = try required(key)
-            if let why = TokenSyntax.arcgisProblem(v) {
-                throw ConfigError(
-                    key: entry.path + "." + key, line: entry.line(of: key), "the value (not shown): \(why)")
-            }
-            return v
-        }
-        // The `Referer` a token is bound to goes out with every request: the same rule as any injected field.
-        func checkedReferer(_ v: String?) throws(ConfigError) -> String? {
-            guard let v else { return nil }
-            if let why = OutboundHead.fieldProblem(name: "Referer", value: v) {
-                throw ConfigError(key: entry.path + ".referer", line: entry.line(of: "referer"), "the value \(why)")
-            }
-            return v
-        }
-        // `sign_in_urls`: where the web tier in front of the credential's servers sends a client to sign in (an IdP
-        // besides the portal's own sign-in and SAML, recognised without it): a redirect there is a token rejection.
-        func urlList(_ key: String) throws(ConfigError) -> [String] {
-            guard let list = try entry.stringArray(key) else { return [] }
-            for v in list.values where HTTPURL.parse(v) == nil {
-                throw ConfigError(
-                    key: entry.path + "." + key, line: list.line, "\(entry.shown(key, v)) is not an http(s) URL")
-            }
-            return list.values
-        }
-        var signInURLs: [String] = []
-        let kind: Credential.Kind
-        switch type {
-        case "api-key":
-            kind = .apiKey(try Self.parseAPIKey(&entry, name: name))
-        case "token":
-            let token = try sendableToken("token")
-            let referer = try checkedReferer(entry.string("referer"))
-            let expires = try entry.dateTime("expires")
-            kind = .token(token: token, referer: referer, expires: expires)
-        case "arcgis-token":
-            signInURLs = try urlList("sign_in_urls")
-            let configured = try checkedReferer(entry.string("referer"))
-            // Bound to a referer unless `requestip` is asked for: a token bound to one egress address breaks in a
-            // fleet and on a parent failover (``TokenBinding``).
-            let client = try entry.string("client") ?? "referer"
-            guard ["referer", "requestip", "ip"].contains(client) else {
-                throw ConfigError(
-                    key: entry.path + ".client", line: entry.line(of: "client"),
-                    "\(entry.shown("client", client)) is not one of \"referer\", \"requestip\", \"ip\"")
-            }
-            let synthetic = client == "referer" && configured == nil
-            kind = .arcgisToken(
-                ArcGISTokenSettings(
-                    username: try required("username"), password: try required("password"),
-                    tokenURL: try url("token_url", required: false),
-                    referer: synthetic ? TokenBinding.syntheticReferer(credential: name) : configured,
-                    expirationMinutes: try entry.int("expiration_minutes", range: 1...525_600), client: client,
-                    syntheticReferer: synthetic))
-        case "oauth-app":
-            signInURLs = try urlList("sign_in_urls")
-            kind = .oauthApp(
-                OAuthAppSettings(
-                    clientID: try required("client_id"), clientSecret: try required("client_secret"),
-                    portalURL: try url("portal_url", required: true)!,
-                    expirationMinutes: try entry.int("expiration_minutes", range: 1...20_160)))
-        case "oauth-user":
-            signInURLs = try urlList("sign_in_urls")
-            let redirect = try required("redirect_uri")
-            guard redirect == "urn:ietf:wg:oauth:2.0:oob" || HTTPURL.parse(redirect) != nil else {
-                throw ConfigError(
-                    key: entry.path + ".redirect_uri", line: entry.line(of: "redirect_uri"),
-                    "\(entry.shown("redirect_uri", redirect)) is neither an http(s) URL nor urn:ietf:wg:oauth:2.0:oob")
-            }
-            kind = .oauthUser(
-                OAuthUserSettings(
-                    clientID: try required("client_id"), portalURL: try url("portal_url", required: true)!,
-                    redirectURI: redirect))
-        case "oauth2":
-            kind = .oauth2(try Self.parseOAuth2(&entry, name: name))
-        case "server-trust":
-            let caFile = try entry.string("ca_file")
-            let pin = try entry.string("pinned_public_key")
-            let insecure = try entry.bool("insecure") ?? false
-            if let caFile, access(caFile, R_OK) != 0 {
-                throw ConfigError(
-                    key: entry.path + ".ca_file", line: entry.line(of: "ca_file"),
-                    "cannot read \(entry.shown("ca_file", caFile)): \(lastErrorString())")
-            }
-            if let pin, !pin.hasPrefix("sha256//") {
-                throw ConfigError(
-                    key: entry.path + ".pinned_public_key", line: entry.line(of: "pinned_public_key"),
-                    "expected sha256//<base64 of the SHA-256 of the public key>")
-            }
-            guard [caFile != nil, pin != nil, insecure].filter({ $0 }).count == 1 else {
-                throw ConfigError(
-                    key: entry.path, line: entry.table.line,
-                    "a server-trust credential needs exactly one of ca_file, pinned_public_key, insecure = true")
-            }
-            var bundle: [UInt8]? = nil
-            if let caFile {
-                guard let text = readTextFile(caFile) else {
-                    throw ConfigError(
-                        key: entry.path + ".ca_file", line: entry.line(of: "ca_file"),
-                        "cannot read \(entry.shown("ca_file", caFile)): \(lastErrorString())")
-                }
-                bundle = Array(text.utf8)
-            }
-            kind = .serverTrust(
-                ServerTrustSettings(caFile: caFile, pinnedPublicKey: pin, insecure: insecure, caBundle: bundle))
-        case "password":
-            var schemes = Set(PasswordScheme.allCases)
-            if let list = try entry.stringArray("schemes") {
-                schemes = []
-                for s in list.values {
-                    guard let scheme = PasswordScheme(rawValue: s.lowercased()) else {
-                        throw ConfigError(
-                            key: entry.path + ".schemes", line: list.line,
-                            "\(entry.shown("schemes", s)) is not one of basic, digest, ntlm")
-                    }
-                    schemes.insert(scheme)
-                }
-                if schemes.isEmpty {
-                    throw ConfigError(key: entry.path + ".schemes", line: list.line, "needs at least one scheme")
-                }
-            }
-            let domain = try entry.string("domain")
-            if domain != nil, entry.table["schemes"] == nil {
-                // libcurl sends one user name for every scheme: DOMAIN\user is only right for NTLM.
-                schemes = [.ntlm]
-            }
-            kind = .password(
-                PasswordSettings(
-                    username: try required("username"), password: try required("password"),
-                    domain: domain, schemes: schemes,
-                    allowBasicOverHTTP: try entry.bool("allow_basic_over_http") ?? false))
-        case "kerberos":
-            let principal = try required("principal")
-            let keytab = try entry.string("keytab")
-            let password = try entry.string("password")
-            guard (keytab == nil) != (password == nil) else {
-                throw ConfigError(
-                    key: entry.path, line: entry.table.line,
-                    "a kerberos credential needs exactly one of keytab or password")
-            }
-            if let keytab, access(keytab, R_OK) != 0 {
-                throw ConfigError(
-                    key: entry.path + ".keytab", line: entry.line(of: "keytab"),
-                    "cannot read \(entry.shown("keytab", keytab)): \(lastErrorString())")
-            }
-            kind = .kerberos(KerberosSettings(principal: principal, keytab: keytab, password: password))
-        case "certificate":
-            var s = ClientCertificateSettings(
-                file: try entry.string("file"), password: try entry.string("password"),
-                cert: try entry.string("cert"), key: try entry.string("key"),
-                keyPassword: try entry.string("key_password"))
-            guard (s.file != nil) != (s.cert != nil || s.key != nil) else {
-                throw ConfigError(
-                    key: entry.path, line: entry.table.line,
-                    "a certificate credential needs file (+ password) for PKCS#12, or cert + key (+ key_password) for PEM"
-                )
-            }
-            switch ClientCertificateCheck.load(s) {
-            case .success(let m): s.material = m
-            case .failure(let failure):
-                var problem = failure.message
-                // The check quotes the paths it could not use: not those read from a file or the environment.
-                for (k, v) in [("file", s.file), ("cert", s.cert), ("key", s.key)] where entry.isReference(k) {
-                    if let v, !v.isEmpty { problem = problem.replacing("'\(v)'", with: entry.shown(k, v)) }
-                }
-                throw ConfigError(
-                    key: entry.path + (s.file != nil ? ".file" : ".cert"),
-                    line: entry.line(of: s.file != nil ? "file" : "cert"), problem)
-            }
-            kind = .certificate(s)
-        case "header":
-            kind = .header(try headerFields(&entry, name: name))
-        default:
-            throw ConfigError(
-                key: entry.path + ".type", line: entry.line(of: "type"),
-                "credential type \(entry.shown("type", type)) of '\(name)' is not supported (supported: api-key, token, arcgis-token, oauth-app, oauth-user, oauth2, server-trust, password, kerberos, certificate, header)"
-            )
-        }
+        let kind = try kindType.parse(&entry, name: name)
         try entry.finish()
         var credential = Credential(
             name: name, kind: kind, match: prefixes, placement: placement, overrideClientToken: override,
             line: entry.table.line)
-        credential.signInURLs = signInURLs
+        credential.scrubResponses = scrub
         credential.upgradeToHTTPS = upgrade
         credential.layer = layer
         credential.rateLimit = rateLimit
@@ -731,7 +549,7 @@ public struct ConfigLoader: Sendable {
             guard credential.isRefreshable else {
                 throw ConfigError(
                     key: entry.path + ".prefetch", line: entry.line(of: "prefetch"),
-                    "prefetch applies to credentials that fetch tokens (arcgis-token, oauth-app, oauth-user, oauth2), not to \(type)"
+                    "prefetch applies to credentials that fetch tokens (\(Self.fetchingKinds)), not to \(type)"
                 )
             }
             credential.prefetch = true
@@ -739,7 +557,7 @@ public struct ConfigLoader: Sendable {
         if let refresh, !credential.isRefreshable {
             throw ConfigError(
                 key: entry.path + ".refresh", line: entry.line(of: "refresh"),
-                "refresh = \"\(refresh.rawValue)\" applies to credentials that fetch tokens (arcgis-token, oauth-app, oauth-user, oauth2), not to \(type)"
+                "refresh = \"\(refresh.rawValue)\" applies to credentials that fetch tokens (\(Self.fetchingKinds)), not to \(type)"
             )
         }
         if credential.isRefreshable { credential.refresh = refresh ?? defaultRefresh }
@@ -754,36 +572,6 @@ public struct ConfigLoader: Sendable {
             )
         }
         return credential
-    }
-
-    /// A `header` credential's `headers = { "Name" = "value", … }`: at least one field; names are header field
-    /// names the proxy does not manage itself; values (secrets, never quoted) may be `${ENV}` or `file:`.
-    private func headerFields(_ entry: inout TableReader, name: String) throws(ConfigError) -> [HeaderField] {
-        guard var t = try entry.table("headers"), !t.table.entries.isEmpty else {
-            throw entry.missing(
-                "headers", "credential '\(name)' of type header needs headers = { \"X-API-Key\" = \"…\" }")
-        }
-        var fields: [HeaderField] = []
-        var seen = Set<String>()
-        for (k, _) in t.table.entries {
-            if let why = HeaderField.problem(name: k) {
-                throw ConfigError(key: t.path + "." + k, line: t.line(of: k), "'\(k)' \(why)")
-            }
-            guard seen.insert(k.lowercased()).inserted else {
-                throw ConfigError(key: t.path + "." + k, line: t.line(of: k), "'\(k)' is set twice")
-            }
-            guard let v = try t.string(k), !v.isEmpty else {
-                throw ConfigError(key: t.path + "." + k, line: t.line(of: k), "needs a value")
-            }
-            // The rule every head the proxy writes upstream passes (``OutboundHead``): refused here, at load,
-            // rather than as a 502 on every request.
-            if let why = OutboundHead.fieldProblem(name: k, value: v) {
-                throw ConfigError(key: t.path + "." + k, line: t.line(of: k), "the value (a secret, not shown) \(why)")
-            }
-            fields.append(HeaderField(name: k, value: v))
-        }
-        try t.finish()
-        return fields
     }
 
     /// The entries of a host-name list (`[admin] hosts`, `[proxy] pac_hosts`), each through ``hostName(_:)``;
@@ -831,7 +619,7 @@ public struct ConfigLoader: Sendable {
 
 /// Reads keys from one table, resolving secret references and remembering which keys were used so
 /// ``finish()`` can reject unknown ones.
-struct TableReader {
+public struct TableReader {
     let table: TOMLTable
     let path: String
     let env: [String: String]
@@ -842,10 +630,11 @@ struct TableReader {
     /// written: such a value is never quoted in an error.
     private var references: [String: String] = [:]
 
-    /// Keys that hold secrets: their values are never quoted in an error, even when written literally.
-    static let secretKeys: Set<String> = [
+    /// Keys that hold secrets: their values are never quoted in an error, even when written literally. Each
+    /// credential kind adds its own (``CredentialKind/secretKeys``).
+    static let secretKeys: Set<String> = CredentialKinds.all.reduce(into: [
         "key", "token", "password", "client_secret", "key_password", "state_key", "redis", "refresh_token",
-    ]
+    ]) { $0.formUnion($1.secretKeys) }
 
     /// See ``ConfigLoader/acceptUnfilled``.
     let acceptUnfilled: Bool

@@ -48,6 +48,68 @@ public protocol CredentialKind: Sendable {
 
     /// Rows for the status page (`name = value`, nothing secret).
     var statusDetails: [(String, String)] { get }
+
+    /// The shared `[[credential]]` keys that mean something for this kind (the loader refuses the others).
+    static var sharedKeys: SharedCredentialKeys { get }
+
+    /// Whether it can fetch tokens (``FetchedTokenKind``), for the messages about `prefetch` and `refresh`.
+    static var fetchesTokens: Bool { get }
+
+    /// Its keys that hold secrets: their values are never quoted in a configuration error, even when written
+    /// literally.
+    static var secretKeys: Set<String> { get }
+
+    /// Whether the upstream's answers are read for a rejection at all (``rejection(of:)``): a kind with nothing
+    /// to switch to (one API key, static fields) relays its answers unread.
+    var inspectsResponses: Bool { get }
+
+    /// Whether a rejection can be answered by sending the request again with something else (a refreshed token,
+    /// another key): such requests keep a replay copy of their body.
+    var retriesRejections: Bool { get }
+
+    /// Whether ``rejection(of:)`` may answer ``Rejection/readBody``: the response must then come back in a coding
+    /// the body reader decodes (never `br` or `zstd`).
+    var readsBodiesForRejection: Bool { get }
+
+    /// The request fields (lowercased names) and query parameters (`?name`) it sets: two credentials on one request
+    /// (a gateway and a service) may not set the same one.
+    var occupies: [String] { get }
+
+    /// Whether its refresh token comes from `authproxy login` (kept in the state file).
+    var signsIn: Bool { get }
+
+    /// A redirect answering a request with its token that sends the client to sign in (the token was not
+    /// accepted): nil when the head is no such redirect, or the kind is not behind a sign-in page.
+    func signInRedirect(of head: ResponseView) -> SignInRedirect.Target?
+
+    /// What of it lapses by itself (a key's or certificate's expiry), for the status page and `/metrics`.
+    func expiries(credential: String) -> [CredentialExpiry]
+
+    /// Whether `other` holds the same settings (a reload keeps what did not change).
+    func isSame(as other: any CredentialKind) -> Bool
+
+    /// How `authproxy check` describes where it puts its token, when the kind has a placement of its own (nil: the
+    /// shared `token_placement`, or none).
+    var placementDescription: String? { get }
+
+    /// What `authproxy check` adds after the type in the credential's line (`, client=referer (…)`).
+    var checkAttributes: String { get }
+
+    /// Warnings for `authproxy check` and the start-up log: what has expired or soon will (never a secret).
+    func expiryWarnings(credential: String, now: Int64, warningDays: Int) -> [String]
+
+    /// `authproxy login` for credential `c`: the sign-in flow of the kinds that sign in (an authorization code).
+    func signInFlow(_ c: Credential, fetch: SyncFetch) throws(StateError) -> any AuthorizationCodeFlow
+}
+
+/// The `[[credential]]` keys shared by several kinds, each read only for the kinds that declare it.
+public struct SharedCredentialKeys: OptionSet, Sendable {
+    public let rawValue: Int
+    public init(rawValue: Int) { self.rawValue = rawValue }
+    /// `token_placement`: `param` or `header` (ArcGIS tokens and keys).
+    public static let tokenPlacement = SharedCredentialKeys(rawValue: 1)
+    /// `layer = "gateway"`: the kind may stand in front of the service credential.
+    public static let gatewayLayer = SharedCredentialKeys(rawValue: 4)
 }
 
 /// What a credential acts on.
@@ -80,11 +142,15 @@ public enum TokenSource: Sendable, Equatable {
 public struct Preparation: Sendable, Equatable {
     /// The client brings its own credential of this kind: the request goes as it is.
     public var clientHasOwn = false
+    /// The kind does not apply to this request at all (an ArcGIS token outside the ArcGIS APIs: no token is
+    /// obtained for a portal's home page).
+    public var applies = true
     /// The request body must be held whole to apply the credential (an urlencoded form a token or parameter goes
     /// into, a body whose hash is signed): up to this many bytes; nil: the body streams.
     public var holdsBodyUpTo: Int? = nil
 
-    public init(clientHasOwn: Bool = false, holdsBodyUpTo: Int? = nil) {
+    public init(applies: Bool = true, clientHasOwn: Bool = false, holdsBodyUpTo: Int? = nil) {
+        self.applies = applies
         self.clientHasOwn = clientHasOwn
         self.holdsBodyUpTo = holdsBodyUpTo
     }
@@ -122,12 +188,28 @@ extension CredentialKind {
     public func secrets(token: IssuedToken?) -> [String] { token.map { [$0.value] } ?? [] }
     public var scrubsResponseBodiesByDefault: Bool { false }
     public var statusDetails: [(String, String)] { [] }
+    public static var sharedKeys: SharedCredentialKeys { [] }
+    public static var secretKeys: Set<String> { [] }
+    public static var fetchesTokens: Bool { false }
+    public var inspectsResponses: Bool { tokenSource != .none }
+    public var retriesRejections: Bool { tokenSource == .fetched }
+    public var readsBodiesForRejection: Bool { false }
+    public var occupies: [String] { [] }
+    public var signsIn: Bool { false }
+    public func signInRedirect(of head: ResponseView) -> SignInRedirect.Target? { nil }
 
     /// Whether it puts something on requests (the others act on connections).
     public var isToken: Bool { role == .token }
 
-    /// The two kinds are the same settings.
-    func same(as other: any CredentialKind) -> Bool {
-        type(of: other).typeName == Self.typeName && other.identityMaterial == identityMaterial
+    public func expiries(credential: String) -> [CredentialExpiry] { [] }
+    public var placementDescription: String? { nil }
+    public var checkAttributes: String { "" }
+    public func expiryWarnings(credential: String, now: Int64, warningDays: Int) -> [String] { [] }
+    public func signInFlow(_ c: Credential, fetch: SyncFetch) throws(StateError) -> any AuthorizationCodeFlow {
+        throw StateError("credential '\(c.name)' is of type \(Self.typeName); login is for oauth-user credentials")
     }
+}
+
+extension CredentialKind where Self: Equatable {
+    public func isSame(as other: any CredentialKind) -> Bool { (other as? Self) == self }
 }

@@ -2,35 +2,31 @@
 /// matching prefix wins; ties go to the one written first in the file.
 public struct CredentialStore: Sendable {
     public let credentials: [Credential]
-    /// Indices into `credentials` by kind, so that each lookup only visits candidates (and a proxy without
+    /// Indices into `credentials` by role, so that each lookup only visits candidates (and a proxy without
     /// network credentials does no network matching at all per request).
     private let tokenIndices: [Int]
-    private let passwordIndices: [Int]
-    private let kerberosIndices: [Int]
-    private let certificateIndices: [Int]
-    private let trustIndices: [Int]
+    /// Network credentials by slot (``NetworkSlot``): within a slot the longest match wins; the slots combine.
+    private let networkIndices: [(slot: NetworkSlot, indices: [Int])]
     /// `layer = "gateway"` credentials: they apply together with the service credential, not instead of it.
     private let gatewayIndices: [Int]
 
     public init(_ credentials: [Credential]) {
         self.credentials = credentials
-        var token: [Int] = [], password: [Int] = [], kerberos: [Int] = [], certificate: [Int] = [], trust: [Int] = []
-        var gateway: [Int] = []
+        var token: [Int] = [], gateway: [Int] = []
+        var network: [NetworkSlot: [Int]] = [:]
         for (i, c) in credentials.enumerated() {
             if c.layer == .gateway {
                 gateway.append(i)
                 continue
             }
-            switch c.kind {
-            case .password: password.append(i)
-            case .kerberos: kerberos.append(i)
-            case .certificate: certificate.append(i)
-            case .serverTrust: trust.append(i)
-            default: if c.kind.isToken { token.append(i) }
+            switch c.kind.role {
+            case .token: token.append(i)
+            case .network(let slot): network[slot, default: []].append(i)
             }
         }
-        (tokenIndices, passwordIndices, kerberosIndices, certificateIndices, trustIndices, gatewayIndices) =
-            (token, password, kerberos, certificate, trust, gateway)
+        tokenIndices = token
+        gatewayIndices = gateway
+        networkIndices = NetworkSlot.allCases.compactMap { slot in network[slot].map { (slot, $0) } }
     }
 
     /// The gateway-layer credential for `target` (the most specific), if any.
@@ -45,35 +41,24 @@ public struct CredentialStore: Sendable {
         best(among: tokenIndices, for: target).map { credentials[$0] }
     }
 
-    /// The network-type credentials for `target`: within each type the longest match wins, and the types
+    /// The network-type credentials for `target`: within each slot the longest match wins, and the slots
     /// combine (a host can take a server-trust, a certificate and a password credential at once).
     public func network(for target: URLTarget) -> NetworkAuth {
         var n = NetworkAuth()
-        if let i = best(among: passwordIndices, for: target), case .password(let s) = credentials[i].kind {
-            n.password = s
-            n.passwordName = credentials[i].name
-        }
-        if let i = best(among: kerberosIndices, for: target), case .kerberos(let s) = credentials[i].kind {
-            n.kerberos = s
-        }
-        if let i = best(among: certificateIndices, for: target), case .certificate(let s) = credentials[i].kind {
-            n.certificate = s
-            n.certificateName = credentials[i].name
-        }
-        if let i = best(among: trustIndices, for: target), case .serverTrust(let s) = credentials[i].kind {
-            n.trust = s
+        for (_, indices) in networkIndices {
+            if let i = best(among: indices, for: target), let k = credentials[i].kind as? any NetworkKind {
+                k.contribute(to: &n, credential: credentials[i].name)
+            }
         }
         return n
     }
 
     private func networkCredentials(for target: URLTarget) -> [Credential?] {
-        [passwordIndices, kerberosIndices, certificateIndices, trustIndices].map { indices in
-            best(among: indices, for: target).map { credentials[$0] }
-        }
+        networkIndices.map { best(among: $0.indices, for: target).map { credentials[$0] } }
     }
 
     /// Every credential that applies to a request for `target`: the gateway one, the token-type one and each
-    /// network type's.
+    /// network slot's.
     public func applicable(for target: URLTarget) -> [Credential] {
         ([gatewayCredential(for: target), tokenCredential(for: target)] + networkCredentials(for: target)).compactMap {
             $0
@@ -93,10 +78,12 @@ public struct CredentialStore: Sendable {
 
     /// The server-trust credential for `target`, if any.
     public func trust(for target: URLTarget) -> ServerTrustSettings? {
-        guard let i = best(among: trustIndices, for: target), case .serverTrust(let t) = credentials[i].kind else {
-            return nil
+        guard let trust = networkIndices.first(where: { $0.slot == .trust }) else { return nil }
+        var n = NetworkAuth()
+        if let i = best(among: trust.indices, for: target), let k = credentials[i].kind as? any NetworkKind {
+            k.contribute(to: &n, credential: credentials[i].name)
         }
-        return t
+        return n.trust
     }
 
     /// Whether a credential that matches `target` asks for `http://` to go upstream over https.

@@ -1,20 +1,28 @@
 /// The request as the client sent it, before a credential is applied: what ``CredentialKind/prepare(_:)`` reads.
 public struct RequestView {
     public var method: String
-    /// Where the request goes (after `upgrade_to_https`), with the client's path and query.
+    /// The URL credentials are matched on (the client's, its path normalised), with its query.
     public var target: URLTarget
     public var fields: HTTPHeaders
     /// How many body bytes follow: nil none, -1 chunked.
     public var bodyLength: Int64?
     /// A WebSocket handshake (`Upgrade`).
     public var isUpgrade: Bool
+    /// The credential's `token_placement`.
+    public var placement: TokenPlacement
+    /// The body, once the proxy holds it whole (after ``Preparation/holdsBodyUpTo`` asked for it); nil before.
+    public var body: [UInt8]? = nil
 
-    public init(method: String, target: URLTarget, fields: HTTPHeaders, bodyLength: Int64?, isUpgrade: Bool) {
+    public init(
+        method: String, target: URLTarget, fields: HTTPHeaders, bodyLength: Int64?, isUpgrade: Bool,
+        placement: TokenPlacement = .param
+    ) {
         self.method = method
         self.target = target
         self.fields = fields
         self.bodyLength = bodyLength
         self.isUpgrade = isUpgrade
+        self.placement = placement
     }
 
     /// Whether the body is an urlencoded form.
@@ -40,6 +48,8 @@ public struct OutgoingRequest {
     public var credential: String
     /// The credential's `placement` (where a token goes for kinds that offer a choice).
     public var placement: TokenPlacement
+    /// Which layer applies: a gateway's token leaves the service's `Authorization` alone.
+    public var layer: Credential.Layer = .service
 
     public init(
         method: String, target: URLTarget, fields: HTTPHeaders, body: [UInt8]?, bodyLength: Int64?,

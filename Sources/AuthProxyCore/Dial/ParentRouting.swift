@@ -30,8 +30,8 @@ final class ParentRouting: Sendable, Equatable {
         self.pac = config.pac == nil ? nil : pac
         credentialName = config.credentialName
         let c = config.credentialName.flatMap { n in credentials.first { $0.name == n } }
-        if case .password(let p)? = c?.kind { password = p } else { password = nil }
-        if case .kerberos(let k)? = c?.kind { kerberos = k } else { kerberos = nil }
+        password = c?.kind as? PasswordSettings
+        kerberos = c?.kind as? KerberosSettings
     }
 
     /// For a command-line tool (`doctor`, `login`, `signout`): the configured parents with a health record of

@@ -49,7 +49,7 @@ public struct DoctorProbe {
         f.takenNames = Set(credentials.map(\.name))
         var trust: (name: String, settings: ServerTrustSettings)? = nil
         for c in applicable {
-            if case .serverTrust(let s) = c.kind { trust = (c.name, s) }
+            if let s = c.kind as? ServerTrustSettings { trust = (c.name, s) }
         }
 
         let routing = ParentRouting.standalone(upstreamProxy, credentials: credentials)

@@ -421,6 +421,20 @@ struct ResponseHeadAssembler {
     }
 
     /// ``value(of:)`` as a String, for rare callers (token-error sniffing).
+    /// The values of the fields named `lowercasedName` (any case), as strings: for a credential kind reading the head
+    /// (``ResponseView``).
+    func values(named lowercasedName: String) -> [String] {
+        var name = lowercasedName
+        return name.withUTF8 { n in
+            storage.withUnsafeBytes { (s: UnsafeRawBufferPointer) -> [String] in
+                fields.filter {
+                    Self.equalsIgnoringCase(Self.bytes(s, $0.nameStart, $0.nameEnd), UnsafeRawBufferPointer(n))
+                }
+                .map { String(decoding: Self.bytes(s, $0.valueStart, $0.valueEnd), as: UTF8.self) }
+            }
+        }
+    }
+
     func string(of lowercasedName: StaticString) -> String? {
         value(of: lowercasedName).map { String(decoding: $0, as: UTF8.self) }
     }

@@ -15,15 +15,16 @@ struct ForwardPlan: Equatable {
     /// How much of the request body is kept to send again (nil: it has none): for a kept-alive connection found
     /// dead or a multi-round-trip login, and more for a refreshable token's retry.
     var replayLimit: Int64?
-    var token: TokenPlan
-    /// Header fields a `header` credential sets (the service one's, then the gateway one's, which wins a name
-    /// both set), replacing the client's fields of those names; and the credential named in the access log.
-    var setHeaders: [HeaderField] = []
-    var headerCredential: String? = nil
-    /// An `oauth2` credential with `layer = "gateway"` (an identity-aware proxy in front of the service): its
-    /// access token goes in together with the service credential's, and a rejection by the gateway refreshes it
-    /// alone.
-    var gatewayToken: TokenPlan = .none
+    /// The service layer's token-type credential that applies (nil: none matches, it does not apply to this
+    /// request, or the client brings its own). Its kind applies it at one point, on the request as it goes
+    /// upstream (``CredentialKind/apply(_:to:)``).
+    var service: Credential? = nil
+    /// The request body is held whole before the service credential applies (``Preparation/holdsBodyUpTo``: a
+    /// form a token goes into, a body whose hash is signed).
+    var holdsBody = false
+    /// The gateway layer's credential (an identity-aware proxy in front of the service): it applies after the
+    /// service's, and a rejection by the gateway refreshes its token alone.
+    var gateway: Credential? = nil
     /// The parent proxies the request goes through (nil: direct; `no_proxy` and the route decided here).
     var parentRoute: ParentRoute? = nil
     /// The route depends on a PAC answer not known yet: nothing else in the plan is final; the executor asks
@@ -38,27 +39,14 @@ struct ForwardPlan: Equatable {
         clientMatch = url
         upstreamMatch = url
         replayLimit = nil
-        token = .none
     }
 
-    /// The token-type credential's part.
-    enum TokenPlan: Equatable {
-        /// No token goes into the request (none matches, the path is outside the ArcGIS APIs, or the client
-        /// brings its own).
-        case none
-        /// A token of `credential` goes in at `site`. `collectForm`: the form body (of at most
-        /// ``RequestPlanner/maxFormBytes``) is collected whole first and the token goes into it.
-        case inject(Credential, site: TokenInjection.Site, collectForm: Bool)
-
-        // A credential is one by its name within a configuration generation.
-        static func == (a: TokenPlan, b: TokenPlan) -> Bool {
-            switch (a, b) {
-            case (.none, .none): return true
-            case (.inject(let c1, let s1, let f1), .inject(let c2, let s2, let f2)):
-                return c1.name == c2.name && s1 == s2 && f1 == f2
-            default: return false
-            }
-        }
+    // A credential is one by its name within a configuration generation.
+    static func == (a: ForwardPlan, b: ForwardPlan) -> Bool {
+        a.upstreamURL == b.upstreamURL && a.upgradedToHTTPS == b.upgradedToHTTPS && a.network == b.network
+            && a.clientMatch == b.clientMatch && a.upstreamMatch == b.upstreamMatch && a.replayLimit == b.replayLimit
+            && a.service?.name == b.service?.name && a.holdsBody == b.holdsBody && a.gateway?.name == b.gateway?.name
+            && a.parentRoute == b.parentRoute && a.routePending == b.routePending
     }
 }
 

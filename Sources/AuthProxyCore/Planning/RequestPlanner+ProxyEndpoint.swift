@@ -70,8 +70,7 @@ extension RequestPlanner {
             targets.append(url.replacingPath(p))
         }
         let applied = targets.flatMap { store.applicable(for: $0) }.filter { c in
-            if case .serverTrust = c.kind { return false }  // trust settings authenticate nobody
-            return true
+            c.kind.role != .network(.trust)  // trust settings authenticate nobody
         }
         return !applied.isEmpty && applied.allSatisfy(\.allowJSONP)
     }

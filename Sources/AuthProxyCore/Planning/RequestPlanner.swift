@@ -172,9 +172,6 @@ enum RequestPlanner {
         }
     }
 
-    /// Form bodies up to this size are collected to carry the token; larger ones get it in the URL.
-    static let maxFormBytes: Int64 = 1024 * 1024
-
     /// Fills `plan` (made with ``ForwardPlan/init(url:)``) for the request, or returns the answer that replaces it.
     /// In place rather than returned: the plan is large (URLs, network credentials), and copying it through a
     /// `Result` showed in the relay's instruction count.
@@ -266,23 +263,28 @@ enum RequestPlanner {
                 plan.network.answersChallenges ? settings.maxReplayBytes : Int64(ReplayBuffer.memoryLimit)
         }
         let match = plan.clientMatch
+        let bodyLength: Int64? =
+            switch h.framing {
+            case .none: nil
+            case .contentLength(let n): n
+            case .chunked: -1
+            }
+        var view = RequestView(
+            method: h.method, target: match, fields: h.headers, bodyLength: hasBody ? bodyLength : nil,
+            isUpgrade: h.upgrade != nil)
         // A gateway credential (an identity-aware proxy in front of the service) applies whatever the service
-        // credential is; on the same rule as the others when the raw path selects differently.
+        // credential is (the client cannot know its token); on the same rule as the others when the raw path selects
+        // differently.
         if let g = store.gatewayCredential(for: match),
             raw.map({ store.gatewayCredential(for: $0)?.name == g.name }) ?? true
         {
-            if case .header(let fields) = g.kind {
-                plan.setHeaders = fields
-                plan.headerCredential = g.name
-            } else if let o = g.oauth2 {
-                // The gateway's bearer token goes in whatever the client sends: the client cannot know it.
-                plan.gatewayToken = .inject(g, site: o.placement == .query ? .query : .header, collectForm: false)
-                if hasBody { plan.replayLimit = settings.maxReplayBytes }  // replayed after the gateway's rejection
-                if o.placement == .header, plan.network.answersChallenges {
-                    return Self.authorizationClash(
-                        gateway: g.name,
-                        service: plan.network.passwordName.map { "'\($0)'" } ?? "the Kerberos credential")
-                }
+            plan.gateway = g
+            // A body is replayed after the gateway's rejection.
+            if g.retriesRejections, hasBody { plan.replayLimit = settings.maxReplayBytes }
+            if g.kind.tokenSource != .none, g.kind.occupies.contains("authorization"), plan.network.answersChallenges {
+                return Self.authorizationClash(
+                    gateway: g.name,
+                    service: plan.network.passwordName.map { "'\($0)'" } ?? "the Kerberos credential")
             }
         }
         var selected = store.tokenCredential(for: match)
@@ -296,67 +298,33 @@ enum RequestPlanner {
             }
             return nil
         }
-        if case .header(let fields) = c.kind {
-            if case .inject(let g, .header, _) = plan.gatewayToken,
-                fields.contains(where: { $0.name.caseInsensitiveEquals("authorization") })
-            {
-                return Self.authorizationClash(gateway: g.name, service: "'\(c.name)'")
-            }
-            // Static fields go on every matched request (no ArcGIS API gate: a gateway guards every path). The
-            // gateway's fields, set above, win a name both set: the gateway is met first.
-            let gateway = plan.setHeaders
-            plan.setHeaders =
-                fields.filter { f in !gateway.contains { $0.name.caseInsensitiveEquals(f.name) } } + gateway
-            plan.headerCredential = plan.headerCredential.map { "\(c.name)+\($0)" } ?? c.name
-            return nil
+        view.placement = c.placement
+        let prepared = c.kind.prepare(view)
+        // The kind does not apply here (an ArcGIS token outside the ArcGIS APIs), or the client authenticates itself:
+        // its credential is left alone and not retried.
+        guard prepared.applies, !prepared.clientHasOwn || c.overrideClientToken else { return nil }
+        if let g = plan.gateway, g.kind.tokenSource != .none,
+            let clash = g.kind.occupies.first(where: c.kind.occupies.contains)
+        {
+            // A gateway's static fields win a name both set (the gateway is met first); a token cannot share its
+            // place with the service's.
+            return clash == "authorization"
+                ? Self.authorizationClash(gateway: g.name, service: "'\(c.name)'")
+                : PlannedAnswer(
+                    error: ErrorResponse(
+                        status: 502,
+                        message:
+                            "Credentials '\(g.name)' (gateway) and '\(c.name)' both put their token in the \(clash.dropFirst()) parameter",
+                        details: ["Set token_placement = \"header\" on one of them."]))
         }
-        if let o = c.oauth2 {
-            // An OAuth2 bearer token goes on every matched request (OGC API, GeoServer, a gateway), whatever its
-            // path; the client's own `Authorization` or `access_token` is left alone unless overridden.
-            if !c.overrideClientToken,
-                OAuth2Injection.clientHasToken(pathAndQuery: url.pathAndQuery, headers: h.headers)
-            {
-                return nil
-            }
-            if hasBody { plan.replayLimit = settings.maxReplayBytes }  // replayed after a rejection
-            if case .inject(let g, let gatewaySite, _) = plan.gatewayToken,
-                gatewaySite == (o.placement == .query ? .query : .header)
-            {
-                return o.placement == .header
-                    ? Self.authorizationClash(gateway: g.name, service: "'\(c.name)'")
-                    : PlannedAnswer(
-                        error: ErrorResponse(
-                            status: 502,
-                            message:
-                                "Credentials '\(g.name)' (gateway) and '\(c.name)' both put their token in the access_token parameter",
-                            details: ["Set token_placement = \"header\" on one of them."]))
-            }
-            plan.token = .inject(c, site: o.placement == .query ? .query : .header, collectForm: false)
-            return nil
-        }
-        // Outside the ArcGIS APIs (a portal's home and app pages, static files) no token is needed, so none is
-        // obtained — no discovery, no token request, no backoff to poison the credential's API roots.
-        if c.isRefreshable, ServerRoot.api(match) == nil { return nil }
-        // The client authenticates itself: its token is left alone and not retried.
-        if !c.overrideClientToken, TokenInjection.clientHasToken(pathAndQuery: url.pathAndQuery, headers: h.headers) {
-            return nil
-        }
-        var site = TokenInjection.site(
-            placement: c.placement, method: h.method, isForm: TokenInjection.isForm(h.headers))
-        var collectForm = false
-        if site == .form {
-            if case .contentLength(let n) = h.framing, n <= maxFormBytes {
-                collectForm = true
-            } else {
-                site = .query  // a large or chunked form keeps streaming; the token goes into the URL
-            }
-        }
-        if c.retriesRejections, hasBody, !collectForm {
+        plan.service = c
+        if let limit = prepared.holdsBodyUpTo, case .contentLength(let n) = h.framing, n <= Int64(limit) {
+            plan.holdsBody = true
+        } else if c.retriesRejections, hasBody {
             // A rejected token is retried (refreshed, or an API key's other slot) with the body sent again, up to
             // max_replay_bytes.
             plan.replayLimit = settings.maxReplayBytes
         }
-        plan.token = .inject(c, site: site, collectForm: collectForm)
         return nil
     }
 

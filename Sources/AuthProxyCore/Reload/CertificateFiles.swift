@@ -16,17 +16,14 @@ struct CertificateFiles: WatchedFiles {
     init(running credentials: [Credential], read: (String) -> [UInt8]? = readFileBytes) {
         var d: [String: String] = [:]
         for c in credentials {
-            switch c.kind {
-            case .certificate(let s):
+            if let s = c.kind as? ClientCertificateSettings {
                 if let m = s.material {
                     if let file = s.file { d[file] = Self.digest(m.cert) }
                     if let cert = s.cert { d[cert] = Self.digest(m.cert) }
                     if let key = s.key, let k = m.key { d[key] = Self.digest(k) }
                 }
-            case .serverTrust(let t):
+            } else if let t = c.kind as? ServerTrustSettings {
                 if let ca = t.caFile, let bundle = t.caBundle { d[ca] = Self.digest(bundle) }
-            default:
-                break
             }
         }
         for path in Self.paths(of: credentials) where d[path] == nil { d[path] = Self.digest(read(path)) }
@@ -42,10 +39,10 @@ struct CertificateFiles: WatchedFiles {
     static func paths(of credentials: [Credential]) -> Set<String> {
         var out = Set<String>()
         for c in credentials {
-            switch c.kind {
-            case .certificate(let s): for p in [s.file, s.cert, s.key].compactMap({ $0 }) { out.insert(p) }
-            case .serverTrust(let t): if let ca = t.caFile { out.insert(ca) }
-            default: break
+            if let s = c.kind as? ClientCertificateSettings {
+                for p in [s.file, s.cert, s.key].compactMap({ $0 }) { out.insert(p) }
+            } else if let ca = (c.kind as? ServerTrustSettings)?.caFile {
+                out.insert(ca)
             }
         }
         return out

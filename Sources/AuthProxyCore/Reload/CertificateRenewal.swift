@@ -37,20 +37,19 @@ public enum CertificateRenewal {
         var adopted = false
         var events: [Event] = []
         for (i, c) in credentials.enumerated() {
-            switch c.kind {
-            case .certificate(var s):
+            if var s = c.kind as? ClientCertificateSettings {
                 guard [s.file, s.cert, s.key].contains(where: { $0.map(changed.contains) ?? false }) else { continue }
                 switch load(s) {
                 case .success(let m):
                     guard m != s.material else { continue }  // the same contents written again
                     s.material = m
-                    next[i].kind = .certificate(s)
+                    next[i].kind = s
                     adopted = true
                     events.append(.certificateRenewed(credential: c.name, notAfter: m.notAfter))
                 case .failure(let p):
                     events.append(.refused(credential: c.name, file: p.file, cause: p.message))
                 }
-            case .serverTrust(let t):
+            } else if let t = c.kind as? ServerTrustSettings {
                 guard let file = t.caFile, changed.contains(file) else { continue }
                 guard let bytes = read(file) else {
                     events.append(
@@ -64,11 +63,9 @@ public enum CertificateRenewal {
                 let renewed = ServerTrustSettings(
                     caFile: file, pinnedPublicKey: t.pinnedPublicKey, insecure: t.insecure, caBundle: bytes)
                 guard renewed != t else { continue }
-                next[i].kind = .serverTrust(renewed)
+                next[i].kind = renewed
                 adopted = true
                 events.append(.caRenewed(credential: c.name, file: file))
-            default:
-                continue
             }
         }
         return Outcome(credentials: adopted ? next : nil, events: events)
@@ -99,7 +96,7 @@ public enum CertificateRenewal {
     /// The expiry of each client certificate of `credentials` (``CredentialExpiry``, `what: certificate`).
     public static func expiries(_ credentials: [Credential]) -> [CredentialExpiry] {
         credentials.compactMap { c in
-            guard case .certificate(let s) = c.kind, let notAfter = s.material?.notAfter else { return nil }
+            guard let s = c.kind as? ClientCertificateSettings, let notAfter = s.material?.notAfter else { return nil }
             return CredentialExpiry(credential: c.name, what: .certificate, expires: notAfter)
         }
     }

@@ -153,7 +153,7 @@ public struct ConfigDiff: Sendable, Equatable {
     /// Everything but the identity: the settings of its kind that obtain no token (a password credential's
     /// `schemes` and `allow_basic_over_http`, a certificate's key password, …) and the request-side settings.
     private static func sameBehaviour(_ a: Credential, _ b: Credential) -> Bool {
-        a.kind == b.kind && a.placement == b.placement && a.overrideClientToken == b.overrideClientToken
+        a.kind.isSame(as: b.kind) && a.placement == b.placement && a.overrideClientToken == b.overrideClientToken
             && a.upgradeToHTTPS == b.upgradeToHTTPS
             && a.rateLimit == b.rateLimit && a.allowJSONP == b.allowJSONP && a.prefetch == b.prefetch
             && a.refresh == b.refresh

@@ -39,24 +39,20 @@ extension ClientConnection {
         x.upgradedToHTTPS = plan.upgradedToHTTPS
         x.networkAuth = plan.network
         x.parentRoute = plan.parentRoute
-        if !plan.setHeaders.isEmpty {
-            x.setHeaders = plan.setHeaders
-            x.headerCredential = plan.headerCredential
-        }
-        if case .inject(let g, _, _) = plan.gatewayToken { x.gatewayCredential = g }
+        x.gatewayCredential = plan.gateway
         if context.access.hasRateLimits, let limited = rateLimited(store: store, targets: plan.rateLimitTargets) {
             respond(limited.error, close: false, extraHeaders: "Retry-After: \(limited.retryAfter)\r\n")
             return
         }
         if let limit = plan.replayLimit { x.replay = ReplayBuffer(limit: limit, directory: context.config.stateDir) }
-        guard case .inject(let c, let site, let collectForm) = plan.token else {
+        guard let c = plan.service else {
             obtainToken()  // the gateway's, if any
             return
         }
         x.credential = c
-        x.tokenSite = site
-        if collectForm, case .contentLength(let n) = h.framing {
-            // The token goes into the form: collect it whole first (small by nature), then inject.
+        if plan.holdsBody, case .contentLength(let n) = h.framing {
+            // The credential goes into the body or covers it (a form field, a payload hash): collect it whole first
+            // (small by the kind's bound), then apply.
             x.formBody = []
             x.formBody!.reserveCapacity(Int(n))
             if machine.continueDue() { send("HTTP/1.1 100 Continue\r\n\r\n") }
@@ -123,13 +119,15 @@ extension ClientConnection {
         return nil
     }
 
-    /// The collected form is complete: check for a client token in it, then get ours.
+    /// The held body is complete: the kind looks for the client's own credential in it, then ours is obtained.
     func formCollected() {
         guard let x = ex, let c = x.credential, let h = x.head, let url = x.originalURL else { return }
-        if !c.overrideClientToken,
-            TokenInjection.clientHasToken(pathAndQuery: url.pathAndQuery, headers: h.headers, form: x.formBody)
-        {
-            x.credential = nil
+        if !c.overrideClientToken {
+            var view = RequestView(
+                method: h.method, target: url, fields: h.headers, bodyLength: x.formBody.map { Int64($0.count) },
+                isUpgrade: h.upgrade != nil, placement: c.placement)
+            view.body = x.formBody
+            if c.kind.prepare(view).clientHasOwn { x.credential = nil }
         }
         obtainToken()
     }
@@ -141,7 +139,9 @@ extension ClientConnection {
         guard let x = ex, let url = x.upstreamURL ?? x.originalURL else { return }
         let layer: Credential.Layer
         switch TokenLayers.next(
-            gatewayNeedsToken: x.stacksGateway && x.gatewayToken == nil, serviceNeedsToken: x.credential != nil)
+            gatewayNeedsToken: x.gatewayToken == nil
+                && x.gatewayCredential.map { $0.kind.tokenSource != .none } == true,
+            serviceNeedsToken: x.injectedToken == nil && x.credential.map { $0.kind.tokenSource != .none } == true)
         {
         case .obtain(let l): layer = l
         case .transfer:
@@ -168,55 +168,16 @@ extension ClientConnection {
             gatewayTokenReady(result)
             return
         }
-        guard let x = ex, let c = x.credential, let h = x.head, let url = x.originalURL else { return }
+        guard let x = ex else { return }
         switch result {
         case .failure(let e):
             if x.retry != nil { x.retry?.result = "token_failure" }
             run(machine.tokenUnusable(), answer: e.response)
         case .success(let t):
-            let upstream = x.upstreamURL ?? url
-            if t.ssl && upstream.scheme == "http" {
-                run(
-                    machine.tokenUnusable(),
-                    answer: ErrorResponse(
-                        status: 502, message: "Credential '\(c.name)': its token may only be sent over https",
-                        details: [
-                            "The token service marked the token ssl:true; request \(url.origin) over https (or set upgrade_to_https when available)."
-                        ]))
-                return
-            }
+            // Applied where every credential is, on the request as it goes upstream (``startTransfer``).
             x.injectedToken = t
             x.injectedTokenRejected = false
-            if let o = c.oauth2 {
-                // A bearer token: its own placement, and its rejection is read from the response head alone
-                // (``OAuth2Rejection``), so no Accept-Encoding change and no body held.
-                let applied = OAuth2Injection.apply(
-                    token: t.value, placement: o.placement, pathAndQuery: url.pathAndQuery,
-                    headers: h.headers)
-                var target = upstream
-                target.pathAndQuery = applied.pathAndQuery
-                startTransfer(url: target, headers: applied.headers, inspect: true)
-                return
-            }
-            let applied = TokenInjection.apply(
-                token: t.value, site: x.tokenSite, pathAndQuery: url.pathAndQuery,
-                headers: h.headers, form: x.tokenSite == .form ? x.formBody : nil)
-            var headers = applied.headers
-            if let r = t.referer {
-                headers.setInjected(name: "Referer", value: r)
-            }
-            if x.tokenSite == .form { x.formBody = applied.form }
-            var target = upstream
-            target.pathAndQuery = applied.pathAndQuery
-            // Responses are inspected for token errors where a retry (a refreshed token, an API key's other slot)
-            // or a clear error can follow, and must then come back in a coding the sniffer reads (not br or zstd). A
-            // single API key has nothing to switch to: its responses are relayed unread, as sniffing every body
-            // would cost each request ~4 % more instructions for an answer the upstream's 498 already gives.
-            let inspect = c.apiKey == nil || c.retriesRejections
-            if c.retriesRejections, let ae = TokenRejection.acceptEncodingForInspection(headers) {
-                headers.setInjected(name: "Accept-Encoding", value: ae)
-            }
-            startTransfer(url: target, headers: headers, inspect: inspect)
+            obtainToken()
         }
     }
 
@@ -250,7 +211,7 @@ extension ClientConnection {
             if x.retry != nil { x.retry?.result = "rejected" }
         }
         // Behind web-tier or SAML authentication the rejection is a redirect to sign in: a login page, never relayed.
-        let signIn = layer == .service ? signInRedirect(x) : nil
+        let signIn = layer == .service ? signInRedirect(x, c) : nil
         if let signIn {
             logger.info(
                 "the server redirects to sign in: the token counts as rejected",
@@ -326,20 +287,22 @@ extension ClientConnection {
         return true
     }
 
-    /// The sign-in the response redirects to, when it rejects the injected ArcGIS token that way
-    /// (``SignInRedirect``): only for the credential kinds whose tokens a web tier may guard (`arcgis-token`,
-    /// `oauth-app`, `oauth-user`), only on a request that carried one.
-    func signInRedirect(_ x: ExchangeContext) -> SignInRedirect.Target? {
+    /// The sign-in the response redirects to, when it rejects the injected token that way (``SignInRedirect``): for
+    /// the kinds whose tokens a web tier may guard (``CredentialKind/signInRedirect(of:)``), only on a request that
+    /// carried one.
+    func signInRedirect(_ x: ExchangeContext, _ c: Credential) -> SignInRedirect.Target? {
         let status = x.responseHead.status
-        guard status >= 300, status < 400, let c = x.credential, x.injectedToken != nil,
-            let url = x.upstreamURL ?? x.originalURL
-        else { return nil }
-        switch c.kind {
-        case .arcgisToken, .oauthApp, .oauthUser: break
-        default: return nil
-        }
-        return SignInRedirect.classify(
-            status: status, location: x.responseHead.string(of: "location"), request: url, signInURLs: c.signInURLs)
+        guard status >= 300, status < 400, x.injectedToken != nil else { return nil }
+        return c.kind.signInRedirect(of: responseView(x, c))
+    }
+
+    /// The response head as ``CredentialKind`` reads it.
+    func responseView(_ x: ExchangeContext, _ c: Credential) -> ResponseView {
+        let head = x.responseHead
+        return ResponseView(
+            status: head.status,
+            request: x.upstreamURL ?? x.originalURL ?? URLTarget(scheme: "http", host: "", port: 80, pathAndQuery: "/"),
+            field: { head.values(named: $0) })
     }
 
     /// The answer when the server keeps redirecting to sign in (a fresh token did not help, or no retry may
@@ -389,6 +352,7 @@ extension ClientConnection {
             x.gatewayToken = nil
             x.gatewayTokenRetried = true
         } else {
+            x.injectedToken = nil
             x.serviceTokenRetried = true
         }
         x.retry = (c.name, nil)

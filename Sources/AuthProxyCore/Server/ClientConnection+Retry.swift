@@ -10,8 +10,8 @@ extension ClientConnection {
     /// Called as a transfer starts: counts it in the host's budget unless it is a retry (upstream or token), and
     /// keeps what a retry would send when the request may be retried.
     func prepareRetry(
-        _ x: ExchangeContext, head h: RequestHead, url: URLTarget, headers: HTTPHeaders, inspect: Bool,
-        hasBody: Bool, edits: Bool, now: UInt64
+        _ x: ExchangeContext, head h: RequestHead, url: URLTarget, headers: HTTPHeaders, hasBody: Bool, edits: Bool,
+        now: UInt64
     ) {
         let retries = context.retryPolicy.isEnabled
         if retries, machine.upstreamRetries == 0, machine.attempt == 1 {
@@ -23,7 +23,6 @@ extension ClientConnection {
         else { return }
         x.attemptURL = url
         x.attemptHeaders = headers
-        x.attemptInspect = inspect
     }
 
     /// Whether a final response head is a 414 to a `GET` that ``GetAsPost`` can send as a form (for
@@ -139,7 +138,7 @@ extension ClientConnection {
         guard let x = ex, let url = x.attemptURL, let headers = x.attemptHeaders else { return }
         x.formOffset = 0
         x.replayOffset = 0
-        startTransfer(url: url, headers: headers, inspect: x.attemptInspect)
+        startTransfer(url: url, headers: headers)
         updateReadInterest()
     }
 

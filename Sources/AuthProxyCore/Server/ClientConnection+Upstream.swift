@@ -10,9 +10,10 @@ import Logging
 /// The libcurl side of a forwarded request: starting the transfer, feeding it the request body, and
 /// relaying the response head and body (the `UpstreamExchangeDelegate` callbacks).
 extension ClientConnection {
-    /// Starts the libcurl transfer for the current request with `headers` (hop-by-hop fields are removed here).
-    /// `inspect`: the response is looked at for a token error (a refreshable token was injected).
-    func startTransfer(url: URLTarget, headers: HTTPHeaders, inspect: Bool = false) {
+    /// Starts the transfer for the current request to `url` with the client's `headers` (hop-by-hop fields are
+    /// removed by the client that writes them): the request is made as it goes upstream (GET→POST), the
+    /// credentials apply to it (``applyCredentials(_:to:)``), and it passes ``OutboundHead``'s check.
+    func startTransfer(url: URLTarget, headers: HTTPHeaders) {
         guard !machine.isClosed, let x = ex, let h = x.head else { return }
         // The proxy's own HTTP/1.1 client without a network credential (over a TLS connection libcurl makes for
         // https); libcurl for the rest (the authentication schemes it answers). Both write the head from the
@@ -42,10 +43,18 @@ extension ClientConnection {
         }
         if h.method == "HEAD" { bodyLength = nil }
         let clientHasBody = bodyLength != nil
-        var fields = headers
-        var method = h.method
-        var sent = url
-        if x.getAsPost != nil || GetAsPost.exceeds(url, limit: context.config.getAsPostAboveBytes),
+        let held = x.getAsPost == nil ? x.formBody : nil
+        var out = OutgoingRequest(
+            method: h.method, target: url, fields: headers, body: held, bodyLength: bodyLength,
+            isUpgrade: h.upgrade != nil, now: 0, credential: "")
+        var applied = out
+        if let failure = applyCredentials(x, to: &applied) {
+            refuseApplication(failure)
+            return
+        }
+        // A long GET goes as a form (its length with the credential's additions); the credentials apply again to
+        // the form, which is what goes upstream.
+        if x.getAsPost != nil || GetAsPost.exceeds(applied.target, limit: context.config.getAsPostAboveBytes),
             GetAsPost.applies(
                 method: h.method, hasBody: clientHasBody, isUpgrade: h.upgrade != nil, matched: x.credential != nil,
                 target: url)
@@ -55,27 +64,28 @@ extension ClientConnection {
                 ProxyMetrics.active?.getAsPost(.length)
             }
             let form = GetAsPost.form(of: url)
-            sent = form.target
-            x.formBody = form.body
+            out.target = form.target
+            out.method = "POST"
+            out.body = form.body
+            out.bodyLength = Int64(form.body.count)
+            out.fields.setInjected(name: "Content-Type", value: GetAsPost.contentType)
+            applied = out
+            if let failure = applyCredentials(x, to: &applied) {
+                refuseApplication(failure)
+                return
+            }
+        }
+        if let body = applied.body {
+            x.formBody = body
             x.formOffset = 0
-            method = "POST"
-            bodyLength = Int64(form.body.count)
-            fields.setInjected(name: "Content-Type", value: GetAsPost.contentType)
         }
-        // Set last, on the fields as they go out: a token injected above never reads them as the client's own.
-        for f in x.setHeaders { fields.setInjected(name: f.name, value: f.value) }
-        if x.stacksGateway, let t = x.gatewayToken, let o = x.gatewayCredential?.oauth2 {
-            // After the form is made: a gateway reads its token from the URL, not from a body it passes on.
-            let applied = OAuth2Injection.apply(
-                token: t.value, placement: o.placement, pathAndQuery: sent.pathAndQuery, headers: fields,
-                keepingAuthorization: true)
-            sent.pathAndQuery = applied.pathAndQuery
-            fields = applied.headers
-        }
+        let method = applied.method, sent = applied.target, fields = applied.fields
+        bodyLength = applied.bodyLength
         if let problem = OutboundHead.problem(method: method, target: sent.pathAndQuery, fields: fields) {
             refuseOutboundHead(problem, url: url)
             return
         }
+        let inspect = x.credential?.kind.inspectsResponses == true
         var request = UpstreamRequest(
             method: method, url: sent.url, fields: fields, bodyLength: bodyLength,
             timeoutSeconds: context.config.upstreamTimeoutSeconds)
@@ -93,11 +103,11 @@ extension ClientConnection {
         x.responseHead.reset()
         let started = now
         x.upstreamStarted = started
-        prepareRetry(
-            x, head: h, url: url, headers: headers, inspect: inspect, hasBody: clientHasBody, edits: edits, now: started
-        )
+        prepareRetry(x, head: h, url: url, headers: headers, hasBody: clientHasBody, edits: edits, now: started)
         x.inspectsService = inspect
-        machine.transferStarted(inspect: inspect || (x.stacksGateway && x.gatewayToken != nil), now: started)
+        machine.transferStarted(
+            inspect: inspect || (x.gatewayToken != nil && x.gatewayCredential?.kind.inspectsResponses == true),
+            now: started)
         if ownClient {
             let t = HTTP1Transfer(
                 pool: loop.http1, request: request, target: sent,
@@ -112,6 +122,40 @@ extension ClientConnection {
             t.start()
         }
         pumpBody()
+    }
+
+    /// Applies the service credential's kind, then the gateway's, to the request as it goes upstream, with the tokens
+    /// obtained for them (``CredentialKind/apply(_:to:)``). Returns the client's answer when one cannot apply.
+    private func applyCredentials(_ x: ExchangeContext, to r: inout OutgoingRequest) -> ApplyFailure? {
+        guard x.credential != nil || x.gatewayCredential != nil else { return nil }
+        r.now = nowMillis()
+        if let c = x.credential {
+            r.credential = c.name
+            r.placement = c.placement
+            r.layer = .service
+            if let failure = c.kind.apply(x.injectedToken, to: &r) { return failure }
+            // Answers read for a rejection in their body come back in a coding the reader decodes (not br or zstd).
+            if c.retriesRejections, c.kind.readsBodiesForRejection,
+                let ae = TokenRejection.acceptEncodingForInspection(r.fields)
+            {
+                r.fields.setInjected(name: "Accept-Encoding", value: ae)
+            }
+        }
+        // After the service's: a gateway's static fields win a name both set (the gateway is met first).
+        if let g = x.gatewayCredential {
+            r.credential = g.name
+            r.placement = g.placement
+            r.layer = .gateway
+            if let failure = g.kind.apply(x.gatewayToken, to: &r) { return failure }
+        }
+        return nil
+    }
+
+    /// A credential could not apply to the request: nothing goes upstream, the client gets the kind's answer.
+    private func refuseApplication(_ failure: ApplyFailure) {
+        run(
+            machine.tokenUnusable(),
+            answer: ErrorResponse(status: failure.status, message: failure.message, details: failure.details))
     }
 
     /// The head made for `url` breaks ``OutboundHead``: nothing goes upstream, the client gets a 502 that names the
@@ -292,16 +336,15 @@ extension ClientConnection {
             upstream: x.responseHead.status, headComplete: x.responseHead.isComplete)
         if relayed != x.responseHead.status { x.responseHead.substituteStatus(relayed) }
         x.heldHead.removeAll()
-        if let injected = x.injectedToken {
-            maskInjectedToken(in: x, token: injected.value)
-            // A redirect's body repeats its URL ("Object moved ... <a href=...>"): the token is masked there too.
-            let s = x.responseHead.status
-            x.bodyMask = s >= 300 && s < 400 ? injected.value : nil
-        }
-        if x.stacksGateway, let gateway = x.gatewayToken {
-            maskInjectedToken(in: x, token: gateway.value)
-            if x.bodyMask == nil, x.responseHead.status >= 300, x.responseHead.status < 400 {
-                x.bodyMask = gateway.value
+        // What the credentials put on the request never goes back to the client: masked in every field, and in a
+        // redirect's body, which repeats its URL ("Object moved ... <a href=...>").
+        x.bodyMask = nil
+        for (c, token) in [(x.credential, x.injectedToken), (x.gatewayCredential, x.gatewayToken)] {
+            guard let c, token != nil || c.kind.tokenSource == .none else { continue }
+            for secret in c.kind.secrets(token: token) {
+                maskInjectedToken(in: x, token: secret)
+                let s = x.responseHead.status
+                if x.bodyMask == nil, s >= 300, s < 400 { x.bodyMask = secret }
             }
         }
         if x.upgradedToHTTPS, let client = x.originalURL, let upstream = x.upstreamURL {
@@ -328,32 +371,22 @@ extension ClientConnection {
         }
         let (inspection, rejectedLayer) = TokenLayers.inspection(
             inspect: inspect,
-            gatewayRejects: inspect && x.stacksGateway && x.gatewayToken != nil
-                && x.gatewayCredential?.oauth2.map { oauth2Rejects(x, $0) } == true,
+            gatewayRejects: inspect && x.gatewayToken != nil
+                && x.gatewayCredential.map { $0.kind.rejection(of: responseView(x, $0)) == .rejected } == true,
             inspectsService: x.inspectsService
         ) {
-            if let o = x.credential?.oauth2 { return oauth2Rejects(x, o) ? .rejectedByStatus : .none }
-            if signInRedirect(x) != nil { return .rejectedByStatus }
-            return ExchangeStateMachine.inspection(
-                status: status, framing: framing,
-                mayCarryError: x.responseHead.value(of: "content-type").map {
-                    TokenRejection.mayCarryError(contentTypeBytes: $0)
-                } ?? true)
+            guard let c = x.credential else { return .none }
+            switch c.kind.rejection(of: responseView(x, c)) {
+            case .none: return .none
+            case .rejected: return .rejectedByStatus
+            case .readBody:
+                return ExchangeStateMachine.inspection(status: status, framing: framing, mayCarryError: true)
+            }
         }
         if machine.responseHeadCommitted(status: status, framing: framing, inspection: inspection) == .rejected {
             tokenRejected(layer: rejectedLayer)
         }
         return true
-    }
-
-    /// Whether the response head rejects an `oauth2` token (``OAuth2Rejection``, per the credential's settings).
-    private func oauth2Rejects(_ x: ExchangeContext, _ o: OAuth2Settings) -> Bool {
-        let status = x.responseHead.status
-        return OAuth2Rejection.isRejection(
-            status: status,
-            wwwAuthenticate: status == 401 || status == 403 ? x.responseHead.values(of: "www-authenticate") : [],
-            location: status >= 300 && status < 400 ? x.responseHead.string(of: "location") : nil,
-            signals: o.rejection, issuerHost: o.providerHost)
     }
 
     /// Masks the injected token wherever it is echoed in the response head: a redirect's URL, nested in its

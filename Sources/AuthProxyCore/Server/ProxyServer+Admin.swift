@@ -79,8 +79,7 @@ extension ProxyServer: AdminBackend {
             list.append(CredentialExpiry(credential: s.credential, what: .accessToken, which: s.root, expires: e))
         }
         list += tokens?.signInExpiries() ?? []
-        list += CertificateRenewal.expiries(context.config.credentials)
-        for c in context.config.credentials { list += c.apiKey?.expiries(credential: c.name) ?? [] }
+        for c in context.config.credentials { list += c.kind.expiries(credential: c.name) }
         return CredentialExpiry.ordered(list)
     }
 

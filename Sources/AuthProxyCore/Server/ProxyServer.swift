@@ -229,8 +229,7 @@ public final class ProxyServer: @unchecked Sendable {
     static func kerberosSettings(_ config: ProxyConfig) -> KerberosSettings? {
         // The config loader allows one principal only.
         config.credentials.lazy.compactMap { c -> KerberosSettings? in
-            if case .kerberos(let k) = c.kind { return k }
-            return nil
+            c.kind as? KerberosSettings
         }.first
     }
 
@@ -258,7 +257,7 @@ public final class ProxyServer: @unchecked Sendable {
     func warnParentBasic(_ config: ProxyConfig) {
         let u = config.upstreamProxy
         guard let name = u.credentialName, let c = config.credentials.first(where: { $0.name == name }),
-            case .password(let pw) = c.kind, pw.schemes.contains(.basic)
+            let pw = c.kind as? PasswordSettings, pw.schemes.contains(.basic)
         else { return }
         for p in u.parents where p.scheme == .http {
             logger.warning(
@@ -272,7 +271,7 @@ public final class ProxyServer: @unchecked Sendable {
 
     func warnInsecure(_ credentials: [Credential]) {
         for c in credentials {
-            if case .serverTrust(let t) = c.kind, t.insecure {
+            if let t = c.kind as? ServerTrustSettings, t.insecure {
                 logger.warning(
                     "TLS verification is OFF for matched hosts (server-trust insecure = true)",
                     metadata: [

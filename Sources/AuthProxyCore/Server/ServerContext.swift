@@ -68,6 +68,6 @@ final class ServerContext: Sendable {
 
     /// The name of the `kerberos` credential (at most one per process), for metrics.
     var kerberosCredentialName: String? {
-        config.credentials.first { if case .kerberos = $0.kind { true } else { false } }?.name
+        config.credentials.first { $0.kind is KerberosSettings }?.name
     }
 }

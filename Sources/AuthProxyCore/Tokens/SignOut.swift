@@ -21,13 +21,7 @@ public enum SignOut {
         var report: [String] = []
         let names = Set(selected.map(\.name))
         for c in selected {
-            let portal: String
-            let clientID: String
-            switch c.kind {
-            case .oauthApp(let o): portal = o.portalURL; clientID = o.clientID
-            case .oauthUser(let o): portal = o.portalURL; clientID = o.clientID
-            default: continue
-            }
+            guard let (portal, clientID) = (c.kind as? any FetchedTokenKind)?.revocation else { continue }
             var refresh = contents.refreshTokens.filter { $0.credential == c.name }.map(\.refreshToken)
             if config.cluster != nil, let shared = try ClusterSignIn.refreshToken(c, config: config),
                 !refresh.contains(shared)
@@ -67,7 +61,8 @@ public enum SignOut {
         if config.cluster != nil {
             // Every replica stops using the sign-in: the notice makes each drop its tokens of that grant at once.
             for c in selected {
-                guard case .oauthUser = c.kind else { continue }
+                // A portal sign-in the fleet shares (an oauth2 sign-in is each replica's own).
+                guard c.signsIn, (c.kind as? any FetchedTokenKind)?.revocation != nil else { continue }
                 try ClusterSignIn.store(c, config: config, refreshToken: nil)
                 report.append("\(c.name): refresh token deleted from the fleet's Redis ([cluster])")
             }

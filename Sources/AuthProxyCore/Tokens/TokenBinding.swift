@@ -30,15 +30,7 @@ public enum TokenBinding: Equatable, Sendable {
     /// one is set), the synthetic referer for the server tokens an OAuth credential's portal token is exchanged for;
     /// nil for kinds whose tokens the proxy does not bind (`token` sends the referer it was generated for).
     public static func of(_ c: Credential) -> TokenBinding? {
-        switch c.kind {
-        case .arcgisToken(let s):
-            if s.client == "referer", let r = s.referer { return .referer(r) }
-            return .address(client: s.client)
-        case .oauthApp, .oauthUser:
-            return .referer(syntheticReferer(credential: c.name))
-        default:
-            return nil
-        }
+        (c.kind as? any FetchedTokenKind)?.binding(credential: c.name)
     }
 
     /// The `Referer` requests carrying such a token send.

@@ -80,27 +80,11 @@ final class TokenFetcher {
     /// Obtains a new token for `c` at `root` (a portal root when `isPortal`).
     func fetch(_ c: Credential, root: String, isPortal: Bool, done: @escaping (Result<IssuedToken, TokenError>) -> Void)
     {
-        switch c.kind {
-        case .apiKey, .token, .serverTrust, .password, .kerberos, .certificate, .header:
+        guard let k = c.kind as? any FetchedTokenKind else {
             done(.failure(TokenError(credential: c.name, message: "not a refreshable credential")))
-        case .arcgisToken(let s):
-            generateWithPassword(c, s, root: root, isPortal: isPortal, done: done)
-        case .oauthApp(let o):
-            let portal = o.portalURL
-            if isPortal || ServerRoot.same(root, portal) {
-                clientCredentials(c, o, done: done)
-            } else {
-                viaPortal(c, portal: portal, root: root, done: done)
-            }
-        case .oauthUser(let o):
-            if isPortal || ServerRoot.same(root, o.portalURL) {
-                refreshGrant(c, o, done: done)
-            } else {
-                viaPortal(c, portal: o.portalURL, root: root, done: done)
-            }
-        case .oauth2(let o):
-            oauth2Token(c, o, done: done)
+            return
         }
+        k.fetchToken(c, root: root, isPortal: isPortal, fetcher: self, done: done)
     }
 
     func network(for url: String) -> NetworkAuth {
@@ -119,31 +103,32 @@ final class TokenFetcher {
             then(.success((url, [])))
             return
         }
-        switch g.kind {
-        case .header(let fields):
-            then(.success((url, fields.map { ($0.name, $0.value) })))
-        case .oauth2(let o):
-            host.gatewayToken(g, provider: o.providerURL) { result in
-                switch result {
-                case .failure(let e):
-                    var error = TokenError(
-                        credential: c.name,
-                        message:
-                            "the gateway credential '\(g.name)' in front of \(Self.redacted(url)) has no token: \(e.message)",
-                        details: e.details)
-                    error.local = true
-                    then(.failure(error))
-                case .success(let t):
-                    let applied = OAuth2Injection.apply(
-                        token: t.value, placement: o.placement, pathAndQuery: target.pathAndQuery,
-                        headers: HTTPHeaders([]), keepingAuthorization: true)
-                    var sent = target
-                    sent.pathAndQuery = applied.pathAndQuery
-                    then(.success((sent.url, applied.headers.map { ($0.name, $0.value) })))
-                }
+        // The gateway's own kind applies it, as on the requests it guards (its token first, when it has one).
+        func applied(_ token: IssuedToken?) -> (url: String, fields: [(String, String)]) {
+            var r = OutgoingRequest(
+                method: "POST", target: target, fields: HTTPHeaders(), body: nil, bodyLength: nil, isUpgrade: false,
+                now: clock.nowMillis(), credential: g.name, placement: g.placement)
+            r.layer = .gateway
+            _ = g.kind.apply(token, to: &r)
+            return (r.target.url, r.fields.map { ($0.name, $0.value) })
+        }
+        guard let k = g.kind as? any FetchedTokenKind, case .named(let provider) = k.tokenScope(for: target) else {
+            then(.success(applied(nil)))
+            return
+        }
+        host.gatewayToken(g, provider: provider) { result in
+            switch result {
+            case .failure(let e):
+                var error = TokenError(
+                    credential: c.name,
+                    message:
+                        "the gateway credential '\(g.name)' in front of \(Self.redacted(url)) has no token: \(e.message)",
+                    details: e.details)
+                error.local = true
+                then(.failure(error))
+            case .success(let t):
+                then(.success(applied(t)))
             }
-        default:
-            then(.success((url, [])))
         }
     }
 
@@ -156,7 +141,7 @@ final class TokenFetcher {
     /// a portal restart, a password change, "revoke all tokens"), the portal token is dropped, a new one
     /// obtained as the credential's type dictates, and the exchange made once more — all for the request
     /// that is waiting, which then gets its retry instead of a 502.
-    private func viaPortal(
+    func viaPortal(
         _ c: Credential, portal: String, root: String,
         done: @escaping (Result<IssuedToken, TokenError>) -> Void
     ) {
@@ -170,7 +155,7 @@ final class TokenFetcher {
         }
     }
 
-    private func exchangeWithPortalToken(
+    func exchangeWithPortalToken(
         _ c: Credential, portal: String, root: String, renewed: Bool,
         done: @escaping (Result<IssuedToken, TokenError>) -> Void
     ) {
@@ -197,106 +182,6 @@ final class TokenFetcher {
         }
     }
 
-    private func generateWithPassword(
-        _ c: Credential, _ s: ArcGISTokenSettings, root: String, isPortal: Bool,
-        done: @escaping (Result<IssuedToken, TokenError>) -> Void
-    ) {
-        let proceed: (ServerInfoResponse?) -> Void = { [self] info in
-            switch PasswordLogin.plan(
-                s, root: root, isPortal: isPortal, info: info, configured: TokenServiceTrust.configuredOrigins(c))
-            {
-            case .failure(let e):
-                done(.failure(TokenError(credential: c.name, message: e.message)))
-            case .success(.exchange(let portal)):
-                // One password login at the portal serves every federated server root: its token is cached
-                // under the portal's key, and renewed once if the portal refuses it as dead.
-                exchangeWithPortalToken(c, portal: portal, root: root, renewed: false, done: done)
-            case .success(.login(let tokenURL, let expiration)):
-                var fields = [("username", s.username), ("password", s.password), ("client", s.client)]
-                if let r = s.referer, s.client == "referer" { fields.append(("referer", r)) }
-                if let m = expiration { fields.append(("expiration", String(m))) }
-                fields.append(("f", "json"))
-                post(c, url: tokenURL, fields: fields, answer: GenerateTokenResponse.self) { [self] result in
-                    done(
-                        result.flatMap { issued(c, $0, service: tokenURL) }.map { t in
-                            var t = t
-                            t.referer = s.client == "referer" ? s.referer : nil
-                            return t
-                        }.mapError(Self.loginRefused))
-                }
-            }
-        }
-        guard PasswordLogin.readsServerInfo(isPortal: isPortal) else {
-            proceed(nil)
-            return
-        }
-        serverInfo(c, root: root) { info in
-            // With token_url set, a server without a readable rest/info still gets a token (not exchanged).
-            if case .failure(let e) = info, s.tokenURL == nil {
-                done(.failure(e))
-                return
-            }
-            proceed(try? info.get())
-        }
-    }
-
-    private func clientCredentials(
-        _ c: Credential, _ o: OAuthAppSettings,
-        done: @escaping (Result<IssuedToken, TokenError>) -> Void
-    ) {
-        var fields = [
-            ("grant_type", "client_credentials"), ("client_id", o.clientID), ("client_secret", o.clientSecret),
-        ]
-        if let m = o.expirationMinutes { fields.append(("expiration", String(m))) }
-        fields.append(("f", "json"))
-        let url = ServerRoot.sharingRest(o.portalURL) + "/oauth2/token"
-        post(c, url: url, fields: fields, answer: OAuthTokenResponse.self) { [self] result in
-            done(result.flatMap { issued(c, $0, service: url) }.mapError(Self.loginRefused))
-        }
-    }
-
-    private func refreshGrant(
-        _ c: Credential, _ o: OAuthUserSettings, retried: Bool = false,
-        done: @escaping (Result<IssuedToken, TokenError>) -> Void
-    ) {
-        // The file is the authority on refresh tokens (`authproxy login` writes them, `signout` removes them):
-        // the host looks at it before every refresh grant (rare), so a new login or a sign-out takes effect
-        // at once.
-        guard let refresh = host.refreshToken(for: c) else {
-            done(
-                .failure(
-                    TokenError(
-                        credential: c.name,
-                        message: "no refresh token (not signed in yet, signed out, or the sign-in expired): "
-                            + Self.signInAgain(c),
-                        local: true)))
-            return
-        }
-        let url = ServerRoot.sharingRest(o.portalURL) + "/oauth2/token"
-        let fields = [
-            ("grant_type", "refresh_token"), ("client_id", o.clientID), ("refresh_token", refresh), ("f", "json"),
-        ]
-        post(c, url: url, fields: fields, answer: OAuthTokenResponse.self) { [self] result in
-            if case .success(let a) = result,
-                let expires = OAuthTokenResponse.refreshExpiry(a.body.refreshTokenExpiresIn, now: clock.nowMillis())
-            {
-                // A portal that says how long the refresh token lives (or hands out a new one) keeps the stored
-                // sign-in's expiry true, so the exchange is planned on the portal's word.
-                host.refreshTokenRenewed(c, spent: refresh, refreshToken: a.body.refreshToken, expires: expires)
-            }
-            if case .failure(let e) = result, e.refused, !retried, host.refreshToken(for: c) != refresh {
-                // The refresh token was exchanged while this grant was on its way (a portal may invalidate the old
-                // one at once): the sign-in is fine, ask again with the new one.
-                refreshGrant(c, o, retried: true, done: done)
-                return
-            }
-            done(
-                result.flatMap { issued(c, $0, service: url) }.mapError {
-                    Self.loginRefused(Self.refreshRefused($0, c))
-                })
-        }
-    }
-
     /// A token service's refusal of the credential's own secret (password, client secret, refresh token) is
     /// the credential's failure, not one root's: ``TokenCache`` backs off the whole credential, so roots asked
     /// for meanwhile cost no further failed login (account lockout). An outage stays a failure of the root.
@@ -305,59 +190,6 @@ final class TokenFetcher {
         var e = e
         e.loginRefused = true
         return e
-    }
-
-    /// A refresh grant the portal refused: the refresh token from `authproxy login` expired (about two weeks
-    /// after the sign-in), was revoked (sign-out elsewhere, "revoke all tokens", a password change) or belongs to
-    /// another app. Nothing but a new sign-in helps, so the error says so, with the portal's own words. An outage
-    /// (no answer, an error page) stays as it is: the same refresh token works again when the portal is back.
-    static func refreshRefused(_ e: TokenError, _ c: Credential) -> TokenError {
-        guard e.refused else { return e }
-        var e = e
-        e.message =
-            "the portal no longer accepts the refresh token of the last `authproxy login` "
-            + "(it expired or was revoked; \(e.message)): " + signInAgain(c)
-        return e
-    }
-
-    private static func signInAgain(_ c: Credential) -> String {
-        "sign in again with `authproxy login --config <file> --credential \(c.name)`"
-    }
-
-    /// What `grant_type=exchange_refresh_token` returned: the new refresh token and when it expires (nil: never).
-    struct ExchangedRefreshToken {
-        var refreshToken: String
-        var expires: Int64?
-    }
-
-    /// `grant_type=exchange_refresh_token` (`client_id`, `redirect_uri`, `refresh_token`): the portal swaps the
-    /// sign-in's refresh token for a new one with a full life. A refusal (``TokenError/refused``) means the portal no
-    /// longer accepts `refreshToken`; anything else is an outage. The access token that comes with it is not kept: the
-    /// cache's own single flight obtains access tokens, and those of the sign-in stay valid.
-    func exchangeRefreshToken(
-        _ c: Credential, _ o: OAuthUserSettings, refreshToken: String,
-        done: @escaping (Result<ExchangedRefreshToken, TokenError>) -> Void
-    ) {
-        let url = ServerRoot.sharingRest(o.portalURL) + "/oauth2/token"
-        let fields = [
-            ("grant_type", "exchange_refresh_token"), ("client_id", o.clientID), ("redirect_uri", o.redirectURI),
-            ("refresh_token", refreshToken), ("f", "json"),
-        ]
-        post(c, url: url, fields: fields, answer: OAuthTokenResponse.self) { [self] result in
-            done(
-                result.flatMap { answer in
-                    guard let r = answer.body.refreshToken, !r.isEmpty else {
-                        return .failure(
-                            TokenError(
-                                credential: c.name,
-                                message:
-                                    "token service \(Self.redacted(url)) returned no refresh_token for the exchange"))
-                    }
-                    let expires = OAuthTokenResponse.refreshExpiry(
-                        answer.body.refreshTokenExpiresIn, now: clock.nowMillis())
-                    return .success(ExchangedRefreshToken(refreshToken: r, expires: expires))
-                })
-        }
     }
 
     /// Federation: a portal token → a token for `serverRoot` (portal `generateToken` with `token` + `serverUrl`).
@@ -389,7 +221,7 @@ final class TokenFetcher {
 
     /// The `rest/info` of the server at `root`: one request at a time per server, answers reused for
     /// ``infoLifetime``.
-    private func serverInfo(
+    func serverInfo(
         _ c: Credential, root: String,
         done: @escaping (Result<ServerInfoResponse, TokenError>) -> Void
     ) {
@@ -505,7 +337,7 @@ final class TokenFetcher {
 
     /// POSTs `fields` to the token service at `url` and reads its answer as `Body`; a refusal in any shape
     /// (``TokenServiceReply``) is a failure naming the service and its message.
-    private func post<Body: Decodable>(
+    func post<Body: Decodable>(
         _ c: Credential, url: String, fields: [(String, String)], headers: [(String, String)] = [],
         answer: Body.Type, done: @escaping (Result<Answer<Body>, TokenError>) -> Void
     ) {
@@ -529,7 +361,7 @@ final class TokenFetcher {
         }
     }
 
-    private func post<Body: Decodable>(
+    func post<Body: Decodable>(
         _ c: Credential, url: String, sent: (url: String, fields: [(String, String)]), route: ParentRoute?,
         fields: [(String, String)], done: @escaping (Result<Answer<Body>, TokenError>) -> Void
     ) {
@@ -573,7 +405,7 @@ final class TokenFetcher {
         var serverDate: Int64?
     }
 
-    private func issued(_ c: Credential, _ answer: Answer<GenerateTokenResponse>, service: String) -> Result<
+    func issued(_ c: Credential, _ answer: Answer<GenerateTokenResponse>, service: String) -> Result<
         IssuedToken, TokenError
     > {
         guard let t = answer.body.issuedToken(at: clock.nowMillis(), serverDate: answer.serverDate) else {
@@ -583,7 +415,7 @@ final class TokenFetcher {
         return Self.sendable(t, c, service: service)
     }
 
-    private func issued(_ c: Credential, _ answer: Answer<OAuthTokenResponse>, service: String) -> Result<
+    func issued(_ c: Credential, _ answer: Answer<OAuthTokenResponse>, service: String) -> Result<
         IssuedToken, TokenError
     > {
         // expires_in is relative: no clock to correct.
@@ -598,8 +430,7 @@ final class TokenFetcher {
 
     /// `t` when it may go into a request (``TokenSyntax``); otherwise the failure an answer without a token gives
     /// (the credential backs off), naming the token service and what is wrong, never the value.
-    private static func sendable(_ t: IssuedToken, _ c: Credential, service: String) -> Result<IssuedToken, TokenError>
-    {
+    static func sendable(_ t: IssuedToken, _ c: Credential, service: String) -> Result<IssuedToken, TokenError> {
         guard let why = TokenSyntax.arcgisProblem(t.value) else { return .success(t) }
         return .failure(
             TokenError(

@@ -9,7 +9,7 @@ extension TokenService {
     /// itself names the root, e.g. `https://gis.example.com/arcgis`).
     static func prefetchTargets(_ c: Credential) -> [URLTarget] {
         // One token serves every request of an oauth2 credential: it is kept for the provider.
-        if let o = c.oauth2 { return HTTPURL.parse(o.providerURL).map { [$0.target] } ?? [] }
+        if let t = (c.kind as? any FetchedTokenKind)?.prefetchTarget { return [t] }
         var seen = Set<String>()
         return c.match.compactMap { prefix in
             guard let u = prefetchTarget(prefix, portal: portalRoot(c)), seen.insert(key(for: c, target: u)).inserted
@@ -36,20 +36,13 @@ extension TokenService {
 
     /// The portal root a credential names itself, if any.
     static func portalRoot(_ c: Credential) -> String? {
-        switch c.kind {
-        case .oauthApp(let o): return o.portalURL
-        case .oauthUser(let o): return o.portalURL
-        case .arcgisToken(let a):
-            guard let t = a.tokenURL, let r = t.range(of: "/sharing/", options: .caseInsensitive) else { return nil }
-            return String(t[..<r.lowerBound])
-        default: return nil
-        }
+        (c.kind as? any FetchedTokenKind)?.portalRoot
     }
 
     /// The `match` prefixes of a `prefetch = true` credential that name no ArcGIS API root (see
     /// ``prefetchTarget(_:)``), for a warning at start and in `check`.
     public static func unprefetchable(_ c: Credential) -> [String] {
-        guard c.prefetch, c.isRefreshable, c.oauth2 == nil else { return [] }
+        guard c.prefetch, let k = c.kind as? any FetchedTokenKind, k.prefetchTarget == nil else { return [] }
         return c.match.filter { prefetchTarget($0, portal: portalRoot(c)) == nil }.map(\.description)
     }
 

@@ -116,10 +116,10 @@ public final class TokenService: @unchecked Sendable {
         return key(c.name, root: r.root, isPortal: r.isPortal)
     }
 
-    /// What a token of `c` for a request to `target` is for: the ArcGIS server or portal root of `target`, or, for
-    /// an `oauth2` credential, its provider (one token serves every host it matches).
+    /// What a token of `c` for a request to `target` is for (``FetchedTokenKind/tokenScope(for:)``): the ArcGIS
+    /// server or portal root of `target`, or the root its kind names (an OAuth provider serves every host it matches).
     static func root(for c: Credential, target: URLTarget) -> (root: String, isPortal: Bool) {
-        if let o = c.oauth2 { return (o.providerURL, false) }
+        if case .named(let root)? = (c.kind as? any FetchedTokenKind)?.tokenScope(for: target) { return (root, false) }
         return ServerRoot.of(target)
     }
 
@@ -133,15 +133,7 @@ public final class TokenService: @unchecked Sendable {
     /// returned and a background refresh is started; under `refresh = "on_demand"` it is not returned (the
     /// request asks ``token(for:target:completion:)``, which waits for a new one: no refresh outlives a request).
     public func cachedToken(for c: Credential, target: URLTarget) -> IssuedToken? {
-        switch c.kind {
-        case .apiKey(let k):
-            return apiKeyToken(c, k)
-        case .token(let t, let referer, let expires):
-            guard !(expires.map { clock.nowMillis() >= $0 } ?? false) else { return nil }
-            return IssuedToken(value: t, expires: expires, issued: 0, ssl: false, referer: referer)
-        default:
-            break
-        }
+        if let k = c.kind as? any FixedTokenKind { return try? k.fixedToken(c, service: self).get() }
         let key = Self.key(for: c, target: target)
         let now = clock.nowMillis()
         guard let (t, refreshDue) = cache.withLock({ $0.cached(key: key, now: now, mode: c.refresh) }) else {
@@ -156,35 +148,23 @@ public final class TokenService: @unchecked Sendable {
     /// Gets a token for a request to `target`, waiting for a token request when needed. `completion` runs on
     /// the service queue.
     public func token(for c: Credential, target: URLTarget, completion: @escaping Completion) {
-        switch c.kind {
-        case .apiKey(let k):
-            if let t = apiKeyToken(c, k) {
-                completion(.success(t))
-            } else {
-                completion(.failure(Self.keysExpired(c, k)))
-            }
+        if let k = c.kind as? any FixedTokenKind {
+            completion(k.fixedToken(c, service: self))
             return
-        case .token:
-            if let t = cachedToken(for: c, target: target) {
-                completion(.success(t))
-            } else {
-                completion(
-                    .failure(
-                        TokenError(
-                            credential: c.name,
-                            message:
-                                "the pregenerated token has expired; put a new token in proxy.conf and reload (SIGHUP) or restart"
-                        )))
-            }
-            return
-        case .oauth2(let o):
-            // No root to confirm: the provider is configured, and the token goes wherever the credential matches.
-            queue.async { [self] in acquire(c, root: o.providerURL, isPortal: false, completion: completion) }
-        default:
+        }
+        switch (c.kind as? any FetchedTokenKind)?.tokenScope(for: target) {
+        case .named(let root):
+            // No root to confirm: the kind names it, and the token goes wherever the credential matches.
+            queue.async { [self] in acquire(c, root: root, isPortal: false, completion: completion) }
+        case .refused(let why):
+            completion(.failure(TokenError(credential: c.name, message: why, local: true)))
+        case .arcgisRoot:
             queue.async { [self] in
                 let (root, isPortal) = ServerRoot.of(target)
                 confirmThenAcquire(c, root: root, isPortal: isPortal, completion: completion)
             }
+        case nil:
+            completion(.failure(TokenError(credential: c.name, message: "not a credential with tokens", local: true)))
         }
     }
 
@@ -215,16 +195,7 @@ public final class TokenService: @unchecked Sendable {
                 add(h.description, both: true)
             }
         }
-        switch c.kind {
-        case .arcgisToken(let a):
-            if let t = a.tokenURL { add(t, both: false) }
-        case .oauthApp(let o):
-            add(o.portalURL, both: true)
-        case .oauthUser(let o):
-            add(o.portalURL, both: true)
-        default:
-            break
-        }
+        for r in (c.kind as? any FetchedTokenKind)?.configuredRoots ?? [] { add(r.url, both: r.both) }
         return keys
     }
 
@@ -306,12 +277,13 @@ public final class TokenService: @unchecked Sendable {
         _ c: Credential, target: URLTarget, token: IssuedToken, attempt: Int,
         replayImpossible: String?
     ) -> TokenRetryPolicy.Action {
-        if let k = c.apiKey {
-            return apiKeyRejected(c, k, token: token, attempt: attempt, replayImpossible: replayImpossible)
+        if let action = (c.kind as? any FixedTokenKind)?.rejected(
+            c, service: self, token: token, attempt: attempt, replayImpossible: replayImpossible)
+        {
+            return action
         }
         let key = Self.key(for: c, target: target)
-        var pregenerated = false
-        if case .token = c.kind { pregenerated = true }
+        let pregenerated = c.kind.tokenSource == .fixed
         let now = clock.nowMillis()
         let outcome = cache.withLock {
             $0.rejected(
@@ -341,10 +313,7 @@ public final class TokenService: @unchecked Sendable {
     /// A request to `target` that carried `token` got an answer that was no token error: the server accepts
     /// that token (see ``TokenCache/accepted(key:value:now:)``).
     func accepted(_ c: Credential, target: URLTarget, token: IssuedToken) {
-        if let k = c.apiKey {
-            apiKeyAccepted(c, k, token: token)
-            return
-        }
+        if (c.kind as? any FixedTokenKind)?.accepted(c, service: self, token: token) == true { return }
         // Called for every completed exchange with a token: the key (string work) only when it can matter.
         guard cache.withLock({ $0.awaitsAcceptance }) else { return }
         let key = Self.key(for: c, target: target)
@@ -393,8 +362,7 @@ public final class TokenService: @unchecked Sendable {
             }
             for name in dropped { confirmations.forget(credential: name) }
             // A key's rejection lasts until a reload puts another key in its slot.
-            let keys = Dictionary(credentials.compactMap { c in c.apiKey.map { (c.name, $0) } }) { a, _ in a }
-            keySlots.withLock { $0.retain(keys) }
+            retainKeySlots(credentials)
             if let timeoutSeconds {
                 self.timeoutSeconds = timeoutSeconds
                 fetcher.timeoutSeconds = timeoutSeconds

@@ -105,13 +105,13 @@ import Testing
                 ["https://gis.corp"], ["https://gis.corp/arcgis"],
                 ["https://gis.corp/arcgis", "https://gis.corp/portal"],
             ])
-        if case .arcgisToken(let a) = config.credentials[2].kind {
+        if let a = config.credentials[2].kind as? ArcGISTokenSettings {
             #expect(a.tokenURL == "https://gis.corp/portal/sharing/rest/generateToken")
             #expect(a.password == "secret")
         } else {
             Issue.record("not arcgis-token")
         }
-        if case .password(let p) = config.credentials[1].kind {
+        if let p = config.credentials[1].kind as? PasswordSettings {
             #expect(p.schemes == [.ntlm])
         }
     }

@@ -64,8 +64,8 @@ import Testing
         case .success(let plan): p = plan
         }
         var parts: [String] = []
-        if case .inject(let g, let site, _) = p.gatewayToken { parts.append("gateway \(g.name) \(site)") }
-        if case .inject(let c, let site, _) = p.token { parts.append("token \(c.name) \(site)") }
+        if let g = p.gateway { parts.append("gateway \(g.name) \(RequestPlannerTests.site(p, g, layer: .gateway))") }
+        if let c = p.service { parts.append("token \(c.name) \(RequestPlannerTests.site(p, c, layer: .service))") }
         if let r = p.replayLimit { parts.append("replay \(r)") }
         return parts.joined(separator: " ")
     }

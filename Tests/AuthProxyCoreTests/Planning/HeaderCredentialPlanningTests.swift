@@ -40,9 +40,15 @@ import Testing
 
     static func describe(_ p: ForwardPlan) -> String {
         var parts: [String] = []
-        if case .inject(let c, _, _) = p.token { parts.append("token \(c.name)") }
-        parts += p.setHeaders.map { "\($0.name)=\($0.value)" }
-        if let n = p.headerCredential { parts.append("[\(n)]") }
+        if let c = p.service, c.kind.tokenSource != .none { parts.append("token \(c.name)") }
+        // The fields the static (header) credentials set, service first, as they go upstream.
+        let statics = [p.service, p.gateway].compactMap { $0 }.filter { $0.kind.tokenSource == .none }
+        var r = OutgoingRequest(
+            method: "GET", target: p.upstreamURL, fields: HTTPHeaders(), body: nil, bodyLength: nil, isUpgrade: false,
+            now: 0, credential: "")
+        for c in statics { _ = c.kind.apply(nil, to: &r) }
+        parts += r.fields.map { "\($0.name)=\($0.value)" }
+        if !statics.isEmpty { parts.append("[\(statics.map(\.name).joined(separator: "+"))]") }
         return parts.joined(separator: " ")
     }
 

@@ -83,11 +83,23 @@ import Testing
         switch r {
         case .failure(let a): return "answer \(a.answer.error.status)"
         case .success(let p):
-            switch p.token {
-            case .none: return "none"
-            case .inject(let c, let site, let form): return "\(c.name) \(site)\(form ? " form" : "")"
-            }
+            guard let c = p.service else { return "none" }
+            return "\(c.name) \(site(p, c, layer: .service))\(p.holdsBody ? " form" : "")"
         }
+    }
+
+    /// Where `c`'s kind puts a token on the planned request (a GET, or a form when the plan holds the body):
+    /// "query", "form" or "header".
+    static func site(_ p: ForwardPlan, _ c: Credential, layer: Credential.Layer) -> String {
+        var r = OutgoingRequest(
+            method: p.holdsBody ? "POST" : "GET", target: p.upstreamURL,
+            fields: p.holdsBody ? HTTPHeaders([("Content-Type", "application/x-www-form-urlencoded")]) : HTTPHeaders(),
+            body: p.holdsBody ? [] : nil, bodyLength: p.holdsBody ? 0 : nil, isUpgrade: false, now: 0,
+            credential: c.name, placement: c.placement)
+        r.layer = layer
+        _ = c.kind.apply(IssuedToken(value: "T0K", expires: nil, issued: 0, ssl: false, referer: nil), to: &r)
+        if let b = r.body, String(decoding: b, as: UTF8.self).contains("T0K") { return "form" }
+        return r.target.pathAndQuery.contains("=T0K") ? "query" : "header"
     }
 
     @Test(arguments: [

@@ -44,7 +44,7 @@ import Testing
     }
 
     static func material(_ c: Credential) -> ClientCertificateMaterial? {
-        if case .certificate(let s) = c.kind { return s.material }
+        if let s = c.kind as? ClientCertificateSettings { return s.material }
         return nil
     }
 
@@ -164,12 +164,12 @@ import Testing
         try dir.write("ca.pem", bundle)
         outcome = CertificateRenewal.renew(credentials, changed: [dir.file("ca.pem")])
         #expect(outcome.events == [.caRenewed(credential: "trust", file: dir.file("ca.pem"))])
-        guard case .serverTrust(let t)? = outcome.credentials?[1].kind else {
+        guard let t = outcome.credentials?[1].kind as? ServerTrustSettings else {
             Issue.record("the renewed bundle should be in force")
             return
         }
         #expect(t.caBundle == Array(bundle.utf8))
-        guard case .serverTrust(let old) = credentials[1].kind else { return }
+        guard let old = credentials[1].kind as? ServerTrustSettings else { return }
         #expect(t.caDigest != old.caDigest)
         #expect(CertificateRenewal.caBundleProblem(Array("not a bundle".utf8), file: "x") != nil)
     }

@@ -97,7 +97,7 @@ import Testing
             match = "https://gis.example.com/"
             sign_in_urls = ["https://idp.example.com/adfs/ls/"]
             """)
-        #expect(c.credentials[0].signInURLs == ["https://idp.example.com/adfs/ls/"])
+        #expect((c.credentials[0].kind as? OAuthUserSettings)?.signInURLs == ["https://idp.example.com/adfs/ls/"])
         #expect(throws: ConfigError.self) {
             try loader.parse(
                 """

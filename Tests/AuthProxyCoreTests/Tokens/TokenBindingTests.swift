@@ -40,7 +40,7 @@ import Testing
     @Test func aConfiguredRefererIsKept() throws {
         let c = try arcgis("referer = \"https://maps.example.com/app\"")
         #expect(TokenBinding.of(c) == .referer("https://maps.example.com/app"))
-        guard case .arcgisToken(let s) = c.kind else { return }
+        guard let s = c.kind as? ArcGISTokenSettings else { return }
         #expect(!s.syntheticReferer)
     }
 

@@ -238,7 +238,8 @@ import Testing
                 == .token(token: "abc", referer: "https://app.example.com", expires: 1_893_456_000_000))
         #expect(c.credentials[1].placement == .header)
         #expect(c.credentials[1].overrideClientToken)
-        guard case .arcgisToken(let a) = c.credentials[2].kind, case .oauthApp(let o) = c.credentials[3].kind else {
+        guard let a = c.credentials[2].kind as? ArcGISTokenSettings, let o = c.credentials[3].kind as? OAuthAppSettings
+        else {
             Issue.record("kinds")
             return
         }

@@ -1,6 +1,6 @@
 /// The settings of a `type = "oauth2"` credential (docs/credentials-oidc-gateways.md).
-extension ConfigLoader {
-    static func parseOAuth2(_ entry: inout TableReader, name: String) throws(ConfigError) -> OAuth2Settings {
+extension OAuth2Settings {
+    public static func parse(_ entry: inout TableReader, name: String) throws(ConfigError) -> OAuth2Settings {
         func fail(_ key: String, _ message: String) -> ConfigError {
             ConfigError(
                 key: entry.path + (key.isEmpty ? "" : "." + key), line: entry.line(of: key) ?? entry.table.line, message

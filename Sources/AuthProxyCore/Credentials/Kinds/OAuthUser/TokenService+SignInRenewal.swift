@@ -12,7 +12,7 @@ extension TokenService {
     static func signInCredentials(_ credentials: [Credential]) -> [String: Credential] {
         var out: [String: Credential] = [:]
         for c in credentials {
-            if case .oauthUser = c.kind { out[c.name] = c }
+            if c.kind is OAuthUserSettings { out[c.name] = c }
         }
         return out
     }
@@ -28,7 +28,7 @@ extension TokenService {
     public static func signInSummaries(_ contents: TokenStateFile.Contents, credentials: [Credential]) -> [String] {
         let now = nowMillis()
         return credentials.compactMap { c -> String? in
-            guard case .oauthUser = c.kind,
+            guard c.kind is OAuthUserSettings,
                 let r = contents.refreshTokens.first(where: {
                     $0.credential == c.name && $0.fingerprint == Crypto.sha256Hex(c.identityMaterial)
                 })
@@ -49,7 +49,7 @@ extension TokenService {
         dispatchPrecondition(condition: .onQueue(queue))
         let now = clock.nowMillis()
         for name in signIns.keys.sorted() {
-            guard let c = signIns[name], case .oauthUser(let o) = c.kind, let current = refreshTokens[name],
+            guard let c = signIns[name], let o = c.kind as? OAuthUserSettings, let current = refreshTokens[name],
                 sharedGrants[name] != .some(nil)  // the fleet's store says signed out
             else { continue }
             let renewal = (renewals[name] ?? SignInRenewal()).about(current.refreshToken)

@@ -1,8 +1,8 @@
 /// The settings of a `type = "api-key"` credential (docs/credentials-arcgis.md#api-key): one `key` (a legacy key, or
 /// one key of an API key credentials item, with an optional `expires`), or `keys` with up to two slots, each with its
 /// `expires`; an optional `referer` for keys restricted to referrers.
-extension ConfigLoader {
-    static func parseAPIKey(_ entry: inout TableReader, name: String) throws(ConfigError) -> APIKeySettings {
+extension APIKeySettings {
+    public static func parse(_ entry: inout TableReader, name: String) throws(ConfigError) -> APIKeySettings {
         // A key goes into requests as it is: what no token service may hand out (``TokenSyntax``) is refused, without
         // quoting it.
         func checkedKey(_ r: inout TableReader, _ number: Int) throws(ConfigError) -> String {
@@ -63,32 +63,5 @@ extension ConfigLoader {
             if r.isEmpty { referer = nil }
         }
         return APIKeySettings(slots: slots, referer: referer)
-    }
-}
-
-extension TableReader {
-    /// An RFC 3339 date-time, written as a TOML date-time (`2027-05-01T00:00:00Z`) or a string, in milliseconds since
-    /// the epoch.
-    mutating func dateTime(_ k: String) throws(ConfigError) -> Int64? {
-        guard let n = table[k] else {
-            markUsed(k)
-            return nil
-        }
-        let text: String
-        switch n.value {
-        case .datetime(let d):
-            markUsed(k)
-            text = d
-        case .string: text = try string(k) ?? ""
-        default:
-            markUsed(k)
-            throw ConfigError(key: key(k), line: n.line, "expected an RFC 3339 date-time")
-        }
-        guard let ms = parseRFC3339(text) else {
-            throw ConfigError(
-                key: key(k), line: n.line,
-                "\(shown(k, text)) is not an RFC 3339 date-time like 2027-05-01T00:00:00Z (with a time zone)")
-        }
-        return ms
     }
 }

@@ -9,7 +9,7 @@ public struct OAuthLogin: AuthorizationCodeFlow, Sendable {
     public let state: String
 
     public init(credential: Credential) throws(StateError) {
-        guard case .oauthUser(let s) = credential.kind else {
+        guard let s = credential.kind as? OAuthUserSettings else {
             throw StateError(
                 "credential '\(credential.name)' is of type \(credential.kind.typeName); login is for oauth-user credentials"
             )

@@ -13,7 +13,7 @@ public struct OAuth2Login: AuthorizationCodeFlow {
 
     /// Resolves the endpoints (a discovery request when the credential names an issuer) with `fetch`.
     public init(credential: Credential, fetch: SyncFetch) throws(StateError) {
-        guard let s = credential.oauth2, s.grant == .authorizationCode, s.redirectURI != nil else {
+        guard let s = credential.kind as? OAuth2Settings, s.grant == .authorizationCode, s.redirectURI != nil else {
             throw StateError(
                 "credential '\(credential.name)' is not an oauth2 credential with grant = \"authorization_code\"")
         }

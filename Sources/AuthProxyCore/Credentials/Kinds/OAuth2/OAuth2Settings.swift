@@ -109,7 +109,7 @@ public struct OAuth2Settings: Sendable, Equatable {
     /// Everything that changes which tokens the credential gets, secrets included (see
     /// ``Credential/identityMaterial``). Key and assertion files count by path: rotating their contents does not
     /// drop the tokens already issued.
-    var identityMaterial: String {
+    public var identityMaterial: String {
         let parts: [String] = [
             providerURL, clientID, clientSecret ?? "", authMethod?.rawValue ?? "", privateKey ?? "",
             keyAlgorithm.rawValue,

@@ -100,7 +100,7 @@ extension TokenService {
 
     /// Each slot of `c` and its state now, for the status page and `/metrics`.
     func apiKeySlotStates(_ c: Credential) -> [APIKeySlotState] {
-        guard let k = c.apiKey else { return [] }
+        guard let k = (c.kind as? APIKeySettings) else { return [] }
         let now = clock.nowMillis()
         let (choice, rejected) = keySlots.withLock { book in
             (book.choose(c.name, k, now: now), k.slots.map { book.rejectedAt(c.name, k, slot: $0.number) })
@@ -124,7 +124,7 @@ extension TokenService {
     func warnKeyExpiry(_ credentials: [Credential], warningDays: Int) {
         let now = clock.nowMillis()
         for c in credentials {
-            guard let k = c.apiKey else { continue }
+            guard let k = (c.kind as? APIKeySettings) else { continue }
             for note in k.expiryNotes(credential: c.name, now: now, warningDays: warningDays) {
                 logger.warning("\(note)", metadata: ["credential": "\(c.name)"])
             }
@@ -148,4 +148,14 @@ public struct APIKeySlotState: Sendable, Equatable {
     public var slot: Int
     public var state: State
     public var rejectedAt: Int64?
+}
+
+extension TokenService {
+    /// A reload: a key's rejection lasts until a reload puts another key in its slot.
+    func retainKeySlots(_ credentials: [Credential]) {
+        let keys = Dictionary(
+            credentials.compactMap { c in (c.kind as? APIKeySettings).map { (c.name, $0) } },
+            uniquingKeysWith: { a, _ in a })
+        keySlots.withLock { $0.retain(keys) }
+    }
 }

@@ -1,0 +1,61 @@
+/// `type = "api-key"`: an ArcGIS API key, injected as an ArcGIS token (``ArcGISTokenRequests``) on every matched
+/// request; with two slots, a rejected key is replaced by the other slot's on a retry.
+extension APIKeySettings: CredentialKind, FixedTokenKind {
+    public static let typeName = "api-key"
+    public static var sharedKeys: SharedCredentialKeys { [.tokenPlacement] }
+    public var role: CredentialRole { .token }
+    public var tokenSource: TokenSource { .fixed }
+
+    public var identityMaterial: String {
+        slots.map { "\($0.number)\u{0}\($0.key)\u{0}\($0.expires ?? 0)" }.joined(separator: "\u{0}")
+            + "\u{0}\(referer ?? "")"
+    }
+
+    // One key has nothing to switch to: its answers are relayed unread (sniffing every body for a 498 nothing could
+    // act on cost each request ~4 % more instructions).
+    public var inspectsResponses: Bool { slots.count > 1 }
+    public var retriesRejections: Bool { slots.count > 1 }
+    public var readsBodiesForRejection: Bool { true }
+
+    public func prepare(_ request: RequestView) -> Preparation {
+        ArcGISTokenRequests.prepare(request, apiOnly: false)
+    }
+
+    public func apply(_ token: IssuedToken?, to request: inout OutgoingRequest) -> ApplyFailure? {
+        ArcGISTokenRequests.apply(token, to: &request)
+    }
+
+    public func rejection(of head: ResponseView) -> Rejection {
+        ArcGISTokenRequests.rejection(of: head)
+    }
+
+    public var statusDetails: [(String, String)] { [("keys", summary)] }
+
+    public func expiryWarnings(credential: String, now: Int64, warningDays: Int) -> [String] {
+        expiryNotes(credential: credential, now: now, warningDays: warningDays)
+    }
+
+    func fixedToken(_ c: Credential, service: TokenService) -> Result<IssuedToken, TokenError> {
+        service.apiKeyToken(c, self).map { .success($0) } ?? .failure(TokenService.keysExpired(c, self))
+    }
+
+    func rejected(
+        _ c: Credential, service: TokenService, token: IssuedToken, attempt: Int, replayImpossible: String?
+    ) -> TokenRetryPolicy.Action? {
+        service.apiKeyRejected(c, self, token: token, attempt: attempt, replayImpossible: replayImpossible)
+    }
+
+    func accepted(_ c: Credential, service: TokenService, token: IssuedToken) -> Bool {
+        service.apiKeyAccepted(c, self, token: token)
+        return true
+    }
+}
+
+extension CredentialKind where Self == APIKeySettings {
+    static func apiKey(_ s: APIKeySettings) -> APIKeySettings { s }
+}
+
+extension Credential {
+    /// The `api-key` settings, when this is one.
+    public var apiKey: APIKeySettings? { kind as? APIKeySettings }
+}

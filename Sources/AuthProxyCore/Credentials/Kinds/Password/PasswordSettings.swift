@@ -1,0 +1,35 @@
+/// HTTP authentication schemes a `password` credential may use.
+public enum PasswordScheme: String, Sendable, CaseIterable {
+    case basic, digest, ntlm
+}
+
+public struct PasswordSettings: Sendable, Equatable {
+    public var username: String
+    public var password: String
+    /// NTLM domain: the user is sent as `DOMAIN\user`.
+    public var domain: String?
+    public var schemes: Set<PasswordScheme>
+    /// Basic sends the password in clear: only over https unless this is set.
+    public var allowBasicOverHTTP: Bool
+
+    /// The user name as libcurl should send it.
+    public var curlUser: String { domain.map { "\($0)\\\(username)" } ?? username }
+
+    /// Why a 401 whose challenges offered `offered` (scheme names, any case) was not answered with this
+    /// credential, when the cause is its settings rather than a wrong password: nil when it could answer.
+    public func unanswerable(offered: [String], overHTTPS: Bool) -> String? {
+        let schemesOffered = Set(offered.map { $0.lowercased() })
+        var usable = schemes
+        if !overHTTPS && !allowBasicOverHTTP { usable.remove(.basic) }
+        guard !schemesOffered.isEmpty,
+            !schemesOffered.contains(where: { PasswordScheme(rawValue: $0).map(usable.contains) ?? false })
+        else { return nil }
+        if schemesOffered.contains("basic"), schemes.contains(.basic), !overHTTPS, !allowBasicOverHTTP {
+            return "the server offers Basic, which is not sent over http (it carries the password in clear) "
+                + "unless the credential sets allow_basic_over_http = true; or use https"
+        }
+        let allowed = schemes.map(\.rawValue).sorted().joined(separator: ", ")
+        return
+            "the server offers \(schemesOffered.sorted().joined(separator: ", ")); the credential's schemes are \(allowed)"
+    }
+}
