@@ -12,6 +12,7 @@ enum CredentialKinds {
         PasswordSettings.self,
         KerberosSettings.self,
         ClientCertificateSettings.self,
+        AWSSigV4Kind.self,
     ]
 
     /// The kind for `type = name`.

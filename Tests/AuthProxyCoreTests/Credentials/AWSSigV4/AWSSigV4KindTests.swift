@@ -172,14 +172,17 @@ import Testing
         #expect(Self.kind().rejection(of: head(400)) == .readBody)
         let expired = Array(
             "<Error><Code>ExpiredToken</Code><Message>The provided token has expired.</Message></Error>".utf8)
-        #expect(Self.kind(session: "S").rejection(of: head(400), body: expired, now: 0).0 == .none)
+        #expect(Self.kind(session: "S").reading(of: head(400), body: expired, now: 0).rejected == false)
         var web = Self.kind()
         web.keys = .webIdentity(
             STSWebIdentity(
                 roleARN: "arn:aws:iam::1:role/r", tokenFile: "/t", sessionName: "s1", endpoint: "http://sts/",
                 durationSeconds: nil))
-        let (rejection, diagnosis) = web.rejection(of: head(400), body: expired, now: 0)
-        #expect(rejection == .rejected)
-        #expect(diagnosis?.message.contains("credential 's3-cogs'") == true)
+        let reading = web.reading(of: head(400), body: expired, now: 0)
+        #expect(reading.rejected)
+        #expect(reading.note?.contains("credential 's3-cogs'") == true)
+        #expect(Self.kind().inspectsResponses && web.inspectsResponses)
+        // The protocol's entry point reads the same.
+        #expect(web.rejection(of: head(400), body: expired).rejected)
     }
 }

@@ -1,6 +1,6 @@
 /// The `[[credential]]` keys of `type = "aws-sigv4"` (docs/configuration.md, docs/credentials-cloud.md).
 extension AWSSigV4Kind {
-    static func parse(_ entry: inout TableReader, name: String) throws(ConfigError) -> AWSSigV4Kind {
+    public static func parse(_ entry: inout TableReader, name: String) throws(ConfigError) -> AWSSigV4Kind {
         func fail(_ key: String, _ message: String) -> ConfigError {
             ConfigError(
                 key: entry.path + (key.isEmpty ? "" : "." + key), line: entry.line(of: key) ?? entry.table.line,

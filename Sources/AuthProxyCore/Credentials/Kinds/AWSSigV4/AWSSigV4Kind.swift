@@ -5,8 +5,10 @@
 /// The signature covers the request exactly as it goes upstream: method, path, query, `Host` and the signed fields.
 /// A GET or HEAD (and any S3 request whose body streams) is signed with `UNSIGNED-PAYLOAD`, so range requests and
 /// large transfers stream; a body of known length up to ``maxSignedBodyBytes`` is held and its SHA-256 signed.
-struct AWSSigV4Kind: CredentialKind {
-    static let typeName = "aws-sigv4"
+public struct AWSSigV4Kind: CredentialKind, Equatable {
+    public static let typeName = "aws-sigv4"
+    public static var fetchesTokens: Bool { true }
+    public static var secretKeys: Set<String> { ["secret_access_key", "session_token"] }
 
     /// Where the keys come from.
     enum Keys: Sendable, Equatable {
@@ -31,14 +33,14 @@ struct AWSSigV4Kind: CredentialKind {
     /// body's hash and do not look for that field.
     var isS3: Bool { service == "s3" }
 
-    var role: CredentialRole { .token }
+    public var role: CredentialRole { .token }
 
-    var tokenSource: TokenSource {
+    public var tokenSource: TokenSource {
         if case .webIdentity = keys { return .fetched }
         return .none
     }
 
-    var identityMaterial: String {
+    public var identityMaterial: String {
         var parts = ["aws-sigv4", region, service, String(maxSignedBodyBytes)]
         switch keys {
         case .fixed(let k):
@@ -52,7 +54,7 @@ struct AWSSigV4Kind: CredentialKind {
         return parts.joined(separator: "\u{0}")
     }
 
-    func prepare(_ request: RequestView) -> Preparation {
+    public func prepare(_ request: RequestView) -> Preparation {
         if Self.isPresigned(request.target.pathAndQuery) { return Preparation(clientHasOwn: true) }
         if let n = request.bodyLength, n > 0, n <= Int64(maxSignedBodyBytes) {
             return Preparation(holdsBodyUpTo: maxSignedBodyBytes)
@@ -60,7 +62,7 @@ struct AWSSigV4Kind: CredentialKind {
         return Preparation()
     }
 
-    func apply(_ token: IssuedToken?, to request: inout OutgoingRequest) -> ApplyFailure? {
+    public func apply(_ token: IssuedToken?, to request: inout OutgoingRequest) -> ApplyFailure? {
         let credentials: AWSCredentials
         switch keys {
         case .fixed(let k):
@@ -78,23 +80,37 @@ struct AWSSigV4Kind: CredentialKind {
 
     /// S3 answers a bad signature, a wrong clock or expired temporary credentials only in its body: 400 and 403 are
     /// read (bounded, ``S3ErrorDiagnosis/bodyLimit``) and everything else passes untouched.
-    func rejection(of head: ResponseView) -> Rejection {
+    public func rejection(of head: ResponseView) -> Rejection {
         S3ErrorDiagnosis.worthReading(status: head.status) ? .readBody : .none
     }
 
-    /// The reading of a 400/403 body ``rejection(of:)`` asked for: `.rejected` when new temporary credentials may
+    /// The reading of a 400/403 body ``rejection(of:)`` asked for: rejected when new temporary credentials may
     /// help, and the log line naming the credential and the cause, if the body says one.
-    func rejection(of head: ResponseView, body: some Collection<UInt8>, now: Int64) -> (Rejection, S3ErrorDiagnosis?) {
+    public func rejection(of head: ResponseView, body: [UInt8]) -> BodyVerdict {
+        reading(of: head, body: body, now: nowMillis())
+    }
+
+    /// ``rejection(of:body:)`` at `now` (when the request was signed, near enough, for the clock offset).
+    func reading(of head: ResponseView, body: some Collection<UInt8>, now: Int64) -> BodyVerdict {
         var temporary = false
         if case .webIdentity = keys { temporary = true }
         guard
             let d = S3ErrorDiagnosis.diagnose(
                 status: head.status, body: body, credential: name, temporary: temporary, requestTime: now)
-        else { return (.none, nil) }
-        return (d.credentialsExpired ? .rejected : .none, d)
+        else { return BodyVerdict(rejected: false) }
+        return BodyVerdict(rejected: d.credentialsExpired, note: d.message)
     }
 
-    func secrets(token: IssuedToken?) -> [String] {
+    /// Static keys too: a refused signature is explained in the log, though there is nothing to refresh.
+    public var inspectsResponses: Bool { true }
+
+    /// The fields it sets: no other credential on the same request may set them.
+    public var occupies: [String] { ["authorization", "x-amz-date", "x-amz-content-sha256", "x-amz-security-token"] }
+
+    /// 400/403 bodies are read (``rejection(of:)``).
+    public var readsBodiesForRejection: Bool { true }
+
+    public func secrets(token: IssuedToken?) -> [String] {
         switch keys {
         case .fixed(let k):
             return k.secrets
@@ -103,7 +119,7 @@ struct AWSSigV4Kind: CredentialKind {
         }
     }
 
-    var statusDetails: [(String, String)] {
+    public var statusDetails: [(String, String)] {
         var rows = [("region", region), ("service", service)]
         switch keys {
         case .fixed(let k):

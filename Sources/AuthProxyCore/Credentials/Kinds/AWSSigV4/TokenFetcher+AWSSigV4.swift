@@ -8,6 +8,12 @@ extension AWSSigV4Kind: FetchedTokenKind {
         return .named(w.endpoint)
     }
 
+    /// `prefetch = true` keeps the credentials for the STS endpoint: one set serves every request.
+    var prefetchTarget: URLTarget? {
+        guard case .webIdentity(let w) = keys else { return nil }
+        return HTTPURL.parse(w.endpoint)?.target
+    }
+
     func fetchToken(
         _ c: Credential, root: String, isPortal: Bool, fetcher: TokenFetcher,
         done: @escaping (Result<IssuedToken, TokenError>) -> Void
