@@ -55,6 +55,14 @@ enum ArcGISTokenRequests {
         return .readBody
     }
 
+    /// A 498/499 in the small JSON, JSONP or HTML body (in any coding ``TokenRejection`` reads).
+    static func rejection(of head: ResponseView, body: [UInt8]) -> BodyVerdict {
+        BodyVerdict(
+            rejected: TokenRejection.isRejection(
+                status: head.status, contentType: head.first("content-type"),
+                contentEncoding: head.first("content-encoding"), body: body))
+    }
+
     static func signInRedirect(of head: ResponseView, signInURLs: [String]) -> SignInRedirect.Target? {
         guard head.status >= 300, head.status < 400 else { return nil }
         return SignInRedirect.classify(

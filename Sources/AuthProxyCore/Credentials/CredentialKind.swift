@@ -38,6 +38,12 @@ public protocol CredentialKind: Sendable {
     /// Whether the upstream's response head says the applied credential was rejected (a new token may help).
     func rejection(of head: ResponseView) -> Rejection
 
+    /// After ``rejection(of:)`` answered ``Rejection/readBody``: what the held body (at most
+    /// ``TokenRejection/lookAhead`` bytes, as received) says. A rejection of a kind whose token can be refreshed is
+    /// retried as one read from the head; the note, if any, is logged (a warning naming the credential) whatever
+    /// the verdict, and the answer is relayed unchanged when nothing is retried.
+    func rejection(of head: ResponseView, body: [UInt8]) -> BodyVerdict
+
     /// The values this credential puts on requests that must never reach a client: masked in every response head,
     /// and in response bodies when ``scrubsResponseBodies``.
     func secrets(token: IssuedToken?) -> [String]
@@ -97,6 +103,10 @@ public protocol CredentialKind: Sendable {
 
     /// Warnings for `authproxy check` and the start-up log: what has expired or soon will (never a secret).
     func expiryWarnings(credential: String, now: Int64, warningDays: Int) -> [String]
+
+    /// Metrics of its own in `/metrics` for `credentials` (all of this kind), read when scraped: one block per kind,
+    /// so each family's `# HELP`/`# TYPE` lines appear once.
+    static func scrapeText(_ credentials: [Credential], tokens: TokenService?) -> String
 
     /// `authproxy login` for credential `c`: the sign-in flow of the kinds that sign in (an authorization code).
     func signInFlow(_ c: Credential, fetch: SyncFetch) throws(StateError) -> any AuthorizationCodeFlow
@@ -166,6 +176,22 @@ public enum Rejection: Sendable, Equatable {
     case readBody
 }
 
+/// A kind's reading of a held response body (``CredentialKind/rejection(of:body:)``).
+public struct BodyVerdict: Sendable, Equatable {
+    /// The body says the credential was rejected.
+    public var rejected: Bool
+    /// What the log should say about it (the cause an operator acts on), nil: nothing.
+    public var note: String?
+    /// Log metadata beside the note (never a secret).
+    public var details: [String: String]
+
+    public init(rejected: Bool, note: String? = nil, details: [String: String] = [:]) {
+        self.rejected = rejected
+        self.note = note
+        self.details = details
+    }
+}
+
 /// Why a credential could not be applied: the client's answer, naming the credential and the cause.
 public struct ApplyFailure: Error, Sendable, Equatable {
     public var status: Int
@@ -185,6 +211,7 @@ extension CredentialKind {
     public func prepare(_ request: RequestView) -> Preparation { Preparation() }
     public func apply(_ token: IssuedToken?, to request: inout OutgoingRequest) -> ApplyFailure? { nil }
     public func rejection(of head: ResponseView) -> Rejection { .none }
+    public func rejection(of head: ResponseView, body: [UInt8]) -> BodyVerdict { BodyVerdict(rejected: false) }
     public func secrets(token: IssuedToken?) -> [String] { token.map { [$0.value] } ?? [] }
     public var scrubsResponseBodiesByDefault: Bool { false }
     public var statusDetails: [(String, String)] { [] }
@@ -203,6 +230,7 @@ extension CredentialKind {
 
     public func expiries(credential: String) -> [CredentialExpiry] { [] }
     public var placementDescription: String? { nil }
+    public static func scrapeText(_ credentials: [Credential], tokens: TokenService?) -> String { "" }
     public var checkAttributes: String { "" }
     public func expiryWarnings(credential: String, now: Int64, warningDays: Int) -> [String] { [] }
     public func signInFlow(_ c: Credential, fetch: SyncFetch) throws(StateError) -> any AuthorizationCodeFlow {

@@ -517,14 +517,17 @@ extension ClientConnection {
                 guard commitResponseHead(inspect: false) else { return }
                 step = machine.transferEnded(end)
             case .inspectHeld:
-                if let x = ex,
-                    TokenRejection.isRejection(
-                        status: x.responseHead.status,
-                        contentType: x.responseHead.string(of: "content-type"),
-                        contentEncoding: x.responseHead.string(of: "content-encoding"), body: x.sniffBuffer),
-                    tokenRejected()
-                {
-                    return
+                if let x = ex, let c = x.credential {
+                    let verdict = c.kind.rejection(of: responseView(x, c), body: x.sniffBuffer)
+                    if let note = verdict.note {
+                        var metadata: Logger.Metadata = [
+                            "credential": "\(c.name)", "status": "\(x.responseHead.status)",
+                        ]
+                        for (k, v) in verdict.details { metadata[k] = "\(v)" }
+                        logger.warning("\(note)", metadata: metadata)
+                    }
+                    // A kind with nothing to obtain again only explains: no retry could change the answer.
+                    if verdict.rejected, c.kind.tokenSource != .none, tokenRejected() { return }
                 }
                 releaseHeldResponse()
                 step = machine.transferEnded(end)

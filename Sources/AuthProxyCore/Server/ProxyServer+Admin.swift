@@ -61,11 +61,13 @@ extension ProxyServer: AdminBackend {
         }
         let parents = context.shared.parents.snapshot(configured: context.config.upstreamProxy.parents)
         let expiries = credentialExpiries(context, tokens, statuses: tokens?.status() ?? [])
-        let slots = context.config.credentials.flatMap { c in
-            (tokens?.apiKeySlotStates(c) ?? []).map { (credential: c.name, state: $0) }
+        var kinds = ""
+        for kind in CredentialKinds.all {
+            let own = context.config.credentials.filter { type(of: $0.kind).typeName == kind.typeName }
+            if !own.isEmpty { kinds += kind.scrapeText(own, tokens: tokens) }
         }
         return m.exposition() + Array(ParentMetricsText.render(parents).utf8)
-            + Array(CredentialExpiryText.render(expiries).utf8) + Array(APIKeySlotText.render(slots).utf8)
+            + Array(CredentialExpiryText.render(expiries).utf8) + Array(kinds.utf8)
     }
 
     /// Everything of the configured credentials that lapses by itself (``CredentialExpiry``), from whoever holds

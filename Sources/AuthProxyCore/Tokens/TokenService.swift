@@ -72,7 +72,8 @@ public final class TokenService: @unchecked Sendable {
     var prefetching: [String: String] = [:]
     /// Which key of each `api-key` credential is used and which ones the server rejected (per process; event loops
     /// read it on every request with such a credential).
-    let keySlots = Mutex(APIKeySlotBook())
+    /// What credential kinds keep for the life of the service (an API key's slot book), by type.
+    let kindState = KindState()
     /// Which roots a client's path named may have a token at all (``RootConfirmations``). Confined to `queue`
     /// (internal so tests can set it up there).
     var confirmations = RootConfirmations<Completion>()

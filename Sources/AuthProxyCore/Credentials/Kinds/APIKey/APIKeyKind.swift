@@ -29,10 +29,19 @@ extension APIKeySettings: CredentialKind, FixedTokenKind {
         ArcGISTokenRequests.rejection(of: head)
     }
 
+    public func rejection(of head: ResponseView, body: [UInt8]) -> BodyVerdict {
+        ArcGISTokenRequests.rejection(of: head, body: body)
+    }
+
     public var statusDetails: [(String, String)] { [("keys", summary)] }
 
     public func expiryWarnings(credential: String, now: Int64, warningDays: Int) -> [String] {
         expiryNotes(credential: credential, now: now, warningDays: warningDays)
+    }
+
+    public static func scrapeText(_ credentials: [Credential], tokens: TokenService?) -> String {
+        APIKeySlotText.render(
+            credentials.flatMap { c in (tokens?.apiKeySlotStates(c) ?? []).map { (credential: c.name, state: $0) } })
     }
 
     func fixedToken(_ c: Credential, service: TokenService) -> Result<IssuedToken, TokenError> {

@@ -159,3 +159,13 @@ extension TokenService {
         keySlots.withLock { $0.retain(keys) }
     }
 }
+
+extension TokenService {
+    /// The slot book of every `api-key` credential, kept in the service's ``KindState``.
+    var keySlots: KeySlots { KeySlots(state: kindState) }
+
+    struct KeySlots {
+        let state: KindState
+        func withLock<R>(_ body: (inout APIKeySlotBook) -> R) -> R { state.withLock(APIKeySlotBook(), body) }
+    }
+}

@@ -34,6 +34,10 @@ extension OAuthAppSettings: CredentialKind, FetchedTokenKind {
         ArcGISTokenRequests.rejection(of: head, signInURLs: signInURLs)
     }
 
+    public func rejection(of head: ResponseView, body: [UInt8]) -> BodyVerdict {
+        ArcGISTokenRequests.rejection(of: head, body: body)
+    }
+
     public func signInRedirect(of head: ResponseView) -> SignInRedirect.Target? {
         ArcGISTokenRequests.signInRedirect(of: head, signInURLs: signInURLs)
     }

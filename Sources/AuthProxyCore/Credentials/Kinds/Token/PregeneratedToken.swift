@@ -43,6 +43,10 @@ extension PregeneratedToken: CredentialKind, FixedTokenKind {
         ArcGISTokenRequests.rejection(of: head)
     }
 
+    public func rejection(of head: ResponseView, body: [UInt8]) -> BodyVerdict {
+        ArcGISTokenRequests.rejection(of: head, body: body)
+    }
+
     public var statusDetails: [(String, String)] {
         expires.map { [("expires", rfc3339(millis: $0))] } ?? []
     }
