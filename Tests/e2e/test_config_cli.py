@@ -1,5 +1,6 @@
 """CLI: --version, check, config errors, ${ENV} / file: resolution."""
 
+import json
 import os
 import re
 import shutil
@@ -279,9 +280,15 @@ def test_example_credentials_are_valid_when_uncommented(tmp_path):
     lines = []
     keys = ("[[credential]]", "name ", "type ", "key ", "keys ", "match ", "token ", "referer ", "expires ", "username ",
             "password ", "client_id ", "client_secret ", "portal_url ", "redirect_uri ", "expiration_minutes ",
-            "token_url ", "ca_file ", "rate_limit ", "[[client]]", "credentials ", "issuer ")
+            "token_url ", "ca_file ", "rate_limit ", "[[client]]", "credentials ", "issuer ", "layer ", "grant ",
+            "audience ", "service_account_file ", "target_audience ", "subject_token_file ", "token_placement ")
     secret = tmp_path / "token.txt"
     secret.write_text("pregenerated-token\n")
+    key = subprocess.run(["openssl", "genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048"],
+                         capture_output=True, check=True, timeout=60).stdout.decode()
+    account = tmp_path / "sa.json"
+    account.write_text(json.dumps({"type": "service_account", "client_email": "sa@p.iam.gserviceaccount.com",
+                                   "private_key": key, "token_uri": "https://oauth2.googleapis.com/token"}))
     network = False
     for line in open(example):
         # Network credentials need real files (keytab, .p12): the token and trust examples are checked here.
@@ -292,6 +299,8 @@ def test_example_credentials_are_valid_when_uncommented(tmp_path):
             line = line[2:]
         lines.append(line.replace("file:/run/secrets/arcgis-token", "file:%s" % secret)
                      .replace("/etc/authproxy/internal-ca.pem", str(secret))
+                     .replace("/etc/authproxy/iap-sa.json", str(account))
+                     .replace("/var/run/secrets/tokens/gcp-ksa/token", str(secret))
                      .replace("file:/run/secrets/ops-proxy-password", "file:%s" % secret))
     conf = tmp_path / "uncommented.conf"
     conf.write_text("".join(lines))
@@ -299,7 +308,9 @@ def test_example_credentials_are_valid_when_uncommented(tmp_path):
                              "TEAM_A_PROXY_PASSWORD": "pw", "KEYCLOAK_CLIENT_SECRET": "s"})
     r = harness.run_cli(["check", "--config", str(conf)], env=env)
     assert r.returncode == 0, r.stderr
-    assert "credentials:              7" in r.stdout, r.stdout
+    assert "credentials:              9" in r.stdout, r.stdout
+    assert "iap (oauth2, layer=gateway (applied with the service credential), token_placement=proxy-authorization)" \
+        in r.stdout, r.stdout
     assert "rate_limit=600/60s" in r.stdout, r.stdout
     assert "2 client(s): team-a [location-services, enterprise]; ops" in r.stdout, r.stdout
     for secret_value in ("pregenerated-token", "${GIS_PASSWORD}"):

@@ -2,6 +2,9 @@
 /// Names keep the case they arrived with; look-ups are case-insensitive.
 public struct HTTPHeaders: Sendable, Equatable, Sequence {
     public private(set) var fields: [(name: String, value: String)] = []
+    /// The `Proxy-Authorization` field is one the proxy set for the destination
+    /// (``setInjectedProxyAuthorization(_:)``): forwarded although hop-by-hop. The client's own never is.
+    public private(set) var forwardsProxyAuthorization = false
 
     public init() {}
     public init(_ fields: [(String, String)]) {
@@ -9,7 +12,8 @@ public struct HTTPHeaders: Sendable, Equatable, Sequence {
     }
 
     public static func == (lhs: HTTPHeaders, rhs: HTTPHeaders) -> Bool {
-        lhs.fields.elementsEqual(rhs.fields) { $0.name == $1.name && $0.value == $1.value }
+        lhs.forwardsProxyAuthorization == rhs.forwardsProxyAuthorization
+            && lhs.fields.elementsEqual(rhs.fields) { $0.name == $1.name && $0.value == $1.value }
     }
 
     public var count: Int { fields.count }
@@ -27,6 +31,9 @@ public struct HTTPHeaders: Sendable, Equatable, Sequence {
 
     public mutating func remove(name: String) {
         fields.removeAll { $0.name.caseInsensitiveEquals(name) }
+        if forwardsProxyAuthorization, name.caseInsensitiveEquals("proxy-authorization") {
+            forwardsProxyAuthorization = false
+        }
     }
 
     /// Adds a field the proxy itself sets (an injected token, a `Referer` a token is bound to): the client's
@@ -46,6 +53,14 @@ public struct HTTPHeaders: Sendable, Equatable, Sequence {
             f.value.isEmpty && Self.connectionListing.contains(where: { f.name.caseInsensitiveEquals($0) })
         }
         add(name: name, value: value)
+    }
+
+    /// Sets `Proxy-Authorization` for the destination, not for the next hop: an identity-aware proxy that reads
+    /// its token there (Google IAP) is the destination. The client's field (its credential for authproxy) goes,
+    /// as ``setInjected(name:value:)`` removes it; this one is forwarded whatever the hop-by-hop rule says.
+    public mutating func setInjectedProxyAuthorization(_ value: String) {
+        setInjected(name: "Proxy-Authorization", value: value)
+        forwardsProxyAuthorization = true
     }
 
     /// All values of `name`, in order.
@@ -107,7 +122,11 @@ public struct HTTPHeaders: Sendable, Equatable, Sequence {
     func forEachForwardedField(_ body: (_ name: String, _ value: String) -> Void) {
         let named = connectionNamedFields()
         for f in fields {
-            if Self.isHopByHop(f.name, named: named) { continue }
+            if Self.isHopByHop(f.name, named: named),
+                !(forwardsProxyAuthorization && f.name.caseInsensitiveEquals("proxy-authorization"))
+            {
+                continue
+            }
             if f.name.caseInsensitiveEquals("host") || f.name.caseInsensitiveEquals("content-length")
                 || f.name.caseInsensitiveEquals("expect")
             {

@@ -314,8 +314,8 @@ enum RequestPlanner {
                     error: ErrorResponse(
                         status: 502,
                         message:
-                            "Credentials '\(g.name)' (gateway) and '\(c.name)' both put their token in the \(clash.dropFirst()) parameter",
-                        details: ["Set token_placement = \"header\" on one of them."]))
+                            "Credentials '\(g.name)' (gateway) and '\(c.name)' both put their token in the \(clash.hasPrefix("?") ? "\(clash.dropFirst()) parameter" : "\(clash) field")",
+                        details: ["Set token_placement on one of them to another place."]))
         }
         plan.service = c
         if let limit = prepared.holdsBodyUpTo, case .contentLength(let n) = h.framing, n <= Int64(limit) {

@@ -112,8 +112,11 @@ final class CurlTransfer {
         }
         if let route = request.parentRoute, !wentDirect {
             if parents.isEmpty { parents = route.routing.health.order(route.candidates) }
+            // A Proxy-Authorization for the destination (an identity-aware proxy's token) would be the parent's in an
+            // absolute-form request: such a request goes through a CONNECT tunnel, as the own client sends every one.
             h.applyParent(
-                parents[parentIndex], routing: route.routing, tunnel: false, https: request.url.hasPrefix("https:"))
+                parents[parentIndex], routing: route.routing, tunnel: request.fields.forwardsProxyAuthorization,
+                https: request.url.hasPrefix("https:"))
             route.routing.health.attempted(parents[parentIndex])
         }
         var list: UnsafeMutablePointer<curl_slist>? = nil

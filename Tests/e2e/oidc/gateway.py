@@ -9,6 +9,15 @@ Without a valid token it answers as such gateways do, per ``rejection``:
 
 The token is read from ``Authorization: Bearer`` or, with ``placement="query"``, from ``access_token=``. Every
 request is logged (``requests()``) with the gateway token's state and the fields passed on.
+
+With ``mode="iap"`` it is Google Identity-Aware Proxy in front of an app, as an API client meets it: it wants an
+OIDC ID token the provider signed (RS256, its current key: ``OIDCProvider.verify_id_token``) with ``iss`` the
+provider's ``google_issuer``, ``aud`` the IAP OAuth client id (``audience``) and ``exp`` ahead, read from
+``Proxy-Authorization: Bearer`` first — then ``Authorization`` is the app's and passes through untouched — or else
+from ``Authorization: Bearer`` (taken out before the app). A missing or bad token is ``401`` with IAP's body
+(``Invalid IAP credentials: …``) and ``X-Goog-IAP-Generated-Response: true``, no ``WWW-Authenticate``; with
+``rejection="302"`` it is sent to sign in at the provider's host instead, as IAP does a browser. IAP's other behaviours (its cookie, the ``x-goog-iap-jwt-assertion`` it adds for the app, the OAuth
+consent screen) are not imitated.
 """
 
 import http.client
@@ -31,26 +40,51 @@ class _GatewayHandler(_Base):
         token = a[7:].strip() if a.lower().startswith("bearer ") else None
         return token, self.path
 
+    def _iap_token(self):
+        """(token, where, why) as IAP reads it: Proxy-Authorization first, then Authorization."""
+        for name in ("Proxy-Authorization", "Authorization"):
+            v = self.headers.get(name)
+            if v and v.lower().startswith("bearer "):
+                return v[7:].strip(), name.lower(), None
+        return None, None, "empty token"
+
     def _handle(self):
         gw = self.srv
         u = urlsplit(self.path)
-        token, passed_path = self._take_token(u)
-        state = gw.provider.check(token) if token else "none"
+        why = None
+        where = None
+        if gw.mode == "iap":
+            token, where, why = self._iap_token()
+            passed_path = self.path
+            if token:
+                claims, why = gw.provider.verify_id_token(token, gw.audience)
+            state = "none" if not token else ("ok" if why is None else "invalid")
+        else:
+            token, passed_path = self._take_token(u)
+            state = gw.provider.check(token) if token else "none"
         body = self.body()
-        entry = {"method": self.command, "path": u.path, "gateway_token": token, "state": state,
-                 "authorization": self.headers.get("Authorization"),
+        entry = {"method": self.command, "path": u.path, "gateway_token": token, "state": state, "why": why,
+                 "token_from": where, "authorization": self.headers.get("Authorization"),
+                 "proxy_authorization": self.headers.get("Proxy-Authorization"),
                  "x_esri_authorization": self.headers.get("X-Esri-Authorization"),
                  "passed_path": passed_path, "body_len": len(body)}
         with gw.lock:
             gw.log.append(entry)
+        if gw.mode == "iap" and state != "ok":
+            if gw.rejection == "302":
+                return self.send(302, b"", ctype=None, headers=[
+                    ("Location", gw.provider.base + "/o/oauth2/v2/auth?client_id=%s&response_type=code" % gw.audience)])
+            return self.send(401, ("Invalid IAP credentials: %s" % why).encode(), ctype="text/html; charset=UTF-8",
+                             headers=[("X-Goog-IAP-Generated-Response", "true")])
         if state != "ok":
             if gw.rejection == "302":
                 return self.send(302, b"", ctype=None, headers=[
                     ("Location", gw.provider.issuer + "/protocol/openid-connect/auth?client_id=gateway&response_type=code")])
             return self.send(401, {"error": "invalid_token"}, headers=[
                 ("WWW-Authenticate", 'Bearer realm="gateway", error="invalid_token"')])
-        headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP and k.lower() != "host"}
-        if gw.placement == "header":
+        headers = {k: v for k, v in self.headers.items()
+                   if k.lower() not in HOP_BY_HOP and k.lower() not in ("host", "proxy-authorization")}
+        if (gw.mode == "iap" and where == "authorization") or (gw.mode != "iap" and gw.placement == "header"):
             headers.pop("Authorization", None)
         headers["Content-Length"] = str(len(body))
         target = urlsplit(gw.upstream)
@@ -73,9 +107,13 @@ class _GatewayHandler(_Base):
 class IdentityAwareProxy(_Listener):
     handler = _GatewayHandler
 
-    def __init__(self, provider, upstream, rejection="401", placement="header"):
+    def __init__(self, provider, upstream, rejection="401", placement="header", mode="oauth", audience=None):
         super().__init__()
         self.provider = provider
         self.upstream = upstream
         self.rejection = rejection
         self.placement = placement
+        self.mode = mode
+        self.audience = audience
+        if mode == "iap" and not audience:
+            raise ValueError("an IAP gateway needs its OAuth client id as audience")

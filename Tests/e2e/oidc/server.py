@@ -22,6 +22,31 @@ Provider (``OIDCProvider``), issuer ``http://127.0.0.1:PORT/realms/test`` (Keycl
                                                         tls_client_auth (served over https with ``tls`` set: the
                                                         client certificate's CN)
 
+Google's shapes, on the same listener:
+
+  POST /token                                           Google's token endpoint (oauth2.googleapis.com/token):
+                                                        grant urn:ietf:params:oauth:grant-type:jwt-bearer with a
+                                                        service account's assertion (RS256 signature verified
+                                                        with the account's registered public key, kid, iss = sub =
+                                                        the account email, aud = this endpoint, iat/exp at most an
+                                                        hour apart). With ``target_audience`` the answer is only
+                                                        ``{"id_token": …}``: an RS256 OIDC ID token signed with the
+                                                        provider's own RSA key (iss ``google_issuer``, aud =
+                                                        target_audience, azp/email = the account, exp after
+                                                        ``id_token_lifetime``); with ``scope`` an access token.
+                                                        Errors as Google words them (400 invalid_grant "Invalid JWT
+                                                        Signature.", "Invalid JWT: Token must be a short-lived
+                                                        token…").
+  GET  /oauth2/v3/certs                                 the ID tokens' public keys (JWKS)
+  POST /v1/token                                        an STS (Google's sts.googleapis.com, workload identity
+                                                        federation): RFC 8693 token exchange without client
+                                                        authentication, ``audience`` required
+
+The realm token endpoint takes RFC 8693 token exchange too (Keycloak's shape: client authenticated as for any
+grant). Both verify the subject token: a JWT signed (RS256) by an issuer registered with
+``trust_subject_issuer`` (the workload's platform: Kubernetes, a CI system), not expired, with that issuer's
+audience; the access token issued carries the subject's ``sub`` and the ``audience`` asked for.
+
 Access tokens are JWTs (HS256 with the provider's own key) carrying ``exp``; ``expires_in`` is configurable (None
 leaves it out, so the client must read ``exp``). Failure modes: ``mode`` = "invalid_client", "503", "empty200",
 "429" (with ``Retry-After: retry_after`` when that is set). Every token request is logged (``token_requests()``).
@@ -52,6 +77,57 @@ from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 
 REALM_PATH = "/realms/test"
 ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
+JWT_BEARER_GRANT = "urn:ietf:params:oauth:grant-type:jwt-bearer"
+TOKEN_EXCHANGE_GRANT = "urn:ietf:params:oauth:grant-type:token-exchange"
+JWT_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:jwt"
+ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"
+GOOGLE_TOKEN_PATH = "/token"
+STS_TOKEN_PATH = "/v1/token"
+
+
+def sign_rs256(private_key, header, claims):
+    """A compact JWS (RS256) of two dicts."""
+    h = b64url(json.dumps(header, separators=(",", ":")).encode())
+    c = b64url(json.dumps(claims, separators=(",", ":")).encode())
+    sig = private_key.sign((h + "." + c).encode(), padding.PKCS1v15(), hashes.SHA256())
+    return h + "." + c + "." + b64url(sig)
+
+
+def verify_rs256(jwt, public_key):
+    """(header, claims) of a JWS whose RS256 signature `public_key` verifies; raises ValueError saying why not."""
+    parts = (jwt or "").split(".")
+    if len(parts) != 3:
+        raise ValueError("not a JWS")
+    try:
+        header = json.loads(b64url_decode(parts[0]))
+        claims = json.loads(b64url_decode(parts[1]))
+        sig = b64url_decode(parts[2])
+    except Exception:
+        raise ValueError("undecodable JWT")
+    if header.get("alg") != "RS256":
+        raise ValueError("alg %r, not RS256" % header.get("alg"))
+    try:
+        public_key.verify(sig, (parts[0] + "." + parts[1]).encode(), padding.PKCS1v15(), hashes.SHA256())
+    except InvalidSignature:
+        raise ValueError("bad signature")
+    return header, claims
+
+
+def claims_of(jwt):
+    """The claims of a JWT, unverified (tests read what a token says)."""
+    return json.loads(b64url_decode(jwt.split(".")[1]))
+
+
+def write_service_account_file(path, email, private_key_pem, kid, token_uri):
+    """A Google service-account JSON key file, as `gcloud iam service-accounts keys create` writes it."""
+    doc = {"type": "service_account", "project_id": "test-project", "private_key_id": kid,
+           "private_key": private_key_pem.decode() if isinstance(private_key_pem, bytes) else private_key_pem,
+           "client_email": email, "client_id": "1234567890",
+           "auth_uri": "https://accounts.google.com/o/oauth2/auth", "token_uri": token_uri,
+           "auth_provider_x509_cert_url": "https://www.googleapis.com/oauth2/v1/certs"}
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=2)
+    return path
 
 
 def b64url(data):
@@ -194,6 +270,8 @@ class _ProviderHandler(_Base):
             return self.send(200, doc)
         if path == REALM_PATH + "/protocol/openid-connect/auth":
             return self.authorize()
+        if path == "/oauth2/v3/certs":
+            return self.send(200, p.jwks())
         self.send(404, {"error": "not_found"})
 
     def authorize(self):
@@ -218,14 +296,19 @@ class _ProviderHandler(_Base):
     def do_POST(self):
         p = self.srv
         path = urlsplit(self.path).path
-        if path != urlsplit(p.token_endpoint).path:
+        if path not in (urlsplit(p.token_endpoint).path, GOOGLE_TOKEN_PATH, STS_TOKEN_PATH):
             return self.send(404, {"error": "not_found"})
         raw = self.body()
         form = dict(parse_qsl(raw.decode("latin-1"), keep_blank_values=True))
         entry = {"time": time.time(), "grant_type": form.get("grant_type"), "form": form,
-                 "authorization": self.headers.get("Authorization")}
+                 "authorization": self.headers.get("Authorization"), "endpoint": path}
         peer = self.connection.getpeercert() if p.tls else None
-        status, answer = p.token_request(form, self.headers.get("Authorization"), entry, peer)
+        if path == GOOGLE_TOKEN_PATH:
+            status, answer = p.google_token_request(form, entry)
+        elif path == STS_TOKEN_PATH:
+            status, answer = p.sts_request(form, entry)
+        else:
+            status, answer = p.token_request(form, self.headers.get("Authorization"), entry, peer)
         entry["status"] = status
         with p.lock:
             p.log.append(entry)
@@ -255,6 +338,13 @@ class OIDCProvider(_Listener):
         self.spent_refresh_tokens = set()
         self.jtis = set()
         self.key = secrets.token_bytes(32)
+        # Google's shapes: service accounts, the RSA key ID tokens are signed with, trusted subject-token issuers.
+        self.service_accounts = {}  # email -> {"key": public key, "kid": str or None}
+        self.signing_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        self.signing_kid = "idt-" + secrets.token_hex(4)
+        self.retired_keys = []  # (kid, public key) of rotated keys: listed in the JWKS, refused by verify_id_token
+        self.id_token_lifetime = 3600
+        self.subject_issuers = {}  # iss -> {"key": public key, "audience": str or None}
 
     @property
     def issuer(self):
@@ -289,6 +379,65 @@ class OIDCProvider(_Listener):
         self.clients[client_id] = {"secret": secret, "methods": allowed, "key": key, "x5t": thumb, "kid": kid,
                                    "assertion_file": assertion_file, "redirect_uris": tuple(redirect_uris),
                                    "tls_subject_cn": tls_subject_cn}
+
+    def add_service_account(self, email, public_key_pem, kid=None):
+        """A Google service account whose key (`kid` = its private_key_id) signs jwt-bearer assertions."""
+        self.service_accounts[email] = {"key": serialization.load_pem_public_key(public_key_pem), "kid": kid}
+
+    def trust_subject_issuer(self, issuer, public_key_pem, audience=None):
+        """Subject tokens signed by `issuer` (RS256) may be exchanged; with `audience`, only those for it."""
+        self.subject_issuers[issuer] = {"key": serialization.load_pem_public_key(public_key_pem), "audience": audience}
+
+    @property
+    def google_issuer(self):
+        """The `iss` of the ID tokens (Google's is https://accounts.google.com)."""
+        return self.base
+
+    @property
+    def google_token_endpoint(self):
+        return self.base + GOOGLE_TOKEN_PATH
+
+    @property
+    def sts_endpoint(self):
+        return self.base + STS_TOKEN_PATH
+
+    def jwks(self):
+        def jwk(kid, pub):
+            n = pub.public_numbers()
+            return {"kty": "RSA", "alg": "RS256", "use": "sig", "kid": kid,
+                    "n": b64url(n.n.to_bytes((n.n.bit_length() + 7) // 8, "big")),
+                    "e": b64url(n.e.to_bytes((n.e.bit_length() + 7) // 8, "big"))}
+        with self.lock:
+            keys = [(self.signing_kid, self.signing_key.public_key())] + list(self.retired_keys)
+        return {"keys": [jwk(k, p) for k, p in keys]}
+
+    def rotate_signing_key(self):
+        """A new key signs ID tokens from now on; tokens signed with the old one are no longer accepted (as when
+        Google's keys rotate and a verifier drops the old one)."""
+        with self.lock:
+            self.retired_keys.append((self.signing_kid, self.signing_key.public_key()))
+            self.signing_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+            self.signing_kid = "idt-" + secrets.token_hex(4)
+
+    def verify_id_token(self, token, audience):
+        """(claims, None) for an ID token this provider signed with its current key, for `audience`, not
+        expired; (None, why) otherwise."""
+        with self.lock:
+            kid, key = self.signing_kid, self.signing_key.public_key()
+        try:
+            header, claims = verify_rs256(token, key)
+        except ValueError as e:
+            return None, str(e)
+        if header.get("kid") != kid:
+            return None, "kid %r is not the current key" % header.get("kid")
+        if claims.get("iss") != self.google_issuer:
+            return None, "iss %r" % claims.get("iss")
+        if claims.get("aud") != audience:
+            return None, "aud %r, expected %r" % (claims.get("aud"), audience)
+        exp = claims.get("exp")
+        if not isinstance(exp, int) or exp <= time.time():
+            return None, "expired"
+        return claims, None
 
     def issue_refresh_token(self, client_id):
         t = "rt-" + secrets.token_urlsafe(16)
@@ -359,6 +508,8 @@ class OIDCProvider(_Listener):
             if b64url(hashlib.sha256(verifier.encode()).digest()) != issued["challenge"]:
                 return self._error(entry, 400, "invalid_grant", "PKCE verification failed")
             refresh = self.issue_refresh_token(client_id)
+        elif grant == TOKEN_EXCHANGE_GRANT:
+            return self._exchange(form, entry, client_id)
         else:
             return self._error(entry, 400, "unsupported_grant_type", "grant %r" % grant)
         now = int(time.time())
@@ -387,6 +538,122 @@ class OIDCProvider(_Listener):
         return 200, answer
 
     token_lifetime_override = None
+
+    def _access_token(self, subject, extra_claims, lifetime):
+        """An HS256 access token for `subject` that the resource server accepts for `lifetime` seconds."""
+        now = int(time.time())
+        header = b64url(json.dumps({"alg": "HS256", "typ": "JWT"}).encode())
+        claims = {"iss": self.issuer, "sub": subject, "iat": now, "exp": now + lifetime, "jti": secrets.token_hex(8)}
+        claims.update(extra_claims)
+        body = b64url(json.dumps(claims).encode())
+        sig = b64url(hmac.new(self.key, (header + "." + body).encode(), hashlib.sha256).digest())
+        token = header + "." + body + "." + sig
+        with self.lock:
+            self.tokens[token] = (subject, time.time() + lifetime)
+        return token
+
+    # -- Google's token endpoint: the jwt-bearer grant of a service account ------------------------------------
+    def google_token_request(self, form, entry):
+        if self.mode in ("503", "429", "empty200"):
+            return self.token_request(form, None, entry)
+        if form.get("grant_type") != JWT_BEARER_GRANT:
+            return self._error(entry, 400, "unsupported_grant_type", "Invalid grant_type: %s" % form.get("grant_type"))
+        if "client_id" in form or "client_secret" in form or "client_assertion" in form:
+            return self._error(entry, 400, "invalid_request", "unexpected client authentication")
+        jwt = form.get("assertion", "")
+        parts = jwt.split(".")
+        try:
+            claims = json.loads(b64url_decode(parts[1])) if len(parts) == 3 else {}
+        except Exception:
+            claims = {}
+        account = self.service_accounts.get(claims.get("iss"))
+        entry["client_id"] = claims.get("iss")
+        entry["assertion_claims"] = claims
+        if account is None:
+            return self._error(entry, 400, "invalid_grant", "Invalid JWT Signature.")
+        try:
+            header, claims = verify_rs256(jwt, account["key"])
+        except ValueError:
+            return self._error(entry, 400, "invalid_grant", "Invalid JWT Signature.")
+        if account["kid"] and header.get("kid") != account["kid"]:
+            return self._error(entry, 400, "invalid_grant", "Invalid JWT Signature.")
+        now = time.time()
+        iat, exp = claims.get("iat"), claims.get("exp")
+        if not isinstance(iat, int) or not isinstance(exp, int) or exp - iat > 3600 or exp <= now or iat > now + 60:
+            return self._error(entry, 400, "invalid_grant",
+                               "Invalid JWT: Token must be a short-lived token (60 minutes) and in a reasonable timeframe. "
+                               "Check your iat and exp values in the JWT claim.")
+        if claims.get("aud") != self.google_token_endpoint:
+            return self._error(entry, 400, "invalid_grant", "Invalid JWT: Failed audience check.")
+        if claims.get("sub", claims["iss"]) != claims["iss"]:
+            return self._error(entry, 400, "unauthorized_client", "Client is unauthorized to retrieve access tokens using this method.")
+        target, scope = claims.get("target_audience"), claims.get("scope")
+        entry["outcome"] = "ok"
+        if target:
+            t = int(now)
+            id_claims = {"iss": self.google_issuer, "aud": target, "azp": claims["iss"], "email": claims["iss"],
+                         "email_verified": True, "sub": "1000" + str(abs(hash(claims["iss"])) % 10 ** 12),
+                         "iat": t, "exp": t + int(self.id_token_lifetime)}
+            with self.lock:
+                key, kid = self.signing_key, self.signing_kid
+            token = sign_rs256(key, {"alg": "RS256", "kid": kid, "typ": "JWT"}, id_claims)
+            entry["id_token"] = token
+            return 200, {"id_token": token}
+        if scope:
+            token = self._access_token(claims["iss"], {"scope": scope}, self.expires_in or 3599)
+            entry["access_token"] = token
+            return 200, {"access_token": token, "expires_in": self.expires_in or 3599, "token_type": "Bearer"}
+        return self._error(entry, 400, "invalid_scope", "Invalid OAuth scope or ID token audience provided.")
+
+    # -- RFC 8693 token exchange ---------------------------------------------------------------------------------
+    def sts_request(self, form, entry):
+        """Google's STS shape: no client authentication; the audience names the workload identity provider."""
+        if self.mode in ("503", "429", "empty200"):
+            return self.token_request(form, None, entry)
+        if form.get("grant_type") != TOKEN_EXCHANGE_GRANT:
+            return self._error(entry, 400, "unsupported_grant_type", "grant %r" % form.get("grant_type"))
+        if not form.get("audience"):
+            return self._error(entry, 400, "invalid_request", "audience is required")
+        if "client_id" in form or entry.get("authorization"):
+            return self._error(entry, 400, "invalid_request", "the STS takes no client authentication")
+        return self._exchange(form, entry, None)
+
+    def _exchange(self, form, entry, client_id):
+        subject = form.get("subject_token", "")
+        entry["subject_token_type"] = form.get("subject_token_type")
+        if form.get("subject_token_type") != JWT_TOKEN_TYPE:
+            return self._error(entry, 400, "invalid_request", "subject_token_type %r is not supported" % form.get("subject_token_type"))
+        try:
+            unverified = claims_of(subject)
+        except Exception:
+            return self._error(entry, 400, "invalid_request", "subject_token is not a JWT")
+        trusted = self.subject_issuers.get(unverified.get("iss"))
+        if trusted is None:
+            return self._error(entry, 400, "invalid_grant", "the subject token's issuer is not trusted")
+        try:
+            _, claims = verify_rs256(subject, trusted["key"])
+        except ValueError as e:
+            return self._error(entry, 400, "invalid_grant", "subject token: %s" % e)
+        if not isinstance(claims.get("exp"), int) or claims["exp"] <= time.time():
+            return self._error(entry, 400, "invalid_grant", "the subject token has expired")
+        if trusted["audience"] and claims.get("aud") != trusted["audience"]:
+            return self._error(entry, 400, "invalid_grant", "the subject token's aud is %r" % claims.get("aud"))
+        requested = form.get("requested_token_type") or ACCESS_TOKEN_TYPE
+        if requested != ACCESS_TOKEN_TYPE:
+            return self._error(entry, 400, "invalid_request", "requested_token_type %r is not supported" % requested)
+        entry["subject"] = claims.get("sub")
+        extra = {"act_for": client_id} if client_id else {}
+        for k in ("audience", "resource", "scope"):
+            if k in form:
+                extra[k] = form[k]
+        lifetime = self.token_lifetime_override or self.expires_in or 60
+        token = self._access_token(claims.get("sub"), extra, lifetime)
+        entry["outcome"] = "ok"
+        entry["access_token"] = token
+        answer = {"access_token": token, "issued_token_type": ACCESS_TOKEN_TYPE, "token_type": "Bearer"}
+        if self.expires_in is not None:
+            answer["expires_in"] = lifetime
+        return 200, answer
 
     def _authenticate(self, form, authorization, peer=None):
         """(client_id, method, refusal or None)."""

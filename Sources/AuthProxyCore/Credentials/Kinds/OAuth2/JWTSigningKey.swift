@@ -1,7 +1,7 @@
 import CAuthProxyShims
 import COpenSSL
 
-/// A private key that signs `private_key_jwt` client assertions with OpenSSL (`EVP_DigestSign`): RS256 (RSA
+/// A private key that signs `private_key_jwt` client assertions and jwt-bearer grants with OpenSSL (`EVP_DigestSign`): RS256 (RSA
 /// PKCS#1 v1.5, SHA-256), PS256 (RSA-PSS, SHA-256, 32-byte salt) or ES256 (ECDSA P-256, its DER signature turned
 /// into JWS's raw `r||s`).
 ///
@@ -69,6 +69,11 @@ final class JWTSigningKey {
         let header = ClientAssertionJWT.header(alg: algorithm, kid: kid, x5tS256: x5tS256)
         let claims = ClientAssertionJWT.claims(
             clientID: clientID, audience: audience, jti: Base64URL.encode(Crypto.random(18)), issuedAt: now)
+        return signed(header: header, claims: claims)
+    }
+
+    /// The compact JWS of `header` and `claims` (JSON texts); nil when OpenSSL fails.
+    func signed(header: String, claims: String) -> String? {
         let input = ClientAssertionJWT.signingInput(header: header, claims: claims)
         guard let signature = sign(Array(input.utf8)) else { return nil }
         return input + "." + Base64URL.encode(signature)

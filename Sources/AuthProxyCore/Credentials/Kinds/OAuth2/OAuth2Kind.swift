@@ -8,12 +8,18 @@ extension OAuth2Settings: CredentialKind, FetchedTokenKind {
     public var tokenSource: TokenSource { .fetched }
     public static var fetchesTokens: Bool { true }
     public var signsIn: Bool { grant == .authorizationCode }
-    public var occupies: [String] { placement == .header ? ["authorization"] : ["?access_token"] }
+    public var occupies: [String] {
+        switch placement {
+        case .header: ["authorization"]
+        case .query: ["?access_token"]
+        case .proxyAuthorization: ["proxy-authorization"]
+        }
+    }
 
     public func prepare(_ request: RequestView) -> Preparation {
         Preparation(
             clientHasOwn: OAuth2Injection.clientHasToken(
-                pathAndQuery: request.target.pathAndQuery, headers: request.fields))
+                pathAndQuery: request.target.pathAndQuery, headers: request.fields, placement: placement))
     }
 
     public func apply(_ token: IssuedToken?, to request: inout OutgoingRequest) -> ApplyFailure? {

@@ -17,12 +17,23 @@ enum OAuth2Rejection {
         if status == 401 {
             if signals.contains(.anyUnauthorized) { return true }
             if signals.contains(.invalidToken), bearerError == "invalid_token" { return true }
+            if signals.contains(.iap), challenges.isEmpty { return true }
         }
         if signals.contains(.redirectToIssuer), [301, 302, 303, 307, 308].contains(status), let location,
             let issuerHost, let target = HTTPURL.parse(location)?.target
         {
-            return target.host.lowercased() == issuerHost.lowercased()
+            return isSignInHost(target.host, issuerHost: issuerHost)
         }
         return false
+    }
+
+    /// Whether a redirect to `host` is one to sign in at the provider of `issuerHost`: its own host, or for Google
+    /// (whose token endpoint is `oauth2.googleapis.com`) `accounts.google.com`, where IAP sends a client without a
+    /// valid ID token.
+    static func isSignInHost(_ host: String, issuerHost: String) -> Bool {
+        let h = host.lowercased()
+        let issuer = issuerHost.lowercased()
+        if h == issuer { return true }
+        return h == "accounts.google.com" && (issuer == "oauth2.googleapis.com" || issuer == "www.googleapis.com")
     }
 }

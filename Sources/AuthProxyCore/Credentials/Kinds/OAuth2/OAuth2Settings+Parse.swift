@@ -19,6 +19,30 @@ extension OAuth2Settings {
             return path
         }
 
+        // A Google service-account key names the account (the client), its key and its token endpoint.
+        let serviceAccountFile = try entry.string("service_account_file")
+        var account: ServiceAccountKey? = nil
+        if let path = serviceAccountFile {
+            switch ServiceAccountKey.read(path: path).flatMap({ a in
+                a.signingKey(source: "service_account_file '\(path)'").map { _ in a }
+            }) {
+            case .failure(let why): throw fail("service_account_file", why.message)
+            case .success(let a): account = a
+            }
+        }
+        let grant: OAuth2Settings.Grant
+        if let g = try entry.string("grant") {
+            guard let known = OAuth2Settings.Grant(rawValue: g) else {
+                throw fail(
+                    "grant",
+                    "\(entry.shown("grant", g)) is not one of "
+                        + OAuth2Settings.Grant.allCases.map { "\"\($0.rawValue)\"" }.joined(separator: ", "))
+            }
+            grant = known
+        } else {
+            grant = account != nil ? .jwtBearer : .clientCredentials
+        }
+
         let issuer = try entry.string("issuer")
         let tokenURL = try url("token_url")
         let endpoint: OAuth2Settings.Endpoint
@@ -31,13 +55,24 @@ extension OAuth2Settings {
             endpoint = .issuer(i)
         case (nil, let t?):
             endpoint = .tokenURL(t)
+        case (nil, nil) where account != nil:
+            let uri = account?.tokenURI ?? ""
+            endpoint = .tokenURL(HTTPURL.parse(uri)?.string ?? uri)
         default:
-            throw fail("", "an oauth2 credential needs exactly one of issuer (OIDC discovery) or token_url")
+            throw fail(
+                "",
+                "an oauth2 credential needs exactly one of issuer (OIDC discovery) or token_url (or service_account_file, whose token_uri is the token endpoint)"
+            )
         }
-        guard let clientID = try entry.string("client_id"), !clientID.isEmpty else {
+        // The service account is the client; a token exchange may have none (a workload identity pool's STS).
+        let configuredID = try entry.string("client_id")
+        let clientID = configuredID ?? account?.clientEmail ?? ""
+        if configuredID?.isEmpty == true || (clientID.isEmpty && grant != .tokenExchange) {
             throw entry.missing("client_id", "credential '\(name)' of type oauth2 needs client_id")
         }
         var s = OAuth2Settings(endpoint: endpoint, clientID: clientID)
+        s.grant = grant
+        s.serviceAccountFile = serviceAccountFile
         s.clientSecret = try entry.string("client_secret")
         if s.clientSecret?.isEmpty == true { throw fail("client_secret", "is empty") }
         s.authMethod = try entry.enumValue("token_endpoint_auth_method", OAuth2Settings.AuthMethod.self)
@@ -49,21 +84,27 @@ extension OAuth2Settings {
         s.scope = try entry.string("scope")
         s.audience = try entry.string("audience")
         s.resource = try entry.string("resource")
-        if let grant = try entry.string("grant") {
-            guard let g = OAuth2Settings.Grant(rawValue: grant) else {
-                throw fail(
-                    "grant",
-                    "\(entry.shown("grant", grant)) is not one of \"client_credentials\", \"refresh_token\", \"authorization_code\""
-                )
-            }
-            s.grant = g
-        }
+        s.targetAudience = try entry.string("target_audience")
+        if s.targetAudience?.isEmpty == true { throw fail("target_audience", "is empty") }
+        s.tokenField =
+            try entry.enumValue("token_field", OAuth2Settings.TokenField.self)
+            ?? (s.targetAudience != nil ? .idToken : .accessToken)
+        s.subjectTokenFile = try readable("subject_token_file")
+        s.subjectTokenType = try entry.string("subject_token_type") ?? OAuth2Settings.jwtTokenType
+        s.requestedTokenType = try entry.string("requested_token_type")
         s.refreshToken = try entry.string("refresh_token")
         s.redirectURI = try entry.string("redirect_uri")
         s.authorizationURL = try url("authorization_url")
         s.placement = try entry.enumValue("token_placement", OAuth2Settings.Placement.self) ?? .header
         s.defaultLifetimeSeconds = try entry.int("default_lifetime_seconds", range: 1...86_400) ?? 300
-        if let signals = try rejectionSignals(&entry) { s.rejection = signals }
+        if let signals = try rejectionSignals(&entry) {
+            s.rejection = signals
+        } else if s.targetAudience != nil {
+            // Google IAP refuses an ID token with a 401 without a challenge, and sends a browser to sign in at
+            // accounts.google.com; a service behind it answering its own 401 is not the ID token's rejection.
+            s.rejection = [.iap, .redirectToIssuer]
+        }
+        try checkGrantKeys(s, account: account, entry: &entry)
 
         if s.privateKey != nil, s.clientAssertionFile != nil {
             throw fail(
@@ -90,7 +131,7 @@ extension OAuth2Settings {
                     "grant = \"refresh_token\" needs refresh_token (the first one; rotated ones are kept in the state file)"
                 )
             }
-        case .clientCredentials:
+        case .clientCredentials, .jwtBearer, .tokenExchange:
             if s.refreshToken != nil { throw fail("refresh_token", "is used only with grant = \"refresh_token\"") }
         case .authorizationCode:
             if s.refreshToken != nil {
@@ -123,7 +164,8 @@ extension OAuth2Settings {
                 throw fail("authorization_url", "is used only with grant = \"authorization_code\"")
             }
         }
-        let hasAssertion = s.privateKey != nil || s.clientAssertionFile != nil
+        // A jwt_bearer credential's private_key signs the grant, not a client assertion.
+        let hasAssertion = (s.privateKey != nil && s.grant != .jwtBearer) || s.clientAssertionFile != nil
         switch s.authMethod {
         case .clientSecretBasic?, .clientSecretPost?:
             if s.clientSecret == nil {
@@ -146,10 +188,72 @@ extension OAuth2Settings {
                 )
             }
         }
+        if s.clientID.isEmpty, s.authMethod.map({ $0 != .none }) ?? (s.clientSecret != nil || hasAssertion) {
+            throw fail("client_id", "client authentication (a secret, a key or an assertion) needs client_id")
+        }
         return s
     }
 
-    /// `rejection = ["invalid_token", "401", "redirect_to_issuer", 403]`: names, or statuses as numbers or strings.
+    /// The keys that belong to one grant: `jwt_bearer` (a service-account key or `private_key`, and what it asks
+    /// for) and `token_exchange` (the subject token).
+    private static func checkGrantKeys(
+        _ s: OAuth2Settings, account: ServiceAccountKey?, entry: inout TableReader
+    ) throws(ConfigError) {
+        func fail(_ key: String, _ message: String) -> ConfigError {
+            ConfigError(key: entry.path + "." + key, line: entry.line(of: key) ?? entry.table.line, message)
+        }
+        if account != nil {
+            if s.grant != .jwtBearer {
+                throw fail("service_account_file", "is used only with grant = \"jwt_bearer\"")
+            }
+            for key in ["private_key", "private_key_alg", "kid", "certificate", "client_assertion_file"]
+            where entry.table[key] != nil {
+                throw fail(key, "the service_account_file holds the key: set one or the other")
+            }
+        }
+        if s.grant == .jwtBearer {
+            if account == nil, s.privateKey == nil {
+                throw fail(
+                    "service_account_file",
+                    "grant = \"jwt_bearer\" needs service_account_file (a Google service-account JSON key) or private_key with client_id as the assertion's issuer"
+                )
+            }
+            if s.clientAssertionFile != nil {
+                throw fail(
+                    "client_assertion_file",
+                    "grant = \"jwt_bearer\" signs its own assertion; a token issued elsewhere is exchanged with grant = \"token_exchange\" and subject_token_file"
+                )
+            }
+            if s.targetAudience == nil, s.scope == nil {
+                throw fail(
+                    "target_audience",
+                    "grant = \"jwt_bearer\" needs target_audience (an ID token for that audience: IAP's OAuth client id) or scope (an access token)"
+                )
+            }
+            for key in ["audience", "resource"] where entry.table[key] != nil {
+                throw fail(
+                    key, "is not sent with grant = \"jwt_bearer\" (the assertion carries target_audience or scope)")
+            }
+        } else if s.targetAudience != nil {
+            throw fail("target_audience", "is used only with grant = \"jwt_bearer\"")
+        }
+        if s.grant == .tokenExchange {
+            guard s.subjectTokenFile != nil else {
+                throw fail(
+                    "subject_token_file",
+                    "grant = \"token_exchange\" needs subject_token_file (the token to exchange, read again for every exchange)"
+                )
+            }
+        } else {
+            for key in ["subject_token_file", "subject_token_type", "requested_token_type"]
+            where entry.table[key] != nil {
+                throw fail(key, "is used only with grant = \"token_exchange\"")
+            }
+        }
+    }
+
+    /// `rejection = ["invalid_token", "401", "iap", "redirect_to_issuer", 403]`: names, or statuses as numbers or
+    /// strings.
     private static func rejectionSignals(_ entry: inout TableReader) throws(ConfigError) -> Set<
         OAuth2Settings.RejectionSignal
     >? {
@@ -171,11 +275,13 @@ extension OAuth2Settings {
             case .string("invalid_token"): out.insert(.invalidToken)
             case .string("401"): out.insert(.anyUnauthorized)
             case .string("redirect_to_issuer"): out.insert(.redirectToIssuer)
+            case .string("iap"): out.insert(.iap)
             case .string(let t) where Int(t) != nil: status = Int(t)
             default:
                 throw ConfigError(
                     key: key, line: item.line,
-                    "each entry is \"invalid_token\", \"401\", \"redirect_to_issuer\" or an HTTP status such as 403")
+                    "each entry is \"invalid_token\", \"401\", \"iap\", \"redirect_to_issuer\" or an HTTP status such as 403"
+                )
             }
             if let status {
                 guard (300...599).contains(status) else {

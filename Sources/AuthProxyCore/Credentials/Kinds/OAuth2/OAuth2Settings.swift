@@ -1,5 +1,6 @@
 /// The settings of an `oauth2` credential: a generic OAuth 2.0 / OpenID Connect client (Keycloak, Entra ID, any
-/// RFC 6749 token endpoint) whose access token goes on every matched request, whatever its path.
+/// RFC 6749 token endpoint, Google's service accounts, an RFC 8693 token exchange) whose access token (or ID token) goes
+/// on every matched request, whatever its path.
 public struct OAuth2Settings: Sendable, Equatable {
     /// Where the token endpoint comes from.
     public enum Endpoint: Sendable, Equatable {
@@ -18,6 +19,13 @@ public struct OAuth2Settings: Sendable, Equatable {
         /// A sign-in with `authproxy login` (authorization code with PKCE) stores a refresh token in the state file;
         /// access tokens come from the refresh-token grant.
         case authorizationCode = "authorization_code"
+        /// RFC 7523 §2.1: a JWT the proxy signs with a service account's key is the grant (Google's
+        /// `urn:ietf:params:oauth:grant-type:jwt-bearer`): with `target_audience` Google answers an OIDC ID token for
+        /// that audience (what Identity-Aware Proxy wants), with `scope` an access token.
+        case jwtBearer = "jwt_bearer"
+        /// RFC 8693: a token from elsewhere (`subject_token_file`: a Kubernetes projected token, a CI job's OIDC
+        /// token) exchanged for an access token (workload identity federation, Keycloak).
+        case tokenExchange = "token_exchange"
     }
 
     /// How the client authenticates at the token endpoint (RFC 6749 §2.3, OIDC Core §9, RFC 8705).
@@ -43,7 +51,22 @@ public struct OAuth2Settings: Sendable, Equatable {
         case header
         /// `access_token=<token>` in the query (RFC 6750 §2.3; GeoServer and GeoNode accept it).
         case query
+        /// `Proxy-Authorization: Bearer <token>`, end to end to the server: Google IAP reads its ID token there, so
+        /// `Authorization` stays free for the service behind it (an ArcGIS bearer). The client's own
+        /// `Proxy-Authorization` (to authproxy) is never forwarded; this one replaces it.
+        case proxyAuthorization = "proxy-authorization"
     }
+
+    /// Which token of the token endpoint's answer goes on requests.
+    public enum TokenField: String, Sendable, CaseIterable {
+        case accessToken = "access_token"
+        /// The OIDC ID token (Google IAP wants one whose audience is its OAuth client id); its lifetime is its own
+        /// `exp`, not the answer's `expires_in` (which, when present, is the access token's).
+        case idToken = "id_token"
+    }
+
+    /// RFC 8693 §3's `urn:ietf:params:oauth:token-type:jwt`: the default `subject_token_type`.
+    public static let jwtTokenType = "urn:ietf:params:oauth:token-type:jwt"
 
     /// An upstream answer that means "this access token is no good": refresh and retry once.
     public enum RejectionSignal: Sendable, Hashable {
@@ -51,6 +74,10 @@ public struct OAuth2Settings: Sendable, Equatable {
         case invalidToken
         /// Any `401`.
         case anyUnauthorized
+        /// A `401` without a `WWW-Authenticate` challenge: Google IAP's own refusal of an ID token ("Invalid IAP
+        /// credentials"); a service behind the gateway that answers 401 names its scheme, and is not mistaken for
+        /// it.
+        case iap
         /// A `302`/`303`/`307` whose `Location` is on the issuer's (or token endpoint's) host: a gateway sending
         /// the browser to sign in.
         case redirectToIssuer
@@ -87,6 +114,17 @@ public struct OAuth2Settings: Sendable, Equatable {
     /// The authorization endpoint, when discovery does not give it.
     public var authorizationURL: String?
     public var placement: Placement = .header
+    /// Grant `jwt_bearer`: the audience of the ID token asked for (Google: `target_audience`, IAP's OAuth client id).
+    public var targetAudience: String?
+    /// A Google service-account JSON key (`client_email`, `private_key`, `private_key_id`, `token_uri`): read again
+    /// for every token request, like `private_key` (``ServiceAccountKey``).
+    public var serviceAccountFile: String?
+    public var tokenField: TokenField = .accessToken
+    /// Grant `token_exchange`: the subject token's file, read again for every exchange (it is rotated under the
+    /// proxy).
+    public var subjectTokenFile: String?
+    public var subjectTokenType: String = OAuth2Settings.jwtTokenType
+    public var requestedTokenType: String?
     /// Seconds a token lives when neither `expires_in` nor the JWT's `exp` says.
     public var defaultLifetimeSeconds: Int = 300
     public var rejection: Set<RejectionSignal> = [.invalidToken]
@@ -114,7 +152,9 @@ public struct OAuth2Settings: Sendable, Equatable {
             providerURL, clientID, clientSecret ?? "", authMethod?.rawValue ?? "", privateKey ?? "",
             keyAlgorithm.rawValue,
             kid ?? "", certificate ?? "", clientAssertionFile ?? "", scope ?? "", audience ?? "", resource ?? "",
-            grant.rawValue, refreshToken ?? "", redirectURI ?? "", authorizationURL ?? "",
+            grant.rawValue, refreshToken ?? "", redirectURI ?? "", authorizationURL ?? "", targetAudience ?? "",
+            serviceAccountFile ?? "", tokenField.rawValue, subjectTokenFile ?? "", subjectTokenType,
+            requestedTokenType ?? "",
         ]
         return parts.joined(separator: "\u{0}")
     }

@@ -3,9 +3,11 @@ import Foundation
 /// What an OAuth 2.0 token endpoint's answer means (RFC 6749 §5.1, §5.2), decided from its status, body and the
 /// time, without I/O.
 ///
-/// - A JSON object with an `access_token` (and a `token_type` of Bearer, when it names one) is a token. Its lifetime
-///   is `expires_in`, else the `exp` of the access token when it is a JWT (read, not verified: the proxy is not its
-///   audience), else `default_lifetime_seconds`.
+/// - A JSON object with an `access_token` (and a `token_type` of Bearer, or RFC 8693's `N_A`, when it names one) is a
+///   token. Its lifetime is `expires_in`, else the `exp` of the access token when it is a JWT (read, not verified:
+///   the proxy is not its audience), else `default_lifetime_seconds`.
+/// - With `token_field = "id_token"` the `id_token` is the token (Google's jwt-bearer answer has nothing else), and
+///   its lifetime is its own `exp` first: an `expires_in` beside it is the access token's.
 /// - An `error` of `invalid_client`, `unauthorized_client`, `invalid_scope`, `invalid_grant`, `invalid_request` or
 ///   `unsupported_grant_type` is a refusal of the configuration: the client gets a 502 with the error and its
 ///   description, and the credential backs off (a provider must not be hammered with a secret it refused).
@@ -21,11 +23,14 @@ enum OAuth2TokenAnswer: Equatable {
 
     static let configurationErrors: Set<String> = [
         "invalid_client", "unauthorized_client", "invalid_scope", "invalid_grant", "invalid_request",
-        "unsupported_grant_type",
+        "unsupported_grant_type", "invalid_target",
     ]
 
     /// The answer `body` with HTTP `status`, received at `now` (milliseconds since the epoch).
-    static func classify(status: Int, body: [UInt8], now: Int64, defaultLifetimeSeconds: Int) -> OAuth2TokenAnswer {
+    static func classify(
+        status: Int, body: [UInt8], now: Int64, defaultLifetimeSeconds: Int,
+        field: OAuth2Settings.TokenField = .accessToken
+    ) -> OAuth2TokenAnswer {
         let trimmed = body.drop { $0 == 32 || $0 == 9 || $0 == 10 || $0 == 13 }
         guard !trimmed.isEmpty else { return .outage(why: "HTTP \(status) with an empty body") }
         guard let object = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any] else {
@@ -39,20 +44,27 @@ enum OAuth2TokenAnswer: Equatable {
             return .outage(why: "HTTP \(status), error \(error)\(description.map { " (\($0))" } ?? "")")
         }
         guard (200..<300).contains(status) else { return .outage(why: "HTTP \(status)") }
-        guard let token = object["access_token"] as? String, !token.isEmpty else {
-            return .outage(why: "HTTP \(status) without an access_token")
+        let name = field.rawValue
+        guard let token = object[name] as? String, !token.isEmpty else {
+            return .outage(why: "HTTP \(status) without an \(name)")
         }
         // Written into `Authorization: Bearer` as it is: a token that is not a b64token is no token.
         if let why = TokenSyntax.bearerProblem(token) {
-            return .outage(why: "an access_token that cannot be sent: \(why)")
+            return .outage(why: "an \(name) that cannot be sent: \(why)")
         }
-        if let type = object["token_type"] as? String, type.lowercased() != "bearer" {
+        // `N_A`: an RFC 8693 exchange issued a token that is not an OAuth access token (requested_token_type jwt or
+        // id_token); it is still what the credential asked for. The token_type describes the access token only.
+        if field == .accessToken, let type = object["token_type"] as? String, type.lowercased() != "bearer",
+            type != "N_A"
+        {
             return .refused(
                 error: "unsupported_token_type",
                 description: "the token_type is \(type); only Bearer tokens can be sent")
         }
         let lifetime: Int64
-        if let seconds = number(object["expires_in"]) {
+        if field == .idToken, let exp = jwtExpiry(token) {
+            lifetime = exp * 1000 - now
+        } else if let seconds = number(object["expires_in"]) {
             lifetime = seconds * 1000
         } else if let exp = jwtExpiry(token) {
             lifetime = exp * 1000 - now

@@ -1,12 +1,14 @@
 import Foundation
 
-/// The form and headers of one token request of an `oauth2` credential (RFC 6749 §4.4 and §6, RFC 7523 §2.2,
-/// RFC 8707, RFC 8705 §2): pure, so each client authentication method is tested as a table.
+/// The form and headers of one token request of an `oauth2` credential (RFC 6749 §4.4 and §6, RFC 7523 §2.1 and
+/// §2.2, RFC 8693 §2.1, RFC 8707, RFC 8705 §2): pure, so each grant and client authentication method is tested as
+/// a table.
 struct OAuth2TokenRequest: Equatable {
     var fields: [(String, String)]
     var headers: [(String, String)]
 
     static let assertionType = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
+    static let tokenExchangeGrant = "urn:ietf:params:oauth:grant-type:token-exchange"
 
     /// What the client authentication carries, besides the settings.
     enum ClientProof: Equatable {
@@ -22,10 +24,15 @@ struct OAuth2TokenRequest: Equatable {
         case refresh(String)
         /// `authproxy login`: the code the redirect carried, the redirect URI it went to and the PKCE verifier.
         case code(String, redirectURI: String, verifier: String)
+        /// The signed jwt-bearer assertion (``JWTBearerGrant``): it carries the scope or target audience itself.
+        case jwtBearer(assertion: String)
+        /// RFC 8693: the subject token as read from its file now.
+        case tokenExchange(subjectToken: String)
     }
 
-    /// The request for `s` with `method`, as the running proxy makes it; `refreshToken` for the refresh-token grant
-    /// (which an `authorization_code` credential uses after its sign-in).
+    /// The request of the client-credentials or refresh-token grant for `s` with `method`; `refreshToken` for the
+    /// refresh-token grant (which an `authorization_code` credential uses after its sign-in). The other grants
+    /// carry what they were read or signed from: ``make(_:method:proof:grant:)``.
     static func make(
         _ s: OAuth2Settings, method: OAuth2Settings.AuthMethod, proof: ClientProof, refreshToken: String?
     ) -> OAuth2TokenRequest {
@@ -49,10 +56,22 @@ struct OAuth2TokenRequest: Equatable {
                 ("grant_type", "authorization_code"), ("code", code), ("redirect_uri", redirectURI),
                 ("code_verifier", verifier),
             ]
+        case .jwtBearer(let assertion):
+            fields += [("grant_type", JWTBearerGrant.grantType), ("assertion", assertion)]
+        case .tokenExchange(let subject):
+            fields += [
+                ("grant_type", tokenExchangeGrant), ("subject_token", subject),
+                ("subject_token_type", s.subjectTokenType),
+            ]
+            if let requested = s.requestedTokenType { fields.append(("requested_token_type", requested)) }
         }
-        if let scope = s.scope { fields.append(("scope", scope)) }
-        if let audience = s.audience { fields.append(("audience", audience)) }
-        if let resource = s.resource { fields.append(("resource", resource)) }
+        if case .jwtBearer = grant {
+            // Google reads scope and audience from the assertion's claims only.
+        } else {
+            if let scope = s.scope { fields.append(("scope", scope)) }
+            if let audience = s.audience { fields.append(("audience", audience)) }
+            if let resource = s.resource { fields.append(("resource", resource)) }
+        }
         var headers: [(String, String)] = []
         switch method {
         case .clientSecretBasic:
@@ -69,10 +88,19 @@ struct OAuth2TokenRequest: Equatable {
                 fields.append(("client_assertion_type", assertionType))
                 fields.append(("client_assertion", jwt))
             }
-        case .tlsClientAuth, .none:
+        case .tlsClientAuth:
             fields.append(("client_id", s.clientID))
+        case .none:
+            // A public client names itself; a jwt-bearer assertion names the client already, and a token exchange
+            // without client_id (a workload identity pool) has no client to name.
+            if !s.clientID.isEmpty, !isJWTBearer(grant) { fields.append(("client_id", s.clientID)) }
         }
         return OAuth2TokenRequest(fields: fields, headers: headers)
+    }
+
+    private static func isJWTBearer(_ g: GrantFields) -> Bool {
+        if case .jwtBearer = g { return true }
+        return false
     }
 
     static func == (a: Self, b: Self) -> Bool {

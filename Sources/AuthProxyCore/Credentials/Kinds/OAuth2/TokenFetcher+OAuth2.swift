@@ -103,7 +103,8 @@ extension TokenFetcher {
         let method: OAuth2Settings.AuthMethod
         switch OAuth2Discovery.authMethod(
             configured: o.authMethod, supported: ep.authMethodsSupported,
-            hasSecret: o.clientSecret != nil, hasAssertion: o.privateKey != nil || o.clientAssertionFile != nil)
+            hasSecret: o.clientSecret != nil,
+            hasAssertion: (o.privateKey != nil && o.grant != .jwtBearer) || o.clientAssertionFile != nil)
         {
         case .failure(let why):
             var e = TokenError(credential: c.name, message: why.message)
@@ -133,11 +134,13 @@ extension TokenFetcher {
             }
         }
         var refresh: String? = nil
+        let grant: OAuth2TokenRequest.GrantFields
         switch o.grant {
         case .clientCredentials:
-            break
+            grant = .clientCredentials
         case .refreshToken:
             refresh = host.refreshToken(for: c) ?? o.refreshToken
+            grant = .refresh(refresh ?? "")
         case .authorizationCode:
             // The state file is the authority (`authproxy login` writes it): looked at before every refresh grant.
             guard let stored = host.refreshToken(for: c) else {
@@ -147,8 +150,25 @@ extension TokenFetcher {
                 return
             }
             refresh = stored
+            grant = .refresh(stored)
+        case .jwtBearer:
+            switch Self.jwtBearerAssertion(o, audience: Self.redacted(url), now: clock.nowMillis() / 1000) {
+            case .failure(let why):
+                local(why.message)
+                return
+            case .success(let jwt):
+                grant = .jwtBearer(assertion: jwt)
+            }
+        case .tokenExchange:
+            switch Self.subjectToken(o) {
+            case .failure(let why):
+                local(why.message)
+                return
+            case .success(let token):
+                grant = .tokenExchange(subjectToken: token)
+            }
         }
-        let request = OAuth2TokenRequest.make(o, method: method, proof: proof, refreshToken: refresh)
+        let request = OAuth2TokenRequest.make(o, method: method, proof: proof, grant: grant)
         let route: ParentRoute?
         switch parentRoute(url) {
         case .success(let r): route = r
@@ -172,10 +192,10 @@ extension TokenFetcher {
                 let now = clock.nowMillis()
                 switch OAuth2TokenAnswer.classify(
                     status: r.status, body: r.body, now: now,
-                    defaultLifetimeSeconds: o.defaultLifetimeSeconds)
+                    defaultLifetimeSeconds: o.defaultLifetimeSeconds, field: o.tokenField)
                 {
                 case .token(let t, let rotated):
-                    if o.grant != .clientCredentials, let rotated, rotated != refresh {
+                    if o.grant == .refreshToken || o.grant == .authorizationCode, let rotated, rotated != refresh {
                         host.keepRotatedRefreshToken(c, rotated)
                     }
                     done(.success(t))
@@ -235,6 +255,58 @@ extension TokenFetcher {
         }
     }
 
+    /// The jwt-bearer grant's assertion for one token request (``JWTBearerGrant``), signed with the service
+    /// account's key (its file read now: a rotated key is used without a reload) or with `private_key`, `aud` the
+    /// token endpoint it is sent to.
+    static func jwtBearerAssertion(_ o: OAuth2Settings, audience: String, now: Int64) -> Result<String, OAuth2Problem> {
+        let key: JWTSigningKey
+        let issuer: String
+        let kid: String?
+        let source: String
+        if let path = o.serviceAccountFile {
+            source = "service_account_file '\(path)'"
+            switch ServiceAccountKey.read(path: path).flatMap({ a in
+                a.signingKey(source: source).map { (a, $0) }
+            }) {
+            case .failure(let why): return .failure(why)
+            case .success(let (account, k)):
+                key = k
+                issuer = account.clientEmail
+                kid = account.privateKeyID
+            }
+        } else if let path = o.privateKey {
+            source = "'\(path)'"
+            do {
+                key = try JWTSigningKey(path: path, algorithm: o.keyAlgorithm)
+            } catch {
+                return .failure(error)
+            }
+            issuer = o.clientID
+            kid = o.kid
+        } else {
+            return .failure(.init("grant jwt_bearer needs service_account_file or private_key"))
+        }
+        let header = JWTBearerGrant.header(alg: key.algorithm, kid: kid)
+        let claims = JWTBearerGrant.claims(
+            issuer: issuer, audience: audience, targetAudience: o.targetAudience, scope: o.scope, issuedAt: now)
+        guard let jwt = key.signed(header: header, claims: claims) else {
+            return .failure(.init("signing the jwt-bearer assertion with the key of \(source) failed in libcrypto"))
+        }
+        return .success(jwt)
+    }
+
+    /// The subject token of an RFC 8693 exchange, read from its file now (a projected token is rotated under the
+    /// proxy).
+    static func subjectToken(_ o: OAuth2Settings) -> Result<String, OAuth2Problem> {
+        guard let file = o.subjectTokenFile else { return .failure(.init("token_exchange needs subject_token_file")) }
+        guard let text = readTextFile(file) else {
+            return .failure(.init("cannot read subject_token_file '\(file)': \(lastErrorString())"))
+        }
+        let token = String(text.trimmingWhitespace())
+        guard !token.isEmpty else { return .failure(.init("subject_token_file '\(file)' is empty")) }
+        return .success(token)
+    }
+
     /// What to check for a refusal, beside the provider's own words.
     static func oauth2Advice(_ error: String, _ o: OAuth2Settings, method: OAuth2Settings.AuthMethod) -> [String] {
         switch error {
@@ -244,6 +316,8 @@ extension TokenFetcher {
             ]
         case "invalid_scope":
             return ["Check scope, audience and resource against what the client may ask for."]
+        case "invalid_target":
+            return ["The provider will not issue a token for this audience or resource: check audience and resource."]
         case "invalid_grant":
             switch o.grant {
             case .refreshToken:
@@ -256,6 +330,14 @@ extension TokenFetcher {
                 ]
             case .clientCredentials:
                 return ["The provider refuses the grant for this client."]
+            case .jwtBearer:
+                return [
+                    "The provider refused the signed assertion: check that the service account's key is active (not deleted or disabled), that target_audience or scope is one it may ask for, and the clocks."
+                ]
+            case .tokenExchange:
+                return [
+                    "The provider refused the subject token: check that subject_token_file holds a current token, subject_token_type, and that the provider trusts the token's issuer for this audience."
+                ]
             }
         default:
             return []
