@@ -23,7 +23,7 @@ kinds=(
   'header|Header|case \.header\(|\.header\(fields|HeaderSettings'
   'query|Query|QuerySettings|QueryKeySettings|QueryParamSettings'
   'aws-sigv4|AWSSigV4|SigV4Settings|AWSSigV4Settings'
-  'azure-sas|AzureSAS|AzureSASSettings'
+  'azure-sas|AzureSAS|AzureSASSettings|AzureSASKind'
   'server-trust|ServerTrust|\.serverTrust\b|ServerTrustSettings'
   'password|Password|case \.password\b|\.password\(|PasswordSettings'
   'kerberos|Kerberos|case \.kerberos\b|\.kerberos\(|KerberosSettings'

@@ -13,6 +13,7 @@ enum CredentialKinds {
         KerberosSettings.self,
         ClientCertificateSettings.self,
         AWSSigV4Kind.self,
+        AzureSASKind.self,
     ]
 
     /// The kind for `type = name`.
