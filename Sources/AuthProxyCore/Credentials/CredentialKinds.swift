@@ -13,6 +13,7 @@ enum CredentialKinds {
         PasswordSettings.self,
         KerberosSettings.self,
         ClientCertificateSettings.self,
+        AWSSigV4Kind.self,
         AzureSASKind.self,
     ]
 
