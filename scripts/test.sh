@@ -29,6 +29,10 @@ fi
 # pytest-timeout: Tests/e2e/pytest.ini gives every test a time limit, so a spinning proxy fails its test, not CI.
 python3 -c 'import requests, pytest, pytest_timeout, yaml, prometheus_client, websockets, cryptography, sys; sys.exit(int(websockets.__version__.split(".")[0]) < 15)' 2>/dev/null \
   || python3 -m pip install -q requests pytest pytest-timeout pyyaml prometheus-client 'websockets>=15' cryptography
+# A real S3 that checks SigV4 signatures (moto in server mode) and a PMTiles reader for the aws-sigv4 tests; OWSLib
+# for the query (GeoServer authkey) tests.
+python3 -c 'import moto.server, pmtiles, owslib' 2>/dev/null \
+  || python3 -m pip install -q 'moto[server]' pmtiles OWSLib
 # Esri's ArcGIS API for Python, for the proxy-over-TLS test (Tests/e2e/test_tls_proxy.py). Large and optional:
 # when it cannot be installed, only that test is skipped, saying why.
 (cd / && python3 -c 'import arcgis.gis' 2>/dev/null) \

@@ -329,8 +329,6 @@ def test_the_sas_reaches_no_head_log_status_page_or_metrics(proxy_factory, rig, 
     assert_no_sas(received + [access, p.log_text(), status.text, page, metrics], sas)
 
 
-@pytest.mark.xfail(strict=True, reason="response bodies are scrubbed by the body scrubber the query kind's branch "
-                   "wires (issue 37 section 2); drop this mark once it is merged")
 def test_the_sas_is_scrubbed_from_a_body_that_echoes_the_url(proxy_factory, rig, origin, session):
     store, sas = rig
     # The credential also covers an origin that echoes the URL it was asked for (as a tile server or an error page
