@@ -69,3 +69,40 @@ enum ArcGISTokenRequests {
             status: head.status, location: head.first("location"), request: head.request, signInURLs: signInURLs)
     }
 }
+
+/// The kinds whose tokens are ArcGIS tokens to the server (an API key, a pregenerated token, and the tokens of
+/// `generateToken`, a portal's client credentials or a sign-in): they share ``ArcGISTokenRequests``, so each states
+/// only how it differs.
+public protocol ArcGISTokenKind: CredentialKind {
+    /// Tokens go on the ArcGIS APIs only (tokens from a token service: no token for a portal's home page).
+    var apiOnly: Bool { get }
+    /// Where a web tier in front of its servers sends a client to sign in (`sign_in_urls`); nil: tokens of this
+    /// kind are not read as rejected by a redirect to sign in.
+    var signInPages: [String]? { get }
+}
+
+extension ArcGISTokenKind {
+    public static var sharedKeys: SharedCredentialKeys { [.tokenPlacement] }
+    public var role: CredentialRole { .token }
+    public var readsBodiesForRejection: Bool { true }
+
+    public func prepare(_ request: RequestView) -> Preparation {
+        ArcGISTokenRequests.prepare(request, apiOnly: apiOnly)
+    }
+
+    public func apply(_ token: IssuedToken?, to request: inout OutgoingRequest) -> ApplyFailure? {
+        ArcGISTokenRequests.apply(token, to: &request)
+    }
+
+    public func rejection(of head: ResponseView) -> Rejection {
+        ArcGISTokenRequests.rejection(of: head, signInURLs: signInPages)
+    }
+
+    public func rejection(of head: ResponseView, body: [UInt8]) -> BodyVerdict {
+        ArcGISTokenRequests.rejection(of: head, body: body)
+    }
+
+    public func signInRedirect(of head: ResponseView) -> SignInRedirect.Target? {
+        signInPages.flatMap { ArcGISTokenRequests.signInRedirect(of: head, signInURLs: $0) }
+    }
+}

@@ -1,9 +1,9 @@
 /// `type = "api-key"`: an ArcGIS API key, injected as an ArcGIS token (``ArcGISTokenRequests``) on every matched
 /// request; with two slots, a rejected key is replaced by the other slot's on a retry.
-extension APIKeySettings: CredentialKind, FixedTokenKind {
+extension APIKeySettings: ArcGISTokenKind, FixedTokenKind {
+    public var apiOnly: Bool { false }
+    public var signInPages: [String]? { nil }
     public static let typeName = "api-key"
-    public static var sharedKeys: SharedCredentialKeys { [.tokenPlacement] }
-    public var role: CredentialRole { .token }
     public var tokenSource: TokenSource { .fixed }
 
     public var identityMaterial: String {
@@ -15,23 +15,6 @@ extension APIKeySettings: CredentialKind, FixedTokenKind {
     // act on cost each request ~4 % more instructions).
     public var inspectsResponses: Bool { slots.count > 1 }
     public var retriesRejections: Bool { slots.count > 1 }
-    public var readsBodiesForRejection: Bool { true }
-
-    public func prepare(_ request: RequestView) -> Preparation {
-        ArcGISTokenRequests.prepare(request, apiOnly: false)
-    }
-
-    public func apply(_ token: IssuedToken?, to request: inout OutgoingRequest) -> ApplyFailure? {
-        ArcGISTokenRequests.apply(token, to: &request)
-    }
-
-    public func rejection(of head: ResponseView) -> Rejection {
-        ArcGISTokenRequests.rejection(of: head)
-    }
-
-    public func rejection(of head: ResponseView, body: [UInt8]) -> BodyVerdict {
-        ArcGISTokenRequests.rejection(of: head, body: body)
-    }
 
     public var statusDetails: [(String, String)] { [("keys", summary)] }
 

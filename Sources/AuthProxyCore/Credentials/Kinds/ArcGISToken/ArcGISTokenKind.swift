@@ -1,12 +1,11 @@
 /// `arcgis-token`: tokens from `generateToken` with a username and password, per confirmed server or portal root,
 /// injected as ArcGIS tokens (``ArcGISTokenRequests``) on the ArcGIS APIs.
-extension ArcGISTokenSettings: CredentialKind, FetchedTokenKind {
+extension ArcGISTokenSettings: ArcGISTokenKind, FetchedTokenKind {
+    public var apiOnly: Bool { true }
+    public var signInPages: [String]? { signInURLs }
     public static let typeName = "arcgis-token"
-    public static var sharedKeys: SharedCredentialKeys { [.tokenPlacement] }
-    public var role: CredentialRole { .token }
     public var tokenSource: TokenSource { .fetched }
     public static var fetchesTokens: Bool { true }
-    public var readsBodiesForRejection: Bool { true }
 
     public var identityMaterial: String {
         "\(username)\u{0}\(password)\u{0}\(tokenURL ?? "")\u{0}\(referer ?? "")\u{0}\(expirationMinutes ?? 0)\u{0}\(client)"
@@ -32,26 +31,6 @@ extension ArcGISTokenSettings: CredentialKind, FetchedTokenKind {
             syntheticReferer: synthetic)
         s.signInURLs = try entry.urlList("sign_in_urls")
         return s
-    }
-
-    public func prepare(_ request: RequestView) -> Preparation {
-        ArcGISTokenRequests.prepare(request, apiOnly: true)
-    }
-
-    public func apply(_ token: IssuedToken?, to request: inout OutgoingRequest) -> ApplyFailure? {
-        ArcGISTokenRequests.apply(token, to: &request)
-    }
-
-    public func rejection(of head: ResponseView) -> Rejection {
-        ArcGISTokenRequests.rejection(of: head, signInURLs: signInURLs)
-    }
-
-    public func rejection(of head: ResponseView, body: [UInt8]) -> BodyVerdict {
-        ArcGISTokenRequests.rejection(of: head, body: body)
-    }
-
-    public func signInRedirect(of head: ResponseView) -> SignInRedirect.Target? {
-        ArcGISTokenRequests.signInRedirect(of: head, signInURLs: signInURLs)
     }
 
     func tokenScope(for target: URLTarget) -> TokenScope { .arcgisRoot }

@@ -1,12 +1,11 @@
 /// `oauth-app`: an app's tokens from the client-credentials grant at its portal, exchanged for federated servers'
 /// tokens, injected as ArcGIS tokens (``ArcGISTokenRequests``) on the ArcGIS APIs.
-extension OAuthAppSettings: CredentialKind, FetchedTokenKind {
+extension OAuthAppSettings: ArcGISTokenKind, FetchedTokenKind {
+    public var apiOnly: Bool { true }
+    public var signInPages: [String]? { signInURLs }
     public static let typeName = "oauth-app"
-    public static var sharedKeys: SharedCredentialKeys { [.tokenPlacement] }
-    public var role: CredentialRole { .token }
     public var tokenSource: TokenSource { .fetched }
     public static var fetchesTokens: Bool { true }
-    public var readsBodiesForRejection: Bool { true }
 
     public var identityMaterial: String {
         "\(clientID)\u{0}\(clientSecret)\u{0}\(portalURL)\u{0}\(expirationMinutes ?? 0)"
@@ -20,26 +19,6 @@ extension OAuthAppSettings: CredentialKind, FetchedTokenKind {
             expirationMinutes: try entry.int("expiration_minutes", range: 1...20_160))
         s.signInURLs = try entry.urlList("sign_in_urls")
         return s
-    }
-
-    public func prepare(_ request: RequestView) -> Preparation {
-        ArcGISTokenRequests.prepare(request, apiOnly: true)
-    }
-
-    public func apply(_ token: IssuedToken?, to request: inout OutgoingRequest) -> ApplyFailure? {
-        ArcGISTokenRequests.apply(token, to: &request)
-    }
-
-    public func rejection(of head: ResponseView) -> Rejection {
-        ArcGISTokenRequests.rejection(of: head, signInURLs: signInURLs)
-    }
-
-    public func rejection(of head: ResponseView, body: [UInt8]) -> BodyVerdict {
-        ArcGISTokenRequests.rejection(of: head, body: body)
-    }
-
-    public func signInRedirect(of head: ResponseView) -> SignInRedirect.Target? {
-        ArcGISTokenRequests.signInRedirect(of: head, signInURLs: signInURLs)
     }
 
     func tokenScope(for target: URLTarget) -> TokenScope { .arcgisRoot }

@@ -1,13 +1,12 @@
 /// `oauth-user`: a user's tokens from the refresh-token grant with the sign-in of `authproxy login` (kept and
 /// renewed in the state file), exchanged for federated servers' tokens, injected as ArcGIS tokens on the ArcGIS
 /// APIs.
-extension OAuthUserSettings: CredentialKind, FetchedTokenKind {
+extension OAuthUserSettings: ArcGISTokenKind, FetchedTokenKind {
+    public var apiOnly: Bool { true }
+    public var signInPages: [String]? { signInURLs }
     public static let typeName = "oauth-user"
-    public static var sharedKeys: SharedCredentialKeys { [.tokenPlacement] }
-    public var role: CredentialRole { .token }
     public var tokenSource: TokenSource { .fetched }
     public static var fetchesTokens: Bool { true }
-    public var readsBodiesForRejection: Bool { true }
     public var signsIn: Bool { true }
 
     public var identityMaterial: String { "\(clientID)\u{0}\(portalURL)\u{0}\(redirectURI)" }
@@ -25,26 +24,6 @@ extension OAuthUserSettings: CredentialKind, FetchedTokenKind {
             redirectURI: redirect)
         s.signInURLs = try entry.urlList("sign_in_urls")
         return s
-    }
-
-    public func prepare(_ request: RequestView) -> Preparation {
-        ArcGISTokenRequests.prepare(request, apiOnly: true)
-    }
-
-    public func apply(_ token: IssuedToken?, to request: inout OutgoingRequest) -> ApplyFailure? {
-        ArcGISTokenRequests.apply(token, to: &request)
-    }
-
-    public func rejection(of head: ResponseView) -> Rejection {
-        ArcGISTokenRequests.rejection(of: head, signInURLs: signInURLs)
-    }
-
-    public func rejection(of head: ResponseView, body: [UInt8]) -> BodyVerdict {
-        ArcGISTokenRequests.rejection(of: head, body: body)
-    }
-
-    public func signInRedirect(of head: ResponseView) -> SignInRedirect.Target? {
-        ArcGISTokenRequests.signInRedirect(of: head, signInURLs: signInURLs)
     }
 
     func tokenScope(for target: URLTarget) -> TokenScope { .arcgisRoot }

@@ -13,38 +13,21 @@ public struct PregeneratedToken: Sendable, Equatable {
     }
 }
 
-extension PregeneratedToken: CredentialKind, FixedTokenKind {
+extension PregeneratedToken: ArcGISTokenKind, FixedTokenKind {
+    public var apiOnly: Bool { false }
+    public var signInPages: [String]? { nil }
     public static let typeName = "token"
-    public static var sharedKeys: SharedCredentialKeys { [.tokenPlacement] }
-    public var role: CredentialRole { .token }
     public var tokenSource: TokenSource { .fixed }
     public var identityMaterial: String { "\(token)\u{0}\(referer ?? "")\u{0}\(expires ?? 0)" }
     // Nothing to refresh, but a rejection gets a clear answer naming the token's expiry rather than the server's.
     public var inspectsResponses: Bool { true }
     public var retriesRejections: Bool { false }
-    public var readsBodiesForRejection: Bool { true }
 
     public static func parse(_ entry: inout TableReader, name: String) throws(ConfigError) -> PregeneratedToken {
         PregeneratedToken(
             token: try entry.sendableToken("token", credential: name, type: typeName),
             referer: try entry.checkedReferer(entry.string("referer")),
             expires: try entry.dateTime("expires"))
-    }
-
-    public func prepare(_ request: RequestView) -> Preparation {
-        ArcGISTokenRequests.prepare(request, apiOnly: false)
-    }
-
-    public func apply(_ token: IssuedToken?, to request: inout OutgoingRequest) -> ApplyFailure? {
-        ArcGISTokenRequests.apply(token, to: &request)
-    }
-
-    public func rejection(of head: ResponseView) -> Rejection {
-        ArcGISTokenRequests.rejection(of: head)
-    }
-
-    public func rejection(of head: ResponseView, body: [UInt8]) -> BodyVerdict {
-        ArcGISTokenRequests.rejection(of: head, body: body)
     }
 
     public var statusDetails: [(String, String)] {
