@@ -85,6 +85,7 @@ extension ArcGISTokenKind {
     public static var sharedKeys: SharedCredentialKeys { [.tokenPlacement] }
     public var role: CredentialRole { .token }
     public var readsBodiesForRejection: Bool { true }
+    public var secretIsItsToken: Bool { true }
 
     public func prepare(_ request: RequestView) -> Preparation {
         ArcGISTokenRequests.prepare(request, apiOnly: apiOnly)

@@ -94,6 +94,13 @@ public protocol CredentialKind: Sendable {
     /// Whether `other` holds the same settings (a reload keeps what did not change).
     func isSame(as other: any CredentialKind) -> Bool
 
+    /// A ``TokenSource/fixed`` kind's value to apply now, or why there is none; nil for other kinds. (A requirement
+    /// rather than a cast to ``FixedTokenKind``: a conformance lookup on every request showed in the relay's profile.)
+    func fixedToken(_ c: Credential, service: TokenService) -> Result<IssuedToken, TokenError>?
+
+    /// Whether ``secrets(token:)`` is exactly the token (the response path then masks it without a list).
+    var secretIsItsToken: Bool { get }
+
     /// How `authproxy check` describes where it puts its token, when the kind has a placement of its own (nil: the
     /// shared `token_placement`, or none).
     var placementDescription: String? { get }
@@ -230,6 +237,8 @@ extension CredentialKind {
 
     public func expiries(credential: String) -> [CredentialExpiry] { [] }
     public var placementDescription: String? { nil }
+    public func fixedToken(_ c: Credential, service: TokenService) -> Result<IssuedToken, TokenError>? { nil }
+    public var secretIsItsToken: Bool { false }
     public static func scrapeText(_ credentials: [Credential], tokens: TokenService?) -> String { "" }
     public var checkAttributes: String { "" }
     public func expiryWarnings(credential: String, now: Int64, warningDays: Int) -> [String] { [] }

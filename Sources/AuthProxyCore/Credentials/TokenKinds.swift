@@ -1,8 +1,6 @@
 /// A kind whose value is in its configuration, with its own validity (``TokenSource/fixed``): an API key's slots, a
 /// pregenerated token. The token service hands it out without a request.
 protocol FixedTokenKind: CredentialKind {
-    /// The value to apply now, or why there is none (every key expired).
-    func fixedToken(_ c: Credential, service: TokenService) -> Result<IssuedToken, TokenError>
     /// What a rejection of `token` means, when the kind decides it itself (an API key's other slot); nil: the token
     /// service's rule for a token that cannot be refreshed.
     func rejected(

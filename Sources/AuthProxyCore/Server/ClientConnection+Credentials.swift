@@ -139,9 +139,8 @@ extension ClientConnection {
         guard let x = ex, let url = x.upstreamURL ?? x.originalURL else { return }
         let layer: Credential.Layer
         switch TokenLayers.next(
-            gatewayNeedsToken: x.gatewayToken == nil
-                && x.gatewayCredential.map { $0.kind.tokenSource != .none } == true,
-            serviceNeedsToken: x.injectedToken == nil && x.credential.map { $0.kind.tokenSource != .none } == true)
+            gatewayNeedsToken: x.gatewayToken == nil && (x.gatewayCredential?.kind.tokenSource ?? .none) != .none,
+            serviceNeedsToken: x.injectedToken == nil && (x.credential?.kind.tokenSource ?? .none) != .none)
         {
         case .obtain(let l): layer = l
         case .transfer:

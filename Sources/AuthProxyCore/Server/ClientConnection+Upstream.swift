@@ -44,10 +44,9 @@ extension ClientConnection {
         if h.method == "HEAD" { bodyLength = nil }
         let clientHasBody = bodyLength != nil
         let held = x.getAsPost == nil ? x.formBody : nil
-        var out = OutgoingRequest(
+        var applied = OutgoingRequest(
             method: h.method, target: url, fields: headers, body: held, bodyLength: bodyLength,
             isUpgrade: h.upgrade != nil, now: 0, credential: "")
-        var applied = out
         if let failure = applyCredentials(x, to: &applied) {
             refuseApplication(failure)
             return
@@ -64,12 +63,10 @@ extension ClientConnection {
                 ProxyMetrics.active?.getAsPost(.length)
             }
             let form = GetAsPost.form(of: url)
-            out.target = form.target
-            out.method = "POST"
-            out.body = form.body
-            out.bodyLength = Int64(form.body.count)
-            out.fields.setInjected(name: "Content-Type", value: GetAsPost.contentType)
-            applied = out
+            applied = OutgoingRequest(
+                method: "POST", target: form.target, fields: headers, body: form.body,
+                bodyLength: Int64(form.body.count), isUpgrade: h.upgrade != nil, now: 0, credential: "")
+            applied.fields.setInjected(name: "Content-Type", value: GetAsPost.contentType)
             if let failure = applyCredentials(x, to: &applied) {
                 refuseApplication(failure)
                 return
@@ -344,8 +341,13 @@ extension ClientConnection {
         // body when the credential scrubs bodies or the response is a redirect, whose body repeats its URL
         // ("Object moved ... <a href=...>").
         x.bodyScrub = nil
-        let secrets = responseSecrets(x)
-        if !secrets.isEmpty {
+        let relayedStatus = x.responseHead.status
+        if !x.stacksGateway, !x.scrubsBodies, relayedStatus < 300 || relayedStatus >= 400, let t = x.injectedToken,
+            x.credential?.kind.secretIsItsToken == true
+        {
+            // The usual case (one token, nothing to scrub in the body): no list of secrets made per response.
+            maskInjectedToken(in: x, token: t.value)
+        } else if case let secrets = responseSecrets(x), !secrets.isEmpty {
             for secret in secrets { maskInjectedToken(in: x, token: secret) }
             let s = x.responseHead.status
             if x.scrubsBodies || (s >= 300 && s < 400), !planBodyScrub(x, secrets: secrets) { return false }

@@ -134,7 +134,7 @@ public final class TokenService: @unchecked Sendable {
     /// returned and a background refresh is started; under `refresh = "on_demand"` it is not returned (the
     /// request asks ``token(for:target:completion:)``, which waits for a new one: no refresh outlives a request).
     public func cachedToken(for c: Credential, target: URLTarget) -> IssuedToken? {
-        if let k = c.kind as? any FixedTokenKind { return try? k.fixedToken(c, service: self).get() }
+        if let fixed = c.kind.fixedToken(c, service: self) { return try? fixed.get() }
         let key = Self.key(for: c, target: target)
         let now = clock.nowMillis()
         guard let (t, refreshDue) = cache.withLock({ $0.cached(key: key, now: now, mode: c.refresh) }) else {
@@ -149,8 +149,8 @@ public final class TokenService: @unchecked Sendable {
     /// Gets a token for a request to `target`, waiting for a token request when needed. `completion` runs on
     /// the service queue.
     public func token(for c: Credential, target: URLTarget, completion: @escaping Completion) {
-        if let k = c.kind as? any FixedTokenKind {
-            completion(k.fixedToken(c, service: self))
+        if let fixed = c.kind.fixedToken(c, service: self) {
+            completion(fixed)
             return
         }
         switch (c.kind as? any FetchedTokenKind)?.tokenScope(for: target) {

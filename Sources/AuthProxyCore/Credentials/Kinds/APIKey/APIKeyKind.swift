@@ -27,7 +27,7 @@ extension APIKeySettings: ArcGISTokenKind, FixedTokenKind {
             credentials.flatMap { c in (tokens?.apiKeySlotStates(c) ?? []).map { (credential: c.name, state: $0) } })
     }
 
-    func fixedToken(_ c: Credential, service: TokenService) -> Result<IssuedToken, TokenError> {
+    public func fixedToken(_ c: Credential, service: TokenService) -> Result<IssuedToken, TokenError>? {
         service.apiKeyToken(c, self).map { .success($0) } ?? .failure(TokenService.keysExpired(c, self))
     }
 

@@ -6,6 +6,7 @@ extension OAuth2Settings: CredentialKind, FetchedTokenKind {
     public static var sharedKeys: SharedCredentialKeys { [.gatewayLayer] }
     public var role: CredentialRole { .token }
     public var tokenSource: TokenSource { .fetched }
+    public var secretIsItsToken: Bool { true }
     public static var fetchesTokens: Bool { true }
     public var signsIn: Bool { grant == .authorizationCode }
     public var occupies: [String] {

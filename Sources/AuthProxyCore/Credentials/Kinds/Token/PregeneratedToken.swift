@@ -41,7 +41,7 @@ extension PregeneratedToken: ArcGISTokenKind, FixedTokenKind {
         ]
     }
 
-    func fixedToken(_ c: Credential, service: TokenService) -> Result<IssuedToken, TokenError> {
+    public func fixedToken(_ c: Credential, service: TokenService) -> Result<IssuedToken, TokenError>? {
         if let expires, service.clock.nowMillis() >= expires {
             return .failure(
                 TokenError(
