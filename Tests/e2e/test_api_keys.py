@@ -98,6 +98,9 @@ def test_invalidated_slot_switches_once_and_the_client_never_sees_the_498(proxy_
     c = next(c for c in status["credentials"] if c["name"] == "keys")
     assert [(s["slot"], s["state"]) for s in c["keySlots"]] == [(1, "rejected"), (2, "in_use")]
     assert c["keySlots"][0]["rejectedAt"]
+    # The kind's own summary (as `check` prints it), never the keys.
+    assert c["tokenSource"] == "fixed"
+    assert [d["name"] for d in c["details"]] == ["keys"] and "slot 1" in c["details"][0]["value"]
     assert "key slot 1: rejected" in admin_get(p, "/").text
     assert_no_key_anywhere(p, [k1, k2])
 

@@ -116,15 +116,15 @@ enum StatusPage {
         return h
     }
 
+    /// Which tokens the credential holds; before it has any, what its kind's token source means for it (read from
+    /// the report, so a new kind needs nothing here).
     private static func tokenCell(_ c: StatusReport.Credential) -> String {
         if c.tokens.isEmpty {
-            switch c.type {
-            case "api-key" where !c.keySlots.isEmpty: return keySlotCell(c.keySlots)
-            case "api-key": return "<span class=\"ok\">static key</span>"
-            case "token": return "<span class=\"ok\">pregenerated</span>"
-            case "arcgis-token", "oauth-app", "oauth-user", "oauth2":
-                return "<span class=\"muted\">no token requested yet</span>"
-            default: return "<span class=\"muted\">—</span>"
+            if !c.keySlots.isEmpty { return keySlotCell(c.keySlots) + detailsList(c.details) }
+            switch c.tokenSource {
+            case "fixed": return "<span class=\"ok\">configured</span>" + detailsList(c.details)
+            case "fetched": return "<span class=\"muted\">no token requested yet</span>" + detailsList(c.details)
+            default: return c.details.isEmpty ? "<span class=\"muted\">—</span>" : detailsList(c.details)
             }
         }
         var s = ""
@@ -142,6 +142,15 @@ enum StatusPage {
             if let e = t.lastError, t.state != "valid" { s += "<br>last error: \(esc(e))" }
             if let n = t.nextRetry { s += "<br>next retry \(esc(n))" }
             s += "</div>"
+        }
+        return s
+    }
+
+    /// The kind's own settings summary (``StatusReport/Credential/details``).
+    private static func detailsList(_ details: [StatusReport.Detail]) -> String {
+        var s = ""
+        for d in details {
+            s += "<div class=\"detail muted\">\(esc(d.name)): \(esc(d.value))</div>"
         }
         return s
     }

@@ -35,6 +35,17 @@ public struct StatusReport: Codable, Sendable, Equatable {
         public var expiries: [Expiry] = []
         /// An `api-key` credential's slots and their state (never the keys).
         public var keySlots: [KeySlot] = []
+        /// Where its tokens come from: `none` (it applies no token), `fixed` (configured), `fetched` (from a token
+        /// service) (``CredentialKind/tokenSource``).
+        public var tokenSource: String = "none"
+        /// What its kind says of its settings, as `check` prints them (``CredentialKind/statusDetails``; never a
+        /// secret).
+        public var details: [Detail] = []
+    }
+
+    public struct Detail: Codable, Sendable, Equatable {
+        public var name: String
+        public var value: String
     }
 
     public struct KeySlot: Codable, Sendable, Equatable {

@@ -153,6 +153,15 @@ public enum TokenSource: Sendable, Equatable {
     /// Fetched by the token service (single flight, cached per scope, shared with the fleet), through
     /// ``FetchedTokenKind``: it can be refreshed after a rejection.
     case fetched
+
+    /// As `/status.json` names it.
+    var statusName: String {
+        switch self {
+        case .none: return "none"
+        case .fixed: return "fixed"
+        case .fetched: return "fetched"
+        }
+    }
 }
 
 /// What ``CredentialKind/prepare(_:)`` decides before the token is obtained.

@@ -126,7 +126,8 @@ extension ProxyServer: AdminBackend {
                 keySlots: (tokens?.apiKeySlotStates(c) ?? []).map { k in
                     StatusReport.KeySlot(
                         slot: k.slot, state: k.state.rawValue, rejectedAt: k.rejectedAt.map { rfc3339(millis: $0) })
-                })
+                }, tokenSource: c.kind.tokenSource.statusName,
+                details: c.kind.statusDetails.map { StatusReport.Detail(name: $0.0, value: $0.1) })
         }
         let started = ProxyMetrics.active?.startedAt ?? now
         var report = StatusReport(

@@ -109,4 +109,31 @@ import Testing
         #expect(html.contains("4 event loops; 1 usable CPU (2 online, cgroup limit 0.50 &lt;CPUs&gt;)"))
         #expect(!html.contains("<script"))
     }
+
+    /// The token cell comes from what the report says of the kind (its token source and settings summary), not from
+    /// a list of type names: a kind added later shows its settings without a change to the page.
+    @Test func statusPageTokenCellFollowsTheKind() {
+        func row(_ type: String, source: String, details: [StatusReport.Detail]) -> StatusReport.Credential {
+            var c = StatusReport.Credential(
+                name: type, type: type, match: ["https://h/"], prefetch: false, tokens: [], requestsLast5Min: 0,
+                rejectionsLast5Min: 0, rateLimitedLast5Min: 0, rateLimitedTotal: 0, lastTokenRequest: nil,
+                lastTokenRequestSucceeded: nil, networkAuth: [])
+            c.tokenSource = source
+            c.details = details
+            return c
+        }
+        let report = StatusReport(
+            version: "v", startedAt: "s", uptimeSeconds: 1, workers: 1, cpus: "1", generatedAt: "g", ready: true,
+            notReadyBecause: [], listeners: [], clientConnections: 0, tunnels: 0,
+            credentials: [
+                row("some-new-kind", source: "none", details: [.init(name: "region", value: "eu-<1>")]),
+                row("some-fetching-kind", source: "fetched", details: []),
+                row("some-fixed-kind", source: "fixed", details: [.init(name: "expires", value: "2027")]),
+            ],
+            interception: nil, lastReload: nil)
+        let html = StatusPage.render(report)
+        #expect(html.contains("<div class=\"detail muted\">region: eu-&lt;1&gt;</div>"))
+        #expect(html.contains("no token requested yet"))
+        #expect(html.contains("<span class=\"ok\">configured</span><div class=\"detail muted\">expires: 2027</div>"))
+    }
 }
