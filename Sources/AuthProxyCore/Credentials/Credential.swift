@@ -9,35 +9,110 @@ public enum TokenPlacement: String, Sendable, CaseIterable {
 /// One `[[credential]]` entry, validated: what every kind shares (name, match prefixes, layer, limits), around its
 /// kind (``CredentialKind``), which holds the kind's own settings and behaviour.
 public struct Credential: Sendable {
-    /// The kind's settings and behaviour. Kinds are values in a box of their own (an existential), so the
-    /// credential copied into every plan and exchange stays a few words.
-    public var kind: any CredentialKind
-    public var name: String
-    public var match: [MatchPrefix]
-    public var placement: TokenPlacement
-    public var overrideClientToken: Bool
+    /// The settings live in one immutable box: a credential is copied into every plan and exchange (and read there
+    /// many times per request), so a copy is one retain rather than a copy of every field and of the kind's
+    /// existential, and reading a field is a plain load (no exclusivity check, as for a class's `var`). A change
+    /// (the loader's, a certificate renewal's) makes a new box.
+    private var box: Box
+
+    private final class Box: Sendable {
+        let settings: Settings
+        init(_ settings: Settings) { self.settings = settings }
+    }
+
+    private struct Settings: Sendable {
+        var kind: any CredentialKind
+        var name: String
+        var match: [MatchPrefix]
+        var placement: TokenPlacement
+        var overrideClientToken: Bool
+        var upgradeToHTTPS: Bool
+        var rateLimit: RateLimit?
+        var allowJSONP: Bool
+        var prefetch: Bool
+        var refresh: RefreshMode
+        var intercept: Bool
+        var layer: Layer
+        var scrubResponses: Bool?
+        var line: Int
+    }
+
+    private mutating func change(_ edit: (inout Settings) -> Void) {
+        var s = box.settings
+        edit(&s)
+        box = Box(s)
+    }
+
+    /// The kind's settings and behaviour (``CredentialKind``).
+    public var kind: any CredentialKind {
+        _read { yield box.settings.kind }
+        set { change { $0.kind = newValue } }
+    }
+    public var name: String {
+        _read { yield box.settings.name }
+        set { change { $0.name = newValue } }
+    }
+    public var match: [MatchPrefix] {
+        _read { yield box.settings.match }
+        set { change { $0.match = newValue } }
+    }
+    public var placement: TokenPlacement {
+        get { box.settings.placement }
+        set { change { $0.placement = newValue } }
+    }
+    public var overrideClientToken: Bool {
+        get { box.settings.overrideClientToken }
+        set { change { $0.overrideClientToken = newValue } }
+    }
     /// Send matched `http://` requests upstream over https (the zero-setup alternative to interception).
-    public var upgradeToHTTPS: Bool = false
+    public var upgradeToHTTPS: Bool {
+        get { box.settings.upgradeToHTTPS }
+        set { change { $0.upgradeToHTTPS = newValue } }
+    }
     /// Requests each client may send through this credential (`rate_limit`); nil: unlimited.
-    public var rateLimit: RateLimit? = nil
+    public var rateLimit: RateLimit? {
+        get { box.settings.rateLimit }
+        set { change { $0.rateLimit = newValue } }
+    }
     /// Whether JSONP (`callback=`) answers may be read through the `/proxy` endpoint with this credential.
-    public var allowJSONP: Bool = false
+    public var allowJSONP: Bool {
+        get { box.settings.allowJSONP }
+        set { change { $0.allowJSONP = newValue } }
+    }
     /// Fetch a token at start-up and keep it fresh before any request needs it; `/readyz` waits for it.
-    public var prefetch: Bool = false
+    public var prefetch: Bool {
+        get { box.settings.prefetch }
+        set { change { $0.prefetch = newValue } }
+    }
     /// When a new token is fetched: ahead of need (in the background), or only when a request needs one
     /// (``RefreshMode``). Meaningful for credentials that fetch tokens (``isRefreshable``).
-    public var refresh: RefreshMode = .ahead
+    public var refresh: RefreshMode {
+        get { box.settings.refresh }
+        set { change { $0.refresh = newValue } }
+    }
     /// `intercept = false`: a CONNECT to a host:port this credential matches stays a blind tunnel, whatever other
     /// credentials match it (a Windows login bound to the server certificate cannot pass through interception).
-    public var intercept: Bool = true
+    public var intercept: Bool {
+        get { box.settings.intercept }
+        set { change { $0.intercept = newValue } }
+    }
     /// `layer = "gateway"`: applies together with the service credential matching the same request (an
     /// identity-aware proxy in front of ArcGIS); `"service"` (default): competes with the other service
     /// credentials by longest match.
-    public var layer: Layer = .service
+    public var layer: Layer {
+        get { box.settings.layer }
+        set { change { $0.layer = newValue } }
+    }
     /// `scrub_responses`: whether the values it injects are masked in response bodies too (not only in heads);
     /// nil: the kind's default (``CredentialKind/scrubsResponseBodiesByDefault``).
-    public var scrubResponses: Bool? = nil
-    public var line: Int
+    public var scrubResponses: Bool? {
+        get { box.settings.scrubResponses }
+        set { change { $0.scrubResponses = newValue } }
+    }
+    public var line: Int {
+        get { box.settings.line }
+        set { change { $0.line = newValue } }
+    }
 
     public init(
         name: String, kind: any CredentialKind, match: [MatchPrefix], placement: TokenPlacement,
@@ -45,20 +120,11 @@ public struct Credential: Sendable {
         allowJSONP: Bool = false, prefetch: Bool = false, refresh: RefreshMode = .ahead, intercept: Bool = true,
         layer: Layer = .service, scrubResponses: Bool? = nil, line: Int
     ) {
-        self.name = name
-        self.kind = kind
-        self.match = match
-        self.placement = placement
-        self.overrideClientToken = overrideClientToken
-        self.upgradeToHTTPS = upgradeToHTTPS
-        self.rateLimit = rateLimit
-        self.allowJSONP = allowJSONP
-        self.prefetch = prefetch
-        self.refresh = refresh
-        self.intercept = intercept
-        self.layer = layer
-        self.scrubResponses = scrubResponses
-        self.line = line
+        box = Box(
+            Settings(
+                kind: kind, name: name, match: match, placement: placement, overrideClientToken: overrideClientToken,
+                upgradeToHTTPS: upgradeToHTTPS, rateLimit: rateLimit, allowJSONP: allowJSONP, prefetch: prefetch,
+                refresh: refresh, intercept: intercept, layer: layer, scrubResponses: scrubResponses, line: line))
     }
 
     public enum Layer: String, Sendable, CaseIterable {

@@ -75,15 +75,40 @@ public struct ResponseView {
     public var status: Int
     /// The request it answers (as sent upstream).
     public var request: URLTarget
-    private let field: (String) -> [String]
+    private let fields: Fields
+
+    /// Where the fields are read: the exchange's own response head (read in place: a view is made for every
+    /// response a credential inspects, so it neither copies the fields out nor allocates a closure), or a lookup
+    /// (tests, and callers that hold fields some other way).
+    private enum Fields {
+        case head(ResponseHeadAssembler)
+        case lookup((String) -> [String])
+    }
 
     public init(status: Int, request: URLTarget, field: @escaping (String) -> [String]) {
         self.status = status
         self.request = request
-        self.field = field
+        self.fields = .lookup(field)
+    }
+
+    init(request: URLTarget, head: ResponseHeadAssembler) {
+        self.status = head.status
+        self.request = request
+        self.fields = .head(head)
     }
 
     /// The values of a field (lowercased name).
-    public func values(_ lowercasedName: String) -> [String] { field(lowercasedName) }
-    public func first(_ lowercasedName: String) -> String? { field(lowercasedName).first }
+    public func values(_ lowercasedName: String) -> [String] {
+        switch fields {
+        case .head(let h): return h.values(named: lowercasedName)
+        case .lookup(let f): return f(lowercasedName)
+        }
+    }
+
+    public func first(_ lowercasedName: String) -> String? {
+        switch fields {
+        case .head(let h): return h.first(named: lowercasedName)
+        case .lookup(let f): return f(lowercasedName).first
+        }
+    }
 }

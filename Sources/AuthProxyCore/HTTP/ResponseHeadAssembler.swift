@@ -434,7 +434,6 @@ struct ResponseHeadAssembler {
         lengthVoid = true
     }
 
-    /// ``value(of:)`` as a String, for rare callers (token-error sniffing).
     /// The values of the fields named `lowercasedName` (any case), as strings: for a credential kind reading the head
     /// (``ResponseView``).
     func values(named lowercasedName: String) -> [String] {
@@ -449,6 +448,21 @@ struct ResponseHeadAssembler {
         }
     }
 
+    /// The first value of `lowercasedName` (any case), without a list of all of them (a kind reading the
+    /// `Content-Type` of every response it inspects).
+    func first(named lowercasedName: String) -> String? {
+        var name = lowercasedName
+        return name.withUTF8 { n in
+            storage.withUnsafeBytes { (s: UnsafeRawBufferPointer) -> String? in
+                fields.first {
+                    Self.equalsIgnoringCase(Self.bytes(s, $0.nameStart, $0.nameEnd), UnsafeRawBufferPointer(n))
+                }
+                .map { String(decoding: Self.bytes(s, $0.valueStart, $0.valueEnd), as: UTF8.self) }
+            }
+        }
+    }
+
+    /// ``value(of:)`` as a String, for rare callers (token-error sniffing).
     func string(of lowercasedName: StaticString) -> String? {
         value(of: lowercasedName).map { String(decoding: $0, as: UTF8.self) }
     }

@@ -297,11 +297,9 @@ extension ClientConnection {
 
     /// The response head as ``CredentialKind`` reads it.
     func responseView(_ x: ExchangeContext, _ c: Credential) -> ResponseView {
-        let head = x.responseHead
-        return ResponseView(
-            status: head.status,
+        ResponseView(
             request: x.upstreamURL ?? x.originalURL ?? URLTarget(scheme: "http", host: "", port: 80, pathAndQuery: "/"),
-            field: { head.values(named: $0) })
+            head: x.responseHead)
     }
 
     /// The answer when the server keeps redirecting to sign in (a fresh token did not help, or no retry may

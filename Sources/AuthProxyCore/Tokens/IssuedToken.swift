@@ -1,29 +1,80 @@
 /// A token ready to put on requests.
+///
+/// Its fields live in one immutable box: a token is copied from the cache to the exchange, into each attempt and
+/// into the response's masking, so a copy is one retain rather than a copy of every field; a change makes a new box.
 public struct IssuedToken: Sendable, Equatable, Codable {
-    public var value: String
+    private var box: Box
+
+    private final class Box: Sendable {
+        let fields: Fields
+        init(_ fields: Fields) { self.fields = fields }
+    }
+
+    private struct Fields: Sendable, Equatable, Codable {
+        var value: String
+        var expires: Int64?
+        var issued: Int64
+        var ssl: Bool
+        var referer: String?
+        var fresh = false
+
+        enum CodingKeys: String, CodingKey {
+            case value, expires, issued, ssl, referer
+        }
+    }
+
+    private mutating func change(_ edit: (inout Fields) -> Void) {
+        var f = box.fields
+        edit(&f)
+        box = Box(f)
+    }
+
+    public var value: String {
+        _read { yield box.fields.value }
+        set { change { $0.value = newValue } }
+    }
     /// Milliseconds since the epoch, by the local clock (a token service's `expires` is converted from the
     /// server's clock, see ``ServerClock``); nil: never expires (API keys).
-    public var expires: Int64?
+    public var expires: Int64? {
+        get { box.fields.expires }
+        set { change { $0.expires = newValue } }
+    }
     /// Milliseconds since the epoch when it was obtained (for the refresh margin).
-    public var issued: Int64
+    public var issued: Int64 {
+        get { box.fields.issued }
+        set { change { $0.issued = newValue } }
+    }
     /// `ssl: true`: must only be sent over https.
-    public var ssl: Bool
+    public var ssl: Bool {
+        get { box.fields.ssl }
+        set { change { $0.ssl = newValue } }
+    }
     /// The referer the token is bound to, sent with every request.
-    public var referer: String?
+    public var referer: String? {
+        _read { yield box.fields.referer }
+        set { change { $0.referer = newValue } }
+    }
     /// Handed to a request that waited for the token request that issued it (never stored): if the upstream
     /// rejects it, the server rejects new tokens (see ``TokenRetryPolicy``).
-    public var fresh = false
-
-    enum CodingKeys: String, CodingKey {
-        case value, expires, issued, ssl, referer
+    public var fresh: Bool {
+        get { box.fields.fresh }
+        set { change { $0.fresh = newValue } }
     }
 
     public init(value: String, expires: Int64?, issued: Int64, ssl: Bool, referer: String?) {
-        self.value = value
-        self.expires = expires
-        self.issued = issued
-        self.ssl = ssl
-        self.referer = referer
+        box = Box(Fields(value: value, expires: expires, issued: issued, ssl: ssl, referer: referer))
+    }
+
+    public static func == (a: IssuedToken, b: IssuedToken) -> Bool {
+        a.box === b.box || a.box.fields == b.box.fields
+    }
+
+    public init(from decoder: any Decoder) throws {
+        box = Box(try Fields(from: decoder))
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        try box.fields.encode(to: encoder)
     }
 
     /// Refresh this long before expiry: 5 minutes, or 10 % of the lifetime if that is smaller.
