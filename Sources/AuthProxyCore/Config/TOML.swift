@@ -51,8 +51,14 @@ public final class TOMLTable {
         entries.append((key, node))
     }
 
-    func replace(_ key: String, _ node: TOMLNode) {
-        if let i = entries.firstIndex(where: { $0.key == key }) { entries[i].node = node }
+    /// Appends `node` to the array at `key` in place: the array is taken out of its entry first, so it is not
+    /// shared and grows without a copy (one copy per `[[table]]` made reading N of them quadratic).
+    func append(_ key: String, _ node: TOMLNode) {
+        guard let i = entries.firstIndex(where: { $0.key == key }), case .array(var items) = entries[i].node.value
+        else { return }
+        entries[i].node.value = .bool(false)
+        items.append(node)
+        entries[i].node.value = .array(items)
     }
 }
 
@@ -177,12 +183,13 @@ public struct TOMLParser {
         let last = path.last!
         if isArray {
             let fresh = TOMLTable(line: line)
-            if let existing = t[last] {
-                guard case .array(var items) = existing.value,
-                    items.allSatisfy({ if case .table = $0.value { true } else { false } })
-                else { throw TOMLError(line: line, message: "'\(last)' is not an array of tables") }
-                items.append(TOMLNode(value: .table(fresh), line: line))
-                t.replace(last, TOMLNode(value: .array(items), line: existing.line))
+            if t[last] != nil {
+                // Checked in a scope of its own: a reference to the array held across the append would make it
+                // copy the whole array.
+                guard Self.takesTables(t, last) else {
+                    throw TOMLError(line: line, message: "'\(last)' is not an array of tables")
+                }
+                t.append(last, TOMLNode(value: .table(fresh), line: line))
             } else {
                 try t.set(last, TOMLNode(value: .array([TOMLNode(value: .table(fresh), line: line)]), line: line))
             }
@@ -199,6 +206,15 @@ public struct TOMLParser {
         fresh.definedByHeader = true
         try t.set(last, TOMLNode(value: .table(fresh), line: line))
         return fresh
+    }
+
+    /// Whether an array may take another `[[table]]`: all its items are tables. An array the headers made ends
+    /// with a header's table (never sealed), and every item before it was checked when it came: so only an array
+    /// written inline is looked at whole (a file of 10,000 `[[credential]]` entries would be quadratic otherwise).
+    private static func takesTables(_ t: TOMLTable, _ key: String) -> Bool {
+        guard case .array(let items)? = t[key]?.value else { return false }
+        if case .table(let last)? = items.last?.value, !last.sealed { return true }
+        return items.allSatisfy { if case .table = $0.value { true } else { false } }
     }
 
     /// The sub-table `key` of `t`, created if absent; the last element for an array of tables.
