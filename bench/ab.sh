@@ -3,10 +3,13 @@
 # with an api-key credential injecting a token into every request.
 #
 #   bash bench/ab.sh OLD_BINARY NEW_BINARY [--rounds N] [--duration SECONDS] [--connections C] [--admin-b]
-#                    [--workers-a N] [--workers-b N]
+#                    [--workers-a N] [--workers-b N] [--credentials-a N] [--credentials-b N]
 #
 # --workers-a/--workers-b set `[proxy] workers` of A/B (default: the binary's default); pass the same binary twice
 # to compare event-loop counts:  bash bench/ab.sh BIN BIN --workers-a 2 --workers-b 4
+# --credentials-a/--credentials-b declare that many api-key credentials, the matched one last (BENCH_CREDENTIALS in
+# bench/pinned.sh); pass the same binary twice to see what matching costs:
+#   bash bench/ab.sh BIN BIN --credentials-a 1 --credentials-b 10000
 # --admin-b starts B with the admin listener on ([admin] on a free loopback port: metrics recorded per request),
 # A without it; pass the same binary twice to measure what the metrics cost (issue 12):
 #   bash bench/ab.sh BIN BIN --admin-b
@@ -22,7 +25,7 @@ set -euo pipefail
 
 [[ $# -ge 2 ]] || { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 A_BIN="$(readlink -f "$1")"; B_BIN="$(readlink -f "$2")"; shift 2
-ROUNDS=3; DURATION=8; CONNS=50; ADMIN_B=0; WORKERS_A=""; WORKERS_B=""
+ROUNDS=3; DURATION=8; CONNS=50; ADMIN_B=0; WORKERS_A=""; WORKERS_B=""; CREDS_A=1; CREDS_B=1
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --rounds) ROUNDS="$2"; shift 2 ;;
@@ -31,6 +34,8 @@ while [[ $# -gt 0 ]]; do
         --admin-b) ADMIN_B=1; shift ;;
         --workers-a) WORKERS_A="$2"; shift 2 ;;
         --workers-b) WORKERS_B="$2"; shift 2 ;;
+        --credentials-a) CREDS_A="$2"; shift 2 ;;
+        --credentials-b) CREDS_B="$2"; shift 2 ;;
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
 done
@@ -38,8 +43,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/pinned.sh"
 require_tools wrk nginx taskset python3
 start_small_origin
 A_PORT=$(free_port); B_PORT=$(free_port)
-A_PID=$(BENCH_WORKERS=$WORKERS_A start_bench_proxy "$A_BIN" "$A_PORT"); PIDS+=("$A_PID")
-B_PID=$(BENCH_WORKERS=$WORKERS_B BENCH_ADMIN=$ADMIN_B start_bench_proxy "$B_BIN" "$B_PORT"); PIDS+=("$B_PID")
+A_PID=$(BENCH_CREDENTIALS=$CREDS_A BENCH_WORKERS=$WORKERS_A start_bench_proxy "$A_BIN" "$A_PORT"); PIDS+=("$A_PID")
+B_PID=$(BENCH_CREDENTIALS=$CREDS_B BENCH_WORKERS=$WORKERS_B BENCH_ADMIN=$ADMIN_B start_bench_proxy "$B_BIN" "$B_PORT"); PIDS+=("$B_PID")
 if [[ "$ADMIN_B" == 1 ]]; then echo "B: admin listener on 127.0.0.1:$(cat "$TMP/p$B_PORT/admin_port") (metrics on); A: none"; fi
 
 TICK=$(getconf CLK_TCK)

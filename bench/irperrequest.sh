@@ -2,8 +2,10 @@
 # Instructions (callgrind Ir) per keep-alive request through authproxy: a count that stays put when the shared
 # machine is noisy, for A/B checks of per-request CPU that wall-clock benches cannot resolve.
 #
-#   bash bench/irperrequest.sh BINARY [--requests N] [--warmup N] [--profile K] [--admin]
+#   bash bench/irperrequest.sh BINARY [--requests N] [--warmup N] [--profile K] [--admin] [--credentials N]
 #
+# --credentials N declares N api-key credentials, the matched one last (BENCH_CREDENTIALS in bench/pinned.sh): what
+# matching costs per request with many credentials (issue 39).
 # --profile K also prints the K functions with the most Ir per request (self cost, callgrind_annotate), and keeps
 # the annotation and the raw dump as /tmp/irperrequest-annotate.txt and /tmp/irperrequest-callgrind.out (for
 # callgrind_annotate --inclusive=yes, or to diff two runs).
@@ -22,7 +24,7 @@
 # otherwise). Listens on 127.0.0.1 only.
 set -euo pipefail
 BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-BIN=""; N=2000; WARM=200; PROFILE=0; ADMIN=0
+BIN=""; N=2000; WARM=200; PROFILE=0; ADMIN=0; CREDS=1
 if [[ $# -gt 0 && "$1" != -* ]]; then BIN="$(readlink -f "$1")"; shift; fi
 while [[ $# -gt 0 ]]; do
     case "$1" in
@@ -30,7 +32,8 @@ while [[ $# -gt 0 ]]; do
         --warmup) WARM="$2"; shift 2 ;;
         --profile) PROFILE="$2"; shift 2 ;;
         --admin) ADMIN=1; shift ;;
-        -h|--help) sed -n '2,23p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --credentials) CREDS="$2"; shift 2 ;;
+        -h|--help) sed -n '2,26p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
 done
@@ -49,7 +52,11 @@ objcopy --strip-debug "$BIN" "$TMP/authproxy"
 cc -O2 -shared -fPIC "$BENCH_DIR/valgrind/sigsuspend_copy.c" -o "$TMP/sigsuspend_copy.so"
 start_small_origin
 PORT=$(free_port)
-BENCH_ADMIN=$ADMIN write_bench_proxy_conf "$TMP/p" "$PORT"
+BENCH_CREDENTIALS=$CREDS BENCH_ADMIN=$ADMIN write_bench_proxy_conf "$TMP/p" "$PORT"
+# Notice level (no per-request lines) so that the start-up's last line can be waited for: under valgrind the work
+# after the listeners open (one digest per credential for the token cache) takes seconds with many credentials,
+# and must not fall inside the counted requests.
+sed -i 's/^level = "warning"$/level = "notice"/' "$TMP/p/proxy.conf"
 LD_PRELOAD="$TMP/sigsuspend_copy.so" taskset -c 0 valgrind --tool=callgrind --callgrind-out-file="$TMP/cg.%p.out" \
     "$TMP/authproxy" serve --config "$TMP/p/proxy.conf" > "$TMP/p/log" 2>&1 &
 VPID=$!; PIDS+=("$VPID")
@@ -58,6 +65,8 @@ for _ in $(seq 1 600); do
     kill -0 "$VPID" 2>/dev/null || { cat "$TMP/p/log" >&2; echo "authproxy under valgrind exited" >&2; exit 1; }
     sleep 0.2
 done
+for _ in $(seq 1 1200); do grep -q "authproxy started" "$TMP/p/log" && break; sleep 0.2; done
+grep -q "authproxy started" "$TMP/p/log" || { echo "authproxy under valgrind did not finish starting" >&2; exit 1; }
 urls() { for _ in $(seq 1 "$1"); do printf 'url = "%s"\noutput = "/dev/null"\n' "$URL"; done > "$2"; }
 urls "$WARM" "$TMP/warm.curl"; urls "$N" "$TMP/run.curl"
 codes() { taskset -c 1 curl -s -x "http://127.0.0.1:$PORT" -K "$1" -w '%{http_code}\n' | sort | uniq -c; }
@@ -77,7 +86,7 @@ for _ in $(seq 1 50); do ls "$TMP"/cg."$VPID".out.* >/dev/null 2>&1 && break; sl
 IR=$(awk '/^summary:/ {print $2}' "$TMP"/cg."$VPID".out.* | tail -n1)
 [[ -n "$IR" ]] || { echo "no callgrind dump" >&2; exit 1; }
 echo "binary: $BIN"
-echo "admin listener (metrics): $([[ "$ADMIN" == 1 ]] && echo on || echo off)"
+echo "admin listener (metrics): $([[ "$ADMIN" == 1 ]] && echo on || echo off); credentials: $CREDS"
 echo "requests: $N on one keep-alive connection (after $WARM warm-up); Ir total: $IR"
 python3 -c "print(f'Ir per request: {$IR / $N:,.0f}')"
 if [[ "$PROFILE" -gt 0 ]]; then

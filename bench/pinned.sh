@@ -40,6 +40,9 @@ CONF
 # token=BENCHKEY… into requests to the origin. With BENCH_ADMIN=1 in the environment it also turns on the admin
 # listener (`[admin] listen = "127.0.0.1:<free port>"`, which turns on the metrics recorded per request) and
 # writes that port to DIR/admin_port; unset or 0 (the default): no [admin] section, as before.
+# BENCH_CREDENTIALS=N (default 1) declares N-1 other api-key credentials before the bench one, which the requests
+# match: half on other hosts (h<i>.example.com), half on services of the origin's own host
+# (/arcgis/rest/services/S<i>), so a lookup that scans pays for all of them (issue 39: 10,000 credentials).
 write_bench_proxy_conf() {
     local dir="$1" port="$2"
     mkdir -p "$dir/state"
@@ -51,6 +54,7 @@ state_dir = "$dir/state"
 ${BENCH_WORKERS:+workers = $BENCH_WORKERS}
 [log]
 level = "warning"
+$(bench_other_credentials "${BENCH_CREDENTIALS:-1}")
 [[credential]]
 name = "bench"
 type = "api-key"
@@ -63,6 +67,18 @@ CONF
         printf '[admin]\nlisten = "127.0.0.1:%s"\n' "$admin_port" >> "$dir/proxy.conf"
         echo "$admin_port" > "$dir/admin_port"
     fi
+}
+
+# bench_other_credentials N -> the N-1 credentials write_bench_proxy_conf declares before the bench one.
+bench_other_credentials() {
+    local n="$1" i
+    for ((i = 1; i < n; i++)); do
+        if ((i % 2)); then
+            printf '[[credential]]\nname = "other%d"\ntype = "api-key"\nkey = "OTHERKEY%d"\nmatch = "https://h%d.example.com/arcgis"\n' "$i" "$i" "$i"
+        else
+            printf '[[credential]]\nname = "other%d"\ntype = "api-key"\nkey = "OTHERKEY%d"\nmatch = "http://127.0.0.1:%s/arcgis/rest/services/S%d"\n' "$i" "$i" "$ORIGIN_PORT" "$i"
+        fi
+    done
 }
 
 # metrics_requests_total DIR -> the sum of authproxy_requests_total over every label set, scraped from the admin

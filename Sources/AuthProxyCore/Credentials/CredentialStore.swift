@@ -2,51 +2,80 @@
 /// matching prefix wins; ties go to the one written first in the file.
 public struct CredentialStore: Sendable {
     public let credentials: [Credential]
-    /// Indices into `credentials` by role, so that each lookup only visits candidates (and a proxy without
-    /// network credentials does no network matching at all per request).
-    private let tokenIndices: [Int]
-    /// Network credentials by slot (``NetworkSlot``): within a slot the longest match wins; the slots combine.
-    private let networkIndices: [(slot: NetworkSlot, indices: [Int])]
-    /// `layer = "gateway"` credentials: they apply together with the service credential, not instead of it.
-    private let gatewayIndices: [Int]
+    /// Each role's prefixes and the lookups' own, indexed (``MatchIndex``): a lookup costs the same with one
+    /// credential or ten thousand. In one box: the store is copied into every request's planning.
+    private let indexes: Indexes
+
+    private final class Indexes: Sendable {
+        let token: MatchIndex
+        /// Network credentials by slot (``NetworkSlot``): within a slot the longest match wins; the slots combine.
+        /// Empty when none is configured, so a proxy without them does no network matching per request.
+        let network: [(slot: NetworkSlot, index: MatchIndex)]
+        /// `layer = "gateway"` credentials: they apply together with the service credential, not instead of it.
+        let gateway: MatchIndex
+        /// Every credential, by full prefix and by scheme, host and port only; those with `upgrade_to_https`;
+        /// those with `intercept = false` (scheme, host and port only).
+        let any: MatchIndex
+        let origin: MatchIndex
+        let upgrade: MatchIndex
+        let declines: MatchIndex
+        let byName: [String: Int]
+
+        init(_ credentials: [Credential]) {
+            var token: [(Int, [MatchPrefix])] = [], gateway: [(Int, [MatchPrefix])] = []
+            var network: [NetworkSlot: [(Int, [MatchPrefix])]] = [:]
+            var all: [(Int, [MatchPrefix])] = [], upgrade: [(Int, [MatchPrefix])] = []
+            var declines: [(Int, [MatchPrefix])] = []
+            var byName: [String: Int] = [:]
+            for (i, c) in credentials.enumerated() {
+                let entry = (i, c.match)
+                all.append(entry)
+                if c.upgradeToHTTPS { upgrade.append(entry) }
+                if !c.intercept { declines.append(entry) }
+                if byName[c.name] == nil { byName[c.name] = i }
+                if c.layer == .gateway {
+                    gateway.append(entry)
+                    continue
+                }
+                switch c.kind.role {
+                case .token: token.append(entry)
+                case .network(let slot): network[slot, default: []].append(entry)
+                }
+            }
+            self.token = MatchIndex(token)
+            self.gateway = MatchIndex(gateway)
+            self.network = NetworkSlot.allCases.compactMap { slot in network[slot].map { (slot, MatchIndex($0)) } }
+            self.any = MatchIndex(all)
+            self.origin = MatchIndex(all, pathless: true)
+            self.upgrade = MatchIndex(upgrade)
+            self.declines = MatchIndex(declines, pathless: true)
+            self.byName = byName
+        }
+    }
 
     public init(_ credentials: [Credential]) {
         self.credentials = credentials
-        var token: [Int] = [], gateway: [Int] = []
-        var network: [NetworkSlot: [Int]] = [:]
-        for (i, c) in credentials.enumerated() {
-            if c.layer == .gateway {
-                gateway.append(i)
-                continue
-            }
-            switch c.kind.role {
-            case .token: token.append(i)
-            case .network(let slot): network[slot, default: []].append(i)
-            }
-        }
-        tokenIndices = token
-        gatewayIndices = gateway
-        networkIndices = NetworkSlot.allCases.compactMap { slot in network[slot].map { (slot, $0) } }
+        indexes = Indexes(credentials)
     }
 
     /// The gateway-layer credential for `target` (the most specific), if any.
     public func gatewayCredential(for target: URLTarget) -> Credential? {
-        gatewayIndices.isEmpty ? nil : best(among: gatewayIndices, for: target).map { credentials[$0] }
+        indexes.gateway.best(for: target).map { credentials[$0] }
     }
 
     public var isEmpty: Bool { credentials.isEmpty }
 
     /// The token-type credential for `target`, if any.
     public func tokenCredential(for target: URLTarget) -> Credential? {
-        best(among: tokenIndices, for: target).map { credentials[$0] }
+        indexes.token.best(for: target).map { credentials[$0] }
     }
 
     /// The network-type credentials for `target`: within each slot the longest match wins, and the slots
     /// combine (a host can take a server-trust, a certificate and a password credential at once).
     public func network(for target: URLTarget) -> NetworkAuth {
         var n = NetworkAuth()
-        for (_, indices) in networkIndices {
-            if let i = best(among: indices, for: target), let k = credentials[i].kind as? any NetworkKind {
+        for (_, index) in indexes.network {
+            if let i = index.best(for: target), let k = credentials[i].kind as? any NetworkKind {
                 k.contribute(to: &n, credential: credentials[i].name)
             }
         }
@@ -54,7 +83,7 @@ public struct CredentialStore: Sendable {
     }
 
     private func networkCredentials(for target: URLTarget) -> [Credential?] {
-        networkIndices.map { best(among: $0.indices, for: target).map { credentials[$0] } }
+        indexes.network.map { $0.index.best(for: target).map { credentials[$0] } }
     }
 
     /// Every credential that applies to a request for `target`: the gateway one, the token-type one and each
@@ -67,20 +96,14 @@ public struct CredentialStore: Sendable {
 
     /// Whether some credential's prefix is on `target`'s scheme, host and port (whatever its path).
     public func matchesOrigin(_ target: URLTarget) -> Bool {
-        credentials.contains { c in
-            c.match.contains { p in
-                var hostOnly = p
-                hostOnly.path = ""
-                return hostOnly.matches(target)
-            }
-        }
+        indexes.origin.best(for: target) != nil
     }
 
     /// The server-trust credential for `target`, if any.
     public func trust(for target: URLTarget) -> ServerTrustSettings? {
-        guard let trust = networkIndices.first(where: { $0.slot == .trust }) else { return nil }
+        guard let trust = indexes.network.first(where: { $0.slot == .trust }) else { return nil }
         var n = NetworkAuth()
-        if let i = best(among: trust.indices, for: target), let k = credentials[i].kind as? any NetworkKind {
+        if let i = trust.index.best(for: target), let k = credentials[i].kind as? any NetworkKind {
             k.contribute(to: &n, credential: credentials[i].name)
         }
         return n.trust
@@ -88,24 +111,12 @@ public struct CredentialStore: Sendable {
 
     /// Whether a credential that matches `target` asks for `http://` to go upstream over https.
     public func upgradesToHTTPS(_ target: URLTarget) -> Bool {
-        credentials.contains { c in c.upgradeToHTTPS && c.match.contains { $0.matches(target) } }
-    }
-
-    /// The index of the candidate with the most specific matching prefix; the first written wins a tie.
-    private func best(among indices: [Int], for target: URLTarget) -> Int? {
-        var best: (index: Int, score: Int)? = nil
-        for i in indices {
-            for p in credentials[i].match where p.matches(target) {
-                let score = p.specificity
-                if best == nil || score > best!.score { best = (i, score) }
-            }
-        }
-        return best?.index
+        indexes.upgrade.best(for: target) != nil
     }
 
     /// Whether any credential (of any type) matches `target`.
     public func matchesAny(_ target: URLTarget) -> Bool {
-        credentials.contains { c in c.match.contains { $0.matches(target) } }
+        indexes.any.best(for: target) != nil
     }
 
     /// Whether any credential's prefix covers `host:port`, over https or http (for CONNECT: browsers, .NET and
@@ -118,20 +129,12 @@ public struct CredentialStore: Sendable {
     /// Whether a credential with `intercept = false` covers `host:port` (as ``matchesHost(_:port:)`` does): a CONNECT
     /// there stays a blind tunnel, whatever other credentials match it.
     public func declinesInterception(_ host: String, port: Int) -> Bool {
-        let https = URLTarget(scheme: "https", host: host, port: port, pathAndQuery: "/")
-        let http = URLTarget(scheme: "http", host: host, port: port, pathAndQuery: "/")
-        return credentials.contains { c in
-            !c.intercept
-                && c.match.contains { p in
-                    var hostOnly = p
-                    hostOnly.path = ""
-                    return hostOnly.matches(https) || hostOnly.matches(http)
-                }
-        }
+        indexes.declines.best(for: URLTarget(scheme: "https", host: host, port: port, pathAndQuery: "/")) != nil
+            || indexes.declines.best(for: URLTarget(scheme: "http", host: host, port: port, pathAndQuery: "/")) != nil
     }
 
     public func credential(named name: String) -> Credential? {
-        credentials.first { $0.name == name }
+        indexes.byName[name].map { credentials[$0] }
     }
 }
 
