@@ -52,8 +52,8 @@ final class CurlTransfer {
         self.destination = destination
         self.delegate = delegate
         // Through a parent, libcurl opens sockets to the parent only: an address the operator chose, or one a PAC
-        // file named (checked, ``ParentRoute/parentDeny``); the destination's address is checked where it is known
-        // (``RequestPlanner``, IP literals).
+        // file named (checked, ``ParentRoute/parentDeny``; all denied is ``ConnectAttempts/Outcome/denied(_:)``);
+        // the destination's address is checked where it is known (``RequestPlanner``, IP literals).
         destinationCheck = DestinationCheck(deny: request.parentRoute?.parentDeny ?? request.denyDestinations)
         attempts = ConnectAttempts(route: request.parentRoute)
     }

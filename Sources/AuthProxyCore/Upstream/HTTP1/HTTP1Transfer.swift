@@ -15,8 +15,8 @@ import Dispatch
 ///
 /// It exists because libcurl's per-request machinery (a handle reset and re-armed per request, a `poll` per
 /// reuse, its own buffers and callbacks) was the largest block of the proxy's CPU per request. libcurl
-/// still makes every TLS connection and carries every network-authentication scheme; the choice is made in
-/// ``ClientConnection/startTransfer(url:headers:inspect:)``.
+/// still makes every TLS connection and carries every network-authentication scheme; the choice is made with the
+/// plan (``UpstreamClient``).
 ///
 /// Failures are reported with the libcurl codes the rest of the proxy maps to answers, logs and metrics
 /// (``UpstreamError``): the two clients fail the same way towards a GIS client.
