@@ -7,6 +7,14 @@ import CCurl
 
 /// One exchange with an upstream server, on a pooled libcurl easy handle (``CurlEasyHandle``).
 ///
+/// Used only where libcurl is the point (``UpstreamClient/choose(configured:network:throughParent:upstreamScheme:isUpgrade:)``):
+/// `http_client = "libcurl"`, network credentials (NTLM and Negotiate handshakes bound to libcurl's cached
+/// connection, Basic and Digest challenges, client certificates), plain http through a parent in absolute form
+/// (many parents refuse CONNECT to port 80), and the proxy's own fetches (``HTTPFetch``). Everything else connects
+/// through the ``Connector``. Unlike it, libcurl resolves and connects here itself, so `deny_destinations` is
+/// applied as it opens each socket (``DestinationCheck``) and the parents' failover follows the same
+/// ``ConnectAttempts``.
+///
 /// Confined to its event loop's queue; libcurl calls back through `Unmanaged` pointers to the transfer (the
 /// callbacks' data pointers, and the handle's ``CurlEasyHandle/transfer``), so the transfer must stay alive until
 /// ``finished(_:on:)`` or ``cancel()``.
