@@ -2,8 +2,9 @@
     import Glibc
 #endif
 
-/// `deny_destinations` on resolved addresses, in one place for every connection the ``Dialer`` makes (libcurl
-/// transfers, which connect themselves, apply the same list as libcurl opens each socket, ``DestinationCheck``).
+/// `deny_destinations` on resolved addresses, in one place for every connection the ``Connector`` makes through its
+/// ``Dialer`` (libcurl transfers, which connect themselves, apply the same list as libcurl opens each socket,
+/// ``DestinationCheck``).
 /// Checking the resolved addresses, not the name, is what stops a name that resolves, or is rebound, into a
 /// denied block.
 enum DestinationFilter {

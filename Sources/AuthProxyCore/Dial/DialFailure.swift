@@ -1,5 +1,6 @@
-/// Why the ``Dialer`` could not connect, in the proxy's own terms (each path maps it to its answer: a tunnel to an
-/// ``ErrorResponse``, an HTTP exchange to an ``UpstreamError``).
+/// Why one attempt of the ``Connector`` could not connect, in the proxy's own terms (the ``Dialer``'s failures, and
+/// the connector's own deadline). ``UpstreamError/init(dial:host:port:destination:timeoutSeconds:)`` maps it to the
+/// answer, for HTTP exchanges and tunnels alike.
 enum DialFailure: Error, Equatable {
     /// Every resolved address is in `deny_destinations`; the first one.
     case denied(IPAddress)
@@ -9,4 +10,6 @@ enum DialFailure: Error, Equatable {
     case unreachable(Int32)
     /// No descriptor for a socket or the lookup (EMFILE/ENFILE): the proxy's own, temporary failure.
     case outOfDescriptors(Int32)
+    /// The attempt did not connect within its time (the connector's deadline, seconds).
+    case timedOut(Int)
 }

@@ -4,9 +4,9 @@ import Dispatch
     import Glibc
 #endif
 
-/// Opens the TCP connections the proxy makes itself: blind tunnels, WebSocket-capable tunnels, the own HTTP/1.1
-/// client's connections, and the sockets ``CurlConnector`` hands to libcurl for TLS or a parent's CONNECT (only
-/// libcurl transfers, ``CurlTransfer``, connect themselves). One sequence for all of them: an IP literal is used as is, a name is resolved off
+/// Opens one TCP connection for the ``Connector`` (one attempt: to the destination, or to a parent): blind tunnels,
+/// WebSocket-capable tunnels, the own HTTP/1.1 client's connections, and the sockets ``CurlConnector`` hands to
+/// libcurl for TLS or a parent's CONNECT (only libcurl transfers, ``CurlTransfer``, connect themselves). One sequence for all of them: an IP literal is used as is, a name is resolved off
 /// the loop, `deny_destinations` is checked on the resolved addresses (``DestinationFilter``), and the addresses
 /// are tried in turn with a non-blocking connect on a ``SocketChannel``. The connected channel goes to the
 /// completion with no owner; the caller makes itself its owner.

@@ -1,6 +1,5 @@
-/// What an attempt that failed at its parent proxy leads to: the one failover decision of both paths through a
-/// parent, the libcurl transfer (``CurlTransfer``) and the connection libcurl makes for the own client and
-/// for tunnels (``CurlConnector``). They carry it out.
+/// What an attempt that failed at its parent proxy leads to: the rule ``ConnectAttempts`` applies for every path
+/// through a parent (the ``Connector``'s connections and libcurl's own transfers, ``CurlTransfer``).
 ///
 /// The request moves on only when the parent is at fault (``ParentFailover/backsOff(_:)``: a refused CONNECT is
 /// about the destination, and another parent would refuse it too) and nothing of the answer reached the client

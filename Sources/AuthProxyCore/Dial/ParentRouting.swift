@@ -15,8 +15,9 @@ final class ParentRouting: Sendable, Equatable {
     let via: String
     /// The PAC file's answers, with `upstream_pac` (nil: the configured list, or none).
     let pac: PacResolver?
-    /// `deny_destinations`: a parent the PAC file names is checked against it (an operator chose the configured
-    /// ones; a PAC file, possibly spoofed, could name the metadata service).
+    /// `deny_destinations`: a parent the PAC file names is checked against it when connected to
+    /// (``ParentRoute/parentDeny``; an operator chose the configured ones; a PAC file, possibly spoofed, could name
+    /// the metadata service).
     let deny: [AddressBlock]
 
     init(
@@ -67,25 +68,10 @@ final class ParentRouting: Sendable, Equatable {
         case .answer(.directive(let d)):
             let r = d.route
             if r.parents.isEmpty { return .ready(nil) }
-            // Address literals are checked here; a parent named by host name is checked on its resolved
-            // addresses when it is dialed (``ParentRoute/fromPac``).
-            let denied = r.parents.filter { p in IPAddress.parse(p.host).map { deny.contains($0) } ?? false }
-            let allowed = r.parents.filter { !denied.contains($0) }
-            if allowed.isEmpty, !r.fallbackDirect {
-                return .refused(
-                    ErrorResponse(
-                        status: 403,
-                        message: "The PAC file \(source) names a parent at a denied address for \(host):\(port)",
-                        details: [
-                            "\(denied.map(\.authority).joined(separator: ", ")) is in [proxy] deny_destinations: the "
-                                + "request is not sent there."
-                        ]))
-            }
+            // Its parents' addresses, literal or resolved, are checked against deny_destinations where they are
+            // connected to (``ConnectAttempts``): one denied is skipped, and when none is left the answer names it.
             return .ready(
-                allowed.isEmpty
-                    ? nil
-                    : ParentRoute(
-                        candidates: allowed, routing: self, fallbackDirect: r.fallbackDirect, fromPac: true))
+                ParentRoute(candidates: r.parents, routing: self, fallbackDirect: r.fallbackDirect, fromPac: true))
         case .answer(.failed(let message)):
             return .refused(
                 ErrorResponse(
@@ -149,7 +135,8 @@ struct ParentRoute: Equatable {
     /// destination is reached directly (a PAC file's `PROXY a; PROXY b; DIRECT`), with `deny_destinations`
     /// checked as for any direct connection.
     var fallbackDirect = false
-    /// Named by a PAC file: its parents' resolved addresses are checked against `deny_destinations` when dialed.
+    /// Named by a PAC file: its parents' addresses are checked against `deny_destinations` when connected to (by
+    /// the ``Connector``'s ``Dialer``, or libcurl's open-socket callback for a ``CurlTransfer``).
     var fromPac = false
 
     /// The `deny_destinations` that apply to connections to the parents: none for configured ones (an operator

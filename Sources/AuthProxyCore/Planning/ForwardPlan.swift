@@ -27,6 +27,8 @@ struct ForwardPlan: Equatable {
     var gateway: Credential? = nil
     /// The parent proxies the request goes through (nil: direct; `no_proxy` and the route decided here).
     var parentRoute: ParentRoute? = nil
+    /// Which client carries the request (``UpstreamClient/choose(configured:network:throughParent:upstreamScheme:isUpgrade:)``).
+    var client: UpstreamClient = .own
     /// The route depends on a PAC answer not known yet: nothing else in the plan is final; the executor asks
     /// (``ParentRouting/evaluate(scheme:host:port:then:)``) and plans again.
     var routePending = false
@@ -46,7 +48,7 @@ struct ForwardPlan: Equatable {
         a.upstreamURL == b.upstreamURL && a.upgradedToHTTPS == b.upgradedToHTTPS && a.network == b.network
             && a.clientMatch == b.clientMatch && a.upstreamMatch == b.upstreamMatch && a.replayLimit == b.replayLimit
             && a.service?.name == b.service?.name && a.holdsBody == b.holdsBody && a.gateway?.name == b.gateway?.name
-            && a.parentRoute == b.parentRoute && a.routePending == b.routePending
+            && a.parentRoute == b.parentRoute && a.client == b.client && a.routePending == b.routePending
     }
 }
 

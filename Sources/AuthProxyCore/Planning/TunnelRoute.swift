@@ -1,8 +1,8 @@
-/// Where a blind tunnel's connection goes, planned with the CONNECT
-/// (``RequestPlanner/tunnelRoute(host:port:routing:denyDestinations:)``) as ``ForwardPlan/parentRoute`` is for a
-/// forwarded request, and carried out by ``Tunnel``.
+/// Where a connection goes, as the ``Connector`` takes it: planned with a CONNECT
+/// (``RequestPlanner/tunnelRoute(host:port:routing:denyDestinations:)``), or from a forwarded request's
+/// ``ForwardPlan/parentRoute``.
 enum TunnelRoute: Equatable {
-    /// To the destination itself (``Dialer``: `deny_destinations` checked on its resolved addresses).
+    /// To the destination itself (`deny_destinations` checked on its resolved addresses).
     case direct
     /// A CONNECT through the parents, in the order ``ParentHealth`` gives when the tunnel starts.
     case parents(ParentRoute)

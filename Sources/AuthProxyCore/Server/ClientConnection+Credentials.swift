@@ -25,7 +25,8 @@ extension ClientConnection {
                 unmatched: context.config.unmatched,
                 maxReplayBytes: context.config.maxReplayBytes, insideInterception: tls != nil, routing: context.routing,
                 denyDestinations: context.routing == nil ? [] : context.access.denyDestinations,
-                ownVia: context.routing == nil ? nil : context.viaValue), into: &plan)
+                ownVia: context.routing == nil ? nil : context.viaValue, httpClient: context.config.httpClient),
+            into: &plan)
         {
             if let reason = a.denied { ProxyMetrics.active?.denied(reason) }
             respond(a.error, close: false, extraHeaders: a.extraHeaders)
@@ -39,6 +40,7 @@ extension ClientConnection {
         x.upgradedToHTTPS = plan.upgradedToHTTPS
         x.networkAuth = plan.network
         x.parentRoute = plan.parentRoute
+        x.client = plan.client
         x.gatewayCredential = plan.gateway
         if context.access.hasRateLimits, let limited = rateLimited(store: store, targets: plan.rateLimitTargets) {
             respond(limited.error, close: false, extraHeaders: "Retry-After: \(limited.retryAfter)\r\n")

@@ -15,16 +15,6 @@ extension ClientConnection {
     /// credentials apply to it (``applyCredentials(_:to:)``), and it passes ``OutboundHead``'s check.
     func startTransfer(url: URLTarget, headers: HTTPHeaders) {
         guard !machine.isClosed, let x = ex, let h = x.head else { return }
-        // The proxy's own HTTP/1.1 client without a network credential (over a TLS connection libcurl makes for
-        // https); libcurl for the rest (the authentication schemes it answers). Both write the head from the
-        // request's fields.
-        // A WebSocket handshake always goes over the own client, the one that hands its connection over after a
-        // `101` (``RequestPlanner/webSocketRefusal(network:insideInterception:)`` turned away those that need libcurl).
-        // Through a parent, plain http goes in absolute form, which libcurl writes (and a WebSocket through a
-        // CONNECT tunnel the own client opens).
-        let ownClient =
-            (context.config.httpClient == .native || h.upgrade != nil) && !x.networkAuth.hasCredential
-            && (x.parentRoute == nil || url.scheme == "https" || h.upgrade != nil)
         // A client doing NTLM/Negotiate itself: from now on, upstream connections of its own (never pooled for
         // anyone else, closed with this connection).
         if ownUpstreams == nil, ConnectionBoundAuthentication.starts(headers) {
@@ -105,7 +95,8 @@ extension ClientConnection {
         machine.transferStarted(
             inspect: inspect || (x.gatewayToken != nil && x.gatewayCredential?.kind.inspectsResponses == true),
             now: started)
-        if ownClient {
+        // The client was chosen with the plan (``UpstreamClient``).
+        if x.client == .own {
             let t = HTTP1Transfer(
                 pool: loop.http1, request: request, target: sent,
                 affinity: ownUpstreams.map { .ownedBy($0.owner) } ?? .shared, delegate: self)

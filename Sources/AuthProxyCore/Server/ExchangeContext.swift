@@ -85,6 +85,8 @@ final class ExchangeContext {
     var networkAuth = NetworkAuth()
     /// The parent proxies the exchange goes through (nil: direct).
     var parentRoute: ParentRoute? = nil
+    /// The client that carries the exchange upstream (``ForwardPlan/client``).
+    var client: UpstreamClient = .own
     /// Fields `header` credentials set on the request (``ForwardPlan/setHeaders``), and their name(s) for the log.
     var setHeaders: [HeaderField] = []
     var headerCredential: String? = nil
@@ -152,6 +154,7 @@ final class ExchangeContext {
         upgradedToHTTPS = false
         networkAuth = NetworkAuth()
         parentRoute = nil
+        client = .own
         if !setHeaders.isEmpty { setHeaders = [] }
         headerCredential = nil
         upstreamStarted = 0

@@ -35,10 +35,8 @@ final class Tunnel: SocketChannelOwner {
     private var upstreamDone = false
     private var bytesUp: Int64 = 0
     private var bytesDown: Int64 = 0
-    /// Connecting the upstream (``start()``); nil once connected or failed.
-    private var dialer: Dialer?
-    /// Connecting through a parent proxy instead; nil once connected or failed.
-    private var connector: CurlConnector?
+    /// Connecting the upstream (``start(_:)``); nil once connected or failed.
+    private var connector: Connector?
     private let limit = ClientConnection.maxBuffered
     /// The CONNECT was answered 200 before the upstream was connected (a matched host whose first bytes turned out
     /// to be TLS): no second answer, and a failure to connect can only close.
@@ -83,100 +81,37 @@ final class Tunnel: SocketChannelOwner {
     private var destination: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
 
     /// Connects along `route`, planned with the CONNECT
-    /// (``RequestPlanner/tunnelRoute(host:port:routing:denyDestinations:)``).
+    /// (``RequestPlanner/tunnelRoute(host:port:routing:denyDestinations:)``), through the ``Connector``: the
+    /// destination or the parents, `deny_destinations`, and the answer to a failure are its, as for the own client's
+    /// connections. (The client's reading stays paused meanwhile; the connect timeout runs from here.)
     func start(_ route: TunnelRoute) {
         connectDeadline = DispatchTime.now().uptimeNanoseconds + UInt64(timeoutSeconds) * 1_000_000_000
-        follow(route)
-    }
-
-    /// Carries out the route. When the PAC file is to be asked first, it is asked on the PAC engine's queue and the
-    /// route is planned again back on the loop (the client's reading is paused meanwhile; the connect timeout runs
-    /// from ``start(_:)``).
-    private func follow(_ route: TunnelRoute) {
-        switch route {
-        case .direct:
-            connectDirectly()
-        case .parents(let parents):
-            startThroughParent(parents)
-        case .refused(let e):
-            fail(e)
-        case .pending(let routing):
-            let me = LoopBound(self, queue: connection.loop.queue)
-            routing.evaluate(scheme: "https", host: host, port: port) {
-                me.queue.async {
-                    let t = me.value
-                    guard !t.closed else { return }
-                    let context = t.connection.context
-                    t.follow(
-                        RequestPlanner.tunnelRoute(
-                            host: t.host, port: t.port, routing: context.routing,
-                            denyDestinations: context.access.denyDestinations))
-                }
-            }
-        }
-    }
-
-    /// To the destination itself: resolved off the loop, `deny_destinations` checked on its addresses.
-    private func connectDirectly() {
-        let d = Dialer(
-            host: host, port: port, deny: connection.context.access.denyDestinations,
-            queue: connection.loop.queue, keepAlive: false)
-        dialer = d
-        d.start { [unowned self] outcome in
-            dialer = nil
-            switch outcome {
-            case .success(let ch):
-                ch.owner = self
-                upstream = ch
-                established()
-            case .failure(.denied(let ip)):
-                fail(
-                    ErrorResponse(
-                        status: 403, message: "Destination \(destination) is not allowed",
-                        details: ["It resolves to \(ip), which [proxy] deny_destinations refuses."]))
-            case .failure(.unresolved(let message)):
-                fail(ErrorResponse(status: 502, message: "Could not resolve host \(destination)", details: [message]))
-            case .failure(.unreachable(let e)):
-                fail(
-                    ErrorResponse(
-                        status: 502, message: "Could not connect to \(destination): connection refused or unreachable",
-                        details: [String(cString: strerror(e))]))
-            case .failure(.outOfDescriptors(let e)):
-                outOfDescriptors(e)
-            }
-        }
-    }
-
-    /// libcurl reaches the parent, sends CONNECT and answers its authentication; the connection it hands over
-    /// is relayed like a direct one, read and written through ``CurlLink`` (TLS to an https parent).
-    private func startThroughParent(_ route: ParentRoute) {
         let loop = connection.loop
-        // deny_destinations reaches the connector for a direct connection after every parent failed (a route
-        // ending in DIRECT); the sockets to the parents are not checked against it.
-        let c = CurlConnector(
-            multi: loop.multi, urlHost: host.contains(":") ? "[\(host)]" : host, port: port, tls: false,
-            trust: nil, timeoutSeconds: timeoutSeconds, denyDestinations: connection.context.access.denyDestinations,
-            route: route)
+        let c = Connector(
+            multi: loop.multi, urlHost: host.contains(":") ? "[\(host)]" : host, port: port, tls: false, trust: nil,
+            timeoutSeconds: timeoutSeconds, denyDestinations: connection.context.access.denyDestinations,
+            keepAlive: false)
         connector = c
-        c.start { [unowned self] result in
+        c.start(route) { [unowned self] result in
             connector = nil
             switch result {
             case .success(let link):
-                let ch = SocketChannel(fd: link.fd, queue: loop.queue, secure: link)
-                ch.owner = self
-                upstream = ch
+                link.channel.owner = self
+                upstream = link.channel
                 established()
             case .failure(let e):
                 if let n = e.outOfDescriptors {
-                    outOfDescriptors(n)
-                } else {
-                    fail(e.response)
+                    // The proxy's own (temporary) failure: reported, and answered 503.
+                    let context = connection.context
+                    context.descriptors.report(
+                        .tunnel, error: n, logger: context.logger, now: DispatchTime.now().uptimeNanoseconds)
                 }
+                fail(e.response)
             }
         }
     }
 
-    // The upstream socket is connected by the ``Dialer`` before the tunnel owns it.
+    // The upstream socket is connected by the ``Connector`` before the tunnel owns it.
     func channelConnected(_ channel: SocketChannel, error: Int32) {}
 
     // The upstream socket's events (the client's come through the connection).
@@ -199,18 +134,9 @@ final class Tunnel: SocketChannelOwner {
         client.resumeReading()
     }
 
-    /// No socket for lack of descriptors: the proxy's own (temporary) failure, reported and answered 503.
-    private func outOfDescriptors(_ e: Int32) {
-        let context = connection.context
-        context.descriptors.report(.tunnel, error: e, logger: context.logger, now: DispatchTime.now().uptimeNanoseconds)
-        fail(.outOfDescriptors(e, destination: destination))
-    }
-
     private func fail(_ e: ErrorResponse) {
         guard !closed else { return }
         closed = true
-        dialer?.cancel()
-        dialer = nil
         connector?.cancel()
         connector = nil
         upstream?.close()
@@ -322,8 +248,6 @@ final class Tunnel: SocketChannelOwner {
         guard !closed else { return }
         closed = true
         if isWebSocket { ProxyMetrics.active?.webSocketClosed() }
-        dialer?.cancel()
-        dialer = nil
         connector?.cancel()
         connector = nil
         upstream?.close()

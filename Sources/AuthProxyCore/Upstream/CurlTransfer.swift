@@ -7,6 +7,14 @@ import CCurl
 
 /// One exchange with an upstream server, on a pooled libcurl easy handle (``CurlEasyHandle``).
 ///
+/// Used only where libcurl is the point (``UpstreamClient/choose(configured:network:throughParent:upstreamScheme:isUpgrade:)``):
+/// `http_client = "libcurl"`, network credentials (NTLM and Negotiate handshakes bound to libcurl's cached
+/// connection, Basic and Digest challenges, client certificates), plain http through a parent in absolute form
+/// (many parents refuse CONNECT to port 80), and the proxy's own fetches (``HTTPFetch``). Everything else connects
+/// through the ``Connector``. Unlike it, libcurl resolves and connects here itself, so `deny_destinations` is
+/// applied as it opens each socket (``DestinationCheck``) and the parents' failover follows the same
+/// ``ConnectAttempts``.
+///
 /// Confined to its event loop's queue; libcurl calls back through `Unmanaged` pointers to the transfer (the
 /// callbacks' data pointers, and the handle's ``CurlEasyHandle/transfer``), so the transfer must stay alive until
 /// ``finished(_:on:)`` or ``cancel()``.
@@ -34,13 +42,11 @@ final class CurlTransfer {
     private var answeredSinceSend = false
     /// ``rewind()`` refused to send a non-idempotent request again.
     private var refusedResend = false
-    /// With a parent route: the parents in the order tried, and the one in use.
-    private var parents: [ParentProxy] = []
-    private var parentIndex = 0
-    /// Every parent failed and the route allows the destination directly (a PAC file's trailing `DIRECT`).
-    private var wentDirect = false
+    /// The parents of the route in the order tried and the one in use, and the failover between them
+    /// (``ConnectAttempts``, as for the ``Connector``'s connections).
+    private var attempts: ConnectAttempts
     /// Through a parent now (a route, and not gone direct after them).
-    private var viaParent: Bool { request.parentRoute != nil && !wentDirect }
+    private var viaParent: Bool { attempts.parent != nil }
     /// A header line reached the delegate: the transfer can no longer move to another parent.
     private var delivered = false
     /// Request-body bytes were taken from the delegate (another parent needs them rewound).
@@ -54,9 +60,10 @@ final class CurlTransfer {
         self.destination = destination
         self.delegate = delegate
         // Through a parent, libcurl opens sockets to the parent only: an address the operator chose, or one a PAC
-        // file named (checked, ``ParentRoute/parentDeny``); the destination's address is checked where it is known
-        // (``RequestPlanner``, IP literals).
+        // file named (checked, ``ParentRoute/parentDeny``; all denied is ``ConnectAttempts/Outcome/denied(_:)``);
+        // the destination's address is checked where it is known (``RequestPlanner``, IP literals).
         destinationCheck = DestinationCheck(deny: request.parentRoute?.parentDeny ?? request.denyDestinations)
+        attempts = ConnectAttempts(route: request.parentRoute)
     }
 
     deinit {
@@ -110,14 +117,13 @@ final class CurlTransfer {
             if let total = request.totalTimeoutSeconds { ap_easy_setopt_long(e, CURLOPT_TIMEOUT, total) }
             applyNetworkAuth(e)
         }
-        if let route = request.parentRoute, !wentDirect {
-            if parents.isEmpty { parents = route.routing.health.order(route.candidates) }
+        if let route = request.parentRoute, let parent = attempts.parent {
             // A Proxy-Authorization for the destination (an identity-aware proxy's token) would be the parent's in an
             // absolute-form request: such a request goes through a CONNECT tunnel, as the own client sends every one.
             h.applyParent(
-                parents[parentIndex], routing: route.routing, tunnel: request.fields.forwardsProxyAuthorization,
+                parent, routing: route.routing, tunnel: request.fields.forwardsProxyAuthorization,
                 https: request.url.hasPrefix("https:"))
-            route.routing.health.attempted(parents[parentIndex])
+            route.routing.health.attempted(parent)
         }
         var list: UnsafeMutablePointer<curl_slist>? = nil
         for line in Self.headerLines(request) { list = line.withCString { curl_slist_append(list, $0) } }
@@ -225,51 +231,52 @@ final class CurlTransfer {
     /// Called by ``CurlMulti`` when libcurl reports the transfer done.
     func finished(_ code: CURLcode, on h: CurlEasyHandle) {
         easy = nil
-        var parentFailure: ParentFailure? = nil
-        if let route = request.parentRoute, !wentDirect {
-            let parent = parents[parentIndex]
-            if let cause = code == CURLE_OK && status == 407 ? .auth : h.parentFailure(code: code) {
+        var parentError: ConnectAttempts.Failure? = nil
+        if let route = request.parentRoute, let parent = attempts.parent {
+            let outcome: ConnectAttempts.Outcome?
+            if let ip = destinationCheck.deniedAddress, !destinationCheck.openedAny {
+                // Every address of a PAC file's parent is denied: libcurl never connected to it.
+                outcome = .denied(ip)
+            } else if let cause = code == CURLE_OK && status == 407 ? .auth : h.parentFailure(code: code) {
                 route.routing.health.failed(parent, cause: cause)
-                let failure = ParentFailure(
-                    parent: parent, cause: cause, connectStatus: h.parentConnectStatus,
-                    credential: route.routing.credentialName)
-                let step = ParentFailoverStep.after(
-                    failure, reachedClient: delivered, parentsLeft: parents.count - parentIndex - 1,
-                    fallbackDirect: route.fallbackDirect)
-                switch step {
-                case .nextParent, .direct:
-                    // A body already taken goes again from its start, or the request cannot move.
-                    if !bodyTaken || delegate?.transferRewindBody() == true, delegate != nil {
-                        if step == .nextParent {
-                            parentIndex += 1
-                        } else {
-                            wentDirect = true
-                            // Now libcurl opens sockets to the destination: deny_destinations applies to them.
-                            destinationCheck = DestinationCheck(deny: request.denyDestinations)
-                        }
-                        status = 0
-                        bodyTaken = false
-                        answeredSinceSend = false
-                        start()
-                        return
-                    }
-                    parentFailure = failure
-                case .giveUp(let f):
-                    parentFailure = f
+                outcome = .failed(cause, status: h.parentConnectStatus)
+            } else {
+                outcome = nil
+                if code == CURLE_OK { route.routing.health.succeeded(parent) }
+            }
+            if let outcome {
+                // Another parent, or the destination, gets the request only if nothing reached the client and a body
+                // already taken goes again from its start.
+                let step = attempts.failed(outcome) {
+                    !delivered && delegate != nil && (!bodyTaken || delegate?.transferRewindBody() == true)
                 }
-            } else if code == CURLE_OK {
-                route.routing.health.succeeded(parent)
+                switch step {
+                case .attempt(let next):
+                    // libcurl opens sockets to the next parent, or to the destination: deny_destinations as it applies
+                    // there.
+                    destinationCheck = DestinationCheck(
+                        deny: next == .direct ? request.denyDestinations : route.parentDeny)
+                    status = 0
+                    bodyTaken = false
+                    answeredSinceSend = false
+                    start()
+                    return
+                case .fail(let f):
+                    parentError = f
+                }
             }
         }
         let d = delegate
         delegate = nil
         var error =
-            code == CURLE_OK && parentFailure == nil
+            code == CURLE_OK && parentError == nil
             ? nil
             : destinationCheck.error(
                 code: code, detail: String(cString: h.errorBuffer),
                 destination: destination, timeoutSeconds: request.timeoutSeconds)
-        if let parentFailure { error?.parent = parentFailure }
+        if let parentError, let route = request.parentRoute {
+            error?.failedAtParents(parentError, pac: route.fromPac ? route.routing.config.pac?.description : nil)
+        }
         if refusedResend, error != nil {
             error = UpstreamError(
                 cause: .nothing, detail: "", destination: destination,
@@ -327,7 +334,9 @@ final class CurlTransfer {
         if line.count >= 5, line.starts(with: "HTTP/".utf8) {
             parentOffers = []
         } else if line.count <= 2 {
-            if !parentOffers.isEmpty { route.routing.health.offered(parents[parentIndex], schemes: parentOffers) }
+            if !parentOffers.isEmpty, let parent = attempts.parent {
+                route.routing.health.offered(parent, schemes: parentOffers)
+            }
         } else {
             let text = String(decoding: line, as: UTF8.self)
             guard let colon = text.firstIndex(of: ":"), text[..<colon].caseInsensitiveEquals("proxy-authenticate")

@@ -22,6 +22,18 @@ struct UpstreamError: Error {
     var notResent: String? = nil
     /// The request failed at its parent proxy (``ParentFailure``), not at the destination.
     var parent: ParentFailure? = nil
+    /// Every parent the route named was at an address `deny_destinations` refuses (``ConnectAttempts``).
+    var deniedParent: DeniedParent? = nil
+    /// No route could be given (a PAC file not loaded or without an answer): its answer, as the planner made it.
+    var routeRefusal: ErrorResponse? = nil
+
+    /// A parent proxy at a denied address, and who named it.
+    struct DeniedParent: Equatable {
+        let parent: ParentProxy
+        let address: IPAddress
+        /// The PAC file that named it (its URL or path); nil for a configured parent.
+        let pac: String?
+    }
 
     /// The client hung up or its body could not be read: nobody to answer.
     var isClientSide: Bool {
@@ -31,6 +43,9 @@ struct UpstreamError: Error {
     /// The `cause` label of `authproxy_upstream_errors_total`.
     var metricCause: MetricLabels.UpstreamCause {
         if outOfDescriptors != nil { return .descriptors }
+        if routeRefusal != nil { return .other }
+        // Refused as a denied destination is: where the connection would have gone.
+        if deniedParent != nil { return .connect }
         if let p = parent {
             switch p.cause {
             case .connect: return .connect
@@ -53,6 +68,16 @@ struct UpstreamError: Error {
         let details = detail.isEmpty ? [] : [detail]
         if let e = outOfDescriptors {
             return .outOfDescriptors(e, destination: destination)
+        }
+        if let r = routeRefusal { return r }
+        if let d = deniedParent {
+            let named = d.pac.map { "The PAC file \($0) names a parent" } ?? "The parent proxy is"
+            return ErrorResponse(
+                status: 403, message: "\(named) at a denied address for \(destination)",
+                details: [
+                    "\(d.parent.authority) resolves to \(d.address), which [proxy] deny_destinations refuses: the "
+                        + "request is not sent there."
+                ])
         }
         if let p = parent {
             return p.response(destination: destination, timeoutSeconds: timeoutSeconds)

@@ -135,6 +135,26 @@ import Testing
         #expect(got == expected, "\(request)")
     }
 
+    /// The client is planned with the route: plain http through a parent in absolute form (libcurl), https through
+    /// it inside CONNECT (the own client over the ``Connector``), a WebSocket always over the own client.
+    @Test(arguments: [
+        ("GET http://gis.example.com/x HTTP/1.1\nHost: gis.example.com\n\n", UpstreamClient.libcurl),
+        ("GET https://gis.example.com/x HTTP/1.1\nHost: gis.example.com\n\n", .own),
+        ("GET http://direct.example/x HTTP/1.1\nHost: direct.example\n\n", .own),
+        (
+            "GET http://gis.example.com/ws HTTP/1.1\nHost: gis.example.com\nConnection: Upgrade\nUpgrade: websocket\n"
+                + "Sec-WebSocket-Version: 13\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\n\n",
+            .own
+        ),
+    ])
+    func theClientIsPlannedWithTheRoute(_ request: String, _ expected: UpstreamClient) {
+        guard case .success(let p) = Self.plan(request) else {
+            Issue.record("answered locally: \(request)")
+            return
+        }
+        #expect(p.client == expected, "\(request)")
+    }
+
     /// A blind tunnel's route is planned with the CONNECT, on the rules of a forwarded request's.
     @Test(arguments: [
         ("elsewhere.example.com", 443, "parent:3128"),

@@ -243,8 +243,9 @@ import Testing
         #expect(PacEngine.shared.activity == .idle)
     }
 
-    /// A parent the PAC file names at a `deny_destinations` address is never a candidate: alone it refuses the
-    /// request (403 naming the PAC file), in a list it is skipped; a name is checked when dialed (`parentDeny`).
+    /// A parent the PAC file names at a `deny_destinations` address, literal or by name, is checked where it would
+    /// be connected to (``ConnectAttempts``, with `parentDeny`): alone it refuses the request (403 naming the PAC
+    /// file and the setting), in a list it is skipped, before a trailing DIRECT the destination is tried.
     @Test func aPacNamedParentAtADeniedAddressIsRefusedOrSkipped() {
         let resolver = PacResolver()
         load(
@@ -259,20 +260,39 @@ import Testing
                 }
                 """))
         let r = routing(resolver, deny: ["169.254.0.0/16"])
-        guard case .refused(let e) = route(r, "http", "meta.example", 80) else {
-            Issue.record("a denied parent was routed")
+        let metadata = IPAddress.parse("169.254.169.254")!
+        let denied = ParentProxy.parse("http://169.254.169.254:80")!
+        guard case .ready(let m?) = route(r, "http", "meta.example", 80) else {
+            Issue.record("no route for meta.example")
             return
         }
-        #expect(e.status == 403)
-        #expect(e.message.contains("proxy.pac") && e.message.contains("denied address"))
-        #expect(e.details.joined().contains("169.254.169.254:80"))
+        #expect(m.fromPac && m.parentDeny == r.deny)
+        var attempts = ConnectAttempts(route: m)
+        guard case .fail(let f) = attempts.failed(.denied(metadata)) else {
+            Issue.record("a denied parent alone let the request go on")
+            return
+        }
+        #expect(f == .deniedParent(denied, metadata))
+        var error = UpstreamError(
+            dial: .denied(metadata), host: denied.host, port: denied.port, destination: "meta.example:80",
+            timeoutSeconds: 30)
+        error.failedAtParents(f, pac: r.config.pac?.description)
+        #expect(error.response.status == 403)
+        #expect(error.response.message.contains("proxy.pac") && error.response.message.contains("denied address"))
+        #expect(error.response.details.joined().contains("169.254.169.254:80"))
+        #expect(error.response.details.joined().contains("deny_destinations"))
         guard case .ready(let l?) = route(r, "http", "list.example", 80) else {
             Issue.record("no route for list.example")
             return
         }
-        #expect(l.candidates.map(\.url) == ["http://p.corp:3128"])
-        #expect(l.fromPac && l.parentDeny == r.deny)
-        #expect(route(r, "http", "direct.example", 80) == .ready(nil))
+        var listed = ConnectAttempts(route: l)
+        #expect(listed.failed(.denied(metadata)) == .attempt(.parent(ParentProxy.parse("http://p.corp:3128")!)))
+        guard case .ready(let d?) = route(r, "http", "direct.example", 80) else {
+            Issue.record("no route for direct.example")
+            return
+        }
+        var direct = ConnectAttempts(route: d)
+        #expect(direct.failed(.denied(metadata)) == .attempt(.direct))
         // The configured parents are the operator's choice: no check on them.
         var u = UpstreamProxyConfig()
         u.parents = [ParentProxy.parse("http://p.corp:3128")!]

@@ -6,17 +6,17 @@ import Dispatch
 #endif
 
 /// One exchange with an `http://` or `https://` upstream over the proxy's own HTTP/1.1 client: a kept-alive
-/// connection from the loop's ``UpstreamConnectionPool`` (or a new one the ``Dialer`` connects: name resolution off
-/// the loop, `deny_destinations` checked on every resolved address, a non-blocking connect per address in turn; for
-/// https, libcurl then makes and verifies TLS over it, ``CurlConnector``, read and written through ``CurlLink``), the request head written
+/// connection from the loop's ``UpstreamConnectionPool`` (or a new one from the ``Connector``: the destination or the
+/// parents of its route, `deny_destinations` on every address it connects to, TLS made and verified by libcurl over
+/// the dialed socket and read and written through ``CurlLink``), the request head written
 /// from the ``UpstreamRequest`` and the client's fields, the body streamed from the delegate (chunked when its length is unknown), and
 /// the response read with ``ResponseReader`` and handed to the delegate line by line and chunk by chunk, exactly
 /// as ``CurlTransfer`` hands on what libcurl reads.
 ///
 /// It exists because libcurl's per-request machinery (a handle reset and re-armed per request, a `poll` per
 /// reuse, its own buffers and callbacks) was the largest block of the proxy's CPU per request. libcurl
-/// still makes every TLS connection and carries every network-authentication scheme; the choice is made in
-/// ``ClientConnection/startTransfer(url:headers:inspect:)``.
+/// still makes every TLS connection and carries every network-authentication scheme; the choice is made with the
+/// plan (``UpstreamClient``).
 ///
 /// Failures are reported with the libcurl codes the rest of the proxy maps to answers, logs and metrics
 /// (``UpstreamError``): the two clients fail the same way towards a GIS client.
@@ -37,13 +37,12 @@ final class HTTP1Transfer: UpstreamExchange {
     /// An https upstream: connections are TLS, made by libcurl with `trust`.
     private let tls: Bool
     private let trust: ServerTrustSettings?
-    private var connector: CurlConnector?
+    /// Connecting a new connection; nil once connected or failed.
+    private var connector: Connector?
     @exclusivity(unchecked) private var reader: ResponseReader
     /// What happens next (connect, send, resend, pause, end): decided by the machine, carried out here. Confined to
     /// the pool's queue and changed only by the machine's own methods, so without the dynamic exclusivity check.
     @exclusivity(unchecked) private var machine: HTTP1TransferStateMachine
-    /// Connecting a plain connection (``Dialer``); nil once connected or failed.
-    private var dialer: Dialer?
     /// ``pumpBody()`` is running: a delegate call inside it that would start it again leaves it to the loop.
     private var pumping = false
 
@@ -108,8 +107,6 @@ final class HTTP1Transfer: UpstreamExchange {
         delegate = nil
         connector?.cancel()
         connector = nil
-        dialer?.cancel()
-        dialer = nil
         // Cut inside an exchange: what is left of it on the connection could never be told apart from the next.
         connection?.close()
         connection = nil
@@ -117,51 +114,22 @@ final class HTTP1Transfer: UpstreamExchange {
 
     // MARK: connecting
 
+    /// A new connection from the ``Connector``: plain, or TLS and any parent's CONNECT made by libcurl.
     private func connectNew() {
-        if tls || request.parentRoute != nil {
-            connectThroughCurl()
-            return
-        }
-        let d = Dialer(
-            host: target.host, port: target.port, deny: request.denyDestinations, queue: pool.queue,
-            keepAlive: true)
-        dialer = d
-        // Not called after cancel() (which cancels the dialer): the exchange is still on when this runs.
-        let bound = LoopBound(self, queue: pool.queue)
-        d.start { outcome in
-            let me = bound.value
-            me.dialer = nil
-            switch outcome {
-            case .success(let channel):
-                me.connected(UpstreamConnection(channel: channel, key: me.key, pool: me.pool))
-            case .failure(let f):
-                me.fail(
-                    UpstreamError(
-                        dial: f, host: me.target.host, port: me.target.port, destination: me.destination,
-                        timeoutSeconds: me.request.timeoutSeconds))
-            }
-        }
-    }
-
-    /// The ``Dialer`` connects (to the destination, or to the parent), then libcurl makes the TLS connection over
-    /// that socket (handshake, verification), and any connection through a parent proxy (its CONNECT and
-    /// authentication; TLS inside for https).
-    private func connectThroughCurl() {
-        let c = CurlConnector(
+        let c = Connector(
             multi: pool.multi, urlHost: target.urlHost, port: target.port, tls: tls, trust: trust,
-            timeoutSeconds: request.timeoutSeconds, denyDestinations: request.denyDestinations,
-            route: request.parentRoute)
+            timeoutSeconds: request.timeoutSeconds, denyDestinations: request.denyDestinations, keepAlive: true)
         connector = c
         // Not called after cancel() (which cancels the connector): the exchange is still on when this runs.
         let bound = LoopBound(self, queue: pool.queue)
-        c.start { result in
+        c.start(request.parentRoute.map { TunnelRoute.parents($0) } ?? .direct) { result in
             let me = bound.value
             me.connector = nil
             switch result {
             case .success(let link):
                 // The parent that carried it, or direct after every parent failed (a route ending in DIRECT).
-                me.route = c.parent.map { .parent($0) } ?? .direct
-                me.connected(UpstreamConnection(link: link, key: me.key, pool: me.pool))
+                me.route = link.parent.map { .parent($0) } ?? .direct
+                me.connected(UpstreamConnection(channel: link.channel, key: me.key, pool: me.pool))
             case .failure(let error):
                 me.fail(error)
             }

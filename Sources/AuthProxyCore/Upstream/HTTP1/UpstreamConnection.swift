@@ -30,14 +30,6 @@ final class UpstreamConnection: SocketChannelOwner {
         channel.owner = self
     }
 
-    /// A TLS connection libcurl made (``CurlConnector``).
-    init(link: CurlLink, key: UpstreamConnectionPool.Key, pool: UpstreamConnectionPool) {
-        self.key = key
-        self.pool = pool
-        channel = SocketChannel(fd: link.fd, queue: pool.queue, secure: link)
-        channel.owner = self
-    }
-
     func channelReadable(_ channel: SocketChannel) {
         if let u = user { u.connectionReadable() } else { pool.idleConnectionStirred(self) }
     }
@@ -50,7 +42,7 @@ final class UpstreamConnection: SocketChannelOwner {
         if let u = user { u.connectionWriteFailed(error) } else { pool.idleConnectionStirred(self) }
     }
 
-    // Connected before it is handed over (``Dialer``, ``CurlConnector``).
+    // Connected before it is handed over (``Connector``).
     func channelConnected(_ channel: SocketChannel, error: Int32) {}
 
     /// Closes the socket; nothing is reported afterwards.

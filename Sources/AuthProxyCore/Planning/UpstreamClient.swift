@@ -1,0 +1,23 @@
+/// Which HTTP client carries a forwarded request upstream, decided with its plan (``ForwardPlan/client``).
+enum UpstreamClient: Equatable {
+    /// The proxy's own HTTP/1.1 client (``HTTP1Transfer``), over a ``Connector`` connection.
+    case own
+    /// A libcurl transfer (``CurlTransfer``), which connects itself.
+    case libcurl
+
+    /// libcurl stays where it is the point: `http_client = "libcurl"`, a network credential (a password or Kerberos
+    /// identity: Basic, Digest, NTLM, Negotiate, whose handshakes libcurl answers and, for NTLM and Negotiate, bind
+    /// to its connection; a client certificate), and plain http through a parent, which goes in absolute form as libcurl writes it. A WebSocket
+    /// handshake always goes over the own client, the one that hands its connection over after a `101`
+    /// (``RequestPlanner/webSocketRefusal(network:insideInterception:)`` turns away those that would need libcurl),
+    /// through a parent inside a CONNECT tunnel.
+    static func choose(
+        configured: HTTPClientChoice, network: NetworkAuth, throughParent: Bool, upstreamScheme: String,
+        isUpgrade: Bool
+    ) -> UpstreamClient {
+        if network.hasCredential { return .libcurl }
+        if isUpgrade { return .own }
+        if configured == .libcurl { return .libcurl }
+        return throughParent && upstreamScheme != "https" ? .libcurl : .own
+    }
+}
