@@ -19,7 +19,7 @@ extension ClientConnection {
         // https); libcurl for the rest (the authentication schemes it answers). Both write the head from the
         // request's fields.
         // A WebSocket handshake always goes over the own client, the one that hands its connection over after a
-        // `101` (``RequestPlanner/webSocketRefusal(network:insideInterception:)`` turned away those that need libcurl).
+        // `101` (``RequestPlanner/webSocketRefusal(network:)`` turned away those that need libcurl).
         // Through a parent, plain http goes in absolute form, which libcurl writes (and a WebSocket through a
         // CONNECT tunnel the own client opens).
         let ownClient =
