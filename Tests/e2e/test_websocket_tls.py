@@ -328,6 +328,25 @@ def test_absolute_form_get_wss(proxy_factory, ca, upstream, tls_cert, listener):
     assert upstream.tokens() == [KEY], upstream.handshakes
 
 
+def test_the_proxy_endpoint_relays_wss(proxy_factory, ca, upstream, tls_cert):
+    """A web app's `new WebSocket("ws://proxy/proxy?wss://host/...")` (the `/proxy` endpoint, its origin allowed)."""
+    app = "http://app.example.test"
+    p = proxy_factory(proxy={"allowed_origins": [app]}, extra_config=intercepting(ca, upstream, tls_cert))
+    s = socket.create_connection((p.host, p.port), timeout=T)
+    try:
+        hs = handshake_bytes("/proxy?" + url(upstream), p.authority).replace(
+            b"\r\n\r\n", b"\r\nOrigin: %s\r\n\r\n" % app.encode())
+        s.sendall(hs)
+        head, _, buf = harness.read_head(s).partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 101"), head
+        s.sendall(frame(b"through /proxy"))
+        op, payload, buf = read_frame(s, buf)
+        assert (op, payload) == (1, b"through /proxy")
+    finally:
+        s.close()
+    assert upstream.tokens() == [KEY], upstream.handshakes
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Chromium
 # ---------------------------------------------------------------------------------------------------------
