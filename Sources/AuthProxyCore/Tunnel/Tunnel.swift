@@ -39,7 +39,7 @@ final class Tunnel: SocketChannelOwner {
     /// to be TLS): no second answer, and a failure to connect can only close.
     private let answered: Bool
     /// The relay carries a WebSocket (counted in the open-WebSockets gauge while it runs).
-    let isWebSocket: Bool
+    private let isWebSocket: Bool
 
     /// `client`: the client's side (the connection's channel unless the relay runs inside its intercepted TLS).
     init(
