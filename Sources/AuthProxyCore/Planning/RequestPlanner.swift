@@ -7,8 +7,6 @@ enum RequestPlanner {
     struct Settings: Equatable {
         var unmatched: UnmatchedPolicy
         var maxReplayBytes: Int64
-        /// The request arrived inside an intercepted TLS tunnel (a WebSocket cannot be relayed from there).
-        var insideInterception: Bool
         /// The parent proxies and `no_proxy` (nil: none configured).
         var routing: ParentRouting? = nil
         var denyDestinations: [AddressBlock] = []
@@ -253,7 +251,7 @@ enum RequestPlanner {
             }
         }
         if h.upgrade != nil,
-            let refusal = webSocketRefusal(network: plan.network, insideInterception: settings.insideInterception)
+            let refusal = webSocketRefusal(network: plan.network)
         {
             return PlannedAnswer(error: refusal)
         }
@@ -382,15 +380,7 @@ enum RequestPlanner {
     /// Why a WebSocket handshake cannot be relayed, nil when it can: the relay reads the client socket directly
     /// (so not inside an intercepted TLS tunnel), and only the own HTTP/1.1 client hands its connection over after
     /// a `101` (so no network credential, which needs libcurl).
-    static func webSocketRefusal(network: NetworkAuth, insideInterception: Bool) -> ErrorResponse? {
-        if insideInterception {
-            return ErrorResponse(
-                status: 501,
-                message: "WebSocket inside an intercepted TLS tunnel (wss:// through CONNECT) is not supported",
-                details: [
-                    "Use ws:// (plain, through CONNECT or in absolute form) or GET wss://... in absolute form to the proxy."
-                ])
-        }
+    static func webSocketRefusal(network: NetworkAuth) -> ErrorResponse? {
         if network.hasCredential {
             return ErrorResponse(
                 status: 501,

@@ -23,7 +23,7 @@ extension ClientConnection {
             h, url: url, store: store,
             settings: .init(
                 unmatched: context.config.unmatched,
-                maxReplayBytes: context.config.maxReplayBytes, insideInterception: tls != nil, routing: context.routing,
+                maxReplayBytes: context.config.maxReplayBytes, routing: context.routing,
                 denyDestinations: context.routing == nil ? [] : context.access.denyDestinations,
                 ownVia: context.routing == nil ? nil : context.viaValue, httpClient: context.config.httpClient),
             into: &plan)

@@ -27,7 +27,8 @@ extension ClientConnection {
             machine.tunnelStarted()
             channel.pauseReading()
             let t = Tunnel(
-                connection: self, host: host, port: port, timeoutSeconds: context.config.upstreamTimeoutSeconds,
+                connection: self, client: channel, host: host, port: port,
+                timeoutSeconds: context.config.upstreamTimeoutSeconds,
                 idleTimeoutSeconds: context.config.tunnelIdleTimeoutSeconds)
             tunnel = t
             t.start(route)
@@ -79,7 +80,8 @@ extension ClientConnection {
             machine.tunnelAfterFirstBytes(started: ic.connectStarted)
             channel.pauseReading()
             let t = Tunnel(
-                connection: self, host: ic.host, port: ic.port, timeoutSeconds: context.config.upstreamTimeoutSeconds,
+                connection: self, client: channel, host: ic.host, port: ic.port,
+                timeoutSeconds: context.config.upstreamTimeoutSeconds,
                 idleTimeoutSeconds: context.config.tunnelIdleTimeoutSeconds, answered: true)
             tunnel = t
             t.start(route)
@@ -128,12 +130,12 @@ extension ClientConnection {
         }
     }
 
-    func tunnelFinished(bytesUp: Int64, bytesDown: Int64) {
+    func tunnelFinished(bytesUp: Int64, bytesDown: Int64, webSocket: Bool) {
         if let x = ex {
             x.bodyBytesIn = bytesUp
             x.bodyBytesOut = bytesDown
         }
-        logAccess(webSocket: tunnel?.isWebSocket ?? false)
+        logAccess(webSocket: webSocket)
         detachExchange()
         tunnel = nil
         close()
@@ -170,7 +172,8 @@ extension ClientConnection {
         x.heldHead.removeAll()
         x.responseHead.writeSwitchingProtocols(
             into: &x.heldHead, upgrade: x.head?.upgrade ?? "websocket", via: context.viaValue)
-        x.heldHead.withUnreadBytes { channel.write($0) }
+        // Through the client's TLS when the handshake came inside an intercepted tunnel.
+        x.heldHead.withUnreadBytes { send($0) }
         x.heldHead.removeAll()
         tokenAccepted()
         ProxyMetrics.active?.webSocketUpgrade(
@@ -178,8 +181,13 @@ extension ClientConnection {
         // Frames the client sent right behind its handshake go first.
         let early = inbuf
         inbuf.removeAll()
+        // Inside an intercepted tunnel the frames are relayed through the client's TLS session (frames it holds
+        // already decrypted or still encrypted are read first).
+        let client: any TunnelEndpoint =
+            tls.map { InterceptedClientEndpoint(channel: channel, session: $0, out: loop.tlsOut) } ?? channel
         let t = Tunnel(
-            connection: self, host: url.host, port: url.port, timeoutSeconds: context.config.upstreamTimeoutSeconds,
+            connection: self, client: client, host: url.host, port: url.port,
+            timeoutSeconds: context.config.upstreamTimeoutSeconds,
             idleTimeoutSeconds: context.config.tunnelIdleTimeoutSeconds, isWebSocket: true)
         tunnel = t
         t.adopt(up, toUpstream: early, toClient: leftover)

@@ -663,11 +663,7 @@ final class ClientConnection: UpstreamExchangeDelegate, SocketChannelOwner {
         let started = machine.current?.started
         switch machine.clientGone() {
         case .tunnel:
-            if let t = tunnel {
-                t.clientEOF()
-            } else {
-                close()
-            }
+            if let t = tunnel { t.clientGone() } else { close() }
         case .close(let status):
             if let status, ex?.head != nil { logAccess(status: status, started: started) }
             close()

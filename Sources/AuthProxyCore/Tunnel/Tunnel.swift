@@ -10,12 +10,14 @@ import Dispatch
 /// passed on as `shutdown(SHUT_WR)` to the other; the tunnel ends when both directions are done).
 ///
 /// The same relay carries a WebSocket after its `101` (``adopt(_:toUpstream:toClient:)``): the upstream connection
-/// is the one the handshake went over (plain, or TLS through libcurl for `wss://`), and the bytes either side sent
-/// behind the handshake go first.
+/// is the one the handshake went over (plain, or TLS for `wss://`), and the bytes either side sent behind the
+/// handshake go first. The client's side is a ``TunnelEndpoint``: the connection's channel, or, for a WebSocket
+/// inside an intercepted tunnel, the connection's TLS session above it (``InterceptedClientEndpoint``).
 ///
-/// The interception of matched hosts (a later capability) replaces this relay with a TLS server; the
-/// connection only talks to it through ``clientReadable()``, ``clientDrained()``, ``clientEOF()``,
-/// ``checkTimeouts(now:)`` and ``close()``.
+/// Every decision (when to read, hold, half-close, end; the connect and idle deadlines) is its
+/// ``TunnelStateMachine``'s; the tunnel carries out the machine's actions. The connection only talks to it through
+/// ``clientReadable()``, ``clientDrained()``, ``clientEOF()``, ``clientGone()``, ``checkTimeouts(now:)``,
+/// ``finish()`` and ``close()``.
 ///
 /// Confined to the connection's loop queue. It owns its upstream ``SocketChannel`` and closes it in every way it
 /// ends (``close()``, a failure, a refused connect), so the channel never reports to a freed tunnel.
@@ -24,37 +26,39 @@ final class Tunnel: SocketChannelOwner {
     private let host: String
     private let port: Int
     private let timeoutSeconds: Int
-    private let idleTimeoutSeconds: Int
-    private var lastActivity: UInt64 = 0
-    private var client: SocketChannel { connection.channel }
+    private var machine: TunnelStateMachine
+    private let client: any TunnelEndpoint
     private var upstream: SocketChannel?
-    private var connectDeadline: UInt64 = 0
-    private var connected = false
-    private var closed = false
-    private var clientDone = false
-    private var upstreamDone = false
     private var bytesUp: Int64 = 0
     private var bytesDown: Int64 = 0
     /// Connecting the upstream (``start(_:)``); nil once connected or failed.
     private var connector: Connector?
-    private let limit = ClientConnection.maxBuffered
     /// The CONNECT was answered 200 before the upstream was connected (a matched host whose first bytes turned out
     /// to be TLS): no second answer, and a failure to connect can only close.
     private let answered: Bool
     /// The relay carries a WebSocket (counted in the open-WebSockets gauge while it runs).
-    let isWebSocket: Bool
+    private let isWebSocket: Bool
 
+    /// `client`: the client's side (the connection's channel unless the relay runs inside its intercepted TLS).
     init(
-        connection: ClientConnection, host: String, port: Int, timeoutSeconds: Int, idleTimeoutSeconds: Int,
-        answered: Bool = false, isWebSocket: Bool = false
+        connection: ClientConnection, client: any TunnelEndpoint, host: String, port: Int, timeoutSeconds: Int,
+        idleTimeoutSeconds: Int, answered: Bool = false, isWebSocket: Bool = false
     ) {
         self.connection = connection
+        self.client = client
         self.host = host
         self.port = port
         self.timeoutSeconds = timeoutSeconds
-        self.idleTimeoutSeconds = idleTimeoutSeconds
         self.answered = answered
         self.isWebSocket = isWebSocket
+        let now = DispatchTime.now().uptimeNanoseconds
+        machine = TunnelStateMachine(
+            limit: ClientConnection.maxBuffered, idleTimeoutSeconds: idleTimeoutSeconds,
+            connectDeadline: now + UInt64(max(timeoutSeconds, 0)) * 1_000_000_000)
+    }
+
+    private func endpoint(_ side: TunnelStateMachine.Side) -> (any TunnelEndpoint)? {
+        side == .client ? client : upstream
     }
 
     /// Relays over an upstream connection that is already open (a WebSocket after its `101`, handed over by the
@@ -63,8 +67,6 @@ final class Tunnel: SocketChannelOwner {
     func adopt(_ channel: SocketChannel, toUpstream: ByteBuffer, toClient: ByteBuffer) {
         channel.owner = self
         upstream = channel
-        connected = true
-        lastActivity = DispatchTime.now().uptimeNanoseconds
         if isWebSocket { ProxyMetrics.active?.webSocketOpened() }
         if !toClient.isEmpty {
             toClient.withUnreadBytes { client.write($0) }
@@ -74,8 +76,7 @@ final class Tunnel: SocketChannelOwner {
             toUpstream.withUnreadBytes { channel.write($0) }
             bytesUp += Int64(toUpstream.count)
         }
-        channel.resumeReading()
-        client.resumeReading()
+        run(machine.connected(now: DispatchTime.now().uptimeNanoseconds))
     }
 
     private var destination: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
@@ -85,7 +86,6 @@ final class Tunnel: SocketChannelOwner {
     /// destination or the parents, `deny_destinations`, and the answer to a failure are its, as for the own client's
     /// connections. (The client's reading stays paused meanwhile; the connect timeout runs from here.)
     func start(_ route: TunnelRoute) {
-        connectDeadline = DispatchTime.now().uptimeNanoseconds + UInt64(timeoutSeconds) * 1_000_000_000
         let loop = connection.loop
         let c = Connector(
             multi: loop.multi, urlHost: host.contains(":") ? "[\(host)]" : host, port: port, tls: false, trust: nil,
@@ -117,26 +117,24 @@ final class Tunnel: SocketChannelOwner {
     // The upstream socket's events (the client's come through the connection).
     func channelReadable(_ channel: SocketChannel) { upstreamReadable() }
     func channelDrained(_ channel: SocketChannel) { upstreamDrained() }
-    func channelWriteFailed(_ channel: SocketChannel, error: Int32) { close(notify: true) }
+    func channelWriteFailed(_ channel: SocketChannel, error: Int32) { run(machine.failed()) }
 
     private func established() {
         guard let up = upstream else { return }
-        connected = true
-        lastActivity = DispatchTime.now().uptimeNanoseconds
         let early = connection.tunnelEstablished(answered: answered)
         // Reading before the first write: a write that has to wait makes the write source, and a read source
-        // registered after it can miss the upstream's reset (``SocketChannel/awaitConnect()``).
+        // registered after it can miss the upstream's reset (``SocketChannel/awaitConnect()``). The client's
+        // early bytes go before anything read from it now.
         up.resumeReading()
         if !early.isEmpty {
             early.withUnreadBytes { up.write($0) }
             bytesUp += Int64(early.count)
         }
-        client.resumeReading()
+        run(machine.connected(now: DispatchTime.now().uptimeNanoseconds))
     }
 
     private func fail(_ e: ErrorResponse) {
-        guard !closed else { return }
-        closed = true
+        guard machine.connectFailed() else { return }
         connector?.cancel()
         connector = nil
         upstream?.close()
@@ -144,114 +142,118 @@ final class Tunnel: SocketChannelOwner {
         connection.tunnelFailed(e, answered: answered)
     }
 
-    /// Relays from `from` to `to` until `to` has `limit` bytes pending; returns true at EOF.
-    private func relay(from: SocketChannel, to: SocketChannel, count: inout Int64) -> (eof: Bool, error: Bool) {
+    /// Carries out the machine's actions, in order; stops once the tunnel is closed.
+    private func run(_ actions: [TunnelStateMachine.Action]) {
+        for action in actions {
+            switch action {
+            case .pauseReading(let side):
+                endpoint(side)?.pauseReading()
+            case .resumeReading(let side):
+                // Relayed now, not on the next read event: bytes a TLS layer already decrypted, or a wake-up lost
+                // across the read source's suspend, would not make one.
+                endpoint(side)?.resumeReading()
+                relay(from: side)
+            case .shutdownWrite(let side):
+                endpoint(side)?.shutdownWriteWhenFlushed()
+            case .close:
+                end()
+                return
+            case .connectTimedOut:
+                fail(
+                    ErrorResponse(
+                        status: 504,
+                        message: "Upstream \(destination) did not accept a connection within \(timeoutSeconds) s"))
+                return
+            }
+        }
+    }
+
+    /// Relays from `side` to the other side while the machine says to read.
+    private func relay(from side: TunnelStateMachine.Side) {
+        guard let from = endpoint(side), let to = endpoint(side.other) else { return }
         let scratch = connection.loop.scratch
-        while to.pendingCount < limit {
+        while true {
+            switch machine.readStep(from: side, destinationPending: to.pendingCount) {
+            case .read: break
+            case .pause:
+                from.pauseReading()
+                return
+            case .stop: return
+            }
             switch from.read(into: scratch) {
             case .bytes(let n):
                 to.write(UnsafeRawBufferPointer(rebasing: scratch[0..<n]))
-                count += Int64(n)
-                lastActivity = DispatchTime.now().uptimeNanoseconds
-                if to.failed { return (false, true) }
-            case .wouldBlock: return (false, false)
-            case .eof: return (true, false)
-            case .error: return (false, true)
+                if side == .client { bytesUp += Int64(n) } else { bytesDown += Int64(n) }
+                machine.relayed(now: DispatchTime.now().uptimeNanoseconds)
+                if to.failed {
+                    run(machine.failed())
+                    return
+                }
+            case .wouldBlock:
+                return
+            case .eof:
+                run(machine.eof(from: side, clientPending: client.pendingCount, upstreamPending: upstreamPending))
+                return
+            case .error:
+                run(machine.failed())
+                return
             }
         }
-        from.pauseReading()
-        return (false, false)
     }
 
-    func clientReadable() {
-        guard connected, let up = upstream, !clientDone else { return }
-        let r = relay(from: client, to: up, count: &bytesUp)
-        if r.error { close(notify: true); return }
-        if r.eof { clientEOF() }
-    }
+    private var upstreamPending: Int { upstream?.pendingCount ?? 0 }
 
-    private func upstreamReadable() {
-        guard let up = upstream, !upstreamDone else { return }
-        let r = relay(from: up, to: client, count: &bytesDown)
-        if r.error { close(notify: true); return }
-        if r.eof {
-            upstreamDone = true
-            up.pauseReading()
-            client.shutdownWriteWhenFlushed()
-            finishIfDone()
-        }
-    }
+    func clientReadable() { relay(from: .client) }
+
+    private func upstreamReadable() { relay(from: .upstream) }
 
     /// The client sent EOF (or its connection failed before the tunnel was up).
     func clientEOF() {
-        guard connected, let up = upstream else {
-            close(notify: true)
-            return
-        }
-        clientDone = true
-        client.pauseReading()
-        up.shutdownWriteWhenFlushed()
-        finishIfDone()
+        run(machine.eof(from: .client, clientPending: client.pendingCount, upstreamPending: upstreamPending))
     }
 
-    /// The client took its pending bytes: read the upstream again. The bytes already waiting are relayed now
-    /// (until EAGAIN) rather than on the next read event, so a wake-up lost across the read source's
-    /// suspend/resume cannot stall the tunnel with data sitting in the kernel.
+    /// The client's connection failed (reset): nothing more can be relayed to it.
+    func clientGone() { run(machine.failed()) }
+
+    /// The client took its pending bytes.
     func clientDrained() {
-        if !upstreamDone, let up = upstream, !up.isReading {
-            up.resumeReading()
-            upstreamReadable()
-        }
-        finishIfDone()
+        run(machine.drained(.client, clientPending: client.pendingCount, upstreamPending: upstreamPending))
     }
 
     private func upstreamDrained() {
-        if !clientDone, connected, !client.isReading {
-            client.resumeReading()
-            clientReadable()
-        }
-        finishIfDone()
-    }
-
-    private func finishIfDone() {
-        guard clientDone, upstreamDone, client.pendingCount == 0, (upstream?.pendingCount ?? 0) == 0 else { return }
-        close(notify: true)
+        run(machine.drained(.upstream, clientPending: client.pendingCount, upstreamPending: upstreamPending))
     }
 
     func checkTimeouts(now: UInt64) {
-        // Back-pressure that has eased but left a direction paused (no drain event came): resume it.
-        if connected, !closed, let up = upstream {
-            if !upstreamDone, !up.isReading, client.pendingCount < limit { clientDrained() }
-            if !closed, !clientDone, !client.isReading, up.pendingCount < limit { upstreamDrained() }
-        }
-        if !connected, !closed, now > connectDeadline {
-            fail(
-                ErrorResponse(
-                    status: 504,
-                    message: "Upstream \(destination) did not accept a connection within \(timeoutSeconds) s"))
-        }
-        // A tunnel where nothing moved either way (or a half-closed one whose other side never finishes).
-        if connected, !closed,
-            now - max(lastActivity, client.lastSendProgress, upstream?.lastSendProgress ?? 0)
-                > UInt64(idleTimeoutSeconds) * 1_000_000_000
-        {
-            close(notify: true)
-        }
+        run(
+            machine.tick(
+                now: now, clientPending: client.pendingCount, upstreamPending: upstreamPending,
+                clientLastSend: client.lastSendProgress, upstreamLastSend: upstream?.lastSendProgress ?? 0))
     }
 
-    func close() { close(notify: false) }
+    /// Ends the tunnel without reporting it (the connection is closing).
+    func close() {
+        guard machine.close() else { return }
+        release()
+    }
 
     /// Ends the tunnel now and lets the connection log it (the end of the shutdown grace period).
-    func finish() { close(notify: true) }
+    func finish() {
+        guard machine.close() else { return }
+        end()
+    }
 
-    private func close(notify: Bool) {
-        guard !closed else { return }
-        closed = true
+    /// The machine closed the tunnel: release it and let the connection log it and close.
+    private func end() {
+        release()
+        connection.tunnelFinished(bytesUp: bytesUp, bytesDown: bytesDown, webSocket: isWebSocket)
+    }
+
+    private func release() {
         if isWebSocket { ProxyMetrics.active?.webSocketClosed() }
         connector?.cancel()
         connector = nil
         upstream?.close()
         upstream = nil
-        if notify { connection.tunnelFinished(bytesUp: bytesUp, bytesDown: bytesDown) }
     }
 }

@@ -101,7 +101,7 @@ import Testing
             h, url: url, store: CredentialStore([]),
             settings: .init(
                 unmatched: .relay,
-                maxReplayBytes: 100, insideInterception: false, routing: routing, denyDestinations: deny, ownVia: via),
+                maxReplayBytes: 100, routing: routing, denyDestinations: deny, ownVia: via),
             into: &plan)
         {
             return .failure(.init(answer: a))

@@ -64,15 +64,14 @@ import Testing
     struct Answered: Error { let answer: PlannedAnswer }
 
     static func plan(
-        _ request: String, store: CredentialStore = store, unmatched: UnmatchedPolicy = .relay,
-        intercepted: Bool = false
+        _ request: String, store: CredentialStore = store, unmatched: UnmatchedPolicy = .relay
     ) -> Result<ForwardPlan, Answered> {
         let h = head(request)
         guard case .absolute(let url) = h.target else { fatalError("not absolute: \(request)") }
         var plan = ForwardPlan(url: url)
         if let a = RequestPlanner.plan(
             h, url: url, store: store,
-            settings: .init(unmatched: unmatched, maxReplayBytes: 100, insideInterception: intercepted), into: &plan)
+            settings: .init(unmatched: unmatched, maxReplayBytes: 100), into: &plan)
         {
             return .failure(Answered(answer: a))
         }
@@ -202,13 +201,10 @@ import Testing
                 == "hdr header")
     }
 
-    @Test func webSocketHandshakesThatCannotBeRelayedAreRefused() {
+    @Test func webSocketHandshakesWithANetworkCredentialAreRefused() {
         let ws =
             "GET http://%@/arcgis/ws HTTP/1.1\nHost: h\nUpgrade: websocket\nConnection: Upgrade\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\nSec-WebSocket-Version: 13\n\n"
         #expect(Self.token(Self.plan(ws.replacingOccurrences(of: "%@", with: "gis.example.com"))) == "key query")
-        #expect(
-            Self.token(Self.plan(ws.replacingOccurrences(of: "%@", with: "gis.example.com"), intercepted: true))
-                == "answer 501")
         #expect(Self.token(Self.plan(ws.replacingOccurrences(of: "%@", with: "win.example.com"))) == "answer 501")
     }
 
