@@ -184,8 +184,8 @@ extension ClientConnection {
     /// Moves request-body bytes from the input buffer to the body buffer libcurl reads from (or into the form
     /// being collected).
     func pumpBody() {
-        guard let e = machine.exchange, e.request != .complete, let x = ex else { return }
-        if e.request == .collectingForm {
+        guard let e = machine.exchange, !e.request.isComplete, let x = ex else { return }
+        if e.request.isCollectingForm {
             let n = Int(min(x.bodyRemaining, Int64(inbuf.count)))
             inbuf.withUnreadBytes { x.formBody!.append(contentsOf: UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
             inbuf.consume(n)
@@ -304,11 +304,19 @@ extension ClientConnection {
         case .end:
             machine.upstreamProgress(now: now)
             if x.responseHead.isFinal(answersChallenges: x.networkAuth.answersChallenges) {
-                switch machine.finalHead(asForm: sendsAsFormAfter414(x), retry: statusRetryCause(x)) {
-                case .resendAsForm:
-                    if resendAsPostOn414(x) { return }
-                case .retry(let cause):
-                    if retryOnStatus(x, cause: cause) { return }
+                let asForm = sendsAsFormAfter414(x)
+                let cause = statusRetryCause(x)
+                var verdict = RetryVerdict.refused
+                if let cause, machine.considersRetry(cause, asForm: asForm) {
+                    verdict = statusRetryVerdict(x, cause: cause)
+                }
+                switch machine.finalHead(asForm: asForm, verdict: verdict) {
+                case .resendAsForm(let serial):
+                    resendAsForm(x, serial: serial)
+                    return
+                case .retry(let serial, let wait):
+                    if let cause { scheduleRetry(x, serial: serial, after: wait, cause: cause, detail: nil) }
+                    return
                 case .commit:
                     break
                 }
@@ -540,39 +548,61 @@ extension ClientConnection {
 
     /// `forced`: relayed whatever the client's queue holds (bytes a scrubber has already taken).
     private func relayBody(_ bytes: UnsafeRawBufferPointer, forced: Bool = false) -> BodyAcceptance {
-        while true {
-            switch machine.upstreamBody(
-                count: bytes.count, clientPending: forced ? 0 : channel.pendingCount,
-                clientFailed: channel.failed || channel.isClosed, now: now)
-            {
-            case .commitHeadFirst:
-                guard commitResponseHead(inspect: false) else { return .abort }
-            case .hold:
-                ex?.sniffBuffer.append(contentsOf: bytes)
-                return .accepted
-            case .release:
-                // Token errors are small: a body this large is the real answer.
-                releaseHeldResponse()
-            case .discard:
-                return .accepted
-            case .pause:
-                return .pause
-            case .abort:
-                return .abort
-            case .write:
-                writeBody(bytes)
-                return channel.failed ? .abort : .accepted
-            }
+        // A head not committed yet (a 401 that turns out final because a body follows it) is committed first.
+        if machine.preparationForBody == .commitHead, !commitResponseHead(inspect: false) { return .abort }
+        switch machine.upstreamBody(
+            count: bytes.count, clientPending: forced ? 0 : channel.pendingCount,
+            clientFailed: channel.failed || channel.isClosed, now: now)
+        {
+        case .commitHeadFirst, .abort:
+            return .abort
+        case .hold:
+            ex?.sniffBuffer.append(contentsOf: bytes)
+            return .accepted
+        case .writeHeld(let held):
+            // Token errors are small: a held body this large is the real answer, and these bytes follow it.
+            writeHeldBody(bytes: held)
+            writeBody(bytes)
+            return channel.failed ? .abort : .accepted
+        case .discard:
+            return .accepted
+        case .pause:
+            return .pause
+        case .write:
+            writeBody(bytes)
+            return channel.failed ? .abort : .accepted
         }
+    }
+
+    /// Writes the held head and the `count` body bytes held with it.
+    private func writeHeldBody(bytes count: Int) {
+        guard let x = ex else { return }
+        let held = x.sniffBuffer
+        x.sniffBuffer = []
+        precondition(held.count == count)
+        held.withUnsafeBytes { writeBody($0) }
     }
 
     func transferDidFinish(error: UpstreamError?) {
         ex?.transfer = nil
-        // Before the machine hears of the end: the held-back bytes are still part of the transfer's body.
-        if error == nil, !finishBodyScrub() { return }
+        if error == nil {
+            // Before the machine hears of the end: the held-back bytes are still part of the transfer's body.
+            guard finishBodyScrub() else { return }
+            // A head that never became final is committed; a held body is looked at for a token error (a
+            // rejection refreshes the token and the exchange goes on without this end).
+            if machine.preparationForEnd == .commitHead, !commitResponseHead(inspect: false) { return }
+            if machine.preparationForEnd == .inspectHeld {
+                if heldResponseRejected() { return }
+                releaseHeldResponse()
+            }
+        }
         let end = ExchangeStateMachine.TransferEnd(
             error, retryable: context.retryPolicy.isEnabled && ex?.attemptURL != nil)
-        var step = machine.transferEnded(end)
+        var verdict = RetryVerdict.refused
+        if let x = ex, let cause = end.retryCause, machine.considersRetry(cause) {
+            verdict = retryVerdict(x, cause: cause, retryAfter: nil)
+        }
+        let step = machine.transferEnded(end, verdict: verdict)
         if let error {
             if step.isUpstreamFailure { countUpstreamFailure(error) }
             // Rate-limited: when descriptors run out, every request would log a line.
@@ -582,55 +612,49 @@ extension ClientConnection {
         } else {
             warnRefusedNetworkCredential()
         }
-        while true {
-            switch step {
-            case .close:
-                close()
-                return
-            case .retry(let cause):
-                // A failure that is retried logs its own line (``retryUpstream(cause:retryAfter:detail:)``).
-                guard let error else { preconditionFailure("a transfer failed without an error") }
-                if retryOnFailure(error, cause: cause) { return }
-                step = machine.transferEnded(.upstreamFailed(retry: nil))
-            case .failed(let failure):
-                // Only an upstream failure fails the exchange, and it comes with its error (as `retry` does).
-                guard let error else { preconditionFailure("a transfer failed without an error") }
-                if error.outOfDescriptors == nil, failure != .close {
-                    logger.warning(
-                        "upstream failed",
-                        metadata: [
-                            "client": "\(peer)", "destination": "\(error.destination)",
-                            "cause": "\(error.detail.isEmpty ? error.response.message : error.detail)",
-                        ])
-                }
-                run(failure, answer: error.response)
-                return
-            case .commitHeadFirst:
-                guard commitResponseHead(inspect: false) else { return }
-                step = machine.transferEnded(end)
-            case .inspectHeld:
-                if let x = ex, let c = x.credential {
-                    let verdict = c.kind.rejection(of: responseView(x, c), body: x.sniffBuffer)
-                    if let note = verdict.note {
-                        var metadata: Logger.Metadata = [
-                            "credential": "\(c.name)", "status": "\(x.responseHead.status)",
-                        ]
-                        for (k, v) in verdict.details { metadata[k] = "\(v)" }
-                        logger.warning("\(note)", metadata: metadata)
-                    }
-                    // A kind with nothing to obtain again only explains: no retry could change the answer.
-                    if verdict.rejected, c.kind.tokenSource != .none, tokenRejected() { return }
-                }
-                releaseHeldResponse()
-                step = machine.transferEnded(end)
-            case .complete(let framing, let then):
-                tokenAccepted()
-                flushHead(then: framing.chunked ? "0\r\n\r\n" : "")
-                finishExchange()
-                run(then)
-                return
+        switch step {
+        case .close:
+            close()
+        case .retry(let serial, let wait):
+            // A failure that is retried logs its own line.
+            guard let x = ex, let error, let cause = end.retryCause else {
+                preconditionFailure("a retry without a failure")
             }
+            scheduleRetry(
+                x, serial: serial, after: wait, cause: cause,
+                detail: error.detail.isEmpty ? error.response.message : error.detail)
+        case .failed(let failure):
+            // Only an upstream failure fails the exchange, and it comes with its error.
+            guard let error else { preconditionFailure("a transfer failed without an error") }
+            if error.outOfDescriptors == nil, failure != .close {
+                logger.warning(
+                    "upstream failed",
+                    metadata: [
+                        "client": "\(peer)", "destination": "\(error.destination)",
+                        "cause": "\(error.detail.isEmpty ? error.response.message : error.detail)",
+                    ])
+            }
+            run(failure, answer: error.response)
+        case .complete(let framing, let then):
+            tokenAccepted()
+            flushHead(then: framing.chunked ? "0\r\n\r\n" : "")
+            finishExchange()
+            run(then)
         }
+    }
+
+    /// Looks at the held body for a token error: true when the token was rejected and is being refreshed or
+    /// explained (``tokenRejected(layer:)``), so the held answer is not relayed.
+    private func heldResponseRejected() -> Bool {
+        guard let x = ex, let c = x.credential else { return false }
+        let verdict = c.kind.rejection(of: responseView(x, c), body: x.sniffBuffer)
+        if let note = verdict.note {
+            var metadata: Logger.Metadata = ["credential": "\(c.name)", "status": "\(x.responseHead.status)"]
+            for (k, v) in verdict.details { metadata[k] = "\(v)" }
+            logger.warning("\(note)", metadata: metadata)
+        }
+        // A kind with nothing to obtain again only explains: no retry could change the answer.
+        return verdict.rejected && c.kind.tokenSource != .none && tokenRejected()
     }
 
     /// An upstream failure in the metrics (a destination `deny_destinations` refused is counted as a refusal).

@@ -99,7 +99,7 @@ final class ClientConnection: UpstreamExchangeDelegate, SocketChannelOwner {
     }
 
     /// Whether the request body of the exchange in progress has been read to its end.
-    var bodyComplete: Bool { machine.exchange.map { $0.request == .complete } ?? true }
+    var bodyComplete: Bool { machine.exchange.map { $0.request.isComplete } ?? true }
 
     /// The connection's one reading of the monotonic clock (every decision it passes a time to reads it here).
     var now: UInt64 { DispatchTime.now().uptimeNanoseconds }
