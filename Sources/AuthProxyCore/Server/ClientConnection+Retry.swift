@@ -8,37 +8,25 @@ import Logging
 /// (``RetryVerdict``) is decided before the machine hears of the failure, and passed in with it. The token retry
 /// after a rejection is separate (``retryWithFreshToken(layer:)``): each has its own count.
 extension ClientConnection {
-    /// Called as a transfer starts: counts it in the host's budget unless it is a retry (upstream or token), and
-    /// keeps what a retry would send when the request may be retried.
-    func prepareRetry(
-        _ x: ExchangeContext, head h: RequestHead, url: URLTarget, headers: HTTPHeaders, hasBody: Bool, edits: Bool,
-        now: UInt64
-    ) {
-        let retries = context.retryPolicy.isEnabled
-        if retries, machine.upstreamRetries == 0, machine.attempt == 1 {
+    /// Called as a transfer starts: counts it in the host's budget unless it is a retry (upstream or token).
+    func countInRetryBudget(url: URLTarget, now: UInt64) {
+        if context.retryPolicy.isEnabled, machine.upstreamRetries == 0, machine.attempt == 1 {
             loop.retryBudget.request(RetryBudget.Host(host: url.host, port: url.port), now: now)
         }
-        // Kept for a retry, or for the resend as a form after a 414 (``resendAsForm(_:serial:)``).
-        guard retries || context.config.getAsPostAboveBytes > 0, h.upgrade == nil,
-            RetryPolicy.mayRetry(method: h.method, hasBody: hasBody, edits: edits)
-        else { return }
-        x.attemptURL = url
-        x.attemptHeaders = headers
     }
 
     /// Whether a final response head is a 414 to a `GET` that ``GetAsPost`` can send as a form (for
     /// ``ExchangeStateMachine/finalHead(asForm:verdict:)``).
     func sendsAsFormAfter414(_ x: ExchangeContext) -> Bool {
-        guard x.responseHead.status == 414, x.responseHead.violation == nil, x.getAsPost == nil,
-            context.config.getAsPostAboveBytes > 0, let url = x.attemptURL, let h = x.head
-        else { return false }
-        return GetAsPost.applies(
-            method: h.method, hasBody: false, isUpgrade: h.upgrade != nil, matched: x.credential != nil, target: url)
+        guard x.responseHead.status == 414, x.responseHead.violation == nil, let a = x.attempt else { return false }
+        return a.goesAsFormAfter414(limit: context.config.getAsPostAboveBytes, matched: x.credential != nil)
     }
 
     /// The cause ``RetryPolicy`` gives a final response head's status, when retries apply to the request.
     func statusRetryCause(_ x: ExchangeContext) -> RetryPolicy.Cause? {
-        guard x.attemptURL != nil, context.retryPolicy.isEnabled, x.responseHead.violation == nil else { return nil }
+        guard x.attempt?.resendable == true, context.retryPolicy.isEnabled, x.responseHead.violation == nil else {
+            return nil
+        }
         return RetryPolicy.cause(status: x.responseHead.status)
     }
 
@@ -57,7 +45,7 @@ extension ClientConnection {
     /// Asks the policy and the host's budget whether the attempt goes again (``RetryVerdict``); a budget that
     /// refuses is counted and logged here, at a limited rate.
     func retryVerdict(_ x: ExchangeContext, cause: RetryPolicy.Cause, retryAfter: Int?) -> RetryVerdict {
-        guard let url = x.attemptURL else { return .refused }
+        guard let url = x.attempt?.url else { return .refused }
         let m = ProxyMetrics.active
         // The retry before this attempt (if any) did not help.
         if let previous = x.retryCause {
@@ -92,7 +80,7 @@ extension ClientConnection {
         x.retryCause = cause
         cancelTransfer()
         dropResponse()
-        if let url = x.attemptURL {
+        if let url = x.attempt?.url {
             var metadata: Logger.Metadata = [
                 "client": "\(peer)", "url": "\(url.origin)\(url.path)",
                 "cause": "\(cause.rawValue)", "attempt": "\(machine.upstreamRetries + 1)",
@@ -111,11 +99,11 @@ extension ClientConnection {
     /// The machine dropped a `GET` refused 414 to send it again at once as a `POST` form (``GetAsPost``). Not an
     /// upstream retry: it spends neither the retries nor the budget.
     func resendAsForm(_ x: ExchangeContext, serial: Int) {
-        x.getAsPost = .status414
+        x.attempt?.refusedAsTooLong()
         ProxyMetrics.active?.getAsPost(.status414)
         cancelTransfer()
         dropResponse()
-        if let url = x.attemptURL {
+        if let url = x.attempt?.url {
             logger.info(
                 "upstream refused the URL as too long (414), sending it as a POST form",
                 metadata: [
@@ -132,10 +120,10 @@ extension ClientConnection {
 
     /// The backoff is over: the same request goes again.
     private func resendUpstream() {
-        guard let x = ex, let url = x.attemptURL, let headers = x.attemptHeaders else { return }
+        guard let x = ex, let a = x.attempt, a.resendable else { return }
         x.formOffset = 0
         x.replayOffset = 0
-        startTransfer(url: url, headers: headers)
+        startTransfer(url: a.url, headers: a.headers)
         updateReadInterest()
     }
 

@@ -10,62 +10,42 @@ import Logging
 /// The libcurl side of a forwarded request: starting the transfer, feeding it the request body, and
 /// relaying the response head and body (the `UpstreamExchangeDelegate` callbacks).
 extension ClientConnection {
-    /// Starts the transfer for the current request to `url` with the client's `headers` (hop-by-hop fields are
-    /// removed by the client that writes them): the request is made as it goes upstream (GET→POST), the
-    /// credentials apply to it (``applyCredentials(_:to:)``), and it passes ``OutboundHead``'s check.
+    /// Starts the transfer for the current request to `url` with the client's `headers`: the attempt is decided
+    /// (``ForwardAttempt``: the client, the body, GET→POST), the credentials apply to the request as it goes
+    /// (``applyCredentials(_:to:)``), and it passes ``OutboundHead``'s check.
     func startTransfer(url: URLTarget, headers: HTTPHeaders) {
         guard !machine.isClosed, let x = ex, let h = x.head else { return }
-        // The proxy's own HTTP/1.1 client without a network credential (over a TLS connection libcurl makes for
-        // https); libcurl for the rest (the authentication schemes it answers). Both write the head from the
-        // request's fields.
-        // A WebSocket handshake always goes over the own client, the one that hands its connection over after a
-        // `101` (``RequestPlanner/webSocketRefusal(network:insideInterception:)`` turned away those that need libcurl).
-        // Through a parent, plain http goes in absolute form, which libcurl writes (and a WebSocket through a
-        // CONNECT tunnel the own client opens).
-        let ownClient =
-            (context.config.httpClient == .native || h.upgrade != nil) && !x.networkAuth.hasCredential
-            && (x.parentRoute == nil || url.scheme == "https" || h.upgrade != nil)
+        var attempt = ForwardAttempt(
+            url: url, headers: headers, method: h.method, framing: h.framing, upgrade: h.upgrade,
+            heldForm: x.formBody?.count, httpClient: context.config.httpClient,
+            networkCredential: x.networkAuth.hasCredential, viaParent: x.parentRoute != nil,
+            retries: context.retryPolicy.isEnabled, getAsPostLimit: context.config.getAsPostAboveBytes,
+            getAsPost: x.attempt?.getAsPost)
         // A client doing NTLM/Negotiate itself: from now on, upstream connections of its own (never pooled for
         // anyone else, closed with this connection).
         if ownUpstreams == nil, ConnectionBoundAuthentication.starts(headers) {
             ownUpstreams = OwnUpstreams(loop: loop)
         }
-        var bodyLength: Int64?
         // (A form made from a long GET by an earlier attempt is made again below, from the GET.)
-        if let form = x.formBody, x.getAsPost == nil {
-            bodyLength = Int64(form.count)
-        } else {
-            switch h.framing {
-            case .none: bodyLength = nil
-            case .contentLength(let n): bodyLength = (n == 0 && (h.method == "GET" || h.method == "HEAD")) ? nil : n
-            case .chunked: bodyLength = -1
-            }
-        }
-        if h.method == "HEAD" { bodyLength = nil }
-        let clientHasBody = bodyLength != nil
-        let held = x.getAsPost == nil ? x.formBody : nil
+        let held = attempt.getAsPost == nil ? x.formBody : nil
         var applied = OutgoingRequest(
-            method: h.method, target: url, fields: headers, body: held, bodyLength: bodyLength,
-            isUpgrade: h.upgrade != nil, now: 0, credential: "")
+            method: h.method, target: url, fields: headers, body: held, bodyLength: attempt.bodyLength,
+            isUpgrade: attempt.isUpgrade, now: 0, credential: "")
         if let failure = applyCredentials(x, to: &applied) {
             refuseApplication(failure)
             return
         }
         // A long GET goes as a form (its length with the credential's additions); the credentials apply again to
         // the form, which is what goes upstream.
-        if x.getAsPost != nil || GetAsPost.exceeds(applied.target, limit: context.config.getAsPostAboveBytes),
-            GetAsPost.applies(
-                method: h.method, hasBody: clientHasBody, isUpgrade: h.upgrade != nil, matched: x.credential != nil,
-                target: url)
-        {
-            if x.getAsPost == nil {
-                x.getAsPost = .length
-                ProxyMetrics.active?.getAsPost(.length)
-            }
+        let form = attempt.form(
+            applied: applied.target, limit: context.config.getAsPostAboveBytes, matched: x.credential != nil)
+        x.attempt = attempt
+        if form != .asSent {
+            if form == .newlyByLength { ProxyMetrics.active?.getAsPost(.length) }
             let form = GetAsPost.form(of: url)
             applied = OutgoingRequest(
                 method: "POST", target: form.target, fields: headers, body: form.body,
-                bodyLength: Int64(form.body.count), isUpgrade: h.upgrade != nil, now: 0, credential: "")
+                bodyLength: Int64(form.body.count), isUpgrade: attempt.isUpgrade, now: 0, credential: "")
             applied.fields.setInjected(name: "Content-Type", value: GetAsPost.contentType)
             if let failure = applyCredentials(x, to: &applied) {
                 refuseApplication(failure)
@@ -77,21 +57,18 @@ extension ClientConnection {
             x.formOffset = 0
         }
         let method = applied.method, sent = applied.target, fields = applied.fields
-        bodyLength = applied.bodyLength
         if let problem = OutboundHead.problem(method: method, target: sent.pathAndQuery, fields: fields) {
             refuseOutboundHead(problem, url: url)
             return
         }
         let inspect = x.credential?.kind.inspectsResponses == true
         var request = UpstreamRequest(
-            method: method, url: sent.url, fields: fields, bodyLength: bodyLength,
+            method: method, url: sent.url, fields: fields, bodyLength: applied.bodyLength,
             timeoutSeconds: context.config.upstreamTimeoutSeconds)
         // A read sent as a form is as harmless to repeat as the GET it stands for; an edit is never repeated,
         // whatever method carries it (``ArcGISOperation``).
-        request.harmlessToRepeat = x.getAsPost != nil
-        // Decided once per attempt, for the resend and the retry alike.
-        let edits = ArcGISOperation.isEdit(path: url.pathAndQuery[...])
-        request.edits = edits
+        request.harmlessToRepeat = attempt.getAsPost != nil
+        request.edits = attempt.edits
         request.via = context.viaValue
         request.network = x.networkAuth
         request.denyDestinations = context.access.denyDestinations
@@ -100,18 +77,19 @@ extension ClientConnection {
         x.responseHead.reset()
         let started = now
         x.upstreamStarted = started
-        prepareRetry(x, head: h, url: url, headers: headers, hasBody: clientHasBody, edits: edits, now: started)
+        countInRetryBudget(url: url, now: started)
         x.inspectsService = inspect
         machine.transferStarted(
             inspect: inspect || (x.gatewayToken != nil && x.gatewayCredential?.kind.inspectsResponses == true),
             now: started)
-        if ownClient {
+        switch attempt.client {
+        case .own:
             let t = HTTP1Transfer(
                 pool: loop.http1, request: request, target: sent,
                 affinity: ownUpstreams.map { .ownedBy($0.owner) } ?? .shared, delegate: self)
             x.transfer = t
             t.start()
-        } else {
+        case .libcurl:
             let t = CurlTransfer(
                 multi: ownUpstreams?.multi ?? loop.multi, request: request,
                 destination: "\(url.urlHost):\(url.port)", delegate: self)
@@ -251,7 +229,7 @@ extension ClientConnection {
             if n == 0 { return .end }
             form.withUnsafeBytes { buffer.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[off..<(off + n)])) }
             x.formOffset += n
-            if machine.attempt == 1, x.getAsPost == nil { x.bodyBytesIn += Int64(n) }
+            if machine.attempt == 1, x.attempt?.getAsPost == nil { x.bodyBytesIn += Int64(n) }
             return .bytes(n)
         }
         if let r = x.replay, x.replayOffset < r.count {
@@ -597,7 +575,7 @@ extension ClientConnection {
             }
         }
         let end = ExchangeStateMachine.TransferEnd(
-            error, retryable: context.retryPolicy.isEnabled && ex?.attemptURL != nil)
+            error, retryable: context.retryPolicy.isEnabled && ex?.attempt?.resendable == true)
         var verdict = RetryVerdict.refused
         if let x = ex, let cause = end.retryCause, machine.considersRetry(cause) {
             verdict = retryVerdict(x, cause: cause, retryAfter: nil)

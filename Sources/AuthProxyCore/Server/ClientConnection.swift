@@ -577,7 +577,7 @@ final class ClientConnection: UpstreamExchangeDelegate, SocketChannelOwner {
         if webSocket { metadata["upgrade"] = "websocket" }
         // Upstream attempts, when more than one was made (``RetryPolicy``).
         if let retries = machine.current?.upstreamRetries, retries > 0 { metadata["attempts"] = "\(retries + 1)" }
-        if let cause = x?.getAsPost { metadata["get_as_post"] = "\(cause.rawValue)" }
+        if let cause = x?.attempt?.getAsPost { metadata["get_as_post"] = "\(cause.rawValue)" }
         logger.info("access", metadata: metadata)
     }
 

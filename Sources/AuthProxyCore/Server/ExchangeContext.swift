@@ -98,16 +98,12 @@ final class ExchangeContext {
     var retry: (credential: String, result: String?)? = nil
     /// The credential whose `rate_limit` refused the request (its metrics label).
     var limitedBy: String? = nil
-    /// The URL and fields of the transfer in progress, kept when ``RetryPolicy`` may send it again (nil
-    /// otherwise), and whether its response is inspected for a token error.
-    var attemptURL: URLTarget? = nil
-    var attemptHeaders: HTTPHeaders? = nil
-    var attemptInspect = false
+    /// The attempt in progress (or the last one): what it sends, by which client, whether it may be sent again
+    /// and as a `GET` or a `POST` form.
+    var attempt: ForwardAttempt? = nil
     /// The cause of the upstream retry in progress, until its outcome is counted
     /// (`authproxy_upstream_retries_total`).
     var retryCause: RetryPolicy.Cause? = nil
-    /// The `GET` goes upstream as a `POST` form, and why (``GetAsPost``); nil: as the client sent it.
-    var getAsPost: GetAsPost.Cause? = nil
 
     init() {}
 
@@ -158,10 +154,7 @@ final class ExchangeContext {
         challengeScheme = nil
         retry = nil
         limitedBy = nil
-        attemptURL = nil
-        attemptHeaders = nil
-        attemptInspect = false
+        attempt = nil
         retryCause = nil
-        getAsPost = nil
     }
 }
