@@ -76,15 +76,19 @@ final class ExchangeContext {
     var formBody: [UInt8]? = nil
     var formOffset = 0
     var originalURL: URLTarget? = nil
+    /// The planner's decision for the request (``RequestPlanner``), kept whole rather than copied field by field:
+    /// set by ``ClientConnection/forward(_:)`` once the route is known; nil until then, and for a request the proxy
+    /// answers itself.
+    var plan: ForwardPlan? = nil
     /// Where the request goes: the client's URL, or its https form under `upgrade_to_https`.
-    var upstreamURL: URLTarget? = nil
-    /// `upgrade_to_https` applied (the response head then gets its redirects written back to http): a flag, so
-    /// that every other response does not copy both URLs to find out.
-    var upgradedToHTTPS = false
+    var upstreamURL: URLTarget? { plan?.upstreamURL }
+    /// `upgrade_to_https` applied (the response head then gets its redirects written back to http).
+    var upgradedToHTTPS: Bool { plan?.upgradedToHTTPS ?? false }
     /// Network-type credentials for the exchange (matched on the upstream URL, then the client's).
-    var networkAuth = NetworkAuth()
+    var networkAuth: NetworkAuth { plan?.network ?? Self.noNetworkAuth }
+    private static let noNetworkAuth = NetworkAuth()
     /// The parent proxies the exchange goes through (nil: direct).
-    var parentRoute: ParentRoute? = nil
+    var parentRoute: ParentRoute? { plan?.parentRoute }
     /// Fields `header` credentials set on the request (``ForwardPlan/setHeaders``), and their name(s) for the log.
     var setHeaders: [HeaderField] = []
     var headerCredential: String? = nil
@@ -144,10 +148,7 @@ final class ExchangeContext {
         formBody = nil
         formOffset = 0
         originalURL = nil
-        upstreamURL = nil
-        upgradedToHTTPS = false
-        networkAuth = NetworkAuth()
-        parentRoute = nil
+        plan = nil
         if !setHeaders.isEmpty { setHeaders = [] }
         headerCredential = nil
         upstreamStarted = 0
