@@ -8,6 +8,12 @@
 /// the connection; the machine is told their sizes where a decision depends on them.
 ///
 /// One exchange at a time: a pipelined request waits in the input buffer until the one before it has ended.
+///
+/// The exchange is composed of sub-machines, each with its own state and events, one per file, as
+/// async-http-client composes its connection pool's: ``RequestBody`` (reading the request body),
+/// ``Upstream`` (the route, the token, the attempt in progress and its retries), ``Response`` (the answer and
+/// its hold while looking for a token error) and ``Timers`` (the connection's clocks and deadlines). This
+/// type holds the connection's phase (``State``) and decides across them.
 struct ExchangeStateMachine: Equatable {
     /// Time limits and buffer sizes, set when the connection is made and again by the first exchange after a
     /// configuration reload.
@@ -85,7 +91,7 @@ struct ExchangeStateMachine: Equatable {
         /// Whether a response head may still say keep-alive: the exchange allows it and the request body was read
         /// to its end (the rest of an unread body is discarded while the connection lingers, so an answer that
         /// comes first must say `Connection: close`).
-        var responseMayKeepAlive: Bool { keepAlive && request == .complete }
+        var responseMayKeepAlive: Bool { keepAlive && request.isComplete }
         var upstream: Upstream = .none
         var response: Response = .none
         var continueSent = false
@@ -93,62 +99,8 @@ struct ExchangeStateMachine: Equatable {
         var clientHalfClosed = false
         /// The status the client gets (for the access log); 0 until decided.
         var status = 0
-        /// Upstream retries made (``RetryPolicy``), counted apart from the token retry (``Transfer/attempt``).
-        var upstreamRetries = 0
-    }
-
-    /// Where reading the request body stands.
-    enum RequestBody: Equatable {
-        case complete
-        /// Being read and handed to the upstream as it comes.
-        case streaming
-        /// An urlencoded form collected whole before the transfer starts (the token goes into it).
-        case collectingForm
-    }
-
-    enum Upstream: Equatable {
-        /// Nothing asked of an upstream (being routed, or answered by the proxy itself).
-        case none
-        /// The PAC file is being asked for the route (off the loop); the request is planned again with its answer.
-        case awaitingRoute
-        case awaitingToken(attempt: Int)
-        case transferring(Transfer)
-        /// The first attempt's token was rejected and its transfer stopped; a fresh token is asked for on the
-        /// next turn of the loop (nothing may start from inside a libcurl callback).
-        case retryScheduled
-        /// A pregenerated token was rejected: the explanation is sent on the next turn of the loop.
-        case explainScheduled
-        /// An attempt failed before anything reached the client and is retried when its backoff ends
-        /// (``RetryPolicy``); `attempt` is the token attempt it carries on (a retry does not spend the token retry).
-        case backingOff(attempt: Int)
-        case finished
-    }
-
-    /// One libcurl transfer of the exchange.
-    struct Transfer: Equatable {
-        /// 1, or 2 for the one retry after a token rejection.
-        var attempt: Int
-        /// Whether the response is inspected for a token error (a refreshable token was injected).
-        var inspect: Bool
-        /// The upstream is paused because the client's send queue is full.
-        var pausedForClient = false
-        /// The upstream is paused waiting for request-body bytes.
-        var waitingForBody = false
-        /// Last time the upstream sent or took bytes.
-        var lastProgress: UInt64
-    }
-
-    /// The answer to the client.
-    enum Response: Equatable {
-        case none
-        /// The head is decided and waits (with the connection) to go out with the first body bytes or at the end,
-        /// so a small response costs one `send`.
-        case headReady(ResponseFraming)
-        /// The head and up to ``ExchangeStateMachine/lookAhead`` body bytes are held to look for a token error.
-        case holding(ResponseFraming, bytes: Int)
-        /// The head is written; body bytes follow.
-        case streaming(ResponseFraming)
-        case complete
+        /// Upstream retries made (``RetryPolicy``), counted apart from the token retry (``Upstream/attempt``).
+        var upstreamRetries: Int { upstream.retries }
     }
 
     /// Body bytes held at most while looking for a token error (token errors are small).
@@ -160,17 +112,21 @@ struct ExchangeStateMachine: Equatable {
     private(set) var state: State
     /// Exchanges begun on this connection.
     private(set) var exchanges = 0
-    /// Last time the client sent bytes or took response bytes.
-    private(set) var lastClientProgress: UInt64
+    private(set) var timers: Timers
+    /// Last time the client sent bytes or took response bytes (setting it reports the client's progress).
+    private(set) var lastClientProgress: UInt64 {
+        get { timers.lastClientProgress }
+        set { timers.clientProgress(now: newValue) }
+    }
     /// When shutdown began (nil: it has not).
-    private(set) var shutdownSince: UInt64? = nil
+    var shutdownSince: UInt64? { timers.shutdownSince }
     /// A pull of decrypted TLS input is scheduled for the next turn (``decryptedInputWaiting()``).
     private(set) var pullScheduled = false
 
     init(limits: Limits, now: UInt64) {
         self.limits = limits
         state = .awaitingHead(headStarted: nil)
-        lastClientProgress = now
+        timers = Timers(now: now)
     }
 
     /// The exchange in progress, if any.
@@ -202,16 +158,6 @@ struct ExchangeStateMachine: Equatable {
         state = .closed  // drop the second reference so `e` is mutated in place
         defer { state = .exchange(e) }
         return change(&e)
-    }
-
-    /// Applies `change` to the transfer in progress, if any.
-    @inline(__always)
-    private mutating func withTransfer<R>(_ change: (inout Transfer) -> R) -> R? {
-        withExchange { e -> R? in
-            guard case .transferring(var t) = e.upstream else { return nil }
-            defer { e.upstream = .transferring(t) }
-            return change(&t)
-        } ?? nil
     }
 }
 
@@ -247,7 +193,7 @@ extension ExchangeStateMachine {
             if started == nil { state = .awaitingHead(headStarted: now) }
             return .parseHead
         case .exchange(let e):
-            return e.request == .complete ? .wait : .pumpBody
+            return e.request.isComplete ? .wait : .pumpBody
         case .closing:
             return .discard
         case .awaitingTunnelContent:
@@ -294,7 +240,7 @@ extension ExchangeStateMachine {
     /// until the idle timeout).
     var readsBody: Bool {
         guard case .exchange(let e) = state else { return false }
-        return e.request != .complete
+        return !e.request.isComplete
     }
 
     /// How one pass of the connection's read loop reads, decided as the pass begins.
@@ -373,10 +319,10 @@ extension ExchangeStateMachine {
     /// says keep-alive; nil when there is no exchange (the connection closed meanwhile).
     mutating func answerLocally(status: Int, close: Bool) -> Bool? {
         withExchange { e in
-            if close || e.request != .complete { e.keepAlive = false }
+            if close || !e.request.isComplete { e.keepAlive = false }
             e.status = status
-            e.upstream = .finished
-            e.response = .complete
+            e.upstream.finish()
+            e.response.answered()
             return e.keepAlive
         }
     }
@@ -384,7 +330,7 @@ extension ExchangeStateMachine {
     /// Whether to send `100 Continue` now: once per exchange, for a client that asked, before any response.
     mutating func continueDue() -> Bool {
         withExchange { e in
-            guard e.expectsContinue, !e.continueSent, e.response == .none else { return false }
+            guard e.expectsContinue, !e.continueSent, e.response.awaitsHead else { return false }
             e.continueSent = true
             return true
         } ?? false
@@ -392,44 +338,30 @@ extension ExchangeStateMachine {
 
     /// The form body is collected whole; the transfer can start.
     mutating func formCollected() {
-        withExchange { e in e.request = .complete }
+        withExchange { e in e.request.finished() }
     }
 
     /// The request body is to be collected whole (a form that will carry the token). False when it is
     /// already complete.
     mutating func collectForm() -> Bool {
-        withExchange { e in
-            guard e.request != .complete else { return false }
-            e.request = .collectingForm
-            return true
-        } ?? false
+        withExchange { e in e.request.collectForm() } ?? false
     }
 
     /// Request-body bytes were moved into the buffer the upstream reads from (`pending` bytes now wait there).
     /// Returns true when the paused transfer must be resumed.
     mutating func requestBodyMoved(complete: Bool, pending: Int, now: UInt64) -> Bool {
         withExchange { e in
-            if complete { e.request = .complete }
-            guard case .transferring(var t) = e.upstream, t.waitingForBody, pending > 0 || complete else {
-                return false
-            }
-            t.waitingForBody = false
-            t.lastProgress = now
-            e.upstream = .transferring(t)
-            return true
+            if complete { e.request.finished() }
+            guard pending > 0 || complete else { return false }
+            return e.upstream.bodyArrived(now: now)
         } ?? false
     }
 
     /// The client's send queue shrank to `pending` bytes. True when the transfer paused for it must resume.
     mutating func clientDrained(pending: Int, now: UInt64) -> Bool {
-        lastClientProgress = now
-        let resumeBelow = limits.maxBuffered / 2
-        return withTransfer { t in
-            guard t.pausedForClient, pending < resumeBelow else { return false }
-            t.pausedForClient = false
-            t.lastProgress = now
-            return true
-        } ?? false
+        timers.clientProgress(now: now)
+        guard pending < limits.maxBuffered / 2 else { return false }
+        return withExchange { e in e.upstream.clientDrained(now: now) } ?? false
     }
 
     /// What ending the exchange leads to.
@@ -445,12 +377,12 @@ extension ExchangeStateMachine {
     /// The response is complete (or the exchange answered): keep the connection or close it.
     mutating func endExchange(shuttingDown: Bool, now: UInt64) -> Ending {
         guard case .exchange(let e) = state else { return .none }
-        if !e.keepAlive || e.request != .complete || shuttingDown || e.clientHalfClosed {
+        if !e.keepAlive || !e.request.isComplete || shuttingDown || e.clientHalfClosed {
             state = .closing(since: now)
             return .close
         }
         state = .awaitingHead(headStarted: nil)
-        lastClientProgress = now
+        timers.clientProgress(now: now)
         return .awaitNext
     }
 
@@ -472,7 +404,7 @@ extension ExchangeStateMachine {
         switch state {
         case .tunnel:
             return .tunnel
-        case .exchange(var e) where e.request == .complete:
+        case .exchange(var e) where e.request.isComplete:
             e.keepAlive = false
             e.clientHalfClosed = true
             state = .exchange(e)
@@ -497,13 +429,8 @@ extension ExchangeStateMachine {
             return .tunnel
         case .exchange(let e):
             // 499 (client closed request) unless the answer had begun.
-            let started: Bool
-            switch e.response {
-            case .streaming, .complete: started = true
-            default: started = false
-            }
             state = .closed
-            return .close(logStatus: started ? e.status : 499)
+            return .close(logStatus: e.response.hasBegun ? e.status : 499)
         default:
             state = .closed
             return .close(logStatus: nil)
@@ -520,8 +447,7 @@ extension ExchangeStateMachine {
     /// It takes requests (each answered with `Connection: close`) for ``Limits/shutdownQuiet``, then the tick
     /// closes it (``TimerStep/closeForShutdown``); blind tunnels run on until the grace period ends.
     mutating func shutdownRequested(now: UInt64) {
-        guard shutdownSince == nil else { return }
-        shutdownSince = now
+        guard timers.shutdownBegan(now: now) else { return }
         withExchange { e in e.keepAlive = false }
     }
 
@@ -548,15 +474,13 @@ extension ExchangeStateMachine {
     mutating func graceExpired() -> GraceStep {
         switch state {
         case .exchange(var e):
-            switch e.response {
-            case .streaming, .complete:
+            if e.response.hasBegun {
                 state = .closed
                 return .cut(logStatus: e.status)
-            default:
-                e.keepAlive = false
-                state = .exchange(e)
-                return .answerUnavailable
             }
+            e.keepAlive = false
+            state = .exchange(e)
+            return .answerUnavailable
         case .tunnel:
             return .tunnel
         default:
@@ -676,13 +600,7 @@ extension ExchangeStateMachine {
     /// A token is needed before the transfer can start. Returns the serial the answer must carry.
     mutating func tokenRequested() -> Int? {
         withExchange { e in
-            let attempt: Int
-            switch e.upstream {
-            case .retryScheduled: attempt = 2
-            case .awaitingToken(let a): attempt = a
-            default: attempt = 1
-            }
-            e.upstream = .awaitingToken(attempt: attempt)
+            e.upstream.tokenRequested()
             return e.serial
         }
     }
@@ -690,7 +608,7 @@ extension ExchangeStateMachine {
     /// The route waits for the PAC file's answer. Returns the exchange's serial (nil: no exchange).
     mutating func routeRequested() -> Int? {
         withExchange { e in
-            e.upstream = .awaitingRoute
+            e.upstream.routeRequested()
             return e.serial
         }
     }
@@ -698,40 +616,31 @@ extension ExchangeStateMachine {
     /// Whether the route answer for exchange `serial` is still wanted (the exchange may have been answered, or
     /// the connection closed, meanwhile).
     func awaitsRoute(serial: Int) -> Bool {
-        guard case .exchange(let e) = state, e.serial == serial, case .awaitingRoute = e.upstream else { return false }
+        guard case .exchange(let e) = state, e.serial == serial, e.upstream.phase == .awaitingRoute else {
+            return false
+        }
         return true
     }
 
     /// Whether a token answer tagged `serial` is still wanted (the exchange may have ended or closed).
     func awaitsToken(serial: Int) -> Bool {
-        guard case .exchange(let e) = state, e.serial == serial, case .awaitingToken = e.upstream else { return false }
+        guard case .exchange(let e) = state, e.serial == serial, case .awaitingToken = e.upstream.phase else {
+            return false
+        }
         return true
     }
 
     /// The libcurl transfer started. `inspect`: its response is looked at for a token error.
     mutating func transferStarted(inspect: Bool, now: UInt64) {
         withExchange { e in
-            var attempt = 1
-            switch e.upstream {
-            case .awaitingToken(let a), .backingOff(let a): attempt = a
-            default: break
-            }
-            e.upstream = .transferring(Transfer(attempt: attempt, inspect: inspect, lastProgress: now))
-            e.response = .none
+            e.upstream.transferStarted(inspect: inspect, now: now)
+            e.response.forget()
             e.status = 0
         }
     }
 
     /// The attempt of the transfer in progress (1, or 2 for the retry).
-    var attempt: Int {
-        guard let e = exchange else { return 1 }
-        switch e.upstream {
-        case .transferring(let t): return t.attempt
-        case .awaitingToken(let a), .backingOff(let a): return a
-        case .retryScheduled: return 2
-        default: return 1
-        }
-    }
+    var attempt: Int { exchange?.upstream.attempt ?? 1 }
 
     // MARK: upstream retries
 
@@ -742,39 +651,41 @@ extension ExchangeStateMachine {
     /// to its end, and nothing of an answer has reached the client (no `100 Continue`, no byte of the response:
     /// a head that is only decided or held has not been written).
     var mayResendUpstream: Bool {
-        guard case .exchange(let e) = state, case .transferring = e.upstream, e.request == .complete, !e.continueSent
+        guard case .exchange(let e) = state, e.upstream.isTransferring, e.request.isComplete, !e.continueSent
         else { return false }
-        switch e.response {
-        case .none, .headReady, .holding: return true
-        case .streaming, .complete: return false
-        }
+        return !e.response.hasBegun
     }
 
-    /// The attempt in progress failed in a way ``RetryPolicy`` retries: it is dropped (the connection stops the
-    /// transfer and forgets its response) and the request waits for its backoff. Returns the serial the end of
-    /// the backoff must carry; nil when the request may not be sent again (``mayResendUpstream``).
-    /// `countsAsRetry`: false for a resend that is not a retry (a `GET` answered 414 going again as a `POST`).
+    /// Whether a failure or a status of cause `cause` would be retried if the policy and the budget allow it: the
+    /// connection asks them (``RetryVerdict``) only then, since asking spends the budget. `asForm`: the status is a
+    /// 414 that goes again as a form first, which is not a retry.
+    func considersRetry(_ cause: RetryPolicy.Cause?, asForm: Bool = false) -> Bool {
+        cause != nil && !asForm && mayResendUpstream
+    }
+
+    /// The attempt in progress is dropped (the connection stops the transfer and forgets its response) and the
+    /// request waits to be sent again. Returns the serial the resend must carry; nil when the request may not be
+    /// sent again (``mayResendUpstream``). `countsAsRetry`: false for a resend that is not a retry (a `GET`
+    /// answered 414 going again as a `POST`).
     mutating func upstreamRetryScheduled(countsAsRetry: Bool = true) -> Int? {
         guard mayResendUpstream else { return nil }
         return withExchange { e in
-            guard case .transferring(let t) = e.upstream else { return nil }
-            e.upstream = .backingOff(attempt: t.attempt)
-            e.response = .none
+            guard e.upstream.backOff(countsAsRetry: countsAsRetry) else { return nil }
+            e.response.forget()
             e.status = 0
-            if countsAsRetry { e.upstreamRetries += 1 }
             return e.serial
         } ?? nil
     }
 
     /// Whether the backoff of exchange `serial` is still awaited (the client may have gone meanwhile).
     func awaitsRetry(serial: Int) -> Bool {
-        guard case .exchange(let e) = state, e.serial == serial, case .backingOff = e.upstream else { return false }
+        guard case .exchange(let e) = state, e.serial == serial, e.upstream.isBackingOff else { return false }
         return true
     }
 
     /// The upstream sent or took bytes.
     mutating func upstreamProgress(now: UInt64) {
-        withTransfer { t in t.lastProgress = now }
+        withExchange { e in e.upstream.progress(now: now) }
     }
 
     /// The upstream wants request-body bytes. True when `100 Continue` is due first (the client waits for it
@@ -789,11 +700,8 @@ extension ExchangeStateMachine {
     /// The buffer the upstream reads from is empty: the body is complete, or the transfer waits for more.
     mutating func requestBodyBufferEmpty() -> BodySupplyStep {
         withExchange { e in
-            if e.request == .complete { return .end }
-            if case .transferring(var t) = e.upstream {
-                t.waitingForBody = true
-                e.upstream = .transferring(t)
-            }
+            if e.request.isComplete { return .end }
+            e.upstream.waitingForBody()
             return .pause
         } ?? .end
     }
@@ -803,8 +711,8 @@ extension ExchangeStateMachine {
     /// Whether upstream header lines still belong to the response head (after it come trailers, which are
     /// hop-by-hop and dropped).
     var readsResponseHead: Bool {
-        guard case .exchange(let e) = state, case .transferring = e.upstream else { return false }
-        return e.response == .none
+        guard case .exchange(let e) = state, e.upstream.isTransferring else { return false }
+        return e.response.awaitsHead
     }
 
     /// The end of one upstream head. A 1xx head is followed by the real one; so is a 401/407 that libcurl
@@ -821,24 +729,27 @@ extension ExchangeStateMachine {
         status < 200 || !headComplete ? 502 : status
     }
 
-    /// What a final response head asks for before it is committed.
+    /// What a final response head leads to.
     enum FinalHeadStep: Equatable {
         /// Commit it (``responseHeadCommitted(status:framing:inspection:)``).
         case commit
-        /// A `GET` refused 414 as too long goes again at once as a `POST` form (not an upstream retry).
-        case resendAsForm
-        /// Ask the retry policy and the host's budget (``upstreamRetryScheduled(countsAsRetry:)``); when they
-        /// refuse, commit.
-        case retry(RetryPolicy.Cause)
+        /// A `GET` refused 414 as too long goes again at once as a `POST` form (not an upstream retry): the
+        /// attempt is dropped; the resend carries `serial`.
+        case resendAsForm(serial: Int)
+        /// The status is retried as the verdict allowed: the attempt is dropped, and the request goes again after
+        /// `after` nanoseconds, carrying `serial`.
+        case retry(serial: Int, after: UInt64)
     }
 
-    /// A final response head arrived. `asForm`: it is a 414 to a `GET` that ``GetAsPost`` can send as a form;
-    /// `retry`: the cause ``RetryPolicy`` gives its status, when retries apply to the request. Neither happens
-    /// once the request may not go again (``mayResendUpstream``).
-    func finalHead(asForm: Bool, retry: RetryPolicy.Cause?) -> FinalHeadStep {
-        guard mayResendUpstream else { return .commit }
-        if asForm { return .resendAsForm }
-        if let retry { return .retry(retry) }
+    /// A final response head arrived. `asForm`: it is a 414 to a `GET` that ``GetAsPost`` can send as a form, which
+    /// comes before any retry; `verdict`: what the policy and the budget said about retrying its status (asked
+    /// when ``considersRetry(_:asForm:)``). Neither happens once the request may not go again
+    /// (``mayResendUpstream``).
+    mutating func finalHead(asForm: Bool, verdict: RetryVerdict) -> FinalHeadStep {
+        if asForm, let serial = upstreamRetryScheduled(countsAsRetry: false) { return .resendAsForm(serial: serial) }
+        if case .retry(let wait) = verdict, let serial = upstreamRetryScheduled() {
+            return .retry(serial: serial, after: wait)
+        }
         return .commit
     }
 
@@ -876,33 +787,13 @@ extension ExchangeStateMachine {
             // `Expect: 100-continue`) ends the connection, or the client would send its next request into the
             // discarded rest of that body.
             e.keepAlive = e.responseMayKeepAlive && framing.keepAlive
-            var inspect = false
-            if case .transferring(var t) = e.upstream {
-                inspect = t.inspect
-                t.inspect = false
-                e.upstream = .transferring(t)
-            }
-            switch inspect ? inspection : .none {
-            case .none:
-                e.response = .headReady(framing)
-                return .ready
-            case .holdBody:
-                e.response = .holding(framing, bytes: 0)
-                return .hold
-            case .rejectedByStatus:
-                e.response = .holding(framing, bytes: 0)
-                return .rejected
-            }
+            let inspect = e.upstream.takeInspection()
+            return e.response.commit(framing, inspection: inspect ? inspection : .none)
         } ?? .ready
     }
 
     /// The framing of the committed response head.
-    var framing: ResponseFraming? {
-        switch exchange?.response {
-        case .headReady(let f)?, .holding(let f, _)?, .streaming(let f)?: return f
-        default: return nil
-        }
-    }
+    var framing: ResponseFraming? { exchange?.response.framing }
 
     /// Whether the response head may say keep-alive (else `Connection: close` goes into it).
     var keepAlive: Bool { exchange?.responseMayKeepAlive ?? false }
@@ -932,8 +823,8 @@ extension ExchangeStateMachine {
             case .relay:
                 return .release
             case .retry, .explain:
-                e.upstream = outcome == .retry ? .retryScheduled : .explainScheduled
-                e.response = .none
+                e.upstream.rejected(retry: outcome == .retry)
+                e.response.forget()
                 e.status = 0
                 return .cancelAndReschedule(serial: e.serial)
             }
@@ -945,7 +836,7 @@ extension ExchangeStateMachine {
     /// The turn after a rejection: what was scheduled for exchange `serial`, if it is still the current one.
     mutating func scheduledStep(serial: Int) -> ScheduledStep {
         guard case .exchange(let e) = state, e.serial == serial else { return .none }
-        switch e.upstream {
+        switch e.upstream.phase {
         case .retryScheduled: return .retry
         case .explainScheduled: return .explain
         default: return .none
@@ -963,29 +854,20 @@ extension ExchangeStateMachine {
 
     /// Stop holding: the held head and body go to the client and the transfer streams on.
     mutating func releaseHeld(transferLive: Bool) -> ReleaseStep {
-        withExchange { e in
-            guard case .holding(let f, let n) = e.response else { return .keep }
-            if n == 0 {
-                e.response = .headReady(f)
-                if !transferLive { return .keep }
-                e.response = .streaming(f)
-                return .flushHead
-            }
-            e.response = .streaming(f)
-            return .writeHeld(bytes: n)
-        } ?? .keep
+        withExchange { e in e.response.release(transferLive: transferLive) } ?? .keep
     }
 
     // MARK: response body and end
 
     enum BodyStep: Equatable {
-        /// No head was committed yet (a 401 that turns out final because a body follows): commit it, then
-        /// report the bytes again.
+        /// No head was committed yet: the connection commits it before reporting body bytes
+        /// (``preparationForBody``); reported only when it did not.
         case commitHeadFirst
         /// Keep the bytes with the held response.
         case hold
-        /// The held response is too large to be a token error: release it, then report the bytes again.
-        case release
+        /// The held response is too large to be a token error: write the held head and its `bytes` held body
+        /// bytes, then these.
+        case writeHeld(bytes: Int)
         /// Write them (after the head if it has not gone out).
         case write
         /// A response without body (HEAD, 204, 304): drop them.
@@ -996,33 +878,21 @@ extension ExchangeStateMachine {
         case abort
     }
 
+    /// What the connection does before reporting body bytes: commit a head that was not (a 401 that turns out
+    /// final because a body follows it).
+    var preparationForBody: EndPreparation {
+        guard let e = exchange, e.upstream.isTransferring, e.response.awaitsHead else { return .none }
+        return .commitHead
+    }
+
     mutating func upstreamBody(count: Int, clientPending: Int, clientFailed: Bool, now: UInt64) -> BodyStep {
-        let maxBuffered = limits.maxBuffered
+        let full = clientPending >= limits.maxBuffered
         return withExchange { e in
-            guard case .transferring(var t) = e.upstream else { return .abort }
-            t.lastProgress = now
-            defer { e.upstream = .transferring(t) }
-            switch e.response {
-            case .none:
-                return .commitHeadFirst
-            case .holding(let f, let n):
-                if n + count <= Self.lookAhead {
-                    e.response = .holding(f, bytes: n + count)
-                    return .hold
-                }
-                return .release
-            case .headReady(let f), .streaming(let f):
-                if clientFailed { return .abort }
-                if f.noBody { return .discard }
-                if clientPending >= maxBuffered {
-                    t.pausedForClient = true
-                    return .pause
-                }
-                e.response = .streaming(f)
-                return .write
-            case .complete:
-                return .abort
-            }
+            guard e.upstream.isTransferring else { return .abort }
+            e.upstream.progress(now: now)
+            let step = e.response.body(count: count, clientFailed: clientFailed, full: full)
+            if step == .pause { e.upstream.pausedForClient(now: now) }
+            return step
         } ?? .abort
     }
 
@@ -1031,20 +901,18 @@ extension ExchangeStateMachine {
     /// ``upstreamBody(count:clientPending:clientFailed:now:)`` would. Everything else that call decides (commit,
     /// hold, discard, abort) it still decides for the filtered bytes, which are then relayed with `clientPending` 0.
     mutating func upstreamBodyMayFlow(clientPending: Int, now: UInt64) -> Bool {
-        let maxBuffered = limits.maxBuffered
+        let full = clientPending >= limits.maxBuffered
         return withExchange { e in
-            guard case .transferring(var t) = e.upstream else { return true }
-            switch e.response {
-            case .headReady(let f), .streaming(let f):
-                guard !f.noBody, clientPending >= maxBuffered else { return true }
-                t.pausedForClient = true
-                t.lastProgress = now
-                e.upstream = .transferring(t)
-                return false
-            case .none, .holding, .complete:
-                return true
-            }
+            guard e.upstream.isTransferring, !e.response.mayFlow(full: full) else { return true }
+            e.upstream.pausedForClient(now: now)
+            return false
         } ?? true
+    }
+
+    /// What the connection does before reporting a successful transfer's end (``transferEnded(_:verdict:)``):
+    /// commit a head that never became final, or look at the held body for a token error.
+    var preparationForEnd: EndPreparation {
+        exchange?.response.preparationForEnd ?? .none
     }
 
     /// How a transfer ended.
@@ -1077,6 +945,12 @@ extension ExchangeStateMachine {
                 retry: RetryPolicy.cause(
                     failure: error.cause, viaParent: error.parent != nil, denied: error.deniedAddress != nil))
         }
+
+        /// The cause a retry would have (for ``considersRetry(_:asForm:)``).
+        var retryCause: RetryPolicy.Cause? {
+            if case .upstreamFailed(let cause) = self { return cause }
+            return nil
+        }
     }
 
     /// When the connection takes up its buffered input again after an event from outside its input loop answered
@@ -1104,16 +978,9 @@ extension ExchangeStateMachine {
     enum FinishStep: Equatable {
         case close
         case failed(FailureStep)
-        /// The upstream failed in a way ``RetryPolicy`` retries, before anything reached the client: ask the policy
-        /// and the host's budget (``upstreamRetryScheduled(countsAsRetry:)``); when they refuse, report
-        /// `.upstreamFailed(retry: nil)`.
-        case retry(RetryPolicy.Cause)
-        /// No final head came (a lone 401 challenge, or nothing): commit the head from what was received, then
-        /// report the end again.
-        case commitHeadFirst
-        /// Look at the held body for a token error (then ``tokenRejection(_:)`` or ``releaseHeld(transferLive:)``,
-        /// and report the end again).
-        case inspectHeld
+        /// The upstream failed before anything reached the client and the verdict allowed a retry: the attempt is
+        /// dropped and the request goes again after `after` nanoseconds, carrying `serial`.
+        case retry(serial: Int, after: UInt64)
         /// Complete the response (the held head, and the last chunk when chunked), then
         /// ``endExchange(shuttingDown:now:)``, then take up buffered input as `then` says.
         case complete(ResponseFraming, then: Continuation)
@@ -1127,29 +994,24 @@ extension ExchangeStateMachine {
         }
     }
 
-    /// The transfer ended (reported from outside its callbacks).
-    mutating func transferEnded(_ end: TransferEnd) -> FinishStep {
+    /// The transfer ended (reported once, from outside its callbacks, after its ``preparationForEnd``). `verdict`:
+    /// what the policy and the budget said about retrying a failure (asked when ``considersRetry(_:asForm:)``).
+    mutating func transferEnded(_ end: TransferEnd, verdict: RetryVerdict = .refused) -> FinishStep {
         guard case .exchange(var e) = state else { return .close }
         switch end {
         case .clientSide:
             return .close
         case .upstreamFailed(let cause):
-            if let cause, mayResendUpstream { return .retry(cause) }
+            if cause != nil, case .retry(let wait) = verdict, let serial = upstreamRetryScheduled() {
+                return .retry(serial: serial, after: wait)
+            }
             return .failed(exchangeFailed(from: .now))
         case .success:
-            switch e.response {
-            case .none:
-                return .commitHeadFirst
-            case .holding:
-                return .inspectHeld
-            case .headReady(let f), .streaming(let f):
-                e.upstream = .finished
-                e.response = .complete
-                state = .exchange(e)
-                return .complete(f, then: Self.continuation(after: e, from: .now))
-            case .complete:
-                return .close
-            }
+            // Without its preparation there is no answer to complete: never relay one that was not committed.
+            guard let f = e.response.complete() else { return .close }
+            e.upstream.finish()
+            state = .exchange(e)
+            return .complete(f, then: Self.continuation(after: e, from: .now))
         }
     }
 
@@ -1199,94 +1061,16 @@ extension ExchangeStateMachine {
     /// The one rule for an exchange that fails: cut when its answer has begun, else answer with the error.
     private mutating func exchangeFailed(from: Continuation) -> FailureStep {
         guard case .exchange(var e) = state else { return .close }
-        e.upstream = .finished
-        if case .streaming = e.response {
-            state = .exchange(e)
-            return .truncate
-        }
-        e.response = .none
+        e.upstream.finish()
+        let cut = e.response.fail()
         state = .exchange(e)
-        let close = e.request != .complete
+        if cut { return .truncate }
+        let close = !e.request.isComplete
         return .answerError(close: close, then: close ? .none : Self.continuation(after: e, from: from))
     }
 
     /// Whether the connection stays open after exchange `e` for a request that may be buffered behind it.
     private static func continuation(after e: Exchange, from: Continuation) -> Continuation {
-        e.keepAlive && e.request == .complete && !e.clientHalfClosed ? from : .none
-    }
-}
-
-// MARK: - Timeouts: checked once a second with the time passed in, so tests move a fake clock instead of waiting.
-extension ExchangeStateMachine {
-    enum TimerStep: Equatable {
-        case none
-        /// A request head started but did not finish in time: answer 408 and close.
-        case headerTimedOut
-        /// Idle, lingering or a handshake that never finished: close without a word.
-        case close
-        /// Shutdown: an idle connection's quiet time is over; begin closing (``closingForShutdown(now:)``).
-        case closeForShutdown
-        /// The client stopped reading its response or sending its body: log and close.
-        case clientStalled
-        /// The upstream sent and took nothing while we were ready for it: fail the transfer.
-        case upstreamStalled
-        /// A tunnel checks its own timeouts.
-        case tunnel
-        /// Reads from the client are paused (back-pressure) in the middle of its request body, so a reset would
-        /// go unseen until they resume: ask the socket whether the client hung up (then ``clientGone()``).
-        case probeClient
-    }
-
-    /// Whether the connection waits for a request and has heard nothing from the client for `duration`.
-    func isIdle(now: UInt64, for duration: UInt64) -> Bool {
-        guard case .awaitingHead(nil) = state else { return false }
-        return now &- lastClientProgress >= duration
-    }
-
-    /// `clientPending`: response bytes queued for the client; `lastSendProgress`: when a send last moved bytes
-    /// (a slow but steady reader is not idle); `clientReadsPaused`: the connection stopped reading the client.
-    func tick(now: UInt64, clientPending: Int, lastSendProgress: UInt64, clientReadsPaused: Bool = false) -> TimerStep {
-        switch state {
-        case .awaitingHead(let started?):
-            return now &- started > limits.headerTimeout ? .headerTimedOut : .none
-        case .awaitingHead(nil):
-            if let since = shutdownSince, now &- since >= limits.shutdownQuiet { return .closeForShutdown }
-            let limit = exchanges == 0 ? limits.headerTimeout : limits.idleTimeout
-            return now &- lastClientProgress > limit ? .close : .none
-        case .awaitingTunnelContent(let since), .tlsHandshake(let since):
-            if let down = shutdownSince, now &- down >= limits.shutdownQuiet { return .close }
-            return now &- max(since, lastClientProgress) > limits.headerTimeout ? .close : .none
-        case .exchange(let e):
-            let progress = max(lastClientProgress, lastSendProgress)
-            var waitingOnClient = clientPending > 0 || e.request == .collectingForm
-            if case .transferring(let t) = e.upstream, t.waitingForBody, e.request != .complete {
-                waitingOnClient = true
-            }
-            if waitingOnClient, now &- progress > limits.idleTimeout { return .clientStalled }
-            // libcurl's low-speed check averages over a window, so a stall after a trickle would be cut late.
-            if case .transferring(let t) = e.upstream, !t.pausedForClient, !t.waitingForBody,
-                now &- t.lastProgress > limits.upstreamTimeout
-            {
-                return .upstreamStalled
-            }
-            // An upload held back by a slow upstream: the client may have reset meanwhile (fault campaign: its
-            // socket, the transfer and the replay file stayed until the idle timeout).
-            if clientReadsPaused, e.request != .complete { return .probeClient }
-            return .none
-        case .tunnel:
-            return .tunnel
-        case .closing(let since):
-            // When response bytes last moved to the client (or the closing began).
-            let lastSent = max(since, lastSendProgress)
-            if clientPending > 0 {
-                // Still sending the last response: only a client that stopped reading is cut off.
-                return now &- lastSent > limits.idleTimeout ? .close : .none
-            }
-            // Flushed and half-closed: input is dropped while it keeps coming, up to the total linger time.
-            let quiet = now &- max(lastSent, lastClientProgress)
-            return quiet > limits.linger || now &- lastSent > limits.lingerTotal ? .close : .none
-        case .closed:
-            return .none
-        }
+        e.keepAlive && e.request.isComplete && !e.clientHalfClosed ? from : .none
     }
 }

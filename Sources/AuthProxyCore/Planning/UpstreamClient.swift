@@ -9,7 +9,7 @@ enum UpstreamClient: Equatable {
     /// identity: Basic, Digest, NTLM, Negotiate, whose handshakes libcurl answers and, for NTLM and Negotiate, bind
     /// to its connection; a client certificate), and plain http through a parent, which goes in absolute form as libcurl writes it. A WebSocket
     /// handshake always goes over the own client, the one that hands its connection over after a `101`
-    /// (``RequestPlanner/webSocketRefusal(network:insideInterception:)`` turns away those that would need libcurl),
+    /// (``RequestPlanner/webSocketRefusal(network:)`` turns away those that would need libcurl),
     /// through a parent inside a CONNECT tunnel.
     static func choose(
         configured: HTTPClientChoice, network: NetworkAuth, throughParent: Bool, upstreamScheme: String,

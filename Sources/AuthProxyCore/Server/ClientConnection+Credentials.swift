@@ -16,7 +16,6 @@ extension ClientConnection {
         // A fresh context (``begin(_:)``): the credential, token, replay and form fields are unset.
         guard let x = ex, let h = x.head else { return }
         x.originalURL = url
-        x.upstreamURL = url
         let store = credentials
         var plan = ForwardPlan(url: url)
         if let a = RequestPlanner.plan(
@@ -36,11 +35,7 @@ extension ClientConnection {
             awaitRoute(routing, url: url, target: plan.upstreamURL)
             return
         }
-        x.upstreamURL = plan.upstreamURL
-        x.upgradedToHTTPS = plan.upgradedToHTTPS
-        x.networkAuth = plan.network
-        x.parentRoute = plan.parentRoute
-        x.client = plan.client
+        x.plan = plan
         x.gatewayCredential = plan.gateway
         if context.access.hasRateLimits, let limited = rateLimited(store: store, targets: plan.rateLimitTargets) {
             respond(limited.error, close: false, extraHeaders: "Retry-After: \(limited.retryAfter)\r\n")

@@ -4,106 +4,61 @@ import Logging
 /// Upstream retries (`[proxy] upstream_retries`): carrying out ``RetryPolicy`` and the host's ``RetryBudget``.
 /// An attempt that failed before anything reached the client is dropped (its transfer stopped, its decided
 /// head forgotten), and after the backoff the same request (the URL and fields the attempt was started with,
-/// token included) starts again through ``startTransfer(url:headers:inspect:)``. The token retry after a
-/// rejection is separate (``retryWithFreshToken()``): each has its own count.
+/// token included) starts again through ``startTransfer(url:headers:)``. The verdict of the policy and the budget
+/// (``RetryVerdict``) is decided before the machine hears of the failure, and passed in with it. The token retry
+/// after a rejection is separate (``retryWithFreshToken(layer:)``): each has its own count.
 extension ClientConnection {
-    /// Called as a transfer starts: counts it in the host's budget unless it is a retry (upstream or token), and
-    /// keeps what a retry would send when the request may be retried.
-    func prepareRetry(
-        _ x: ExchangeContext, head h: RequestHead, url: URLTarget, headers: HTTPHeaders, hasBody: Bool, edits: Bool,
-        now: UInt64
-    ) {
-        let retries = context.retryPolicy.isEnabled
-        if retries, machine.upstreamRetries == 0, machine.attempt == 1 {
+    /// Called as a transfer starts: counts it in the host's budget unless it is a retry (upstream or token).
+    func countInRetryBudget(url: URLTarget, now: UInt64) {
+        if context.retryPolicy.isEnabled, machine.upstreamRetries == 0, machine.attempt == 1 {
             loop.retryBudget.request(RetryBudget.Host(host: url.host, port: url.port), now: now)
         }
-        // Kept for a retry, or for the resend as a form after a 414 (``resendAsPostOn414(_:)``).
-        guard retries || context.config.getAsPostAboveBytes > 0, h.upgrade == nil,
-            RetryPolicy.mayRetry(method: h.method, hasBody: hasBody, edits: edits)
-        else { return }
-        x.attemptURL = url
-        x.attemptHeaders = headers
     }
 
     /// Whether a final response head is a 414 to a `GET` that ``GetAsPost`` can send as a form (for
-    /// ``ExchangeStateMachine/finalHead(asForm:retry:)``).
+    /// ``ExchangeStateMachine/finalHead(asForm:verdict:)``).
     func sendsAsFormAfter414(_ x: ExchangeContext) -> Bool {
-        guard x.responseHead.status == 414, x.responseHead.violation == nil, x.getAsPost == nil,
-            context.config.getAsPostAboveBytes > 0, let url = x.attemptURL, let h = x.head
-        else { return false }
-        return GetAsPost.applies(
-            method: h.method, hasBody: false, isUpgrade: h.upgrade != nil, matched: x.credential != nil, target: url)
+        guard x.responseHead.status == 414, x.responseHead.violation == nil, let a = x.attempt else { return false }
+        return a.goesAsFormAfter414(limit: context.config.getAsPostAboveBytes, matched: x.credential != nil)
     }
 
     /// The cause ``RetryPolicy`` gives a final response head's status, when retries apply to the request.
     func statusRetryCause(_ x: ExchangeContext) -> RetryPolicy.Cause? {
-        guard x.attemptURL != nil, context.retryPolicy.isEnabled, x.responseHead.violation == nil else { return nil }
+        guard x.attempt?.resendable == true, context.retryPolicy.isEnabled, x.responseHead.violation == nil else {
+            return nil
+        }
         return RetryPolicy.cause(status: x.responseHead.status)
     }
 
-    /// The machine retries a final head's status: true when the policy and the host's budget allow it (the
-    /// transfer is stopped and the request goes again after its backoff); false when the head is committed.
-    func retryOnStatus(_ x: ExchangeContext, cause: RetryPolicy.Cause) -> Bool {
+    /// The verdict on retrying a final head's status (its `Retry-After` honoured), asked when the machine
+    /// considers the retry (``ExchangeStateMachine/considersRetry(_:asForm:)``).
+    func statusRetryVerdict(_ x: ExchangeContext, cause: RetryPolicy.Cause) -> RetryVerdict {
         var retryAfter: Int? = nil
         if let v = x.responseHead.string(of: "retry-after") {
             retryAfter = RetryPolicy.retryAfterSeconds(
                 v, responseDate: x.responseHead.string(of: "date").flatMap { ServerClock.parseHTTPDate($0) },
                 now: nowMillis())
         }
-        return retryUpstream(cause: cause, retryAfter: retryAfter)
+        return retryVerdict(x, cause: cause, retryAfter: retryAfter)
     }
 
-    /// The machine sends a `GET` refused 414 again at once as a `POST` form (``GetAsPost``): true when it goes. Not
-    /// an upstream retry: it spends neither the retries nor the budget.
-    func resendAsPostOn414(_ x: ExchangeContext) -> Bool {
-        guard let url = x.attemptURL, let serial = machine.upstreamRetryScheduled(countsAsRetry: false) else {
-            return false
-        }
-        x.getAsPost = .status414
-        ProxyMetrics.active?.getAsPost(.status414)
-        cancelTransfer()
-        dropResponse()
-        logger.info(
-            "upstream refused the URL as too long (414), sending it as a POST form",
-            metadata: [
-                "client": "\(peer)", "url": "\(url.origin)\(url.path)", "url_bytes": "\(url.pathAndQuery.utf8.count)",
-            ])
-        // Decided inside a libcurl callback, where no transfer may start: on the next turn.
-        onNextTurn { me in
-            guard me.machine.awaitsRetry(serial: serial) else { return }
-            me.resendUpstream()
-        }
-        return true
-    }
-
-    /// The transfer failed in a way the machine retries (``ExchangeStateMachine/FinishStep/retry(_:)``): true when
-    /// the policy and the host's budget allow the retry.
-    func retryOnFailure(_ error: UpstreamError, cause: RetryPolicy.Cause) -> Bool {
-        retryUpstream(
-            cause: cause, retryAfter: nil,
-            detail: error.detail.isEmpty ? error.response.message : error.detail)
-    }
-
-    /// Asks the policy and the budget; when both allow it, drops the attempt and schedules the next one.
-    /// `detail`: what went wrong, for the log line (libcurl's message for a failed connection).
-    private func retryUpstream(cause: RetryPolicy.Cause, retryAfter: Int?, detail: String? = nil) -> Bool {
-        guard let x = ex, let url = x.attemptURL, machine.mayResendUpstream else { return false }
+    /// Asks the policy and the host's budget whether the attempt goes again (``RetryVerdict``); a budget that
+    /// refuses is counted and logged here, at a limited rate.
+    func retryVerdict(_ x: ExchangeContext, cause: RetryPolicy.Cause, retryAfter: Int?) -> RetryVerdict {
+        guard let url = x.attempt?.url else { return .refused }
         let m = ProxyMetrics.active
         // The retry before this attempt (if any) did not help.
         if let previous = x.retryCause {
             m?.upstreamRetry(cause: previous, result: "failure")
             x.retryCause = nil
         }
-        let retriesDone = machine.upstreamRetries
-        guard
-            case .retry(let wait) = context.retryPolicy.decide(
-                cause: cause, retryAfter: retryAfter,
-                retriesDone: retriesDone, random: UInt64.random(in: 0...UInt64.max))
-        else { return false }
         let host = RetryBudget.Host(host: url.host, port: url.port)
         let at = now
         loop.retryBudget.ratioPercent = context.config.retryBudgetPercent
-        guard loop.retryBudget.spendRetry(host, now: at) else {
+        let verdict = RetryVerdict.decide(
+            cause, retryAfter: retryAfter, retriesDone: machine.upstreamRetries, policy: context.retryPolicy,
+            random: UInt64.random(in: 0...UInt64.max), budget: &loop.retryBudget, host: host, now: at)
+        if verdict == .budgetExhausted {
             m?.upstreamRetry(cause: cause, result: "budget_exhausted")
             if let held = context.access.throttle.admit("retry-budget:\(url.host):\(url.port)", now: at) {
                 logger.warning(
@@ -113,32 +68,62 @@ extension ClientConnection {
                         "budget": "\(context.config.retryBudgetPercent)%", "refused_since_last_report": "\(held)",
                     ])
             }
-            return false
         }
-        guard let serial = machine.upstreamRetryScheduled() else { return false }
+        return verdict
+    }
+
+    /// The machine dropped the attempt for a retry (exchange `serial`): the transfer is stopped, its answer
+    /// forgotten, and the same request goes again after `wait`. `detail`: what went wrong, for the log line
+    /// (libcurl's message for a failed connection).
+    func scheduleRetry(_ x: ExchangeContext, serial: Int, after wait: UInt64, cause: RetryPolicy.Cause, detail: String?)
+    {
         x.retryCause = cause
         cancelTransfer()
         dropResponse()
-        var metadata: Logger.Metadata = [
-            "client": "\(peer)", "url": "\(url.origin)\(url.path)",
-            "cause": "\(cause.rawValue)", "attempt": "\(retriesDone + 2)", "wait_ms": "\(wait / 1_000_000)",
-        ]
-        if let detail { metadata["detail"] = "\(detail)" }
-        logger.info("upstream attempt failed, retrying", metadata: metadata)
+        if let url = x.attempt?.url {
+            var metadata: Logger.Metadata = [
+                "client": "\(peer)", "url": "\(url.origin)\(url.path)",
+                "cause": "\(cause.rawValue)", "attempt": "\(machine.upstreamRetries + 1)",
+                "wait_ms": "\(wait / 1_000_000)",
+            ]
+            if let detail { metadata["detail"] = "\(detail)" }
+            logger.info("upstream attempt failed, retrying", metadata: metadata)
+        }
         // Never started from inside a libcurl callback (where this is decided): always on a later turn.
         onLoop(after: wait) { me in
             guard me.machine.awaitsRetry(serial: serial) else { return }
             me.resendUpstream()
         }
-        return true
+    }
+
+    /// The machine dropped a `GET` refused 414 to send it again at once as a `POST` form (``GetAsPost``). Not an
+    /// upstream retry: it spends neither the retries nor the budget.
+    func resendAsForm(_ x: ExchangeContext, serial: Int) {
+        x.attempt?.refusedAsTooLong()
+        ProxyMetrics.active?.getAsPost(.status414)
+        cancelTransfer()
+        dropResponse()
+        if let url = x.attempt?.url {
+            logger.info(
+                "upstream refused the URL as too long (414), sending it as a POST form",
+                metadata: [
+                    "client": "\(peer)", "url": "\(url.origin)\(url.path)",
+                    "url_bytes": "\(url.pathAndQuery.utf8.count)",
+                ])
+        }
+        // Decided inside a libcurl callback, where no transfer may start: on the next turn.
+        onNextTurn { me in
+            guard me.machine.awaitsRetry(serial: serial) else { return }
+            me.resendUpstream()
+        }
     }
 
     /// The backoff is over: the same request goes again.
     private func resendUpstream() {
-        guard let x = ex, let url = x.attemptURL, let headers = x.attemptHeaders else { return }
+        guard let x = ex, let a = x.attempt, a.resendable else { return }
         x.formOffset = 0
         x.replayOffset = 0
-        startTransfer(url: url, headers: headers)
+        startTransfer(url: a.url, headers: a.headers)
         updateReadInterest()
     }
 

@@ -10,52 +10,41 @@ import Logging
 /// The libcurl side of a forwarded request: starting the transfer, feeding it the request body, and
 /// relaying the response head and body (the `UpstreamExchangeDelegate` callbacks).
 extension ClientConnection {
-    /// Starts the transfer for the current request to `url` with the client's `headers` (hop-by-hop fields are
-    /// removed by the client that writes them): the request is made as it goes upstream (GET→POST), the
-    /// credentials apply to it (``applyCredentials(_:to:)``), and it passes ``OutboundHead``'s check.
+    /// Starts the transfer for the current request to `url` with the client's `headers`: the attempt is decided
+    /// (``ForwardAttempt``: the body, GET→POST; the client is the plan's), the credentials apply to the request as it goes
+    /// (``applyCredentials(_:to:)``), and it passes ``OutboundHead``'s check.
     func startTransfer(url: URLTarget, headers: HTTPHeaders) {
         guard !machine.isClosed, let x = ex, let h = x.head else { return }
+        var attempt = ForwardAttempt(
+            url: url, headers: headers, method: h.method, framing: h.framing, upgrade: h.upgrade,
+            heldForm: x.formBody?.count, client: x.client, retries: context.retryPolicy.isEnabled,
+            getAsPostLimit: context.config.getAsPostAboveBytes,
+            getAsPost: x.attempt?.getAsPost)
         // A client doing NTLM/Negotiate itself: from now on, upstream connections of its own (never pooled for
         // anyone else, closed with this connection).
         if ownUpstreams == nil, ConnectionBoundAuthentication.starts(headers) {
             ownUpstreams = OwnUpstreams(loop: loop)
         }
-        var bodyLength: Int64?
         // (A form made from a long GET by an earlier attempt is made again below, from the GET.)
-        if let form = x.formBody, x.getAsPost == nil {
-            bodyLength = Int64(form.count)
-        } else {
-            switch h.framing {
-            case .none: bodyLength = nil
-            case .contentLength(let n): bodyLength = (n == 0 && (h.method == "GET" || h.method == "HEAD")) ? nil : n
-            case .chunked: bodyLength = -1
-            }
-        }
-        if h.method == "HEAD" { bodyLength = nil }
-        let clientHasBody = bodyLength != nil
-        let held = x.getAsPost == nil ? x.formBody : nil
+        let held = attempt.getAsPost == nil ? x.formBody : nil
         var applied = OutgoingRequest(
-            method: h.method, target: url, fields: headers, body: held, bodyLength: bodyLength,
-            isUpgrade: h.upgrade != nil, now: 0, credential: "")
+            method: h.method, target: url, fields: headers, body: held, bodyLength: attempt.bodyLength,
+            isUpgrade: attempt.isUpgrade, now: 0, credential: "")
         if let failure = applyCredentials(x, to: &applied) {
             refuseApplication(failure)
             return
         }
         // A long GET goes as a form (its length with the credential's additions); the credentials apply again to
         // the form, which is what goes upstream.
-        if x.getAsPost != nil || GetAsPost.exceeds(applied.target, limit: context.config.getAsPostAboveBytes),
-            GetAsPost.applies(
-                method: h.method, hasBody: clientHasBody, isUpgrade: h.upgrade != nil, matched: x.credential != nil,
-                target: url)
-        {
-            if x.getAsPost == nil {
-                x.getAsPost = .length
-                ProxyMetrics.active?.getAsPost(.length)
-            }
+        let form = attempt.form(
+            applied: applied.target, limit: context.config.getAsPostAboveBytes, matched: x.credential != nil)
+        x.attempt = attempt
+        if form != .asSent {
+            if form == .newlyByLength { ProxyMetrics.active?.getAsPost(.length) }
             let form = GetAsPost.form(of: url)
             applied = OutgoingRequest(
                 method: "POST", target: form.target, fields: headers, body: form.body,
-                bodyLength: Int64(form.body.count), isUpgrade: h.upgrade != nil, now: 0, credential: "")
+                bodyLength: Int64(form.body.count), isUpgrade: attempt.isUpgrade, now: 0, credential: "")
             applied.fields.setInjected(name: "Content-Type", value: GetAsPost.contentType)
             if let failure = applyCredentials(x, to: &applied) {
                 refuseApplication(failure)
@@ -67,21 +56,18 @@ extension ClientConnection {
             x.formOffset = 0
         }
         let method = applied.method, sent = applied.target, fields = applied.fields
-        bodyLength = applied.bodyLength
         if let problem = OutboundHead.problem(method: method, target: sent.pathAndQuery, fields: fields) {
             refuseOutboundHead(problem, url: url)
             return
         }
         let inspect = x.credential?.kind.inspectsResponses == true
         var request = UpstreamRequest(
-            method: method, url: sent.url, fields: fields, bodyLength: bodyLength,
+            method: method, url: sent.url, fields: fields, bodyLength: applied.bodyLength,
             timeoutSeconds: context.config.upstreamTimeoutSeconds)
         // A read sent as a form is as harmless to repeat as the GET it stands for; an edit is never repeated,
         // whatever method carries it (``ArcGISOperation``).
-        request.harmlessToRepeat = x.getAsPost != nil
-        // Decided once per attempt, for the resend and the retry alike.
-        let edits = ArcGISOperation.isEdit(path: url.pathAndQuery[...])
-        request.edits = edits
+        request.harmlessToRepeat = attempt.getAsPost != nil
+        request.edits = attempt.edits
         request.via = context.viaValue
         request.network = x.networkAuth
         request.denyDestinations = context.access.denyDestinations
@@ -90,19 +76,19 @@ extension ClientConnection {
         x.responseHead.reset()
         let started = now
         x.upstreamStarted = started
-        prepareRetry(x, head: h, url: url, headers: headers, hasBody: clientHasBody, edits: edits, now: started)
+        countInRetryBudget(url: url, now: started)
         x.inspectsService = inspect
         machine.transferStarted(
             inspect: inspect || (x.gatewayToken != nil && x.gatewayCredential?.kind.inspectsResponses == true),
             now: started)
-        // The client was chosen with the plan (``UpstreamClient``).
-        if x.client == .own {
+        switch attempt.client {
+        case .own:
             let t = HTTP1Transfer(
                 pool: loop.http1, request: request, target: sent,
                 affinity: ownUpstreams.map { .ownedBy($0.owner) } ?? .shared, delegate: self)
             x.transfer = t
             t.start()
-        } else {
+        case .libcurl:
             let t = CurlTransfer(
                 multi: ownUpstreams?.multi ?? loop.multi, request: request,
                 destination: "\(url.urlHost):\(url.port)", delegate: self)
@@ -175,8 +161,8 @@ extension ClientConnection {
     /// Moves request-body bytes from the input buffer to the body buffer libcurl reads from (or into the form
     /// being collected).
     func pumpBody() {
-        guard let e = machine.exchange, e.request != .complete, let x = ex else { return }
-        if e.request == .collectingForm {
+        guard let e = machine.exchange, !e.request.isComplete, let x = ex else { return }
+        if e.request.isCollectingForm {
             let n = Int(min(x.bodyRemaining, Int64(inbuf.count)))
             inbuf.withUnreadBytes { x.formBody!.append(contentsOf: UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
             inbuf.consume(n)
@@ -242,7 +228,7 @@ extension ClientConnection {
             if n == 0 { return .end }
             form.withUnsafeBytes { buffer.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[off..<(off + n)])) }
             x.formOffset += n
-            if machine.attempt == 1, x.getAsPost == nil { x.bodyBytesIn += Int64(n) }
+            if machine.attempt == 1, x.attempt?.getAsPost == nil { x.bodyBytesIn += Int64(n) }
             return .bytes(n)
         }
         if let r = x.replay, x.replayOffset < r.count {
@@ -295,11 +281,19 @@ extension ClientConnection {
         case .end:
             machine.upstreamProgress(now: now)
             if x.responseHead.isFinal(answersChallenges: x.networkAuth.answersChallenges) {
-                switch machine.finalHead(asForm: sendsAsFormAfter414(x), retry: statusRetryCause(x)) {
-                case .resendAsForm:
-                    if resendAsPostOn414(x) { return }
-                case .retry(let cause):
-                    if retryOnStatus(x, cause: cause) { return }
+                let asForm = sendsAsFormAfter414(x)
+                let cause = statusRetryCause(x)
+                var verdict = RetryVerdict.refused
+                if let cause, machine.considersRetry(cause, asForm: asForm) {
+                    verdict = statusRetryVerdict(x, cause: cause)
+                }
+                switch machine.finalHead(asForm: asForm, verdict: verdict) {
+                case .resendAsForm(let serial):
+                    resendAsForm(x, serial: serial)
+                    return
+                case .retry(let serial, let wait):
+                    if let cause { scheduleRetry(x, serial: serial, after: wait, cause: cause, detail: nil) }
+                    return
                 case .commit:
                     break
                 }
@@ -531,39 +525,61 @@ extension ClientConnection {
 
     /// `forced`: relayed whatever the client's queue holds (bytes a scrubber has already taken).
     private func relayBody(_ bytes: UnsafeRawBufferPointer, forced: Bool = false) -> BodyAcceptance {
-        while true {
-            switch machine.upstreamBody(
-                count: bytes.count, clientPending: forced ? 0 : channel.pendingCount,
-                clientFailed: channel.failed || channel.isClosed, now: now)
-            {
-            case .commitHeadFirst:
-                guard commitResponseHead(inspect: false) else { return .abort }
-            case .hold:
-                ex?.sniffBuffer.append(contentsOf: bytes)
-                return .accepted
-            case .release:
-                // Token errors are small: a body this large is the real answer.
-                releaseHeldResponse()
-            case .discard:
-                return .accepted
-            case .pause:
-                return .pause
-            case .abort:
-                return .abort
-            case .write:
-                writeBody(bytes)
-                return channel.failed ? .abort : .accepted
-            }
+        // A head not committed yet (a 401 that turns out final because a body follows it) is committed first.
+        if machine.preparationForBody == .commitHead, !commitResponseHead(inspect: false) { return .abort }
+        switch machine.upstreamBody(
+            count: bytes.count, clientPending: forced ? 0 : channel.pendingCount,
+            clientFailed: channel.failed || channel.isClosed, now: now)
+        {
+        case .commitHeadFirst, .abort:
+            return .abort
+        case .hold:
+            ex?.sniffBuffer.append(contentsOf: bytes)
+            return .accepted
+        case .writeHeld(let held):
+            // Token errors are small: a held body this large is the real answer, and these bytes follow it.
+            writeHeldBody(bytes: held)
+            writeBody(bytes)
+            return channel.failed ? .abort : .accepted
+        case .discard:
+            return .accepted
+        case .pause:
+            return .pause
+        case .write:
+            writeBody(bytes)
+            return channel.failed ? .abort : .accepted
         }
+    }
+
+    /// Writes the held head and the `count` body bytes held with it.
+    private func writeHeldBody(bytes count: Int) {
+        guard let x = ex else { return }
+        let held = x.sniffBuffer
+        x.sniffBuffer = []
+        precondition(held.count == count)
+        held.withUnsafeBytes { writeBody($0) }
     }
 
     func transferDidFinish(error: UpstreamError?) {
         ex?.transfer = nil
-        // Before the machine hears of the end: the held-back bytes are still part of the transfer's body.
-        if error == nil, !finishBodyScrub() { return }
+        if error == nil {
+            // Before the machine hears of the end: the held-back bytes are still part of the transfer's body.
+            guard finishBodyScrub() else { return }
+            // A head that never became final is committed; a held body is looked at for a token error (a
+            // rejection refreshes the token and the exchange goes on without this end).
+            if machine.preparationForEnd == .commitHead, !commitResponseHead(inspect: false) { return }
+            if machine.preparationForEnd == .inspectHeld {
+                if heldResponseRejected() { return }
+                releaseHeldResponse()
+            }
+        }
         let end = ExchangeStateMachine.TransferEnd(
-            error, retryable: context.retryPolicy.isEnabled && ex?.attemptURL != nil)
-        var step = machine.transferEnded(end)
+            error, retryable: context.retryPolicy.isEnabled && ex?.attempt?.resendable == true)
+        var verdict = RetryVerdict.refused
+        if let x = ex, let cause = end.retryCause, machine.considersRetry(cause) {
+            verdict = retryVerdict(x, cause: cause, retryAfter: nil)
+        }
+        let step = machine.transferEnded(end, verdict: verdict)
         if let error {
             if step.isUpstreamFailure { countUpstreamFailure(error) }
             // Rate-limited: when descriptors run out, every request would log a line.
@@ -573,55 +589,49 @@ extension ClientConnection {
         } else {
             warnRefusedNetworkCredential()
         }
-        while true {
-            switch step {
-            case .close:
-                close()
-                return
-            case .retry(let cause):
-                // A failure that is retried logs its own line (``retryUpstream(cause:retryAfter:detail:)``).
-                guard let error else { preconditionFailure("a transfer failed without an error") }
-                if retryOnFailure(error, cause: cause) { return }
-                step = machine.transferEnded(.upstreamFailed(retry: nil))
-            case .failed(let failure):
-                // Only an upstream failure fails the exchange, and it comes with its error (as `retry` does).
-                guard let error else { preconditionFailure("a transfer failed without an error") }
-                if error.outOfDescriptors == nil, failure != .close {
-                    logger.warning(
-                        "upstream failed",
-                        metadata: [
-                            "client": "\(peer)", "destination": "\(error.destination)",
-                            "cause": "\(error.detail.isEmpty ? error.response.message : error.detail)",
-                        ])
-                }
-                run(failure, answer: error.response)
-                return
-            case .commitHeadFirst:
-                guard commitResponseHead(inspect: false) else { return }
-                step = machine.transferEnded(end)
-            case .inspectHeld:
-                if let x = ex, let c = x.credential {
-                    let verdict = c.kind.rejection(of: responseView(x, c), body: x.sniffBuffer)
-                    if let note = verdict.note {
-                        var metadata: Logger.Metadata = [
-                            "credential": "\(c.name)", "status": "\(x.responseHead.status)",
-                        ]
-                        for (k, v) in verdict.details { metadata[k] = "\(v)" }
-                        logger.warning("\(note)", metadata: metadata)
-                    }
-                    // A kind with nothing to obtain again only explains: no retry could change the answer.
-                    if verdict.rejected, c.kind.tokenSource != .none, tokenRejected() { return }
-                }
-                releaseHeldResponse()
-                step = machine.transferEnded(end)
-            case .complete(let framing, let then):
-                tokenAccepted()
-                flushHead(then: framing.chunked ? "0\r\n\r\n" : "")
-                finishExchange()
-                run(then)
-                return
+        switch step {
+        case .close:
+            close()
+        case .retry(let serial, let wait):
+            // A failure that is retried logs its own line.
+            guard let x = ex, let error, let cause = end.retryCause else {
+                preconditionFailure("a retry without a failure")
             }
+            scheduleRetry(
+                x, serial: serial, after: wait, cause: cause,
+                detail: error.detail.isEmpty ? error.response.message : error.detail)
+        case .failed(let failure):
+            // Only an upstream failure fails the exchange, and it comes with its error.
+            guard let error else { preconditionFailure("a transfer failed without an error") }
+            if error.outOfDescriptors == nil, failure != .close {
+                logger.warning(
+                    "upstream failed",
+                    metadata: [
+                        "client": "\(peer)", "destination": "\(error.destination)",
+                        "cause": "\(error.detail.isEmpty ? error.response.message : error.detail)",
+                    ])
+            }
+            run(failure, answer: error.response)
+        case .complete(let framing, let then):
+            tokenAccepted()
+            flushHead(then: framing.chunked ? "0\r\n\r\n" : "")
+            finishExchange()
+            run(then)
         }
+    }
+
+    /// Looks at the held body for a token error: true when the token was rejected and is being refreshed or
+    /// explained (``tokenRejected(layer:)``), so the held answer is not relayed.
+    private func heldResponseRejected() -> Bool {
+        guard let x = ex, let c = x.credential else { return false }
+        let verdict = c.kind.rejection(of: responseView(x, c), body: x.sniffBuffer)
+        if let note = verdict.note {
+            var metadata: Logger.Metadata = ["credential": "\(c.name)", "status": "\(x.responseHead.status)"]
+            for (k, v) in verdict.details { metadata[k] = "\(v)" }
+            logger.warning("\(note)", metadata: metadata)
+        }
+        // A kind with nothing to obtain again only explains: no retry could change the answer.
+        return verdict.rejected && c.kind.tokenSource != .none && tokenRejected()
     }
 
     /// An upstream failure in the metrics (a destination `deny_destinations` refused is counted as a refusal).

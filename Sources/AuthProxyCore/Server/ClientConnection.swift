@@ -99,7 +99,7 @@ final class ClientConnection: UpstreamExchangeDelegate, SocketChannelOwner {
     }
 
     /// Whether the request body of the exchange in progress has been read to its end.
-    var bodyComplete: Bool { machine.exchange.map { $0.request == .complete } ?? true }
+    var bodyComplete: Bool { machine.exchange.map { $0.request.isComplete } ?? true }
 
     /// The connection's one reading of the monotonic clock (every decision it passes a time to reads it here).
     var now: UInt64 { DispatchTime.now().uptimeNanoseconds }
@@ -577,7 +577,7 @@ final class ClientConnection: UpstreamExchangeDelegate, SocketChannelOwner {
         if webSocket { metadata["upgrade"] = "websocket" }
         // Upstream attempts, when more than one was made (``RetryPolicy``).
         if let retries = machine.current?.upstreamRetries, retries > 0 { metadata["attempts"] = "\(retries + 1)" }
-        if let cause = x?.getAsPost { metadata["get_as_post"] = "\(cause.rawValue)" }
+        if let cause = x?.attempt?.getAsPost { metadata["get_as_post"] = "\(cause.rawValue)" }
         logger.info("access", metadata: metadata)
     }
 

@@ -76,17 +76,21 @@ final class ExchangeContext {
     var formBody: [UInt8]? = nil
     var formOffset = 0
     var originalURL: URLTarget? = nil
+    /// The planner's decision for the request (``RequestPlanner``), kept whole rather than copied field by field:
+    /// set by ``ClientConnection/forward(_:)`` once the route is known; nil until then, and for a request the proxy
+    /// answers itself.
+    var plan: ForwardPlan? = nil
     /// Where the request goes: the client's URL, or its https form under `upgrade_to_https`.
-    var upstreamURL: URLTarget? = nil
-    /// `upgrade_to_https` applied (the response head then gets its redirects written back to http): a flag, so
-    /// that every other response does not copy both URLs to find out.
-    var upgradedToHTTPS = false
+    var upstreamURL: URLTarget? { plan?.upstreamURL }
+    /// `upgrade_to_https` applied (the response head then gets its redirects written back to http).
+    var upgradedToHTTPS: Bool { plan?.upgradedToHTTPS ?? false }
     /// Network-type credentials for the exchange (matched on the upstream URL, then the client's).
-    var networkAuth = NetworkAuth()
+    var networkAuth: NetworkAuth { plan?.network ?? Self.noNetworkAuth }
+    private static let noNetworkAuth = NetworkAuth()
     /// The parent proxies the exchange goes through (nil: direct).
-    var parentRoute: ParentRoute? = nil
+    var parentRoute: ParentRoute? { plan?.parentRoute }
     /// The client that carries the exchange upstream (``ForwardPlan/client``).
-    var client: UpstreamClient = .own
+    var client: UpstreamClient { plan?.client ?? .own }
     /// Fields `header` credentials set on the request (``ForwardPlan/setHeaders``), and their name(s) for the log.
     var setHeaders: [HeaderField] = []
     var headerCredential: String? = nil
@@ -100,16 +104,12 @@ final class ExchangeContext {
     var retry: (credential: String, result: String?)? = nil
     /// The credential whose `rate_limit` refused the request (its metrics label).
     var limitedBy: String? = nil
-    /// The URL and fields of the transfer in progress, kept when ``RetryPolicy`` may send it again (nil
-    /// otherwise), and whether its response is inspected for a token error.
-    var attemptURL: URLTarget? = nil
-    var attemptHeaders: HTTPHeaders? = nil
-    var attemptInspect = false
+    /// The attempt in progress (or the last one): what it sends, by which client, whether it may be sent again
+    /// and as a `GET` or a `POST` form.
+    var attempt: ForwardAttempt? = nil
     /// The cause of the upstream retry in progress, until its outcome is counted
     /// (`authproxy_upstream_retries_total`).
     var retryCause: RetryPolicy.Cause? = nil
-    /// The `GET` goes upstream as a `POST` form, and why (``GetAsPost``); nil: as the client sent it.
-    var getAsPost: GetAsPost.Cause? = nil
 
     init() {}
 
@@ -150,21 +150,14 @@ final class ExchangeContext {
         formBody = nil
         formOffset = 0
         originalURL = nil
-        upstreamURL = nil
-        upgradedToHTTPS = false
-        networkAuth = NetworkAuth()
-        parentRoute = nil
-        client = .own
+        plan = nil
         if !setHeaders.isEmpty { setHeaders = [] }
         headerCredential = nil
         upstreamStarted = 0
         challengeScheme = nil
         retry = nil
         limitedBy = nil
-        attemptURL = nil
-        attemptHeaders = nil
-        attemptInspect = false
+        attempt = nil
         retryCause = nil
-        getAsPost = nil
     }
 }

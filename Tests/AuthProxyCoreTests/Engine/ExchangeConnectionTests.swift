@@ -91,23 +91,30 @@ import Testing
 
     // MARK: a final response head
 
-    /// A 414 to a long GET goes again as a form before any retry is considered; a retried status asks the policy;
-    /// nothing goes again once the request may not (here: its body is still coming, or the head went out).
+    /// A 414 to a long GET goes again as a form before any retry is considered; a retried status goes again as
+    /// the verdict allows; nothing goes again once the request may not (here: its body is still coming, or the
+    /// head went out).
     @Test(arguments: [
-        (false, RetryPolicy.Cause?.none, false, M.FinalHeadStep.commit),
-        (true, nil, false, .resendAsForm),
-        (false, .status503, false, .retry(.status503)),
-        (true, .status503, false, .resendAsForm),
-        (true, nil, true, .commit),
-        (false, .status503, true, .commit),
+        (false, RetryVerdict.refused, false, M.FinalHeadStep.commit),
+        (true, .refused, false, .resendAsForm(serial: 1)),
+        (false, .retry(after: 7), false, .retry(serial: 1, after: 7)),
+        (false, .budgetExhausted, false, .commit),
+        (true, .retry(after: 7), false, .resendAsForm(serial: 1)),
+        (true, .refused, true, .commit),
+        (false, .retry(after: 7), true, .commit),
     ])
     func aFinalHeadIsCommittedOrSentAgain(
-        asForm: Bool, retry: RetryPolicy.Cause?, bodyComing: Bool, expected: M.FinalHeadStep
+        asForm: Bool, verdict: RetryVerdict, bodyComing: Bool, expected: M.FinalHeadStep
     ) {
         var m = M(limits: Self.limits, now: 0)
         m.requestBegan(.init(hasBody: bodyComing), shuttingDown: false, now: 0)
         m.transferStarted(inspect: false, now: 0)
-        #expect(m.finalHead(asForm: asForm, retry: retry) == expected)
+        #expect(m.considersRetry(.status503, asForm: asForm) == (!asForm && !bodyComing))
+        let step = m.finalHead(asForm: asForm, verdict: verdict)
+        #expect(step == expected)
+        // A resend as a form is not a retry; a retry is counted.
+        if case .retry = step { #expect(m.upstreamRetries == 1) } else { #expect(m.upstreamRetries == 0) }
+        if step != .commit { #expect(m.awaitsRetry(serial: 1)) }
     }
 
     @Test func aHeadAfterBodyBytesWentOutIsCommitted() {
@@ -116,7 +123,8 @@ import Testing
         m.transferStarted(inspect: false, now: 0)
         _ = m.responseHeadCommitted(status: 200, framing: Self.plain, inspection: .none)
         _ = m.upstreamBody(count: 4, clientPending: 0, clientFailed: false, now: 1)
-        #expect(m.finalHead(asForm: true, retry: .status502) == .commit)
+        #expect(!m.considersRetry(.status502))
+        #expect(m.finalHead(asForm: true, verdict: .retry(after: 0)) == .commit)
     }
 
     // MARK: a served tunnel's first bytes

@@ -181,11 +181,15 @@ import Testing
         #expect(M.TransferEnd(error, retryable: retryable) == expected)
     }
 
-    /// What a classified end means for the exchange, by how far the answer got.
+    /// What a classified end means for the exchange, by how far the answer got, when the policy and the budget
+    /// allow a retry.
     @Test(arguments: [
-        (M.RequestFacts(), Answer.none, M.TransferEnd.upstreamFailed(retry: .reset), M.FinishStep.retry(.reset)),
-        (M.RequestFacts(), .headReady, .upstreamFailed(retry: .reset), .retry(.reset)),
-        (M.RequestFacts(), .holding, .upstreamFailed(retry: .reset), .retry(.reset)),
+        (
+            M.RequestFacts(), Answer.none, M.TransferEnd.upstreamFailed(retry: .reset),
+            M.FinishStep.retry(serial: 1, after: 5)
+        ),
+        (M.RequestFacts(), .headReady, .upstreamFailed(retry: .reset), .retry(serial: 1, after: 5)),
+        (M.RequestFacts(), .holding, .upstreamFailed(retry: .reset), .retry(serial: 1, after: 5)),
         (M.RequestFacts(), .streaming, .upstreamFailed(retry: .reset), .failed(.truncate)),
         (
             M.RequestFacts(hasBody: true), .none, .upstreamFailed(retry: .reset),
@@ -199,37 +203,53 @@ import Testing
         (M.RequestFacts(), .streaming, .upstreamFailed(retry: nil), .failed(.truncate)),
         (M.RequestFacts(), .none, .clientSide, .close),
         (M.RequestFacts(), .streaming, .clientSide, .close),
-        (M.RequestFacts(), .none, .success, .commitHeadFirst),
-        (M.RequestFacts(), .holding, .success, .inspectHeld),
+        // Reported without its preparation (``M/preparationForEnd``): nothing uncommitted is relayed.
+        (M.RequestFacts(), .none, .success, .close),
+        (M.RequestFacts(), .holding, .success, .close),
         (M.RequestFacts(), .headReady, .success, .complete(plain, then: .now)),
         (M.RequestFacts(), .streaming, .success, .complete(plain, then: .now)),
         (M.RequestFacts(keepAlive: false), .streaming, .success, .complete(plain, then: .none)),
     ])
     func aTransferEndIsCarriedOut(request: M.RequestFacts, answer: Answer, end: M.TransferEnd, expected: M.FinishStep) {
         var m = Self.exchange(request, answer: answer)
-        #expect(m.transferEnded(end) == expected)
+        #expect(m.transferEnded(end, verdict: .retry(after: 5)) == expected)
     }
 
-    /// A retry the policy or the budget refuses is reported again without a cause: the failure is answered, and
-    /// counted once (the retry step already was an upstream failure).
-    @Test func aRefusedRetryIsAnswered() {
+    /// A retry the policy or the budget refuses is answered in the same step, and counted once as an upstream
+    /// failure.
+    @Test(arguments: [RetryVerdict.refused, .budgetExhausted])
+    func aRefusedRetryIsAnswered(verdict: RetryVerdict) {
         var m = Self.exchange()
-        let first = m.transferEnded(.upstreamFailed(retry: .reset))
-        #expect(first == .retry(.reset))
-        #expect(first.isUpstreamFailure)
-        // The machine left the transfer as it was, so the retry can be scheduled...
-        #expect(m.mayResendUpstream)
-        // ...or refused.
-        #expect(m.transferEnded(.upstreamFailed(retry: nil)) == .failed(.answerError(close: false, then: .now)))
+        #expect(m.considersRetry(M.TransferEnd.upstreamFailed(retry: .reset).retryCause))
+        let step = m.transferEnded(.upstreamFailed(retry: .reset), verdict: verdict)
+        #expect(step == .failed(.answerError(close: false, then: .now)))
+        #expect(step.isUpstreamFailure)
         #expect(!m.mayResendUpstream)
+        #expect(m.upstreamRetries == 0)
+    }
+
+    /// A failure of a kind that is not retried is answered whatever the verdict.
+    @Test func aFailureWithoutACauseIsNotRetried() {
+        var m = Self.exchange()
+        #expect(!m.considersRetry(M.TransferEnd.upstreamFailed(retry: nil).retryCause))
+        #expect(
+            m.transferEnded(.upstreamFailed(retry: nil), verdict: .retry(after: 1))
+                == .failed(.answerError(close: false, then: .now)))
     }
 
     @Test func anAcceptedRetryBacksOff() {
         var m = Self.exchange()
-        #expect(m.transferEnded(.upstreamFailed(retry: .reset)) == .retry(.reset))
-        let serial = m.upstreamRetryScheduled()
-        #expect(serial != nil)
-        #expect(m.awaitsRetry(serial: serial!))
+        guard
+            case .retry(let serial, let wait) = m.transferEnded(
+                .upstreamFailed(retry: .reset), verdict: .retry(after: 9))
+        else {
+            Issue.record("no retry")
+            return
+        }
+        #expect(wait == 9)
+        #expect(m.awaitsRetry(serial: serial))
+        #expect(m.upstreamRetries == 1)
+        #expect(m.exchange?.response == M.Response.none)
     }
 
     @Test func aTransferEndingAfterACloseCloses() {
@@ -240,13 +260,11 @@ import Testing
     }
 
     @Test(arguments: [
-        (M.FinishStep.retry(.reset), true),
+        (M.FinishStep.retry(serial: 1, after: 0), true),
         (.failed(.truncate), true),
         (.failed(.answerError(close: false, then: .now)), true),
         (.failed(.close), false),
         (.close, false),
-        (.commitHeadFirst, false),
-        (.inspectHeld, false),
         (.complete(plain, then: .now), false),
     ])
     func upstreamFailuresAreTheStepsThatFollowOne(step: M.FinishStep, expected: Bool) {

@@ -394,7 +394,7 @@ import Testing
         #expect(m.attempt == 1)
         #expect(m.responseHeadCommitted(status: 200, framing: Self.chunked, inspection: .holdBody) == .hold)
         #expect(m.upstreamBody(count: 60, clientPending: 0, clientFailed: false, now: 1) == .hold)
-        #expect(m.transferEnded(.success) == .inspectHeld)
+        #expect(m.preparationForEnd == .inspectHeld)
         #expect(m.tokenRejection(.retry) == .cancelAndReschedule(serial: serial))
         // Nothing reached the client; on the next turn the retry asks for a token again.
         #expect(m.exchange?.response == M.Response.none)
@@ -405,8 +405,9 @@ import Testing
         #expect(m.attempt == 2)
         #expect(m.responseHeadCommitted(status: 200, framing: Self.plain, inspection: .holdBody) == .hold)
         _ = m.upstreamBody(count: 10, clientPending: 0, clientFailed: false, now: 3)
-        #expect(m.transferEnded(.success) == .inspectHeld)
+        #expect(m.preparationForEnd == .inspectHeld)
         #expect(m.releaseHeld(transferLive: false) == .writeHeld(bytes: 10))
+        #expect(m.preparationForEnd == .none)
         #expect(m.transferEnded(.success) == .complete(Self.plain, then: .now))
         #expect(m.endExchange(shuttingDown: false, now: 3) == .awaitNext)
     }
@@ -423,8 +424,10 @@ import Testing
         var m = Self.forwarding(inspect: true)
         _ = m.responseHeadCommitted(status: 200, framing: Self.chunked, inspection: .holdBody)
         #expect(m.upstreamBody(count: 60_000, clientPending: 0, clientFailed: false, now: 1) == .hold)
-        #expect(m.upstreamBody(count: 16_384, clientPending: 0, clientFailed: false, now: 1) == .release)
-        #expect(m.releaseHeld(transferLive: true) == .writeHeld(bytes: 60_000))
+        // Released with the bytes that overflow the hold, in the same step.
+        #expect(
+            m.upstreamBody(count: 16_384, clientPending: 0, clientFailed: false, now: 1) == .writeHeld(bytes: 60_000))
+        #expect(m.releaseHeld(transferLive: true) == .keep)
         #expect(m.upstreamBody(count: 16_384, clientPending: 0, clientFailed: false, now: 1) == .write)
     }
 
@@ -499,11 +502,13 @@ import Testing
     /// When the credential is refused, the 401 is final only because a body (or the end) follows it.
     @Test func aFinal401IsCommittedWhenItsBodyOrTheEndArrives() {
         var m = Self.forwarding()
+        #expect(m.preparationForBody == .commitHead)
         #expect(m.upstreamBody(count: 30, clientPending: 0, clientFailed: false, now: 1) == .commitHeadFirst)
         _ = m.responseHeadCommitted(status: 401, framing: Self.plain, inspection: .none)
         #expect(m.upstreamBody(count: 30, clientPending: 0, clientFailed: false, now: 1) == .write)
+        #expect(m.preparationForBody == .none)
         var n = Self.forwarding()
-        #expect(n.transferEnded(.success) == .commitHeadFirst)
+        #expect(n.preparationForEnd == .commitHead)
         let empty = ResponseFraming(noBody: false, chunked: false, contentLength: 0, keepAlive: true)
         _ = n.responseHeadCommitted(status: 401, framing: empty, inspection: .none)
         #expect(n.transferEnded(.success) == .complete(empty, then: .now))

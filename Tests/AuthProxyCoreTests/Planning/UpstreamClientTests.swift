@@ -38,6 +38,10 @@ import Testing
         // A WebSocket goes over the own client, which hands its connection over after the 101.
         Row(
             configured: .libcurl, credential: false, throughParent: true, scheme: "http", upgrade: true, expected: .own),
+        // ... unless a network credential needs libcurl (the planner refuses that WebSocket before it goes).
+        Row(
+            configured: .native, credential: true, throughParent: false, scheme: "https", upgrade: true,
+            expected: .libcurl),
     ]
 
     @Test(arguments: rows)
