@@ -35,19 +35,22 @@ extension ClientConnection {
             awaitRoute(routing, url: url, target: plan.upstreamURL)
             return
         }
-        x.plan = plan
+        let service = plan.service, holdsBody = plan.holdsBody, replayLimit = plan.replayLimit
+        let rateLimitTargets = context.access.hasRateLimits ? plan.rateLimitTargets : []
         x.gatewayCredential = plan.gateway
-        if context.access.hasRateLimits, let limited = rateLimited(store: store, targets: plan.rateLimitTargets) {
+        // Moved, not copied: the plan is large (three URLs, the network credentials, the route).
+        x.plan = consume plan
+        if context.access.hasRateLimits, let limited = rateLimited(store: store, targets: rateLimitTargets) {
             respond(limited.error, close: false, extraHeaders: "Retry-After: \(limited.retryAfter)\r\n")
             return
         }
-        if let limit = plan.replayLimit { x.replay = ReplayBuffer(limit: limit, directory: context.config.stateDir) }
-        guard let c = plan.service else {
+        if let limit = replayLimit { x.replay = ReplayBuffer(limit: limit, directory: context.config.stateDir) }
+        guard let c = service else {
             obtainToken()  // the gateway's, if any
             return
         }
         x.credential = c
-        if plan.holdsBody, case .contentLength(let n) = h.framing {
+        if holdsBody, case .contentLength(let n) = h.framing {
             // The credential goes into the body or covers it (a form field, a payload hash): collect it whole first
             // (small by the kind's bound), then apply.
             x.formBody = []

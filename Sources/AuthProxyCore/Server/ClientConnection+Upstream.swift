@@ -38,13 +38,16 @@ extension ClientConnection {
         // the form, which is what goes upstream.
         let form = attempt.form(
             applied: applied.target, limit: context.config.getAsPostAboveBytes, matched: x.credential != nil)
-        x.attempt = attempt
+        let isUpgrade = attempt.isUpgrade, asForm = attempt.getAsPost != nil, edits = attempt.edits
+        let client = attempt.client
+        // Moved, not copied: the attempt holds the URL and the client's fields.
+        x.attempt = consume attempt
         if form != .asSent {
             if form == .newlyByLength { ProxyMetrics.active?.getAsPost(.length) }
             let form = GetAsPost.form(of: url)
             applied = OutgoingRequest(
                 method: "POST", target: form.target, fields: headers, body: form.body,
-                bodyLength: Int64(form.body.count), isUpgrade: attempt.isUpgrade, now: 0, credential: "")
+                bodyLength: Int64(form.body.count), isUpgrade: isUpgrade, now: 0, credential: "")
             applied.fields.setInjected(name: "Content-Type", value: GetAsPost.contentType)
             if let failure = applyCredentials(x, to: &applied) {
                 refuseApplication(failure)
@@ -66,8 +69,8 @@ extension ClientConnection {
             timeoutSeconds: context.config.upstreamTimeoutSeconds)
         // A read sent as a form is as harmless to repeat as the GET it stands for; an edit is never repeated,
         // whatever method carries it (``ArcGISOperation``).
-        request.harmlessToRepeat = attempt.getAsPost != nil
-        request.edits = attempt.edits
+        request.harmlessToRepeat = asForm
+        request.edits = edits
         request.via = context.viaValue
         request.network = x.networkAuth
         request.denyDestinations = context.access.denyDestinations
@@ -81,7 +84,7 @@ extension ClientConnection {
         machine.transferStarted(
             inspect: inspect || (x.gatewayToken != nil && x.gatewayCredential?.kind.inspectsResponses == true),
             now: started)
-        switch attempt.client {
+        switch client {
         case .own:
             let t = HTTP1Transfer(
                 pool: loop.http1, request: request, target: sent,
