@@ -76,7 +76,7 @@ AUTHPROXY_TEST_HTTP_CLIENT=libcurl AUTHPROXY_BIN="$PWD/.build/debug/authproxy" p
   Tests/e2e/test_forwarding.py Tests/e2e/test_streaming.py Tests/e2e/test_smuggling_corpus.py Tests/e2e/test_faults.py \
   Tests/e2e/test_security_regressions.py Tests/e2e/test_security_request_path.py Tests/e2e/test_interception.py \
   Tests/e2e/test_retries.py Tests/e2e/test_get_as_post.py Tests/e2e/test_security_request_path_35.py \
-  Tests/e2e/test_security_findings_35_pac.py \
+  Tests/e2e/test_security_findings_35_pac.py Tests/e2e/test_connector.py \
   Tests/e2e/test_http_client.py::test_libcurl_can_carry_https_instead \
   Tests/e2e/test_http_client.py::test_an_answer_before_the_upload_ended_closes_the_client_connection_cleanly \
   Tests/e2e/test_http_client.py::test_the_rest_of_an_upload_answered_early_is_read_while_it_keeps_coming
@@ -84,7 +84,8 @@ AUTHPROXY_TEST_HTTP_CLIENT=libcurl AUTHPROXY_BIN="$PWD/.build/debug/authproxy" p
 # (relaying, ArcGIS token lifecycles, HTTPS interception, WebSocket) runs once more against it (~2 min).
 echo "== end-to-end against the release build (forwarding, tokens, interception, WebSocket)"
 AUTHPROXY_BIN="$PWD/.build/release/authproxy" python3 -m pytest -q -p no:cacheprovider \
-  Tests/e2e/test_forwarding.py Tests/e2e/test_token_lifecycle.py Tests/e2e/test_interception.py Tests/e2e/test_websocket.py
+  Tests/e2e/test_forwarding.py Tests/e2e/test_token_lifecycle.py Tests/e2e/test_interception.py Tests/e2e/test_websocket.py \
+  Tests/e2e/test_websocket_tls.py
 fuzz_seconds="${FUZZ_SECONDS:-20}"
 if [ "$fuzz_seconds" -gt 0 ]; then
   # A crash or invariant violation fails the run; its input stays under .build-libfuzzer/fuzz/TARGET/ (and is
