@@ -29,6 +29,11 @@ struct ForwardPlan: Equatable {
     var parentRoute: ParentRoute? = nil
     /// Which client carries the request (``UpstreamClient/choose(configured:network:throughParent:upstreamScheme:isUpgrade:)``).
     var client: UpstreamClient = .own
+    /// The request goes over upstream connections of the client connection's own, not the shared pool: a client
+    /// doing NTLM or Negotiate itself authenticates the connection its request goes over, which must then never
+    /// carry anyone else's request (``ConnectionBoundAuthentication``, ``OwnUpstreams``). Once a client connection
+    /// has its own, all its later requests use them.
+    var ownConnections = false
     /// The route depends on a PAC answer not known yet: nothing else in the plan is final; the executor asks
     /// (``ParentRouting/evaluate(scheme:host:port:then:)``) and plans again.
     var routePending = false

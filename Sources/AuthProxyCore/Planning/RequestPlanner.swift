@@ -14,6 +14,8 @@ enum RequestPlanner {
         var ownVia: String? = nil
         /// `[proxy] http_client`.
         var httpClient: HTTPClientChoice = .native
+        /// The client connection already has upstream connections of its own (``ForwardPlan/ownConnections``).
+        var ownsUpstreams = false
     }
 
     /// The first decision about a request, from its target: inside a tunnel the proxy serves (`tunnel`: its
@@ -258,6 +260,7 @@ enum RequestPlanner {
         plan.client = UpstreamClient.choose(
             configured: settings.httpClient, network: plan.network, throughParent: plan.parentRoute != nil,
             upstreamScheme: plan.upstreamURL.scheme, isUpgrade: h.upgrade != nil)
+        plan.ownConnections = settings.ownsUpstreams || ConnectionBoundAuthentication.starts(h.headers)
         let hasBody = h.framing != .none && h.framing != .contentLength(0) && h.method != "HEAD"
         // A copy of the body so it can be sent again: when a kept-alive upstream connection turns out dead (first
         // MiB), or for multi-round-trip authentication (NTLM, Digest, Negotiate), up to max_replay_bytes.

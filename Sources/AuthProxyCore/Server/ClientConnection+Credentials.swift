@@ -24,7 +24,8 @@ extension ClientConnection {
                 unmatched: context.config.unmatched,
                 maxReplayBytes: context.config.maxReplayBytes, routing: context.routing,
                 denyDestinations: context.routing == nil ? [] : context.access.denyDestinations,
-                ownVia: context.routing == nil ? nil : context.viaValue, httpClient: context.config.httpClient),
+                ownVia: context.routing == nil ? nil : context.viaValue, httpClient: context.config.httpClient,
+                ownsUpstreams: ownUpstreams != nil),
             into: &plan)
         {
             if let reason = a.denied { ProxyMetrics.active?.denied(reason) }

@@ -20,9 +20,9 @@ extension ClientConnection {
             heldForm: x.formBody?.count, client: x.client, retries: context.retryPolicy.isEnabled,
             getAsPostLimit: context.config.getAsPostAboveBytes,
             getAsPost: x.attempt?.getAsPost)
-        // A client doing NTLM/Negotiate itself: from now on, upstream connections of its own (never pooled for
-        // anyone else, closed with this connection).
-        if ownUpstreams == nil, ConnectionBoundAuthentication.starts(headers) {
+        // The plan says when the request needs upstream connections of this connection's own (a client doing
+        // NTLM/Negotiate itself): made on the first such request, closed with this connection.
+        if ownUpstreams == nil, x.plan?.ownConnections == true {
             ownUpstreams = OwnUpstreams(loop: loop)
         }
         // (A form made from a long GET by an earlier attempt is made again below, from the GET.)

@@ -64,14 +64,15 @@ import Testing
     struct Answered: Error { let answer: PlannedAnswer }
 
     static func plan(
-        _ request: String, store: CredentialStore = store, unmatched: UnmatchedPolicy = .relay
+        _ request: String, store: CredentialStore = store, unmatched: UnmatchedPolicy = .relay,
+        ownsUpstreams: Bool = false
     ) -> Result<ForwardPlan, Answered> {
         let h = head(request)
         guard case .absolute(let url) = h.target else { fatalError("not absolute: \(request)") }
         var plan = ForwardPlan(url: url)
         if let a = RequestPlanner.plan(
             h, url: url, store: store,
-            settings: .init(unmatched: unmatched, maxReplayBytes: 100), into: &plan)
+            settings: .init(unmatched: unmatched, maxReplayBytes: 100, ownsUpstreams: ownsUpstreams), into: &plan)
         {
             return .failure(Answered(answer: a))
         }
@@ -395,5 +396,22 @@ import Testing
         #expect(decide(.tls, blind: true) == "blind")
         #expect(decide(.tls) == "403")
         #expect(decide(.other, intercept: true, blind: true) == "400")
+    }
+
+    /// A client doing NTLM or Negotiate itself gets upstream connections of its connection's own (they are
+    /// authenticated for it), and keeps them for its later requests; anything else goes over the shared pool.
+    @Test(arguments: [
+        ("GET http://h.example.com/x HTTP/1.1\nHost: h.example.com\nAuthorization: NTLM TlRMTVNTUAAB\n\n", false, true),
+        ("GET http://h.example.com/x HTTP/1.1\nHost: h.example.com\nAuthorization: negotiate YIIB\n\n", false, true),
+        ("GET http://h.example.com/x HTTP/1.1\nHost: h.example.com\nAuthorization: Basic dTpw\n\n", false, false),
+        ("GET http://h.example.com/x HTTP/1.1\nHost: h.example.com\n\n", false, false),
+        ("GET http://h.example.com/x HTTP/1.1\nHost: h.example.com\n\n", true, true),
+    ])
+    func ownConnectionsArePlanned(_ request: String, _ owns: Bool, _ expected: Bool) {
+        guard case .success(let p) = Self.plan(request, store: CredentialStore([]), ownsUpstreams: owns) else {
+            Issue.record("answered locally")
+            return
+        }
+        #expect(p.ownConnections == expected)
     }
 }
