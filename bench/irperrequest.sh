@@ -3,7 +3,11 @@
 # machine is noisy, for A/B checks of per-request CPU that wall-clock benches cannot resolve.
 #
 #   bash bench/irperrequest.sh BINARY [--requests N] [--warmup N] [--profile K] [--admin] [--credentials N]
+#                              [--cluster]
 #
+# --cluster starts a redis-server on a free loopback port (core 1) and turns on [cluster] with it: what the fleet
+# costs per request while the token is valid (issue 39: no Redis round trip on the request path). The Redis
+# commands the proxy sent during the counted requests are printed (from INFO commandstats).
 # --credentials N declares N api-key credentials, the matched one last (BENCH_CREDENTIALS in bench/pinned.sh): what
 # matching costs per request with many credentials (issue 39).
 # --profile K also prints the K functions with the most Ir per request (self cost, callgrind_annotate), and keeps
@@ -24,7 +28,7 @@
 # otherwise). Listens on 127.0.0.1 only.
 set -euo pipefail
 BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-BIN=""; N=2000; WARM=200; PROFILE=0; ADMIN=0; CREDS=1
+BIN=""; N=2000; WARM=200; PROFILE=0; ADMIN=0; CREDS=1; CLUSTER=0
 if [[ $# -gt 0 && "$1" != -* ]]; then BIN="$(readlink -f "$1")"; shift; fi
 while [[ $# -gt 0 ]]; do
     case "$1" in
@@ -33,7 +37,8 @@ while [[ $# -gt 0 ]]; do
         --profile) PROFILE="$2"; shift 2 ;;
         --admin) ADMIN=1; shift ;;
         --credentials) CREDS="$2"; shift 2 ;;
-        -h|--help) sed -n '2,26p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --cluster) CLUSTER=1; shift ;;
+        -h|--help) sed -n '2,30p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
 done
@@ -44,6 +49,7 @@ command -v valgrind >/dev/null 2>&1 || need+=(valgrind)
 command -v nginx >/dev/null 2>&1 || [[ -x /usr/sbin/nginx ]] || need+=(nginx-light)
 command -v cc >/dev/null 2>&1 || need+=(gcc)
 command -v objcopy >/dev/null 2>&1 || need+=(binutils)
+if [[ "$CLUSTER" == 1 ]]; then command -v redis-server >/dev/null 2>&1 || need+=(redis-server); fi
 if [[ ${#need[@]} -gt 0 ]]; then apt-get install -y "${need[@]}" >/dev/null; fi
 
 # shellcheck source=bench/pinned.sh
@@ -57,6 +63,16 @@ BENCH_CREDENTIALS=$CREDS BENCH_ADMIN=$ADMIN write_bench_proxy_conf "$TMP/p" "$PO
 # after the listeners open (one digest per credential for the token cache) takes seconds with many credentials,
 # and must not fall inside the counted requests.
 sed -i 's/^level = "warning"$/level = "notice"/' "$TMP/p/proxy.conf"
+if [[ "$CLUSTER" == 1 ]]; then
+    RPORT=$(free_port)
+    taskset -c 1 redis-server --port "$RPORT" --bind 127.0.0.1 --save "" --appendonly no --daemonize no \
+        > "$TMP/redis.log" 2>&1 &
+    PIDS+=("$!")
+    for _ in $(seq 1 100); do redis-cli -p "$RPORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+    # [proxy] state_key is what [cluster] needs (tokens in Redis are encrypted with it).
+    sed -i "s|^state_dir = .*|&\nstate_key = \"$(head -c 32 /dev/urandom | base64 | tr -d '\n')\"|" "$TMP/p/proxy.conf"
+    printf '[cluster]\nredis = "redis://127.0.0.1:%s/0"\n' "$RPORT" >> "$TMP/p/proxy.conf"
+fi
 LD_PRELOAD="$TMP/sigsuspend_copy.so" taskset -c 0 valgrind --tool=callgrind --callgrind-out-file="$TMP/cg.%p.out" \
     "$TMP/authproxy" serve --config "$TMP/p/proxy.conf" > "$TMP/p/log" 2>&1 &
 VPID=$!; PIDS+=("$VPID")
@@ -73,9 +89,14 @@ codes() { taskset -c 1 curl -s -x "http://127.0.0.1:$PORT" -K "$1" -w '%{http_co
 w=$(codes "$TMP/warm.curl")
 [[ "$w" =~ ^\ *$WARM\ 200$ ]] || { echo "warm-up: not every answer was 200: $w" >&2; exit 1; }
 if [[ "$ADMIN" == 1 ]]; then M0=$(metrics_requests_total "$TMP/p"); fi
+if [[ "$CLUSTER" == 1 ]]; then redis-cli -p "$RPORT" config resetstat >/dev/null; fi
 callgrind_control -z "$VPID" >/dev/null
 r=$(codes "$TMP/run.curl")
 callgrind_control -d "$VPID" >/dev/null
+if [[ "$CLUSTER" == 1 ]]; then
+    echo "Redis commands during the counted requests (INFO commandstats):"
+    redis-cli -p "$RPORT" info commandstats | grep '^cmdstat' | grep -v 'cmdstat_info:\|cmdstat_config' || echo "  none"
+fi
 [[ "$r" =~ ^\ *$N\ 200$ ]] || { echo "run: not every answer was 200: $r" >&2; exit 1; }
 if [[ "$ADMIN" == 1 ]]; then
     M1=$(metrics_requests_total "$TMP/p")
@@ -86,7 +107,7 @@ for _ in $(seq 1 50); do ls "$TMP"/cg."$VPID".out.* >/dev/null 2>&1 && break; sl
 IR=$(awk '/^summary:/ {print $2}' "$TMP"/cg."$VPID".out.* | tail -n1)
 [[ -n "$IR" ]] || { echo "no callgrind dump" >&2; exit 1; }
 echo "binary: $BIN"
-echo "admin listener (metrics): $([[ "$ADMIN" == 1 ]] && echo on || echo off); credentials: $CREDS"
+echo "admin listener (metrics): $([[ "$ADMIN" == 1 ]] && echo on || echo off); credentials: $CREDS; [cluster]: $([[ "$CLUSTER" == 1 ]] && echo on || echo off)"
 echo "requests: $N on one keep-alive connection (after $WARM warm-up); Ir total: $IR"
 python3 -c "print(f'Ir per request: {$IR / $N:,.0f}')"
 if [[ "$PROFILE" -gt 0 ]]; then
