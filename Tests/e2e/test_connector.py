@@ -2,11 +2,17 @@
 CONNECT tunnels reach their upstream through the same attempts, the same failover between parents and the same
 `deny_destinations` check, including on the parents a PAC file names, and fail with the same answers.
 
-Run in both client modes (AUTHPROXY_TEST_HTTP_CLIENT=libcurl too): a plain-http request through a parent is a
-libcurl transfer (CurlTransfer, whose failover uses the same ConnectAttempts), a CONNECT is the connector's.
+Run in both client modes (AUTHPROXY_TEST_HTTP_CLIENT=libcurl too): with the own client a plain-http request through
+an `http` parent goes in absolute form on a connection the connector made to the parent (and the parent's own 407
+goes back to the connector for the next parent); with libcurl it is a CurlTransfer, whose failover uses the same
+ConnectAttempts. A CONNECT is the connector's in both.
 """
 
+import base64
+import hashlib
 import socket
+
+import requests
 
 import harness
 from forwarding_proxy import ForwardingProxy, PacServer
@@ -138,3 +144,65 @@ def test_every_parent_down_is_answered_alike_by_a_request_and_a_tunnel(proxy_fac
     status, body = connect_status(p, "a.pac.test", origin.port)
     assert status == 502, body
     assert b"Could not connect to parent proxy http://127.0.0.1:" in body, body
+
+
+def test_a_parent_that_answers_407_is_left_for_the_next_and_the_body_goes_again(proxy_factory, origin):
+    """A parent that wants a login authproxy has none for answers the request itself with 407: it is the parent's
+    refusal, recorded, and the request (its body from the start) goes to the next parent; the client never sees it."""
+    locked = ForwardingProxy("locked", hosts=NAMES, basic="someone:secret").start()
+    good = ForwardingProxy("good", hosts=NAMES).start()
+    try:
+        p = start_with_admin(proxy_factory, "", proxy={
+            "upstream_proxy": ["http://" + locked.address, "http://" + good.address],
+            "upstream_proxy_backoff_seconds": 300, "upstream_timeout_seconds": 5})
+        body = b"x" * 5000
+        s = requests.Session()
+        s.trust_env = False
+        r = s.post("http://a.pac.test:%d/echo?m=after-407" % origin.port, data=body, proxies=p.proxies, timeout=20)
+        assert r.status_code == 200, r.text
+        echo = r.json()
+        assert echo["body_sha256"] == hashlib.sha256(body).hexdigest(), echo
+        assert any("1.1 good" in v for k, v in echo["headers"] if k.lower() == "via"), echo["headers"]
+        assert ("POST", "http://a.pac.test:%d/echo?m=after-407" % origin.port) in good.seen, good.seen
+        assert locked.seen == [] and locked.accepted >= 1, (locked.seen, locked.accepted)
+        smp = samples(p)
+        assert value(smp, "authproxy_parent_failures_total", cause="auth", parent="http://" + locked.address) == 1
+        # The next request goes to the good parent first: the locked one is in backoff.
+        before = locked.accepted
+        r = get(p, "http://a.pac.test:%d/echo?m=second" % origin.port)
+        assert r.status_code == 200, r.text
+        assert locked.accepted == before
+    finally:
+        locked.stop()
+        good.stop()
+
+
+def test_every_parent_wanting_a_login_is_a_502_that_names_the_missing_setting(proxy_factory, origin):
+    locked = ForwardingProxy("locked", hosts=NAMES, basic="someone:secret").start()
+    try:
+        p = proxy_factory(proxy={"upstream_proxy": "http://" + locked.address, "upstream_timeout_seconds": 5})
+        r = get(p, "http://a.pac.test:%d/echo" % origin.port)
+        err = harness.assert_error_json(r.status_code, r.headers.get, r.content, 502)
+        assert locked.address in err["message"] and "no upstream_proxy_credential" in err["message"], err
+        assert "Proxy-Authenticate" not in r.headers
+    finally:
+        locked.stop()
+
+
+def test_a_basic_only_parent_login_goes_with_each_request(proxy_factory, origin):
+    """`schemes = ["basic"]` for the parent's credential: sent with the request, never after a 407 first."""
+    parent = ForwardingProxy("basic", hosts=NAMES, basic="alice:parent-pw").start()
+    try:
+        credential = ('\n[[credential]]\nname = "corp"\ntype = "password"\nusername = "alice"\n'
+                      'password = "parent-pw"\nschemes = ["basic"]\nallow_basic_over_http = true\n')
+        p = proxy_factory(extra_config=credential, proxy={
+            "upstream_proxy": "http://" + parent.address, "upstream_proxy_credential": "corp"})
+        for i in range(3):
+            r = get(p, "http://a.pac.test:%d/echo?m=basic-%d" % (origin.port, i))
+            assert r.status_code == 200, r.text
+        expected = "Basic " + base64.b64encode(b"alice:parent-pw").decode()
+        assert parent.authorizations == [expected] * 3, parent.authorizations
+        assert len(parent.seen) == 3
+        assert "parent-pw" not in p.log_text()
+    finally:
+        parent.stop()

@@ -28,6 +28,13 @@ final class Connector {
     struct Connected {
         let channel: SocketChannel
         let parent: ParentProxy?
+        /// How it reaches the destination: direct, inside a CONNECT through `parent`, or to `parent` itself for
+        /// requests in absolute form.
+        var route: Route {
+            guard let parent else { return .direct }
+            return forwarding ? .forwardedBy(parent) : .parent(parent)
+        }
+        var forwarding = false
     }
 
     private let multi: CurlMulti
@@ -41,6 +48,9 @@ final class Connector {
     private let deny: [AddressBlock]
     /// `SO_KEEPALIVE`, for connections that will wait in a pool.
     private let keepAlive: Bool
+    /// A plain `http://` request that an `http` parent gets in absolute form on the connection itself (the own
+    /// client writes it), rather than inside a CONNECT many parents refuse for port 80.
+    private let absoluteForm: Bool
     private var route: ParentRoute?
     private var attempts = ConnectAttempts(parents: [])
     private var dialer: Dialer?
@@ -50,7 +60,7 @@ final class Connector {
 
     init(
         multi: CurlMulti, urlHost: String, port: Int, tls: Bool, trust: ServerTrustSettings?, timeoutSeconds: Int,
-        denyDestinations: [AddressBlock], keepAlive: Bool
+        denyDestinations: [AddressBlock], keepAlive: Bool, absoluteForm: Bool = false
     ) {
         self.multi = multi
         self.urlHost = urlHost
@@ -61,6 +71,7 @@ final class Connector {
         self.timeoutSeconds = timeoutSeconds
         deny = denyDestinations
         self.keepAlive = keepAlive
+        self.absoluteForm = absoluteForm && !tls
     }
 
     private var destination: String { "\(urlHost):\(port)" }
@@ -75,6 +86,18 @@ final class Connector {
         assertOnQueue(multi.queue)
         self.done = done
         follow(route)
+    }
+
+    /// The parent a request in absolute form went to refused it itself (its 407: no login, or a wrong one) before
+    /// anything reached the client: recorded in its health, and the next attempt is made as after a failed
+    /// connect — `done` is called again, with the next link or the failure naming the parents. `canMove`: whether
+    /// the request can go again (its body, if any, rewound).
+    func parentRefused(status: Int, canMove: () -> Bool, _ done: @escaping (Result<Connected, UpstreamError>) -> Void) {
+        assertOnQueue(multi.queue)
+        self.done = done
+        let error = UpstreamError(
+            cause: .other("parent refused"), detail: "", destination: destination, timeoutSeconds: timeoutSeconds)
+        parentFailed(.failed(.auth, status: status), error: error, canMove: canMove)
     }
 
     /// Stops connecting; `done` is not called.
@@ -150,6 +173,12 @@ final class Connector {
         case .success(let channel) where p == nil && !tls:
             stopAttempt()
             finish(.success(Connected(channel: channel, parent: nil)))
+        case .success(let channel)
+        where absoluteForm && p.map { route?.routing.ownClientForwards(through: $0) } == true:
+            // The request itself talks to the parent: its answer to it (a 407) is read by the client, which hands
+            // it back here (``parentRefused(status:_:)``).
+            stopAttempt()
+            finish(.success(Connected(channel: channel, parent: p, forwarding: true)))
         case .success(let channel):
             // libcurl's part has its own connect timeout: what is left of the attempt's time.
             timer?.cancel()
@@ -217,10 +246,12 @@ final class Connector {
 
     /// Records the failure at the current parent and carries out the next step: another attempt, or `error` naming
     /// the parents' failure.
-    private func parentFailed(_ outcome: ConnectAttempts.Outcome, error: UpstreamError) {
+    private func parentFailed(
+        _ outcome: ConnectAttempts.Outcome, error: UpstreamError, canMove: () -> Bool = { true }
+    ) {
         guard let route, let p = attempts.parent else { return }
         if case .failed(let cause, _) = outcome { route.routing.health.failed(p, cause: cause) }
-        switch attempts.failed(outcome) {
+        switch attempts.failed(outcome, canMove: canMove) {
         case .attempt:
             attempt()
         case .fail(let f):

@@ -1,3 +1,5 @@
+import Foundation
+
 /// One configuration generation's parent proxies as the executor uses them: which parents a destination goes
 /// through (``UpstreamProxyConfig``, `no_proxy`, or the PAC file of `upstream_pac`), the credential they are
 /// authenticated with, and the process-wide ``ParentHealth`` that orders them. Immutable; shared by the event
@@ -33,6 +35,31 @@ final class ParentRouting: Sendable, Equatable {
         let c = config.credentialName.flatMap { n in credentials.first { $0.name == n } }
         password = c?.kind as? PasswordSettings
         kerberos = c?.kind as? KerberosSettings
+        // libcurl sends Basic with the request too (its `basicOnly` case), so the own client can take a Basic-only
+        // login: nothing is negotiated. Never logged; kept with the generation it came from.
+        if let pw = password, pw.schemes == [.basic], kerberos == nil {
+            basicAuthorization = "Basic " + Data("\(pw.curlUser):\(pw.password)".utf8).base64EncodedString()
+        } else {
+            basicAuthorization = nil
+        }
+    }
+
+    /// `Proxy-Authorization` for a parent whose credential is a Basic-only password (nil: none, or one that needs
+    /// a handshake libcurl carries out).
+    let basicAuthorization: String?
+
+    /// Whether the own HTTP/1.1 client can carry a plain `http://` request to `parent` in absolute form: a plain
+    /// `http` parent with no login, or a Basic-only one sent with the request. Any other login (Digest, NTLM,
+    /// Negotiate, answered from the parent's 407) is libcurl's; an `https` parent or a SOCKS one tunnels instead.
+    func ownClientForwards(through parent: ParentProxy) -> Bool {
+        guard parent.scheme == .http else { return false }
+        guard config.mayAuthenticate(parent), password != nil || kerberos != nil else { return true }
+        return basicAuthorization != nil
+    }
+
+    /// The `Proxy-Authorization` the own client sends `parent` with a request in absolute form (nil: none).
+    func proxyAuthorization(for parent: ParentProxy) -> String? {
+        config.mayAuthenticate(parent) ? basicAuthorization : nil
     }
 
     /// For a command-line tool (`doctor`, `login`, `signout`): the configured parents with a health record of

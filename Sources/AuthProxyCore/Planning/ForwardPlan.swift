@@ -27,7 +27,7 @@ struct ForwardPlan: Equatable {
     var gateway: Credential? = nil
     /// The parent proxies the request goes through (nil: direct; `no_proxy` and the route decided here).
     var parentRoute: ParentRoute? = nil
-    /// Which client carries the request (``UpstreamClient/choose(configured:network:throughParent:upstreamScheme:isUpgrade:)``).
+    /// Which client carries the request (``UpstreamClient/choose(configured:network:route:upstreamScheme:isUpgrade:)``).
     var client: UpstreamClient = .own
     /// The request goes over upstream connections of the client connection's own, not the shared pool: a client
     /// doing NTLM or Negotiate itself authenticates the connection its request goes over, which must then never

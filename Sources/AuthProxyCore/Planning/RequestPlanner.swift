@@ -258,7 +258,7 @@ enum RequestPlanner {
             return PlannedAnswer(error: refusal)
         }
         plan.client = UpstreamClient.choose(
-            configured: settings.httpClient, network: plan.network, throughParent: plan.parentRoute != nil,
+            configured: settings.httpClient, network: plan.network, route: plan.parentRoute,
             upstreamScheme: plan.upstreamURL.scheme, isUpgrade: h.upgrade != nil)
         plan.ownConnections = settings.ownsUpstreams || ConnectionBoundAuthentication.starts(h.headers)
         let hasBody = h.framing != .none && h.framing != .contentLength(0) && h.method != "HEAD"

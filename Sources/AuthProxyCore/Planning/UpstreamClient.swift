@@ -7,17 +7,19 @@ enum UpstreamClient: Equatable {
 
     /// libcurl stays where it is the point: `http_client = "libcurl"`, a network credential (a password or Kerberos
     /// identity: Basic, Digest, NTLM, Negotiate, whose handshakes libcurl answers and, for NTLM and Negotiate, bind
-    /// to its connection; a client certificate), and plain http through a parent, which goes in absolute form as libcurl writes it. A WebSocket
-    /// handshake always goes over the own client, the one that hands its connection over after a `101`
-    /// (``RequestPlanner/webSocketRefusal(network:)`` turns away those that would need libcurl),
-    /// through a parent inside a CONNECT tunnel.
+    /// to its connection; a client certificate), and plain http through a parent the own client cannot carry in
+    /// absolute form (``ParentRouting/ownClientForwards(through:)``: an `https` parent, or one whose login is
+    /// answered from its 407). A WebSocket handshake always goes over the own client, the one that hands its
+    /// connection over after a `101` (``RequestPlanner/webSocketRefusal(network:)`` turns away those that would
+    /// need libcurl), through a parent inside a CONNECT tunnel.
     static func choose(
-        configured: HTTPClientChoice, network: NetworkAuth, throughParent: Bool, upstreamScheme: String,
+        configured: HTTPClientChoice, network: NetworkAuth, route: ParentRoute?, upstreamScheme: String,
         isUpgrade: Bool
     ) -> UpstreamClient {
         if network.hasCredential { return .libcurl }
         if isUpgrade { return .own }
         if configured == .libcurl { return .libcurl }
-        return throughParent && upstreamScheme != "https" ? .libcurl : .own
+        guard let route, upstreamScheme != "https" else { return .own }
+        return route.candidates.allSatisfy { route.routing.ownClientForwards(through: $0) } ? .own : .libcurl
     }
 }

@@ -7,12 +7,13 @@ import CCurl
 
 /// One exchange with an upstream server, on a pooled libcurl easy handle (``CurlEasyHandle``).
 ///
-/// Used only where libcurl is the point (``UpstreamClient/choose(configured:network:throughParent:upstreamScheme:isUpgrade:)``):
+/// Used only where libcurl is the point (``UpstreamClient/choose(configured:network:route:upstreamScheme:isUpgrade:)``):
 /// `http_client = "libcurl"`, network credentials (NTLM and Negotiate handshakes bound to libcurl's cached
-/// connection, Basic and Digest challenges, client certificates), plain http through a parent in absolute form
-/// (many parents refuse CONNECT to port 80), and the proxy's own fetches (``HTTPFetch``). Everything else connects
-/// through the ``Connector``. Unlike it, libcurl resolves and connects here itself, so `deny_destinations` is
-/// applied as it opens each socket (``DestinationCheck``) and the parents' failover follows the same
+/// connection, Basic and Digest challenges, client certificates), plain http through a parent whose login is
+/// negotiated from its 407 or that is reached over TLS, and the proxy's own fetches (``HTTPFetch``). Everything
+/// else connects through the ``Connector``. Unlike it, libcurl resolves and connects here itself, so
+/// `deny_destinations` is applied as it opens each socket (``DestinationCheck``) and the parents' failover follows
+/// the same
 /// ``ConnectAttempts``.
 ///
 /// Confined to its event loop's queue; libcurl calls back through `Unmanaged` pointers to the transfer (the

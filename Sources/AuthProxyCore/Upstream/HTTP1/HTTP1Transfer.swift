@@ -39,6 +39,9 @@ final class HTTP1Transfer: UpstreamExchange {
     private let trust: ServerTrustSettings?
     /// Connecting a new connection; nil once connected or failed.
     private var connector: Connector?
+    /// The connector of a new connection to an `http` parent that gets the request in absolute form: the parent's
+    /// own refusal (its 407) goes back to it for the next parent (``Connector/parentRefused(status:canMove:_:)``).
+    private var failover: Connector?
     @exclusivity(unchecked) private var reader: ResponseReader
     /// What happens next (connect, send, resend, pause, end): decided by the machine, carried out here. Confined to
     /// the pool's queue and changed only by the machine's own methods, so without the dynamic exclusivity check.
@@ -55,12 +58,16 @@ final class HTTP1Transfer: UpstreamExchange {
         self.request = request
         self.target = target
         self.delegate = delegate
-        reader = ResponseReader(
-            isHeadRequest: request.method == "HEAD", reuseAfterBodiless: affinity.isOwned,
-            upgradeRequested: request.upgrade != nil)
+        reader = Self.reader(for: request, affinity: affinity)
         machine = HTTP1TransferStateMachine(hasBody: request.bodyLength != nil)
         tls = target.scheme == "https"
         trust = tls ? request.network.trust : nil
+    }
+
+    private static func reader(for request: UpstreamRequest, affinity: Affinity) -> ResponseReader {
+        ResponseReader(
+            isHeadRequest: request.method == "HEAD", reuseAfterBodiless: affinity.isOwned,
+            upgradeRequested: request.upgrade != nil)
     }
 
     deinit {
@@ -77,10 +84,17 @@ final class HTTP1Transfer: UpstreamExchange {
         .init(host: target.host, port: target.port, affinity: affinity, route: route, tls: tls, trust: trust)
     }
 
+    /// Plain http to an `http` parent goes in absolute form on a connection to the parent, unless it is a
+    /// WebSocket handshake (a parent may not relay an Upgrade) or the destination takes a `Proxy-Authorization` of
+    /// its own (a gateway's): only a CONNECT keeps those from the parent.
+    private var absoluteForm: Bool {
+        !tls && request.upgrade == nil && !request.fields.forwardsProxyAuthorization
+    }
+
     func start() {
         assertOnQueue(pool.queue)
         if let r = request.parentRoute, let first = r.routing.health.order(r.candidates).first {
-            route = .parent(first)
+            route = absoluteForm && r.routing.ownClientForwards(through: first) ? .forwardedBy(first) : .parent(first)
         }
         let pooled = pool.take(key)
         if machine.start(pooledConnection: pooled != nil) == .sendHead, let c = pooled {
@@ -107,6 +121,7 @@ final class HTTP1Transfer: UpstreamExchange {
         delegate = nil
         connector?.cancel()
         connector = nil
+        failover = nil
         // Cut inside an exchange: what is left of it on the connection could never be told apart from the next.
         connection?.close()
         connection = nil
@@ -118,22 +133,59 @@ final class HTTP1Transfer: UpstreamExchange {
     private func connectNew() {
         let c = Connector(
             multi: pool.multi, urlHost: target.urlHost, port: target.port, tls: tls, trust: trust,
-            timeoutSeconds: request.timeoutSeconds, denyDestinations: request.denyDestinations, keepAlive: true)
+            timeoutSeconds: request.timeoutSeconds, denyDestinations: request.denyDestinations, keepAlive: true,
+            absoluteForm: absoluteForm)
         connector = c
-        // Not called after cancel() (which cancels the connector): the exchange is still on when this runs.
+        c.start(request.parentRoute.map { TunnelRoute.parents($0) } ?? .direct, connectorDone(c))
+    }
+
+    /// What the connector's outcome does, first or after a parent's refusal. Not called after cancel() (which
+    /// cancels the connector): the exchange is still on when it runs.
+    private func connectorDone(_ c: Connector) -> (Result<Connector.Connected, UpstreamError>) -> Void {
         let bound = LoopBound(self, queue: pool.queue)
-        c.start(request.parentRoute.map { TunnelRoute.parents($0) } ?? .direct) { result in
+        return { result in
             let me = bound.value
             me.connector = nil
             switch result {
             case .success(let link):
                 // The parent that carried it, or direct after every parent failed (a route ending in DIRECT).
-                me.route = link.parent.map { .parent($0) } ?? .direct
+                me.route = link.route
+                me.failover = link.forwarding ? c : nil
                 me.connected(UpstreamConnection(channel: link.channel, key: me.key, pool: me.pool))
             case .failure(let error):
+                me.failover = nil
                 me.fail(error)
             }
         }
+    }
+
+    /// The `http` parent answered the request in absolute form with its own 407 (no login, or a refused one): it
+    /// never reaches the client. The connector records it and tries the next parent, the request going again
+    /// (its body rewound) when it can; otherwise the answer names the parent.
+    private func parentRefused(_ parent: ParentProxy) {
+        guard !machine.isEnded else { return }
+        detach()?.close()
+        reader = Self.reader(for: request, affinity: affinity)
+        machine.resending()
+        let hasBody = request.bodyLength != nil
+        let canMove: () -> Bool = { [unowned self] in !hasBody || delegate?.transferRewindBody() == true }
+        if let c = failover {
+            failover = nil
+            connector = c
+            c.parentRefused(status: 407, canMove: canMove, connectorDone(c))
+            return
+        }
+        // A kept-alive connection whose parent now refuses: the answer names it (the next request starts over).
+        request.parentRoute?.routing.health.failed(parent, cause: .auth)
+        var error = UpstreamError(
+            cause: .other("parent refused"), detail: "", destination: destination,
+            timeoutSeconds: request.timeoutSeconds)
+        let routing = request.parentRoute?.routing
+        error.failedAtParents(
+            .parent(
+                ParentFailure(parent: parent, cause: .auth, connectStatus: 407, credential: routing?.credentialName)),
+            pac: nil)
+        fail(error)
     }
 
     /// A new connection is up: the request goes out on it.
@@ -168,6 +220,15 @@ final class HTTP1Transfer: UpstreamExchange {
         h.removeAll()
         h.append(request.method)
         h.append(" ")
+        if case .forwardedBy = route {
+            // Absolute form (RFC 9112 §3.2.2): the parent reads the destination from the request line.
+            h.append("http://")
+            h.append(target.urlHost)
+            if !target.isDefaultPort {
+                h.append(":")
+                h.append(String(target.port))
+            }
+        }
         h.append(target.pathAndQuery)
         h.append(" HTTP/1.1\r\nHost: ")
         h.append(target.urlHost)
@@ -191,6 +252,13 @@ final class HTTP1Transfer: UpstreamExchange {
             h.append("Upgrade: ")
             h.append(upgrade)
             h.append("\r\nConnection: Upgrade\r\n")
+        }
+        if case .forwardedBy(let parent) = route,
+            let login = request.parentRoute?.routing.proxyAuthorization(for: parent)
+        {
+            h.append("Proxy-Authorization: ")
+            h.append(login)
+            h.append("\r\n")
         }
         if let via = request.via {
             h.append("Via: ")
@@ -296,6 +364,8 @@ final class HTTP1Transfer: UpstreamExchange {
         case invalid(ResponseReader.Failure)
         case cancelled
         case switched
+        /// The `http` parent's own 407 to a request in absolute form (``parentRefused(_:)``).
+        case parentRefused(ParentProxy)
     }
 
     func connectionReadable() {
@@ -372,6 +442,9 @@ final class HTTP1Transfer: UpstreamExchange {
         case .switched:
             switchedProtocols()
             return false
+        case .parentRefused(let parent):
+            parentRefused(parent)
+            return false
         }
     }
 
@@ -409,6 +482,9 @@ final class HTTP1Transfer: UpstreamExchange {
             }
             switch step {
             case .headLine(let n):
+                if reader.status == 407, case .forwardedBy(let parent) = route {
+                    return (at, .parentRefused(parent))
+                }
                 delegate?.transferDidReceiveHeaderLine(UnsafeRawBufferPointer(rebasing: rest[0..<n]))
                 if machine.isEnded { return (at, .cancelled) }
                 at += n
