@@ -436,3 +436,47 @@ def test_chromium_opens_wss_from_a_page_through_the_proxy(proxy_factory, ca, ups
                 browser.wait(10)
         page.stop()
     assert upstream.tokens() == [KEY], upstream.handshakes
+
+
+def test_wss_to_a_server_that_wants_a_client_certificate_presents_the_credential(proxy_factory, ca, tls_cert,
+                                                                                  tmp_path):
+    """A `certificate` credential on a WebSocket host: the connector's TLS presents it in the handshake to the server,
+    which refuses any connection without one signed by its client CA."""
+    d = tmp_path / "clients"
+    d.mkdir()
+
+    def openssl(*args):
+        r = subprocess.run(["openssl", *args], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+
+    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "2",
+            "-subj", "/CN=client-ca", "-keyout", str(d / "ca.key"), "-out", str(d / "ca.pem"))
+    openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj", "/CN=stream-reader",
+            "-keyout", str(d / "client.key"), "-out", str(d / "client.csr"))
+    openssl("x509", "-req", "-in", str(d / "client.csr"), "-CA", str(d / "ca.pem"), "-CAkey", str(d / "ca.key"),
+            "-CAcreateserial", "-days", "2", "-out", str(d / "client.pem"))
+    ctx = server_context(tls_cert)
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    ctx.load_verify_locations(str(d / "ca.pem"))
+    s = EchoServer(ssl_context=ctx).start()
+    try:
+        conf = (tls_section(ca)
+                + cred("pki", "certificate", "https://localhost:%d" % s.port, cert=str(d / "client.pem"),
+                       key=str(d / "client.key"))
+                + cred("trust", "server-trust", "https://localhost:%d" % s.port, ca_file=tls_cert[0]))
+        p = proxy_factory(extra_config=conf)
+        with ws_connect(url(s), proxy=p.url, ssl=trusting(ca.cert), open_timeout=T) as ws:
+            ws.send("with a client certificate")
+            assert ws.recv(timeout=T) == "with a client certificate"
+        assert p.wait_for_log(lambda l: "upgrade=websocket" in l and "credential=pki" in l and "status=101" in l,
+                              timeout=10)
+        # Without the credential the server refuses the TLS handshake: the certificate is what let it in.
+        p.stop()
+        p = proxy_factory(extra_config=tls_section(ca) + cred(
+            "trust", "server-trust", "https://localhost:%d" % s.port, ca_file=tls_cert[0]))
+        with pytest.raises(Exception):
+            with ws_connect(url(s), proxy=p.url, ssl=trusting(ca.cert), open_timeout=T) as ws:
+                ws.send("without")
+                ws.recv(timeout=T)
+    finally:
+        s.stop()

@@ -44,6 +44,8 @@ final class Connector {
     private let port: Int
     private let tls: Bool
     private let trust: ServerTrustSettings?
+    /// A `certificate` credential's, presented in the TLS handshake to the destination.
+    private let certificate: ClientCertificateSettings?
     private let timeoutSeconds: Int
     private let deny: [AddressBlock]
     /// `SO_KEEPALIVE`, for connections that will wait in a pool.
@@ -59,8 +61,9 @@ final class Connector {
     private var done: ((Result<Connected, UpstreamError>) -> Void)?
 
     init(
-        multi: CurlMulti, urlHost: String, port: Int, tls: Bool, trust: ServerTrustSettings?, timeoutSeconds: Int,
-        denyDestinations: [AddressBlock], keepAlive: Bool, absoluteForm: Bool = false
+        multi: CurlMulti, urlHost: String, port: Int, tls: Bool, trust: ServerTrustSettings?,
+        certificate: ClientCertificateSettings? = nil, timeoutSeconds: Int, denyDestinations: [AddressBlock],
+        keepAlive: Bool, absoluteForm: Bool = false
     ) {
         self.multi = multi
         self.urlHost = urlHost
@@ -68,6 +71,7 @@ final class Connector {
         self.port = port
         self.tls = tls
         self.trust = tls ? trust : nil
+        self.certificate = tls ? certificate : nil
         self.timeoutSeconds = timeoutSeconds
         deny = denyDestinations
         self.keepAlive = keepAlive
@@ -185,7 +189,8 @@ final class Connector {
             timer = nil
             // The socket reaches libcurl once the channel's sources are gone (libcurl makes its own).
             let c = CurlConnector(
-                multi: multi, urlHost: urlHost, port: port, tls: tls, trust: trust, parent: p, routing: route?.routing,
+                multi: multi, urlHost: urlHost, port: port, tls: tls, trust: trust, certificate: certificate, parent: p,
+                routing: route?.routing,
                 timeoutSeconds: timeoutSeconds, deadline: deadline)
             curl = c
             let me = LoopBound(self, queue: multi.queue)

@@ -384,12 +384,12 @@ enum RequestPlanner {
     /// (so not inside an intercepted TLS tunnel), and only the own HTTP/1.1 client hands its connection over after
     /// a `101` (so no network credential, which needs libcurl).
     static func webSocketRefusal(network: NetworkAuth) -> ErrorResponse? {
-        if network.hasCredential {
+        if network.answersChallenges {
             return ErrorResponse(
                 status: 501,
                 message:
-                    "WebSocket to a host with a network credential (password, Kerberos, client certificate) is not supported",
-                details: ["Only token and API-key credentials apply to WebSocket handshakes."])
+                    "WebSocket to a host with a password or Kerberos credential is not supported",
+                details: ["Token, API-key and client-certificate credentials apply to WebSocket handshakes."])
         }
         return nil
     }

@@ -7,16 +7,17 @@ enum UpstreamClient: Equatable {
 
     /// libcurl stays where it is the point: `http_client = "libcurl"`, a network credential (a password or Kerberos
     /// identity: Basic, Digest, NTLM, Negotiate, whose handshakes libcurl answers and, for NTLM and Negotiate, bind
-    /// to its connection; a client certificate), and plain http through a parent the own client cannot carry in
+    /// to its connection), and plain http through a parent the own client cannot carry in
     /// absolute form (``ParentRouting/ownClientForwards(through:)``: an `https` parent, or one whose login is
     /// answered from its 407). A WebSocket handshake always goes over the own client, the one that hands its
     /// connection over after a `101` (``RequestPlanner/webSocketRefusal(network:)`` turns away those that would
-    /// need libcurl), through a parent inside a CONNECT tunnel.
+    /// need libcurl), through a parent inside a CONNECT tunnel. A client certificate is presented by the connector's
+    /// TLS (``CurlConnector``), for the own client as for a tunnel.
     static func choose(
         configured: HTTPClientChoice, network: NetworkAuth, route: ParentRoute?, upstreamScheme: String,
         isUpgrade: Bool
     ) -> UpstreamClient {
-        if network.hasCredential { return .libcurl }
+        if network.answersChallenges { return .libcurl }
         if isUpgrade { return .own }
         if configured == .libcurl { return .libcurl }
         guard let route, upstreamScheme != "https" else { return .own }

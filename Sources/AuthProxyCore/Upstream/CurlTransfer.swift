@@ -116,7 +116,7 @@ final class CurlTransfer {
         if request.network.hasCredential || request.totalTimeoutSeconds != nil {
             h.markCarriesCredential()
             if let total = request.totalTimeoutSeconds { ap_easy_setopt_long(e, CURLOPT_TIMEOUT, total) }
-            applyNetworkAuth(e)
+            applyNetworkAuth(h)
         }
         if let route = request.parentRoute, let parent = attempts.parent {
             // A Proxy-Authorization for the destination (an identity-aware proxy's token) would be the parent's in an
@@ -155,7 +155,8 @@ final class CurlTransfer {
     /// Password, Kerberos and client-certificate settings. Negotiate is offered only with a Kerberos identity:
     /// against a server offering Negotiate + NTLM, libcurl would otherwise pick Negotiate and fail instead of
     /// using NTLM.
-    private func applyNetworkAuth(_ e: UnsafeMutableRawPointer) {
+    private func applyNetworkAuth(_ h: CurlEasyHandle) {
+        let e = h.raw
         let n = request.network
         var mask = 0
         if let pw = n.password {
@@ -177,37 +178,7 @@ final class CurlTransfer {
             }
         }
         if mask != 0 { ap_easy_setopt_long(e, CURLOPT_HTTPAUTH, mask) }
-        if let c = n.certificate {
-            if let m = c.material {
-                // The bytes checked when they were loaded (``ClientCertificateMaterial``): libcurl matches pooled
-                // connections and TLS sessions by them, so a renewed certificate never reuses the old one's.
-                Self.setBlob(e, CURLOPT_SSLCERT_BLOB, m.cert)
-                ap_easy_setopt_ptr(e, CURLOPT_SSLCERTTYPE, m.key == nil ? "P12" : "PEM")
-                if let key = m.key {
-                    Self.setBlob(e, CURLOPT_SSLKEY_BLOB, key)
-                    ap_easy_setopt_ptr(e, CURLOPT_SSLKEYTYPE, "PEM")
-                }
-                if let pw = m.key == nil ? c.password : c.keyPassword { ap_easy_setopt_ptr(e, CURLOPT_KEYPASSWD, pw) }
-            } else if let file = c.file {
-                ap_easy_setopt_ptr(e, CURLOPT_SSLCERT, file)
-                ap_easy_setopt_ptr(e, CURLOPT_SSLCERTTYPE, "P12")
-                if let pw = c.password { ap_easy_setopt_ptr(e, CURLOPT_KEYPASSWD, pw) }
-            } else if let cert = c.cert, let key = c.key {
-                ap_easy_setopt_ptr(e, CURLOPT_SSLCERT, cert)
-                ap_easy_setopt_ptr(e, CURLOPT_SSLCERTTYPE, "PEM")
-                ap_easy_setopt_ptr(e, CURLOPT_SSLKEY, key)
-                if let pw = c.keyPassword { ap_easy_setopt_ptr(e, CURLOPT_KEYPASSWD, pw) }
-            }
-        }
-    }
-
-    /// Sets a blob option; libcurl copies the bytes.
-    private static func setBlob(_ e: UnsafeMutableRawPointer, _ option: CURLoption, _ bytes: [UInt8]) {
-        bytes.withUnsafeBytes { b in
-            var blob = curl_blob(
-                data: UnsafeMutableRawPointer(mutating: b.baseAddress), len: b.count, flags: UInt32(CURL_BLOB_COPY))
-            _ = ap_easy_setopt_ptr(e, option, &blob)
-        }
+        if let c = n.certificate { h.applyClientCertificate(c) }
     }
 
     /// Resumes a transfer paused by ``BodyAcceptance/pause`` or ``BodySupply/pause``.

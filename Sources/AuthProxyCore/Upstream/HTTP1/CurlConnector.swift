@@ -37,6 +37,8 @@ final class CurlConnector {
     private let port: Int
     private let tls: Bool
     private let trust: ServerTrustSettings?
+    /// Presented in the TLS handshake to the destination (a `certificate` credential).
+    private let certificate: ClientCertificateSettings?
     private let parent: ParentProxy?
     private let routing: ParentRouting?
     private let timeoutSeconds: Int
@@ -49,14 +51,16 @@ final class CurlConnector {
     private var done: ((Result<CurlLink, Failure>) -> Void)?
 
     init(
-        multi: CurlMulti, urlHost: String, port: Int, tls: Bool, trust: ServerTrustSettings?, parent: ParentProxy?,
-        routing: ParentRouting?, timeoutSeconds: Int, deadline: UInt64
+        multi: CurlMulti, urlHost: String, port: Int, tls: Bool, trust: ServerTrustSettings?,
+        certificate: ClientCertificateSettings? = nil, parent: ParentProxy?, routing: ParentRouting?,
+        timeoutSeconds: Int, deadline: UInt64
     ) {
         self.multi = multi
         self.urlHost = urlHost
         self.port = port
         self.tls = tls
         self.trust = trust
+        self.certificate = tls ? certificate : nil
         self.parent = parent
         self.routing = routing
         self.timeoutSeconds = timeoutSeconds
@@ -114,6 +118,7 @@ final class CurlConnector {
         ap_easy_setopt_long(
             e, CURLOPT_CONNECTTIMEOUT_MS, deadline > now ? max(1, Int((deadline - now) / 1_000_000)) : 1)
         if let trust, tls { h.applyTrust(trust) }
+        if let certificate { h.applyClientCertificate(certificate) }
         if let routing, let parent { h.applyParent(parent, routing: routing, tunnel: true, https: tls) }
         guard multi.addConnectOnly(h, connector: self) else {
             easy = nil

@@ -37,6 +37,8 @@ final class HTTP1Transfer: UpstreamExchange {
     /// An https upstream: connections are TLS, made by libcurl with `trust`.
     private let tls: Bool
     private let trust: ServerTrustSettings?
+    /// A `certificate` credential's, presented in the TLS handshake (connections made with it are pooled apart).
+    private let certificate: ClientCertificateSettings?
     /// Connecting a new connection; nil once connected or failed.
     private var connector: Connector?
     /// The connector of a new connection to an `http` parent that gets the request in absolute form: the parent's
@@ -62,6 +64,7 @@ final class HTTP1Transfer: UpstreamExchange {
         machine = HTTP1TransferStateMachine(hasBody: request.bodyLength != nil)
         tls = target.scheme == "https"
         trust = tls ? request.network.trust : nil
+        certificate = tls ? request.network.certificate : nil
     }
 
     private static func reader(for request: UpstreamRequest, affinity: Affinity) -> ResponseReader {
@@ -81,7 +84,9 @@ final class HTTP1Transfer: UpstreamExchange {
     /// connector reached.
     private var route: Route = .direct
     private var key: UpstreamConnectionPool.Key {
-        .init(host: target.host, port: target.port, affinity: affinity, route: route, tls: tls, trust: trust)
+        .init(
+            host: target.host, port: target.port, affinity: affinity, route: route, tls: tls, trust: trust,
+            certificate: certificate)
     }
 
     /// Plain http to an `http` parent goes in absolute form on a connection to the parent, unless it is a
@@ -133,7 +138,8 @@ final class HTTP1Transfer: UpstreamExchange {
     private func connectNew() {
         let c = Connector(
             multi: pool.multi, urlHost: target.urlHost, port: target.port, tls: tls, trust: trust,
-            timeoutSeconds: request.timeoutSeconds, denyDestinations: request.denyDestinations, keepAlive: true,
+            certificate: certificate, timeoutSeconds: request.timeoutSeconds,
+            denyDestinations: request.denyDestinations, keepAlive: true,
             absoluteForm: absoluteForm)
         connector = c
         c.start(request.parentRoute.map { TunnelRoute.parents($0) } ?? .direct, connectorDone(c))

@@ -23,6 +23,9 @@ final class UpstreamConnectionPool {
         /// The server-trust settings it was verified with: a connection verified more leniently (a pinned key,
         /// no verification) is never handed to a request that expects the default verification, or the reverse.
         var trust: ServerTrustSettings? = nil
+        /// The client certificate presented in its handshake: a connection authenticated as one client identity is
+        /// never handed to a request for another, or for none.
+        var certificate: ClientCertificateSettings? = nil
 
         // Hashed by what tells destinations apart in practice; equality still compares every field. The
         // synthesized hash of all six showed in the relay's instruction count (a key is hashed per request).
