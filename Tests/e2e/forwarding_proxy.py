@@ -8,6 +8,7 @@ Forwarded http requests get `Via: 1.1 <name>`, so the origin shows which parent 
 as a different egress address, as behind different NAT gateways.
 """
 
+import contextlib
 import socket
 import threading
 import urllib.parse
@@ -204,3 +205,22 @@ class PacServer:
     def stop(self):
         self._httpd.shutdown()
         self._httpd.server_close()
+
+
+@contextlib.contextmanager
+def parent_named_by_pac(hosts, destination="a.pac.test"):
+    """A forwarding parent, and a PAC server whose file sends `destination` to it by the name `localhost` (which
+    resolves into 127.0.0.0/8 and ::1, for tests of deny_destinations on PAC-named parents) and the rest DIRECT.
+    Yields (parent, pac); both are stopped at the end."""
+    parent = ForwardingProxy("byname", hosts=hosts).start()
+    pac = PacServer("""
+function FindProxyForURL(url, host) {
+    if (host == "%s") return "PROXY localhost:%d";
+    return "DIRECT";
+}
+""" % (destination, parent.port)).start()
+    try:
+        yield parent, pac
+    finally:
+        pac.stop()
+        parent.stop()

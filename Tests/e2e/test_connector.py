@@ -15,7 +15,7 @@ import socket
 import requests
 
 import harness
-from forwarding_proxy import ForwardingProxy, PacServer
+from forwarding_proxy import ForwardingProxy, PacServer, parent_named_by_pac
 from test_admin import samples, start_with_admin, value
 from test_upstream_pac import get, send_connect, tunnel_get, wait_until
 
@@ -46,14 +46,7 @@ def connect_status(proxy, host, port):
 def test_a_pac_parent_named_into_a_denied_block_is_refused_with_a_403_naming_the_setting(proxy_factory, origin):
     # `localhost` resolves into 127.0.0.0/8 (and ::1), both denied: the parent is never contacted, and a request
     # and a tunnel get the same answer, naming the PAC file, the parent and deny_destinations.
-    parent = ForwardingProxy("byname", hosts=NAMES).start()
-    pac = PacServer("""
-function FindProxyForURL(url, host) {
-    if (host == "a.pac.test") return "PROXY localhost:%d";
-    return "DIRECT";
-}
-""" % parent.port).start()
-    try:
+    with parent_named_by_pac(NAMES) as (parent, pac):
         p = proxy_factory(proxy={
             "upstream_pac": pac.url, "upstream_pac_refresh_seconds": 300, "upstream_timeout_seconds": 5,
             "connect_ports": [443, origin.port], "deny_destinations": ["127.0.0.0/8", "::1/128"]})
@@ -68,9 +61,6 @@ function FindProxyForURL(url, host) {
         assert status == 403, body
         assert b"denied address" in body and b"deny_destinations" in body, body
         assert parent.accepted == 0, "the parent at a denied address received %d connections" % parent.accepted
-    finally:
-        pac.stop()
-        parent.stop()
 
 
 def test_a_denied_pac_parent_is_skipped_for_the_next_by_requests_and_tunnels(proxy_factory, origin):

@@ -24,7 +24,7 @@ import pytest
 import requests
 
 import harness
-from forwarding_proxy import ForwardingProxy, PacServer
+from forwarding_proxy import ForwardingProxy, PacServer, parent_named_by_pac
 from test_admin import admin_get, start_with_admin
 from test_upstream_pac import send_connect
 
@@ -407,14 +407,7 @@ function FindProxyForURL(url, host) {
 def test_a_pac_named_parent_resolved_into_a_denied_block_is_never_contacted(proxy_factory, origin):
     # By name: `localhost` resolves into 127.0.0.0/8, denied here; the PAC server and the origin are not dialed
     # through the Dialer's deny check (the PAC fetch goes directly, and no request here reaches the origin).
-    parent = ForwardingProxy("byname", hosts=NAMES).start()
-    pac = PacServer("""
-function FindProxyForURL(url, host) {
-    if (host == "a.pac.test") return "PROXY localhost:%d";
-    return "DIRECT";
-}
-""" % parent.port).start()
-    try:
+    with parent_named_by_pac(NAMES) as (parent, pac):
         p = proxy_factory(proxy={
             "upstream_pac": pac.url, "upstream_pac_refresh_seconds": 300, "upstream_timeout_seconds": 5,
             "deny_destinations": ["127.0.0.0/8", "::1/128"], "upstream_proxy_credential": "corp"},
@@ -427,9 +420,6 @@ function FindProxyForURL(url, host) {
         status, _ = tunnel_status(p, "a.pac.test", origin.port)
         assert status in (403, 502)
         assert parent.accepted == 0, "the parent at a denied address received %d connections" % parent.accepted
-    finally:
-        pac.stop()
-        parent.stop()
 
 
 def tunnel_status(proxy, host, port):
