@@ -237,3 +237,57 @@ def test_a_client_that_leaves_ends_the_window(proxy_factory, ags):
             break
         time.sleep(0.1)
     assert r.status_code == 200
+
+
+def test_capture_of_an_oauth2_credential_hides_the_client_secret_and_tokens(proxy_factory, tmp_path):
+    """An `oauth2` credential (client_secret_basic, found by OIDC discovery) against the project's OIDC provider
+    and its OAuth2-protected resource server: discovery and the token requests are entries, the client secret (in
+    the Basic field) and every access token are nowhere in the file."""
+    from oidc import OIDCProvider, ResourceServer
+    secret = "s3cret:with/odd+chars"
+    idp = OIDCProvider(expires_in=60).start()
+    ogc = None
+    try:
+        idp.add_client("gis-proxy", secret=secret)
+        ogc = ResourceServer(idp).start()
+        p = start(proxy_factory, cred("ogc", "oauth2", ogc.base + "/ogc", issuer=idp.issuer, client_id="gis-proxy",
+                                      client_secret=secret))
+        out = tmp_path / "oauth2.har"
+        cli = run_capture(p, "ogc", 4, out)
+        try:
+            wait_started(p, "ogc")
+            assert via(p, "GET", ogc.items_url() + "?limit=3").status_code == 200
+            idp.expire_all()
+            assert via(p, "GET", ogc.items_url() + "?limit=3").status_code == 200
+            _, stderr = cli.communicate(timeout=60)
+        finally:
+            if cli.poll() is None:
+                cli.kill()
+                cli.wait(timeout=10)
+        assert cli.returncode == 0, stderr
+        text = out.read_text()
+        har = json.loads(text)
+        jsonschema.validate(har, SCHEMA)
+        with idp.lock:
+            tokens = list(idp.tokens.keys())
+        assert len(tokens) >= 2
+        basic = __import__("base64").b64encode(
+            ("gis-proxy:" + urllib.parse.quote(secret, safe="")).encode()).decode()
+        for s in [secret, urllib.parse.quote(secret, safe=""), basic, "s3cret"] + tokens:
+            assert s not in text, "secret found in the HAR file"
+        own = [e for e in har["log"]["entries"] if e["_authproxy"]["role"] == "token-service"]
+        posts = [e for e in own if e["request"]["method"] == "POST"]
+        assert len(posts) >= 2, [e["request"]["url"] for e in own]
+        for e in posts:
+            headers = {h["name"].lower(): h["value"] for h in e["request"]["headers"]}
+            assert headers["authorization"] == "[redacted:credential ogc]"
+            form = {x["name"]: x["value"] for x in e["request"]["postData"]["params"]}
+            assert form["grant_type"] == "client_credentials"
+            assert json.loads(e["response"]["content"]["text"])["access_token"] == "[redacted:credential ogc]"
+        upstream = [e for e in har["log"]["entries"] if e["_authproxy"]["role"] == "upstream"]
+        assert any(h["name"].lower() == "authorization" and h["value"] == "[redacted:credential ogc]"
+                   for h in upstream[0]["request"]["headers"])
+    finally:
+        if ogc:
+            ogc.stop()
+        idp.stop()
