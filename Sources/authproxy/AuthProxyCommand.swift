@@ -15,7 +15,8 @@ struct AuthProxyCommand: ParsableCommand {
         abstract: "An authenticating HTTP forward proxy for ArcGIS and OGC services.",
         version: "authproxy \(AuthProxyVersion.string)",
         subcommands: [
-            Serve.self, Check.self, Doctor.self, Login.self, SignOutCommand.self, CA.self, PacWorkerCommand.self,
+            Serve.self, Check.self, Doctor.self, Login.self, SignOutCommand.self, CA.self, CaptureCommand.self,
+            PacWorkerCommand.self,
         ],
         defaultSubcommand: Serve.self
     )

@@ -51,6 +51,8 @@ final class AdminServer: @unchecked Sendable {
         var reader: (any DispatchSourceRead)?
         var writer: (any DispatchSourceWrite)?
         var timer: (any DispatchSourceTimer)?
+        /// The capture session this connection waits on (`POST /capture`): answered when its window ends.
+        var capture: UInt64?
 
         init(fd: Int32, peer: IPAddress, sequence: UInt64) {
             self.fd = fd
@@ -148,7 +150,10 @@ final class AdminServer: @unchecked Sendable {
     }
 
     private func openConnections() -> [AdminConnectionSlots.Open] {
-        connections.values.map { .init(id: $0.fd, peer: $0.peer, sequence: $0.sequence, reading: $0.reader != nil) }
+        connections.values.map {
+            // A connection waiting for its capture has sent its request: it is not slow, and is never evicted.
+            .init(id: $0.fd, peer: $0.peer, sequence: $0.sequence, reading: $0.reader != nil && $0.capture == nil)
+        }
     }
 
     private func adopt(_ fd: Int32, peer: IPAddress) {
@@ -167,6 +172,10 @@ final class AdminServer: @unchecked Sendable {
     }
 
     private func readable(_ c: Connection) {
+        if c.capture != nil {
+            heldReadable(c)
+            return
+        }
         var buf = [UInt8](repeating: 0, count: 4096)
         while true {
             let n = buf.withUnsafeMutableBytes { Glibc.read(c.fd, $0.baseAddress, $0.count) }
@@ -203,11 +212,62 @@ final class AdminServer: @unchecked Sendable {
                 return
             }
             guard Int64(c.input.count - consumed) >= bodyLength else { return }
-            var response = AdminRouter.route(AdminRequest(head: head, client: c.peer), hosts: hosts, backend: backend)
+            let request = AdminRequest(head: head, client: c.peer)
+            if let capture = backend as? any AdminCaptureBackend,
+                let routing = AdminRouter.captureRoute(request, hosts: hosts, enabled: capture.captureEnabled())
+            {
+                startCapture(c, routing, capture)
+                return
+            }
+            var response = AdminRouter.route(request, hosts: hosts, backend: backend)
             // HEAD: the GET's Content-Length, without its body.
             let length = response.body.count
             if head.isHead { response.body = [] }
             answer(c, response, bodyLengthOverride: length)
+        }
+    }
+
+    /// `POST /capture`: answered now when refused, else held open (reading only to see the client leave) until
+    /// the window ends; a client that leaves ends the window.
+    private func startCapture(
+        _ c: Connection, _ routing: AdminRouter.CaptureRouting, _ backend: any AdminCaptureBackend
+    ) {
+        guard case .start(let ask) = routing else {
+            if case .answer(let r) = routing { answer(c, r) }
+            return
+        }
+        let hop = LoopBound(c, queue: queue)
+        let done: @Sendable (AdminRouter.Response) -> Void = { [weak self] response in
+            guard let self else { return }
+            queue.async {
+                let c = hop.value
+                // The connection may have gone (closed, its descriptor reused): answer only the one that asked.
+                guard self.connections[c.fd] === c else { return }
+                c.capture = nil
+                self.answer(c, response)
+            }
+        }
+        switch backend.startCapture(ask, done: done) {
+        case .answer(let r):
+            answer(c, r)
+        case .started(let session):
+            c.capture = session
+            c.input = []
+            c.timer?.cancel()
+            c.timer = nil
+        }
+    }
+
+    /// Input on a connection waiting for its capture: discarded; the end of it means the client left.
+    private func heldReadable(_ c: Connection) {
+        var buf = [UInt8](repeating: 0, count: 512)
+        while true {
+            let n = buf.withUnsafeMutableBytes { Glibc.read(c.fd, $0.baseAddress, $0.count) }
+            if n > 0 { continue }
+            if n < 0, errno == EINTR { continue }
+            if n < 0, errno == EAGAIN || errno == EWOULDBLOCK { return }
+            close(c)
+            return
         }
     }
 
@@ -256,6 +316,11 @@ final class AdminServer: @unchecked Sendable {
 
     private func close(_ c: Connection) {
         guard connections.removeValue(forKey: c.fd) != nil else { return }
+        // Whoever asked for the capture is gone: its window ends now (another may start).
+        if let session = c.capture {
+            c.capture = nil
+            CaptureRecorder.shared.stop(session: session)
+        }
         c.timer?.cancel()
         c.reader?.cancel()
         c.writer?.cancel()

@@ -176,6 +176,7 @@ public struct ConfigLoader: Sendable {
                     names, key: "admin.hosts", example: "admin.example", alwaysAccepted: "IP addresses and localhost"
                 ) { admin.shown("hosts", $0) }
             }
+            if let capture = try admin.bool("capture") { settings.capture = capture }
             try admin.finish()
             config.admin = settings
         }

@@ -143,6 +143,8 @@ public struct AdminConfig: Sendable, Equatable {
     /// Host names (lowercase, no port) that requests may be addressed to besides IP literals and `localhost`:
     /// a guard against DNS rebinding from web pages (``AdminRequestPolicy``). Default: none.
     public var hosts: [String] = []
+    /// `POST /capture` records redacted HAR captures (``CaptureRecorder``). Default: off.
+    public var capture = false
 
     public init(listen: ListenAddress, allow: [AddressBlock] = AddressBlock.loopback, hosts: [String] = []) {
         self.listen = listen

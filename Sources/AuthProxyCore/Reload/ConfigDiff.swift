@@ -136,6 +136,7 @@ public struct ConfigDiff: Sendable, Equatable {
         note("log.level", old.logLevel != new.logLevel)
         note("admin.allow", old.admin != nil && new.admin != nil && old.admin?.allow != new.admin?.allow)
         note("admin.hosts", old.admin != nil && new.admin != nil && old.admin?.hosts != new.admin?.hosts)
+        note("admin.capture", old.admin != nil && new.admin != nil && old.admin?.capture != new.admin?.capture)
         note("tls", old.tls != new.tls)
         note("proxy.tls_cert", old.tlsCert != new.tlsCert || old.tlsKey != new.tlsKey)
         // Client passwords are compared by their per-process fingerprints (never by value).

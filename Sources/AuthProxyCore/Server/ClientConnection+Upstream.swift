@@ -63,6 +63,9 @@ extension ClientConnection {
             refuseOutboundHead(problem, url: url)
             return
         }
+        if CaptureRecorder.shared.isActive || x.capture != nil {
+            captureAttempt(x, head: h, url: url, clientForm: held, sent: applied)
+        }
         let inspect = x.credential?.kind.inspectsResponses == true
         var request = UpstreamRequest(
             method: method, url: sent.url, fields: fields, bodyLength: applied.bodyLength,
@@ -276,6 +279,7 @@ extension ClientConnection {
     func transferDidReceiveHeaderLine(_ raw: UnsafeRawBufferPointer) {
         // Trailers of a chunked response (hop-by-hop) are dropped.
         guard machine.readsResponseHead, let x = ex else { return }
+        x.capture?.headerLine(raw)
         switch x.responseHead.add(line: raw) {
         case .status:
             // Progress is stamped once per head (its first and last line), not per field: reading the clock
@@ -491,6 +495,7 @@ extension ClientConnection {
     }
 
     func transferDidReceiveBody(_ bytes: UnsafeRawBufferPointer) -> BodyAcceptance {
+        ex?.capture?.bodyBytes(bytes)
         guard let scrub = ex?.bodyScrub else { return relayBody(bytes) }
         // A scrubber cannot give back bytes it has taken: a full client queue pauses the transfer before, and what
         // it emits is relayed whatever the queue holds then (at most one read, decoded).
@@ -565,6 +570,7 @@ extension ClientConnection {
 
     func transferDidFinish(error: UpstreamError?) {
         ex?.transfer = nil
+        ex?.capture?.transferEnded(error: error.map { $0.detail.isEmpty ? $0.response.message : $0.detail })
         if error == nil {
             // Before the machine hears of the end: the held-back bytes are still part of the transfer's body.
             guard finishBodyScrub() else { return }

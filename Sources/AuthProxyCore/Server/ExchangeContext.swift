@@ -110,6 +110,8 @@ final class ExchangeContext {
     /// The cause of the upstream retry in progress, until its outcome is counted
     /// (`authproxy_upstream_retries_total`).
     var retryCause: RetryPolicy.Cause? = nil
+    /// The upstream attempt being recorded while a capture runs for the exchange's credential (nil otherwise).
+    var capture: CaptureDraft? = nil
 
     init() {}
 
@@ -159,5 +161,9 @@ final class ExchangeContext {
         limitedBy = nil
         attempt = nil
         retryCause = nil
+        if let c = capture {
+            capture = nil
+            c.finish()
+        }
     }
 }

@@ -47,6 +47,11 @@ final class HTTPFetch: UpstreamExchangeDelegate {
     /// Fields sent besides the fixed ones (`Authorization: Basic` of an OAuth client).
     private let extraHeaders: [(String, String)]
 
+    /// The credential the request is made for, so a capture recording it shows the request (set before
+    /// ``start()``); nil for requests no capture shows (PAC files).
+    var captureCredential: String?
+    private var capture: CaptureFetchDraft?
+
     init(
         multi: CurlMulti, method: String, url: String, form: [(String, String)]?, timeoutSeconds: Int,
         network: NetworkAuth = NetworkAuth(), route: ParentRoute? = nil, bodyLimit: Int? = nil,
@@ -82,6 +87,14 @@ final class HTTPFetch: UpstreamExchangeDelegate {
             multi.queue.async { hop.value?(.failure(FetchError(message: "not sent: \(problem.message)"))) }
             return
         }
+        if let name = captureCredential, CaptureRecorder.shared.records(name) {
+            capture = CaptureFetchDraft(
+                credential: name,
+                request: CaptureEntryBuilder.tokenServiceRequest(
+                    method: method, url: url, headers: fields.fields, form: method == "POST" ? form : nil,
+                    credential: name),
+                nowMillis: nowMillis())
+        }
         let destination = HTTPURL.parse(url).map { "\($0.target.urlHost):\($0.target.port)" } ?? url
         var request = UpstreamRequest(
             method: method, url: url, fields: fields,
@@ -103,6 +116,7 @@ final class HTTPFetch: UpstreamExchangeDelegate {
     func transferDidReceiveHeaderLine(_ raw: UnsafeRawBufferPointer) {
         let line = String(decoding: raw, as: UTF8.self).trimmingHTTPWhitespace().trimmingCRLF()
         if line.hasPrefix("HTTP/") {
+            capture?.responseBegan()
             let parts = line.split(separator: " ")
             status = parts.count > 1 ? Int(parts[1]) ?? 0 : 0
             contentType = nil
@@ -143,6 +157,13 @@ final class HTTPFetch: UpstreamExchangeDelegate {
         let done = completion
         completion = nil
         transfer = nil
+        if let c = capture {
+            capture = nil
+            let failed = error != nil && !(truncated && error?.cause == .clientGone)
+            c.finish(
+                status: failed ? 0 : status, headers: headers, body: body,
+                failure: failed ? error.map { $0.detail.isEmpty ? $0.response.message : $0.detail } : nil)
+        }
         if let error, !(truncated && error.cause == .clientGone) {
             done?(
                 .failure(

@@ -323,6 +323,7 @@ final class TokenFetcher {
             infos[key] = e.info == nil ? nil : e
             for w in waiters { w(outcome) }
         }
+        f.captureCredential = c.name
         f.start()
     }
 
@@ -396,6 +397,7 @@ final class TokenFetcher {
                 }
             }
         }
+        f.captureCredential = c.name
         f.start()
     }
 

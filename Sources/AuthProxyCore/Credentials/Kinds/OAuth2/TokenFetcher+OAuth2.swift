@@ -84,6 +84,7 @@ extension TokenFetcher {
                 }
             }
         }
+        f.captureCredential = c.name
         f.start()
     }
 
@@ -221,6 +222,7 @@ extension TokenFetcher {
                 }
             }
         }
+        f.captureCredential = c.name
         f.start()
     }
 
