@@ -178,6 +178,7 @@ final class ClientConnection: UpstreamExchangeDelegate, SocketChannelOwner {
     func detachExchange() {
         guard let x = ex else { return }
         ex = nil
+        if let saved = x.savedCredentials { credentials = saved }
         x.reset()
         loop.exchangeContexts.give(x)
     }
@@ -393,7 +394,7 @@ final class ClientConnection: UpstreamExchangeDelegate, SocketChannelOwner {
     func authorize(_ h: RequestHead) -> Bool {
         switch RequestPlanner.proxyAuthentication(
             h, insideTunnel: interception != nil, authenticator: context.access.authenticator,
-            known: authenticated?.authorization)
+            known: authenticated?.authorization, webApps: context.access.apps.directory)
         {
         case .notNeeded, .alreadyVerified:
             return true
