@@ -57,7 +57,7 @@ def test_each_app_origin_gets_only_its_credentials(proxy_factory, ags, session):
     q = ags.query_url() + "?where=1%3D1&f=json"
     r = _get(p, session, q, origin=PARCELS)
     assert r.status_code == 200 and len(r.json()["features"]) == 3, r.text[:300]
-    assert r.headers["Access-Control-Allow-Origin"] == PARCELS
+    assert r.headers["Access-Control-Allow-Origin"] == PARCELS and r.headers["Vary"] == "Origin"
     assert _secure_log(ags)[-1]["user"] == "alice"
     # The public app reaches the same secured service without any token (the server says so), and public
     # services as usual.
@@ -242,6 +242,7 @@ def test_sign_in_matrix(proxy_factory, ags, idp, session):
     assert r.headers["Access-Control-Allow-Origin"] == APP
     assert "WWW-Authenticate" in r.headers["Access-Control-Expose-Headers"]
     assert "maps" in err["message"] and not _secure_log(ags)
+    assert r.headers["Vary"] == "Origin, Authorization"
     # The preflight of a fetch with Authorization passes without a token.
     r = session.options(p.url + "/proxy?" + q, headers={"Origin": APP, "Access-Control-Request-Method": "GET",
                                                         "Access-Control-Request-Headers": "authorization"}, timeout=10)
@@ -251,6 +252,8 @@ def test_sign_in_matrix(proxy_factory, ags, idp, session):
     erin = idp.user_token("erin", AUDIENCE)
     r = _get(p, session, q, origin=APP, token=erin)
     assert r.status_code == 200 and len(r.json()["features"]) == 3, r.text[:300]
+    # A cache in front of the proxy must not hand this answer to a request without this user's token.
+    assert r.headers["Vary"] == "Origin, Authorization"
     e = _secure_log(ags)[-1]
     assert e["user"] == "alice" and e["token_count"] == 1, e
     assert erin not in json.dumps(ags.request_log())

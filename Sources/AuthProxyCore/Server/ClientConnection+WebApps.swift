@@ -12,6 +12,7 @@ extension ClientConnection {
         let app = access.app(i)
         guard let policy = app.signIn else { return access.store(app: i, rule: nil) }
         guard let x = ex, let h = x.head else { return nil }
+        x.varyAuthorization = true
         let registry = context.shared.signInKeys
         let cached = registry.cached(policy, logger: logger, now: now)
         let verdict = SignInCheck.verdict(

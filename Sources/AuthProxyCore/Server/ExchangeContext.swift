@@ -42,6 +42,8 @@ final class ExchangeContext {
     /// The connection's credential store while a `/proxy` request of an `[[app]]` uses the app's instead: put back
     /// when the exchange ends.
     var savedCredentials: CredentialStore? = nil
+    /// A `/proxy` exchange of an `[[app]]` that requires sign-in: its answers say `Vary: Origin, Authorization`.
+    var varyAuthorization = false
     /// The token-type credential applied to the exchange, and the token injected.
     var credential: Credential? = nil
     var injectedToken: IssuedToken? = nil
@@ -137,6 +139,7 @@ final class ExchangeContext {
         corsOrigin = nil
         varyOrigin = false
         savedCredentials = nil
+        varyAuthorization = false
         credential = nil
         injectedToken = nil
         injectedTokenRejected = false
