@@ -25,7 +25,7 @@ extension ClientConnection {
         case .needKeys:
             guard let serial = machine.routeRequested() else { return nil }
             let me = LoopBound(self, queue: loop.queue)
-            registry.fetch(policy, forced: false, logger: logger) {
+            registry.fetch(policy, logger: logger) {
                 me.queue.async {
                     guard me.value.machine.awaitsRoute(serial: serial) else { return }
                     me.value.serveProxyEndpoint(target, afterKeyFetch: true)

@@ -5,7 +5,7 @@ import Logging
 ///
 /// Reading is a locked dictionary look-up on the request path; fetching runs on this object's own queue and libcurl
 /// multi handle (created on first use), never on an event loop: a request that needs keys not fetched yet parks
-/// (``fetch(_:forced:logger:then:)`` calls it back) without blocking a thread. The JWKS location comes from the
+/// (``fetch(_:logger:then:)`` calls it back) without blocking a thread. The JWKS location comes from the
 /// issuer's discovery document, whose `issuer` must be the configured one (OIDC Discovery §4.3).
 ///
 /// Bounds: one fetch per issuer at a time (later requests wait for it); a fetch for an unknown `kid` (key
@@ -41,14 +41,15 @@ final class SignInKeys: @unchecked Sendable {
             let stale = s.map { $0.keys != nil && !$0.inFlight && now &- $0.fetchedAt > Self.maxAgeNanos } ?? false
             return (s, stale)
         }
-        if stale { fetch(policy, forced: true, logger: logger) {} }
+        // While the provider is down, the refresh is tried at most every ``minRefetchNanos`` (``fetch``).
+        if stale { fetch(policy, logger: logger) {} }
         return (state?.keys, state?.lastError)
     }
 
     /// Fetches the issuer's JWKS (discovery, then `jwks_uri`) and calls `then` on this object's queue when the
-    /// cache holds the outcome. Without `forced`, a fetch attempted less than ``minRefetchNanos`` ago is not
+    /// cache holds the outcome. A fetch attempted less than ``minRefetchNanos`` ago is not
     /// repeated: `then` is called at once with the cache as it is.
-    func fetch(_ policy: SignInPolicy, forced: Bool, logger: Logger, then: @escaping @Sendable () -> Void) {
+    func fetch(_ policy: SignInPolicy, logger: Logger, then: @escaping @Sendable () -> Void) {
         let now = DispatchTime.now().uptimeNanoseconds
         enum Step { case waits, answeredNow, starts }
         let step = lock.withLock { () -> Step in
@@ -58,7 +59,7 @@ final class SignInKeys: @unchecked Sendable {
                 s.waiters.append(then)
                 return .waits
             }
-            if !forced, let last = s.lastAttempt, now &- last < Self.minRefetchNanos { return .answeredNow }
+            if let last = s.lastAttempt, now &- last < Self.minRefetchNanos { return .answeredNow }
             s.inFlight = true
             s.lastAttempt = now
             s.waiters.append(then)
