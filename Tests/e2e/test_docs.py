@@ -74,6 +74,8 @@ def loader_keys():
                     sections.setdefault("cluster", set()).add(key)
                 elif func == "parseClients" and receiver == "entry":
                     sections.setdefault("client", set()).add(key)
+                elif func in ("parseApps", "appCredentials") and receiver in ("entry", "rule"):
+                    sections.setdefault("app", set()).add(key)  # [[app]] and its [[app.user_rule]]
                 elif receiver == "r" and func == "parseCredential":
                     sections.setdefault("credential.rate_limit", set()).add(key)
                 elif func in ("parseOAuth2", "rejectionSignals"):

@@ -12,6 +12,8 @@ final class AccessControl: Sendable {
     /// Every credential; what clients without a scope use.
     let all: CredentialStore
     private let scoped: [String: CredentialStore]
+    /// `[[app]]`: which credentials each web app on `/proxy` may use.
+    let apps: WebAppAccess
     /// Whether any credential has a `rate_limit` (so the per-request check can be skipped when none does).
     let hasRateLimits: Bool
 
@@ -30,6 +32,7 @@ final class AccessControl: Sendable {
             }
         }
         self.scoped = scoped
+        apps = WebAppAccess(apps: config.apps, credentials: config.credentials)
         hasRateLimits = config.credentials.contains { $0.rateLimit != nil }
     }
 

@@ -223,6 +223,9 @@ public struct ConfigLoader: Sendable {
                 config.allowClients = AddressBlock.everywhere
             }
         }
+        if let entries = try top.tableArray("app") {
+            config.apps = try parseApps(entries, credentials: config.credentials)
+        }
         let principals = Set(
             config.credentials.compactMap { c -> String? in
                 (c.kind as? KerberosSettings)?.principal

@@ -64,6 +64,8 @@ public struct ProxyConfig: Sendable {
     public var clients: [ProxyClient] = []
     /// Web app origins that may use the `/proxy?<url>` endpoint (ArcGIS JS `proxyUrl`); empty: endpoint off.
     public var allowedOrigins: [String] = []
+    /// `[[app]]`: web apps on `/proxy`, each with its own credentials and optional sign-in.
+    public var apps: [WebApp] = []
     public var logLevel: Logger.Level = .info
     public var logFormat: LogFormat = .text
     public var credentials: [Credential] = []

@@ -72,6 +72,9 @@ struct ResponseHeadAssembler {
         /// request had none (an `<img>` or `<script src>` load), or a browser reuses that cached answer, without
         /// `Access-Control-Allow-Origin`, for the app's next CORS request to the same URL and fails it.
         var varyOrigin: Bool = false
+        /// An `[[app]]` that requires sign-in: the answer depends on the user's `Authorization` too, so a cache in
+        /// front of the proxy never hands a signed-in user's answer to a request without that user's token.
+        var varyAuthorization: Bool = false
         /// The `Via` value.
         var via: String
     }
@@ -566,7 +569,11 @@ struct ResponseHeadAssembler {
             out.append(origin)
             out.append("\r\n")
         }
-        if o.corsOrigin != nil || o.varyOrigin { out.append("Vary: Origin\r\n") }
+        if o.varyAuthorization {
+            out.append("Vary: Origin, Authorization\r\n")
+        } else if o.corsOrigin != nil || o.varyOrigin {
+            out.append("Vary: Origin\r\n")
+        }
         if !framing.keepAlive {
             out.append("Connection: close\r\n")
         } else if o.clientMinorVersion == 0 {

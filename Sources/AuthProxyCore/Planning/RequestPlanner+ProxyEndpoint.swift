@@ -1,33 +1,38 @@
 /// The ArcGIS Maps SDK for JavaScript `proxyUrl` form: `GET /proxy?https://server/path?query`. Browsers cannot be
 /// pointed at a forward proxy per request, so web apps send their requests here. Any web page could otherwise make
-/// the browser spend the proxy's credentials, so the endpoint only exists with `[proxy] allowed_origins`, and a
-/// request from another origin is refused.
+/// the browser spend the proxy's credentials, so the endpoint only exists with `[proxy] allowed_origins` or
+/// `[[app]]` entries, and a request from another origin is refused. An `[[app]]` origin is admitted with that app's
+/// credentials only (chosen by the caller, ``WebAppAccess``).
 extension RequestPlanner {
     static func proxyEndpoint(
-        _ h: RequestHead, target: String, allowedOrigins allowed: [String], store: CredentialStore
+        _ h: RequestHead, target: String, allowedOrigins allowed: [String], store: CredentialStore,
+        apps: WebAppDirectory = WebAppDirectory([])
     )
         -> ProxyEndpointDecision
     {
-        guard !allowed.isEmpty else {
+        guard !allowed.isEmpty || !apps.isEmpty else {
             return .refuse(
                 ErrorResponse(
                     status: 404, message: "The /proxy endpoint is off",
-                    details: ["Set [proxy] allowed_origins to the web app origins that may use it."]), origin: nil)
+                    details: ["Set [proxy] allowed_origins, or add [[app]] entries, for the web apps that may use it."]),
+                origin: nil)
         }
-        // The requesting web app: its Origin, or the origin of its Referer when a browser sends no Origin
-        // (`<script src>` and `<img>` GETs). A request with neither could come from any page: refused.
         let origin = h.headers.first("origin")
-        guard let requester = origin ?? h.headers.first("referer").flatMap(webOrigin(of:)) else {
+        // A request with neither Origin nor Referer could come from any page: refused.
+        guard let requester = proxyEndpointOrigin(h) else {
             return .refuse(
                 ErrorResponse(
                     status: 403, message: "The /proxy endpoint needs an Origin or Referer header",
-                    details: ["Only the web apps in [proxy] allowed_origins may use it."]), origin: nil)
+                    details: ["Only the web apps in [proxy] allowed_origins or [[app]] origins may use it."]),
+                origin: nil)
         }
-        if !allowed.contains("*"), !allowed.contains(where: { $0.lowercased() == requester.lowercased() }) {
+        if apps.app(forOrigin: requester) == nil, !allowed.contains("*"),
+            !allowed.contains(where: { $0.lowercased() == requester.lowercased() })
+        {
             return .refuse(
                 ErrorResponse(
                     status: 403, message: "Origin \(requester.prefix(200)) may not use this proxy",
-                    details: ["It is not in [proxy] allowed_origins."]), origin: nil)
+                    details: ["It is neither in [proxy] allowed_origins nor the origin of an [[app]]."]), origin: nil)
         }
         if h.method == "OPTIONS", h.headers.contains("access-control-request-method") {
             // CORS preflight, answered here (the upstream never sees it).
@@ -60,6 +65,12 @@ extension RequestPlanner {
                 origin: origin)
         }
         return .forward(url, origin: origin)
+    }
+
+    /// The web app a `/proxy` request comes from: its `Origin`, or the origin of its `Referer` when a browser sends
+    /// no Origin (`<script src>` and `<img>` GETs).
+    static func proxyEndpointOrigin(_ h: RequestHead) -> String? {
+        h.headers.first("origin") ?? h.headers.first("referer").flatMap(webOrigin(of:))
     }
 
     /// JSONP may pass only when every credential that would authenticate the request, selected by the raw path or

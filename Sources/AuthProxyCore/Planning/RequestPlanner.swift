@@ -56,11 +56,18 @@ enum RequestPlanner {
     /// Proxy authentication: `known` is the `Proxy-Authorization` value the connection's last request verified.
     static func proxyAuthentication(
         _ h: RequestHead, insideTunnel: Bool, authenticator: ProxyAuthenticator,
-        known: String?
+        known: String?, webApps: WebAppDirectory = WebAppDirectory([])
     ) -> ProxyAuthDecision {
         guard authenticator.isRequired, !insideTunnel else { return .notNeeded }
         // Liveness probes, and the PAC file: clients fetch it before they use the proxy, without its credentials.
         if case .origin(let p) = h.target, p.prefix(while: { $0 != "?" }) == "/healthz" || PacEndpoint.isPacTarget(p) {
+            return .notNeeded
+        }
+        // A browser cannot send Proxy-Authorization: an [[app]]'s `/proxy` requests are guarded by the app (its
+        // origin, its credentials alone, its sign-in) instead.
+        if !webApps.isEmpty, case .origin(let p) = h.target, p.prefix(while: { $0 != "?" }) == "/proxy",
+            let o = proxyEndpointOrigin(h), webApps.app(forOrigin: o) != nil
+        {
             return .notNeeded
         }
         let presented = h.headers.first("proxy-authorization")

@@ -116,6 +116,7 @@ public struct ConfigDiff: Sendable, Equatable {
         note("proxy.allow_clients", old.allowClients != new.allowClients)
         note("proxy.deny_destinations", old.denyDestinations != new.denyDestinations)
         note("proxy.allowed_origins", old.allowedOrigins != new.allowedOrigins)
+        note("app", old.apps != new.apps)
         note("proxy.max_replay_bytes", old.maxReplayBytes != new.maxReplayBytes)
         note("proxy.watch_config", old.watchConfig != new.watchConfig)
         note("proxy.upstream_retries", old.upstreamRetries != new.upstreamRetries)

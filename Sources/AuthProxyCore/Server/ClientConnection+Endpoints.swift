@@ -66,14 +66,21 @@ extension ClientConnection {
             extraHeaders: a.headers.map { "\($0.0): \($0.1)\r\n" }.joined())
     }
 
-    /// The `/proxy?<url>` endpoint: ``RequestPlanner/proxyEndpoint(_:target:allowedOrigins:store:)`` decides, and a
-    /// forwarded request goes on like any proxied one (its body too).
-    func serveProxyEndpoint(_ target: String) {
+    /// The `/proxy?<url>` endpoint: ``RequestPlanner/proxyEndpoint(_:target:allowedOrigins:store:apps:)`` decides, and
+    /// a forwarded request goes on like any proxied one (its body too), with its `[[app]]`'s credentials when it
+    /// comes from one (after the user's sign-in, when the app requires it: ``webAppCredentials(app:afterKeyFetch:)``).
+    /// `afterKeyFetch`: called again once the sign-in keys it waited for were fetched.
+    func serveProxyEndpoint(_ target: String, afterKeyFetch: Bool = false) {
         guard let x = ex, let h = x.head else { return }
         // Every answer here depends on the Origin (or its absence): say so to browser caches.
         x.varyOrigin = true
+        let apps = context.access.apps
+        let app =
+            apps.directory.isEmpty
+            ? nil : RequestPlanner.proxyEndpointOrigin(h).flatMap { apps.directory.app(forOrigin: $0) }
         switch RequestPlanner.proxyEndpoint(
-            h, target: target, allowedOrigins: context.config.allowedOrigins, store: credentials)
+            h, target: target, allowedOrigins: context.config.allowedOrigins,
+            store: app.map { apps.store(app: $0, rule: nil) } ?? credentials, apps: apps.directory)
         {
         case .refuse(let e, let origin):
             x.corsOrigin = origin
@@ -83,6 +90,13 @@ extension ClientConnection {
             respondLocal(status: 204, contentType: "text/plain", body: "", extraHeaders: extra)
         case .forward(let url, let origin):
             x.corsOrigin = origin
+            if let app {
+                guard let store = webAppCredentials(app: app, target: target, afterKeyFetch: afterKeyFetch) else {
+                    return  // answered, or waiting for the issuer's keys
+                }
+                if x.savedCredentials == nil { x.savedCredentials = credentials }
+                credentials = store
+            }
             x.head?.target = .absolute(url)
             forward(url)
         }

@@ -356,7 +356,7 @@ extension ClientConnection {
             options: .init(
                 isHeadRequest: x.head?.isHead ?? false,
                 clientMinorVersion: x.head?.minorVersion ?? 1, keepAlive: machine.keepAlive, corsOrigin: x.corsOrigin,
-                varyOrigin: x.varyOrigin, via: context.viaValue))
+                varyOrigin: x.varyOrigin, varyAuthorization: x.varyAuthorization, via: context.viaValue))
         let status = x.responseHead.status
         if let m = ProxyMetrics.active {
             m.durationFirstByte.recordNanoseconds(Int64(bitPattern: now &- x.upstreamStarted))

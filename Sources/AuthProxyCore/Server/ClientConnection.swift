@@ -178,6 +178,7 @@ final class ClientConnection: UpstreamExchangeDelegate, SocketChannelOwner {
     func detachExchange() {
         guard let x = ex else { return }
         ex = nil
+        if let saved = x.savedCredentials { credentials = saved }
         x.reset()
         loop.exchangeContexts.give(x)
     }
@@ -393,7 +394,7 @@ final class ClientConnection: UpstreamExchangeDelegate, SocketChannelOwner {
     func authorize(_ h: RequestHead) -> Bool {
         switch RequestPlanner.proxyAuthentication(
             h, insideTunnel: interception != nil, authenticator: context.access.authenticator,
-            known: authenticated?.authorization)
+            known: authenticated?.authorization, webApps: context.access.apps.directory)
         {
         case .notNeeded, .alreadyVerified:
             return true
@@ -439,7 +440,11 @@ final class ClientConnection: UpstreamExchangeDelegate, SocketChannelOwner {
         if !noBody { s += "Content-Type: \(contentType)\r\nContent-Length: \(body.utf8.count)\r\n" }
         s += extraHeaders
         if let o = x.corsOrigin { s += "Access-Control-Allow-Origin: \(o)\r\n" }
-        if x.corsOrigin != nil || x.varyOrigin { s += "Vary: Origin\r\n" }
+        if x.varyAuthorization {
+            s += "Vary: Origin, Authorization\r\n"
+        } else if x.corsOrigin != nil || x.varyOrigin {
+            s += "Vary: Origin\r\n"
+        }
         if !keepAlive { s += "Connection: close\r\n" } else if minor == 0 { s += "Connection: keep-alive\r\n" }
         s += "\r\n"
         if x.head?.isHead != true, !noBody {

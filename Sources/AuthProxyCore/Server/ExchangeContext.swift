@@ -39,6 +39,11 @@ final class ExchangeContext {
     var corsOrigin: String? = nil
     /// A `/proxy` exchange, whose answers all say `Vary: Origin` (``ResponseHeadAssembler/Options/varyOrigin``).
     var varyOrigin = false
+    /// The connection's credential store while a `/proxy` request of an `[[app]]` uses the app's instead: put back
+    /// when the exchange ends.
+    var savedCredentials: CredentialStore? = nil
+    /// A `/proxy` exchange of an `[[app]]` that requires sign-in: its answers say `Vary: Origin, Authorization`.
+    var varyAuthorization = false
     /// The token-type credential applied to the exchange, and the token injected.
     var credential: Credential? = nil
     var injectedToken: IssuedToken? = nil
@@ -135,6 +140,8 @@ final class ExchangeContext {
         sniffBuffer = []
         corsOrigin = nil
         varyOrigin = false
+        savedCredentials = nil
+        varyAuthorization = false
         credential = nil
         injectedToken = nil
         injectedTokenRejected = false

@@ -19,6 +19,8 @@ final class SharedServerState: Sendable {
     let parents = ParentHealth(backoffSeconds: 30)
     /// `upstream_pac`: the PAC file in force and its answers, kept across reloads.
     let pac = PacResolver()
+    /// The JWKS of the issuers `[[app]]` sign-in trusts, kept across reloads.
+    let signInKeys = SignInKeys()
     /// `1.1 authproxy-<8 hex>`, random per process (``ServerContext/viaValue``).
     let viaValue: String = {
         var g = SystemRandomNumberGenerator()

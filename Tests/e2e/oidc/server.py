@@ -22,6 +22,13 @@ Provider (``OIDCProvider``), issuer ``http://127.0.0.1:PORT/realms/test`` (Keycl
                                                         tls_client_auth (served over https with ``tls`` set: the
                                                         client certificate's CN)
 
+  GET  /realms/test/protocol/openid-connect/certs      the realm's signing keys (JWKS, RS256; rotate_signing_key())
+  POST /realms/test/__test/sign-in                     a web app's sign-in in one call (user, password, client_id,
+                                                        lifetime): ``{"id_token": …}`` signed RS256 with the current
+                                                        key, aud = client_id, ``groups`` and
+                                                        ``realm_access.roles`` from add_user(); readable from any
+                                                        origin (CORS *)
+
 Google's shapes, on the same listener:
 
   POST /token                                           Google's token endpoint (oauth2.googleapis.com/token):
@@ -76,6 +83,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 
 REALM_PATH = "/realms/test"
+SIGN_IN_PATH = "/__test/sign-in"
 ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
 JWT_BEARER_GRANT = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 TOKEN_EXCHANGE_GRANT = "urn:ietf:params:oauth:grant-type:token-exchange"
@@ -270,7 +278,9 @@ class _ProviderHandler(_Base):
             return self.send(200, doc)
         if path == REALM_PATH + "/protocol/openid-connect/auth":
             return self.authorize()
-        if path == "/oauth2/v3/certs":
+        if path in ("/oauth2/v3/certs", REALM_PATH + "/protocol/openid-connect/certs"):
+            with p.lock:
+                p.jwks_requests += 1
             return self.send(200, p.jwks())
         self.send(404, {"error": "not_found"})
 
@@ -296,6 +306,16 @@ class _ProviderHandler(_Base):
     def do_POST(self):
         p = self.srv
         path = urlsplit(self.path).path
+        if path == REALM_PATH + SIGN_IN_PATH:
+            # A web app's sign-in, reduced to one call (a test page has nobody to type a password): the user's ID
+            # token for the app (aud = client_id). Readable from any origin, as the app's own page calls it.
+            form = dict(parse_qsl(self.body().decode("latin-1"), keep_blank_values=True))
+            user = p.users.get(form.get("user"))
+            if user is None or form.get("password") != user["password"]:
+                return self.send(401, {"error": "invalid_grant"}, headers=[("Access-Control-Allow-Origin", "*")])
+            token = p.user_token(form["user"], form.get("client_id", ""), lifetime=int(form.get("lifetime", "300")))
+            return self.send(200, {"id_token": token, "token_type": "Bearer"},
+                             headers=[("Access-Control-Allow-Origin", "*"), ("Cache-Control", "no-store")])
         if path not in (urlsplit(p.token_endpoint).path, GOOGLE_TOKEN_PATH, STS_TOKEN_PATH):
             return self.send(404, {"error": "not_found"})
         raw = self.body()
@@ -345,6 +365,8 @@ class OIDCProvider(_Listener):
         self.retired_keys = []  # (kid, public key) of rotated keys: listed in the JWKS, refused by verify_id_token
         self.id_token_lifetime = 3600
         self.subject_issuers = {}  # iss -> {"key": public key, "audience": str or None}
+        self.users = {}  # web-app users: name -> {"password": str, "groups": [str]}
+        self.jwks_requests = 0
 
     @property
     def issuer(self):
@@ -410,6 +432,24 @@ class OIDCProvider(_Listener):
         with self.lock:
             keys = [(self.signing_kid, self.signing_key.public_key())] + list(self.retired_keys)
         return {"keys": [jwk(k, p) for k, p in keys]}
+
+    def add_user(self, name, password, groups=()):
+        """A person who signs in to a web app (``POST /realms/test/__test/sign-in``)."""
+        self.users[name] = {"password": password, "groups": list(groups)}
+
+    def user_token(self, user, audience, lifetime=300, issuer=None, signing_key=None, kid=None, extra=None):
+        """An RS256 ID token for a web-app user, as the realm issues it at sign-in (Keycloak's shape: ``groups``,
+        ``realm_access.roles``), signed with the current key unless `signing_key` is given."""
+        now = int(time.time())
+        info = self.users.get(user, {"groups": []})
+        claims = {"iss": issuer or self.issuer, "aud": audience, "azp": audience, "sub": "user-" + user,
+                  "preferred_username": user, "groups": info["groups"],
+                  "realm_access": {"roles": ["user"] + info["groups"]},
+                  "iat": now, "exp": now + lifetime, "typ": "ID"}
+        claims.update(extra or {})
+        with self.lock:
+            key, k = (signing_key, kid) if signing_key is not None else (self.signing_key, self.signing_kid)
+        return sign_rs256(key, {"alg": "RS256", "kid": k, "typ": "JWT"}, claims)
 
     def rotate_signing_key(self):
         """A new key signs ID tokens from now on; tokens signed with the old one are no longer accepted (as when
