@@ -139,22 +139,27 @@ struct Serve: ParsableCommand {
 
         let grace = config.shutdownGraceSeconds
         nonisolated(unsafe) var stopping = false
+        // On the main queue: SIGTERM/SIGINT, and POST /quitquitquit (which starts the same shutdown).
+        let stop: @Sendable (String, Bool) -> Void = { trigger, signalled in
+            if stopping {
+                // A second signal is an operator insisting; a second quitquitquit is a sidecar repeating itself.
+                guard signalled else { return }
+                logger.warning("second signal: exiting now")
+                Glibc.exit(1)
+            }
+            stopping = true
+            logger.notice("shutting down", metadata: ["grace_seconds": "\(grace)", "trigger": "\(trigger)"])
+            server.shutdown(grace: grace) {
+                logger.notice("stopped")
+                Glibc.exit(0)
+            }
+        }
+        server.onShutdownRequest { trigger in DispatchQueue.main.async { stop(trigger, false) } }
         var sources: [any DispatchSourceSignal] = []
         for sig in [SIGTERM, SIGINT] {
             signal(sig, SIG_IGN)
             let s = DispatchSource.makeSignalSource(signal: sig, queue: .main)
-            s.setEventHandler {
-                if stopping {
-                    logger.warning("second signal: exiting now")
-                    Glibc.exit(1)
-                }
-                stopping = true
-                logger.notice("shutting down", metadata: ["grace_seconds": "\(grace)"])
-                server.shutdown(grace: grace) {
-                    logger.notice("stopped")
-                    Glibc.exit(0)
-                }
-            }
+            s.setEventHandler { stop(sig == SIGTERM ? "SIGTERM" : "SIGINT", true) }
             s.resume()
             sources.append(s)
         }

@@ -114,7 +114,7 @@ def test_metrics_count_exactly_what_happened(proxy_factory, origin, ags, session
             time.sleep(0.1)
         assert value(m, "authproxy_requests_total", credential="k", method="GET", status_class="2xx") == 3
         assert value(m, "authproxy_requests_total", credential="k", method="GET", status_class="4xx") == 1
-        assert value(m, "authproxy_rate_limited_total", credential="k") == 1
+        assert value(m, "authproxy_rate_limited_total", credential="k", reason="rate") == 1
         assert value(m, "authproxy_requests_total", credential="none", method="POST", status_class="2xx") == 1
         assert value(m, "authproxy_requests_total", credential="gis", method="GET", status_class="2xx") == 2
         assert value(m, "authproxy_token_requests_total", credential="gis", result="success") == 2

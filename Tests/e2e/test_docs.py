@@ -76,6 +76,14 @@ def loader_keys():
                     sections.setdefault("client", set()).add(key)
                 elif func in ("parseApps", "appCredentials") and receiver in ("entry", "rule"):
                     sections.setdefault("app", set()).add(key)  # [[app]] and its [[app.user_rule]]
+                elif func == "parseUpstreamLimits" and receiver == "entry":
+                    sections.setdefault("upstream", set()).add(key)
+                elif func == "parseCredentialLimits" and receiver == "entry":
+                    sections.setdefault("credential", set()).add(key)
+                elif func == "parseConcurrency" and receiver == "entry":
+                    # max_concurrent and its queue: keys of [[upstream]] and of [[credential]] alike.
+                    sections.setdefault("upstream", set()).add(key)
+                    sections.setdefault("credential", set()).add(key)
                 elif receiver == "r" and func == "parseCredential":
                     sections.setdefault("credential.rate_limit", set()).add(key)
                 elif func in ("parseOAuth2", "rejectionSignals"):

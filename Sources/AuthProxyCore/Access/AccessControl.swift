@@ -16,6 +16,8 @@ final class AccessControl: Sendable {
     let apps: WebAppAccess
     /// Whether any credential has a `rate_limit` (so the per-request check can be skipped when none does).
     let hasRateLimits: Bool
+    /// `max_concurrent` of `[[upstream]]` hosts and credentials (``UpstreamLimiter``).
+    let caps: ConcurrencyCaps
 
     init(config: ProxyConfig, shared: SharedServerState) {
         allowClients = config.allowClients
@@ -33,7 +35,9 @@ final class AccessControl: Sendable {
         }
         self.scoped = scoped
         apps = WebAppAccess(apps: config.apps, credentials: config.credentials)
-        hasRateLimits = config.credentials.contains { $0.rateLimit != nil }
+        hasRateLimits = config.credentials.contains { $0.rateLimit != nil || $0.limits.dailyQuota != nil }
+        caps = ConcurrencyCaps(upstreams: config.upstreamLimits, credentials: config.credentials)
+        shared.upstreamLimiter.configure(caps.all)
     }
 
     /// The credentials `client` may use: its scope, or all of them.

@@ -1,11 +1,21 @@
-/// `rate_limit = { requests = N, per_seconds = S }` of a credential.
+/// `rate_limit = { requests = N, per_seconds = S, scope = "client" }` of a credential.
 public struct RateLimit: Sendable, Equatable {
     public var requests: Int
     public var perSeconds: Int
+    public var scope: Scope = .client
 
-    public init(requests: Int, perSeconds: Int) {
+    /// Whose requests share one budget.
+    public enum Scope: String, Sendable, CaseIterable {
+        /// Each client (its `[[client]]` name, else its address) has its own.
+        case client
+        /// All clients together (and, with `[cluster]`, all replicas).
+        case credential
+    }
+
+    public init(requests: Int, perSeconds: Int, scope: Scope = .client) {
         self.requests = requests
         self.perSeconds = perSeconds
+        self.scope = scope
     }
 }
 

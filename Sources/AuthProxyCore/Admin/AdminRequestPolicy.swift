@@ -80,22 +80,35 @@ enum AdminRequestPolicy {
 
     /// Why a `POST /reload` is refused (the 403 body), or nil to accept it.
     static func reloadRefusal(_ r: AdminRequest) -> String? {
+        postRefusal(r, action: "POST /reload", header: "X-Authproxy-Reload", recipe: reloadRecipe)
+    }
+
+    /// The recipe for `POST /quitquitquit`.
+    static let quitRecipe = "curl -X POST -H 'X-Authproxy-Quit: 1' http://127.0.0.1:<port>/quitquitquit"
+
+    /// Why a `POST /quitquitquit` is refused (the 403 body), or nil to accept it: the same rules as `POST /reload`.
+    static func quitRefusal(_ r: AdminRequest) -> String? {
+        postRefusal(r, action: "POST /quitquitquit", header: "X-Authproxy-Quit", recipe: quitRecipe)
+    }
+
+    /// Why a state-changing `action` is refused (the 403 body), or nil to accept it.
+    private static func postRefusal(_ r: AdminRequest, action: String, header: String, recipe: String) -> String? {
         if let origin = r.origin {
             if origin.lowercased() == "null" {
-                return "refused: POST /reload from an opaque origin (Origin: null, a sandboxed or file: page)"
+                return "refused: \(action) from an opaque origin (Origin: null, a sandboxed or file: page)"
             }
             guard let host = r.host, sameOrigin(origin, host: host, allowPath: false) else {
-                return "refused: POST /reload with Origin '\(String(origin.prefix(100)))', which is not this admin "
+                return "refused: \(action) with Origin '\(String(origin.prefix(100)))', which is not this admin "
                     + "listener's own origin (a cross-site request)"
             }
         }
         if let referer = r.referer {
             guard let host = r.host, sameOrigin(referer, host: host, allowPath: true) else {
-                return "refused: POST /reload with a Referer from another origin (a cross-site request)"
+                return "refused: \(action) with a Referer from another origin (a cross-site request)"
             }
         }
         if let site = r.secFetchSite?.lowercased(), site != "same-origin", site != "none" {
-            return "refused: POST /reload with Sec-Fetch-Site: \(String(site.prefix(40))) (only same-origin or none)"
+            return "refused: \(action) with Sec-Fetch-Site: \(String(site.prefix(40))) (only same-origin or none)"
         }
         let customHeader = r.headerNames.contains { $0.count > 2 && $0.lowercased().hasPrefix("x-") }
         var preflightedType = false
@@ -104,8 +117,8 @@ enum AdminRequestPolicy {
             preflightedType = !media.isEmpty && !corsSafelistedContentTypes.contains(media)
         }
         guard customHeader || preflightedType else {
-            return "refused: POST /reload needs a header named X-… (e.g. X-Authproxy-Reload: 1) or a non-form "
-                + "Content-Type, so a web page cannot send it: \(reloadRecipe)"
+            return "refused: \(action) needs a header named X-… (e.g. \(header): 1) or a non-form "
+                + "Content-Type, so a web page cannot send it: \(recipe)"
         }
         return nil
     }

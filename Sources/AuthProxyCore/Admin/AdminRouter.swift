@@ -76,6 +76,11 @@ enum AdminRouter {
             return .json(
                 outcome.applied ? 200 : 422,
                 "{\"applied\":\(outcome.applied),\"message\":\"\(jsonEscaped(outcome.message))\"}\n")
+        case "/quitquitquit" where backend.quitquitquitEnabled:
+            guard method == "POST" else { return methodNotAllowed("POST") }
+            if let refusal = AdminRequestPolicy.quitRefusal(request) { return .text(403, refusal + "\n") }
+            backend.requestShutdown(trigger: "POST /quitquitquit")
+            return .text(200, "shutting down\n")
         default:
             return .text(
                 404,
@@ -101,6 +106,16 @@ protocol AdminBackend: AnyObject, Sendable {
     func metricsExposition() -> [UInt8]
     /// Reloads the configuration (same as SIGHUP): whether it was applied, and what happened.
     func reload(trigger: String) -> (applied: Bool, message: String)
+    /// `[admin] quitquitquit = true` in the generation in force.
+    var quitquitquitEnabled: Bool { get }
+    /// Starts the same shutdown as SIGTERM (``ProxyServer/onShutdownRequest(_:)``).
+    func requestShutdown(trigger: String)
     /// What the PAC file is made from: the generation in force, and the proxy listeners with their bound ports.
     func pacInputs() -> (settings: PacEndpoint.Settings, listeners: [ListenAddress])
+}
+
+extension AdminBackend {
+    /// Off unless the backend says otherwise (test backends without a process to stop).
+    var quitquitquitEnabled: Bool { false }
+    func requestShutdown(trigger: String) {}
 }

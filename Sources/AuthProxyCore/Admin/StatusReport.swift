@@ -131,4 +131,7 @@ public struct StatusReport: Codable, Sendable, Equatable {
 
     /// nil without `[cluster]`.
     public var cluster: Cluster? = nil
+
+    /// The limits that protect upstreams (``StatusReport+Limits``): empty when none is configured.
+    public var limits: [Limit] = []
 }

@@ -118,6 +118,9 @@ public struct ConfigLoader: Sendable {
             if let r = try proxy.enumValue("refresh", RefreshMode.self) { config.refresh = r }
             if let g = try proxy.int("get_as_post_above_bytes", range: 0...(1 << 20)) { config.getAsPostAboveBytes = g }
             try parseUpstreamProxy(&proxy, into: &config.upstreamProxy)
+            if let d = try proxy.int("min_shutdown_delay_seconds", range: 0...3600) {
+                config.minShutdownDelaySeconds = d
+            }
             config.tlsCert = try proxy.string("tls_cert")
             config.tlsKey = try proxy.string("tls_key")
             if (config.tlsCert == nil) != (config.tlsKey == nil) {
@@ -177,6 +180,7 @@ public struct ConfigLoader: Sendable {
                 ) { admin.shown("hosts", $0) }
             }
             if let capture = try admin.bool("capture") { settings.capture = capture }
+            if let q = try admin.bool("quitquitquit") { settings.quitquitquit = q }
             try admin.finish()
             config.admin = settings
         }
@@ -215,6 +219,9 @@ public struct ConfigLoader: Sendable {
                 }
                 config.credentials.append(credential)
             }
+        }
+        if let entries = try top.tableArray("upstream") {
+            config.upstreamLimits = try Self.parseUpstreamLimits(entries)
         }
         if let entries = try top.tableArray("client") {
             config.clients = try parseClients(entries, credentials: config.credentials)
@@ -534,9 +541,11 @@ public struct ConfigLoader: Sendable {
                     key: entry.path + ".rate_limit", line: r.table.line,
                     "needs requests and per_seconds, e.g. rate_limit = { requests = 600, per_seconds = 60 }")
             }
+            let scope = try r.enumValue("scope", RateLimit.Scope.self) ?? .client
             try r.finish()
-            rateLimit = RateLimit(requests: n, perSeconds: per)
+            rateLimit = RateLimit(requests: n, perSeconds: per, scope: scope)
         }
+        let limits = try Self.parseCredentialLimits(&entry)
 
         let kind = try kindType.parse(&entry, name: name)
         try entry.finish()
@@ -547,6 +556,7 @@ public struct ConfigLoader: Sendable {
         credential.upgradeToHTTPS = upgrade
         credential.layer = layer
         credential.rateLimit = rateLimit
+        credential.limits = limits
         credential.allowJSONP = allowJSONP
         credential.intercept = intercept
         if prefetch {

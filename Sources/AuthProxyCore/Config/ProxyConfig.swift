@@ -115,6 +115,10 @@ public struct ProxyConfig: Sendable {
     public var pacFallback: PacFallback = .none
     /// `[cluster]`: tokens shared by the replicas of a fleet through Redis; nil: this process alone.
     public var cluster: ClusterConfig? = nil
+    /// `[[upstream]]`: concurrency caps per upstream host.
+    public var upstreamLimits: [UpstreamHostLimit] = []
+    /// `min_shutdown_delay_seconds`: after SIGTERM, new connections are still accepted this long before draining.
+    public var minShutdownDelaySeconds = 0
 
     public init() {}
 
@@ -147,6 +151,8 @@ public struct AdminConfig: Sendable, Equatable {
     public var hosts: [String] = []
     /// `POST /capture` records redacted HAR captures (``CaptureRecorder``). Default: off.
     public var capture = false
+    /// `quitquitquit`: `POST /quitquitquit` starts the same shutdown as SIGTERM. Off by default.
+    public var quitquitquit = false
 
     public init(listen: ListenAddress, allow: [AddressBlock] = AddressBlock.loopback, hosts: [String] = []) {
         self.listen = listen

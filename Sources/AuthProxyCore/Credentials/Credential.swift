@@ -28,6 +28,7 @@ public struct Credential: Sendable {
         var overrideClientToken: Bool
         var upgradeToHTTPS: Bool
         var rateLimit: RateLimit?
+        var limits = CredentialLimits()
         var allowJSONP: Bool
         var prefetch: Bool
         var refresh: RefreshMode
@@ -73,6 +74,11 @@ public struct Credential: Sendable {
     public var rateLimit: RateLimit? {
         get { box.settings.rateLimit }
         set { change { $0.rateLimit = newValue } }
+    }
+    /// `max_concurrent` (with its queue) and `daily_quota`.
+    public var limits: CredentialLimits {
+        get { box.settings.limits }
+        set { change { $0.limits = newValue } }
     }
     /// Whether JSONP (`callback=`) answers may be read through the `/proxy` endpoint with this credential.
     public var allowJSONP: Bool {

@@ -8,6 +8,8 @@ extension ExchangeStateMachine {
             case none
             /// The PAC file is being asked for the route (off the loop); the request is planned again with its answer.
             case awaitingRoute
+            /// Waiting in a concurrency cap's queue (``UpstreamLimiter``); the request goes on when a slot is granted.
+            case queued
             case awaitingToken(attempt: Int)
             case transferring(Transfer)
             /// The first attempt's token was rejected and its transfer stopped; a fresh token is asked for on the
@@ -63,7 +65,7 @@ extension ExchangeStateMachine {
             case .transferring(let t): return t.attempt
             case .awaitingToken(let a), .backingOff(let a): return a
             case .retryScheduled: return 2
-            case .none, .awaitingRoute, .explainScheduled, .finished: return 1
+            case .none, .awaitingRoute, .queued, .explainScheduled, .finished: return 1
             }
         }
 
@@ -78,6 +80,15 @@ extension ExchangeStateMachine {
 
         mutating func routeRequested() {
             phase = .awaitingRoute
+        }
+
+        mutating func queueEntered() {
+            phase = .queued
+        }
+
+        /// The slot was granted: nothing is asked of the upstream yet (the token comes next).
+        mutating func queueLeft() {
+            if phase == .queued { phase = .none }
         }
 
         /// A token is asked for: the first attempt's, or the retry's after a rejection.

@@ -404,6 +404,11 @@ extension ExchangeStateMachine {
         switch state {
         case .tunnel:
             return .tunnel
+        case .exchange(let e) where e.upstream.phase == .queued:
+            // Waiting for a concurrency slot: the end of the client's input is taken as the client leaving, not as
+            // a half-close that still wants the answer. A queue is where abandoned requests pile up, and a client
+            // that gave up (a closed tab, a killed job) sends the same FIN.
+            return .gone
         case .exchange(var e) where e.request.isComplete:
             e.keepAlive = false
             e.clientHalfClosed = true
@@ -611,6 +616,26 @@ extension ExchangeStateMachine {
             e.upstream.routeRequested()
             return e.serial
         }
+    }
+
+    /// The exchange waits in a concurrency cap's queue (``UpstreamLimiter``): returns its serial, to check with
+    /// ``awaitsSlot(serial:)`` when the slot or the timeout comes.
+    mutating func queueEntered() -> Int? {
+        withExchange { e in
+            e.upstream.queueEntered()
+            return e.serial
+        }
+    }
+
+    /// Whether exchange `serial` still waits for a slot (it may have been answered, or the connection closed).
+    func awaitsSlot(serial: Int) -> Bool {
+        guard case .exchange(let e) = state, e.serial == serial, e.upstream.phase == .queued else { return false }
+        return true
+    }
+
+    /// The slot came: the exchange goes on to its token and transfer.
+    mutating func slotGranted() {
+        _ = withExchange { e in e.upstream.queueLeft() }
     }
 
     /// Whether the route answer for exchange `serial` is still wanted (the exchange may have been answered, or

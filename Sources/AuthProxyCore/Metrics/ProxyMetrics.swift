@@ -188,9 +188,11 @@ public final class ProxyMetrics: Sendable {
         activity.withLock { $0.networkAuth(credential: credential, scheme: scheme, success: success, now: nowMillis()) }
     }
 
-    func rateLimited(credential: String) {
+    /// A request refused 429 by a credential's `rate_limit` (`reason` "rate") or `daily_quota` ("daily_quota").
+    func rateLimited(credential: String, reason: String = "rate") {
         CoreMetrics.Counter(
-            label: "authproxy_rate_limited_total", dimensions: [("credential", credential)], factory: factory
+            label: "authproxy_rate_limited_total", dimensions: [("credential", credential), ("reason", reason)],
+            factory: factory
         )
         .increment()
         activity.withLock { $0.rateLimited(credential: credential, now: nowMillis()) }

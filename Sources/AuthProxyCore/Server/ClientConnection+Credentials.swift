@@ -36,7 +36,6 @@ extension ClientConnection {
             awaitRoute(routing, url: url, target: plan.upstreamURL)
             return
         }
-        let service = plan.service, holdsBody = plan.holdsBody, replayLimit = plan.replayLimit
         let rateLimitTargets = context.access.hasRateLimits ? plan.rateLimitTargets : []
         x.gatewayCredential = plan.gateway
         // Moved, not copied: the plan is large (three URLs, the network credentials, the route).
@@ -45,7 +44,19 @@ extension ClientConnection {
             respond(limited.error, close: false, extraHeaders: "Retry-After: \(limited.retryAfter)\r\n")
             return
         }
-        if let limit = replayLimit { x.replay = ReplayBuffer(limit: limit, directory: context.config.stateDir) }
+        if !context.access.caps.isEmpty {
+            admitUpstream(concurrencyKeys(store: store, plan: x.plan!), from: 0)
+            return
+        }
+        forwardAdmitted()
+    }
+
+    /// The request passed its limits (and holds its concurrency slots): the body's replay copy, the token, the
+    /// transfer.
+    func forwardAdmitted() {
+        guard let x = ex, let h = x.head, x.plan != nil else { return }
+        let service = x.plan!.service, holdsBody = x.plan!.holdsBody
+        if let limit = x.plan!.replayLimit { x.replay = ReplayBuffer(limit: limit, directory: context.config.stateDir) }
         guard let c = service else {
             obtainToken()  // the gateway's, if any
             return
@@ -80,8 +91,9 @@ extension ClientConnection {
         }
     }
 
-    /// `rate_limit`: spends one request of this client (its `[[client]]` name, else its address) from every
-    /// applicable credential's bucket; the first one empty answers 429 and the upstream is not contacted.
+    /// `rate_limit`: spends one request of this client (its `[[client]]` name, else its address; with `scope =
+    /// "credential"` everybody's) from every applicable credential's bucket, then one of its `daily_quota`; the first
+    /// one empty answers 429 and the upstream is not contacted.
     func rateLimited(store: CredentialStore, targets: [URLTarget]) -> (error: ErrorResponse, retryAfter: Int)? {
         // (The refusing credential is noted on the exchange for its metrics: `credential` stays unset, as nothing
         // of it was applied.)
@@ -90,34 +102,47 @@ extension ClientConnection {
         let now = self.now
         for target in targets {
             for c in store.applicable(for: target) where seen.insert(c.name).inserted {
-                guard let limit = c.rateLimit else { continue }
-                if case .limited(let wait) = context.access.rateLimiter.take(
-                    credential: c.name, client: who, limit: limit, now: now)
+                if let limit = c.rateLimit,
+                    case .limited(let wait) = context.access.rateLimiter.take(
+                        credential: c.name, client: limit.scope == .credential ? "" : who, limit: limit, now: now)
                 {
-                    if let m = ProxyMetrics.active {
-                        m.rateLimited(credential: c.name)
-                        ex?.limitedBy = c.name
-                    }
-                    if let held = context.access.throttle.admit("rate:\(c.name)", now: now) {
-                        logger.warning(
-                            "rate limit exceeded",
-                            metadata: [
-                                "credential": "\(c.name)", "client": "\(client?.name ?? "\(address)")",
-                                "limit": "\(limit.requests)/\(limit.perSeconds)s",
-                                "refused_since_last_report": "\(held)",
-                            ])
-                    }
-                    return (
-                        ErrorResponse(
-                            status: 429,
-                            message:
-                                "Rate limit of credential '\(c.name)' exceeded: \(limit.requests) requests per \(limit.perSeconds) s",
-                            details: ["Retry after \(wait) s."]), wait
+                    let per = limit.scope == .credential ? " (all clients together)" : ""
+                    return refuseOverLimit(
+                        c, reason: "rate", detail: "\(limit.requests)/\(limit.perSeconds)s\(per)", retryAfter: wait,
+                        message:
+                            "Rate limit of credential '\(c.name)' exceeded: \(limit.requests) requests per \(limit.perSeconds) s\(per)"
                     )
+                }
+                if let quota = c.limits.dailyQuota,
+                    case .limited(let wait) = context.shared.dailyQuotas.take(
+                        credential: c.name, quota: quota, now: nowMillis() / 1000)
+                {
+                    return refuseOverLimit(
+                        c, reason: "daily_quota", detail: "\(quota)/day", retryAfter: wait,
+                        message: "Daily quota of credential '\(c.name)' used up: \(quota) requests per UTC day")
                 }
             }
         }
         return nil
+    }
+
+    /// The 429 for credential `c`'s `rate_limit` or `daily_quota`: counted (by reason), logged (throttled).
+    private func refuseOverLimit(
+        _ c: Credential, reason: String, detail: String, retryAfter: Int, message: String
+    ) -> (error: ErrorResponse, retryAfter: Int) {
+        if let m = ProxyMetrics.active {
+            m.rateLimited(credential: c.name, reason: reason)
+            ex?.limitedBy = c.name
+        }
+        if let held = context.access.throttle.admit("\(reason):\(c.name)", now: now) {
+            logger.warning(
+                reason == "rate" ? "rate limit exceeded" : "daily quota used up",
+                metadata: [
+                    "credential": "\(c.name)", "client": "\(client?.name ?? "\(address)")", "limit": "\(detail)",
+                    "refused_since_last_report": "\(held)",
+                ])
+        }
+        return (ErrorResponse(status: 429, message: message, details: ["Retry after \(retryAfter) s."]), retryAfter)
     }
 
     /// The held body is complete: the kind looks for the client's own credential in it, then ours is obtained.

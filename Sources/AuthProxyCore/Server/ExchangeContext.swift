@@ -109,6 +109,10 @@ final class ExchangeContext {
     var retry: (credential: String, result: String?)? = nil
     /// The credential whose `rate_limit` refused the request (its metrics label).
     var limitedBy: String? = nil
+    /// Concurrency-cap slots held while the exchange has upstream requests open (given back when dropped), and its
+    /// place in a cap's queue while it waits (``UpstreamLimiter``).
+    var upstreamSlots: [UpstreamSlot] = []
+    var queuedWait: QueuedWait? = nil
     /// The attempt in progress (or the last one): what it sends, by which client, whether it may be sent again
     /// and as a `GET` or a `POST` form.
     var attempt: ForwardAttempt? = nil
@@ -166,6 +170,8 @@ final class ExchangeContext {
         challengeScheme = nil
         retry = nil
         limitedBy = nil
+        if !upstreamSlots.isEmpty { upstreamSlots = [] }
+        queuedWait = nil
         attempt = nil
         retryCause = nil
         if let c = capture {

@@ -33,11 +33,18 @@ extension ProxyServer: AdminBackend {
     private func readiness(_ context: ServerContext, _ tokens: TokenService?) -> Readiness {
         let config = context.config
         return Readiness.evaluate(
-            listeners: listenerStates, shuttingDown: stopping.load(ordering: .relaxed),
+            listeners: listenerStates, shuttingDown: shutdownBegun.load(ordering: .relaxed),
             prefetch: TokenService.prefetchKeys(config.credentials),
             pac: config.upstreamProxy.pac == nil ? nil : context.shared.pac.snapshot,
             cluster: tokens?.clusterStatus
         ) { key in tokens?.status(key: key) }
+    }
+
+    var quitquitquitEnabled: Bool { snapshot().context.config.admin?.quitquitquit == true }
+
+    func requestShutdown(trigger: String) {
+        guard let handler = shutdownHandler.withLock({ $0 }) else { return }
+        handler(trigger)
     }
 
     func pacInputs() -> (settings: PacEndpoint.Settings, listeners: [ListenAddress]) {
@@ -68,6 +75,7 @@ extension ProxyServer: AdminBackend {
         }
         return m.exposition() + Array(ParentMetricsText.render(parents).utf8)
             + Array(CredentialExpiryText.render(expiries).utf8) + Array(kinds.utf8)
+            + Array(UpstreamLimitMetricsText.render(context.shared.upstreamLimiter.snapshot()).utf8)
     }
 
     /// Everything of the configured credentials that lapses by itself (``CredentialExpiry``), from whoever holds
@@ -149,6 +157,9 @@ extension ProxyServer: AdminBackend {
                     failures: Dictionary(uniqueKeysWithValues: s.stats.failures.map { ($0.key.rawValue, $0.value) }),
                     inBackoff: s.inBackoff)
             })
+        report.limits = StatusReport.limits(
+            context.shared.upstreamLimiter.snapshot(), credentials: config.credentials,
+            quotas: context.shared.dailyQuotas)
         if let c = tokens?.clusterStatus {
             report.cluster = StatusReport.Cluster(
                 redis: c.redis, connected: c.connected, required: c.required,

@@ -42,8 +42,12 @@ public final class ProxyServer: @unchecked Sendable {
     var lastReload: StatusReport.Reload?
     /// The `[admin]` listener, when configured (its address needs a restart to change).
     private(set) var admin: AdminServer?
-    /// Set by ``shutdown(grace:done:)``: `/readyz` answers 503 from then on.
+    /// Set by ``shutdown(grace:done:)`` when the listeners stop.
     let stopping = Atomic<Bool>(false)
+    /// Set when a shutdown begins, before `min_shutdown_delay_seconds`: `/readyz` answers 503 from then on.
+    let shutdownBegun = Atomic<Bool>(false)
+    /// What `POST /quitquitquit` calls: the command's SIGTERM handling (``onShutdownRequest(_:)``).
+    let shutdownHandler = Mutex<(@Sendable (String) -> Void)?>(nil)
 
     /// `source` and `inputs`: the file `config` was loaded from (by ``ConfigSource/load()``), which a reload
     /// reads again; `logLevel`: the shared level the logging system was set up with.
@@ -283,7 +287,31 @@ public final class ProxyServer: @unchecked Sendable {
 
     /// Stops accepting, lets in-flight exchanges finish for up to `grace` seconds, then closes everything and
     /// calls `done` (on a background queue).
-    public func shutdown(grace: Int, done: @escaping @Sendable () -> Void) {
+    ///
+    /// With `min_shutdown_delay_seconds` (`delay`, else the generation in force's), `/readyz` answers 503 at once
+    /// but the listeners keep accepting and serving for that long first: a load balancer or a Kubernetes Service
+    /// that still sends new connections while it learns of the shutdown gets them served.
+    public func shutdown(grace: Int, delay: Int? = nil, done: @escaping @Sendable () -> Void) {
+        shutdownBegun.store(true, ordering: .relaxed)
+        let delay = delay ?? reloadQueue.sync { current?.config.minShutdownDelaySeconds ?? 0 }
+        guard delay > 0 else {
+            drain(grace: grace, done: done)
+            return
+        }
+        logger.notice(
+            "shutdown: still accepting connections for min_shutdown_delay_seconds", metadata: ["seconds": "\(delay)"])
+        DispatchQueue.global().asyncAfter(deadline: .now() + .seconds(delay)) { [self] in
+            drain(grace: grace, done: done)
+        }
+    }
+
+    /// What `POST /quitquitquit` starts: `handler` is given the trigger and begins the same shutdown as SIGTERM.
+    public func onShutdownRequest(_ handler: @escaping @Sendable (String) -> Void) {
+        shutdownHandler.withLock { $0 = handler }
+    }
+
+    /// Stops accepting, then the grace period.
+    private func drain(grace: Int, done: @escaping @Sendable () -> Void) {
         stopping.store(true, ordering: .relaxed)
         reloadQueue.async { [self] in
             watcher?.stop()

@@ -9,6 +9,10 @@ final class SharedServerState: Sendable {
     /// Open client connections, in total and per address (limits updated in place by a reload).
     let connections: ConnectionLimiter
     let rateLimiter = RateLimiter()
+    /// `daily_quota` counts per credential.
+    let dailyQuotas = DailyQuotas()
+    /// The concurrency caps and their queues (configured by each generation's ``AccessControl``).
+    let upstreamLimiter = UpstreamLimiter()
     /// Throttles the log lines of refused connections, proxy-auth failures and rate limits.
     let throttle = LogThrottle()
     /// Hosts already reported as "matched but not interceptable" (logged once each).
