@@ -113,6 +113,8 @@ public struct ProxyConfig: Sendable {
     public var pacFallback: PacFallback = .none
     /// `[cluster]`: tokens shared by the replicas of a fleet through Redis; nil: this process alone.
     public var cluster: ClusterConfig? = nil
+    /// `[tracing]` / `OTEL_*`: OpenTelemetry traces (nil: off). See ``TracingConfig``.
+    public var tracing: TracingConfig? = nil
 
     public init() {}
 
