@@ -110,6 +110,9 @@ final class ExchangeContext {
     /// The cause of the upstream retry in progress, until its outcome is counted
     /// (`authproxy_upstream_retries_total`).
     var retryCause: RetryPolicy.Cause? = nil
+    /// The exchange's spans, when tracing is on (``ExchangeTrace``); nil otherwise, and then nothing else of
+    /// tracing runs for the exchange.
+    var trace: ExchangeTrace? = nil
 
     init() {}
 
@@ -159,5 +162,6 @@ final class ExchangeContext {
         limitedBy = nil
         attempt = nil
         retryCause = nil
+        trace = nil
     }
 }

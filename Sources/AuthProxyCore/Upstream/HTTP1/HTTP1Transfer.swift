@@ -119,6 +119,7 @@ final class HTTP1Transfer: UpstreamExchange {
         let c = Connector(
             multi: pool.multi, urlHost: target.urlHost, port: target.port, tls: tls, trust: trust,
             timeoutSeconds: request.timeoutSeconds, denyDestinations: request.denyDestinations, keepAlive: true)
+        c.trace = request.trace
         connector = c
         // Not called after cancel() (which cancels the connector): the exchange is still on when this runs.
         let bound = LoopBound(self, queue: pool.queue)
