@@ -179,6 +179,7 @@ def test_an_invalid_traceparent_starts_a_new_trace(proxy_factory, receiver, orig
 
 
 def test_a_request_through_a_parent_shows_the_parent_exchange(proxy_factory, receiver, origin_factory, tls_cert):
+    """On the own client (https through a parent): the CONNECT is a span of its own, under the attempt."""
     cert, key = tls_cert
     o = origin_factory(tls=(cert, key))
     parent = ForwardingProxy("parentA", basic="puser:parent-secret-pw").start()
@@ -186,7 +187,7 @@ def test_a_request_through_a_parent_shows_the_parent_exchange(proxy_factory, rec
         conf = ('\n[[credential]]\nname = "up"\ntype = "password"\nusername = "puser"\n'
                 'password = "parent-secret-pw"\nschemes = ["basic"]\n' + cred("trust", "server-trust", o.url, ca_file=cert))
         p = proxy_factory(proxy={"upstream_proxy": "http://127.0.0.1:%d" % parent.port,
-                                 "upstream_proxy_credential": "up"},
+                                 "upstream_proxy_credential": "up", "http_client": "native"},
                           env=otel_env(receiver), extra_config=conf)
         r, body = harness.fetch(p, "GET", o.url + "/echo")
         assert r.status == 200, body[:300]
@@ -195,6 +196,7 @@ def test_a_request_through_a_parent_shows_the_parent_exchange(proxy_factory, rec
                                   and any(s["kind"] == "SPAN_KIND_SERVER" for s in sp))
         server = one(spans, kind="SPAN_KIND_SERVER")
         attempt = one(spans, kind="SPAN_KIND_CLIENT", name="GET")
+        assert attempt["attributes"]["authproxy.route.parents"] == ["127.0.0.1:%d" % parent.port]
         connect = one(spans, name="parent proxy CONNECT")
         assert attempt["parent_span_id"] == server["span_id"] and connect["parent_span_id"] == attempt["span_id"]
         a = connect["attributes"]
@@ -246,3 +248,91 @@ def test_tracing_config_errors_name_the_setting(proxy_binary, tmp_path):
                         env=harness.clean_env({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318",
                                                "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}))
     assert r.returncode != 0 and "OTEL_EXPORTER_OTLP_PROTOCOL" in (r.stdout + r.stderr), r.stdout + r.stderr
+
+
+def test_each_upstream_attempt_has_its_span_with_the_retry_cause(proxy_factory, receiver, origin):
+    p = proxy_factory(proxy={"upstream_retries": 1, "max_retry_wait_seconds": 1}, env=otel_env(receiver))
+    r, _ = harness.fetch(p, "GET", origin.url + "/status/503")
+    assert r.status == 503
+    spans = receiver.wait_for(lambda sp: len([s for s in sp if s["kind"] == "SPAN_KIND_CLIENT"]) >= 2
+                              and any(s["kind"] == "SPAN_KIND_SERVER" for s in sp))
+    server = one(spans, kind="SPAN_KIND_SERVER")
+    assert server["attributes"]["error.type"] == "503" and server["status"]["code"] == 2
+    attempts = sorted([s for s in spans if s["kind"] == "SPAN_KIND_CLIENT"], key=lambda s: s["start"])
+    assert len(attempts) == 2
+    assert "authproxy.retry.cause" not in attempts[0]["attributes"]
+    assert attempts[1]["attributes"]["authproxy.retry.cause"] == "503"
+    assert attempts[1]["attributes"]["http.request.resend_count"] == 1
+    assert all(a["attributes"]["http.response.status_code"] == 503 for a in attempts)
+    assert attempts[0]["end"] <= attempts[1]["start"]
+
+
+def test_a_single_flight_wait_is_told_from_the_own_token_fetch(proxy_factory, receiver):
+    import threading
+    ags = ArcGISServer(role="server", ttl=60, token_delay=0.5).start()
+    try:
+        p = proxy_factory(env=otel_env(receiver), extra_config=arcgis_cred(ags))
+        url = ags.query_url() + "?f=json"
+        results = []
+
+        def one_request():
+            r, _ = harness.fetch(p, "GET", url, timeout=20)
+            results.append(r.status)
+
+        threads = [threading.Thread(target=one_request) for _ in range(2)]
+        for t in threads:
+            t.start()
+            time.sleep(0.1)
+        for t in threads:
+            t.join(30)
+        assert results == [200, 200]
+        assert ags.stats()["tokens_issued_total"] == 1
+        spans = receiver.wait_for(lambda sp: len([s for s in sp if s["name"] == "token wait"]) >= 2)
+        waits = [s for s in spans if s["name"] == "token wait"]
+        assert sorted(w["attributes"]["authproxy.token.source"] for w in waits) == ["own_fetch", "single_flight"]
+        fetches = [s for s in spans if s["name"] == "token fetch"]
+        own = [w for w in waits if w["attributes"]["authproxy.token.source"] == "own_fetch"][0]
+        assert len(fetches) == 1 and fetches[0]["parent_span_id"] == own["span_id"]
+        assert fetches[0]["trace_id"] == own["trace_id"]
+    finally:
+        ags.stop()
+
+
+def test_a_pac_evaluation_has_its_span(proxy_factory, receiver, origin):
+    from forwarding_proxy import PacServer
+    pac = PacServer('function FindProxyForURL(url, host) { return "DIRECT"; }').start()
+    try:
+        p = proxy_factory(proxy={"upstream_pac": pac.url}, env=otel_env(receiver))
+        r, _ = harness.fetch(p, "GET", origin.url + "/json")
+        assert r.status == 200
+        spans = receiver.wait_for(lambda sp: any(s["name"] == "PAC evaluation" for s in sp)
+                                  and any(s["kind"] == "SPAN_KIND_SERVER" for s in sp))
+        server = one(spans, kind="SPAN_KIND_SERVER")
+        pac_span = one(spans, name="PAC evaluation")
+        assert pac_span["parent_span_id"] == server["span_id"]
+        assert pac_span["attributes"]["server.address"] == "127.0.0.1"
+        attempt = one(spans, kind="SPAN_KIND_CLIENT")
+        assert pac_span["end"] <= attempt["start"]
+    finally:
+        pac.stop()
+
+
+def test_through_a_parent_on_libcurl_the_attempt_names_the_route(proxy_factory, receiver, origin):
+    """A libcurl transfer (plain http:// through a parent) makes the parent exchange itself: the attempt span names
+    the parents it may go through, and the parent's login is not recorded."""
+    parent = ForwardingProxy("parentA", basic="puser:parent-secret-pw").start()
+    try:
+        conf = '\n[[credential]]\nname = "up"\ntype = "password"\nusername = "puser"\npassword = "parent-secret-pw"\n'
+        p = proxy_factory(proxy={"upstream_proxy": "http://127.0.0.1:%d" % parent.port,
+                                 "upstream_proxy_credential": "up"},
+                          env=otel_env(receiver), extra_config=conf)
+        r, body = harness.fetch(p, "GET", origin.url + "/echo")
+        assert r.status == 200, body[:300]
+        assert parent.saw("GET")
+        spans = receiver.wait_for(lambda sp: len(sp) >= 2)
+        attempt = one(spans, kind="SPAN_KIND_CLIENT")
+        assert attempt["attributes"]["authproxy.upstream.client"] == "libcurl"
+        assert attempt["attributes"]["authproxy.route.parents"] == ["127.0.0.1:%d" % parent.port]
+        assert_no_secret(spans, ["parent-secret-pw"] + [a.split(" ")[-1] for a in parent.authorizations])
+    finally:
+        parent.stop()

@@ -61,7 +61,7 @@ extension ClientConnection {
         if let trace = x.trace {
             trace.beginAttempt(
                 method: applied.method, url: applied.target, client: client, retryCause: x.retryCause?.rawValue,
-                fields: &applied.fields)
+                route: x.parentRoute, fields: &applied.fields)
         }
         let method = applied.method, sent = applied.target, fields = applied.fields
         if let problem = OutboundHead.problem(method: method, target: sent.pathAndQuery, fields: fields) {

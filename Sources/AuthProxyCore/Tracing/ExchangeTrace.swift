@@ -66,7 +66,8 @@ final class ExchangeTrace {
     /// An upstream attempt begins: a client span whose context goes upstream in `traceparent` (and the client's
     /// `tracestate`), replacing whatever the client sent. A replay after a rejected token ends here.
     func beginAttempt(
-        method: String, url: URLTarget, client: UpstreamClient, retryCause: String?, fields: inout HTTPHeaders
+        method: String, url: URLTarget, client: UpstreamClient, retryCause: String?, route: ParentRoute?,
+        fields: inout HTTPHeaders
     ) {
         endAttempt(status: nil, error: "superseded")
         endReplay()
@@ -88,6 +89,11 @@ final class ExchangeTrace {
         a["authproxy.upstream.client"] = client == .own ? "own" : "libcurl"
         if attempts > 1 { a["http.request.resend_count"] = attempts - 1 }
         if let retryCause { a["authproxy.retry.cause"] = retryCause }
+        if let route {
+            // The parents the attempt may go through, in order (addresses only): through a libcurl transfer the
+            // parent's CONNECT is inside this span; on the own client each gets a span of its own.
+            a["authproxy.route.parents"] = route.candidates.map { "\($0.host):\($0.port)" }
+        }
         span.attributes = a
     }
 
