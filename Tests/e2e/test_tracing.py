@@ -336,3 +336,29 @@ def test_through_a_parent_on_libcurl_the_attempt_names_the_route(proxy_factory, 
         assert_no_secret(spans, ["parent-secret-pw"] + [a.split(" ")[-1] for a in parent.authorizations])
     finally:
         parent.stop()
+
+
+def test_a_fleet_replica_records_its_wait_for_the_redis_lock(proxy_factory, receiver, tmp_path):
+    from test_fleet import RedisServer, STATE_KEY, cluster_section, wait_connected
+    redis = RedisServer(tmp_path).start()
+    ags = ArcGISServer(role="server", ttl=600).start()
+    try:
+        extra = cluster_section(redis.url()) + arcgis_cred(ags)
+        fleet = [proxy_factory(proxy={"state_key": STATE_KEY}, env=otel_env(receiver), extra_config=extra)
+                 for _ in range(2)]
+        wait_connected(fleet)
+        for p in fleet:
+            r, body = harness.fetch(p, "GET", ags.query_url() + "?f=json")
+            assert r.status == 200, body[:300]
+        spans = receiver.wait_for(lambda sp: len([s for s in sp if s["name"] == "token lock wait"]) >= 2)
+        waits = sorted([s for s in spans if s["name"] == "token lock wait"], key=lambda s: s["start"])
+        assert [w["attributes"]["authproxy.lock.outcome"] for w in waits] == ["lease", "shared"]
+        assert all(w["attributes"]["db.system"] == "redis" for w in waits)
+        # The first replica fetched the token after taking the lock; the second took it from the store.
+        fetches = [s for s in spans if s["name"] == "token fetch"]
+        assert len(fetches) == 1 and fetches[0]["trace_id"] == waits[0]["trace_id"]
+        assert fetches[0]["start"] >= waits[0]["end"]
+        assert_no_secret(spans, ["alice-pass", STATE_KEY] + list(ags.state.tokens.keys()))
+    finally:
+        ags.stop()
+        redis.stop()
