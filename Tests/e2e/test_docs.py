@@ -30,7 +30,7 @@ EXAMPLE = os.path.join(ROOT, "proxy.conf.example")
 # `sendableToken("key")`, `urlList("sign_in_urls")`).
 READER_METHODS = ("string", "int", "bool", "enumValue", "stringArray", "addressBlocks", "stringOrArray", "intArray",
                   "table", "tableArray", "literalString", "verbatimString", "markUsed", "dateTime")
-HELPERS = ("required", "url", "readable", "sendableToken", "urlList")
+HELPERS = ("required", "url", "readable", "sendableToken", "urlList", "number")
 READ = re.compile(r"(?:\b(\w+)\??\.)?\b(%s)\(\"([a-z_]+)\"" % "|".join(READER_METHODS + HELPERS))
 FUNC = re.compile(r"^\s*(?:(?:private|public|fileprivate|static|mutating)\s+)*func (\w+)\(")
 TYPE_CASE = re.compile(r'^\s*case "([a-z0-9-]+)":')
@@ -72,6 +72,8 @@ def loader_keys():
                     sections.setdefault(SECTION_RECEIVERS[receiver], set()).add(key)
                 elif func == "parseCluster" and receiver == "t":
                     sections.setdefault("cluster", set()).add(key)
+                elif name == "ConfigLoader+Tracing.swift" and receiver in ("t", ""):
+                    sections.setdefault("tracing", set()).add(key)
                 elif func == "parseClients" and receiver == "entry":
                     sections.setdefault("client", set()).add(key)
                 elif func in ("parseApps", "appCredentials") and receiver in ("entry", "rule"):

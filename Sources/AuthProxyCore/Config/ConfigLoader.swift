@@ -206,6 +206,7 @@ public struct ConfigLoader: Sendable {
         if var cluster = try top.table("cluster") {
             config.cluster = try parseCluster(&cluster)
         }
+        config.tracing = try parseTracing(top.table("tracing"))
         if let entries = try top.tableArray("credential") {
             var names = Set<String>()
             for (index, var entry) in entries.enumerated() {

@@ -119,6 +119,8 @@ public struct ProxyConfig: Sendable {
     public var upstreamLimits: [UpstreamHostLimit] = []
     /// `min_shutdown_delay_seconds`: after SIGTERM, new connections are still accepted this long before draining.
     public var minShutdownDelaySeconds = 0
+    /// `[tracing]` / `OTEL_*`: OpenTelemetry traces (nil: off). See ``TracingConfig``.
+    public var tracing: TracingConfig? = nil
 
     public init() {}
 

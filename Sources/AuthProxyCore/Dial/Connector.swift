@@ -59,6 +59,10 @@ final class Connector {
     private var curl: CurlConnector?
     private var timer: (any DispatchSourceTimer)?
     private var done: ((Result<Connected, UpstreamError>) -> Void)?
+    /// The span the connection is made for (a traced upstream attempt): each exchange with a parent proxy (its
+    /// CONNECT, a 407 and the authenticated retry, all inside libcurl's CONNECT_ONLY handle) gets a child span.
+    var trace: ProxySpan? = nil
+    private var parentSpan: ParentConnectSpan? = nil
 
     init(
         multi: CurlMulti, urlHost: String, port: Int, tls: Bool, trust: ServerTrustSettings?,
@@ -145,6 +149,7 @@ final class Connector {
     private func attempt() {
         let p = attempts.parent
         if let p, let route { route.routing.health.attempted(p) }
+        if let p, let trace { parentSpan = ParentConnectSpan(parent: trace, proxy: p, destination: destination) }
         let deadline = DispatchTime.now().uptimeNanoseconds + UInt64(timeoutSeconds) * 1_000_000_000
         let d = Dialer(
             host: p?.host ?? dialHost, port: p?.port ?? port, deny: p == nil ? deny : (route?.parentDeny ?? []),
@@ -182,6 +187,9 @@ final class Connector {
             // The request itself talks to the parent: its answer to it (a 407) is read by the client, which hands
             // it back here (``parentRefused(status:_:)``).
             stopAttempt()
+            // No CONNECT: the parent span covers reaching the parent (its answer comes with the request's).
+            parentSpan?.end(status: 0, error: nil)
+            parentSpan = nil
             finish(.success(Connected(channel: channel, parent: p, forwarding: true)))
         case .success(let channel):
             // libcurl's part has its own connect timeout: what is left of the attempt's time.
@@ -227,9 +235,13 @@ final class Connector {
         switch result {
         case .success(let link):
             if let p { route?.routing.health.succeeded(p) }
+            parentSpan?.end(status: 200, error: nil)
+            parentSpan = nil
             let channel = SocketChannel(fd: link.fd, queue: multi.queue, secure: link)
             finish(.success(Connected(channel: channel, parent: p)))
         case .failure(let f):
+            parentSpan?.end(status: f.connectStatus, error: f.parentCause.map { "\($0)" } ?? "tls_or_connect")
+            parentSpan = nil
             if p != nil, let cause = f.parentCause {
                 parentFailed(.failed(cause, status: f.connectStatus), error: f.error)
             } else {
@@ -254,6 +266,8 @@ final class Connector {
     private func parentFailed(
         _ outcome: ConnectAttempts.Outcome, error: UpstreamError, canMove: () -> Bool = { true }
     ) {
+        parentSpan?.end(status: 0, error: "failed")
+        parentSpan = nil
         guard let route, let p = attempts.parent else { return }
         if case .failed(let cause, _) = outcome { route.routing.health.failed(p, cause: cause) }
         switch attempts.failed(outcome, canMove: canMove) {
@@ -274,6 +288,8 @@ final class Connector {
     }
 
     private func finish(_ outcome: Result<Connected, UpstreamError>) {
+        parentSpan?.end(status: 0, error: "failed")
+        parentSpan = nil
         let d = done
         done = nil
         d?(outcome)

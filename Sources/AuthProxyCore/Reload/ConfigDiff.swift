@@ -96,6 +96,17 @@ public struct ConfigDiff: Sendable, Equatable {
                 effective.admin = nil
             }
         }
+        if old.tracing != new.tracing {
+            // The exporter and the sampler are set up once at start; the endpoint may carry nothing secret, the
+            // headers may: only whether it is on and where it sends.
+            restart(
+                "tracing", old.tracing?.redactedEndpoint ?? "(off)",
+                new.tracing.map {
+                    $0.redactedEndpoint + (old.tracing?.endpoint == $0.endpoint ? " (settings changed)" : "")
+                }
+                    ?? "(off)")
+            effective.tracing = old.tracing
+        }
         if old.logFormat != new.logFormat {
             restart("log.format", old.logFormat.rawValue, new.logFormat.rawValue)
             effective.logFormat = old.logFormat

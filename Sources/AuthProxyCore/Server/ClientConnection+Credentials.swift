@@ -80,10 +80,12 @@ extension ClientConnection {
     /// is planned again from the start, unless the exchange ended or the connection closed meanwhile.
     private func awaitRoute(_ routing: ParentRouting, url: URLTarget, target: URLTarget) {
         guard let serial = machine.routeRequested() else { return }
+        ex?.trace?.beginPac(host: target.host)
         let me = LoopBound(self, queue: loop.queue)
         routing.evaluate(scheme: target.scheme, host: target.host, port: target.port) {
             me.queue.async {
                 guard me.value.machine.awaitsRoute(serial: serial) else { return }
+                me.value.ex?.trace?.endPac()
                 me.value.forward(url)
                 // Planned again, the request may have been answered at once (a refusal, a rate limit).
                 me.value.run(me.value.machine.continuationAfterCallback)
@@ -179,10 +181,16 @@ extension ClientConnection {
             tokenReady(.success(t), layer: layer)
             return
         }
+        let trace = x.trace?.beginTokenWait(credential: c.name, layer: layer.rawValue)
         let me = LoopBound(self, queue: loop.queue)
-        tokens.token(for: c, target: url) { result in
+        tokens.token(for: c, target: url, trace: trace) { result in
             me.queue.async {
                 guard me.value.machine.awaitsToken(serial: serial) else { return }
+                if let t = me.value.ex?.trace {
+                    var failed: String? = nil
+                    if case .failure = result { failed = "token_unavailable" }
+                    t.endTokenWait(trace, error: failed)
+                }
                 me.value.tokenReady(result, layer: layer)
             }
         }
@@ -297,6 +305,7 @@ extension ClientConnection {
         }
         guard case .cancelAndReschedule(let serial) = machine.tokenRejection(answer == nil ? .retry : .explain)
         else { return false }
+        if answer == nil, let trace = x.trace { trace.beginReplay(credential: c.name, status: x.responseHead.status) }
         cancelTransfer()
         dropResponse()
         onNextTurn { me in

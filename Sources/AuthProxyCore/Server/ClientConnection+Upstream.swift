@@ -58,6 +58,11 @@ extension ClientConnection {
             x.formBody = body
             x.formOffset = 0
         }
+        if let trace = x.trace {
+            trace.beginAttempt(
+                method: applied.method, url: applied.target, client: client, retryCause: x.retryCause?.rawValue,
+                route: x.parentRoute, fields: &applied.fields)
+        }
         let method = applied.method, sent = applied.target, fields = applied.fields
         if let problem = OutboundHead.problem(method: method, target: sent.pathAndQuery, fields: fields) {
             refuseOutboundHead(problem, url: url)
@@ -79,6 +84,7 @@ extension ClientConnection {
         request.denyDestinations = context.access.denyDestinations
         request.upgrade = h.upgrade
         request.parentRoute = x.parentRoute
+        request.trace = x.trace?.attempt
         x.responseHead.reset()
         let started = now
         x.upstreamStarted = started
@@ -581,6 +587,9 @@ extension ClientConnection {
                 if heldResponseRejected() { return }
                 releaseHeldResponse()
             }
+        }
+        if let x = ex, let trace = x.trace {
+            trace.endAttempt(status: x.responseHead.status, error: error.map { ExchangeTrace.errorType($0) })
         }
         let end = ExchangeStateMachine.TransferEnd(
             error, retryable: context.retryPolicy.isEnabled && ex?.attempt?.resendable == true)

@@ -362,6 +362,9 @@ final class ClientConnection: UpstreamExchangeDelegate, SocketChannelOwner {
                 isHead: h.isHead, minorVersion: h.minorVersion, expectsContinue: h.expectsContinue,
                 keepAlive: h.keepAlive, hasBody: hasBody), shuttingDown: loop.shuttingDown, now: now)
         x.head = h
+        if let tracer = ProxyTracing.active, ExchangeTrace.traces(h) {
+            x.trace = ExchangeTrace(tracer, head: h, client: "\(address)")
+        }
         if let g = x.context, g.generation != generationSeen, let refusal = adoptGeneration(g) {
             respond(refusal, close: true)
             return
@@ -471,6 +474,10 @@ final class ClientConnection: UpstreamExchangeDelegate, SocketChannelOwner {
         guard let x = ex, let t = x.transfer else { return }
         t.cancel()
         x.transfer = nil
+        if let trace = x.trace {
+            let status = x.responseHead.status
+            trace.endAttempt(status: status, error: status > 0 ? nil : "cancelled")
+        }
     }
 
     /// Forgets what a stopped transfer produced for the client: the decided head, the held body and the scrub of
@@ -555,6 +562,7 @@ final class ClientConnection: UpstreamExchangeDelegate, SocketChannelOwner {
                 m, x, status: status ?? machine.current?.status ?? 0,
                 started: started ?? machine.current?.started ?? now)
         }
+        x?.trace?.finish(status: status ?? machine.current?.status ?? 0, credential: appliedCredential(x))
         guard logger.logLevel <= .info else { return }
         let method: String
         let url: String
@@ -583,6 +591,8 @@ final class ClientConnection: UpstreamExchangeDelegate, SocketChannelOwner {
         // Upstream attempts, when more than one was made (``RetryPolicy``).
         if let retries = machine.current?.upstreamRetries, retries > 0 { metadata["attempts"] = "\(retries + 1)" }
         if let cause = x?.attempt?.getAsPost { metadata["get_as_post"] = "\(cause.rawValue)" }
+        // The trace the exchange's spans are in (also when not sampled: the id the next hops saw).
+        if let t = x?.trace { metadata["trace_id"] = "\(t.traceIDHex)" }
         logger.info("access", metadata: metadata)
     }
 
@@ -677,9 +687,11 @@ final class ClientConnection: UpstreamExchangeDelegate, SocketChannelOwner {
 
     func close() {
         guard !channel.isClosed else { return }
+        let status = machine.current?.status
         machine.closed()
         if ex != nil {
             cancelTransfer()
+            ex?.trace?.finish(status: status ?? 0, credential: appliedCredential(ex))
             // Dropped, not pooled: close may run inside a use of the context's buffers (a send that failed while
             // the held head was being written), where resetting them is not allowed. Closing mid-exchange is rare.
             // Its replay copy goes with it, so a spill file is freed now, not when the connection is released.

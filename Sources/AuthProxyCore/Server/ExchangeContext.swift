@@ -121,6 +121,9 @@ final class ExchangeContext {
     var retryCause: RetryPolicy.Cause? = nil
     /// The upstream attempt being recorded while a capture runs for the exchange's credential (nil otherwise).
     var capture: CaptureDraft? = nil
+    /// The exchange's spans, when tracing is on (``ExchangeTrace``); nil otherwise, and then nothing else of
+    /// tracing runs for the exchange.
+    var trace: ExchangeTrace? = nil
 
     init() {}
 
@@ -178,5 +181,6 @@ final class ExchangeContext {
             capture = nil
             c.finish()
         }
+        trace = nil
     }
 }

@@ -79,6 +79,8 @@ public final class ProxyServer: @unchecked Sendable {
         let config = running
         // Metrics are collected only when something can read them (see ``ProxyMetrics``).
         if config.admin != nil { ProxyMetrics.enable() }
+        // Before any loop or token request runs: a span is started only where the tracer is set.
+        if let t = config.tracing { ProxyTracing.bootstrap(t, logger: logger) }
         var own: Set<String> = []
         for a in config.listen {
             let host = a.isIPv6 ? "[\(a.host)]" : a.host
@@ -338,6 +340,8 @@ public final class ProxyServer: @unchecked Sendable {
                 }
             }
             admin?.stop()
+            // The spans of the exchanges that just ended go out before the process exits.
+            ProxyTracing.flush(timeoutMillis: 5000)
             done()
             return
         }

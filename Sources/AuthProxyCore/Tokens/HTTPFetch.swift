@@ -1,5 +1,6 @@
 import CCurl
 import Dispatch
+import Tracing
 
 /// A small request the proxy makes on its own behalf (token services, `rest/info`): the whole response is
 /// collected (bounded to ``maxBody``). Runs on a ``CurlMulti``'s queue; keeps itself alive until done.
@@ -31,6 +32,10 @@ final class HTTPFetch: UpstreamExchangeDelegate {
     private var transfer: CurlTransfer?
     private var completion: ((Result<Response, FetchError>) -> Void)?
     private var keepAlive: HTTPFetch?
+    /// The trace context the request was made in (a token request an exchange waits for, ``TokenFetchSpans``): sent
+    /// as `traceparent`, and bound again while the completion runs, so a request that follows from this one (the
+    /// token request after `rest/info`) carries it too. nil when tracing is off.
+    private let traceContext: InstrumentationContext?
 
     struct FetchError: Error, Sendable {
         let message: String
@@ -68,6 +73,7 @@ final class HTTPFetch: UpstreamExchangeDelegate {
         self.form = form.map { Array(TokenInjection.formEncoded($0).utf8) } ?? []
         self.timeoutSeconds = timeoutSeconds
         self.completion = completion
+        traceContext = ProxyTracing.active == nil ? nil : InstrumentationContext.current
     }
 
     func start() {
@@ -77,6 +83,9 @@ final class HTTPFetch: UpstreamExchangeDelegate {
         ])
         if method == "POST" { fields.add(name: "Content-Type", value: "application/x-www-form-urlencoded") }
         for (name, value) in extraHeaders { fields.add(name: name, value: value) }
+        if let traceContext, let tracer = ProxyTracing.active {
+            tracer.inject(traceContext, into: &fields, using: HTTPHeadersInjector())
+        }
         // The proxy's own requests pass the check every client request passes (``OutboundHead``): a gateway token
         // or a header credential goes into these heads too. Answered on a later turn, as a transfer would be.
         let pathAndQuery = HTTPURL.parse(url)?.target.pathAndQuery ?? ""
@@ -154,7 +163,13 @@ final class HTTPFetch: UpstreamExchangeDelegate {
     }
 
     func transferDidFinish(error: UpstreamError?) {
-        let done = completion
+        let done0 = completion
+        let traceContext = traceContext
+        let done: ((Result<Response, FetchError>) -> Void)? = done0.map { d in
+            { r in
+                if let traceContext { InstrumentationContext.withValue(traceContext) { d(r) } } else { d(r) }
+            }
+        }
         completion = nil
         transfer = nil
         if let c = capture {

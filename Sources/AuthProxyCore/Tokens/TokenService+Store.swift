@@ -28,24 +28,38 @@ extension TokenService: TokenStoreObserver {
         _ ticket: TokenCache<Completion>.FetchTicket, _ c: Credential, root: String, isPortal: Bool
     ) {
         dispatchPrecondition(condition: .onQueue(queue))
+        // Traced when an exchange asked (``TokenTrace``): a span for the token request, whose own HTTP requests
+        // carry its traceparent (``HTTPFetch`` reads the bound context), and one for the fleet's lock.
+        let trace = ProxyTracing.active == nil ? nil : TokenTrace.current
         guard let slot = slot(c, root: root, isPortal: isPortal) else {
-            fetcher.fetch(c, root: root, isPortal: isPortal) { [self] result in
-                finish(ticket, c, root: root, result: result)
+            let span = trace.map { TokenFetchSpans.fetch($0, c, root: root) }
+            TokenFetchSpans.within(span) {
+                fetcher.fetch(c, root: root, isPortal: isPortal) { [self] result in
+                    TokenFetchSpans.end(span, result)
+                    finish(ticket, c, root: root, result: result)
+                }
             }
             return
         }
         let holding = cache.withLock { $0.entries[ticket.key]?.token }
+        let lockWait = trace.map { TokenFetchSpans.lockWait($0, c) }
         tokenStore.claim(slot, holding: holding, rejected: rejectedValues[ticket.key]) { [self] claim in
             switch claim {
             case .shared(let t):
+                TokenFetchSpans.endLockWait(lockWait, outcome: "shared")
                 finish(ticket, c, root: root, result: .success(t), shared: true)
             case .fetch(let lease):
-                fetcher.fetch(c, root: root, isPortal: isPortal) { [self] result in
-                    switch result {
-                    case .success(let t): tokenStore.publish(slot, token: t, lease: lease)
-                    case .failure: if let lease { tokenStore.abandon(slot, lease: lease) }
+                TokenFetchSpans.endLockWait(lockWait, outcome: lease == nil ? "unlocked" : "lease")
+                let span = trace.map { TokenFetchSpans.fetch($0, c, root: root) }
+                TokenFetchSpans.within(span) {
+                    fetcher.fetch(c, root: root, isPortal: isPortal) { [self] result in
+                        TokenFetchSpans.end(span, result)
+                        switch result {
+                        case .success(let t): tokenStore.publish(slot, token: t, lease: lease)
+                        case .failure: if let lease { tokenStore.abandon(slot, lease: lease) }
+                        }
+                        finish(ticket, c, root: root, result: result)
                     }
-                    finish(ticket, c, root: root, result: result)
                 }
             }
         }

@@ -148,7 +148,13 @@ public final class TokenService: @unchecked Sendable {
 
     /// Gets a token for a request to `target`, waiting for a token request when needed. `completion` runs on
     /// the service queue.
+    /// `trace`: the exchange's, when tracing is on (``TokenTrace``): told whether it waited for its own token request
+    /// or another's, and the token request it starts hangs under it.
     public func token(for c: Credential, target: URLTarget, completion: @escaping Completion) {
+        token(for: c, target: target, trace: nil, completion: completion)
+    }
+
+    func token(for c: Credential, target: URLTarget, trace: TokenTrace?, completion: @escaping Completion) {
         if let fixed = c.kind.fixedToken(c, service: self) {
             completion(fixed)
             return
@@ -156,13 +162,17 @@ public final class TokenService: @unchecked Sendable {
         switch (c.kind as? any FetchedTokenKind)?.tokenScope(for: target) {
         case .named(let root):
             // No root to confirm: the kind names it, and the token goes wherever the credential matches.
-            queue.async { [self] in acquire(c, root: root, isPortal: false, completion: completion) }
+            queue.async { [self] in
+                TokenTrace.bound(trace) { acquire(c, root: root, isPortal: false, completion: completion) }
+            }
         case .refused(let why):
             completion(.failure(TokenError(credential: c.name, message: why, local: true)))
         case .arcgisRoot:
             queue.async { [self] in
                 let (root, isPortal) = ServerRoot.of(target)
-                confirmThenAcquire(c, root: root, isPortal: isPortal, completion: completion)
+                TokenTrace.bound(trace) {
+                    confirmThenAcquire(c, root: root, isPortal: isPortal, completion: completion)
+                }
             }
         case nil:
             completion(.failure(TokenError(credential: c.name, message: "not a credential with tokens", local: true)))
@@ -431,6 +441,14 @@ public final class TokenService: @unchecked Sendable {
         _ lookup: TokenCache<Completion>.Lookup, _ c: Credential, root: String, isPortal: Bool,
         completion: Completion?
     ) {
+        if completion != nil, ProxyTracing.active != nil, let trace = TokenTrace.current {
+            switch lookup {
+            case .ready: trace.source = "cache"
+            case .wait: trace.source = "single_flight"
+            case .startFetch: trace.source = "own_fetch"
+            case .rejectingNewTokens, .backingOff: trace.source = "backoff"
+            }
+        }
         switch lookup {
         case .ready(let t):
             completion?(.success(t))

@@ -28,6 +28,9 @@ struct UpstreamRequest {
     var upgrade: String? = nil
     /// The parent proxies it goes through (nil: direct).
     var parentRoute: ParentRoute? = nil
+    /// The upstream attempt's span, when the exchange is traced: a parent proxy's CONNECT gets a child span
+    /// (``ParentConnectSpan``).
+    var trace: ProxySpan? = nil
 
     /// An ArcGIS edit operation (``ArcGISOperation/isEdit(path:)``): never sent again once all of it went out,
     /// whatever its method.

@@ -82,6 +82,7 @@ TOKEN_KINDS = ("generate_password", "generate_federated", "oauth_client_credenti
                "oauth_authorization_code", "oauth_refresh", "oauth_exchange_refresh",
                "oauth_implicit")
 
+_request_context = threading.local()
 FORM_LIMIT = 8 << 20      # urlencoded bodies larger than this are hashed, not parsed
 UPLOAD_FORM_LIMIT = 1 << 20   # ... for upload endpoints (never buffer an upload)
 FIELD_LIMIT = 64 << 10    # non-file multipart fields kept up to this size
@@ -887,7 +888,8 @@ class _App:
         s = self.st.stats
         with s.lock:
             s.token_requests.append({"t": _now(), "endpoint": endpoint, "kind": kind,
-                                     "ok": ok, "reason": reason})
+                                     "ok": ok, "reason": reason,
+                                     "traceparent": getattr(_request_context, "traceparent", None)})
             del s.token_requests[:-1000]
             if ok:
                 s.tokens_issued[kind] = s.tokens_issued.get(kind, 0) + 1
@@ -899,7 +901,7 @@ class _App:
         s = self.st.stats
         entry = {"t": _now(), "method": h.command, "path": req.path, "kind": req.kind,
                  "referer": h.headers.get("Referer"), "client": h.client_address[0], "body_size": req.body_size,
-                 "status": None}
+                 "status": None, "traceparent": h.headers.get("traceparent")}
         entry.update(kw)
 
         def commit(status, sent_sha256=None, encoding=None):
@@ -1321,6 +1323,8 @@ class _App:
     # -- routing -----------------------------------------------------------------
     def route(self, h, req):
         k = req.kind
+        # The W3C trace context the request came with (recorded with token calls and in /__requests).
+        _request_context.traceparent = h.headers.get("traceparent")
         if k == "admin":
             return self.admin(h, req)
         handler = getattr(self, "r_" + k, None)

@@ -141,6 +141,7 @@ final class HTTP1Transfer: UpstreamExchange {
             certificate: certificate, timeoutSeconds: request.timeoutSeconds,
             denyDestinations: request.denyDestinations, keepAlive: true,
             absoluteForm: absoluteForm)
+        c.trace = request.trace
         connector = c
         c.start(request.parentRoute.map { TunnelRoute.parents($0) } ?? .direct, connectorDone(c))
     }

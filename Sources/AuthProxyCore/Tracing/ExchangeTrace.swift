@@ -1,0 +1,248 @@
+import Tracing
+
+/// The spans of one exchange on a ``ClientConnection``: the server span, and the child spans open right now (the
+/// upstream attempt, the wait for a token, a replay after a rejected token, a PAC evaluation). Exists only when
+/// tracing is on (``ExchangeContext/trace``), so a proxy without tracing pays one nil check per step.
+///
+/// Attributes follow the OTel HTTP semantic conventions; URLs are recorded without their query string (where
+/// tokens, keys and signatures travel), and no header value is ever recorded.
+///
+/// Confined to the loop queue of its connection.
+final class ExchangeTrace {
+    let tracer: ProxyTracer
+    let server: ProxySpan
+    private(set) var attempt: ProxySpan?
+    private var attempts = 0
+    private var tokenWait: ProxySpan?
+    private var replay: ProxySpan?
+    private var pac: ProxySpan?
+    private var ended = false
+
+    /// A server span for request `head` from `client`, continuing the client's `traceparent` when it sent a valid
+    /// one.
+    init(_ tracer: ProxyTracer, head: RequestHead, client: String) {
+        self.tracer = tracer
+        var parent = InstrumentationContext.topLevel
+        tracer.extract(head.headers, into: &parent, using: HTTPHeadersExtractor())
+        server = ProxyTracing.start(
+            tracer, head.method == "CONNECT" ? "CONNECT" : head.method, parent: parent, kind: .server)
+        guard server.isRecording else { return }
+        var a = SpanAttributes()
+        a["http.request.method"] = head.method
+        switch head.target {
+        case .absolute(let u):
+            a["url.full"] = "\(u.scheme)://\(u.urlHost)\(u.isDefaultPort ? "" : ":\(u.port)")\(u.path)"
+            a["url.scheme"] = u.scheme
+            a["server.address"] = u.host
+            a["server.port"] = u.port
+        case .authority(let host, let port):
+            a["server.address"] = host
+            a["server.port"] = port
+        case .origin(let p):
+            a["url.path"] = String(p.prefix { $0 != "?" })
+        }
+        a["client.address"] = client
+        a["network.protocol.version"] = "1.\(head.minorVersion)"
+        if let ua = head.headers.first("user-agent") { a["user_agent.original"] = String(ua.prefix(256)) }
+        server.attributes = a
+    }
+
+    /// Whether a request is traced: every one but liveness probes and the PAC file, which come by the thousand and
+    /// tell nothing about where a request spent its time.
+    static func traces(_ head: RequestHead) -> Bool {
+        guard case .origin(let p) = head.target else { return true }
+        let path = p.prefix { $0 != "?" }
+        return path != "/healthz" && path != "/proxy.pac"
+    }
+
+    var traceIDHex: String { server.spanContext.traceID.hex }
+
+    /// The context the exchange's child spans and token requests hang under: the replay span while a rejected
+    /// token is being replaced, else the server span.
+    var current: InstrumentationContext { replay?.context ?? server.context }
+
+    // MARK: upstream attempts
+
+    /// An upstream attempt begins: a client span whose context goes upstream in `traceparent` (and the client's
+    /// `tracestate`), replacing whatever the client sent. A replay after a rejected token ends here.
+    func beginAttempt(
+        method: String, url: URLTarget, client: UpstreamClient, retryCause: String?, route: ParentRoute?,
+        fields: inout HTTPHeaders
+    ) {
+        endAttempt(status: nil, error: "superseded")
+        endReplay()
+        attempts += 1
+        let span = ProxyTracing.start(tracer, method, parent: server.context, kind: .client)
+        tracer.inject(span.context, into: &fields, using: HTTPHeadersInjector())
+        if span.spanContext.traceState == nil {
+            // A trace the proxy began (the client sent no valid traceparent): the client's tracestate belonged to
+            // another trace and does not go with this one.
+            fields.remove(name: "tracestate")
+        }
+        attempt = span
+        guard span.isRecording else { return }
+        var a = SpanAttributes()
+        a["http.request.method"] = method
+        a["url.full"] = "\(url.scheme)://\(url.urlHost)\(url.isDefaultPort ? "" : ":\(url.port)")\(url.path)"
+        a["server.address"] = url.host
+        a["server.port"] = url.port
+        a["authproxy.upstream.client"] = client == .own ? "own" : "libcurl"
+        if attempts > 1 { a["http.request.resend_count"] = attempts - 1 }
+        if let retryCause { a["authproxy.retry.cause"] = retryCause }
+        if let route {
+            // The parents the attempt may go through, in order (addresses only): through a libcurl transfer the
+            // parent's CONNECT is inside this span; on the own client each gets a span of its own.
+            a["authproxy.route.parents"] = route.candidates.map { "\($0.host):\($0.port)" }
+        }
+        span.attributes = a
+    }
+
+    /// The attempt ended: with the upstream's status (0: none) or an error (`error.type`).
+    func endAttempt(status: Int?, error: String?, tokenRejected: Bool = false) {
+        guard let span = attempt else { return }
+        attempt = nil
+        if span.isRecording {
+            if let status, status > 0 { span.attributes["http.response.status_code"] = status }
+            if tokenRejected { span.attributes["authproxy.token.rejected"] = true }
+            if let error {
+                span.attributes["error.type"] = error
+                span.setStatus(.init(code: .error))
+            } else if let status, status >= 500 {
+                span.attributes["error.type"] = "\(status)"
+                span.setStatus(.init(code: .error))
+            }
+        }
+        span.end()
+    }
+
+    /// `error.type` for a failed transfer: the kind of failure, never its message (which may name more than a host).
+    static func errorType(_ e: UpstreamError) -> String {
+        if e.parent != nil { return "parent_proxy" }
+        switch e.cause {
+        case .dns: return "dns"
+        case .connect: return "connect"
+        case .timeout: return "timeout"
+        case .nothing: return "empty_response"
+        case .reset: return "reset"
+        case .partial: return "partial_response"
+        case .untrustedCertificate: return "untrusted_certificate"
+        case .pinMismatch: return "pin_mismatch"
+        case .tlsHandshake: return "tls_handshake"
+        case .protocolError: return "protocol_error"
+        case .clientGone: return "client_closed"
+        case .requestBody: return "request_body"
+        case .other: return "other"
+        }
+    }
+
+    // MARK: tokens
+
+    /// Waiting for a token of `credential` begins; its source is told by the token service (``TokenTrace``).
+    func beginTokenWait(credential: String, layer: String) -> TokenTrace {
+        tokenWait?.end()
+        let span = ProxyTracing.start(tracer, "token wait", parent: current)
+        if span.isRecording {
+            span.attributes["authproxy.credential"] = credential
+            span.attributes["authproxy.token.layer"] = layer
+        }
+        tokenWait = span
+        return TokenTrace(tracer: tracer, parent: span)
+    }
+
+    /// The token came (or the exchange could not get one: `error`).
+    func endTokenWait(_ trace: TokenTrace?, error: String?) {
+        guard let span = tokenWait else { return }
+        tokenWait = nil
+        if span.isRecording {
+            span.attributes["authproxy.token.source"] = trace?.source ?? "cache"
+            if let error {
+                span.attributes["error.type"] = error
+                span.setStatus(.init(code: .error))
+            }
+        }
+        span.end()
+    }
+
+    /// The upstream rejected the injected token and the request goes again with a fresh one: a span from the
+    /// rejection to the next attempt, under which the new token is obtained.
+    func beginReplay(credential: String, status: Int) {
+        endAttempt(status: status, error: nil, tokenRejected: true)
+        endReplay()
+        let span = ProxyTracing.start(tracer, "token rejected: replay", parent: server.context)
+        if span.isRecording {
+            span.attributes["authproxy.credential"] = credential
+            span.attributes["http.response.status_code"] = status
+        }
+        replay = span
+    }
+
+    private func endReplay() {
+        replay?.end()
+        replay = nil
+    }
+
+    // MARK: routing
+
+    /// The PAC file is asked for the route.
+    func beginPac(host: String) {
+        pac?.end()
+        let span = ProxyTracing.start(tracer, "PAC evaluation", parent: server.context)
+        if span.isRecording { span.attributes["server.address"] = host }
+        pac = span
+    }
+
+    func endPac() {
+        pac?.end()
+        pac = nil
+    }
+
+    // MARK: the end
+
+    /// The exchange ended with `status` (0: none sent) and `credential` applied: every open span ends.
+    func finish(status: Int, credential: String?) {
+        guard !ended else { return }
+        ended = true
+        endAttempt(status: nil, error: status == 499 ? "client_closed" : "cancelled")
+        endTokenWait(nil, error: "cancelled")
+        endReplay()
+        endPac()
+        if server.isRecording {
+            if status > 0 { server.attributes["http.response.status_code"] = status }
+            if let credential { server.attributes["authproxy.credential"] = credential }
+            if status >= 500 {
+                server.attributes["error.type"] = "\(status)"
+                server.setStatus(.init(code: .error))
+            }
+        }
+        server.end()
+    }
+}
+
+/// What an exchange waiting for a token hands to the token service: the wait span's context (a token request the
+/// wait starts hangs under it and carries its `traceparent`), and what the service tells back: whether the exchange
+/// started the token request itself, waited for one in flight (single flight), or got an answer at once.
+///
+/// Written on the token service's queue, read on the exchange's loop after the answer came through that queue
+/// (the hop orders the accesses).
+final class TokenTrace: @unchecked Sendable {
+    /// The exchange's token trace while the token service decides for it (bound on the service's queue for the
+    /// length of that synchronous call, so the service's signatures need not carry it through every layer).
+    @TaskLocal static var current: TokenTrace?
+
+    /// Runs `body` with `trace` bound as ``current``; without one (tracing off, or a request not traced) nothing is
+    /// bound, so a proxy without tracing pays nothing here.
+    static func bound(_ trace: TokenTrace?, _ body: () -> Void) {
+        guard let trace else { return body() }
+        $current.withValue(trace, operation: body)
+    }
+
+    let tracer: ProxyTracer
+    let parent: ProxySpan
+    /// `own_fetch`, `single_flight`, `cache`, or `backoff` (a failure answered at once).
+    var source: String? = nil
+
+    init(tracer: ProxyTracer, parent: ProxySpan) {
+        self.tracer = tracer
+        self.parent = parent
+    }
+}

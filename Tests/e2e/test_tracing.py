@@ -1,0 +1,364 @@
+"""OpenTelemetry traces through the real binary (issue 40, part 2): spans exported over OTLP/HTTP to a test
+receiver that decodes them with the official protobuf definitions (otlp_receiver.py), W3C trace context from the
+client continued and sent upstream (token requests included), the trace id in the access log, and no secret in any
+span."""
+import json
+import os
+import re
+import signal
+import time
+
+import pytest
+
+import harness
+from harness import cred
+from arcgis import ArcGISServer
+from forwarding_proxy import ForwardingProxy
+from otlp_receiver import OTLPReceiver
+from test_credentials import arcgis_cred, via
+
+MODES = ["native", "libcurl"]
+CLIENT_TRACE = "0af7651916cd43dd8448eb211c80319c"
+CLIENT_SPAN = "b7ad6b7169203331"
+
+
+@pytest.fixture
+def receiver():
+    r = OTLPReceiver().start()
+    yield r
+    r.stop()
+    assert not r.errors, r.errors
+
+
+def otel_env(receiver, **extra):
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_BSP_SCHEDULE_DELAY": "100",
+           "OTEL_SERVICE_NAME": "authproxy-e2e"}
+    env.update(extra)
+    return env
+
+
+def trace_ids_in_access_log(p, count):
+    """The trace ids of the access-log lines, once `count` of them are written (a line follows its answer)."""
+    deadline = time.monotonic() + 5
+    while True:
+        ids = [m.group(1) for l in harness.access_lines_text(p)
+               for m in [re.search(r"trace_id=([0-9a-f]{32})", l)] if m]
+        if len(ids) >= count or time.monotonic() > deadline:
+            return ids
+        time.sleep(0.05)
+
+
+def by_trace(spans, trace_id):
+    return [s for s in spans if s["trace_id"] == trace_id]
+
+
+def one(spans, **match):
+    found = [s for s in spans if all(s.get(k) == v for k, v in match.items())]
+    assert len(found) == 1, (match, [(s["name"], s["kind"]) for s in spans])
+    return found[0]
+
+
+def assert_no_secret(spans, secrets):
+    """Every attribute (span, event, resource), every name and status message, searched for every secret."""
+    secrets = [x for x in secrets if x]
+    assert secrets
+    for s in spans:
+        texts = [s["name"], s["trace_state"], s["status"]["message"]]
+        texts += ["%s=%s" % (k, json.dumps(v)) for k, v in s["attributes"].items()]
+        texts += ["%s=%s" % (k, json.dumps(v)) for e in s["events"] for k, v in e["attributes"].items()]
+        texts += ["%s=%s" % (k, json.dumps(v)) for k, v in s["resource"].items()]
+        for t in texts:
+            for secret in secrets:
+                assert secret not in t, "a secret in span %r: %r" % (s["name"], t)
+        # Never the query string of a URL.
+        for k in ("url.full", "url.path"):
+            assert "?" not in str(s["attributes"].get(k, "")), s["attributes"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_revoked_token_gives_one_trace_with_the_replay_between_two_attempts(proxy_factory, receiver, session, mode):
+    ags = ArcGISServer(role="server", ttl=60).start()
+    try:
+        p = proxy_factory(proxy={"http_client": mode}, env=otel_env(receiver), extra_config=arcgis_cred(ags))
+        url = ags.query_url() + "?f=json&where=1%3D1"
+        assert via(p, session, "GET", url).status_code == 200
+        ags.revoke_all()
+        ags.reset_stats()
+        r = via(p, session, "GET", url)
+        assert r.status_code == 200 and r.json()["features"], r.text[:300]
+        assert [e["outcome"] for e in ags.request_log()] == ["498", "ok"]
+
+        ids = trace_ids_in_access_log(p, 2)
+        assert len(ids) == 2 and ids[0] != ids[1], harness.access_lines_text(p)
+        trace_id = ids[1]
+        spans = receiver.wait_for(lambda sp: any(s["kind"] == "SPAN_KIND_SERVER" and s["trace_id"] == trace_id
+                                                 for s in sp), timeout=10)
+        t = by_trace(spans, trace_id)
+        server = one(t, kind="SPAN_KIND_SERVER")
+        assert server["name"] == "GET" and server["parent_span_id"] == ""
+        a = server["attributes"]
+        assert a["http.request.method"] == "GET" and a["http.response.status_code"] == 200
+        assert a["url.full"] == ags.query_url() and a["server.address"] == "127.0.0.1"
+        assert a["authproxy.credential"] == "gis"
+        assert server["resource"]["service.name"] == "authproxy-e2e"
+
+        attempts = sorted([s for s in t if s["kind"] == "SPAN_KIND_CLIENT" and s["name"] == "GET"],
+                          key=lambda s: s["start"])
+        assert len(attempts) == 2, [(s["name"], s["kind"]) for s in t]
+        assert all(s["parent_span_id"] == server["span_id"] for s in attempts)
+        assert attempts[0]["attributes"]["authproxy.token.rejected"] is True
+        assert attempts[0]["attributes"]["authproxy.upstream.client"] == ("own" if mode == "native" else mode)
+        assert "authproxy.token.rejected" not in attempts[1]["attributes"]
+        assert attempts[1]["attributes"]["http.response.status_code"] == 200
+        assert attempts[1]["attributes"]["http.request.resend_count"] == 1
+
+        replay = one(t, name="token rejected: replay")
+        assert replay["parent_span_id"] == server["span_id"]
+        assert attempts[0]["end"] <= replay["start"] <= replay["end"] <= attempts[1]["start"]
+        wait = one(t, name="token wait")
+        assert wait["parent_span_id"] == replay["span_id"]
+        assert wait["attributes"]["authproxy.token.source"] == "own_fetch"
+        fetch = one(t, name="token fetch")
+        assert fetch["parent_span_id"] == wait["span_id"] and fetch["kind"] == "SPAN_KIND_CLIENT"
+        assert replay["start"] <= fetch["start"] <= fetch["end"] <= replay["end"]
+
+        # Every request the proxy made for the exchange carried its traceparent: each upstream attempt its own
+        # span's, the token request the token fetch span's.
+        sent = [e["traceparent"] for e in ags.request_log()]
+        assert sent == ["00-%s-%s-01" % (trace_id, s["span_id"]) for s in attempts], sent
+        token_calls = [c for c in ags.stats()["token_requests"] if c["ok"]]
+        assert token_calls and token_calls[-1]["traceparent"] == "00-%s-%s-01" % (trace_id, fetch["span_id"])
+
+        # The first request's trace has its own token fetch (no replay).
+        first = by_trace(receiver.spans(), ids[0])
+        assert one(first, name="token wait")["attributes"]["authproxy.token.source"] == "own_fetch"
+        assert len([s for s in first if s["name"] == "token fetch"]) == 1
+
+        assert_no_secret(receiver.spans(), ["alice-pass"] + list(ags.state.tokens.keys()))
+        req = receiver.requests[0]
+        assert req["content_type"] == "application/x-protobuf"
+    finally:
+        ags.stop()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_clients_traceparent_is_continued_and_reaches_the_origin(proxy_factory, receiver, origin, mode):
+    p = proxy_factory(proxy={"http_client": mode}, env=otel_env(receiver))
+    headers = {"traceparent": "00-%s-%s-01" % (CLIENT_TRACE, CLIENT_SPAN), "tracestate": "vendor=abc,other=1"}
+    r, body = harness.fetch(p, "GET", origin.url + "/echo?secret=do-not-record", headers=headers)
+    assert r.status == 200
+    got = dict((k.lower(), v) for k, v in json.loads(body)["headers"])
+    m = re.fullmatch(r"00-([0-9a-f]{32})-([0-9a-f]{16})-01", got["traceparent"])
+    assert m and m.group(1) == CLIENT_TRACE and m.group(2) != CLIENT_SPAN, got["traceparent"]
+    assert got["tracestate"] == "vendor=abc,other=1"
+    assert trace_ids_in_access_log(p, 1) == [CLIENT_TRACE]
+
+    spans = receiver.wait_for(lambda sp: any(s["kind"] == "SPAN_KIND_SERVER" for s in sp), timeout=10)
+    server = one(spans, kind="SPAN_KIND_SERVER")
+    assert server["trace_id"] == CLIENT_TRACE and server["parent_span_id"] == CLIENT_SPAN
+    assert server["trace_state"] == "vendor=abc,other=1"
+    assert server["flags"] & 0x300 == 0x300  # the parent is known to be remote
+    attempt = one(receiver.wait_for(lambda sp: len(sp) >= 2), kind="SPAN_KIND_CLIENT")
+    assert attempt["span_id"] == m.group(2) and attempt["parent_span_id"] == server["span_id"]
+    assert attempt["attributes"]["url.full"] == origin.url + "/echo"
+    assert_no_secret(receiver.spans(), ["do-not-record"])
+
+
+def test_an_invalid_traceparent_starts_a_new_trace(proxy_factory, receiver, origin):
+    p = proxy_factory(env=otel_env(receiver))
+    bad = "00-%s-%s-01" % (CLIENT_TRACE.upper(), CLIENT_SPAN)
+    r, body = harness.fetch(p, "GET", origin.url + "/echo", headers={"traceparent": bad, "tracestate": "a=b"})
+    got = dict((k.lower(), v) for k, v in json.loads(body)["headers"])
+    tp = got["traceparent"]
+    assert re.fullmatch(r"00-[0-9a-f]{32}-[0-9a-f]{16}-01", tp) and CLIENT_TRACE not in tp.lower(), tp
+    # The client's tracestate belonged to the trace that was not continued.
+    assert "tracestate" not in got, got
+    server = one(receiver.wait_for(lambda sp: any(s["kind"] == "SPAN_KIND_SERVER" for s in sp)),
+                 kind="SPAN_KIND_SERVER")
+    assert server["parent_span_id"] == "" and server["trace_id"] == tp[3:35]
+
+
+def test_a_request_through_a_parent_shows_the_parent_exchange(proxy_factory, receiver, origin_factory, tls_cert):
+    """On the own client (https through a parent): the CONNECT is a span of its own, under the attempt."""
+    cert, key = tls_cert
+    o = origin_factory(tls=(cert, key))
+    parent = ForwardingProxy("parentA", basic="puser:parent-secret-pw").start()
+    try:
+        conf = ('\n[[credential]]\nname = "up"\ntype = "password"\nusername = "puser"\n'
+                'password = "parent-secret-pw"\nschemes = ["basic"]\n' + cred("trust", "server-trust", o.url, ca_file=cert))
+        p = proxy_factory(proxy={"upstream_proxy": "http://127.0.0.1:%d" % parent.port,
+                                 "upstream_proxy_credential": "up", "http_client": "native"},
+                          env=otel_env(receiver), extra_config=conf)
+        r, body = harness.fetch(p, "GET", o.url + "/echo")
+        assert r.status == 200, body[:300]
+        assert parent.saw("CONNECT")
+        spans = receiver.wait_for(lambda sp: any(s["name"] == "parent proxy CONNECT" for s in sp)
+                                  and any(s["kind"] == "SPAN_KIND_SERVER" for s in sp))
+        server = one(spans, kind="SPAN_KIND_SERVER")
+        attempt = one(spans, kind="SPAN_KIND_CLIENT", name="GET")
+        assert attempt["attributes"]["authproxy.route.parents"] == ["127.0.0.1:%d" % parent.port]
+        connect = one(spans, name="parent proxy CONNECT")
+        assert attempt["parent_span_id"] == server["span_id"] and connect["parent_span_id"] == attempt["span_id"]
+        a = connect["attributes"]
+        assert a["server.port"] == parent.port and a["http.response.status_code"] == 200, a
+        assert a["authproxy.connect.destination"].endswith(":%d" % o.port)
+        # The login went with the CONNECT (Basic, sent at once: this test parent serves one exchange per connection).
+        assert parent.authorizations, "the parent was never sent its credential"
+        assert_no_secret(spans, ["parent-secret-pw", parent.authorizations[-1].split(" ")[-1]])
+    finally:
+        parent.stop()
+
+
+def test_sampler_always_off_exports_nothing_and_says_not_sampled(proxy_factory, receiver, origin):
+    tracing = '\n[tracing]\nendpoint = "%s"\nsampler = "always_off"\nschedule_delay_ms = 50\n' % receiver.endpoint
+    p = proxy_factory(extra_config=tracing)
+    headers = {"traceparent": "00-%s-%s-01" % (CLIENT_TRACE, CLIENT_SPAN)}
+    for _ in range(3):
+        r, body = harness.fetch(p, "GET", origin.url + "/echo", headers=headers)
+        assert r.status == 200
+    got = dict((k.lower(), v) for k, v in json.loads(body)["headers"])
+    # Continued, but flagged as not sampled for the hops after the proxy.
+    assert re.fullmatch(r"00-%s-[0-9a-f]{16}-00" % CLIENT_TRACE, got["traceparent"]), got
+    assert trace_ids_in_access_log(p, 3) == [CLIENT_TRACE] * 3
+    # Stopped (which flushes what is pending): still nothing came.
+    p.stop()
+    assert receiver.spans() == [] and receiver.requests == []
+
+
+def test_spans_are_flushed_at_shutdown(proxy_factory, receiver, origin):
+    # A schedule delay longer than the test: only the flush at shutdown can send the span.
+    p = proxy_factory(env=otel_env(receiver, OTEL_BSP_SCHEDULE_DELAY="600000"))
+    r, _ = harness.fetch(p, "GET", origin.url + "/json")
+    assert r.status == 200
+    time.sleep(0.3)
+    assert receiver.spans() == []
+    p.stop()
+    spans = receiver.wait_for(lambda sp: len(sp) >= 2, timeout=5)
+    assert {s["kind"] for s in spans} == {"SPAN_KIND_SERVER", "SPAN_KIND_CLIENT"}, spans
+
+
+def test_tracing_config_errors_name_the_setting(proxy_binary, tmp_path):
+    cfg = tmp_path / "p.toml"
+    cfg.write_text('[proxy]\nlisten = ["127.0.0.1:0"]\n\n[tracing]\nendpoint = "http://127.0.0.1:4318"\n'
+                   'sampler = "sometimes"\n')
+    r = harness.run_cli(["check", "--config", str(cfg)])
+    assert r.returncode != 0 and "tracing.sampler" in (r.stdout + r.stderr), r.stdout + r.stderr
+    cfg.write_text('[proxy]\nlisten = ["127.0.0.1:0"]\n')
+    r = harness.run_cli(["check", "--config", str(cfg)],
+                        env=harness.clean_env({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318",
+                                               "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}))
+    assert r.returncode != 0 and "OTEL_EXPORTER_OTLP_PROTOCOL" in (r.stdout + r.stderr), r.stdout + r.stderr
+
+
+def test_each_upstream_attempt_has_its_span_with_the_retry_cause(proxy_factory, receiver, origin):
+    p = proxy_factory(proxy={"upstream_retries": 1, "max_retry_wait_seconds": 1}, env=otel_env(receiver))
+    r, _ = harness.fetch(p, "GET", origin.url + "/status/503")
+    assert r.status == 503
+    spans = receiver.wait_for(lambda sp: len([s for s in sp if s["kind"] == "SPAN_KIND_CLIENT"]) >= 2
+                              and any(s["kind"] == "SPAN_KIND_SERVER" for s in sp))
+    server = one(spans, kind="SPAN_KIND_SERVER")
+    assert server["attributes"]["error.type"] == "503" and server["status"]["code"] == 2
+    attempts = sorted([s for s in spans if s["kind"] == "SPAN_KIND_CLIENT"], key=lambda s: s["start"])
+    assert len(attempts) == 2
+    assert "authproxy.retry.cause" not in attempts[0]["attributes"]
+    assert attempts[1]["attributes"]["authproxy.retry.cause"] == "503"
+    assert attempts[1]["attributes"]["http.request.resend_count"] == 1
+    assert all(a["attributes"]["http.response.status_code"] == 503 for a in attempts)
+    assert attempts[0]["end"] <= attempts[1]["start"]
+
+
+def test_a_single_flight_wait_is_told_from_the_own_token_fetch(proxy_factory, receiver):
+    import threading
+    ags = ArcGISServer(role="server", ttl=60, token_delay=0.5).start()
+    try:
+        p = proxy_factory(env=otel_env(receiver), extra_config=arcgis_cred(ags))
+        url = ags.query_url() + "?f=json"
+        results = []
+
+        def one_request():
+            r, _ = harness.fetch(p, "GET", url, timeout=20)
+            results.append(r.status)
+
+        threads = [threading.Thread(target=one_request) for _ in range(2)]
+        for t in threads:
+            t.start()
+            time.sleep(0.1)
+        for t in threads:
+            t.join(30)
+        assert results == [200, 200]
+        assert ags.stats()["tokens_issued_total"] == 1
+        spans = receiver.wait_for(lambda sp: len([s for s in sp if s["name"] == "token wait"]) >= 2)
+        waits = [s for s in spans if s["name"] == "token wait"]
+        assert sorted(w["attributes"]["authproxy.token.source"] for w in waits) == ["own_fetch", "single_flight"]
+        fetches = [s for s in spans if s["name"] == "token fetch"]
+        own = [w for w in waits if w["attributes"]["authproxy.token.source"] == "own_fetch"][0]
+        assert len(fetches) == 1 and fetches[0]["parent_span_id"] == own["span_id"]
+        assert fetches[0]["trace_id"] == own["trace_id"]
+    finally:
+        ags.stop()
+
+
+def test_a_pac_evaluation_has_its_span(proxy_factory, receiver, origin):
+    from forwarding_proxy import PacServer
+    pac = PacServer('function FindProxyForURL(url, host) { return "DIRECT"; }').start()
+    try:
+        p = proxy_factory(proxy={"upstream_pac": pac.url}, env=otel_env(receiver))
+        r, _ = harness.fetch(p, "GET", origin.url + "/json")
+        assert r.status == 200
+        spans = receiver.wait_for(lambda sp: any(s["name"] == "PAC evaluation" for s in sp)
+                                  and any(s["kind"] == "SPAN_KIND_SERVER" for s in sp))
+        server = one(spans, kind="SPAN_KIND_SERVER")
+        pac_span = one(spans, name="PAC evaluation")
+        assert pac_span["parent_span_id"] == server["span_id"]
+        assert pac_span["attributes"]["server.address"] == "127.0.0.1"
+        attempt = one(spans, kind="SPAN_KIND_CLIENT")
+        assert pac_span["end"] <= attempt["start"]
+    finally:
+        pac.stop()
+
+
+def test_through_a_parent_on_libcurl_the_attempt_names_the_route(proxy_factory, receiver, origin):
+    """A libcurl transfer (plain http:// through a parent) makes the parent exchange itself: the attempt span names
+    the parents it may go through, and the parent's login is not recorded."""
+    parent = ForwardingProxy("parentA", basic="puser:parent-secret-pw").start()
+    try:
+        conf = '\n[[credential]]\nname = "up"\ntype = "password"\nusername = "puser"\npassword = "parent-secret-pw"\n'
+        p = proxy_factory(proxy={"upstream_proxy": "http://127.0.0.1:%d" % parent.port,
+                                 "upstream_proxy_credential": "up"},
+                          env=otel_env(receiver), extra_config=conf)
+        r, body = harness.fetch(p, "GET", origin.url + "/echo")
+        assert r.status == 200, body[:300]
+        assert parent.saw("GET")
+        spans = receiver.wait_for(lambda sp: len(sp) >= 2)
+        attempt = one(spans, kind="SPAN_KIND_CLIENT")
+        assert attempt["attributes"]["authproxy.upstream.client"] == "libcurl"
+        assert attempt["attributes"]["authproxy.route.parents"] == ["127.0.0.1:%d" % parent.port]
+        assert_no_secret(spans, ["parent-secret-pw"] + [a.split(" ")[-1] for a in parent.authorizations])
+    finally:
+        parent.stop()
+
+
+def test_a_fleet_replica_records_its_wait_for_the_redis_lock(proxy_factory, receiver, tmp_path):
+    from test_fleet import RedisServer, STATE_KEY, cluster_section, wait_connected
+    redis = RedisServer(tmp_path).start()
+    ags = ArcGISServer(role="server", ttl=600).start()
+    try:
+        extra = cluster_section(redis.url()) + arcgis_cred(ags)
+        fleet = [proxy_factory(proxy={"state_key": STATE_KEY}, env=otel_env(receiver), extra_config=extra)
+                 for _ in range(2)]
+        wait_connected(fleet)
+        for p in fleet:
+            r, body = harness.fetch(p, "GET", ags.query_url() + "?f=json")
+            assert r.status == 200, body[:300]
+        spans = receiver.wait_for(lambda sp: len([s for s in sp if s["name"] == "token lock wait"]) >= 2)
+        waits = sorted([s for s in spans if s["name"] == "token lock wait"], key=lambda s: s["start"])
+        assert [w["attributes"]["authproxy.lock.outcome"] for w in waits] == ["lease", "shared"]
+        assert all(w["attributes"]["db.system"] == "redis" for w in waits)
+        # The first replica fetched the token after taking the lock; the second took it from the store.
+        fetches = [s for s in spans if s["name"] == "token fetch"]
+        assert len(fetches) == 1 and fetches[0]["trace_id"] == waits[0]["trace_id"]
+        assert fetches[0]["start"] >= waits[0]["end"]
+        assert_no_secret(spans, ["alice-pass", STATE_KEY] + list(ags.state.tokens.keys()))
+    finally:
+        ags.stop()
+        redis.stop()
