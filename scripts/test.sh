@@ -27,9 +27,10 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 # pytest-timeout: Tests/e2e/pytest.ini gives every test a time limit, so a spinning proxy fails its test, not CI.
-# jsonschema checks support captures against the HAR 1.2 schema (Tests/e2e/test_capture.py).
-python3 -c 'import requests, pytest, pytest_timeout, yaml, prometheus_client, websockets, cryptography, jsonschema, sys; sys.exit(int(websockets.__version__.split(".")[0]) < 15)' 2>/dev/null \
-  || python3 -m pip install -q requests pytest pytest-timeout pyyaml prometheus-client 'websockets>=15' cryptography jsonschema
+# jsonschema checks support captures against the HAR 1.2 schema (Tests/e2e/test_capture.py); opentelemetry-proto
+# decodes the proxy's OTLP exports with the official definitions (Tests/e2e/otlp_receiver.py).
+python3 -c 'import requests, pytest, pytest_timeout, yaml, prometheus_client, websockets, cryptography, jsonschema, opentelemetry.proto.collector.trace.v1.trace_service_pb2, sys; sys.exit(int(websockets.__version__.split(".")[0]) < 15)' 2>/dev/null \
+  || python3 -m pip install -q requests pytest pytest-timeout pyyaml prometheus-client 'websockets>=15' cryptography jsonschema opentelemetry-proto
 # A real S3 that checks SigV4 signatures (moto in server mode) and a PMTiles reader for the aws-sigv4 tests; OWSLib
 # for the query (GeoServer authkey) tests.
 python3 -c 'import moto.server, pmtiles, owslib' 2>/dev/null \
