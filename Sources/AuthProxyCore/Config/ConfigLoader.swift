@@ -535,6 +535,8 @@ public struct ConfigLoader: Sendable {
         }
 
         let kind = try kindType.parse(&entry, name: name)
+        let printServices = try printServices(
+            entry.stringOrArray("print_services"), entry: entry, kind: kind, name: name)
         try entry.finish()
         var credential = Credential(
             name: name, kind: kind, match: prefixes, placement: placement, overrideClientToken: override,
@@ -545,6 +547,7 @@ public struct ConfigLoader: Sendable {
         credential.rateLimit = rateLimit
         credential.allowJSONP = allowJSONP
         credential.intercept = intercept
+        credential.printServices = printServices
         if prefetch {
             guard credential.isRefreshable else {
                 throw ConfigError(
