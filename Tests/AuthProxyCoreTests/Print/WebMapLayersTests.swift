@@ -56,7 +56,7 @@ import Testing
         let json = Array(#"{"operationalLayers":[{}]}"#.utf8)
         // A layer without a url is not a layer the print service loads: nothing to do.
         #expect(try WebMapLayers.read(json).layers.isEmpty)
-        let layer = WebMapLayers.Layer(url: "u", hasToken: false, insertAt: 22, isEmpty: true)
+        let layer = WebMapLayers.Layer(url: "u", hasToken: false, insertAt: 23, isEmpty: true)
         #expect(
             String(decoding: WebMapLayers.inserting([(layer, "T")], into: json), as: UTF8.self)
                 == #"{"operationalLayers":[{"token":"T"}]}"#)
