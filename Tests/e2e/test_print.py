@@ -213,3 +213,17 @@ def test_print_services_is_validated(tmp_path):
                     + cred("k", "api-key", "https://gis.example.com/arcgis", key="K", print_services=["gis.example.com"]))
     c = harness.run_cli(["check", "--config", str(conf)])
     assert c.returncode != 0 and "print_services" in c.stderr and re.search(r"line \d+", c.stderr), c.stderr
+
+
+def test_a_print_job_that_cannot_be_held_goes_as_sent_with_a_warning(proxy_factory, maps, session):
+    """A chunked print form (no Content-Length) is not held: it reaches the print service as sent, its secured layers
+    fail there, and the log says why."""
+    portal, fed, solo, public = maps
+    p = proxy_factory(extra_config=_config(portal, fed, solo))
+    body = urllib.parse.urlencode({"Web_Map_as_JSON": json.dumps(_web_map(fed, solo, public)), "f": "json"}).encode()
+    r = via(p, session, "POST", fed.print_url() + TASK + "/execute", data=iter([body[:100], body[100:]]),
+            headers={"Content-Type": "application/x-www-form-urlencoded"})
+    assert r.status_code == 200 and r.json()["error"]["code"] == 400, r.text[:300]
+    runs = [l for e in fed.print_log() for l in e["layers"]]
+    assert runs and not any(l["token"] for l in runs), runs
+    assert "print job forwarded as sent" in p.log_text() and "chunked" in p.log_text()
