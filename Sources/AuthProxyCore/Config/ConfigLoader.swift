@@ -549,6 +549,8 @@ public struct ConfigLoader: Sendable {
         let limits = try Self.parseCredentialLimits(&entry)
 
         let kind = try kindType.parse(&entry, name: name)
+        let printServices = try printServices(
+            entry.stringOrArray("print_services"), entry: entry, kind: kind, name: name)
         try entry.finish()
         var credential = Credential(
             name: name, kind: kind, match: prefixes, placement: placement, overrideClientToken: override,
@@ -560,6 +562,7 @@ public struct ConfigLoader: Sendable {
         credential.limits = limits
         credential.allowJSONP = allowJSONP
         credential.intercept = intercept
+        credential.printServices = printServices
         if prefetch {
             guard credential.isRefreshable else {
                 throw ConfigError(

@@ -35,6 +35,7 @@ public struct Credential: Sendable {
         var intercept: Bool
         var layer: Layer
         var scrubResponses: Bool?
+        var printServices: [MatchPrefix] = []
         var line: Int
     }
 
@@ -114,6 +115,12 @@ public struct Credential: Sendable {
     public var scrubResponses: Bool? {
         get { box.settings.scrubResponses }
         set { change { $0.scrubResponses = newValue } }
+    }
+    /// `print_services`: the ArcGIS print services (URL prefixes) that may receive this credential's tokens inside
+    /// a print job's `Web_Map_as_JSON` (``PrintRequest``); empty: none.
+    public var printServices: [MatchPrefix] {
+        _read { yield box.settings.printServices }
+        set { change { $0.printServices = newValue } }
     }
     public var line: Int {
         get { box.settings.line }

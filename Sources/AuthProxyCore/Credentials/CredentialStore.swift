@@ -20,6 +20,8 @@ public struct CredentialStore: Sendable {
         let upgrade: MatchIndex
         let declines: MatchIndex
         let byName: [String: Int]
+        /// Every `print_services` prefix of every credential (empty: no request is looked at as a print job).
+        let printServices: [MatchPrefix]
 
         init(_ credentials: [Credential]) {
             var token: [(Int, [MatchPrefix])] = [], gateway: [(Int, [MatchPrefix])] = []
@@ -50,6 +52,7 @@ public struct CredentialStore: Sendable {
             self.upgrade = MatchIndex(upgrade)
             self.declines = MatchIndex(declines, pathless: true)
             self.byName = byName
+            printServices = credentials.flatMap(\.printServices)
         }
     }
 
@@ -64,6 +67,9 @@ public struct CredentialStore: Sendable {
     }
 
     public var isEmpty: Bool { credentials.isEmpty }
+
+    /// Every print service prefix some credential lists (``Credential/printServices``).
+    var printServices: [MatchPrefix] { indexes.printServices }
 
     /// The token-type credential for `target`, if any.
     public func tokenCredential(for target: URLTarget) -> Credential? {

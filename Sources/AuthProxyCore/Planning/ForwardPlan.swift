@@ -22,6 +22,9 @@ struct ForwardPlan: Equatable {
     /// The request body is held whole before the service credential applies (``Preparation/holdsBodyUpTo``: a
     /// form a token goes into, a body whose hash is signed).
     var holdsBody = false
+    /// A print job to a print service some credential lists (``PrintRequest``): its web map gets the layers' tokens
+    /// before it goes (a form body is then held whole: ``holdsBody``); nil: no print job.
+    var print: PrintRequest.Decision? = nil
     /// The gateway layer's credential (an identity-aware proxy in front of the service): it applies after the
     /// service's, and a rejection by the gateway refreshes its token alone.
     var gateway: Credential? = nil
@@ -54,6 +57,7 @@ struct ForwardPlan: Equatable {
             && a.clientMatch == b.clientMatch && a.upstreamMatch == b.upstreamMatch && a.replayLimit == b.replayLimit
             && a.service?.name == b.service?.name && a.holdsBody == b.holdsBody && a.gateway?.name == b.gateway?.name
             && a.parentRoute == b.parentRoute && a.client == b.client && a.routePending == b.routePending
+            && a.print == b.print
     }
 }
 

@@ -285,6 +285,15 @@ enum RequestPlanner {
         var view = RequestView(
             method: h.method, target: match, fields: h.headers, bodyLength: hasBody ? bodyLength : nil,
             isUpgrade: h.upgrade != nil)
+        if !store.printServices.isEmpty, h.upgrade == nil,
+            let print = PrintRequest.decide(
+                method: h.method, target: match, isForm: view.isForm, bodyLength: view.bodyLength,
+                services: store.printServices)
+        {
+            plan.print = print
+            // The web map is rewritten in the form: held whole (bounded by PrintRequest.maxBodyBytes).
+            if case .rewrite(let p) = print, p.carrier == .form { plan.holdsBody = true }
+        }
         // A gateway credential (an identity-aware proxy in front of the service) applies whatever the service
         // credential is (the client cannot know its token); on the same rule as the others when the raw path selects
         // differently.

@@ -170,7 +170,7 @@ public struct ConfigDiff: Sendable, Equatable {
             && a.upgradeToHTTPS == b.upgradeToHTTPS
             && a.rateLimit == b.rateLimit && a.allowJSONP == b.allowJSONP && a.prefetch == b.prefetch
             && a.refresh == b.refresh
-            && a.intercept == b.intercept
+            && a.intercept == b.intercept && a.printServices == b.printServices
     }
 
     private static func list(_ l: [ListenAddress]) -> String { l.map(\.description).joined(separator: ",") }

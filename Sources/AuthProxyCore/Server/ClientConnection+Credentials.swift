@@ -57,21 +57,22 @@ extension ClientConnection {
         guard let x = ex, let h = x.head, x.plan != nil else { return }
         let service = x.plan!.service, holdsBody = x.plan!.holdsBody
         if let limit = x.plan!.replayLimit { x.replay = ReplayBuffer(limit: limit, directory: context.config.stateDir) }
-        guard let c = service else {
-            obtainToken()  // the gateway's, if any
-            return
-        }
-        x.credential = c
+        x.credential = service
         if holdsBody, case .contentLength(let n) = h.framing {
-            // The credential goes into the body or covers it (a form field, a payload hash): collect it whole first
-            // (small by the kind's bound), then apply.
+            // The credential goes into the body or covers it (a form field, a payload hash), or a print job's web map
+            // gets its layers' tokens: collect it whole first (small by the kind's or the print job's bound), then
+            // apply.
             x.formBody = []
             x.formBody!.reserveCapacity(Int(n))
             if machine.continueDue() { send("HTTP/1.1 100 Continue\r\n\r\n") }
             if machine.collectForm() { pumpBody() } else { formCollected() }
             return
         }
-        obtainToken()
+        if x.plan?.print != nil {
+            printJob()
+            return
+        }
+        obtainToken()  // the service's and the gateway's, if any
     }
 
     /// The PAC file has not been asked about `target` lately: it is evaluated on the PAC engine's queue (a PAC may
@@ -149,13 +150,17 @@ extension ClientConnection {
 
     /// The held body is complete: the kind looks for the client's own credential in it, then ours is obtained.
     func formCollected() {
-        guard let x = ex, let c = x.credential, let h = x.head, let url = x.originalURL else { return }
-        if !c.overrideClientToken {
+        guard let x = ex, let h = x.head, let url = x.originalURL else { return }
+        if let c = x.credential, !c.overrideClientToken {
             var view = RequestView(
                 method: h.method, target: url, fields: h.headers, bodyLength: x.formBody.map { Int64($0.count) },
                 isUpgrade: h.upgrade != nil, placement: c.placement)
             view.body = x.formBody
             if c.kind.prepare(view).clientHasOwn { x.credential = nil }
+        }
+        if x.plan?.print != nil {
+            printJob()
+            return
         }
         obtainToken()
     }

@@ -113,6 +113,7 @@ extension ClientConnection {
     /// Applies the service credential's kind, then the gateway's, to the request as it goes upstream, with the tokens
     /// obtained for them (``CredentialKind/apply(_:to:)``). Returns the client's answer when one cannot apply.
     private func applyCredentials(_ x: ExchangeContext, to r: inout OutgoingRequest) -> ApplyFailure? {
+        if !x.printSecrets.isEmpty { applyPrintJob(x, to: &r) }
         guard x.credential != nil || x.gatewayCredential != nil else { return nil }
         r.now = nowMillis()
         if let c = x.credential {
@@ -137,6 +138,7 @@ extension ClientConnection {
         // A body searched for secrets comes uncompressed (one that comes compressed anyway is decoded: BodyScrub).
         x.scrubsBodies =
             x.credential?.scrubsResponseBodies == true || x.gatewayCredential?.scrubsResponseBodies == true
+            || !x.printSecrets.isEmpty
         if x.scrubsBodies { r.fields.setInjected(name: "Accept-Encoding", value: "identity") }
         return nil
     }
@@ -403,6 +405,7 @@ extension ClientConnection {
         if x.stacksGateway, let g = x.gatewayCredential, x.gatewayToken != nil || g.kind.tokenSource == .none {
             secrets += g.kind.secrets(token: x.gatewayToken)
         }
+        if !x.printSecrets.isEmpty { secrets += x.printSecrets }
         return secrets
     }
 

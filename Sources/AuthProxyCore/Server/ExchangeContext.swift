@@ -80,6 +80,10 @@ final class ExchangeContext {
     /// An urlencoded form body collected whole (to put the token into it), and how much was sent.
     var formBody: [UInt8]? = nil
     var formOffset = 0
+    /// The layer tokens put into a print job's web map (``PrintRequest``): masked in the response, head and body, as
+    /// the print service may echo the web map; and the `Referer` the print request carries for them (nil: none).
+    var printSecrets: [String] = []
+    var printReferer: String? = nil
     var originalURL: URLTarget? = nil
     /// The planner's decision for the request (``RequestPlanner``), kept whole rather than copied field by field:
     /// set by ``ClientConnection/forward(_:)`` once the route is known; nil until then, and for a request the proxy
@@ -165,6 +169,8 @@ final class ExchangeContext {
         replayOffset = 0
         formBody = nil
         formOffset = 0
+        if !printSecrets.isEmpty { printSecrets = [] }
+        printReferer = nil
         originalURL = nil
         plan = nil
         if !setHeaders.isEmpty { setHeaders = [] }

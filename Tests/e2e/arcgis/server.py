@@ -55,7 +55,12 @@ import urllib.request
 import zlib
 import gzip
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
+
+try:
+    from . import printing
+except ImportError:                     # run as a script: python3 Tests/e2e/arcgis/server.py
+    import printing
 
 # ---------------------------------------------------------------------------
 # Constants / payloads
@@ -784,6 +789,13 @@ class _App:
     def __init__(self, state, httpd):
         self.st = state
         self.httpd = httpd
+        self.print = printing.PrintState()
+
+    def r_print(self, h, req):
+        printing.serve(self, h, req, tile_png(1, 2, 3))
+
+    def r_print_output(self, h, req):
+        printing.serve_output(self, h, req)
 
     # -- URLs ------------------------------------------------------------------
     @property
@@ -842,6 +854,9 @@ class _App:
                 return "server_generate_token"
             if rest == "/rest/services" or rest == "/rest/services/":
                 return "catalog"
+            printing_kind = printing.classify(unquote(rest))
+            if printing_kind:
+                return printing_kind
             if rest.startswith("/rest/services/"):
                 low = rest.lower()
                 if low.endswith("/upload"):
@@ -2240,6 +2255,15 @@ class ArcGISServer:
     def request_log(self):
         with self.state.stats.lock:
             return list(self.state.stats.log)
+
+    def print_url(self, folder="Utilities", name="PrintingTools"):
+        """The print service (GPServer) URL; its task is `Export Web Map Task`."""
+        return self.service_url(folder, name, "GPServer")
+
+    def print_log(self):
+        """One entry per print run: {"service", "op", "ok", "layers": [{"url","token","ok","error"}]}."""
+        with self.app.print.lock:
+            return [dict(e) for e in self.app.print.log]
 
     def expire_all(self, what="access"):
         now = _now()

@@ -1203,3 +1203,39 @@ def test_revoke_all_and_token_calls(http, fed):
     assert [c["kind"] for c in calls] == ["generate_password", "generate_federated", "generate_federated"]
     assert [c["ok"] for c in calls] == [True, True, False]
     assert len(portal.token_calls(kind="generate_federated")) == 2
+
+
+# ---------------------------------------------------------------------------
+# print service
+# ---------------------------------------------------------------------------
+
+def test_print_service_loads_each_layer_with_its_own_token():
+    """The print service fails on a secured layer without a token, prints with one, and echoes the web map in its
+    messages; submitJob, the job status and the result follow the GP job shapes; the output needs a token."""
+    s = ArcGISServer(role="server", ttl=60).start()
+    try:
+        http = requests.Session()
+        http.trust_env = False
+        tok = s.issue_token("alice")
+        task = s.print_url() + "/Export%20Web%20Map%20Task"
+        wm = {"operationalLayers": [{"id": "a", "url": s.service_url("Secure", "Points", "FeatureServer") + "/0"},
+                                    {"id": "b", "url": s.service_url("Public", "Points", "FeatureServer") + "/0"}]}
+        r = http.post(task + "/execute", data={"Web_Map_as_JSON": json.dumps(wm), "f": "json", "token": tok})
+        err = r.json()["error"]
+        assert err["code"] == 400 and "Failed to create layer from service at" in err["details"][0], err
+        assert [(l["token"], l["ok"]) for l in s.print_log()[-1]["layers"]] == [(False, False), (False, True)]
+        wm["operationalLayers"][0]["token"] = tok
+        r = http.post(task + "/submitJob", data={"Web_Map_as_JSON": json.dumps(wm), "f": "json", "token": tok})
+        job = r.json()["jobId"]
+        status = http.get(task + "/jobs/" + job, params={"f": "json", "token": tok}).json()
+        assert status["jobStatus"] == "esriJobSucceeded" and tok in status["messages"][0]["description"], status
+        url = http.get(task + "/jobs/" + job + "/results/Output_File", params={"f": "json", "token": tok}).json()
+        url = url["value"]["url"]
+        assert "/rest/directories/arcgisoutput/" in url
+        assert http.get(url).json()["error"]["code"] == 499
+        png = http.get(url, params={"token": tok})
+        assert png.status_code == 200 and png.content.startswith(b"\x89PNG")
+        # Without a token the print request itself is refused, as any secured service's.
+        assert http.post(task + "/execute", data={"Web_Map_as_JSON": "{}"}).json()["error"]["code"] == 499
+    finally:
+        s.stop()
