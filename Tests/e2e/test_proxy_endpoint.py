@@ -90,9 +90,10 @@ def test_preflight_is_a_proper_204(proxy_factory, origin):
 # ---------------------------------------------------------------------------------------------------------
 
 class BrowserApp:
-    """A web app's origin on loopback: serves `page` at / and collects the JSON the page POSTs to /result."""
+    """A web app's origin on loopback (`host`, any 127.x): serves `page` at / and collects the JSON the page POSTs to
+    /result (`results`, `done`). Also used by test_web_apps.py, several at once for several origins."""
 
-    def __init__(self, page=""):
+    def __init__(self, page="", host="127.0.0.1"):
         import threading
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
         self.results = None
@@ -118,8 +119,8 @@ class BrowserApp:
                 app.done.set()
 
         self.page = page
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.origin = "http://127.0.0.1:%d" % self.httpd.server_port
+        self.httpd = ThreadingHTTPServer((host, 0), Handler)
+        self.origin = "http://%s:%d" % (host, self.httpd.server_port)
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
     def run(self, tmp_path, timeout=60):
@@ -136,6 +137,10 @@ class BrowserApp:
             browser.kill()
             browser.wait(10)
             self.httpd.shutdown()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
 
 
 def test_browser_reuses_no_cached_answer_without_cors_for_a_cors_request(proxy_factory, tmp_path):

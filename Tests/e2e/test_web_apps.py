@@ -4,9 +4,7 @@ credentials)."""
 import json
 import os
 import subprocess
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -110,40 +108,10 @@ def test_app_origins_need_no_proxy_authorization_next_to_clients(proxy_factory, 
     assert r.status_code == 200
 
 
-class _Page:
-    """A web app's origin on loopback: serves `page` at / and collects what the page POSTs to /result."""
-
-    def __init__(self, host="127.0.0.1"):
-        self.page = ""
-        self.results = None
-        self.done = threading.Event()
-        me = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def do_GET(self):
-                body = me.page.encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/html; charset=utf-8")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def do_POST(self):
-                me.results = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                self.send_response(204)
-                self.end_headers()
-                me.done.set()
-
-        self.httpd = ThreadingHTTPServer((host, 0), Handler)
-        self.origin = "http://%s:%d" % (host, self.httpd.server_port)
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+def _Page(host="127.0.0.1"):
+    """A web app's origin on `host` (test_proxy_endpoint.BrowserApp); its `page` is set by the test."""
+    from test_proxy_endpoint import BrowserApp
+    return BrowserApp(host=host)
 
 
 def _chromium(first, pages, tmp_path, timeout=60):

@@ -178,5 +178,10 @@ public struct NetworkAuth: Sendable, Equatable {
     }
 
     /// Whether an upstream 401 may be answered by libcurl (so intermediate 401s are not the final answer).
-    public var answersChallenges: Bool { password != nil || kerberos != nil }
+    public var answersChallenges: Bool {
+        // Matched, not compared with nil: `!= nil` copies each optional first (it is asked for every request).
+        if case .some = password { return true }
+        if case .some = kerberos { return true }
+        return false
+    }
 }

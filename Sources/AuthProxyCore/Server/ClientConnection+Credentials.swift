@@ -54,10 +54,10 @@ extension ClientConnection {
     /// The request passed its limits (and holds its concurrency slots): the body's replay copy, the token, the
     /// transfer.
     func forwardAdmitted() {
-        guard let x = ex, let h = x.head, x.plan != nil else { return }
-        let service = x.plan!.service, holdsBody = x.plan!.holdsBody
-        if let limit = x.plan!.replayLimit { x.replay = ReplayBuffer(limit: limit, directory: context.config.stateDir) }
-        x.credential = service
+        // Read through optional chaining: `x.plan != nil` and `x.plan!` copied the whole plan (a profile's memcpy).
+        guard let x = ex, let h = x.head, let holdsBody = x.plan?.holdsBody else { return }
+        if let limit = x.plan?.replayLimit { x.replay = ReplayBuffer(limit: limit, directory: context.config.stateDir) }
+        x.credential = x.plan?.service
         if holdsBody, case .contentLength(let n) = h.framing {
             // The credential goes into the body or covers it (a form field, a payload hash), or a print job's web map
             // gets its layers' tokens: collect it whole first (small by the kind's or the print job's bound), then

@@ -41,9 +41,9 @@ final class ExchangeContext {
     var varyOrigin = false
     /// The connection's credential store while a `/proxy` request of an `[[app]]` uses the app's instead: put back
     /// when the exchange ends.
-    var savedCredentials: CredentialStore? = nil
+    @exclusivity(unchecked) var savedCredentials: CredentialStore? = nil
     /// A `/proxy` exchange of an `[[app]]` that requires sign-in: its answers say `Vary: Origin, Authorization`.
-    var varyAuthorization = false
+    @exclusivity(unchecked) var varyAuthorization = false
     /// The token-type credential applied to the exchange, and the token injected.
     var credential: Credential? = nil
     var injectedToken: IssuedToken? = nil
@@ -82,8 +82,8 @@ final class ExchangeContext {
     var formOffset = 0
     /// The layer tokens put into a print job's web map (``PrintRequest``): masked in the response, head and body, as
     /// the print service may echo the web map; and the `Referer` the print request carries for them (nil: none).
-    var printSecrets: [String] = []
-    var printReferer: String? = nil
+    @exclusivity(unchecked) var printSecrets: [String] = []
+    @exclusivity(unchecked) var printReferer: String? = nil
     var originalURL: URLTarget? = nil
     /// The planner's decision for the request (``RequestPlanner``), kept whole rather than copied field by field:
     /// set by ``ClientConnection/forward(_:)`` once the route is known; nil until then, and for a request the proxy
@@ -115,8 +115,8 @@ final class ExchangeContext {
     var limitedBy: String? = nil
     /// Concurrency-cap slots held while the exchange has upstream requests open (given back when dropped), and its
     /// place in a cap's queue while it waits (``UpstreamLimiter``).
-    var upstreamSlots: [UpstreamSlot] = []
-    var queuedWait: QueuedWait? = nil
+    @exclusivity(unchecked) var upstreamSlots: [UpstreamSlot] = []
+    @exclusivity(unchecked) var queuedWait: QueuedWait? = nil
     /// The attempt in progress (or the last one): what it sends, by which client, whether it may be sent again
     /// and as a `GET` or a `POST` form.
     var attempt: ForwardAttempt? = nil
@@ -124,10 +124,10 @@ final class ExchangeContext {
     /// (`authproxy_upstream_retries_total`).
     var retryCause: RetryPolicy.Cause? = nil
     /// The upstream attempt being recorded while a capture runs for the exchange's credential (nil otherwise).
-    var capture: CaptureDraft? = nil
+    @exclusivity(unchecked) var capture: CaptureDraft? = nil
     /// The exchange's spans, when tracing is on (``ExchangeTrace``); nil otherwise, and then nothing else of
     /// tracing runs for the exchange.
-    var trace: ExchangeTrace? = nil
+    @exclusivity(unchecked) var trace: ExchangeTrace? = nil
 
     init() {}
 

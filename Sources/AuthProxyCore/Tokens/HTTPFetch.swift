@@ -18,8 +18,7 @@ final class HTTPFetch: UpstreamExchangeDelegate {
     private let multi: CurlMulti
     private let method: String
     private let url: String
-    private var form: [UInt8]
-    private var sent = 0
+    private var form: HeldRequestBody
     private let timeoutSeconds: Int
     private var status = 0
     private var contentType: String?
@@ -70,7 +69,7 @@ final class HTTPFetch: UpstreamExchangeDelegate {
         self.multi = multi
         self.method = method
         self.url = url
-        self.form = form.map { Array(TokenInjection.formEncoded($0).utf8) } ?? []
+        self.form = HeldRequestBody(form.map { Array(TokenInjection.formEncoded($0).utf8) } ?? [])
         self.timeoutSeconds = timeoutSeconds
         self.completion = completion
         traceContext = ProxyTracing.active == nil ? nil : InstrumentationContext.current
@@ -100,7 +99,7 @@ final class HTTPFetch: UpstreamExchangeDelegate {
             capture = CaptureFetchDraft(
                 credential: name,
                 request: CaptureEntryBuilder.tokenServiceRequest(
-                    method: method, url: url, headers: fields.fields, form: method == "POST" ? form : nil,
+                    method: method, url: url, headers: fields.fields, form: method == "POST" ? form.bytes : nil,
                     credential: name),
                 nowMillis: nowMillis())
         }
@@ -150,15 +149,11 @@ final class HTTPFetch: UpstreamExchangeDelegate {
     }
 
     func transferNeedsBody(_ buffer: UnsafeMutableRawBufferPointer) -> BodySupply {
-        let n = min(buffer.count, form.count - sent)
-        if n == 0 { return .end }
-        form.withUnsafeBytes { buffer.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[sent..<(sent + n)])) }
-        sent += n
-        return .bytes(n)
+        form.supply(buffer)
     }
 
     func transferRewindBody() -> Bool {
-        sent = 0
+        form.rewind()
         return true
     }
 

@@ -11,8 +11,7 @@ final class OTLPPost: UpstreamExchangeDelegate {
 
     private let multi: CurlMulti
     private let url: String
-    private let body: [UInt8]
-    private var sent = 0
+    private var body: HeldRequestBody
     private let headers: [TracingConfig.Header]
     private let timeoutMillis: Int
     private var status = 0
@@ -28,7 +27,7 @@ final class OTLPPost: UpstreamExchangeDelegate {
     ) {
         self.multi = multi
         self.url = url
-        self.body = body
+        self.body = HeldRequestBody(body)
         self.headers = headers
         self.timeoutMillis = timeoutMillis
         self.completion = completion
@@ -65,15 +64,11 @@ final class OTLPPost: UpstreamExchangeDelegate {
     }
 
     func transferNeedsBody(_ buffer: UnsafeMutableRawBufferPointer) -> BodySupply {
-        let n = min(buffer.count, body.count - sent)
-        if n == 0 { return .end }
-        body.withUnsafeBytes { buffer.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[sent..<(sent + n)])) }
-        sent += n
-        return .bytes(n)
+        body.supply(buffer)
     }
 
     func transferRewindBody() -> Bool {
-        sent = 0
+        body.rewind()
         return true
     }
 

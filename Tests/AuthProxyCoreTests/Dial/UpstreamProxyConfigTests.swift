@@ -135,10 +135,11 @@ import Testing
         #expect(got == expected, "\(request)")
     }
 
-    /// The client is planned with the route: plain http through a parent in absolute form (libcurl), https through
-    /// it inside CONNECT (the own client over the ``Connector``), a WebSocket always over the own client.
+    /// The client is planned with the route: plain http through an `http` parent with no login in absolute form and
+    /// https through it inside CONNECT (both the own client over the ``Connector``), a WebSocket always over the own
+    /// client.
     @Test(arguments: [
-        ("GET http://gis.example.com/x HTTP/1.1\nHost: gis.example.com\n\n", UpstreamClient.libcurl),
+        ("GET http://gis.example.com/x HTTP/1.1\nHost: gis.example.com\n\n", UpstreamClient.own),
         ("GET https://gis.example.com/x HTTP/1.1\nHost: gis.example.com\n\n", .own),
         ("GET http://direct.example/x HTTP/1.1\nHost: direct.example\n\n", .own),
         (

@@ -29,6 +29,22 @@ final class UpstreamConnectionPool {
 
         // Hashed by what tells destinations apart in practice; equality still compares every field. The
         // synthesized hash of all six showed in the relay's instruction count (a key is hashed per request).
+        // Equality compares the cheap fields first and the settings (mostly both absent) without copying them.
+        static func == (a: Key, b: Key) -> Bool {
+            guard a.port == b.port, a.tls == b.tls, a.host == b.host, a.affinity == b.affinity, a.route == b.route
+            else { return false }
+            switch (a.trust, b.trust) {
+            case (.none, .none): break
+            case (.some(let x), .some(let y)) where x == y: break
+            default: return false
+            }
+            switch (a.certificate, b.certificate) {
+            case (.none, .none): return true
+            case (.some(let x), .some(let y)): return x == y
+            default: return false
+            }
+        }
+
         func hash(into h: inout Hasher) {
             h.combine(host)
             h.combine(port)
