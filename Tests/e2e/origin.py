@@ -40,13 +40,14 @@ import hashlib
 import json
 import signal
 import socket
-import socketserver
 import ssl
 import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
+
+from loopback_port import LoopbackServer
 
 # ---------------------------------------------------------------------------
 # Deterministic payloads shared with the tests
@@ -422,7 +423,8 @@ class _Handler(BaseHTTPRequestHandler):
     do_GET = do_HEAD = do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _dispatch
 
 
-class _Server(ThreadingHTTPServer):
+class _Server(LoopbackServer, ThreadingHTTPServer):
+    server_label = "origin"
     daemon_threads = True
     block_on_close = False
     allow_reuse_address = True
@@ -434,13 +436,6 @@ class _Server(ThreadingHTTPServer):
         self.verbose = verbose
         self.stats = _Stats()
         super().__init__(addr, _Handler)
-
-    def server_bind(self):
-        if self.address_family == socket.AF_INET6:
-            self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-        socketserver.TCPServer.server_bind(self)
-        self.server_name = "origin"
-        self.server_port = self.socket.getsockname()[1]
 
 
 class OriginServer:

@@ -76,3 +76,45 @@ def test_origin_subprocess_tls(tls_cert):
     finally:
         p.terminate()
         p.wait(10)
+
+
+def test_localhost_servers_hold_their_port_on_ipv6_too(tls_cert):
+    """Tests address the origin, the ArcGIS server and the WebSocket echo server as `localhost`, which resolves to ::1
+    first. A release-build CI run once hung 30 s in a `wss://localhost:PORT` test: the port the kernel gave the echo
+    server on 127.0.0.1 was in use on ::1 by another listener, which took the proxy's TLS connection and never
+    answered. Each of them now holds [::1]:PORT (bound, not listening), so a connect there is refused and the client
+    goes on to 127.0.0.1."""
+    import socket
+    import ssl
+
+    from arcgis import ArcGISServer
+    from origin import OriginServer
+    from wsecho import EchoServer
+
+    if not harness.ipv6_available():
+        import pytest
+        pytest.skip("::1 not available")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(*tls_cert)
+    servers = [OriginServer().start(), ArcGISServer(role="server").start(), EchoServer(ssl_context=ctx).start()]
+    try:
+        for s in servers:
+            other = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+            try:
+                other.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                try:
+                    other.bind(("::1", s.port))
+                    other.listen(1)
+                    raise AssertionError("%s: [::1]:%d was free for another listener" % (type(s).__name__, s.port))
+                except OSError as e:
+                    assert e.errno == 98, e  # EADDRINUSE
+            finally:
+                other.close()
+            with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as c6:
+                c6.settimeout(5)
+                assert c6.connect_ex(("::1", s.port)) != 0  # refused at once: nothing listens there
+            with socket.create_connection(("localhost", s.port), timeout=5) as c:
+                assert c.getpeername()[0] == "127.0.0.1"
+    finally:
+        for s in servers:
+            s.stop()

@@ -4,6 +4,7 @@ import asyncio
 import base64
 import json
 import os
+import socket
 import struct
 import threading
 from urllib.parse import parse_qs, urlsplit
@@ -13,6 +14,7 @@ from websockets.datastructures import Headers
 from websockets.http11 import Response
 
 import harness
+from loopback_port import bind_loopback
 
 PATH = "/arcgis/rest/services/Quakes/StreamServer/subscribe"
 FLOOD_FRAMES = 50
@@ -48,11 +50,17 @@ class EchoServer:
 
     async def _main(self):
         self._stop = self.loop.create_future()
-        async with serve(self._handler, "127.0.0.1", 0, process_request=self._process_request,
-                         max_size=None, compression=None, ssl=self.ssl_context) as server:
-            self.port = server.sockets[0].getsockname()[1]
-            self._ready.set()
-            await self._stop
+        # Tests address it as `localhost`: a port free on ::1 as well (loopback_port.py).
+        sock, guard = bind_loopback(lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+        try:
+            async with serve(self._handler, sock=sock, process_request=self._process_request,
+                             max_size=None, compression=None, ssl=self.ssl_context) as server:
+                self.port = server.sockets[0].getsockname()[1]
+                self._ready.set()
+                await self._stop
+        finally:
+            if guard is not None:
+                guard.close()
 
     def _process_request(self, connection, request):
         if "upgrade" not in request.headers.get("Connection", "").lower():

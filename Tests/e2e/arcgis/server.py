@@ -42,8 +42,8 @@ import json
 import re
 import secrets
 import signal
+import os
 import socket
-import socketserver
 import ssl
 import ssl as _sslmod
 import struct
@@ -56,6 +56,12 @@ import zlib
 import gzip
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
+
+try:
+    from loopback_port import LoopbackServer
+except ImportError:  # run as a script: Tests/e2e is the parent of this file's directory
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from loopback_port import LoopbackServer
 
 try:
     from . import printing
@@ -2063,7 +2069,8 @@ class _App:
 # Server objects
 # ---------------------------------------------------------------------------
 
-class _HTTPServer(ThreadingHTTPServer):
+class _HTTPServer(LoopbackServer, ThreadingHTTPServer):
+    server_label = "arcgis"
     daemon_threads = True
     block_on_close = False
     allow_reuse_address = True
@@ -2076,13 +2083,6 @@ class _HTTPServer(ThreadingHTTPServer):
         self.state = state
         super().__init__(addr, _Handler)
         self.app = _App(state, self)
-
-    def server_bind(self):
-        if self.address_family == socket.AF_INET6:
-            self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-        socketserver.TCPServer.server_bind(self)
-        self.server_name = "arcgis"
-        self.server_port = self.socket.getsockname()[1]
 
 
 def _pairs(items, what):
