@@ -13,6 +13,8 @@ import socket
 import threading
 import urllib.parse
 
+from loopback_port import bind_loopback
+
 
 class ForwardingProxy:
     def __init__(self, name, hosts=None, host="127.0.0.1", basic=None, source=None):
@@ -25,9 +27,18 @@ class ForwardingProxy:
         self.hosts = dict(hosts or {})
         self.seen = []  # ("GET", "http://a.pac.test:1234/echo") or ("CONNECT", "a.pac.test:1234")
         self._lock = threading.Lock()
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind((host, 0))
+        def make():
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            return s
+
+        self._guard = None
+        if host == "127.0.0.1":
+            # PAC files name it `localhost`: a port free on ::1 as well (loopback_port.py).
+            self._sock, self._guard = bind_loopback(make)
+        else:
+            self._sock = make()
+            self._sock.bind((host, 0))
         self._sock.listen(64)
         self.port = self._sock.getsockname()[1]
         self.address = "%s:%d" % (host, self.port)
@@ -40,6 +51,8 @@ class ForwardingProxy:
 
     def stop(self):
         self._stopped = True
+        if self._guard is not None:
+            self._guard.close()
         try:
             self._sock.close()
         except OSError:
