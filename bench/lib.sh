@@ -204,3 +204,71 @@ while stack:
 print("%.1f" % (total / 1024) if total else "n/a")
 PY
 }
+
+# The peers every pinned comparison uses, one thread each: an nginx reverse relay (`worker_processes 1`, upstream
+# keep-alive) and an HAProxy reverse relay (`nbthread 1`, `http-reuse always`), both in front of ORIGIN (host:port).
+write_nginx_relay_conf() { # dir listen origin [user-line]
+    local dir="$1" listen="$2" origin="$3" user_line="${4:-}"
+    mkdir -p "$dir"
+    cat > "$dir/nginx.conf" <<EOF
+$user_line
+worker_processes 1;
+daemon off;
+pid $dir/nginx.pid;
+error_log $dir/error.log warn;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    tcp_nodelay on;
+    keepalive_requests 100000;
+    keepalive_timeout 65s;
+    client_body_temp_path $dir/body;
+    proxy_temp_path $dir/proxy;
+    fastcgi_temp_path $dir/fastcgi;
+    uwsgi_temp_path $dir/uwsgi;
+    scgi_temp_path $dir/scgi;
+    upstream origin {
+        server $origin;
+        keepalive 64;
+        keepalive_requests 100000;
+    }
+    server {
+        listen $listen;
+        location / {
+            proxy_pass http://origin;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header Host \$host;
+            # stream large bodies through memory buffers, never spool to disk
+            proxy_max_temp_file_size 0;
+        }
+    }
+}
+EOF
+}
+
+write_haproxy_relay_cfg() { # file listen origin pidfile
+    cat > "$1" <<EOF
+global
+    maxconn 4096
+    pidfile $4
+    # one thread, like every other server pinned to core 0
+    nbthread 1
+
+defaults
+    mode http
+    option http-keep-alive
+    timeout connect 5s
+    timeout client 60s
+    timeout server 60s
+    timeout http-keep-alive 60s
+
+frontend fe
+    bind $2
+    default_backend origin
+
+backend origin
+    http-reuse always
+    server o1 $3 maxconn 1000
+EOF
+}

@@ -157,68 +157,9 @@ http {
 }
 EOF
 
-# ---- nginx reverse relay ---------------------------------------------------
-mkdir -p "$TMP/nginx-relay"
-cat > "$TMP/nginx-relay/nginx.conf" <<EOF
-$NGINX_USER_LINE
-worker_processes 1;
-daemon off;
-pid $TMP/nginx-relay/nginx.pid;
-error_log $TMP/nginx-relay.log warn;
-events { worker_connections 4096; }
-http {
-    access_log off;
-    tcp_nodelay on;
-    keepalive_requests 100000;
-    keepalive_timeout 65s;
-    client_body_temp_path $TMP/nginx-relay/body;
-    proxy_temp_path $TMP/nginx-relay/proxy;
-    fastcgi_temp_path $TMP/nginx-relay/fastcgi;
-    uwsgi_temp_path $TMP/nginx-relay/uwsgi;
-    scgi_temp_path $TMP/nginx-relay/scgi;
-    upstream origin {
-        server $ORIGIN;
-        keepalive 64;
-        keepalive_requests 100000;
-    }
-    server {
-        listen 127.0.0.1:$P_NGINX;
-        location / {
-            proxy_pass http://origin;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_set_header Host \$host;
-            # stream large bodies through memory buffers, never spool to disk
-            proxy_max_temp_file_size 0;
-        }
-    }
-}
-EOF
-
-# ---- HAProxy reverse relay -------------------------------------------------
-cat > "$TMP/haproxy.cfg" <<EOF
-global
-    maxconn 4096
-    pidfile $TMP/haproxy.pid
-    # one thread, like every other server pinned to core 0
-    nbthread 1
-
-defaults
-    mode http
-    option http-keep-alive
-    timeout connect 5s
-    timeout client 60s
-    timeout server 60s
-    timeout http-keep-alive 60s
-
-frontend fe
-    bind 127.0.0.1:$P_HAPROXY
-    default_backend origin
-
-backend origin
-    http-reuse always
-    server o1 $ORIGIN maxconn 1000
-EOF
+# ---- nginx and HAProxy reverse relays (bench/lib.sh) ---------------------
+write_nginx_relay_conf "$TMP/nginx-relay" "127.0.0.1:$P_NGINX" "$ORIGIN" "$NGINX_USER_LINE"
+write_haproxy_relay_cfg "$TMP/haproxy.cfg" "127.0.0.1:$P_HAPROXY" "$ORIGIN" "$TMP/haproxy.pid"
 
 # ---- Squid forward proxy ---------------------------------------------------
 mkdir -p "$TMP/squid"
