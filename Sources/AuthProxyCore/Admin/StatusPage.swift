@@ -101,6 +101,16 @@ enum StatusPage {
                 "<tr><th>state</th><td class=\"\(c.connected ? "ok" : "bad")\">\(c.connected ? "connected: tokens shared" : "not connected: this replica works alone")"
             h += "\(c.since.map { " since \(esc($0))" } ?? "")</td></tr>\n"
             if let p = c.problem, !c.connected { h += "<tr><th>cause</th><td>\(esc(p))</td></tr>\n" }
+            if let l = c.limits {
+                let fallback = l == "fallback"
+                h +=
+                    "<tr><th>limits</th><td id=\"fleet-limits\" class=\"\(fallback ? "bad" : "ok")\">"
+                    + (fallback
+                        ? "fallback: this replica enforces its share (each limit ÷ \(c.replicas ?? 1) replicas)"
+                        : "shared: counted by the fleet in Redis")
+                h += "\(c.limitsSince.map { " since \(esc($0))" } ?? "")"
+                h += "\(c.limitsProblem.map { " — \(esc($0))" } ?? "")</td></tr>\n"
+            }
             h +=
                 "<tr><th>required</th><td>\(c.required ? "yes (not ready while not connected)" : "no")</td></tr></table>\n"
         }
