@@ -194,6 +194,8 @@ def test_fleet_shares_rate_limit_and_daily_quota_then_falls_back_to_shares(proxy
         assert limit_of(st, "outage")["fleet"] == "share" and limit_of(st, "outage")["rateLimitShare"] == 10
         page = admin_get(p, "/").text
         assert "fallback: this replica enforces its share (each limit ÷ 3 replicas)" in page
+        row = re.search(r'<tr class="limit" data-scope="credential" data-name="outage">.*?</tr>', page).group(0)
+        assert "30/3600s per credential" in row and "this replica's share" in row and "share 10" in row, row
         assert value(samples(p), "authproxy_cluster_limits_fallback") == 1
         # Once per transition, however many requests met it.
         assert p.log_text().count(FALLBACK_LINE) == 1, p.log_text()[-3000:]
