@@ -362,3 +362,32 @@ def test_a_fleet_replica_records_its_wait_for_the_redis_lock(proxy_factory, rece
     finally:
         ags.stop()
         redis.stop()
+
+
+def test_dropped_spans_are_counted_by_reason(proxy_factory, origin):
+    """An endpoint that takes connections and never answers: each export times out (its batch is dropped,
+    reason export_failed), and with a queue of 2 the spans made meanwhile do not fit (reason queue_full)."""
+    from test_admin import samples, start_with_admin, value
+    import socket
+    sink = socket.socket()
+    sink.bind(("127.0.0.1", 0))
+    sink.listen(64)  # never accepted: the export's request is taken by the kernel and never answered
+    try:
+        env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:%d" % sink.getsockname()[1],
+               "OTEL_BSP_SCHEDULE_DELAY": "50", "OTEL_BSP_MAX_QUEUE_SIZE": "2", "OTEL_EXPORTER_OTLP_TIMEOUT": "1000"}
+        p = start_with_admin(proxy_factory, "", env=env)
+        deadline = time.monotonic() + 30
+        while True:
+            r, _ = harness.fetch(p, "GET", origin.url + "/json")
+            assert r.status == 200
+            m = samples(p)
+            full = value(m, "authproxy_trace_spans_dropped_total", reason="queue_full")
+            failed = value(m, "authproxy_trace_spans_dropped_total", reason="export_failed")
+            if full >= 1 and failed >= 1:
+                break
+            assert time.monotonic() < deadline, (full, failed)
+            time.sleep(0.2)
+        assert value(m, "authproxy_trace_spans_exported_total") == 0
+        assert "trace export failed: spans dropped" in p.log_text()
+    finally:
+        sink.close()
