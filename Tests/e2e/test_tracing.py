@@ -391,3 +391,57 @@ def test_dropped_spans_are_counted_by_reason(proxy_factory, origin):
         assert "trace export failed: spans dropped" in p.log_text()
     finally:
         sink.close()
+
+
+def test_an_https_endpoint_is_trusted_through_its_ca_file(proxy_factory, origin, tls_cert):
+    """A collector on https with a certificate of its own CA: refused (and counted) without the CA; exported with
+    [tracing] ca_file, or with OTEL_EXPORTER_OTLP_CERTIFICATE."""
+    from test_admin import samples, start_with_admin, value
+    cert, key = tls_cert
+    r = OTLPReceiver(tls=(cert, key)).start()
+    try:
+        # Without the CA: the export fails on the certificate and its spans are counted as dropped.
+        p = start_with_admin(proxy_factory, "", env={"OTEL_EXPORTER_OTLP_ENDPOINT": r.endpoint,
+                                                      "OTEL_BSP_SCHEDULE_DELAY": "50"})
+        assert harness.fetch(p, "GET", origin.url + "/json")[0].status == 200
+        assert p.wait_for_log(lambda l: "trace export failed" in l, timeout=10), p.log_text()[-2000:]
+        assert re.search(r"trace export failed.*(certificate|SSL|TLS)", p.log_text(), re.I), p.log_text()[-2000:]
+        assert value(samples(p), "authproxy_trace_spans_dropped_total", reason="export_failed") >= 1
+        assert r.spans() == []
+        p.stop()
+        # [tracing] ca_file.
+        p = proxy_factory(extra_config='\n[tracing]\nendpoint = "%s"\nschedule_delay_ms = 50\nca_file = "%s"\n'
+                          % (r.endpoint, cert))
+        assert harness.fetch(p, "GET", origin.url + "/json")[0].status == 200
+        spans = r.wait_for(lambda sp: len(sp) >= 2, timeout=10)
+        assert {s["kind"] for s in spans} >= {"SPAN_KIND_SERVER"}, spans
+        p.stop()
+        # The standard variable.
+        before = len(r.spans())
+        p = proxy_factory(env={"OTEL_EXPORTER_OTLP_ENDPOINT": r.endpoint, "OTEL_BSP_SCHEDULE_DELAY": "50",
+                               "OTEL_EXPORTER_OTLP_CERTIFICATE": cert})
+        assert harness.fetch(p, "GET", origin.url + "/json")[0].status == 200
+        assert len(r.wait_for(lambda sp: len(sp) >= before + 2, timeout=10)) >= before + 2
+        p.stop()
+    finally:
+        r.stop()
+    assert not r.errors, r.errors
+
+
+def test_a_tracing_ca_file_that_is_not_a_certificate_is_refused_by_name(proxy_binary, tmp_path):
+    bad = tmp_path / "not-a-ca.pem"
+    bad.write_text("hello\n")
+    cfg = tmp_path / "p.toml"
+    cfg.write_text('[proxy]\nlisten = ["127.0.0.1:0"]\n\n[tracing]\nendpoint = "https://127.0.0.1:4318"\n'
+                   'ca_file = "%s"\n' % bad)
+    out = harness.run_cli(["check", "--config", str(cfg)])
+    assert out.returncode != 0 and "tracing.ca_file" in (out.stdout + out.stderr), out.stdout + out.stderr
+    cfg.write_text('[proxy]\nlisten = ["127.0.0.1:0"]\n\n[tracing]\nendpoint = "http://127.0.0.1:4318"\n'
+                   'ca_file = "%s"\n' % bad)
+    out = harness.run_cli(["check", "--config", str(cfg)])
+    assert out.returncode != 0 and "is for an https:// endpoint" in (out.stdout + out.stderr), out.stdout
+    cfg.write_text('[proxy]\nlisten = ["127.0.0.1:0"]\n')
+    out = harness.run_cli(["check", "--config", str(cfg)],
+                          env=harness.clean_env({"OTEL_EXPORTER_OTLP_ENDPOINT": "https://127.0.0.1:4318",
+                                                 "OTEL_EXPORTER_OTLP_CERTIFICATE": str(tmp_path / "missing.pem")}))
+    assert out.returncode != 0 and "OTEL_EXPORTER_OTLP_CERTIFICATE" in (out.stdout + out.stderr), out.stdout

@@ -120,7 +120,7 @@ final class SpanExporter: @unchecked Sendable {
             spans: batch, resource: resource, scopeName: "authproxy", scopeVersion: AuthProxyVersion.string)
         let post = OTLPPost(
             multi: multi, url: config.endpoint, body: body, headers: config.headers,
-            timeoutMillis: config.exportTimeoutMillis
+            timeoutMillis: config.exportTimeoutMillis, trust: config.trust
         ) { [self] outcome in
             inFlight = false
             switch outcome {
