@@ -222,3 +222,28 @@ def test_fleet_shares_rate_limit_and_daily_quota_then_falls_back_to_shares(proxy
     got = spread(fleet, hit_origin.url + "/again", 60)
     assert hit_origin.count("again") == len([g for g in got if g[1] == 200]) == 30
     assert len([g for g in got if g[1] == 429]) == 30
+
+
+def test_a_batch_of_permits_left_unspent_goes_back_to_the_fleet(proxy_factory, hit_origin, redis_server):
+    """200 per hour over 3 replicas: a replica leases 6 permits at a time (a tenth of its share). One request
+    spends one; the 5 left unspent go back to Redis's count after the idle time (2 s), so other replicas can have
+    them before the window ends."""
+    wait_for_room(3600, 60)
+    config = ("[cluster]\nredis = \"%s\"\nreplicas = 3\ntimeout_ms = 2000\n" % redis_server.url()
+              + header_cred("batch", hit_origin.url + "/batch", "k-batch", rate(200)))
+    p = start_with_admin(proxy_factory, config, proxy={"state_key": STATE_KEY, "workers": 1})
+
+    def count():
+        keys = [k for k in redis_server.keys() if k.startswith("authproxy:q:")]
+        return [int(redis_server.cli("GET", k).strip() or 0) for k in keys]
+
+    assert get(p, hit_origin.url + "/batch/1")[0] == 200
+    assert count() == [6], count()
+    deadline = time.time() + 20
+    while count() != [1]:
+        assert time.time() < deadline, count()
+        time.sleep(0.2)
+    # Leased again when needed.
+    assert get(p, hit_origin.url + "/batch/2")[0] == 200
+    assert count() == [7], count()
+    assert hit_origin.count("batch") == 2

@@ -185,6 +185,20 @@ struct ClusterKeys: Sendable {
         return {grant, used, w, left}
         """
 
+    /// KEYS: the limit's key base. ARGV: permits, window seconds, window index. Gives back permits a replica
+    /// leased and did not spend, if their window is still the current one (never below zero). Returns how many.
+    static let giveBackScript = """
+        if redis.replicate_commands then redis.replicate_commands() end
+        local t = redis.call('TIME')
+        local w = math.floor(tonumber(t[1]) / tonumber(ARGV[2]))
+        if string.format('%d', w) ~= ARGV[3] then return 0 end
+        local key = KEYS[1] .. ':' .. ARGV[3]
+        local used = tonumber(redis.call('GET', key) or '0')
+        local n = math.min(tonumber(ARGV[1]), used)
+        if n > 0 then redis.call('DECRBY', key, n) end
+        return n
+        """
+
     /// KEYS: lock. ARGV: lease, channel, notice. Compare-and-delete of a lock; publishes so waiters try at once.
     static let releaseScript = """
         if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end

@@ -30,6 +30,8 @@ final class FleetLimiter: @unchecked Sendable {
         var windows: [FleetLimit: FleetWindow] = [:]
         var waiting: [FleetLimit: [@Sendable (Decision) -> Void]] = [:]
         var leasing: Set<FleetLimit> = []
+        /// Limits with a give-back check scheduled (``scheduleGiveBack(_:)``).
+        var watched: Set<FleetLimit> = []
         var health = ClusterHealth()
         /// Each replica enforces its share (the last lease failed).
         var fallback = false
@@ -140,10 +142,51 @@ final class FleetLimiter: @unchecked Sendable {
                 again = true
             }
         }
-        if case .success = result { ProxyMetrics.active?.cluster(.limitLease) }
+        if case .success = result {
+            ProxyMetrics.active?.cluster(.limitLease)
+            scheduleGiveBack(limit)
+        }
         if let change { announce(fallback: change.fallback, cause: change.cause) }
         for (callback, d) in decided { callback(d) }
         if again { queue.async { self.lease(limit) } }
+    }
+
+    /// How long leased permits may sit unspent before they go back to the fleet.
+    static let idleMillis: Int64 = 2000
+
+    /// Looks at `limit`'s permits every ``idleMillis`` while it holds some, and gives back those unspent for that
+    /// long: a replica that leased a batch and then saw no more requests does not keep the fleet's permits until
+    /// the window ends.
+    private func scheduleGiveBack(_ limit: FleetLimit) {
+        let schedule = state.withLock { s in
+            (s.windows[limit]?.holdsPermits ?? false) && s.watched.insert(limit).inserted
+        }
+        guard schedule else { return }
+        queue.asyncAfter(deadline: .now() + .milliseconds(Int(Self.idleMillis))) { self.giveBack(limit) }
+    }
+
+    private func giveBack(_ limit: FleetLimit) {
+        let now = clock.nowMillis()
+        let idle = state.withLock { s -> (count: Int, window: Int64)? in
+            s.watched.remove(limit)
+            // Without Redis the permits held are what this replica may still spend (Redis counted them).
+            guard !s.fallback, s.health.mayTry(at: now), !s.leasing.contains(limit), var w = s.windows[limit] else {
+                return nil
+            }
+            let r = w.releaseIdle(now: now, idleMillis: Self.idleMillis)
+            s.windows[limit] = w
+            return r
+        }
+        guard let idle else {
+            scheduleGiveBack(limit)
+            return
+        }
+        _ = run { c throws(RedisError) in
+            try c.command([
+                "EVAL", ClusterKeys.giveBackScript, "1", self.keys.limitKey(limit), String(idle.count),
+                String(limit.windowSeconds), String(idle.window),
+            ])
+        }
     }
 
     private func run<T>(_ body: (RedisConnection) throws(RedisError) -> T) -> Result<T, RedisError> {

@@ -30,6 +30,9 @@ struct FleetWindow: Sendable, Equatable {
     private(set) var fallbackSpan: Span? = nil
     private(set) var fallbackLeft = 0
     private(set) var fallbackSpent = 0
+    /// When a request last spent a leased permit, and when the last lease was asked for.
+    private(set) var lastSpent: Int64 = 0
+    private(set) var leasedAt: Int64 = 0
 
     init(limit: FleetLimit) { self.limit = limit }
 
@@ -46,6 +49,7 @@ struct FleetWindow: Sendable, Equatable {
         if let s = shared, now < s.endsAt {
             if permits > 0 {
                 permits -= 1
+                lastSpent = now
                 return .allowed
             }
             if redisUsable {
@@ -136,6 +140,7 @@ struct FleetWindow: Sendable, Equatable {
     mutating func leased(_ r: LeaseResult, sentAt: Int64, carried: Int) {
         if shared?.index != r.window { permits = 0 }
         shared = Span(index: r.window, endsAt: sentAt + max(0, r.millisLeft))
+        leasedAt = sentAt
         permits += r.granted
         fleetUsed = r.used
         exhausted = r.used >= limit.requests
@@ -144,6 +149,23 @@ struct FleetWindow: Sendable, Equatable {
         fallbackSpan = nil
         fallbackLeft = 0
     }
+
+    /// Permits held and not spent for `idleMillis` go back to the fleet (the others may need them before the window
+    /// ends): how many, and the window they belong to; nil when there are none to give back. They are dropped here
+    /// at once (a request arriving meanwhile leases again), so a give-back that fails loses them, never doubles them.
+    mutating func releaseIdle(now: Int64, idleMillis: Int64) -> (count: Int, window: Int64)? {
+        guard permits > 0, let s = shared, now < s.endsAt, now - max(lastSpent, leasedAt) >= idleMillis else {
+            return nil
+        }
+        let n = permits
+        permits = 0
+        fleetUsed = max(0, fleetUsed - n)
+        exhausted = false
+        return (n, s.index)
+    }
+
+    /// Whether permits are held that ``releaseIdle(now:idleMillis:)`` may give back later.
+    var holdsPermits: Bool { permits > 0 }
 
     /// Requests counted in the current window as far as this replica knows: the fleet's count at the last lease
     /// (when that window is current), plus what it allowed on its own since.

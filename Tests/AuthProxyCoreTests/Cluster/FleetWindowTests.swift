@@ -52,6 +52,23 @@ import Testing
         #expect(w.permits == 1)
     }
 
+    @Test func permitsUnspentForAWhileGoBack() {
+        var w = FleetWindow(limit: rate)
+        w.leased(.init(granted: 6, used: 10, window: 7, millisLeft: 60_000), sentAt: 1_000, carried: 0)
+        #expect(w.releaseIdle(now: 2_500, idleMillis: 2_000) == nil)  // just leased
+        #expect(w.take(now: 2_900, redisUsable: true, replicas: 3) == .allowed)
+        #expect(w.releaseIdle(now: 4_000, idleMillis: 2_000) == nil)  // spent from 1 s ago
+        let back = w.releaseIdle(now: 5_000, idleMillis: 2_000)
+        #expect(back?.count == 5 && back?.window == 7)
+        #expect(w.permits == 0 && w.used(now: 5_000) == 5)
+        #expect(w.releaseIdle(now: 9_000, idleMillis: 2_000) == nil)  // nothing left
+        // The next request leases again.
+        #expect(w.take(now: 9_000, redisUsable: true, replicas: 3) == .lease)
+        // Permits of a window that is over are not given back (their count expires with it).
+        w.leased(.init(granted: 3, used: 8, window: 7, millisLeft: 1_000), sentAt: 9_000, carried: 0)
+        #expect(w.releaseIdle(now: 20_000, idleMillis: 2_000) == nil)
+    }
+
     @Test func withoutRedisAReplicaAllowsItsShareOfWhatTheFleetLeft() {
         var w = FleetWindow(limit: rate)
         w.leased(.init(granted: 2, used: 21, window: 7, millisLeft: 40_000), sentAt: 0, carried: 0)
