@@ -12,6 +12,7 @@ ExportTraceServiceRequest, decoded with the official definitions (``opentelemetr
 A body that is not a valid ExportTraceServiceRequest is answered 400 and recorded in ``r.errors``
 (a test then fails on it): the proxy's hand-written encoder is checked by the official decoder.
 """
+import ssl
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -55,9 +56,11 @@ def span_dict(span, resource):
 
 
 class OTLPReceiver:
-    def __init__(self, host="127.0.0.1", status=200):
+    def __init__(self, host="127.0.0.1", status=200, tls=None):
+        """`tls`: (certificate file, key file) to serve https instead of http."""
         self.host = host
         self.status = status
+        self.tls = tls
         self.lock = threading.Lock()
         self._spans = []
         self.requests = []
@@ -67,7 +70,7 @@ class OTLPReceiver:
 
     @property
     def endpoint(self):
-        return "http://%s:%d" % (self.host, self.server.server_address[1])
+        return "%s://%s:%d" % ("https" if self.tls else "http", self.host, self.server.server_address[1])
 
     def start(self):
         receiver = self
@@ -124,6 +127,10 @@ class OTLPReceiver:
 
         self.server = ThreadingHTTPServer((self.host, 0), Handler)
         self.server.daemon_threads = True
+        if self.tls:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(*self.tls)
+            self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
         self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05},
                                        daemon=True)
         self.thread.start()

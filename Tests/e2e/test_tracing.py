@@ -362,3 +362,86 @@ def test_a_fleet_replica_records_its_wait_for_the_redis_lock(proxy_factory, rece
     finally:
         ags.stop()
         redis.stop()
+
+
+def test_dropped_spans_are_counted_by_reason(proxy_factory, origin):
+    """An endpoint that takes connections and never answers: each export times out (its batch is dropped,
+    reason export_failed), and with a queue of 2 the spans made meanwhile do not fit (reason queue_full)."""
+    from test_admin import samples, start_with_admin, value
+    import socket
+    sink = socket.socket()
+    sink.bind(("127.0.0.1", 0))
+    sink.listen(64)  # never accepted: the export's request is taken by the kernel and never answered
+    try:
+        env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:%d" % sink.getsockname()[1],
+               "OTEL_BSP_SCHEDULE_DELAY": "50", "OTEL_BSP_MAX_QUEUE_SIZE": "2", "OTEL_EXPORTER_OTLP_TIMEOUT": "1000"}
+        p = start_with_admin(proxy_factory, "", env=env)
+        deadline = time.monotonic() + 30
+        while True:
+            r, _ = harness.fetch(p, "GET", origin.url + "/json")
+            assert r.status == 200
+            m = samples(p)
+            full = value(m, "authproxy_trace_spans_dropped_total", reason="queue_full")
+            failed = value(m, "authproxy_trace_spans_dropped_total", reason="export_failed")
+            if full >= 1 and failed >= 1:
+                break
+            assert time.monotonic() < deadline, (full, failed)
+            time.sleep(0.2)
+        assert value(m, "authproxy_trace_spans_exported_total") == 0
+        assert "trace export failed: spans dropped" in p.log_text()
+    finally:
+        sink.close()
+
+
+def test_an_https_endpoint_is_trusted_through_its_ca_file(proxy_factory, origin, tls_cert):
+    """A collector on https with a certificate of its own CA: refused (and counted) without the CA; exported with
+    [tracing] ca_file, or with OTEL_EXPORTER_OTLP_CERTIFICATE."""
+    from test_admin import samples, start_with_admin, value
+    cert, key = tls_cert
+    r = OTLPReceiver(tls=(cert, key)).start()
+    try:
+        # Without the CA: the export fails on the certificate and its spans are counted as dropped.
+        p = start_with_admin(proxy_factory, "", env={"OTEL_EXPORTER_OTLP_ENDPOINT": r.endpoint,
+                                                      "OTEL_BSP_SCHEDULE_DELAY": "50"})
+        assert harness.fetch(p, "GET", origin.url + "/json")[0].status == 200
+        assert p.wait_for_log(lambda l: "trace export failed" in l, timeout=10), p.log_text()[-2000:]
+        assert re.search(r"trace export failed.*(certificate|SSL|TLS)", p.log_text(), re.I), p.log_text()[-2000:]
+        assert value(samples(p), "authproxy_trace_spans_dropped_total", reason="export_failed") >= 1
+        assert r.spans() == []
+        p.stop()
+        # [tracing] ca_file.
+        p = proxy_factory(extra_config='\n[tracing]\nendpoint = "%s"\nschedule_delay_ms = 50\nca_file = "%s"\n'
+                          % (r.endpoint, cert))
+        assert harness.fetch(p, "GET", origin.url + "/json")[0].status == 200
+        spans = r.wait_for(lambda sp: len(sp) >= 2, timeout=10)
+        assert {s["kind"] for s in spans} >= {"SPAN_KIND_SERVER"}, spans
+        p.stop()
+        # The standard variable.
+        before = len(r.spans())
+        p = proxy_factory(env={"OTEL_EXPORTER_OTLP_ENDPOINT": r.endpoint, "OTEL_BSP_SCHEDULE_DELAY": "50",
+                               "OTEL_EXPORTER_OTLP_CERTIFICATE": cert})
+        assert harness.fetch(p, "GET", origin.url + "/json")[0].status == 200
+        assert len(r.wait_for(lambda sp: len(sp) >= before + 2, timeout=10)) >= before + 2
+        p.stop()
+    finally:
+        r.stop()
+    assert not r.errors, r.errors
+
+
+def test_a_tracing_ca_file_that_is_not_a_certificate_is_refused_by_name(proxy_binary, tmp_path):
+    bad = tmp_path / "not-a-ca.pem"
+    bad.write_text("hello\n")
+    cfg = tmp_path / "p.toml"
+    cfg.write_text('[proxy]\nlisten = ["127.0.0.1:0"]\n\n[tracing]\nendpoint = "https://127.0.0.1:4318"\n'
+                   'ca_file = "%s"\n' % bad)
+    out = harness.run_cli(["check", "--config", str(cfg)])
+    assert out.returncode != 0 and "tracing.ca_file" in (out.stdout + out.stderr), out.stdout + out.stderr
+    cfg.write_text('[proxy]\nlisten = ["127.0.0.1:0"]\n\n[tracing]\nendpoint = "http://127.0.0.1:4318"\n'
+                   'ca_file = "%s"\n' % bad)
+    out = harness.run_cli(["check", "--config", str(cfg)])
+    assert out.returncode != 0 and "is for an https:// endpoint" in (out.stdout + out.stderr), out.stdout
+    cfg.write_text('[proxy]\nlisten = ["127.0.0.1:0"]\n')
+    out = harness.run_cli(["check", "--config", str(cfg)],
+                          env=harness.clean_env({"OTEL_EXPORTER_OTLP_ENDPOINT": "https://127.0.0.1:4318",
+                                                 "OTEL_EXPORTER_OTLP_CERTIFICATE": str(tmp_path / "missing.pem")}))
+    assert out.returncode != 0 and "OTEL_EXPORTER_OTLP_CERTIFICATE" in (out.stdout + out.stderr), out.stdout

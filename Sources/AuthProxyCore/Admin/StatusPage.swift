@@ -54,6 +54,8 @@ enum StatusPage {
         }
         h += "</table>\n"
 
+        if !r.limits.isEmpty { h += limitsTable(r.limits) }
+
         let withAuth = r.credentials.filter { !$0.networkAuth.isEmpty }
         h += "<h2>Network authentication</h2>\n"
         if withAuth.isEmpty {
@@ -101,6 +103,16 @@ enum StatusPage {
                 "<tr><th>state</th><td class=\"\(c.connected ? "ok" : "bad")\">\(c.connected ? "connected: tokens shared" : "not connected: this replica works alone")"
             h += "\(c.since.map { " since \(esc($0))" } ?? "")</td></tr>\n"
             if let p = c.problem, !c.connected { h += "<tr><th>cause</th><td>\(esc(p))</td></tr>\n" }
+            if let l = c.limits {
+                let fallback = l == "fallback"
+                h +=
+                    "<tr><th>limits</th><td id=\"fleet-limits\" class=\"\(fallback ? "bad" : "ok")\">"
+                    + (fallback
+                        ? "fallback: this replica enforces its share (each limit ÷ \(c.replicas ?? 1) replicas)"
+                        : "shared: counted by the fleet in Redis")
+                h += "\(c.limitsSince.map { " since \(esc($0))" } ?? "")"
+                h += "\(c.limitsProblem.map { " — \(esc($0))" } ?? "")</td></tr>\n"
+            }
             h +=
                 "<tr><th>required</th><td>\(c.required ? "yes (not ready while not connected)" : "no")</td></tr></table>\n"
         }
@@ -114,6 +126,50 @@ enum StatusPage {
             "<p class=\"muted\">Machine-readable: <a href=\"status.json\">status.json</a>, <a href=\"metrics\">metrics</a>, "
             + "<a href=\"readyz\">readyz</a>.</p>\n</body></html>\n"
         return h
+    }
+
+    /// The limits that protect upstreams, as `/status.json`'s `limits` lists them: a concurrency cap's open and
+    /// queued requests and refusals, a credential's rate limit and daily quota (with, under `[cluster]`, whether
+    /// the fleet counts it or this replica enforces its share).
+    static func limitsTable(_ limits: [StatusReport.Limit]) -> String {
+        var h = "<h2>Limits</h2>\n<table id=\"limits\"><tr><th>scope</th><th>name</th><th>concurrency</th>"
+        h += "<th>refused (queue full / timeout)</th><th>rate limit</th><th>daily quota</th></tr>\n"
+        for l in limits {
+            h += "<tr class=\"limit\" data-scope=\"\(esc(l.scope))\" data-name=\"\(esc(l.name))\">"
+            h += "<td>\(esc(l.scope))</td><td><b>\(esc(l.name))</b></td><td>"
+            if let m = l.maxConcurrent {
+                h += "\(l.open ?? 0) open of \(m), \(l.queued ?? 0) queued (at most \(l.maxQueued ?? 0))"
+            } else {
+                h += "-"
+            }
+            h += "</td><td>"
+            if l.maxConcurrent != nil {
+                h += "\(l.refusedQueueFull ?? 0) / \(l.refusedQueueTimeout ?? 0)"
+            } else {
+                h += "-"
+            }
+            h += "</td><td>"
+            let fleet = l.fleet.map { $0 == "share" ? " <span class=\"bad\">this replica's share</span>" : " (fleet)" }
+            if let rate = l.rateLimit {
+                h += "\(esc(rate)) per \(esc(l.rateLimitScope ?? "client"))"
+                if l.rateLimitScope == "credential" {
+                    h += fleet ?? ""
+                    if let used = l.rateLimitUsed { h += ", \(used) used this window" }
+                    if let share = l.rateLimitShare { h += ", share \(share)" }
+                }
+            } else {
+                h += "-"
+            }
+            h += "</td><td>"
+            if let q = l.dailyQuota {
+                h += "\(l.dailyQuotaUsed ?? 0) of \(q) used today" + (fleet ?? "")
+                if let share = l.dailyQuotaShare { h += ", share \(share)" }
+            } else {
+                h += "-"
+            }
+            h += "</td></tr>\n"
+        }
+        return h + "</table>\n"
     }
 
     /// Which tokens the credential holds; before it has any, what its kind's token source means for it (read from

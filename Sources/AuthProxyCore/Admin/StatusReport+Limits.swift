@@ -16,11 +16,19 @@ extension StatusReport {
         public var rateLimit: String? = nil
         public var rateLimitScope: String? = nil
         public var dailyQuota: Int? = nil
+        /// Under `[cluster]`: the fleet's count as of this replica's last lease, plus what it allowed on its own since.
         public var dailyQuotaUsed: Int? = nil
+        /// Under `[cluster]`, for the fleet-wide limits: `fleet` (counted in Redis) or `share` (this replica's
+        /// share while Redis cannot be used), with that share per window, and the current rate window's count.
+        public var fleet: String? = nil
+        public var rateLimitShare: Int? = nil
+        public var dailyQuotaShare: Int? = nil
+        public var rateLimitUsed: Int? = nil
     }
 
     static func limits(
-        _ caps: [UpstreamLimiter.Snapshot], credentials: [AuthProxyCore.Credential], quotas: DailyQuotas
+        _ caps: [UpstreamLimiter.Snapshot], credentials: [AuthProxyCore.Credential], quotas: DailyQuotas,
+        fleet: FleetLimiter? = nil
     ) -> [Limit] {
         var out: [Limit] = []
         var byCredential: [String: Int] = [:]
@@ -43,6 +51,23 @@ extension StatusReport {
             if let q = c.limits.dailyQuota {
                 l.dailyQuota = q
                 l.dailyQuotaUsed = quotas.used(credential: c.name, now: today)
+            }
+            if let fleet, c.sharedByFleet {
+                let fallback = fleet.status.fallback
+                let now = nowMillis()
+                l.fleet = fallback ? "share" : "fleet"
+                for f in c.fleetLimits {
+                    let used = fleet.used(f, now: now) ?? 0
+                    let share = fallback ? f.share(replicas: fleet.replicas) : nil
+                    switch f.kind {
+                    case .rate:
+                        l.rateLimitUsed = used
+                        l.rateLimitShare = share
+                    case .daily:
+                        l.dailyQuotaUsed = used
+                        l.dailyQuotaShare = share
+                    }
+                }
             }
             if let i = byCredential[c.name] { out[i] = l } else { out.append(l) }
         }

@@ -127,6 +127,14 @@ public struct StatusReport: Codable, Sendable, Equatable {
         public var required: Bool
         public var since: String?
         public var problem: String?
+        /// The fleet-wide limits (`rate_limit` with `scope = "credential"`, `daily_quota`): `shared` (counted in
+        /// Redis) or `fallback` (this replica enforces its share, limit ÷ ``replicas``, because Redis cannot be
+        /// used).
+        public var limits: String? = nil
+        public var limitsSince: String? = nil
+        public var limitsProblem: String? = nil
+        /// `[cluster] replicas`.
+        public var replicas: Int? = nil
     }
 
     /// nil without `[cluster]`.

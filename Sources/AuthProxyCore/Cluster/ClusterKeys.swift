@@ -48,6 +48,19 @@ struct ClusterKeys: Sendable {
         Crypto.hex(Crypto.hmacSHA256(key: nameKey, Array("exchange\u{0}\(fingerprint)".utf8)))
     }
 
+    /// The base of the counter keys of a ``FleetLimit`` (the lease script appends `:<window index>`): the
+    /// credential's name, the kind of limit and its figures, under HMAC (a changed limit counts in a window of its
+    /// own).
+    func limitKey(_ limit: FleetLimit) -> String {
+        prefix + "q:"
+            + Crypto.hex(
+                Crypto.hmacSHA256(
+                    key: nameKey,
+                    Array(
+                        "limit\u{0}\(limit.kind.rawValue)\u{0}\(limit.credential)\u{0}\(limit.requests)\u{0}\(limit.windowSeconds)"
+                            .utf8)))
+    }
+
     /// The digest a value starts with and notices carry: 32 hex digits of an HMAC of the token.
     func digest(_ value: String) -> String {
         String(Crypto.hex(Crypto.hmacSHA256(key: nameKey, Array("value\u{0}\(value)".utf8))).prefix(32))
@@ -148,6 +161,42 @@ struct ClusterKeys: Sendable {
         if ours then redis.call('DEL', KEYS[1]) end
         redis.call('PUBLISH', ARGV[5], ARGV[6])
         return 1
+        """
+
+    /// KEYS: the limit's key base. ARGV: limit, window seconds, permits wanted, carry, carry window. On Redis's
+    /// clock (`TIME`, so the replicas' clocks do not matter): adds the carry (requests a replica allowed alone while
+    /// it could not reach Redis) to the current window's count if it was counted in that very window, then grants
+    /// as many of the permits wanted as the limit leaves. The count expires a minute after its window. Returns
+    /// `{granted, count after, window index, milliseconds to the window's end}`.
+    static let leaseScript = """
+        if redis.replicate_commands then redis.replicate_commands() end
+        local t = redis.call('TIME')
+        local secs = tonumber(t[1])
+        local ws = tonumber(ARGV[2])
+        local w = math.floor(secs / ws)
+        local key = KEYS[1] .. ':' .. string.format('%d', w)
+        local used = tonumber(redis.call('GET', key) or '0')
+        local carry = tonumber(ARGV[4])
+        if carry > 0 and ARGV[5] == string.format('%d', w) then used = used + carry end
+        local grant = math.max(0, math.min(tonumber(ARGV[3]), tonumber(ARGV[1]) - used))
+        used = used + grant
+        redis.call('SET', key, string.format('%d', used), 'EX', ws + 60)
+        local left = (w + 1) * ws * 1000 - (secs * 1000 + math.floor(tonumber(t[2]) / 1000))
+        return {grant, used, w, left}
+        """
+
+    /// KEYS: the limit's key base. ARGV: permits, window seconds, window index. Gives back permits a replica
+    /// leased and did not spend, if their window is still the current one (never below zero). Returns how many.
+    static let giveBackScript = """
+        if redis.replicate_commands then redis.replicate_commands() end
+        local t = redis.call('TIME')
+        local w = math.floor(tonumber(t[1]) / tonumber(ARGV[2]))
+        if string.format('%d', w) ~= ARGV[3] then return 0 end
+        local key = KEYS[1] .. ':' .. ARGV[3]
+        local used = tonumber(redis.call('GET', key) or '0')
+        local n = math.min(tonumber(ARGV[1]), used)
+        if n > 0 then redis.call('DECRBY', key, n) end
+        return n
         """
 
     /// KEYS: lock. ARGV: lease, channel, notice. Compare-and-delete of a lock; publishes so waiters try at once.

@@ -145,6 +145,9 @@ public struct ClusterConfig: Sendable, Equatable {
     /// token itself. Shorter than the token request timeout the lock lives for: anyone who can write to Redis can
     /// hold a lock, and every token need would otherwise wait the whole timeout (60 s by default) for nothing.
     public var lockWaitSeconds = 5
+    /// The fleet's size: while Redis cannot be used, each replica allows this share of a fleet-wide limit
+    /// (`rate_limit` with `scope = "credential"`, `daily_quota`). Required when such a limit is configured.
+    public var replicas: Int? = nil
 
     public init(endpoint: RedisEndpoint) {
         self.endpoint = endpoint

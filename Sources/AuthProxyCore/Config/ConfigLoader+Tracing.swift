@@ -11,6 +11,7 @@ extension ConfigLoader {
         "OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_TIMEOUT", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
         "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG",
         "OTEL_BSP_SCHEDULE_DELAY", "OTEL_BSP_MAX_QUEUE_SIZE", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
+        "OTEL_EXPORTER_OTLP_CERTIFICATE", "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE",
     ]
 
     /// The tracing settings from `table` (`[tracing]`, nil when absent) and the environment; nil: tracing is off.
@@ -149,8 +150,46 @@ extension ConfigLoader {
         }
         let timeoutVariables = ["OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"]
         if let n = try number("timeout_ms", 100...600_000, timeoutVariables) { c.exportTimeoutMillis = n }
+        try tracingCA(t: &t, variable: variable, into: &c)
         try t?.finish()
         return c
+    }
+
+    /// `ca_file`, else `OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE` / `OTEL_EXPORTER_OTLP_CERTIFICATE`: the CA
+    /// certificates (PEM) an `https://` endpoint's certificate may chain to besides the system's, read now (a file
+    /// that cannot be read, or holds no certificate, is an error naming the key). The variable is ignored for an
+    /// `http://` endpoint, as OTel SDKs do; `ca_file` there is an error (it would do nothing).
+    private func tracingCA(
+        t: inout TableReader?, variable: (String) -> String?, into c: inout TracingConfig
+    ) throws(ConfigError) {
+        let https = c.endpoint.lowercased().hasPrefix("https://")
+        let source: (path: String, key: String, line: Int?)
+        if let f = try t?.string("ca_file") {
+            guard https else {
+                throw ConfigError(
+                    key: "tracing.ca_file", line: t?.line(of: "ca_file"),
+                    "is for an https:// endpoint; the endpoint is \(c.redactedEndpoint)")
+            }
+            source = (f, "tracing.ca_file", t?.line(of: "ca_file"))
+        } else if https, let f = variable("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE") {
+            source = (f, "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", nil)
+        } else if https, let f = variable("OTEL_EXPORTER_OTLP_CERTIFICATE") {
+            source = (f, "OTEL_EXPORTER_OTLP_CERTIFICATE", nil)
+        } else {
+            return
+        }
+        let what = source.line == nil ? "(environment variable) " : ""
+        guard let text = readTextFile(source.path) else {
+            throw ConfigError(
+                key: source.key, line: source.line, "\(what)cannot read \(source.path): \(lastErrorString())")
+        }
+        guard text.contains("-----BEGIN CERTIFICATE-----") else {
+            throw ConfigError(
+                key: source.key, line: source.line,
+                "\(what)\(source.path) holds no PEM certificate (-----BEGIN CERTIFICATE-----)")
+        }
+        c.caFile = source.path
+        c.caBundle = Array(text.utf8)
     }
 
     /// `base` + `/v1/traces`, with one slash between them.

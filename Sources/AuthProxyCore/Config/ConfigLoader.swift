@@ -253,6 +253,14 @@ public struct ConfigLoader: Sendable {
                 "[cluster] needs [proxy] state_key: tokens in Redis are encrypted with it, and every replica must have the same one"
             )
         }
+        if let c = config.cluster, c.replicas == nil,
+            let shared = config.credentials.first(where: { $0.sharedByFleet })
+        {
+            throw ConfigError(
+                key: "cluster.replicas", line: root["cluster"]?.line,
+                "missing: credential '\(shared.name)' has a limit the fleet shares through Redis (rate_limit with scope = \"credential\", or daily_quota); give the number of replicas, e.g. replicas = 3, so that each replica enforces limit ÷ replicas while Redis cannot be used"
+            )
+        }
         try checkParentCredential(config, line: root["proxy"]?.line)
         let listen = listenOverride ?? config.listen
         if let admin = config.admin,
@@ -280,7 +288,7 @@ public struct ConfigLoader: Sendable {
 
     /// `[cluster]`: `redis` (a `redis://` or `rediss://` URL, user and password in it; the whole value may be
     /// `${ENV}` or `file:`), `ca`/`cert`/`key` for `rediss://`, `key_prefix`, `timeout_ms`, `required`,
-    /// `lock_wait_seconds`.
+    /// `lock_wait_seconds`, `replicas`.
     private func parseCluster(_ t: inout TableReader) throws(ConfigError) -> ClusterConfig {
         guard let url = try t.string("redis") else {
             throw ConfigError(
@@ -320,6 +328,7 @@ public struct ConfigLoader: Sendable {
         if let ms = try t.int("timeout_ms", range: 10...60_000) { c.timeoutMillis = ms }
         if let r = try t.bool("required") { c.required = r }
         if let w = try t.int("lock_wait_seconds", range: 1...600) { c.lockWaitSeconds = w }
+        c.replicas = try t.int("replicas", range: 1...10_000)
         try t.finish()
         return c
     }

@@ -14,6 +14,8 @@ extension ProxyMetrics {
         case lockWaitTimeout = "lock_wait_timeouts"
         case publish = "publishes"
         case receive = "receives"
+        /// Permits of a fleet-wide limit leased from Redis (one round trip, a batch of permits).
+        case limitLease = "limit_leases"
     }
 
     func cluster(_ event: ClusterEvent) {
@@ -30,5 +32,12 @@ extension ProxyMetrics {
     /// Whether Redis can be used now (1) or the replica works alone (0).
     func clusterConnected(_ up: Bool) {
         CoreMetrics.Gauge(label: "authproxy_cluster_connected", dimensions: [], factory: factory).record(up ? 1 : 0)
+    }
+
+    /// Whether this replica enforces its share of the fleet's limits (1: Redis cannot be used) or the fleet's
+    /// count (0).
+    func clusterLimitsFallback(_ on: Bool) {
+        CoreMetrics.Gauge(label: "authproxy_cluster_limits_fallback", dimensions: [], factory: factory)
+            .record(on ? 1 : 0)
     }
 }

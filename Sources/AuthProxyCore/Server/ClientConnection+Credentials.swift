@@ -40,12 +40,26 @@ extension ClientConnection {
         x.gatewayCredential = plan.gateway
         // Moved, not copied: the plan is large (three URLs, the network credentials, the route).
         x.plan = consume plan
-        if context.access.hasRateLimits, let limited = rateLimited(store: store, targets: rateLimitTargets) {
-            respond(limited.error, close: false, extraHeaders: "Retry-After: \(limited.retryAfter)\r\n")
-            return
+        if context.access.hasRateLimits {
+            let checks = limitChecks(store: store, targets: rateLimitTargets)
+            switch passLimits(checks, from: 0) {
+            case .refused(let error, let retryAfter):
+                respond(error, close: false, extraHeaders: "Retry-After: \(retryAfter)\r\n")
+                return
+            case .pending:
+                return
+            case .passed:
+                break
+            }
         }
+        admitAfterLimits()
+    }
+
+    /// The request passed its rate limits and quotas: its concurrency slots, then the rest.
+    func admitAfterLimits() {
+        guard let x = ex else { return }
         if !context.access.caps.isEmpty {
-            admitUpstream(concurrencyKeys(store: store, plan: x.plan!), from: 0)
+            admitUpstream(concurrencyKeys(store: credentials, plan: x.plan!), from: 0)
             return
         }
         forwardAdmitted()
@@ -92,60 +106,6 @@ extension ClientConnection {
                 me.value.run(me.value.machine.continuationAfterCallback)
             }
         }
-    }
-
-    /// `rate_limit`: spends one request of this client (its `[[client]]` name, else its address; with `scope =
-    /// "credential"` everybody's) from every applicable credential's bucket, then one of its `daily_quota`; the first
-    /// one empty answers 429 and the upstream is not contacted.
-    func rateLimited(store: CredentialStore, targets: [URLTarget]) -> (error: ErrorResponse, retryAfter: Int)? {
-        // (The refusing credential is noted on the exchange for its metrics: `credential` stays unset, as nothing
-        // of it was applied.)
-        var seen = Set<String>()
-        let who = client.map { "user:\($0.name)" } ?? "address:\(address)"
-        let now = self.now
-        for target in targets {
-            for c in store.applicable(for: target) where seen.insert(c.name).inserted {
-                if let limit = c.rateLimit,
-                    case .limited(let wait) = context.access.rateLimiter.take(
-                        credential: c.name, client: limit.scope == .credential ? "" : who, limit: limit, now: now)
-                {
-                    let per = limit.scope == .credential ? " (all clients together)" : ""
-                    return refuseOverLimit(
-                        c, reason: "rate", detail: "\(limit.requests)/\(limit.perSeconds)s\(per)", retryAfter: wait,
-                        message:
-                            "Rate limit of credential '\(c.name)' exceeded: \(limit.requests) requests per \(limit.perSeconds) s\(per)"
-                    )
-                }
-                if let quota = c.limits.dailyQuota,
-                    case .limited(let wait) = context.shared.dailyQuotas.take(
-                        credential: c.name, quota: quota, now: nowMillis() / 1000)
-                {
-                    return refuseOverLimit(
-                        c, reason: "daily_quota", detail: "\(quota)/day", retryAfter: wait,
-                        message: "Daily quota of credential '\(c.name)' used up: \(quota) requests per UTC day")
-                }
-            }
-        }
-        return nil
-    }
-
-    /// The 429 for credential `c`'s `rate_limit` or `daily_quota`: counted (by reason), logged (throttled).
-    private func refuseOverLimit(
-        _ c: Credential, reason: String, detail: String, retryAfter: Int, message: String
-    ) -> (error: ErrorResponse, retryAfter: Int) {
-        if let m = ProxyMetrics.active {
-            m.rateLimited(credential: c.name, reason: reason)
-            ex?.limitedBy = c.name
-        }
-        if let held = context.access.throttle.admit("\(reason):\(c.name)", now: now) {
-            logger.warning(
-                reason == "rate" ? "rate limit exceeded" : "daily quota used up",
-                metadata: [
-                    "credential": "\(c.name)", "client": "\(client?.name ?? "\(address)")", "limit": "\(detail)",
-                    "refused_since_last_report": "\(held)",
-                ])
-        }
-        return (ErrorResponse(status: 429, message: message, details: ["Retry after \(retryAfter) s."]), retryAfter)
     }
 
     /// The held body is complete: the kind looks for the client's own credential in it, then ours is obtained.

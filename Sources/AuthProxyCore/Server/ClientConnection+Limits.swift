@@ -116,7 +116,7 @@ extension ClientConnection {
 }
 
 /// The exchange's serial, known once it is queued, for a grant callback made before it was.
-private final class SerialBox: @unchecked Sendable {
+final class SerialBox: @unchecked Sendable {
     // Written on the connection's queue before the callback can run there (the callback hops to that queue).
     var value: Int? = nil
 }

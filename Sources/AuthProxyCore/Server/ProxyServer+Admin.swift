@@ -159,11 +159,17 @@ extension ProxyServer: AdminBackend {
             })
         report.limits = StatusReport.limits(
             context.shared.upstreamLimiter.snapshot(), credentials: config.credentials,
-            quotas: context.shared.dailyQuotas)
+            quotas: context.shared.dailyQuotas, fleet: context.shared.fleet)
         if let c = tokens?.clusterStatus {
             report.cluster = StatusReport.Cluster(
                 redis: c.redis, connected: c.connected, required: c.required,
                 since: c.since > 0 ? rfc3339(millis: c.since) : nil, problem: c.problem)
+        }
+        if let f = context.shared.fleet?.status, config.credentials.contains(where: \.sharedByFleet) {
+            report.cluster?.limits = f.fallback ? "fallback" : "shared"
+            report.cluster?.limitsSince = f.since > 0 ? rfc3339(millis: f.since) : nil
+            report.cluster?.limitsProblem = f.fallback ? f.cause : nil
+            report.cluster?.replicas = f.replicas
         }
         return report
     }

@@ -126,7 +126,7 @@ public final class ProxyServer: @unchecked Sendable {
         DescriptorExhaustion.prepare(maxConnections: config.maxConnections, logger: logger)
         let context = ServerContext(
             generation: 1, config: config, logger: logger, ownAuthorities: own, tokens: tokens, tlsServer: tlsServer,
-            proxyTLS: proxyTLS, shared: SharedServerState(config: config))
+            proxyTLS: proxyTLS, shared: SharedServerState(config: config, logger: logger))
         current = context
         tokens?.use(routing: context.routing)
         warnParentBasic(config)

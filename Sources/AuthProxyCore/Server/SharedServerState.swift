@@ -1,3 +1,5 @@
+import Logging
+
 /// The live state that belongs to the process, not to one configuration: every ``ServerContext`` generation
 /// points at the same instance, so a reload never resets what is counted here. Connections give back the
 /// slot they took from the one ``ConnectionLimiter`` whatever generation is current when they close; rate
@@ -32,8 +34,19 @@ final class SharedServerState: Sendable {
         return "1.1 authproxy-" + String(repeating: "0", count: 8 - id.count) + id
     }()
 
-    init(config: ProxyConfig) {
+    /// `[cluster]`: the limits the replicas count together in Redis (nil without `[cluster]`; changing it needs
+    /// a restart, like the token store's).
+    let fleet: FleetLimiter?
+
+    init(config: ProxyConfig, logger: Logger = Logger(label: "authproxy")) {
         connections = ConnectionLimiter(
             total: config.maxConnections, perClient: config.effectiveMaxConnectionsPerClient)
+        if let cluster = config.cluster, let stateKey = config.stateKey,
+            let keys = ClusterKeys(stateKey: stateKey, prefix: cluster.keyPrefix)
+        {
+            fleet = FleetLimiter(config: cluster, keys: keys, logger: logger)
+        } else {
+            fleet = nil
+        }
     }
 }

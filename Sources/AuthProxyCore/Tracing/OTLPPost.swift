@@ -14,6 +14,7 @@ final class OTLPPost: UpstreamExchangeDelegate {
     private var body: HeldRequestBody
     private let headers: [TracingConfig.Header]
     private let timeoutMillis: Int
+    private let trust: ServerTrustSettings?
     private var status = 0
     private var answer: [UInt8] = []
     private var completion: ((Outcome) -> Void)?
@@ -23,8 +24,9 @@ final class OTLPPost: UpstreamExchangeDelegate {
 
     init(
         multi: CurlMulti, url: String, body: [UInt8], headers: [TracingConfig.Header], timeoutMillis: Int,
-        completion: @escaping (Outcome) -> Void
+        trust: ServerTrustSettings? = nil, completion: @escaping (Outcome) -> Void
     ) {
+        self.trust = trust
         self.multi = multi
         self.url = url
         self.body = HeldRequestBody(body)
@@ -44,6 +46,8 @@ final class OTLPPost: UpstreamExchangeDelegate {
             method: "POST", url: url, fields: fields, bodyLength: Int64(body.count), timeoutSeconds: seconds)
         request.totalTimeoutSeconds = seconds
         request.harmlessToRepeat = true
+        // The endpoint's own CA (`ca_file`), added to the system's.
+        request.network.trust = trust
         let destination = HTTPURL.parse(url).map { "\($0.target.urlHost):\($0.target.port)" } ?? url
         let t = CurlTransfer(multi: multi, request: request, destination: destination, delegate: self)
         transfer = t

@@ -8,7 +8,8 @@ import Synchronization
 ///
 /// Memory is bounded: at most ``TracingConfig/maxQueueSize`` spans wait; past that a span is dropped and counted
 /// (reported in the log at most once a minute, with the count). A batch the endpoint refuses or cannot take is
-/// dropped and counted the same way: no retry, so a collector that is down costs a bounded amount.
+/// dropped and counted the same way: no retry, so a collector that is down costs a bounded amount. Both show in
+/// `authproxy_trace_spans_dropped_total{reason}` (``ProxyMetrics/spansDropped(_:count:)``).
 ///
 /// The exporter's requests go straight to the endpoint: never through the proxy's listeners, never through a parent
 /// proxy or the `http_proxy` environment (``CurlTransfer`` sets no proxy), and they are not traced.
@@ -63,9 +64,11 @@ final class SpanExporter: @unchecked Sendable {
 
     /// Takes a finished span (any thread). Never blocks beyond the lock; a full queue drops it.
     func add(_ span: SpanRecord) {
+        var full = false
         let kick = state.withLock { s -> Bool in
             guard s.pending.count < config.maxQueueSize else {
                 s.dropped += 1
+                full = true
                 return false
             }
             s.pending.append(span)
@@ -73,6 +76,7 @@ final class SpanExporter: @unchecked Sendable {
             s.kicked = true
             return true
         }
+        if full { ProxyMetrics.active?.spansDropped(.queueFull, count: 1) }
         if kick { queue.async { [self] in exportNext() } }
     }
 
@@ -116,13 +120,15 @@ final class SpanExporter: @unchecked Sendable {
             spans: batch, resource: resource, scopeName: "authproxy", scopeVersion: AuthProxyVersion.string)
         let post = OTLPPost(
             multi: multi, url: config.endpoint, body: body, headers: config.headers,
-            timeoutMillis: config.exportTimeoutMillis
+            timeoutMillis: config.exportTimeoutMillis, trust: config.trust
         ) { [self] outcome in
             inFlight = false
             switch outcome {
             case .success:
                 state.withLock { $0.exported += batch.count }
+                ProxyMetrics.active?.spansExported(count: batch.count)
             case .failure(let why):
+                ProxyMetrics.active?.spansDropped(.exportFailed, count: batch.count)
                 let total = state.withLock { s -> Int in
                     s.failed += batch.count
                     return s.failed

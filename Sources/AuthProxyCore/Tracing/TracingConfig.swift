@@ -17,6 +17,15 @@ public struct TracingConfig: Sendable, Equatable {
     public var scheduleDelayMillis = 5000
     /// One export request's limit (`OTEL_EXPORTER_OTLP_TIMEOUT`, milliseconds).
     public var exportTimeoutMillis = 10_000
+    /// CA certificates (PEM) trusted for an `https://` endpoint besides the system's (`ca_file`,
+    /// `OTEL_EXPORTER_OTLP_CERTIFICATE`): the file's path and its contents as read at load.
+    public var caFile: String? = nil
+    var caBundle: [UInt8]? = nil
+
+    /// What the export's TLS trusts: nil, the system CAs only.
+    var trust: ServerTrustSettings? {
+        caFile.map { ServerTrustSettings(caFile: $0, pinnedPublicKey: nil, insecure: false, caBundle: caBundle) }
+    }
 
     public struct Header: Sendable, Equatable {
         public var name: String

@@ -1,3 +1,4 @@
+import Foundation
 import Testing
 
 @testable import AuthProxyCore
@@ -90,5 +91,37 @@ import Testing
         // A header value (an API key) is never quoted.
         let bad = error("[tracing]\nendpoint = \"http://x:4318\"\nheaders = \"k=secret-value\\u0001\"\n")
         #expect(bad.contains("tracing.headers") && !bad.contains("secret-value"))
+    }
+
+    @Test func anHTTPSEndpointsCAIsReadAtLoadFromTheTableOrTheVariable() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("tracing-ca-\(getpid())")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let ca = dir.appendingPathComponent("ca.pem").path
+        let pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+        try pem.write(toFile: ca, atomically: true, encoding: .utf8)
+        let t = try #require(
+            try load("[tracing]\nendpoint = \"https://collector:4318\"\nca_file = \"\(ca)\"\n").tracing)
+        #expect(t.caFile == ca && t.trust?.caBundle == Array(pem.utf8) && t.trust?.insecure == false)
+        let v = try #require(
+            try load(env: ["OTEL_EXPORTER_OTLP_ENDPOINT": "https://c:4318", "OTEL_EXPORTER_OTLP_CERTIFICATE": ca])
+                .tracing)
+        #expect(v.caFile == ca)
+        // The traces-specific variable wins; an http endpoint ignores both (as OTel SDKs do).
+        #expect(
+            try load(env: [
+                "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_EXPORTER_OTLP_CERTIFICATE": "/nonexistent",
+            ]).tracing?.trust == nil)
+        #expect(
+            error(env: [
+                "OTEL_EXPORTER_OTLP_ENDPOINT": "https://c:4318", "OTEL_EXPORTER_OTLP_CERTIFICATE": ca,
+                "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE": dir.appendingPathComponent("none.pem").path,
+            ]).contains("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE"))
+        #expect(error("[tracing]\nendpoint = \"http://c:4318\"\nca_file = \"\(ca)\"\n").contains("tracing.ca_file"))
+        let notPEM = dir.appendingPathComponent("x.pem").path
+        try "hello".write(toFile: notPEM, atomically: true, encoding: .utf8)
+        #expect(
+            error("[tracing]\nendpoint = \"https://c:4318\"\nca_file = \"\(notPEM)\"\n").contains(
+                "holds no PEM certificate"))
     }
 }
