@@ -41,7 +41,7 @@ objcopy --strip-debug "$BIN" "$TMP/authproxy"
 cc -O2 -shared -fPIC "$BENCH_DIR/valgrind/sigsuspend_copy.c" -o "$TMP/sigsuspend_copy.so"
 cc -O2 -Wall -o "$TMP/tlsload" "$BENCH_DIR/tlsload.c" -lssl -lcrypto -lpthread
 if [[ -n "$MAXPROTO" ]]; then
-    # tlsload has no protocol switch: cap it with an OpenSSL configuration of its own.
+    # tlsload has no protocol switch: cap it with an OpenSSL configuration of its own (tlsload's environment only).
     cat > "$TMP/openssl-tls12.cnf" <<'CNF'
 openssl_conf = conf
 [conf]
@@ -51,7 +51,6 @@ system_default = sys
 [sys]
 MaxProtocol = TLSv1.2
 CNF
-    export OPENSSL_CONF="$TMP/openssl-tls12.cnf"
 fi
 
 ORIGIN_PORT=$(free_port); PORT=$(free_port)
@@ -101,9 +100,10 @@ for _ in $(seq 1 1200); do grep -q "authproxy started" "$TMP/log" && break; kill
 grep -q "authproxy started" "$TMP/log" || { cat "$TMP/log" >&2; echo "authproxy under valgrind did not start" >&2; exit 1; }
 load() { # seconds [tlsload flags]
     local s="$1"; shift
-    taskset -c 1 "$TMP/tlsload" -a "127.0.0.1:$PORT" -t "localhost:$ORIGIN_PORT" -s localhost -C "$TMP/ca/ca.pem" \
+    env ${MAXPROTO:+OPENSSL_CONF="$TMP/openssl-tls12.cnf"} taskset -c 1 "$TMP/tlsload" -a "127.0.0.1:$PORT" -t "localhost:$ORIGIN_PORT" -s localhost -C "$TMP/ca/ca.pem" \
         -p /small.json -b 2023 -c 1 -d "$s" "$@" 2>>"$TMP/tlsload.err"
 }
+dumps() { find "$TMP" -maxdepth 1 -name "cg.$VPID.out.*" | wc -l; }
 field() { sed -n "s/.*\b$1=\([^ ]*\).*/\1/p" <<<"$2"; }
 w=$(load 5 -N -R)
 [[ "$(field errors "$w")" == "-" && "$(field requests "$w")" -gt 0 ]] || { echo "warm-up failed: $w" >&2; cat "$TMP/tlsload.err" >&2; exit 1; }
@@ -112,11 +112,11 @@ echo "client: tlsload, one connection at a time, $([[ -n "$MAXPROTO" ]] && echo 
 declare -A IR_PER
 for mode in full resumed; do
     flags=(-N); [[ $mode == resumed ]] && flags+=(-R)
-    n_before=$(ls "$TMP"/cg."$VPID".out.* 2>/dev/null | wc -l)
-    callgrind_control -z "$VPID" >/dev/null
+    n_before=$(dumps)
+    callgrind_control -z "$VPID" >/dev/null 2>&1
     out=$(load "$SECONDS_PER_MODE" "${flags[@]}")
-    callgrind_control -d "$VPID" >/dev/null
-    for _ in $(seq 1 50); do (( $(ls "$TMP"/cg."$VPID".out.* 2>/dev/null | wc -l) > n_before )) && break; sleep 0.2; done
+    callgrind_control -d "$VPID" >/dev/null 2>&1
+    for _ in $(seq 1 50); do (( $(dumps) > n_before )) && break; sleep 0.2; done
     ir=$(awk '/^summary:/ {print $2}' "$(ls -t "$TMP"/cg."$VPID".out.* | head -n1)")
     hs=$(field handshakes "$out"); res=$(field resumed "$out"); errs=$(field errors "$out")
     [[ "$errs" == "-" && -n "$ir" && "$hs" -gt 0 ]] || { echo "$mode: failed: $out" >&2; cat "$TMP/tlsload.err" >&2; exit 1; }
