@@ -53,7 +53,12 @@ final class UpstreamConnectionPool {
     }
 
     static let maxIdlePerDestination = 64
-    static let maxIdle = 256
+    /// Enough for a thousand destinations each kept alive on one loop: a pool smaller than the destinations a
+    /// loop serves closes one connection and opens another on nearly every request (with 1,000 hosts and 256
+    /// here, 1,745 connects per 2,000 requests and 1.8× the instructions per request; bench/irperrequest.sh
+    /// --hosts). Idle plain connections cost a descriptor and a few hundred bytes; they close after
+    /// ``idleTimeout``.
+    static let maxIdle = 1024
     /// Idle connections one client connection keeps to one destination for itself.
     static let maxIdlePerOwnedDestination = 8
     static let idleTimeout: UInt64 = 60 * 1_000_000_000
@@ -128,11 +133,14 @@ final class UpstreamConnectionPool {
         c.close()
     }
 
-    /// Closes connections idle for longer than ``idleTimeout``.
+    /// Closes connections idle for longer than ``idleTimeout``. Runs every second per loop: a destination whose
+    /// oldest connection (the first: connections are appended as they go idle) is still young costs one comparison,
+    /// no copy.
     func expire(now: UInt64) {
         assertOnQueue(queue)
         guard idleCount > 0 else { return }
         for (key, list) in idle {
+            guard let oldest = list.first, now &- oldest.idleSince >= Self.idleTimeout else { continue }
             let keep = list.filter { now &- $0.idleSince < Self.idleTimeout }
             if keep.count == list.count { continue }
             for c in list where now &- c.idleSince >= Self.idleTimeout { c.close() }
