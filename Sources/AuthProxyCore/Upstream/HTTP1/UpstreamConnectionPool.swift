@@ -74,6 +74,10 @@ final class UpstreamConnectionPool {
     var headBuffer = ByteBuffer()
     private var idle: [Key: [UpstreamConnection]] = [:]
     private(set) var idleCount = 0
+    /// Before this moment (uptime nanoseconds) no idle connection has been idle for ``idleTimeout``, so the sweep
+    /// looks at nothing: a lower bound, as a connection taken or dropped meanwhile only makes the true moment
+    /// later. Scanning a thousand destinations every second showed as 3 % more instructions per request.
+    private var nextExpiry = UInt64.max
 
     init(queue: DispatchQueue, multi: CurlMulti) {
         self.queue = queue
@@ -125,6 +129,7 @@ final class UpstreamConnectionPool {
         list.append(c)
         idle[c.key] = list
         idleCount += 1
+        nextExpiry = min(nextExpiry, now &+ Self.idleTimeout)
     }
 
     /// An idle connection was closed by its server or sent something unasked: it is dropped.
@@ -133,20 +138,26 @@ final class UpstreamConnectionPool {
         c.close()
     }
 
-    /// Closes connections idle for longer than ``idleTimeout``. Runs every second per loop: a destination whose
-    /// oldest connection (the first: connections are appended as they go idle) is still young costs one comparison,
-    /// no copy.
+    /// Closes connections idle for longer than ``idleTimeout``. Runs every second per loop, and scans the
+    /// destinations only once one may have expired (``nextExpiry``); there, a destination whose oldest connection
+    /// (the first: connections are appended as they go idle) is still young costs one comparison, no copy.
     func expire(now: UInt64) {
         assertOnQueue(queue)
-        guard idleCount > 0 else { return }
+        guard idleCount > 0, now >= nextExpiry else { return }
+        var next = UInt64.max
         for (key, list) in idle {
-            guard let oldest = list.first, now &- oldest.idleSince >= Self.idleTimeout else { continue }
+            guard let oldest = list.first else { continue }
+            if now &- oldest.idleSince < Self.idleTimeout {
+                next = min(next, oldest.idleSince &+ Self.idleTimeout)
+                continue
+            }
             let keep = list.filter { now &- $0.idleSince < Self.idleTimeout }
-            if keep.count == list.count { continue }
             for c in list where now &- c.idleSince >= Self.idleTimeout { c.close() }
             idle[key] = keep.isEmpty ? nil : keep
             idleCount -= list.count - keep.count
+            if let first = keep.first { next = min(next, first.idleSince &+ Self.idleTimeout) }
         }
+        nextExpiry = next
     }
 
     /// Closes the idle connections kept for one client connection (it closed).
