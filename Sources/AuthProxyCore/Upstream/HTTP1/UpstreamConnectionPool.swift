@@ -76,7 +76,8 @@ final class UpstreamConnectionPool {
     private(set) var idleCount = 0
     /// Before this moment (uptime nanoseconds) no idle connection has been idle for ``idleTimeout``, so the sweep
     /// looks at nothing: a lower bound, as a connection taken or dropped meanwhile only makes the true moment
-    /// later. Scanning a thousand destinations every second showed as 3 % more instructions per request.
+    /// later. Without it every loop looked at every destination each second, work that grows with the destinations
+    /// kept and that finds nothing to do while they are in use.
     private var nextExpiry = UInt64.max
 
     init(queue: DispatchQueue, multi: CurlMulti) {
