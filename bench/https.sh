@@ -364,7 +364,8 @@ for entry in "${TARGETS[@]}"; do
     CHECK_ERR=""
     if ! check_target "$name" "$proxy" "$ca" "$port"; then
         log "  $name: $CHECK_ERR"
-        printf '%s\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tFAILED: %s\tn/a\tn/a\tn/a\n' "$name" "$CHECK_ERR" >> "$RESULTS"
+        printf '%s\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tFAILED: %s\tn/a\tn/a\tn/a\tn/a\tn/a\n' \
+            "$name" "$CHECK_ERR" >> "$RESULTS"
         continue
     fi
     if [[ $WARMUP -gt 0 ]]; then
@@ -373,7 +374,10 @@ for entry in "${TARGETS[@]}"; do
     row=("$name")
     errs=""
     cpus=()
-    for run in "c50|50|" "c1|1|" "hs10|10|-N"; do
+    resumed="n/a"
+    # hs10: a new connection and a full handshake per request; rs10: the same, each handshake resuming the
+    # client thread's last session (a returning client).
+    for run in "c50|50|" "c1|1|" "hs10|10|-N" "rs10|10|-N -R"; do
         IFS='|' read -r label c extra <<<"$run"
         # CPU µs per request: Δ(utime+stime) of the server's process tree over the run ÷ requests completed.
         before=$(cpu_ticks "${PID_OF[$name]}")
@@ -412,9 +416,13 @@ for entry in "${TARGETS[@]}"; do
         log "  $label: ${rps:-?} req/s  cpu=${cpu}µs/req  p50=${p50:-?}ms p99=${p99:-?}ms errors=${e:-?}"
         row+=("${rps:-nan}" "${p50:-nan}" "${p99:-nan}")
         cpus+=("$cpu")
+        if [[ $label == rs10 ]]; then
+            resumed="$(field resumed "$out")/$(field handshakes "$out")"
+            log "  rs10: $resumed handshakes resumed a session"
+        fi
         [[ "${e:--}" != "-" ]] && errs="${errs:+$errs; }$label: $e"
     done
-    row+=("${errs:--}" "${cpus[@]}")
+    row+=("${errs:--}" "${cpus[@]}" "$resumed")
     (IFS=$'\t'; echo "${row[*]}") >> "$RESULTS"
 done
 
@@ -483,7 +491,8 @@ print(f"- Load: bench/tlsload.c, {meta['duration']} s per run{warm}, GET small.j
       "each proxy adds token=BENCHKEY to the query upstream.")
 print("- keep-alive: one CONNECT + TLS handshake per connection, then requests back to back. "
       "new conn/s: every request on a new connection (TCP + CONNECT + full TLS handshake + GET), "
-      "10 concurrent, no session resumption.")
+      "10 concurrent, no session resumption. resumed conn/s: the same, each handshake offering the session the "
+      "client thread last got (tlsload -R, a returning client); 'resumed' counts the handshakes that did resume.")
 print("- Pinning: the proxy under test and every peer (authproxy at its default `workers`, mitmproxy, nginx-tls with "
       "one worker, floor-tls) run on core 0 (`taskset -c 0`), one at a time under load; tlsload and the origin nginx share "
       "core 1. The origin row is the origin's own CPU, on core 1 beside tlsload.")
@@ -492,8 +501,9 @@ print(f"- CPU µs/req = Δ(utime+stime) of the server's process tree from /proc 
       "Compare this column: req/s is capped by core 1 (tlsload does TLS too).")
 print()
 print("| target | req/s c50 | CPU µs/req c50 | p50 c50 (ms) | p99 c50 (ms) | req/s c1 | CPU µs/req c1 | p50 c1 (ms) "
-      "| p99 c1 (ms) | new conn/s c10 | CPU µs/conn c10 | p50 c10 (ms) | p99 c10 (ms) | peak RSS (MB) | errors |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+      "| p99 c1 (ms) | new conn/s c10 | CPU µs/conn c10 | p50 c10 (ms) | p99 c10 (ms) "
+      "| resumed conn/s c10 | CPU µs/conn resumed | p50 resumed (ms) | resumed | peak RSS (MB) | errors |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 by = {}
 labels = {"origin": "origin (direct https, no proxy)", "authproxy": "authproxy (CONNECT, intercepting)",
           "mitmproxy": "mitmproxy (CONNECT, intercepting)", "nginx-tls": "nginx-tls (TLS reverse proxy)",
@@ -501,9 +511,9 @@ labels = {"origin": "origin (direct https, no proxy)", "authproxy": "authproxy (
 for r in rows:
     name = r[0]
     by[name] = r
-    cells = [f_rps(r[1]), f_cpu(r[11]), f_ms(r[2]), f_ms(r[3]), f_rps(r[4]), f_cpu(r[12]), f_ms(r[5]), f_ms(r[6]),
-             f_rps(r[7]), f_cpu(r[13]), f_ms(r[8]), f_ms(r[9])]
-    print(f"| {labels.get(name, name)} | " + " | ".join(cells) + f" | {rss.get(name, 'n/a')} | {r[10]} |")
+    cells = [f_rps(r[1]), f_cpu(r[14]), f_ms(r[2]), f_ms(r[3]), f_rps(r[4]), f_cpu(r[15]), f_ms(r[5]), f_ms(r[6]),
+             f_rps(r[7]), f_cpu(r[16]), f_ms(r[8]), f_ms(r[9]), f_rps(r[10]), f_cpu(r[17]), f_ms(r[11]), r[18]]
+    print(f"| {labels.get(name, name)} | " + " | ".join(cells) + f" | {rss.get(name, 'n/a')} | {r[13]} |")
 print()
 print("Peak RSS is VmHWM at the end of the run, summed over the server's processes "
       "(nginx master + workers). Errors are failed requests or connections counted by tlsload "
@@ -514,8 +524,9 @@ print()
 print("Ratio = authproxy ÷ peer: for req/s > 1.00 means authproxy is faster; for CPU < 1.00 means authproxy "
       "needs less CPU per request.")
 print()
-print("| peer | req/s c50 | req/s c1 | new conn/s c10 | CPU/req c50 | CPU/req c1 | CPU/conn c10 |")
-print("|---|---:|---:|---:|---:|---:|---:|")
+print("| peer | req/s c50 | req/s c1 | new conn/s c10 | resumed conn/s c10 | CPU/req c50 | CPU/req c1 "
+      "| CPU/conn c10 | CPU/conn resumed |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 ap = by.get("authproxy")
 def ratio(a, b):
     a, b = num(a), num(b)
@@ -528,10 +539,10 @@ for name in ("mitmproxy", "nginx-tls", "floor-tls"):
     if p is None:
         continue
     if ap is None:
-        print(f"| {name} | n/a | n/a | n/a | n/a | n/a | n/a |")
+        print(f"| {name} | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a |")
     else:
-        print(f"| {name} | {ratio(ap[1], p[1])} | {ratio(ap[4], p[4])} | {ratio(ap[7], p[7])} "
-              f"| {ratio(ap[11], p[11])} | {ratio(ap[12], p[12])} | {ratio(ap[13], p[13])} |")
+        print(f"| {name} | {ratio(ap[1], p[1])} | {ratio(ap[4], p[4])} | {ratio(ap[7], p[7])} | {ratio(ap[10], p[10])} "
+              f"| {ratio(ap[14], p[14])} | {ratio(ap[15], p[15])} | {ratio(ap[16], p[16])} | {ratio(ap[17], p[17])} |")
 print()
 m = by.get("mitmproxy")
 r = ratio(ap[1], m[1]) if ap and m else "n/a"

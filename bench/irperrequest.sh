@@ -3,8 +3,13 @@
 # machine is noisy, for A/B checks of per-request CPU that wall-clock benches cannot resolve.
 #
 #   bash bench/irperrequest.sh BINARY [--requests N] [--warmup N] [--profile K] [--admin] [--credentials N]
-#                              [--cluster]
+#                              [--cluster] [--hosts N]
 #
+# --hosts N spreads the requests round robin over N upstream hosts (the origin listens on 127.0.0.1, 127.0.1.1,
+# 127.0.1.2, …, one port; the credential matches them all; BENCH_HOSTS in bench/pinned.sh), each kept alive in the
+# proxy's pool from the warm-up on (which is raised to N requests at least; the counted requests are sent on the
+# event loop the warm-up used, each loop having a pool of its own): what a pool of N destinations costs per request
+# (issue 39: 1,000 hosts). --hosts 1 (the default) is the run without it.
 # --cluster starts a redis-server on a free loopback port (core 1) and turns on [cluster] with it: what the fleet
 # costs per request while the token is valid (issue 39: no Redis round trip on the request path). The Redis
 # commands the proxy sent during the counted requests are printed (from INFO commandstats).
@@ -28,7 +33,7 @@
 # otherwise). Listens on 127.0.0.1 only.
 set -euo pipefail
 BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-BIN=""; N=2000; WARM=200; PROFILE=0; ADMIN=0; CREDS=1; CLUSTER=0
+BIN=""; N=2000; WARM=200; PROFILE=0; ADMIN=0; CREDS=1; CLUSTER=0; HOSTS=1
 if [[ $# -gt 0 && "$1" != -* ]]; then BIN="$(readlink -f "$1")"; shift; fi
 while [[ $# -gt 0 ]]; do
     case "$1" in
@@ -38,12 +43,15 @@ while [[ $# -gt 0 ]]; do
         --admin) ADMIN=1; shift ;;
         --credentials) CREDS="$2"; shift 2 ;;
         --cluster) CLUSTER=1; shift ;;
-        -h|--help) sed -n '2,30p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --hosts) HOSTS="$2"; shift 2 ;;
+        -h|--help) sed -n '2,36p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
 done
 [[ -n "$BIN" && -x "$BIN" ]] || { echo "usage: bash bench/irperrequest.sh BINARY [--requests N] [--warmup N] [--profile K] [--admin]" >&2; exit 2; }
 [[ "$N" =~ ^[0-9]+$ && "$N" -ge 1 && "$WARM" =~ ^[0-9]+$ && "$WARM" -ge 1 ]] || { echo "--requests and --warmup take positive integers" >&2; exit 2; }
+[[ "$HOSTS" =~ ^[0-9]+$ && "$HOSTS" -ge 1 && "$HOSTS" -le 5000 ]] || { echo "--hosts takes 1 to 5000" >&2; exit 2; }
+((WARM >= HOSTS)) || WARM=$HOSTS
 need=()
 command -v valgrind >/dev/null 2>&1 || need+=(valgrind)
 command -v nginx >/dev/null 2>&1 || [[ -x /usr/sbin/nginx ]] || need+=(nginx-light)
@@ -53,6 +61,7 @@ if [[ "$CLUSTER" == 1 ]]; then command -v redis-server >/dev/null 2>&1 || need+=
 if [[ ${#need[@]} -gt 0 ]]; then apt-get install -y "${need[@]}" >/dev/null; fi
 
 # shellcheck source=bench/pinned.sh
+export BENCH_HOSTS=$HOSTS
 source "$BENCH_DIR/pinned.sh"
 objcopy --strip-debug "$BIN" "$TMP/authproxy"
 cc -O2 -shared -fPIC "$BENCH_DIR/valgrind/sigsuspend_copy.c" -o "$TMP/sigsuspend_copy.so"
@@ -83,13 +92,30 @@ for _ in $(seq 1 600); do
 done
 for _ in $(seq 1 1200); do grep -q "authproxy started" "$TMP/p/log" && break; sleep 0.2; done
 grep -q "authproxy started" "$TMP/p/log" || { echo "authproxy under valgrind did not finish starting" >&2; exit 1; }
-urls() { for _ in $(seq 1 "$1"); do printf 'url = "%s"\noutput = "/dev/null"\n' "$URL"; done > "$2"; }
+# Connections the origin accepted so far (nginx stub_status on a port of its own).
+origin_accepts() { curl -s --noproxy '*' --max-time 5 "http://127.0.0.1:$STATUS_PORT/" | awk 'NR == 3 {print $1}'; }
+urls() { # COUNT FILE: COUNT requests for small.json, round robin over the HOSTS origin hosts
+    local i hosts=()
+    for ((i = 0; i < HOSTS; i++)); do hosts+=("$(bench_origin_host "$i")"); done
+    for ((i = 0; i < $1; i++)); do
+        printf 'url = "%s"\noutput = "/dev/null"\n' "${URL/127.0.0.1/${hosts[i % HOSTS]}}"
+    done > "$2"
+}
 urls "$WARM" "$TMP/warm.curl"; urls "$N" "$TMP/run.curl"
 codes() { taskset -c 1 curl -s -x "http://127.0.0.1:$PORT" -K "$1" -w '%{http_code}\n' | sort | uniq -c; }
 w=$(codes "$TMP/warm.curl")
 [[ "$w" =~ ^\ *$WARM\ 200$ ]] || { echo "warm-up: not every answer was 200: $w" >&2; exit 1; }
+# Each curl is one client connection, and the listener hands connections to the event loops in turn; every loop
+# keeps its own upstream pool. With --hosts, workers − 1 connections of one /healthz request each come between
+# the warm-up and the counted requests, so that these land on the loop whose pool the warm-up filled.
+LOOPS=1
+if ((HOSTS > 1)); then LOOPS=$(sed -n 's/.*authproxy started.* workers=\([0-9]*\).*/\1/p' "$TMP/p/log" | head -n1); fi
+for _ in $(seq 2 "${LOOPS:-1}"); do
+    curl -s --noproxy '*' -o /dev/null --max-time 30 "http://127.0.0.1:$PORT/healthz"
+done
 if [[ "$ADMIN" == 1 ]]; then M0=$(metrics_requests_total "$TMP/p"); fi
 if [[ "$CLUSTER" == 1 ]]; then redis-cli -p "$RPORT" config resetstat >/dev/null; fi
+ACCEPTS0=$(origin_accepts)
 callgrind_control -z "$VPID" >/dev/null
 r=$(codes "$TMP/run.curl")
 callgrind_control -d "$VPID" >/dev/null
@@ -107,8 +133,14 @@ for _ in $(seq 1 50); do ls "$TMP"/cg."$VPID".out.* >/dev/null 2>&1 && break; sl
 IR=$(awk '/^summary:/ {print $2}' "$TMP"/cg."$VPID".out.* | tail -n1)
 [[ -n "$IR" ]] || { echo "no callgrind dump" >&2; exit 1; }
 echo "binary: $BIN"
-echo "admin listener (metrics): $([[ "$ADMIN" == 1 ]] && echo on || echo off); credentials: $CREDS; [cluster]: $([[ "$CLUSTER" == 1 ]] && echo on || echo off)"
-echo "requests: $N on one keep-alive connection (after $WARM warm-up); Ir total: $IR"
+echo "admin listener (metrics): $([[ "$ADMIN" == 1 ]] && echo on || echo off); credentials: $CREDS; [cluster]: $([[ "$CLUSTER" == 1 ]] && echo on || echo off); upstream hosts: $HOSTS"
+if ((HOSTS > 1)); then
+    # A pool that keeps every destination holds one connection per host; one that drops some reconnects (and
+    # closes others) during the run.
+    echo "upstream connections open after the run: $(ss -Htn state established "( dport = :$ORIGIN_PORT )" | wc -l)" \
+        "(accepted by the origin during the counted requests: $(( $(origin_accepts) - ACCEPTS0 )))"
+fi
+echo "requests: $N on one keep-alive connection (after $WARM warm-up$( ((${LOOPS:-1} > 1)) && echo " on the same event loop, $LOOPS loops")); Ir total: $IR"
 python3 -c "print(f'Ir per request: {$IR / $N:,.0f}')"
 if [[ "$PROFILE" -gt 0 ]]; then
     echo "-- top $PROFILE functions, Ir per request (self)"

@@ -18,19 +18,34 @@ require_tools() {
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-# Starts the origin; sets ORIGIN_PORT and URL (the fixture with an ArcGIS-style query).
+# bench_origin_host I -> the loopback address of origin host I (0-based) when BENCH_HOSTS > 1: host 0 is 127.0.0.1,
+# the others 127.0.1.1, 127.0.1.2, … (250 per /24), all on ORIGIN_PORT: distinct upstream destinations for the
+# proxy's pool (issue 39: 1,000 hosts in the pool).
+bench_origin_host() {
+    local i="$1"
+    if ((i == 0)); then echo 127.0.0.1; else echo "127.0.$((1 + (i - 1) / 250)).$((1 + (i - 1) % 250))"; fi
+}
+
+# Starts the origin; sets ORIGIN_PORT and URL (the fixture with an ArcGIS-style query), and STATUS_PORT (nginx's
+# stub_status: connections accepted). With BENCH_HOSTS=N (default 1) it listens on the N addresses of
+# bench_origin_host, on one port.
 start_small_origin() {
     ORIGIN_PORT=$(free_port)
+    STATUS_PORT=$(free_port)
     mkdir -p "$TMP/www"
     head -c 2023 "$(dirname "${BASH_SOURCE[0]}")/small.json" > "$TMP/www/small.json"
+    local listen="" i
+    for ((i = 0; i < ${BENCH_HOSTS:-1}; i++)); do listen+="listen $(bench_origin_host "$i"):$ORIGIN_PORT; "; done
     cat > "$TMP/nginx.conf" <<CONF
 worker_processes 1;
+worker_rlimit_nofile 16384;
 daemon off;
 pid $TMP/nginx.pid;
 error_log $TMP/nginx.err;
-events { worker_connections 4096; }
-http { access_log off; keepalive_requests 1000000;
-  server { listen 127.0.0.1:$ORIGIN_PORT; root $TMP/www; } }
+events { worker_connections 8192; }
+http { access_log off; keepalive_requests 1000000; keepalive_timeout 3600s;
+  server { $listen root $TMP/www; }
+  server { listen 127.0.0.1:$STATUS_PORT; location / { stub_status; } } }
 CONF
     taskset -c 1 nginx -c "$TMP/nginx.conf" & PIDS+=($!)
     URL="http://127.0.0.1:$ORIGIN_PORT/small.json?f=json"
@@ -59,7 +74,7 @@ $(bench_other_credentials "${BENCH_CREDENTIALS:-1}")
 name = "bench"
 type = "api-key"
 key = "BENCHKEY0123456789"
-match = "http://127.0.0.1:$ORIGIN_PORT"
+match = [$(bench_origin_matches)]
 CONF
     if [[ "${BENCH_ADMIN:-0}" == 1 ]]; then
         local admin_port
@@ -67,6 +82,15 @@ CONF
         printf '[admin]\nlisten = "127.0.0.1:%s"\n' "$admin_port" >> "$dir/proxy.conf"
         echo "$admin_port" > "$dir/admin_port"
     fi
+}
+
+# bench_origin_matches -> the bench credential's match list: every origin host (BENCH_HOSTS, default 1).
+bench_origin_matches() {
+    local i sep=""
+    for ((i = 0; i < ${BENCH_HOSTS:-1}; i++)); do
+        printf '%s"http://%s:%s"' "$sep" "$(bench_origin_host "$i")" "$ORIGIN_PORT"
+        sep=", "
+    done
 }
 
 # bench_other_credentials N -> the N-1 credentials write_bench_proxy_conf declares before the bench one.

@@ -6,8 +6,8 @@
  *   - connects to ADDR (always a numeric IPv4 host:port),
  *   - with -t AUTHORITY: sends "CONNECT AUTHORITY HTTP/1.1" and expects a 200
  *     (forward proxy); without -t the TLS server is ADDR itself (reverse proxy),
- *   - does a full TLS handshake (SNI + verified name = -s, trust anchors = -C;
- *     no session resumption),
+ *   - does a TLS handshake (SNI + verified name = -s, trust anchors = -C): a full one,
+ *     or with -R one that resumes the thread's last session (a returning client),
  *   - sends "GET PATH HTTP/1.1" back to back on that connection (keep-alive), or
  *     with -N one GET per connection (each request = TCP + CONNECT + TLS + GET).
  * A request counts when its response is complete, has status 200 and (with -b)
@@ -16,7 +16,8 @@
  * measured per request: send -> last body byte (with -N: connect -> last body byte).
  *
  * Output, one line on stdout:
- *   requests=N rps=R p50_ms=X p99_ms=Y errors=- | errors=conn=1,tls=2,io=3,http=4
+ *   requests=N rps=R p50_ms=X p99_ms=Y errors=- | errors=conn=1,tls=2,io=3,http=4 handshakes=H resumed=S
+ * (S of the H handshakes resumed a session; without -R, S is 0.)
  * The first error of each kind is described on stderr.
  *
  * Build: cc -O2 -o tlsload tlsload.c -lssl -lcrypto -lpthread
@@ -49,7 +50,8 @@ static const char *kind_name[E_KINDS] = {"conn", "tls", "io", "http"};
 static struct sockaddr_in addr;
 static const char *authority, *sni, *path, *host_header;
 static long expect_body = -1;
-static int new_conn_per_request;
+static int new_conn_per_request, resume;
+static atomic_long handshakes, resumed;
 static double deadline; /* monotonic seconds */
 static SSL_CTX *ctx;
 static char request[2048];
@@ -117,9 +119,10 @@ static int open_tunnel(void) {
     return fd;
 }
 
-static SSL *open_tls(int fd) {
+static SSL *open_tls(int fd, SSL_SESSION *session) {
     SSL *ssl = SSL_new(ctx);
     SSL_set_fd(ssl, fd);
+    if (session) SSL_set_session(ssl, session);
     SSL_set_tlsext_host_name(ssl, sni);
     SSL_set1_host(ssl, sni);
     errno = 0;
@@ -131,6 +134,8 @@ static SSL *open_tls(int fd) {
         SSL_free(ssl);
         return NULL;
     }
+    atomic_fetch_add(&handshakes, 1);
+    if (SSL_session_reused(ssl)) atomic_fetch_add(&resumed, 1);
     return ssl;
 }
 
@@ -211,11 +216,12 @@ static void record(worker *w, double t0) {
 
 static void *run(void *arg) {
     worker *w = arg;
+    SSL_SESSION *session = NULL; /* with -R: the last one the server gave this thread */
     while (now() < deadline) {
         double t0 = now();
         int fd = open_tunnel();
         if (fd < 0) { usleep(10000); continue; }
-        SSL *ssl = open_tls(fd);
+        SSL *ssl = open_tls(fd, session);
         if (!ssl) { close(fd); usleep(10000); continue; }
         w->len = 0;
         w->buf[0] = 0;
@@ -227,12 +233,22 @@ static void *run(void *arg) {
             if (read_response(w, ssl, &server_closes)) break;
             if (now() >= deadline) break; /* finished after the end: not counted */
             record(w, t0);
+            if (resume) { /* after a response: a TLS 1.3 server's tickets have come in by now */
+                SSL_SESSION *latest = SSL_get1_session(ssl);
+                if (latest && SSL_SESSION_is_resumable(latest)) {
+                    SSL_SESSION_free(session);
+                    session = latest;
+                } else {
+                    SSL_SESSION_free(latest);
+                }
+            }
             if (new_conn_per_request || server_closes) break; /* e.g. keepalive_requests reached */
         }
         SSL_shutdown(ssl); /* send close_notify, do not wait for the peer's */
         SSL_free(ssl);
         close(fd);
     }
+    SSL_SESSION_free(session);
     return NULL;
 }
 
@@ -244,14 +260,15 @@ static int cmp_u32(const void *a, const void *b) {
 static void usage(void) {
     fprintf(stderr,
             "usage: tlsload -a IP:PORT [-t HOST:PORT] -s SNI -C CAFILE [-H HOST] [-p PATH]\n"
-            "               [-c CONNS] [-d SECONDS] [-b BODY_BYTES] [-N]\n"
+            "               [-c CONNS] [-d SECONDS] [-b BODY_BYTES] [-N] [-R]\n"
             "  -a  TCP address to connect to (the proxy, or the TLS server without -t)\n"
             "  -t  CONNECT to this authority first (forward proxy)\n"
             "  -s  TLS server name (SNI and certificate check)   -C  trusted CA file\n"
             "  -H  Host header (default: -t, else SNI)   -p  path (default /small.json)\n"
             "  -c  connections (threads, default 1)      -d  seconds (default 10)\n"
             "  -b  expected body size (default: not checked)\n"
-            "  -N  new connection (and handshake) for every request\n");
+            "  -N  new connection (and handshake) for every request\n"
+            "  -R  resume: each handshake offers the thread's last session (a returning client)\n");
     exit(2);
 }
 
@@ -260,7 +277,7 @@ int main(int argc, char **argv) {
     int conns = 1, opt;
     double seconds = 10;
     path = "/small.json";
-    while ((opt = getopt(argc, argv, "a:t:s:C:H:p:c:d:b:N")) != -1) {
+    while ((opt = getopt(argc, argv, "a:t:s:C:H:p:c:d:b:NR")) != -1) {
         switch (opt) {
         case 'a': address = optarg; break;
         case 't': authority = optarg; break;
@@ -272,6 +289,7 @@ int main(int argc, char **argv) {
         case 'd': seconds = atof(optarg); break;
         case 'b': expect_body = atol(optarg); break;
         case 'N': new_conn_per_request = 1; break;
+        case 'R': resume = 1; break;
         default: usage();
         }
     }
@@ -292,7 +310,8 @@ int main(int argc, char **argv) {
     ctx = SSL_CTX_new(TLS_client_method());
     SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
     SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
-    SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF); /* every handshake is a full one */
+    /* No cache: without -R every handshake is a full one; with -R each thread keeps its own last session. */
+    SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
     if (SSL_CTX_load_verify_locations(ctx, cafile, NULL) != 1) {
         fprintf(stderr, "tlsload: cannot load CA file %s\n", cafile);
         return 2;
@@ -326,10 +345,11 @@ int main(int argc, char **argv) {
         if (e) snprintf(errs + strlen(errs), sizeof errs - strlen(errs), "%s%s=%ld", *errs ? "," : "", kind_name[i], e);
     }
     if (total == 0)
-        printf("requests=0 rps=0 p50_ms=nan p99_ms=nan errors=%s\n", *errs ? errs : "-");
+        printf("requests=0 rps=0 p50_ms=nan p99_ms=nan errors=%s", *errs ? errs : "-");
     else
-        printf("requests=%zu rps=%.2f p50_ms=%.3f p99_ms=%.3f errors=%s\n", total, total / seconds,
+        printf("requests=%zu rps=%.2f p50_ms=%.3f p99_ms=%.3f errors=%s", total, total / seconds,
                all[(size_t)(0.50 * (total - 1))] / 1000.0, all[(size_t)(0.99 * (total - 1))] / 1000.0,
                *errs ? errs : "-");
+    printf(" handshakes=%ld resumed=%ld\n", atomic_load(&handshakes), atomic_load(&resumed));
     return 0;
 }

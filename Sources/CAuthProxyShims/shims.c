@@ -24,6 +24,8 @@
 #include <openssl/bn.h>
 #include <openssl/rsa.h>
 #include <openssl/core_names.h>
+#include <pthread.h>
+#include <time.h>
 
 CURLcode ap_easy_setopt_long(CURL *easy, CURLoption option, long value) { return curl_easy_setopt(easy, option, value); }
 CURLcode ap_easy_setopt_ptr(CURL *easy, CURLoption option, const void *value) { return curl_easy_setopt(easy, option, value); }
@@ -119,6 +121,173 @@ long ap_ssl_ctx_set_min_proto(SSL_CTX *ctx, int version) { return SSL_CTX_set_mi
 long ap_ssl_ctx_set_mode(SSL_CTX *ctx, long mode) { return SSL_CTX_set_mode(ctx, mode); }
 void ap_ssl_ctx_harden(SSL_CTX *ctx) {
     SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_CIPHER_SERVER_PREFERENCE);
+}
+
+/* Session ticket keys, in memory only. A key encrypts for one interval from its birth and decrypts for two, so
+   a ticket is accepted for at least one interval (the session timeout) and at most two; a ticket under the
+   previous key is renewed. OpenSSL's own keys (random per SSL_CTX) would never rotate in a long-running
+   process. The lock is taken by every loop's handshakes: it guards a copy of 80 bytes. */
+struct ap_ticket_key {
+    unsigned char name[16];
+    unsigned char aes[32];
+    unsigned char hmac[32];
+    long born;
+    int valid;
+};
+
+struct ap_ticket_keys {
+    pthread_mutex_t lock;
+    long interval;
+    struct ap_ticket_key current, previous;
+};
+
+ap_ticket_keys *ap_ticket_keys_new(long interval_seconds) {
+    if (interval_seconds <= 0) return NULL;
+    ap_ticket_keys *k = OPENSSL_zalloc(sizeof *k);
+    if (!k) return NULL;
+    pthread_mutex_init(&k->lock, NULL);
+    k->interval = interval_seconds;
+    return k;
+}
+
+void ap_ticket_keys_free(ap_ticket_keys *k) {
+    if (!k) return;
+    pthread_mutex_destroy(&k->lock);
+    OPENSSL_clear_free(k, sizeof *k);
+}
+
+/* Under the lock: a new current key once the current one is an interval old; the previous one dropped once it is
+   two intervals old. 0 when no random bytes could be had (the keys stay as they were). */
+static int ap_ticket_keys_rotate_locked(ap_ticket_keys *k, long now) {
+    if (k->previous.valid && now - k->previous.born >= 2 * k->interval) OPENSSL_cleanse(&k->previous, sizeof k->previous);
+    if (k->current.valid && now - k->current.born < k->interval) return 1;
+    struct ap_ticket_key fresh;
+    if (RAND_bytes(fresh.name, sizeof fresh.name) != 1 || RAND_priv_bytes(fresh.aes, sizeof fresh.aes) != 1
+        || RAND_priv_bytes(fresh.hmac, sizeof fresh.hmac) != 1) {
+        OPENSSL_cleanse(&fresh, sizeof fresh);
+        return 0;
+    }
+    fresh.born = now;
+    fresh.valid = 1;
+    if (k->current.valid && now - k->current.born < 2 * k->interval) k->previous = k->current;
+    else OPENSSL_cleanse(&k->previous, sizeof k->previous);
+    k->current = fresh;
+    OPENSSL_cleanse(&fresh, sizeof fresh);
+    return 1;
+}
+
+/* The key that encrypts at `now`, copied out; 0 when there is none. */
+static int ap_ticket_keys_for_encryption(ap_ticket_keys *k, long now, struct ap_ticket_key *out) {
+    pthread_mutex_lock(&k->lock);
+    int ok = ap_ticket_keys_rotate_locked(k, now) && k->current.valid;
+    if (ok) *out = k->current;
+    pthread_mutex_unlock(&k->lock);
+    return ok;
+}
+
+/* The key named `name` at `now`, copied out: 1 the current one, 2 the previous one (renew the ticket), 0 none. */
+static int ap_ticket_keys_for_decryption(ap_ticket_keys *k, long now, const unsigned char *name,
+                                         struct ap_ticket_key *out) {
+    int found = 0;
+    pthread_mutex_lock(&k->lock);
+    ap_ticket_keys_rotate_locked(k, now);
+    if (k->current.valid && memcmp(k->current.name, name, 16) == 0) {
+        *out = k->current;
+        found = 1;
+    } else if (k->previous.valid && memcmp(k->previous.name, name, 16) == 0) {
+        *out = k->previous;
+        found = 2;
+    }
+    pthread_mutex_unlock(&k->lock);
+    return found;
+}
+
+int ap_ticket_keys_encrypting_name(ap_ticket_keys *k, long now, unsigned char *name) {
+    struct ap_ticket_key key;
+    if (!ap_ticket_keys_for_encryption(k, now, &key)) return 0;
+    memcpy(name, key.name, 16);
+    OPENSSL_cleanse(&key, sizeof key);
+    return 1;
+}
+
+int ap_ticket_keys_lookup(ap_ticket_keys *k, long now, const unsigned char *name) {
+    struct ap_ticket_key key;
+    int found = ap_ticket_keys_for_decryption(k, now, name, &key);
+    OPENSSL_cleanse(&key, sizeof key);
+    return found;
+}
+
+static int ap_ticket_keys_index = -1;
+static pthread_once_t ap_ticket_keys_index_once = PTHREAD_ONCE_INIT;
+
+static void ap_ticket_keys_ex_free(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx, long argl, void *argp) {
+    (void)parent; (void)ad; (void)idx; (void)argl; (void)argp;
+    ap_ticket_keys_free((ap_ticket_keys *)ptr);
+}
+
+static void ap_ticket_keys_make_index(void) {
+    ap_ticket_keys_index = SSL_CTX_get_ex_new_index(0, NULL, NULL, NULL, ap_ticket_keys_ex_free);
+}
+
+static long ap_monotonic_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long)ts.tv_sec;
+}
+
+static int ap_ticket_key_cb(SSL *s, unsigned char key_name[16], unsigned char iv[EVP_MAX_IV_LENGTH],
+                            EVP_CIPHER_CTX *cctx, EVP_MAC_CTX *hctx, int enc) {
+    ap_ticket_keys *k = SSL_CTX_get_ex_data(SSL_get_SSL_CTX(s), ap_ticket_keys_index);
+    if (!k) return enc ? -1 : 0;
+    struct ap_ticket_key key;
+    int result;
+    if (enc) {
+        /* 0: no ticket this time (a TLS 1.2 client can still resume by session ID). */
+        if (RAND_bytes(iv, 16) != 1 || !ap_ticket_keys_for_encryption(k, ap_monotonic_seconds(), &key)) return 0;
+        memcpy(key_name, key.name, 16);
+        result = 1;
+    } else {
+        result = ap_ticket_keys_for_decryption(k, ap_monotonic_seconds(), key_name, &key);
+        if (result == 0) return 0; /* unknown or expired key: a full handshake, and a new ticket */
+    }
+    OSSL_PARAM params[3];
+    params[0] = OSSL_PARAM_construct_octet_string(OSSL_MAC_PARAM_KEY, key.hmac, sizeof key.hmac);
+    params[1] = OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, (char *)"SHA256", 0);
+    params[2] = OSSL_PARAM_construct_end();
+    int ok = EVP_MAC_CTX_set_params(hctx, params) == 1
+        && (enc ? EVP_EncryptInit_ex(cctx, EVP_aes_256_cbc(), NULL, key.aes, iv)
+                : EVP_DecryptInit_ex(cctx, EVP_aes_256_cbc(), NULL, key.aes, iv)) == 1;
+    OPENSSL_cleanse(&key, sizeof key);
+    return ok ? result : -1;
+}
+
+int ap_ssl_ctx_enable_resumption(SSL_CTX *ctx, ap_ticket_keys *keys, long cache_size) {
+    pthread_once(&ap_ticket_keys_index_once, ap_ticket_keys_make_index);
+    if (!keys) return 0;
+    if (ap_ticket_keys_index < 0 || SSL_CTX_set_ex_data(ctx, ap_ticket_keys_index, keys) != 1) {
+        ap_ticket_keys_free(keys);
+        return 0;
+    }
+    /* From here the context owns the keys (freed with it). */
+    SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_SERVER);
+    SSL_CTX_sess_set_cache_size(ctx, cache_size);
+    SSL_CTX_set_timeout(ctx, keys->interval);
+    SSL_CTX_clear_options(ctx, SSL_OP_NO_TICKET);
+    return SSL_CTX_set_tlsext_ticket_key_evp_cb(ctx, ap_ticket_key_cb) == 1;
+}
+
+int ap_ssl_ctx_set_session_context(SSL_CTX *ctx, const char *name) {
+    unsigned char md[SSL_MAX_SID_CTX_LENGTH];
+    unsigned int len = 0;
+    if (EVP_Digest(name, strlen(name), md, &len, EVP_sha256(), NULL) != 1 || len > sizeof md) return 0;
+    return SSL_CTX_set_session_id_context(ctx, md, len);
+}
+
+int ap_ssl_set_session_context(SSL *ssl, const char *name) {
+    unsigned char md[SSL_MAX_SID_CTX_LENGTH];
+    unsigned int len = 0;
+    if (EVP_Digest(name, strlen(name), md, &len, EVP_sha256(), NULL) != 1 || len > sizeof md) return 0;
+    return SSL_set_session_id_context(ssl, md, len);
 }
 EVP_PKEY *ap_ec_p256_keygen(void) { return EVP_EC_gen("P-256"); }
 int ap_bio_pending(BIO *bio) { return BIO_pending(bio); }

@@ -41,13 +41,25 @@ public final class LeafMinter: @unchecked Sendable {
     /// How many leaves were minted so far (each host once while it stays cached).
     public var mintedCount: Int { lock.withLock { cache.minted } }
 
-    /// The leaf for `host` (X509*, with a reference the caller must free).
-    func leaf(for host: String) -> OpaquePointer? {
+    /// The name a leaf is minted for when a client asks for `host`: lower-cased, or nil when it is neither a host
+    /// name nor an IP literal (the name goes into an X.509 extension string).
+    static func certificateName(_ host: String) -> String? {
         let name = host.lowercased()
-        // The name goes into an X.509 extension string: refuse anything but a host name or an IP literal.
         guard !name.isEmpty, name.utf8.count <= 253,
             name.utf8.allSatisfy({ isRegNameChar($0) && $0 != UInt8(ascii: "%") }) || isNumericAddress(name)
         else { return nil }
+        return name
+    }
+
+    /// The name whose leaf a handshake gets: the client's SNI when it is a usable name, else `fallback` (the CONNECT
+    /// host, or the listener's address): a client that sends a bad SNI gets a certificate it will reject.
+    static func certificateName(sni: String?, fallback: String) -> String? {
+        sni.flatMap(certificateName) ?? certificateName(fallback)
+    }
+
+    /// The leaf for `host` (X509*, with a reference the caller must free).
+    func leaf(for host: String) -> OpaquePointer? {
+        guard let name = Self.certificateName(host) else { return nil }
         if let cert = lock.withLock({ () -> OpaquePointer? in
             guard let l = cache.leaves[name], nowMillis() - l.minted < Self.renewAfterMillis else { return nil }
             cache.clock += 1

@@ -50,7 +50,7 @@ final class ProxyTLSLink: SecureStream, TLSCertificateNaming {
 
     deinit {
         // Backstop: the channel's cancel handlers call closeDescriptor(); a link never installed frees its SSL here.
-        if !released { SSL_free(ssl) }
+        if !released { freeServerSSL(ssl) }
     }
 
     /// When the first bytes are used up, OpenSSL reads the socket from now on (the memory BIO is freed).
@@ -142,7 +142,7 @@ final class ProxyTLSLink: SecureStream, TLSCertificateNaming {
     func closeDescriptor() {
         guard !released else { return }
         released = true
-        SSL_free(ssl)
+        freeServerSSL(ssl)
         Glibc.close(fd)
     }
 }

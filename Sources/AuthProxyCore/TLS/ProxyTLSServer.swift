@@ -52,6 +52,12 @@ public final class ProxyTLSServer: @unchecked Sendable {
         _ = ap_ssl_ctx_set_min_proto(ctx, TLS1_2_VERSION)
         _ = ap_ssl_ctx_set_mode(ctx, Int(SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_ENABLE_PARTIAL_WRITE))
         ap_ssl_ctx_harden(ctx)
+        // One certificate: every session of this context is for it.
+        guard TLSResumption.enable(ctx), ap_ssl_ctx_set_session_context(ctx, "authproxy listener: " + certPath) == 1
+        else {
+            SSL_CTX_free(ctx)
+            throw TLSError("cannot set up TLS session resumption: \(openSSLError())")
+        }
         SSL_CTX_set_alpn_select_cb(ctx, tlsALPNCallback, nil)
         self.ctx = ctx
         minting = nil

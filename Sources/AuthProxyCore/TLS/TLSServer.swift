@@ -6,6 +6,11 @@ import Logging
 /// that would prefer h2 falls back politely) whose certificate callback picks the minted leaf for the SNI
 /// name (or the CONNECT host when the client sends no SNI) at handshake time.
 ///
+/// Returning clients resume their sessions (``TLSResumption``). One context serves every host, and OpenSSL does
+/// not tie a TLS 1.3 session to the SNI it was made under: the ClientHello callback, which runs before OpenSSL
+/// looks at a ticket or a session ID, sets the connection's session ID context to the name whose leaf it will
+/// get, so a session resumes only for the certificate it was made with.
+///
 /// Ownership: the `SSL_CTX` is configured in `init` and only read afterwards (OpenSSL allows one context to
 /// create sessions on many threads); per-connection state lives in each loop's `TLSSession`.
 public final class TLSServer: @unchecked Sendable {
@@ -22,31 +27,58 @@ public final class TLSServer: @unchecked Sendable {
         _ = ap_ssl_ctx_set_min_proto(ctx, TLS1_2_VERSION)
         _ = ap_ssl_ctx_set_mode(ctx, Int(SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_ENABLE_PARTIAL_WRITE))
         ap_ssl_ctx_harden(ctx)
-        SSL_CTX_set_cert_cb(ctx, tlsCertCallback, Unmanaged.passUnretained(self).toOpaque())
+        // A connection whose name is not known yet has a context no session was made under.
+        guard TLSResumption.enable(ctx), ap_ssl_ctx_set_session_context(ctx, "authproxy: no certificate name") == 1
+        else {
+            SSL_CTX_free(ctx)
+            throw TLSError("cannot set up TLS session resumption: \(openSSLError())")
+        }
+        let me = Unmanaged.passUnretained(self).toOpaque()
+        SSL_CTX_set_client_hello_cb(ctx, tlsClientHelloCallback, me)
+        SSL_CTX_set_cert_cb(ctx, tlsCertCallback, me)
         SSL_CTX_set_alpn_select_cb(ctx, tlsALPNCallback, nil)
     }
 
     deinit { SSL_CTX_free(ctx) }
 
-    /// Installs the leaf for this handshake. Returns 1 on success. The SSL's ex_data 0 is the connection's
-    /// ``TLSCertificateNaming`` (an intercepted tunnel's ``TLSSession``, or a ``ProxyTLSLink`` when a client opens
-    /// TLS to the proxy itself).
-    fileprivate func selectCertificate(_ ssl: OpaquePointer) -> Int32 {
-        guard let raw = SSL_get_ex_data(ssl, 0),
-            let session = Unmanaged<AnyObject>.fromOpaque(raw).takeUnretainedValue() as? any TLSCertificateNaming
-        else { return 0 }
-        var name = session.fallbackHost
-        if let sni = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name) {
-            let s = String(cString: sni)
-            if !s.isEmpty { name = s }
+    /// The connection's ``TLSCertificateNaming`` (an intercepted tunnel's ``TLSSession``, or a ``ProxyTLSLink``
+    /// when a client opens TLS to the proxy itself): the SSL's ex_data 0.
+    private static func naming(_ ssl: OpaquePointer) -> (any TLSCertificateNaming)? {
+        guard let raw = SSL_get_ex_data(ssl, 0) else { return nil }
+        return Unmanaged<AnyObject>.fromOpaque(raw).takeUnretainedValue() as? any TLSCertificateNaming
+    }
+
+    /// Decides the certificate's name from the ClientHello and binds session resumption to it (on a HelloRetryRequest
+    /// this runs again, for the same name). Always lets the handshake go on: without a name, the certificate
+    /// callback fails it.
+    fileprivate func nameCertificate(_ ssl: OpaquePointer) {
+        guard let session = Self.naming(ssl) else { return }
+        var out: UnsafePointer<UInt8>?
+        var length = 0
+        var sni: String?
+        if SSL_client_hello_get0_ext(ssl, UInt32(TLSEXT_TYPE_server_name), &out, &length) == 1, let out {
+            sni = ServerNameExtension.hostName(UnsafeRawBufferPointer(start: out, count: length))
         }
-        // An SNI that is not a valid host name gets the CONNECT host's certificate (the client will reject it).
-        guard let leaf = minter.leaf(for: name) ?? minter.leaf(for: session.fallbackHost) else { return 0 }
+        guard let name = LeafMinter.certificateName(sni: sni, fallback: session.fallbackHost) else { return }
         session.servedName = name
+        _ = ap_ssl_set_session_context(ssl, "authproxy leaf: " + name)
+    }
+
+    /// Installs the leaf for this handshake (a full one: a resumed session keeps its certificate). Returns 1 on
+    /// success.
+    fileprivate func selectCertificate(_ ssl: OpaquePointer) -> Int32 {
+        guard let name = Self.naming(ssl)?.servedName, let leaf = minter.leaf(for: name) else { return 0 }
         defer { X509_free(leaf) }
         guard SSL_use_certificate(ssl, leaf) == 1, SSL_use_PrivateKey(ssl, minter.key) == 1 else { return 0 }
         return 1
     }
+}
+
+private func tlsClientHelloCallback(
+    _ ssl: OpaquePointer?, _ alert: UnsafeMutablePointer<Int32>?, _ arg: UnsafeMutableRawPointer?
+) -> Int32 {
+    if let ssl, let arg { Unmanaged<TLSServer>.fromOpaque(arg).takeUnretainedValue().nameCertificate(ssl) }
+    return 1  // SSL_CLIENT_HELLO_SUCCESS
 }
 
 private func tlsCertCallback(_ ssl: OpaquePointer?, _ arg: UnsafeMutableRawPointer?) -> Int32 {
@@ -54,8 +86,31 @@ private func tlsCertCallback(_ ssl: OpaquePointer?, _ arg: UnsafeMutableRawPoint
     return Unmanaged<TLSServer>.fromOpaque(arg).takeUnretainedValue().selectCertificate(ssl)
 }
 
+/// Frees a server-side connection's SSL and keeps its session resumable. OpenSSL takes a session out of the
+/// server's cache when its SSL is freed before a close_notify was sent, and most clients (browsers, Python, curl)
+/// just close the socket: their TLS 1.2 session IDs would never resume. Since TLS 1.1 a connection closed without
+/// close_notify need not end its session (RFC 5246 §7.2.1); a fatal alert still takes it out of the cache.
+func freeServerSSL(_ ssl: OpaquePointer) {
+    SSL_set_shutdown(ssl, SSL_get_shutdown(ssl) | SSL_SENT_SHUTDOWN)
+    SSL_free(ssl)
+}
+
+/// Session resumption where the proxy is the TLS server (interception and the proxy's own TLS): TLS 1.3 and 1.2
+/// session tickets, and TLS 1.2 session IDs, so a returning client skips the certificate and the signature of a
+/// full handshake. Ticket keys live in memory only (a restart or a context made by a reload starts afresh); each
+/// key encrypts for an hour and decrypts for two, and a session lives an hour.
+enum TLSResumption {
+    static let ticketKeySeconds = 3600
+    /// The server's session-ID cache (TLS 1.2 clients that take no ticket); OpenSSL drops the oldest beyond it.
+    static let sessionCacheSize = 10_000
+
+    static func enable(_ ctx: OpaquePointer) -> Bool {
+        ap_ssl_ctx_enable_resumption(ctx, ap_ticket_keys_new(ticketKeySeconds), sessionCacheSize) == 1
+    }
+}
+
 /// The object a ``TLSServer`` asks, at handshake time, which name to mint for when the client sends no SNI, and
-/// tells which name it minted for (for log lines).
+/// tells which name the certificate is for (the certificate callback mints it; log lines name it).
 protocol TLSCertificateNaming: AnyObject {
     var fallbackHost: String { get }
     var servedName: String? { get set }
@@ -122,7 +177,7 @@ final class TLSSession: TLSCertificateNaming {
         SSL_set_ex_data(ssl, 0, Unmanaged.passUnretained(self).toOpaque())
     }
 
-    deinit { SSL_free(ssl) }
+    deinit { freeServerSSL(ssl) }
 
     func feed(_ bytes: UnsafeRawBufferPointer) {
         guard !bytes.isEmpty else { return }

@@ -78,8 +78,25 @@ typedef struct bio_st BIO;
 
 long ap_ssl_ctx_set_min_proto(SSL_CTX *ctx, int version);
 long ap_ssl_ctx_set_mode(SSL_CTX *ctx, long mode);
-/// No renegotiation, server cipher preference, no session tickets kept across restarts.
+/// No renegotiation, server cipher preference.
 void ap_ssl_ctx_harden(SSL_CTX *ctx);
+/// Session ticket keys held in memory only: a key encrypts for `interval_seconds` and decrypts for twice that;
+/// a ticket under the previous key is renewed. NULL when `interval_seconds` <= 0 or out of memory.
+typedef struct ap_ticket_keys ap_ticket_keys;
+ap_ticket_keys *ap_ticket_keys_new(long interval_seconds);
+void ap_ticket_keys_free(ap_ticket_keys *keys);
+/// The 16-byte name of the key that encrypts at `now` (seconds on any monotonic clock) into `name`; 1, or 0.
+int ap_ticket_keys_encrypting_name(ap_ticket_keys *keys, long now, unsigned char *name);
+/// Which key the 16-byte `name` is at `now`: 1 the current one, 2 the previous one (renew), 0 none.
+int ap_ticket_keys_lookup(ap_ticket_keys *keys, long now, const unsigned char *name);
+/// Server-side resumption on `ctx`: TLS 1.3 and 1.2 tickets under `keys` (the context takes them and frees them
+/// with itself; freed at once when this fails), TLS 1.2 session IDs in an internal cache of at most `cache_size` sessions, sessions valid for
+/// the keys' interval. 1 on success.
+int ap_ssl_ctx_enable_resumption(SSL_CTX *ctx, ap_ticket_keys *keys, long cache_size);
+/// The session ID context (SHA-256 of `name`): a session resumes only where it is the same.
+int ap_ssl_ctx_set_session_context(SSL_CTX *ctx, const char *name);
+struct ssl_st;
+int ap_ssl_set_session_context(struct ssl_st *ssl, const char *name);
 /// A new EC P-256 key, or NULL.
 EVP_PKEY *ap_ec_p256_keygen(void);
 int ap_bio_pending(BIO *bio);
