@@ -177,9 +177,18 @@ public struct NetworkAuth: Sendable, Equatable {
         if trust == nil { trust = other.trust }
     }
 
-    /// Whether an upstream 401 may be answered by libcurl (so intermediate 401s are not the final answer).
+    /// Whether an upstream 401 may be answered by libcurl (so intermediate 401s are not the final answer). A
+    /// Basic-only password is sent before any challenge (``PasswordSettings/isBasicOnly``): its 401 is final.
     public var answersChallenges: Bool {
         // Matched, not compared with nil: `!= nil` copies each optional first (it is asked for every request).
+        if case .some(let p) = password, !p.isBasicOnly { return true }
+        if case .some = kerberos { return true }
+        return false
+    }
+
+    /// Whether the proxy logs in upstream with a password or Kerberos identity (it then fills the request's
+    /// `Authorization`, whichever client sends it).
+    public var logsIn: Bool {
         if case .some = password { return true }
         if case .some = kerberos { return true }
         return false

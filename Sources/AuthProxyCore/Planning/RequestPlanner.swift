@@ -303,7 +303,7 @@ enum RequestPlanner {
             plan.gateway = g
             // A body is replayed after the gateway's rejection.
             if g.retriesRejections, hasBody { plan.replayLimit = settings.maxReplayBytes }
-            if g.kind.tokenSource != .none, g.kind.occupies.contains("authorization"), plan.network.answersChallenges {
+            if g.kind.tokenSource != .none, g.kind.occupies.contains("authorization"), plan.network.logsIn {
                 return Self.authorizationClash(
                     gateway: g.name,
                     service: plan.network.passwordName.map { "'\($0)'" } ?? "the Kerberos credential")
@@ -396,16 +396,18 @@ enum RequestPlanner {
                 ]))
     }
 
-    /// Why a WebSocket handshake cannot be relayed, nil when it can: the relay reads the client socket directly
-    /// (so not inside an intercepted TLS tunnel), and only the own HTTP/1.1 client hands its connection over after
-    /// a `101` (so no network credential, which needs libcurl).
+    /// Why a WebSocket handshake cannot be relayed, nil when it can: only the own HTTP/1.1 client hands its
+    /// connection over after a `101`, so no login that needs libcurl (Digest, NTLM, Negotiate). A Basic-only
+    /// `password` is sent by the own client and applies.
     static func webSocketRefusal(network: NetworkAuth) -> ErrorResponse? {
         if network.answersChallenges {
             return ErrorResponse(
                 status: 501,
                 message:
-                    "WebSocket to a host with a password or Kerberos credential is not supported",
-                details: ["Token, API-key and client-certificate credentials apply to WebSocket handshakes."])
+                    "WebSocket to a host with a Digest, NTLM or Kerberos login is not supported",
+                details: [
+                    "Token, API-key, client-certificate and Basic-only password credentials (schemes = [\"basic\"]) apply to WebSocket handshakes."
+                ])
         }
         return nil
     }

@@ -5,14 +5,15 @@ enum UpstreamClient: Equatable {
     /// A libcurl transfer (``CurlTransfer``), which connects itself.
     case libcurl
 
-    /// libcurl stays where it is the point: `http_client = "libcurl"`, a network credential (a password or Kerberos
-    /// identity: Basic, Digest, NTLM, Negotiate, whose handshakes libcurl answers and, for NTLM and Negotiate, bind
-    /// to its connection), and plain http through a parent the own client cannot carry in
-    /// absolute form (``ParentRouting/ownClientForwards(through:)``: an `https` parent, or one whose login is
-    /// answered from its 407). A WebSocket handshake always goes over the own client, the one that hands its
-    /// connection over after a `101` (``RequestPlanner/webSocketRefusal(network:)`` turns away those that would
-    /// need libcurl), through a parent inside a CONNECT tunnel. A client certificate is presented by the connector's
-    /// TLS (``CurlConnector``), for the own client as for a tunnel.
+    /// libcurl stays where it is the point: `http_client = "libcurl"`, a login answered from the server's challenge
+    /// (a password with Digest or NTLM, or a Kerberos identity: libcurl picks the scheme from the 401, and NTLM and
+    /// Negotiate bind to its connection; ``NetworkAuth/answersChallenges``), and plain http through a parent the
+    /// own client cannot carry in absolute form (``ParentRouting/ownClientForwards(through:)``: an `https` parent,
+    /// or one whose login is answered from its 407). A Basic-only password goes with the own client: it is one
+    /// header sent before any challenge (``HTTP1Transfer``). A WebSocket handshake always goes over the own client,
+    /// the one that hands its connection over after a `101` (``RequestPlanner/webSocketRefusal(network:)`` turns
+    /// away those that would need libcurl), through a parent inside a CONNECT tunnel. A client certificate is
+    /// presented by the connector's TLS (``CurlConnector``), for the own client as for a tunnel.
     static func choose(
         configured: HTTPClientChoice, network: NetworkAuth, route: ParentRoute?, upstreamScheme: String,
         isUpgrade: Bool

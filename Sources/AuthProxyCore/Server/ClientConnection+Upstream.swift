@@ -295,6 +295,14 @@ extension ClientConnection {
             machine.upstreamProgress(now: now)
         case .end:
             machine.upstreamProgress(now: now)
+            if x.responseHead.status == 401, x.challengeScheme == nil, ProxyMetrics.active != nil,
+                x.networkAuth.logsIn
+            {
+                // Counted for a final 401 too: a Basic-only password's is (it answers no challenge).
+                x.challengeScheme = NetworkAuthScheme.answered(
+                    offered: x.responseHead.values(of: "www-authenticate"),
+                    auth: x.networkAuth)
+            }
             if x.responseHead.isFinal(answersChallenges: x.networkAuth.answersChallenges) {
                 let asForm = sendsAsFormAfter414(x)
                 let cause = statusRetryCause(x)
@@ -313,10 +321,6 @@ extension ClientConnection {
                     break
                 }
                 commitResponseHead(inspect: true)
-            } else if x.responseHead.status == 401, x.challengeScheme == nil, ProxyMetrics.active != nil {
-                x.challengeScheme = NetworkAuthScheme.answered(
-                    offered: x.responseHead.values(of: "www-authenticate"),
-                    auth: x.networkAuth)
             }
         case .field, .ignored:
             break
@@ -343,7 +347,7 @@ extension ClientConnection {
         x.bodyScrub = nil
         let relayedStatus = x.responseHead.status
         if !x.stacksGateway, !x.scrubsBodies, relayedStatus < 300 || relayedStatus >= 400, let t = x.injectedToken,
-            x.credential?.kind.secretIsItsToken == true
+            x.credential?.kind.secretIsItsToken == true, case .none = x.networkAuth.password
         {
             // The usual case (one token, nothing to scrub in the body): no list of secrets made per response.
             maskInjectedToken(in: x, token: t.value)
@@ -406,6 +410,13 @@ extension ClientConnection {
             secrets += g.kind.secrets(token: x.gatewayToken)
         }
         if !x.printSecrets.isEmpty { secrets += x.printSecrets }
+        if case .some(let pw) = x.networkAuth.password, pw.isBasicOnly, let url = x.upstreamURL,
+            let basic = pw.basicAuthorization(overHTTPS: url.scheme == "https")
+        {
+            // The Basic login the proxy sent (``HTTP1Transfer``, or libcurl): an answer echoing it is masked like a
+            // token.
+            secrets.append(String(basic.dropFirst("Basic ".count)))
+        }
         return secrets
     }
 
@@ -665,10 +676,10 @@ extension ClientConnection {
         }
     }
 
-    /// A final 401 although a network credential answers challenges: the log says whether the credential could
+    /// A final 401 although the proxy logs in with a password or Kerberos: the log says whether the credential could
     /// not answer the schemes offered or was refused.
     private func warnRefusedNetworkCredential() {
-        guard let x = ex, x.responseHead.status == 401, x.networkAuth.answersChallenges, let url = x.upstreamURL
+        guard let x = ex, x.responseHead.status == 401, x.networkAuth.logsIn, let url = x.upstreamURL
         else { return }
         let offered = AuthChallenge.parse(fields: x.responseHead.values(of: "www-authenticate")).map(\.scheme)
         if let cause = x.networkAuth.password?.unanswerable(offered: offered, overHTTPS: url.scheme == "https") {

@@ -207,6 +207,23 @@ import Testing
             "GET http://%@/arcgis/ws HTTP/1.1\nHost: h\nUpgrade: websocket\nConnection: Upgrade\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\nSec-WebSocket-Version: 13\n\n"
         #expect(Self.token(Self.plan(ws.replacingOccurrences(of: "%@", with: "gis.example.com"))) == "key query")
         #expect(Self.token(Self.plan(ws.replacingOccurrences(of: "%@", with: "win.example.com"))) == "answer 501")
+        // A Basic-only password is one header the own client sends: its handshake goes, with the own client.
+        let basic = Self.store(
+            parsing: """
+                [[credential]]
+                name = "geo"
+                type = "password"
+                username = "u"
+                password = "p"
+                schemes = ["basic"]
+                match = ["http://geo.example.com/"]
+                """)
+        guard case .success(let p) = Self.plan(ws.replacingOccurrences(of: "%@", with: "geo.example.com"), store: basic)
+        else {
+            Issue.record("the handshake was refused")
+            return
+        }
+        #expect(p.client == .own && p.network.passwordName == "geo" && !p.network.answersChallenges)
     }
 
     @Test func routesFollowTheTargetAndTheTunnel() throws {

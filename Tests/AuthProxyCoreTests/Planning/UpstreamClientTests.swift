@@ -24,55 +24,72 @@ import Testing
 
     struct Row: CustomStringConvertible {
         let configured: HTTPClientChoice
-        let credential: Bool
+        /// The password credential's schemes (nil: none).
+        let credential: Set<PasswordScheme>?
         let route: ParentRoute?
         let scheme: String
         let upgrade: Bool
         let expected: UpstreamClient
         var description: String {
-            "\(configured) cred=\(credential) parents=\(route?.candidates.map(\.url) ?? []) \(scheme) ws=\(upgrade)"
+            "\(configured) cred=\(credential.map { $0.map(\.rawValue).sorted() } ?? []) parents=\(route?.candidates.map(\.url) ?? []) \(scheme) ws=\(upgrade)"
         }
     }
 
     static let rows: [Row] = [
-        Row(configured: .native, credential: false, route: nil, scheme: "http", upgrade: false, expected: .own),
-        Row(configured: .native, credential: false, route: nil, scheme: "https", upgrade: false, expected: .own),
-        Row(configured: .libcurl, credential: false, route: nil, scheme: "https", upgrade: false, expected: .libcurl),
-        // A network login is answered by libcurl (NTLM and Negotiate bind to its connection).
-        Row(configured: .native, credential: true, route: nil, scheme: "https", upgrade: false, expected: .libcurl),
+        Row(configured: .native, credential: nil, route: nil, scheme: "http", upgrade: false, expected: .own),
+        Row(configured: .native, credential: nil, route: nil, scheme: "https", upgrade: false, expected: .own),
+        Row(configured: .libcurl, credential: nil, route: nil, scheme: "https", upgrade: false, expected: .libcurl),
+        // A login answered from the server's challenge is libcurl's (NTLM binds to its connection, Digest needs the
+        // challenge round) ...
+        Row(
+            configured: .native, credential: [.basic, .digest, .ntlm], route: nil, scheme: "https", upgrade: false,
+            expected: .libcurl),
+        Row(
+            configured: .native, credential: [.digest], route: nil, scheme: "https", upgrade: false, expected: .libcurl),
+        Row(configured: .native, credential: [.ntlm], route: nil, scheme: "http", upgrade: false, expected: .libcurl),
+        Row(
+            configured: .native, credential: [.basic, .ntlm], route: nil, scheme: "https", upgrade: false,
+            expected: .libcurl),
+        // ... Basic alone is one header sent at once: the own client's, unless libcurl was chosen.
+        Row(configured: .native, credential: [.basic], route: nil, scheme: "https", upgrade: false, expected: .own),
+        Row(configured: .native, credential: [.basic], route: nil, scheme: "http", upgrade: false, expected: .own),
+        Row(
+            configured: .libcurl, credential: [.basic], route: nil, scheme: "https", upgrade: false, expected: .libcurl),
         // Plain http through http parents goes in absolute form over the own client, with no login or a Basic-only
         // one sent with the request ...
         Row(
-            configured: .native, credential: false, route: route(["http://p1:3128", "http://p2:3128"]),
+            configured: .native, credential: nil, route: route(["http://p1:3128", "http://p2:3128"]),
             scheme: "http", upgrade: false, expected: .own),
         Row(
-            configured: .native, credential: false, route: route(["http://p1:3128"], login: [.basic]),
+            configured: .native, credential: nil, route: route(["http://p1:3128"], login: [.basic]),
             scheme: "http", upgrade: false, expected: .own),
         // ... a login negotiated from the parent's 407, or an https parent (absolute form over TLS), is libcurl's.
         Row(
-            configured: .native, credential: false, route: route(["http://p1:3128"], login: [.basic, .ntlm]),
+            configured: .native, credential: nil, route: route(["http://p1:3128"], login: [.basic, .ntlm]),
             scheme: "http", upgrade: false, expected: .libcurl),
         Row(
-            configured: .native, credential: false, route: route(["http://p1:3128", "https://p2:3129"]),
+            configured: .native, credential: nil, route: route(["http://p1:3128", "https://p2:3129"]),
             scheme: "http", upgrade: false, expected: .libcurl),
         // https goes inside CONNECT, made by the connector, whatever the parent's login.
         Row(
-            configured: .native, credential: false, route: route(["http://p1:3128"], login: [.ntlm]),
+            configured: .native, credential: nil, route: route(["http://p1:3128"], login: [.ntlm]),
             scheme: "https", upgrade: false, expected: .own),
         // A WebSocket goes over the own client, which hands its connection over after the 101.
         Row(
-            configured: .libcurl, credential: false, route: route(["http://p1:3128"]), scheme: "http", upgrade: true,
+            configured: .libcurl, credential: nil, route: route(["http://p1:3128"]), scheme: "http", upgrade: true,
             expected: .own),
+        Row(configured: .libcurl, credential: [.basic], route: nil, scheme: "https", upgrade: true, expected: .own),
+        Row(configured: .native, credential: [.basic], route: nil, scheme: "http", upgrade: true, expected: .own),
         // ... unless a network credential needs libcurl (the planner refuses that WebSocket before it goes).
-        Row(configured: .native, credential: true, route: nil, scheme: "https", upgrade: true, expected: .libcurl),
+        Row(configured: .native, credential: [.digest], route: nil, scheme: "https", upgrade: true, expected: .libcurl),
     ]
 
     @Test(arguments: rows)
     func theChoice(_ row: Row) {
         var network = NetworkAuth()
-        if row.credential {
+        if let schemes = row.credential {
             network.password = PasswordSettings(
-                username: "u", password: "p", domain: nil, schemes: [.basic], allowBasicOverHTTP: false)
+                username: "u", password: "p", domain: nil, schemes: schemes, allowBasicOverHTTP: false)
         }
         #expect(
             UpstreamClient.choose(
@@ -91,5 +108,30 @@ import Testing
         // No credential in this generation: nothing to send, and nothing that needs libcurl.
         #expect(routing.proxyAuthorization(for: r.candidates[1]) == nil)
         #expect(routing.ownClientForwards(through: r.candidates[1]))
+    }
+
+    /// The Basic value the own client sends: `user:password` in UTF-8, the user as libcurl sends it (`DOMAIN\user`
+    /// with a domain), only where libcurl would send it.
+    @Test func theBasicValue() {
+        var pw = PasswordSettings(
+            username: "alice", password: "alice-pw", domain: nil, schemes: [.basic], allowBasicOverHTTP: false)
+        #expect(pw.isBasicOnly)
+        #expect(pw.basicAuthorization(overHTTPS: true) == "Basic YWxpY2U6YWxpY2UtcHc=")
+        #expect(pw.basicAuthorization(overHTTPS: false) == nil)
+        pw.allowBasicOverHTTP = true
+        #expect(pw.basicAuthorization(overHTTPS: false) == "Basic YWxpY2U6YWxpY2UtcHc=")
+        pw.domain = "CORP"
+        // CORP\alice:alice-pw
+        #expect(pw.basicAuthorization(overHTTPS: true) == "Basic Q09SUFxhbGljZTphbGljZS1wdw==")
+        pw = PasswordSettings(
+            username: "jürgen", password: "pässwört€", domain: nil, schemes: [.basic], allowBasicOverHTTP: false)
+        // "jürgen:pässwört€" in UTF-8.
+        #expect(pw.basicAuthorization(overHTTPS: true) == "Basic asO8cmdlbjpww6Rzc3fDtnJ04oKs")
+        pw.schemes = [.basic, .digest]
+        #expect(!pw.isBasicOnly)
+        #expect(NetworkAuth(password: pw).answersChallenges)
+        pw.schemes = [.basic]
+        #expect(!NetworkAuth(password: pw).answersChallenges)
+        #expect(NetworkAuth(password: pw).logsIn)
     }
 }

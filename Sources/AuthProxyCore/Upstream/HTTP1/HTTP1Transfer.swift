@@ -260,6 +260,14 @@ final class HTTP1Transfer: UpstreamExchange {
             h.append(upgrade)
             h.append("\r\nConnection: Upgrade\r\n")
         }
+        // A Basic-only password, as libcurl sends it: at once, and not over a client's own Authorization.
+        if case .some(let pw) = request.network.password, pw.isBasicOnly, request.fields.first("authorization") == nil,
+            let basic = pw.basicAuthorization(overHTTPS: tls)
+        {
+            h.append("Authorization: ")
+            h.append(basic)
+            h.append("\r\n")
+        }
         if case .forwardedBy(let parent) = route,
             let login = request.parentRoute?.routing.proxyAuthorization(for: parent)
         {

@@ -15,6 +15,18 @@ public struct PasswordSettings: Sendable, Equatable {
     /// The user name as libcurl should send it.
     public var curlUser: String { domain.map { "\($0)\\\(username)" } ?? username }
 
+    /// Basic alone: sent before any challenge, once per request, on any connection; the own HTTP/1.1 client carries
+    /// it (``basicAuthorization(overHTTPS:)``). Digest needs a challenge round and NTLM binds to a connection, so a
+    /// credential with either stays with libcurl.
+    public var isBasicOnly: Bool { schemes.count == 1 && schemes.contains(.basic) }
+
+    /// The `Authorization` value for Basic (`user:password` in UTF-8, the user as ``curlUser``), when Basic may be
+    /// sent: over https, or over http with `allow_basic_over_http`; nil otherwise, as libcurl would send nothing.
+    public func basicAuthorization(overHTTPS: Bool) -> String? {
+        guard schemes.contains(.basic), overHTTPS || allowBasicOverHTTP else { return nil }
+        return "Basic " + OAuth2TokenRequest.base64(Array("\(curlUser):\(password)".utf8))
+    }
+
     /// Why a 401 whose challenges offered `offered` (scheme names, any case) was not answered with this
     /// credential, when the cause is its settings rather than a wrong password: nil when it could answer.
     public func unanswerable(offered: [String], overHTTPS: Bool) -> String? {
