@@ -27,24 +27,48 @@ final class ExchangeTrace {
         server = ProxyTracing.start(
             tracer, head.method == "CONNECT" ? "CONNECT" : head.method, parent: parent, kind: .server)
         guard server.isRecording else { return }
-        var a = SpanAttributes()
-        a["http.request.method"] = head.method
+        var a = SpanAttributeList()
+        a.set("http.request.method", head.method)
         switch head.target {
         case .absolute(let u):
-            a["url.full"] = "\(u.scheme)://\(u.urlHost)\(u.isDefaultPort ? "" : ":\(u.port)")\(u.path)"
-            a["url.scheme"] = u.scheme
-            a["server.address"] = u.host
-            a["server.port"] = u.port
+            a.set("url.full", Self.fullURL(u))
+            a.set("url.scheme", u.scheme)
+            a.set("server.address", u.host)
+            a.set("server.port", u.port)
         case .authority(let host, let port):
-            a["server.address"] = host
-            a["server.port"] = port
+            a.set("server.address", host)
+            a.set("server.port", port)
         case .origin(let p):
-            a["url.path"] = String(p.prefix { $0 != "?" })
+            a.set("url.path", String(p.prefix { $0 != "?" }))
         }
-        a["client.address"] = client
-        a["network.protocol.version"] = "1.\(head.minorVersion)"
-        if let ua = head.headers.first("user-agent") { a["user_agent.original"] = String(ua.prefix(256)) }
-        server.attributes = a
+        a.set("client.address", client)
+        a.set("network.protocol.version", head.minorVersion == 1 ? "1.1" : "1.\(head.minorVersion)")
+        if let ua = head.headers.first("user-agent") { a.set("user_agent.original", String(ua.prefix(256))) }
+        server.setAttributes(a)
+    }
+
+    /// `url.full`: the URL without its query (where tokens, keys and signatures travel), its parts' bytes copied
+    /// into the string's storage (appending five parts to a `String`, or interpolating them, costs several times
+    /// more).
+    static func fullURL(_ u: URLTarget) -> String {
+        var scheme = u.scheme, host = u.urlHost, path = u.path
+        var port = u.isDefaultPort ? "" : ":" + String(u.port)
+        let n = scheme.utf8.count + 3 + host.utf8.count + port.utf8.count + path.utf8.count
+        return String(unsafeUninitializedCapacity: n) { b in
+            var i = 0
+            func put(_ u: UnsafeBufferPointer<UInt8>) {
+                guard let src = u.baseAddress else { return }
+                (b.baseAddress! + i).initialize(from: src, count: u.count)
+                i += u.count
+            }
+            scheme.withUTF8(put)
+            var separator = "://"
+            separator.withUTF8(put)
+            host.withUTF8(put)
+            port.withUTF8(put)
+            path.withUTF8(put)
+            return i
+        }
     }
 
     /// Whether a request is traced: every one but liveness probes and the PAC file, which come by the thousand and
@@ -81,20 +105,20 @@ final class ExchangeTrace {
         }
         attempt = span
         guard span.isRecording else { return }
-        var a = SpanAttributes()
-        a["http.request.method"] = method
-        a["url.full"] = "\(url.scheme)://\(url.urlHost)\(url.isDefaultPort ? "" : ":\(url.port)")\(url.path)"
-        a["server.address"] = url.host
-        a["server.port"] = url.port
-        a["authproxy.upstream.client"] = client == .own ? "own" : "libcurl"
-        if attempts > 1 { a["http.request.resend_count"] = attempts - 1 }
-        if let retryCause { a["authproxy.retry.cause"] = retryCause }
+        var a = SpanAttributeList()
+        a.set("http.request.method", method)
+        a.set("url.full", Self.fullURL(url))
+        a.set("server.address", url.host)
+        a.set("server.port", url.port)
+        a.set("authproxy.upstream.client", client == .own ? "own" : "libcurl")
+        if attempts > 1 { a.set("http.request.resend_count", attempts - 1) }
+        if let retryCause { a.set("authproxy.retry.cause", retryCause) }
         if let route {
             // The parents the attempt may go through, in order (addresses only): through a libcurl transfer the
             // parent's CONNECT is inside this span; on the own client each gets a span of its own.
-            a["authproxy.route.parents"] = route.candidates.map { "\($0.host):\($0.port)" }
+            a.set("authproxy.route.parents", .strings(route.candidates.map { "\($0.host):\($0.port)" }))
         }
-        span.attributes = a
+        span.setAttributes(a)
     }
 
     /// The attempt ended: with the upstream's status (0: none) or an error (`error.type`).
@@ -102,13 +126,13 @@ final class ExchangeTrace {
         guard let span = attempt else { return }
         attempt = nil
         if span.isRecording {
-            if let status, status > 0 { span.attributes["http.response.status_code"] = status }
-            if tokenRejected { span.attributes["authproxy.token.rejected"] = true }
+            if let status, status > 0 { span.setAttribute("http.response.status_code", status) }
+            if tokenRejected { span.setAttribute("authproxy.token.rejected", true) }
             if let error {
-                span.attributes["error.type"] = error
+                span.setAttribute("error.type", error)
                 span.setStatus(.init(code: .error))
             } else if let status, status >= 500 {
-                span.attributes["error.type"] = "\(status)"
+                span.setAttribute("error.type", "\(status)")
                 span.setStatus(.init(code: .error))
             }
         }
@@ -142,8 +166,8 @@ final class ExchangeTrace {
         tokenWait?.end()
         let span = ProxyTracing.start(tracer, "token wait", parent: current)
         if span.isRecording {
-            span.attributes["authproxy.credential"] = credential
-            span.attributes["authproxy.token.layer"] = layer
+            span.setAttribute("authproxy.credential", credential)
+            span.setAttribute("authproxy.token.layer", layer)
         }
         tokenWait = span
         return TokenTrace(tracer: tracer, parent: span)
@@ -154,9 +178,9 @@ final class ExchangeTrace {
         guard let span = tokenWait else { return }
         tokenWait = nil
         if span.isRecording {
-            span.attributes["authproxy.token.source"] = trace?.source ?? "cache"
+            span.setAttribute("authproxy.token.source", trace?.source ?? "cache")
             if let error {
-                span.attributes["error.type"] = error
+                span.setAttribute("error.type", error)
                 span.setStatus(.init(code: .error))
             }
         }
@@ -170,8 +194,8 @@ final class ExchangeTrace {
         endReplay()
         let span = ProxyTracing.start(tracer, "token rejected: replay", parent: server.context)
         if span.isRecording {
-            span.attributes["authproxy.credential"] = credential
-            span.attributes["http.response.status_code"] = status
+            span.setAttribute("authproxy.credential", credential)
+            span.setAttribute("http.response.status_code", status)
         }
         replay = span
     }
@@ -187,7 +211,7 @@ final class ExchangeTrace {
     func beginPac(host: String) {
         pac?.end()
         let span = ProxyTracing.start(tracer, "PAC evaluation", parent: server.context)
-        if span.isRecording { span.attributes["server.address"] = host }
+        if span.isRecording { span.setAttribute("server.address", host) }
         pac = span
     }
 
@@ -207,10 +231,10 @@ final class ExchangeTrace {
         endReplay()
         endPac()
         if server.isRecording {
-            if status > 0 { server.attributes["http.response.status_code"] = status }
-            if let credential { server.attributes["authproxy.credential"] = credential }
+            if status > 0 { server.setAttribute("http.response.status_code", status) }
+            if let credential { server.setAttribute("authproxy.credential", credential) }
             if status >= 500 {
-                server.attributes["error.type"] = "\(status)"
+                server.setAttribute("error.type", "\(status)")
                 server.setStatus(.init(code: .error))
             }
         }

@@ -9,19 +9,19 @@ struct ParentConnectSpan {
     init(parent: ProxySpan, proxy: ParentProxy, destination: String) {
         span = ProxyTracing.start(parent.tracer, "parent proxy CONNECT", parent: parent.context, kind: .client)
         guard span.isRecording else { return }
-        span.attributes["http.request.method"] = "CONNECT"
-        span.attributes["server.address"] = proxy.host
-        span.attributes["server.port"] = proxy.port
-        span.attributes["authproxy.parent_proxy.scheme"] = proxy.scheme.rawValue
-        span.attributes["authproxy.connect.destination"] = destination
+        span.setAttribute("http.request.method", "CONNECT")
+        span.setAttribute("server.address", proxy.host)
+        span.setAttribute("server.port", proxy.port)
+        span.setAttribute("authproxy.parent_proxy.scheme", proxy.scheme.rawValue)
+        span.setAttribute("authproxy.connect.destination", destination)
     }
 
     /// `status`: the parent's answer to the CONNECT (0: none); `error`: why the attempt failed.
     func end(status: Int, error: String?) {
         if span.isRecording {
-            if status > 0 { span.attributes["http.response.status_code"] = status }
+            if status > 0 { span.setAttribute("http.response.status_code", status) }
             if let error {
-                span.attributes["error.type"] = error
+                span.setAttribute("error.type", error)
                 span.setStatus(.init(code: .error))
             }
         }

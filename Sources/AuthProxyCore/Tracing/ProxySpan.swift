@@ -23,7 +23,7 @@ final class ProxySpan: Tracing.Span {
 
     private struct State {
         var name: String
-        var attributes = SpanAttributes()
+        var attributes = SpanAttributeList()
         var events: [SpanRecord.Event] = []
         var status: SpanStatus? = nil
         var ended = false
@@ -50,12 +50,31 @@ final class ProxySpan: Tracing.Span {
         set { state.withLock { $0.name = newValue } }
     }
 
+    /// The `Span` protocol's view of the attributes; the proxy's own call sites use ``setAttribute(_:_:)`` and
+    /// ``setAttributes(_:)``, which skip building a `SpanAttributes` dictionary.
     var attributes: SpanAttributes {
-        get { state.withLock { $0.attributes } }
+        get { state.withLock { $0.attributes.spanAttributes } }
         set {
             guard isRecording else { return }
-            state.withLock { $0.attributes = newValue }
+            let list = SpanAttributeList(newValue)
+            state.withLock { $0.attributes = list }
         }
+    }
+
+    /// Sets one attribute (as `attributes[key] = value`); nothing when not recording.
+    func setAttribute(_ key: String, _ value: SpanRecord.Value) {
+        guard isRecording else { return }
+        state.withLock { $0.attributes.set(key, value) }
+    }
+
+    func setAttribute(_ key: String, _ value: String) { setAttribute(key, .string(value)) }
+    func setAttribute(_ key: String, _ value: Int) { setAttribute(key, .int(Int64(value))) }
+    func setAttribute(_ key: String, _ value: Bool) { setAttribute(key, .bool(value)) }
+
+    /// Replaces all attributes (as `attributes = list`); nothing when not recording.
+    func setAttributes(_ list: SpanAttributeList) {
+        guard isRecording else { return }
+        state.withLock { $0.attributes = list }
     }
 
     func setStatus(_ status: SpanStatus) {
@@ -70,7 +89,8 @@ final class ProxySpan: Tracing.Span {
     func addEvent(_ event: SpanEvent) {
         guard isRecording else { return }
         let e = SpanRecord.Event(
-            name: event.name, timeNanos: event.nanosecondsSinceEpoch, attributes: Self.values(event.attributes))
+            name: event.name, timeNanos: event.nanosecondsSinceEpoch,
+            attributes: SpanAttributeList(event.attributes).items)
         state.withLock { $0.events.append(e) }
     }
 
@@ -101,7 +121,7 @@ final class ProxySpan: Tracing.Span {
             parentSpanID: parentSpanID, traceState: spanContext.traceState, startNanos: startNanos,
             endNanos: max(endNanos, startNanos))
         r.parentIsRemote = parentIsRemote
-        r.attributes = Self.values(taken.attributes)
+        r.attributes = taken.attributes.items
         r.events = taken.events
         if let st = taken.status {
             switch st.code {
@@ -112,23 +132,5 @@ final class ProxySpan: Tracing.Span {
             }
         }
         exporter?.add(r)
-    }
-
-    /// The attributes as OTLP values (a value of a kind OTLP has no scalar for is sent as its text).
-    static func values(_ attributes: SpanAttributes) -> [(String, SpanRecord.Value)] {
-        var out: [(String, SpanRecord.Value)] = []
-        attributes.forEach { key, a in
-            switch a {
-            case .string(let s): out.append((key, .string(s)))
-            case .bool(let b): out.append((key, .bool(b)))
-            case .int32(let i): out.append((key, .int(Int64(i))))
-            case .int64(let i): out.append((key, .int(i)))
-            case .double(let d): out.append((key, .double(d)))
-            case .stringArray(let l): out.append((key, .strings(l)))
-            case .stringConvertible(let c): out.append((key, .string(c.description)))
-            default: out.append((key, .string("\(a)")))
-            }
-        }
-        return out
     }
 }

@@ -23,6 +23,10 @@ final class SpanExporter: @unchecked Sendable {
     private let multi: CurlMulti
     private var timer: (any DispatchSourceTimer)?
     private var inFlight = false
+    /// An export was asked for (the timer, a full batch, a flush) while one was in flight: the next goes as soon
+    /// as that one ends. Otherwise the spans that came meanwhile wait for the timer or a full batch, so a busy
+    /// proxy sends a few large requests rather than one per handful of spans (each costs a libcurl transfer).
+    private var wanted = false
     /// Called when an export ends and nothing else is pending (``flush(timeoutMillis:)``'s waiters).
     private var idleWaiters: [() -> Void] = []
     private let resource: [(String, SpanRecord.Value)]
@@ -100,10 +104,20 @@ final class SpanExporter: @unchecked Sendable {
     /// On `queue`: sends the next batch unless one is in flight.
     private func exportNext() {
         dispatchPrecondition(condition: .onQueue(queue))
-        guard !inFlight else { return }
+        guard !inFlight else {
+            wanted = true
+            return
+        }
+        wanted = false
         let batch = state.withLock { s -> [SpanRecord] in
             s.kicked = false
             let n = min(s.pending.count, config.maxExportBatchSize)
+            // All of it (the usual case): taken whole rather than copied record by record.
+            if n == s.pending.count {
+                let all = s.pending
+                s.pending = []
+                return all
+            }
             let b = Array(s.pending.prefix(n))
             s.pending.removeFirst(n)
             return b
@@ -140,7 +154,7 @@ final class SpanExporter: @unchecked Sendable {
                         "failed_total": "\(total)",
                     ])
             }
-            exportNext()
+            if wanted || !idleWaiters.isEmpty { exportNext() }
         }
         post.start()
     }

@@ -7,9 +7,9 @@ enum TokenFetchSpans {
     static func fetch(_ trace: TokenTrace, _ c: Credential, root: String) -> ProxySpan {
         let span = ProxyTracing.start(trace.tracer, "token fetch", parent: trace.parent.context, kind: .client)
         if span.isRecording {
-            span.attributes["authproxy.credential"] = c.name
+            span.setAttribute("authproxy.credential", c.name)
             // A server root or provider URL, never its query.
-            span.attributes["authproxy.token.root"] = String(root.prefix { $0 != "?" })
+            span.setAttribute("authproxy.token.root", String(root.prefix { $0 != "?" }))
         }
         return span
     }
@@ -24,7 +24,7 @@ enum TokenFetchSpans {
         guard let span else { return }
         if case .failure = result, span.isRecording {
             // The kind of failure only: a token service's error text may quote what it was sent.
-            span.attributes["error.type"] = "token_request_failed"
+            span.setAttribute("error.type", "token_request_failed")
             span.setStatus(.init(code: .error))
         }
         span.end()
@@ -33,8 +33,8 @@ enum TokenFetchSpans {
     static func lockWait(_ trace: TokenTrace, _ c: Credential) -> ProxySpan {
         let span = ProxyTracing.start(trace.tracer, "token lock wait", parent: trace.parent.context)
         if span.isRecording {
-            span.attributes["authproxy.credential"] = c.name
-            span.attributes["db.system"] = "redis"
+            span.setAttribute("authproxy.credential", c.name)
+            span.setAttribute("db.system", "redis")
         }
         return span
     }
@@ -43,7 +43,7 @@ enum TokenFetchSpans {
     /// (Redis unusable: this replica fetches on its own).
     static func endLockWait(_ span: ProxySpan?, outcome: String) {
         guard let span else { return }
-        if span.isRecording { span.attributes["authproxy.lock.outcome"] = outcome }
+        if span.isRecording { span.setAttribute("authproxy.lock.outcome", outcome) }
         span.end()
     }
 }

@@ -14,7 +14,20 @@ struct TraceParent: Equatable, Sendable {
 
     /// The header's value, always version `00`.
     var header: String {
-        "00-\(traceID.hex)-\(spanID.hex)-\(flags < 16 ? "0" : "")\(String(flags, radix: 16))"
+        // Written byte by byte into the string's own storage: this goes upstream with every traced attempt.
+        String(unsafeUninitializedCapacity: 55) { b in
+            b[0] = 0x30
+            b[1] = 0x30
+            b[2] = 0x2D
+            writeHex(traceID.high, into: b, at: 3)
+            writeHex(traceID.low, into: b, at: 19)
+            b[35] = 0x2D
+            writeHex(spanID.value, into: b, at: 36)
+            b[52] = 0x2D
+            b[53] = hexDigit(flags >> 4)
+            b[54] = hexDigit(flags & 0xF)
+            return 55
+        }
     }
 
     static func parse(_ value: some StringProtocol) -> TraceParent? {
@@ -79,7 +92,13 @@ struct TraceID: Hashable, Sendable {
         }
     }
 
-    var hex: String { hex16(high) + hex16(low) }
+    var hex: String {
+        String(unsafeUninitializedCapacity: 32) { b in
+            writeHex(high, into: b, at: 0)
+            writeHex(low, into: b, at: 16)
+            return 32
+        }
+    }
 
     /// The 16 bytes, big-endian, as OTLP carries them.
     var bytes: [UInt8] { bigEndianBytes(high) + bigEndianBytes(low) }
@@ -105,8 +124,20 @@ struct SpanID: Hashable, Sendable {
 
 /// `v` as 16 lower-case hex digits.
 func hex16(_ v: UInt64) -> String {
-    let s = String(v, radix: 16)
-    return String(repeating: "0", count: 16 - s.utf8.count) + s
+    String(unsafeUninitializedCapacity: 16) { b in
+        writeHex(v, into: b, at: 0)
+        return 16
+    }
+}
+
+/// `v` as 16 lower-case hex digits at `b[at...]`.
+func writeHex(_ v: UInt64, into b: UnsafeMutableBufferPointer<UInt8>, at: Int) {
+    for i in 0..<16 { b[at + i] = hexDigit(UInt8(truncatingIfNeeded: v >> UInt64(60 - 4 * i)) & 0xF) }
+}
+
+/// The lower-case hex digit of `n` (0...15).
+func hexDigit(_ n: UInt8) -> UInt8 {
+    n < 10 ? 0x30 + n : 0x57 + n
 }
 
 func bigEndianBytes(_ v: UInt64) -> [UInt8] {
