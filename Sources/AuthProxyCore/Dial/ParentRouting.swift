@@ -38,7 +38,7 @@ final class ParentRouting: Sendable, Equatable {
         // libcurl sends Basic with the request too (its `basicOnly` case), so the own client can take a Basic-only
         // login: nothing is negotiated. Never logged; kept with the generation it came from.
         if let pw = password, pw.schemes == [.basic], kerberos == nil {
-            basicAuthorization = "Basic " + Data("\(pw.curlUser):\(pw.password)".utf8).base64EncodedString()
+            basicAuthorization = pw.basicAuthorization(overHTTPS: true)
         } else {
             basicAuthorization = nil
         }

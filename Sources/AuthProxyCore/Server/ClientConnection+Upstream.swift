@@ -295,15 +295,11 @@ extension ClientConnection {
             machine.upstreamProgress(now: now)
         case .end:
             machine.upstreamProgress(now: now)
-            if x.responseHead.status == 401, x.challengeScheme == nil, ProxyMetrics.active != nil,
-                x.networkAuth.logsIn
-            {
-                // Counted for a final 401 too: a Basic-only password's is (it answers no challenge).
-                x.challengeScheme = NetworkAuthScheme.answered(
-                    offered: x.responseHead.values(of: "www-authenticate"),
-                    auth: x.networkAuth)
-            }
-            if x.responseHead.isFinal(answersChallenges: x.networkAuth.answersChallenges) {
+            if ProxyMetrics.active != nil { noteChallengeScheme(x) }
+            // The argument first: evaluated between reading the head and calling it, it would make the compiler
+            // copy the head assembler (the call could change the exchange) for every response.
+            let answersChallenges = x.networkAuth.answersChallenges
+            if x.responseHead.isFinal(answersChallenges: answersChallenges) {
                 let asForm = sendsAsFormAfter414(x)
                 let cause = statusRetryCause(x)
                 var verdict = RetryVerdict.refused
@@ -347,7 +343,7 @@ extension ClientConnection {
         x.bodyScrub = nil
         let relayedStatus = x.responseHead.status
         if !x.stacksGateway, !x.scrubsBodies, relayedStatus < 300 || relayedStatus >= 400, let t = x.injectedToken,
-            x.credential?.kind.secretIsItsToken == true, case .none = x.networkAuth.password
+            x.credential?.kind.secretIsItsToken == true, case .none = x.plan?.network.password
         {
             // The usual case (one token, nothing to scrub in the body): no list of secrets made per response.
             maskInjectedToken(in: x, token: t.value)
@@ -363,12 +359,12 @@ extension ClientConnection {
                 UpgradedRedirect.rewrite(v, upstream: upstream, client: client) { store.upgradesToHTTPS($0) }
             }
         }
-        let framing = x.responseHead.write(
-            into: &x.heldHead,
-            options: .init(
-                isHeadRequest: x.head?.isHead ?? false,
-                clientMinorVersion: x.head?.minorVersion ?? 1, keepAlive: machine.keepAlive, corsOrigin: x.corsOrigin,
-                varyOrigin: x.varyOrigin, varyAuthorization: x.varyAuthorization, via: context.viaValue))
+        // The options first, for the same reason as in ``transferDidReceiveHeaderLine(_:)``: no copy of the head.
+        let options = ResponseHeadAssembler.Options(
+            isHeadRequest: x.head?.isHead ?? false,
+            clientMinorVersion: x.head?.minorVersion ?? 1, keepAlive: machine.keepAlive, corsOrigin: x.corsOrigin,
+            varyOrigin: x.varyOrigin, varyAuthorization: x.varyAuthorization, via: context.viaValue)
+        let framing = x.responseHead.write(into: &x.heldHead, options: options)
         let status = x.responseHead.status
         if let m = ProxyMetrics.active {
             m.durationFirstByte.recordNanoseconds(Int64(bitPattern: now &- x.upstreamStarted))
@@ -398,6 +394,16 @@ extension ClientConnection {
         return true
     }
 
+    /// The scheme a 401 offered that the proxy's login answers, for the metrics; counted for a final 401 too (a
+    /// Basic-only password's answers no challenge). Kept out of ``transferDidReceiveHeaderLine(_:)``, which runs
+    /// for every head line: inlined there, it made the compiler copy the head assembler for each response.
+    @inline(never)
+    private func noteChallengeScheme(_ x: ExchangeContext) {
+        guard x.challengeScheme == nil, x.responseHead.status == 401, x.networkAuth.logsIn else { return }
+        x.challengeScheme = NetworkAuthScheme.answered(
+            offered: x.responseHead.values(of: "www-authenticate"), auth: x.networkAuth)
+    }
+
     /// The values masked in this exchange's response: the applied credentials' secrets (the service layer's and
     /// the gateway layer's).
     func responseSecrets(_ x: ExchangeContext) -> [String] {
@@ -410,12 +416,12 @@ extension ClientConnection {
             secrets += g.kind.secrets(token: x.gatewayToken)
         }
         if !x.printSecrets.isEmpty { secrets += x.printSecrets }
-        if case .some(let pw) = x.networkAuth.password, pw.isBasicOnly, let url = x.upstreamURL,
-            let basic = pw.basicAuthorization(overHTTPS: url.scheme == "https")
+        // The Basic login the proxy sent (``HTTP1Transfer``, or libcurl): an answer echoing it is masked like a
+        // token. Read through the plan in place, not through a copy of its network settings.
+        if let url = x.plan?.upstreamURL,
+            let basic = x.plan?.network.password?.sentBasicCredentials(overHTTPS: url.scheme == "https")
         {
-            // The Basic login the proxy sent (``HTTP1Transfer``, or libcurl): an answer echoing it is masked like a
-            // token.
-            secrets.append(String(basic.dropFirst("Basic ".count)))
+            secrets.append(basic)
         }
         return secrets
     }

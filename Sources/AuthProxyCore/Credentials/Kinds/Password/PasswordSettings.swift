@@ -4,13 +4,34 @@ public enum PasswordScheme: String, Sendable, CaseIterable {
 }
 
 public struct PasswordSettings: Sendable, Equatable {
-    public var username: String
-    public var password: String
+    public var username: String { didSet { encodeBasic() } }
+    public var password: String { didSet { encodeBasic() } }
     /// NTLM domain: the user is sent as `DOMAIN\user`.
-    public var domain: String?
+    public var domain: String? { didSet { encodeBasic() } }
     public var schemes: Set<PasswordScheme>
     /// Basic sends the password in clear: only over https unless this is set.
     public var allowBasicOverHTTP: Bool
+    /// `user:password` in base64, and the `Authorization` value made of it: encoded once, when the credential
+    /// loads, because the request head and the response's secret masking both want them for every request.
+    /// Never logged.
+    public private(set) var basicCredentials = ""
+    private var basicValue = ""
+
+    public init(
+        username: String, password: String, domain: String?, schemes: Set<PasswordScheme>, allowBasicOverHTTP: Bool
+    ) {
+        self.username = username
+        self.password = password
+        self.domain = domain
+        self.schemes = schemes
+        self.allowBasicOverHTTP = allowBasicOverHTTP
+        encodeBasic()
+    }
+
+    private mutating func encodeBasic() {
+        basicCredentials = OAuth2TokenRequest.base64(Array("\(curlUser):\(password)".utf8))
+        basicValue = "Basic " + basicCredentials
+    }
 
     /// The user name as libcurl should send it.
     public var curlUser: String { domain.map { "\($0)\\\(username)" } ?? username }
@@ -24,7 +45,14 @@ public struct PasswordSettings: Sendable, Equatable {
     /// sent: over https, or over http with `allow_basic_over_http`; nil otherwise, as libcurl would send nothing.
     public func basicAuthorization(overHTTPS: Bool) -> String? {
         guard schemes.contains(.basic), overHTTPS || allowBasicOverHTTP else { return nil }
-        return "Basic " + OAuth2TokenRequest.base64(Array("\(curlUser):\(password)".utf8))
+        return basicValue
+    }
+
+    /// What a response may echo of the Basic login the proxy sent (``basicCredentials``), masked like a token: nil
+    /// unless this is a Basic-only login that was sent.
+    public func sentBasicCredentials(overHTTPS: Bool) -> String? {
+        guard isBasicOnly, overHTTPS || allowBasicOverHTTP else { return nil }
+        return basicCredentials
     }
 
     /// Why a 401 whose challenges offered `offered` (scheme names, any case) was not answered with this
