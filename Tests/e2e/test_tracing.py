@@ -178,8 +178,27 @@ def test_an_invalid_traceparent_starts_a_new_trace(proxy_factory, receiver, orig
     assert server["parent_span_id"] == "" and server["trace_id"] == tp[3:35]
 
 
-def test_a_request_through_a_parent_shows_the_parent_exchange(proxy_factory, receiver, origin_factory, tls_cert):
-    """On the own client (https through a parent): the CONNECT is a span of its own, under the attempt."""
+def parent_spans(receiver, count=1):
+    """The spans of one exchange through a parent, once its server span and `count` parent exchanges came: the
+    server span, the attempt, and the parent exchanges (oldest first)."""
+    spans = receiver.wait_for(lambda sp: len([s for s in sp if s["name"] == "parent proxy CONNECT"]) >= count
+                              and any(s["kind"] == "SPAN_KIND_SERVER" for s in sp))
+    server = one(spans, kind="SPAN_KIND_SERVER")
+    attempt = one(spans, kind="SPAN_KIND_CLIENT", name="GET")
+    assert attempt["parent_span_id"] == server["span_id"]
+    connects = sorted([s for s in spans if s["name"] == "parent proxy CONNECT"], key=lambda s: s["start"])
+    assert len(connects) == count, [(s["name"], s["attributes"]) for s in spans]
+    for c in connects:
+        assert c["parent_span_id"] == attempt["span_id"] and c["kind"] == "SPAN_KIND_CLIENT", c
+        assert attempt["start"] <= c["start"] <= c["end"], (attempt, c)
+    return spans, server, attempt, connects
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_request_through_a_parent_shows_the_parent_exchange(proxy_factory, receiver, origin_factory, tls_cert,
+                                                              mode):
+    """https through a parent: the CONNECT is a span of its own, under the attempt (the own client's connector, or
+    the libcurl transfer's parent part)."""
     cert, key = tls_cert
     o = origin_factory(tls=(cert, key))
     parent = ForwardingProxy("parentA", basic="puser:parent-secret-pw").start()
@@ -187,24 +206,91 @@ def test_a_request_through_a_parent_shows_the_parent_exchange(proxy_factory, rec
         conf = ('\n[[credential]]\nname = "up"\ntype = "password"\nusername = "puser"\n'
                 'password = "parent-secret-pw"\nschemes = ["basic"]\n' + cred("trust", "server-trust", o.url, ca_file=cert))
         p = proxy_factory(proxy={"upstream_proxy": "http://127.0.0.1:%d" % parent.port,
-                                 "upstream_proxy_credential": "up", "http_client": "native"},
+                                 "upstream_proxy_credential": "up", "http_client": mode},
                           env=otel_env(receiver), extra_config=conf)
         r, body = harness.fetch(p, "GET", o.url + "/echo")
         assert r.status == 200, body[:300]
         assert parent.saw("CONNECT")
-        spans = receiver.wait_for(lambda sp: any(s["name"] == "parent proxy CONNECT" for s in sp)
-                                  and any(s["kind"] == "SPAN_KIND_SERVER" for s in sp))
-        server = one(spans, kind="SPAN_KIND_SERVER")
-        attempt = one(spans, kind="SPAN_KIND_CLIENT", name="GET")
+        spans, server, attempt, [connect] = parent_spans(receiver)
         assert attempt["attributes"]["authproxy.route.parents"] == ["127.0.0.1:%d" % parent.port]
-        connect = one(spans, name="parent proxy CONNECT")
-        assert attempt["parent_span_id"] == server["span_id"] and connect["parent_span_id"] == attempt["span_id"]
+        assert attempt["attributes"]["authproxy.upstream.client"] == ("own" if mode == "native" else mode)
         a = connect["attributes"]
         assert a["server.port"] == parent.port and a["http.response.status_code"] == 200, a
+        assert a["http.request.method"] == "CONNECT" and a["authproxy.parent_proxy.scheme"] == "http", a
         assert a["authproxy.connect.destination"].endswith(":%d" % o.port)
+        assert "error.type" not in a and connect["status"]["code"] != 2, connect
+        if mode == "libcurl":
+            # A Basic-only login goes with the first CONNECT: the parent asked for nothing.
+            assert a["authproxy.parent_proxy.auth_challenges"] == 0, a
+            # The tunnel is up before the request goes through it.
+            assert connect["end"] <= attempt["end"]
         # The login went with the CONNECT (Basic, sent at once: this test parent serves one exchange per connection).
         assert parent.authorizations, "the parent was never sent its credential"
         assert_no_secret(spans, ["parent-secret-pw", parent.authorizations[-1].split(" ")[-1]])
+    finally:
+        parent.stop()
+
+
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_a_parents_407_is_counted_in_its_span_on_a_libcurl_transfer(proxy_factory, receiver, origin_factory,
+                                                                     tls_cert, scheme):
+    """A parent login negotiated from the parent's 407 (a password not limited to Basic) is libcurl's: plain http
+    goes to the parent in absolute form, https inside a CONNECT (http_client = "libcurl" for that). The parent asks
+    with a 407 first; the span counts it, ends at the parent's part, and records no secret."""
+    cert, key = tls_cert
+    o = origin_factory(tls=(cert, key)) if scheme == "https" else origin_factory()
+    parent = ForwardingProxy("parentA", basic="puser:parent-secret-pw").start()
+    try:
+        conf = '\n[[credential]]\nname = "up"\ntype = "password"\nusername = "puser"\npassword = "parent-secret-pw"\n'
+        proxy = {"upstream_proxy": "http://127.0.0.1:%d" % parent.port, "upstream_proxy_credential": "up"}
+        if scheme == "https":
+            conf += cred("trust", "server-trust", o.url, ca_file=cert)
+            proxy["http_client"] = "libcurl"
+        p = proxy_factory(proxy=proxy, env=otel_env(receiver), extra_config=conf)
+        r, body = harness.fetch(p, "GET", o.url + "/echo?secret=not-in-a-span")
+        assert r.status == 200, body[:300]
+        # The parent asked first, then took the login.
+        assert len(parent.authorizations) == 1 and parent.accepted >= 2, (parent.authorizations, parent.accepted)
+        assert parent.saw("CONNECT" if scheme == "https" else "GET")
+        spans, server, attempt, [connect] = parent_spans(receiver)
+        assert attempt["attributes"]["authproxy.upstream.client"] == "libcurl"
+        assert attempt["attributes"]["authproxy.route.parents"] == ["127.0.0.1:%d" % parent.port]
+        assert attempt["attributes"]["http.response.status_code"] == 200
+        a = connect["attributes"]
+        assert a["authproxy.parent_proxy.auth_challenges"] == 1, a
+        assert a["server.address"] == "127.0.0.1" and a["server.port"] == parent.port, a
+        assert a["authproxy.connect.destination"] == "127.0.0.1:%d" % o.port, a
+        assert "error.type" not in a, a
+        if scheme == "https":
+            assert a["http.request.method"] == "CONNECT" and a["http.response.status_code"] == 200, a
+        else:
+            # In absolute form the request itself goes to the parent; its answer is the origin's, on the attempt.
+            assert a["http.request.method"] == "GET" and "http.response.status_code" not in a, a
+        # The parent's 407 never reached the client nor the server span.
+        assert server["attributes"]["http.response.status_code"] == 200
+        assert_no_secret(spans, ["parent-secret-pw", "not-in-a-span", parent.authorizations[-1].split(" ")[-1]])
+    finally:
+        parent.stop()
+
+
+def test_a_parent_that_refuses_the_login_ends_its_span_with_the_failure(proxy_factory, receiver, origin):
+    """A libcurl transfer that never gets past the parent (a wrong password: 407 again): the span ends with the
+    parent's refusal and counts both 407s."""
+    parent = ForwardingProxy("parentA", basic="puser:parent-secret-pw").start()
+    try:
+        conf = '\n[[credential]]\nname = "up"\ntype = "password"\nusername = "puser"\npassword = "wrong-secret-pw"\n'
+        p = proxy_factory(proxy={"upstream_proxy": "http://127.0.0.1:%d" % parent.port,
+                                 "upstream_proxy_credential": "up"},
+                          env=otel_env(receiver), extra_config=conf)
+        r, body = harness.fetch(p, "GET", origin.url + "/echo")
+        assert r.status == 502, (r.status, body[:300])
+        spans, server, attempt, [connect] = parent_spans(receiver)
+        a = connect["attributes"]
+        assert a["authproxy.parent_proxy.auth_challenges"] == 2, a
+        assert a["http.response.status_code"] == 407 and a["error.type"] == "auth", a
+        assert connect["status"]["code"] == 2
+        assert attempt["attributes"]["error.type"] == "parent_proxy", attempt["attributes"]
+        assert_no_secret(spans, ["wrong-secret-pw"] + [x.split(" ")[-1] for x in parent.authorizations])
     finally:
         parent.stop()
 
@@ -315,27 +401,6 @@ def test_a_pac_evaluation_has_its_span(proxy_factory, receiver, origin):
         assert pac_span["end"] <= attempt["start"]
     finally:
         pac.stop()
-
-
-def test_through_a_parent_on_libcurl_the_attempt_names_the_route(proxy_factory, receiver, origin):
-    """A libcurl transfer (plain http:// through a parent) makes the parent exchange itself: the attempt span names
-    the parents it may go through, and the parent's login is not recorded."""
-    parent = ForwardingProxy("parentA", basic="puser:parent-secret-pw").start()
-    try:
-        conf = '\n[[credential]]\nname = "up"\ntype = "password"\nusername = "puser"\npassword = "parent-secret-pw"\n'
-        p = proxy_factory(proxy={"upstream_proxy": "http://127.0.0.1:%d" % parent.port,
-                                 "upstream_proxy_credential": "up"},
-                          env=otel_env(receiver), extra_config=conf)
-        r, body = harness.fetch(p, "GET", origin.url + "/echo")
-        assert r.status == 200, body[:300]
-        assert parent.saw("GET")
-        spans = receiver.wait_for(lambda sp: len(sp) >= 2)
-        attempt = one(spans, kind="SPAN_KIND_CLIENT")
-        assert attempt["attributes"]["authproxy.upstream.client"] == "libcurl"
-        assert attempt["attributes"]["authproxy.route.parents"] == ["127.0.0.1:%d" % parent.port]
-        assert_no_secret(spans, ["parent-secret-pw"] + [a.split(" ")[-1] for a in parent.authorizations])
-    finally:
-        parent.stop()
 
 
 def test_a_fleet_replica_records_its_wait_for_the_redis_lock(proxy_factory, receiver, tmp_path):
