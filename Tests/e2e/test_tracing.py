@@ -510,3 +510,53 @@ def test_a_tracing_ca_file_that_is_not_a_certificate_is_refused_by_name(proxy_bi
                           env=harness.clean_env({"OTEL_EXPORTER_OTLP_ENDPOINT": "https://127.0.0.1:4318",
                                                  "OTEL_EXPORTER_OTLP_CERTIFICATE": str(tmp_path / "missing.pem")}))
     assert out.returncode != 0 and "OTEL_EXPORTER_OTLP_CERTIFICATE" in (out.stdout + out.stderr), out.stdout
+
+
+def test_a_wait_for_a_fleet_limits_permit_has_its_span(proxy_factory, receiver, origin, tmp_path):
+    """[cluster] rate limits counted in Redis: a request whose replica holds no permit waits for a lease, in a span
+    under the exchange's: `granted` when the fleet's count had room, `limited` when another replica used it up,
+    `fallback` when Redis is gone and this replica's share decided."""
+    from test_fleet import RedisServer
+    from test_limits import header_cred
+    redis = RedisServer(tmp_path).start()
+    try:
+        # Per hour for the fleet (a window that cannot end within the test: see test_cluster_limits): 1 for the
+        # first credential; 10 for the second, whose share without Redis is 5 per replica.
+        def per_hour(n):
+            return 'rate_limit = { requests = %d, per_seconds = 3600, scope = "credential" }\n' % n
+
+        extra = ('[cluster]\nredis = "%s"\nreplicas = 2\ntimeout_ms = 2000\n' % redis.url()
+                 + header_cred("fleet-key", origin.url + "/echo", "k-fleet-secret", per_hour(1))
+                 + header_cred("later-key", origin.url + "/json", "k-later-secret", per_hour(10)))
+        left = 3600 - time.time() % 3600
+        if left < 60:
+            time.sleep(left + 1)
+        a, b = [proxy_factory(proxy={"state_key": "trace-fleet-state-key-0123456789", "workers": 1},
+                              env=otel_env(receiver), extra_config=extra) for _ in range(2)]
+        r, body = harness.fetch(a, "GET", origin.url + "/echo?n=1")
+        assert r.status == 200, body[:300]
+        r, body = harness.fetch(b, "GET", origin.url + "/echo?n=2")
+        assert r.status == 429 and b"all clients of all replicas together" in body, (r.status, body[:300])
+        redis.kill()
+        r, body = harness.fetch(a, "GET", origin.url + "/json")
+        assert r.status == 200, body[:300]  # a's share of the untouched limit: 10 ÷ 2
+
+        spans = receiver.wait_for(lambda sp: len([s for s in sp if s["name"] == "fleet limit wait"]) >= 3
+                                  and len([s for s in sp if s["kind"] == "SPAN_KIND_SERVER"]) >= 3, timeout=15)
+        waits = sorted([s for s in spans if s["name"] == "fleet limit wait"], key=lambda s: s["start"])
+        assert [(w["attributes"]["authproxy.fleet_limit.outcome"], w["attributes"]["authproxy.fleet_limit.allowed"])
+                for w in waits] == [("granted", True), ("limited", False), ("fallback", True)], waits
+        assert [w["attributes"]["authproxy.credential"] for w in waits] == ["fleet-key", "fleet-key", "later-key"]
+        servers = {s["span_id"]: s for s in spans if s["kind"] == "SPAN_KIND_SERVER"}
+        for w, status in zip(waits, [200, 429, 200]):
+            assert w["kind"] == "SPAN_KIND_INTERNAL" and w["attributes"]["authproxy.fleet_limit.kind"] == "rate"
+            server = servers[w["parent_span_id"]]
+            assert server["trace_id"] == w["trace_id"]
+            assert server["attributes"]["http.response.status_code"] == status
+            assert server["start"] <= w["start"] <= w["end"] <= server["end"]
+        # The refused request never went upstream: no attempt span in its trace.
+        assert not [s for s in by_trace(spans, waits[1]["trace_id"]) if s["kind"] == "SPAN_KIND_CLIENT"]
+        assert_no_secret(spans, ["k-fleet-secret", "k-later-secret", redis.password,
+                                 "trace-fleet-state-key-0123456789"])
+    finally:
+        redis.stop()
