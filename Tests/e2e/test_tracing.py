@@ -16,6 +16,7 @@ from arcgis import ArcGISServer
 from forwarding_proxy import ForwardingProxy
 from otlp_receiver import OTLPReceiver
 from test_credentials import arcgis_cred, via
+from parents.fixtures import ntlm_parent, parents_dir  # noqa: F401
 
 MODES = ["native", "libcurl"]
 CLIENT_TRACE = "0af7651916cd43dd8448eb211c80319c"
@@ -271,6 +272,28 @@ def test_a_parents_407_is_counted_in_its_span_on_a_libcurl_transfer(proxy_factor
         assert_no_secret(spans, ["parent-secret-pw", "not-in-a-span", parent.authorizations[-1].split(" ")[-1]])
     finally:
         parent.stop()
+
+
+def test_an_ntlm_parents_challenges_are_counted_as_its_log_shows_them(proxy_factory, receiver, origin, ntlm_parent):
+    """A real NTLM forward proxy (Apache, parents rig): the span counts the 407s of libcurl's handshake with it
+    exactly as the parent's own access log records them (the Type 2 challenge)."""
+    from parents import rig as parents_rig
+    from test_parent_proxy import corp, parent_settings
+    p = proxy_factory(proxy=parent_settings(ntlm_parent), env=otel_env(receiver),
+                      extra_config=corp(domain=parents_rig.NTLM_DOMAIN))
+    r, body = harness.fetch(p, "GET", origin.url + "/echo?m=ntlm-trace")
+    assert r.status == 200, body[:300]
+    mine = [l for l in ntlm_parent.wait_access(lambda l: "/echo?m=ntlm-trace" in l and '" 200 ' in l, timeout=10)]
+    assert mine, ntlm_parent.access_log_lines()[-6:]
+    refused = [l for l in ntlm_parent.access_log_lines() if "/echo?m=ntlm-trace" in l and '" 407 ' in l]
+    assert refused and all('pa="NTLM T' in l for l in refused), ntlm_parent.access_log_lines()[-6:]
+    spans, server, attempt, [connect] = parent_spans(receiver)
+    a = connect["attributes"]
+    assert a["authproxy.parent_proxy.auth_challenges"] == len(refused), (a, refused)
+    assert a["http.request.method"] == "GET" and "error.type" not in a, a
+    assert a["server.port"] == int(ntlm_parent.url.rsplit(":", 1)[1]), a
+    assert_no_secret(spans, [parents_rig.USERS["alice"]] + [l.split('pauth="')[1].split(" ")[1].rstrip('"')
+                                                            for l in refused + mine])
 
 
 def test_a_parent_that_refuses_the_login_ends_its_span_with_the_failure(proxy_factory, receiver, origin):

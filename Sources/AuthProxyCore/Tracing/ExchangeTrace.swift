@@ -116,8 +116,8 @@ final class ExchangeTrace {
         if attempts > 1 { a.set("http.request.resend_count", attempts - 1) }
         if let retryCause { a.set("authproxy.retry.cause", retryCause) }
         if let route {
-            // The parents the attempt may go through, in order (addresses only): through a libcurl transfer the
-            // parent's CONNECT is inside this span; on the own client each gets a span of its own.
+            // The parents the attempt may go through, in order (addresses only); the exchange with each one tried
+            // is a child span (``ParentConnectSpan``), from the ``Connector`` or the ``CurlTransfer``.
             a.set("authproxy.route.parents", .strings(route.candidates.map { "\($0.host):\($0.port)" }))
         }
         span.setAttributes(a)
