@@ -318,6 +318,41 @@ def test_a_parent_that_refuses_the_login_ends_its_span_with_the_failure(proxy_fa
         parent.stop()
 
 
+def test_a_tunnel_refused_by_one_parent_goes_through_the_next_with_a_span_each(proxy_factory, receiver,
+                                                                               origin_factory, tls_cert):
+    """libcurl, https through two parents: the first refuses the login (407 to the end) and the transfer moves to
+    the second; each parent has its span (the refusal with its 407s, the tunnel), and none of the first parent's
+    answers reached the client."""
+    cert, key = tls_cert
+    o = origin_factory(tls=(cert, key))
+    refusing = ForwardingProxy("parentA", basic="someone:else-entirely").start()
+    taking = ForwardingProxy("parentB").start()
+    try:
+        conf = ('\n[[credential]]\nname = "up"\ntype = "password"\nusername = "puser"\n'
+                'password = "parent-secret-pw"\n' + cred("trust", "server-trust", o.url, ca_file=cert))
+        p = proxy_factory(proxy={"upstream_proxy": ["http://127.0.0.1:%d" % refusing.port,
+                                                    "http://127.0.0.1:%d" % taking.port],
+                                 "upstream_proxy_credential": "up", "http_client": "libcurl"},
+                          env=otel_env(receiver), extra_config=conf)
+        r, body = harness.fetch(p, "GET", o.url + "/echo")
+        assert r.status == 200 and "proxy-authenticate" not in {k.lower() for k in r.headers.keys()}, body[:300]
+        assert json.loads(body)["path"] == "/echo"
+        assert refusing.authorizations and not refusing.saw("CONNECT") and taking.saw("CONNECT")
+        spans, server, attempt, (first, second) = parent_spans(receiver, count=2)
+        a, b = first["attributes"], second["attributes"]
+        assert a["server.port"] == refusing.port and b["server.port"] == taking.port, (a, b)
+        assert a["error.type"] == "auth" and a["http.response.status_code"] == 407 and first["status"]["code"] == 2, a
+        assert a["authproxy.parent_proxy.auth_challenges"] == len(refusing.authorizations) + 1, \
+            (a, refusing.authorizations)
+        assert b["http.response.status_code"] == 200 and b["authproxy.parent_proxy.auth_challenges"] == 0, b
+        assert "error.type" not in b and first["end"] <= second["start"], (first, second)
+        assert attempt["attributes"]["http.response.status_code"] == 200
+        assert_no_secret(spans, ["parent-secret-pw"] + [x.split(" ")[-1] for x in refusing.authorizations])
+    finally:
+        refusing.stop()
+        taking.stop()
+
+
 def test_sampler_always_off_exports_nothing_and_says_not_sampled(proxy_factory, receiver, origin):
     tracing = '\n[tracing]\nendpoint = "%s"\nsampler = "always_off"\nschedule_delay_ms = 50\n' % receiver.endpoint
     p = proxy_factory(extra_config=tracing)
