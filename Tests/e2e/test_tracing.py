@@ -207,7 +207,7 @@ def test_a_request_through_a_parent_shows_the_parent_exchange(proxy_factory, rec
         conf = ('\n[[credential]]\nname = "up"\ntype = "password"\nusername = "puser"\n'
                 'password = "parent-secret-pw"\nschemes = ["basic"]\n' + cred("trust", "server-trust", o.url, ca_file=cert))
         p = proxy_factory(proxy={"upstream_proxy": "http://127.0.0.1:%d" % parent.port,
-                                 "upstream_proxy_credential": "up", "http_client": mode},
+                                 "upstream_proxy_credential": "up", "http_client": mode, "workers": 1},
                           env=otel_env(receiver), extra_config=conf)
         r, body = harness.fetch(p, "GET", o.url + "/echo")
         assert r.status == 200, body[:300]
@@ -228,6 +228,12 @@ def test_a_request_through_a_parent_shows_the_parent_exchange(proxy_factory, rec
         # The login went with the CONNECT (Basic, sent at once: this test parent serves one exchange per connection).
         assert parent.authorizations, "the parent was never sent its credential"
         assert_no_secret(spans, ["parent-secret-pw", parent.authorizations[-1].split(" ")[-1]])
+        # A second request on the connection kept open (one event loop: one pool) sends no CONNECT: no parent span.
+        r, body = harness.fetch(p, "GET", o.url + "/echo?again=1")
+        assert r.status == 200, body[:300]
+        assert len(parent.saw("CONNECT")) == 1, parent.saw()
+        spans = receiver.wait_for(lambda sp: len([s for s in sp if s["kind"] == "SPAN_KIND_SERVER"]) >= 2)
+        assert len([s for s in spans if s["name"] == "parent proxy CONNECT"]) == 1, [s["name"] for s in spans]
     finally:
         parent.stop()
 

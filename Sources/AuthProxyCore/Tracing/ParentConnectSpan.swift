@@ -33,14 +33,12 @@ struct ParentConnectSpan {
         span.end()
     }
 
-    /// As ``end(status:error:)``, with what a libcurl transfer saw of the parent: the 407s it answered
-    /// (`authproxy.parent_proxy.auth_challenges`), and whether the tunnel was one libcurl had open
-    /// (`authproxy.parent_proxy.connection_reused`).
+    /// As ``end(status:error:)``, with the 407s a libcurl transfer saw the parent answer
+    /// (`authproxy.parent_proxy.auth_challenges`). A tunnel libcurl had open already (``ParentExchangeHeads/reused``)
+    /// was no exchange with the parent: its span is dropped, as the own client makes none for a pooled connection.
     func end(_ heads: ParentExchangeHeads, status: Int, error: String?) {
-        if span.isRecording {
-            span.setAttribute("authproxy.parent_proxy.auth_challenges", heads.challenges)
-            if heads.reused { span.setAttribute("authproxy.parent_proxy.connection_reused", true) }
-        }
+        if heads.reused, error == nil { return span.discard() }
+        if span.isRecording { span.setAttribute("authproxy.parent_proxy.auth_challenges", heads.challenges) }
         end(status: status, error: error)
     }
 }
