@@ -5,7 +5,7 @@
 ///
 /// - Through a tunnel (an `https://` upstream, a CONNECT the request asked for, a SOCKS parent) every head before
 ///   the connection is ready is the parent's answer to the CONNECT; its part ends when the connection is ready.
-///   A connection taken from libcurl's pool is ready with no answer at all (``reused``).
+///   A tunnel taken from libcurl's pool is ready with no exchange with the parent at all (``reused``).
 /// - In absolute form (plain `http://` to an `http`/`https` parent) the parent's 407s come where the answer would;
 ///   its part ends at the first head that is not one.
 struct ParentExchangeHeads: Equatable {
@@ -23,8 +23,8 @@ struct ParentExchangeHeads: Equatable {
     /// A header line now is part of the parent's answer to the CONNECT (not the destination's).
     var readsConnectAnswer: Bool { tunnel && !ready }
 
-    /// A tunnel that was ready without any answer from the parent: libcurl reused a connection it had open.
-    var reused: Bool { tunnel && ready && connectStatus == 0 }
+    /// A tunnel that was ready without a connection of its own: libcurl reused one it had open.
+    private(set) var reused = false
 
     /// A status line with `status`. Returns true when it ends the parent's part (absolute form: the first head
     /// that is not a 407).
@@ -44,12 +44,14 @@ struct ParentExchangeHeads: Equatable {
         return true
     }
 
-    /// The connection is ready and the request about to go out (again, after an authentication round). Returns
-    /// true when that ends the parent's part (through a tunnel).
-    mutating func connectionReady() -> Bool {
+    /// The connection is ready and the request about to go out (again, after an authentication round);
+    /// `opened`: whether the transfer opened a socket of its own for it (else libcurl took one from its pool).
+    /// Returns true when that ends the parent's part (through a tunnel).
+    mutating func connectionReady(opened: Bool) -> Bool {
         ready = true
         guard tunnel, !ended else { return false }
         ended = true
+        reused = !opened
         return true
     }
 

@@ -340,7 +340,7 @@ final class CurlTransfer {
 
     /// libcurl's pre-request callback: the connection is ready (through a tunnel, the parent's part is over).
     fileprivate func connectionReady() {
-        guard parentSpan != nil, parentHeads.connectionReady() else { return }
+        guard parentSpan != nil, parentHeads.connectionReady(opened: destinationCheck.openedAny) else { return }
         endParentSpan(status: parentHeads.connectStatus, error: nil)
     }
 

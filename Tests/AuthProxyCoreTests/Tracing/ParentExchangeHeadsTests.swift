@@ -8,6 +8,8 @@ import Testing
     enum Event {
         case head(Int)
         case ready
+        /// Ready on a connection libcurl had open.
+        case readyReused
         case end
     }
 
@@ -16,7 +18,8 @@ import Testing
         events.map { e in
             switch e {
             case .head(let status): return h.statusLine(status)
-            case .ready: return h.connectionReady()
+            case .ready: return h.connectionReady(opened: true)
+            case .readyReused: return h.connectionReady(opened: false)
             case .end: return h.transferEnded()
             }
         }
@@ -35,10 +38,14 @@ import Testing
         #expect(h.challenges == 2 && h.connectStatus == 200)
     }
 
-    @Test func aTunnelReadyWithoutAnAnswerWasReused() {
+    @Test func aTunnelReadyWithoutAConnectionOfItsOwnWasReused() {
         var h = ParentExchangeHeads(tunnel: true)
-        #expect(Self.feed(&h, [.ready]) == [true])
+        #expect(Self.feed(&h, [.readyReused]) == [true])
         #expect(h.reused && h.challenges == 0 && h.connectStatus == 0)
+        // A SOCKS parent answers no head: a new connection through it is no reuse.
+        var socks = ParentExchangeHeads(tunnel: true)
+        #expect(Self.feed(&socks, [.ready]) == [true])
+        #expect(!socks.reused)
     }
 
     @Test func aRefusedConnectIsEndedByTheTransfer() {
