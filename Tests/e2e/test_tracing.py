@@ -326,6 +326,42 @@ def test_a_socks_parent_has_its_span_on_a_libcurl_transfer(proxy_factory, receiv
         _stop(socks)
 
 
+def test_an_https_parents_407_is_counted_on_the_default_client(proxy_factory, receiver, origin, tls_cert, tmp_path):
+    """An `https` parent (stunnel in front of the test parent) carries plain http in absolute form over TLS: a
+    libcurl route even with the default client. Its 407 is counted in the span."""
+    import shutil
+    from test_parent_proxy import _spawn, _stop
+    if not shutil.which("stunnel4"):
+        pytest.skip("stunnel4 not installed")
+    cert, key = tls_cert
+    parent = ForwardingProxy("parentA", basic="puser:parent-secret-pw").start()
+    port = harness.free_port()
+    conf = tmp_path / "stunnel.conf"
+    conf.write_text("foreground = yes\npid =\n[parent]\naccept = 127.0.0.1:%d\nconnect = 127.0.0.1:%d\ncert = %s\n"
+                    "key = %s\n" % (port, parent.port, cert, key))
+    tls = None
+    try:
+        tls = _spawn(["stunnel4", str(conf)], port, tmp_path, "stunnel")
+        creds = '\n[[credential]]\nname = "up"\ntype = "password"\nusername = "puser"\npassword = "parent-secret-pw"\n'
+        p = proxy_factory(proxy={"upstream_proxy": "https://127.0.0.1:%d" % port, "upstream_proxy_ca": cert,
+                                 "upstream_proxy_credential": "up"},
+                          env=otel_env(receiver), extra_config=creds)
+        r, body = harness.fetch(p, "GET", origin.url + "/echo?m=https-parent")
+        assert r.status == 200, body[:300]
+        assert len(parent.authorizations) == 1 and parent.saw("GET"), parent.authorizations
+        spans, server, attempt, [connect] = parent_spans(receiver)
+        assert attempt["attributes"]["authproxy.upstream.client"] == "libcurl"
+        a = connect["attributes"]
+        assert a["authproxy.parent_proxy.scheme"] == "https" and a["server.port"] == port, a
+        assert a["http.request.method"] == "GET" and a["authproxy.parent_proxy.auth_challenges"] == 1, a
+        assert "error.type" not in a, a
+        assert_no_secret(spans, ["parent-secret-pw", parent.authorizations[-1].split(" ")[-1]])
+    finally:
+        if tls is not None:
+            _stop(tls)
+        parent.stop()
+
+
 def test_a_parent_that_refuses_the_login_ends_its_span_with_the_failure(proxy_factory, receiver, origin):
     """A libcurl transfer that never gets past the parent (a wrong password: 407 again): the span ends with the
     parent's refusal and counts both 407s."""
