@@ -172,7 +172,8 @@ def test_grafana_dashboard():
     assert not unknown, "the dashboard queries metrics the proxy does not export: %s" % unknown
     used = {m for e in exprs for m in referenced_metrics(e)}
     for m in ("authproxy_requests_total", "authproxy_upstream_errors_total", "authproxy_token_expiry_timestamp_seconds",
-              "authproxy_parent_backoff", "authproxy_cluster_connected", "authproxy_request_duration_seconds"):
+              "authproxy_parent_backoff", "authproxy_cluster_connected", "authproxy_request_duration_seconds",
+              "authproxy_cluster_limits_fallback"):
         assert m in used, m
 
 

@@ -28,7 +28,7 @@ final class FleetLimiter: @unchecked Sendable {
 
     private struct State {
         var windows: [FleetLimit: FleetWindow] = [:]
-        var waiting: [FleetLimit: [@Sendable (Decision) -> Void]] = [:]
+        var waiting: [FleetLimit: [Waiter]] = [:]
         var leasing: Set<FleetLimit> = []
         /// Limits with a give-back check scheduled (``scheduleGiveBack(_:)``).
         var watched: Set<FleetLimit> = []
@@ -44,6 +44,10 @@ final class FleetLimiter: @unchecked Sendable {
         /// `share`: this replica's share per window when the refusal comes from the fallback.
         case limited(retryAfterSeconds: Int, share: Int?)
     }
+
+    /// A request waiting for a lease: told the decision, and whether this replica's share made it (Redis could
+    /// not be used) rather than the fleet's count.
+    typealias Waiter = @Sendable (_ decision: Decision, _ byShare: Bool) -> Void
 
     enum Outcome: Sendable, Equatable {
         case decided(Decision)
@@ -64,7 +68,7 @@ final class FleetLimiter: @unchecked Sendable {
 
     /// Spends one request of `limit` at `now` (wall-clock milliseconds): decided at once from the permits held
     /// (or the fallback share), or `.pending` and `whenDecided` is called once a lease came back.
-    func take(_ limit: FleetLimit, now: Int64, whenDecided: @escaping @Sendable (Decision) -> Void) -> Outcome {
+    func take(_ limit: FleetLimit, now: Int64, whenDecided: @escaping Waiter) -> Outcome {
         let (step, startLease) = state.withLock { s -> (FleetWindow.Step, Bool) in
             var w = s.windows[limit] ?? FleetWindow(limit: limit)
             let step = w.take(now: now, redisUsable: s.health.mayTry(at: now), replicas: replicas)
@@ -99,7 +103,8 @@ final class FleetLimiter: @unchecked Sendable {
             return r
         }
         let now = clock.nowMillis()
-        var decided: [(@Sendable (Decision) -> Void, Decision)] = []
+        var decided: [(Waiter, Decision)] = []
+        var byShare = false
         var again = false
         var change: (fallback: Bool, cause: String?)? = nil
         state.withLock { s in
@@ -124,7 +129,8 @@ final class FleetLimiter: @unchecked Sendable {
                 s.cause = e.message
             }
             let usable = s.health.mayTry(at: now)
-            var still: [@Sendable (Decision) -> Void] = []
+            byShare = !usable
+            var still: [Waiter] = []
             for callback in s.waiting[limit] ?? [] {
                 switch w.take(now: now, redisUsable: usable, replicas: replicas) {
                 case .allowed: decided.append((callback, .allowed))
@@ -147,7 +153,7 @@ final class FleetLimiter: @unchecked Sendable {
             scheduleGiveBack(limit)
         }
         if let change { announce(fallback: change.fallback, cause: change.cause) }
-        for (callback, d) in decided { callback(d) }
+        for (callback, d) in decided { callback(d, byShare) }
         if again { queue.async { self.lease(limit) } }
     }
 

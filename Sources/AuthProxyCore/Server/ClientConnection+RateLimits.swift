@@ -78,10 +78,10 @@ extension ClientConnection {
                 let index = i
                 switch fleet.take(
                     limit, now: nowMillis(),
-                    whenDecided: { d in
+                    whenDecided: { d, byShare in
                         me.queue.async {
                             guard let s = serial.value else { return }
-                            me.value.fleetDecided(d, checks: checks, index: index, serial: s)
+                            me.value.fleetDecided(d, byShare: byShare, checks: checks, index: index, serial: s)
                         }
                     })
                 {
@@ -93,6 +93,7 @@ extension ClientConnection {
                     // The callback hops to this queue, so it runs after the serial is set here.
                     guard let s = machine.queueEntered() else { return .pending }
                     serial.value = s
+                    ex?.trace?.beginFleetWait(credential: c.name, kind: limit.kind == .rate ? "rate" : "daily_quota")
                     return .pending
                 }
             }
@@ -102,11 +103,17 @@ extension ClientConnection {
     }
 
     /// The fleet's answer for check `index` of an exchange that waited for a lease.
-    private func fleetDecided(_ d: FleetLimiter.Decision, checks: [LimitCheck], index: Int, serial: Int) {
+    private func fleetDecided(
+        _ d: FleetLimiter.Decision, byShare: Bool, checks: [LimitCheck], index: Int, serial: Int
+    ) {
         // An exchange answered or closed meanwhile does not need it (the permit is spent: never more than the
         // limit, at worst one less).
-        guard machine.awaitsSlot(serial: serial), ex != nil else { return }
+        guard machine.awaitsSlot(serial: serial), let x = ex else { return }
         machine.slotGranted()
+        if let trace = x.trace {
+            let allowed = d == .allowed
+            trace.endFleetWait(outcome: byShare ? "fallback" : allowed ? "granted" : "limited", allowed: allowed)
+        }
         var step = LimitStep.passed
         switch d {
         case .limited(let wait, let share):

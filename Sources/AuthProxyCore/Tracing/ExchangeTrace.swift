@@ -1,7 +1,8 @@
 import Tracing
 
 /// The spans of one exchange on a ``ClientConnection``: the server span, and the child spans open right now (the
-/// upstream attempt, the wait for a token, a replay after a rejected token, a PAC evaluation). Exists only when
+/// upstream attempt, the wait for a token, a replay after a rejected token, a PAC evaluation, the wait for a fleet
+/// limit's permit). Exists only when
 /// tracing is on (``ExchangeContext/trace``), so a proxy without tracing pays one nil check per step.
 ///
 /// Attributes follow the OTel HTTP semantic conventions; URLs are recorded without their query string (where
@@ -16,6 +17,7 @@ final class ExchangeTrace {
     private var tokenWait: ProxySpan?
     private var replay: ProxySpan?
     private var pac: ProxySpan?
+    private var fleetWait: ProxySpan?
     private var ended = false
 
     /// A server span for request `head` from `client`, continuing the client's `traceparent` when it sent a valid
@@ -114,8 +116,8 @@ final class ExchangeTrace {
         if attempts > 1 { a.set("http.request.resend_count", attempts - 1) }
         if let retryCause { a.set("authproxy.retry.cause", retryCause) }
         if let route {
-            // The parents the attempt may go through, in order (addresses only): through a libcurl transfer the
-            // parent's CONNECT is inside this span; on the own client each gets a span of its own.
+            // The parents the attempt may go through, in order (addresses only); the exchange with each one tried
+            // is a child span (``ParentConnectSpan``), from the ``Connector`` or the ``CurlTransfer``.
             a.set("authproxy.route.parents", .strings(route.candidates.map { "\($0.host):\($0.port)" }))
         }
         span.setAttributes(a)
@@ -220,6 +222,34 @@ final class ExchangeTrace {
         pac = nil
     }
 
+    // MARK: limits
+
+    /// The exchange waits for a permit of a limit the fleet counts in Redis (`rate_limit` with
+    /// `scope = "credential"`, or `daily_quota`, under `[cluster]`): this replica had none left and leases more.
+    /// `kind`: `rate` or `daily_quota`.
+    func beginFleetWait(credential: String, kind: String) {
+        fleetWait?.end()
+        let span = ProxyTracing.start(tracer, "fleet limit wait", parent: server.context)
+        if span.isRecording {
+            span.setAttribute("authproxy.credential", credential)
+            span.setAttribute("authproxy.fleet_limit.kind", kind)
+            span.setAttribute("db.system", "redis")
+        }
+        fleetWait = span
+    }
+
+    /// The permit came or was refused. `outcome`: `granted` (the fleet's count had room), `limited` (used up),
+    /// `fallback` (Redis could not be used: this replica's share decided; `allowed` says how).
+    func endFleetWait(outcome: String, allowed: Bool) {
+        guard let span = fleetWait else { return }
+        fleetWait = nil
+        if span.isRecording {
+            span.setAttribute("authproxy.fleet_limit.outcome", outcome)
+            span.setAttribute("authproxy.fleet_limit.allowed", allowed)
+        }
+        span.end()
+    }
+
     // MARK: the end
 
     /// The exchange ended with `status` (0: none sent) and `credential` applied: every open span ends.
@@ -230,6 +260,14 @@ final class ExchangeTrace {
         endTokenWait(nil, error: "cancelled")
         endReplay()
         endPac()
+        if let span = fleetWait {
+            fleetWait = nil
+            if span.isRecording {
+                span.setAttribute("error.type", "cancelled")
+                span.setStatus(.init(code: .error))
+            }
+            span.end()
+        }
         if server.isRecording {
             if status > 0 { server.setAttribute("http.response.status_code", status) }
             if let credential { server.setAttribute("authproxy.credential", credential) }

@@ -106,6 +106,12 @@ final class ProxySpan: Tracing.Span {
 
     func addLink(_ link: SpanLink) {}
 
+    /// Ends the span without exporting it: it turned out to stand for nothing that happened (its context may have
+    /// been seen by no one else: no child, nothing sent with it).
+    func discard() {
+        state.withLock { $0.ended = true }
+    }
+
     func end<Instant: TracerInstant>(at instant: @autoclosure () -> Instant) {
         guard isRecording else { return }
         let endNanos = instant().nanosecondsSinceEpoch

@@ -54,6 +54,10 @@ final class CurlTransfer {
     private var bodyTaken = false
     /// The schemes of the parent's 407 being read.
     private var parentOffers: Set<String> = []
+    /// The parent's part of a traced attempt (``UpstreamRequest/trace``) through a parent, while it lasts: a child
+    /// span of the attempt, as the ``Connector`` makes for the own client, and which heads are the parent's.
+    private var parentSpan: ParentConnectSpan?
+    private var parentHeads = ParentExchangeHeads(tunnel: false)
 
     init(multi: CurlMulti, request: UpstreamRequest, destination: String, delegate: any UpstreamExchangeDelegate) {
         self.multi = multi
@@ -121,10 +125,10 @@ final class CurlTransfer {
         if let route = request.parentRoute, let parent = attempts.parent {
             // A Proxy-Authorization for the destination (an identity-aware proxy's token) would be the parent's in an
             // absolute-form request: such a request goes through a CONNECT tunnel, as the own client sends every one.
-            h.applyParent(
-                parent, routing: route.routing, tunnel: request.fields.forwardsProxyAuthorization,
-                https: request.url.hasPrefix("https:"))
+            let tunnel = request.fields.forwardsProxyAuthorization, https = request.url.hasPrefix("https:")
+            h.applyParent(parent, routing: route.routing, tunnel: tunnel, https: https)
             route.routing.health.attempted(parent)
+            if let trace = request.trace { beginParentSpan(trace, parent: parent, tunnel: tunnel || https, on: h) }
         }
         var list: UnsafeMutablePointer<curl_slist>? = nil
         for line in Self.headerLines(request) { list = line.withCString { curl_slist_append(list, $0) } }
@@ -193,6 +197,7 @@ final class CurlTransfer {
     func cancel() {
         assertOnQueue(multi.queue)
         delegate = nil
+        if parentSpan != nil, parentHeads.transferEnded() { endParentSpan(status: 0, error: "cancelled") }
         guard let h = easy else { return }
         easy = nil
         // If libcurl reports the handle done before a deferred removal runs, nobody is to be told.
@@ -217,6 +222,7 @@ final class CurlTransfer {
                 if code == CURLE_OK { route.routing.health.succeeded(parent) }
             }
             if let outcome {
+                endParentSpan(outcome, on: h)
                 // Another parent, or the destination, gets the request only if nothing reached the client and a body
                 // already taken goes again from its start.
                 let step = attempts.failed(outcome) {
@@ -255,6 +261,11 @@ final class CurlTransfer {
                 timeoutSeconds: request.timeoutSeconds)
             error?.notResent = request.method
         }
+        if parentSpan != nil, parentHeads.transferEnded() {
+            // Never past the parent, and not for a failure of the parent's own (that ended it above).
+            endParentSpan(
+                status: parentHeads.tunnel ? h.parentConnectStatus : 0, error: error.map(ExchangeTrace.errorType))
+        }
         d?.transferDidFinish(error: error)
     }
 
@@ -278,9 +289,16 @@ final class CurlTransfer {
 
     fileprivate func header(_ p: UnsafeRawBufferPointer) -> Int {
         guard let d = delegate else { return 0 }
+        let statusLine = p.count >= 12 && p.starts(with: "HTTP/".utf8)
+        if parentSpan != nil, parentHeads.readsConnectAnswer {
+            // The parent's answer to the CONNECT (shown to this callback only for its span): never the client's.
+            if statusLine { _ = parentHeads.statusLine(Self.statusCode(p)) }
+            return p.count
+        }
         answeredSinceSend = true
-        if p.count >= 12, p.starts(with: "HTTP/".utf8) {
-            status = Int(p[9] &- 48) * 100 + Int(p[10] &- 48) * 10 + Int(p[11] &- 48)
+        if statusLine {
+            status = Self.statusCode(p)
+            if parentSpan != nil, parentHeads.statusLine(status) { endParentSpan(status: 0, error: nil) }
         }
         // A 407 through a parent is the parent's (libcurl answers its challenges; one left is a refusal): neither
         // its head nor its body reaches the client. The schemes it offers are noted for the parent.
@@ -299,6 +317,46 @@ final class CurlTransfer {
         d.transferDidReceiveHeaderLine(p)
         // Cancelled from the callback (a refused head, a token rejection): stop libcurl reading this response now.
         return delegate == nil ? 0 : p.count
+    }
+
+    /// The status of a status line (`HTTP/1.1 200 …`, at least 12 bytes).
+    private static func statusCode(_ p: UnsafeRawBufferPointer) -> Int {
+        Int(p[9] &- 48) * 100 + Int(p[10] &- 48) * 10 + Int(p[11] &- 48)
+    }
+
+    // MARK: the parent's span
+
+    /// The attempt goes through `parent`: its part gets a span under the attempt's. Through a tunnel libcurl is
+    /// told to show the parent's answers to the CONNECT to the header callback (``header(_:)`` keeps them from the
+    /// client) while the span records: its 407s are counted there.
+    private func beginParentSpan(_ trace: ProxySpan, parent: ParentProxy, tunnel: Bool, on h: CurlEasyHandle) {
+        let tunnel = tunnel || parent.scheme == .socks5h
+        let span = ParentConnectSpan(
+            parent: trace, proxy: parent, destination: destination, method: tunnel ? "CONNECT" : request.method)
+        if span.isRecording, tunnel { ap_easy_setopt_long(h.raw, CURLOPT_SUPPRESS_CONNECT_HEADERS, 0) }
+        parentSpan = span
+        parentHeads = ParentExchangeHeads(tunnel: tunnel)
+    }
+
+    /// libcurl's pre-request callback: the connection is ready (through a tunnel, the parent's part is over).
+    fileprivate func connectionReady() {
+        guard parentSpan != nil, parentHeads.connectionReady(opened: destinationCheck.openedAny) else { return }
+        endParentSpan(status: parentHeads.connectStatus, error: nil)
+    }
+
+    /// The parent failed the attempt (the next parent, or the destination, may get it).
+    private func endParentSpan(_ outcome: ConnectAttempts.Outcome, on h: CurlEasyHandle) {
+        guard parentSpan != nil, parentHeads.transferEnded() else { return }
+        let answer = parentHeads.tunnel ? h.parentConnectStatus : (status == 407 ? 407 : 0)
+        switch outcome {
+        case .denied: endParentSpan(status: 0, error: "denied")
+        case .failed(let cause, _): endParentSpan(status: answer, error: "\(cause)")
+        }
+    }
+
+    private func endParentSpan(status: Int, error: String?) {
+        parentSpan?.end(parentHeads, status: status, error: error)
+        parentSpan = nil
     }
 
     /// The schemes of a parent's 407, collected line by line and recorded at the end of its head.
@@ -401,8 +459,10 @@ private func transferPrereqCallback(
     _ ud: UnsafeMutableRawPointer?, _ primaryIP: UnsafeMutablePointer<CChar>?,
     _ localIP: UnsafeMutablePointer<CChar>?, _ primaryPort: Int32, _ localPort: Int32
 ) -> Int32 {
+    guard let ud else { return Int32(CURL_PREREQFUNC_OK) }
+    Unmanaged<CurlTransfer>.fromOpaque(ud).takeUnretainedValue().connectionReady()
     // Parsed, not compared as text: libcurl may write an address as `::ffff:1.2.3.4` where the socket says 1.2.3.4.
-    guard let ud, let primaryIP, let localIP, let remote = IPAddress.parse(cString: primaryIP),
+    guard let primaryIP, let localIP, let remote = IPAddress.parse(cString: primaryIP),
         let local = IPAddress.parse(cString: localIP)
     else { return Int32(CURL_PREREQFUNC_OK) }
     Unmanaged<CurlTransfer>.fromOpaque(ud).takeUnretainedValue().multi.discardIfStale(
