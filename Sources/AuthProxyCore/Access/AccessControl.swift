@@ -45,7 +45,4 @@ final class AccessControl: Sendable {
         guard let client else { return all }
         return scoped[client.name] ?? all
     }
-
-    /// Whether a destination address is refused by `deny_destinations`.
-    func isDenied(_ address: IPAddress) -> Bool { denyDestinations.contains(address) }
 }

@@ -375,7 +375,9 @@ enum RequestPlanner {
     /// here on an IP-literal host (a name is resolved by the parent, often on a network whose names do not
     /// resolve here).
     static func deniedLiteral(_ url: URLTarget, deny: [AddressBlock]) -> ErrorResponse? {
-        guard !deny.isEmpty, let ip = IPAddress.parse(url.host), deny.contains(ip) else { return nil }
+        guard !deny.isEmpty, let ip = IPAddress.parse(url.host), DestinationFilter.refuses(ip, deny: deny) else {
+            return nil
+        }
         return ErrorResponse(
             status: 403, message: "Destination \(url.origin) is not allowed",
             details: ["\(ip) is in [proxy] deny_destinations."])

@@ -26,7 +26,8 @@ struct DestinationCheck {
     /// Opens the socket for `address` unless it is denied; a socket opened here is registered with `multi`
     /// (which closes it only after its Dispatch sources are gone).
     mutating func open(_ address: UnsafePointer<curl_sockaddr>, multi: CurlMulti) -> curl_socket_t {
-        if !deny.isEmpty, let ip = IPAddress(ap_curl_sockaddr_addr(address)), deny.contains(ip) {
+        if !deny.isEmpty, let ip = IPAddress(ap_curl_sockaddr_addr(address)), DestinationFilter.refuses(ip, deny: deny)
+        {
             deniedAddress = ip
             return CURL_SOCKET_BAD
         }
