@@ -28,9 +28,10 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 # pytest-timeout: Tests/e2e/pytest.ini gives every test a time limit, so a spinning proxy fails its test, not CI.
 # jsonschema checks support captures against the HAR 1.2 schema (Tests/e2e/test_capture.py); opentelemetry-proto
-# decodes the proxy's OTLP exports with the official definitions (Tests/e2e/otlp_receiver.py).
-python3 -c 'import requests, pytest, pytest_timeout, yaml, prometheus_client, websockets, cryptography, jsonschema, opentelemetry.proto.collector.trace.v1.trace_service_pb2, sys; sys.exit(int(websockets.__version__.split(".")[0]) < 15)' 2>/dev/null \
-  || python3 -m pip install -q requests pytest pytest-timeout pyyaml prometheus-client 'websockets>=15' cryptography jsonschema opentelemetry-proto
+# decodes the proxy's OTLP exports with the official definitions (Tests/e2e/otlp_receiver.py). pytest-xdist runs the
+# end-to-end files on E2E_WORKERS processes (below).
+python3 -c 'import requests, pytest, pytest_timeout, xdist, yaml, prometheus_client, websockets, cryptography, jsonschema, opentelemetry.proto.collector.trace.v1.trace_service_pb2, sys; sys.exit(int(websockets.__version__.split(".")[0]) < 15)' 2>/dev/null \
+  || python3 -m pip install -q requests pytest pytest-timeout pytest-xdist pyyaml prometheus-client 'websockets>=15' cryptography jsonschema opentelemetry-proto
 # A real S3 that checks SigV4 signatures (moto in server mode) and a PMTiles reader for the aws-sigv4 tests; OWSLib
 # for the query (GeoServer authkey) tests.
 python3 -c 'import moto.server, pmtiles, owslib' 2>/dev/null \
@@ -60,8 +61,15 @@ AUTHPROXY_BIN="$PWD/.build/debug/authproxy" python3 -m pytest Tests/e2e -q -p no
   >.build/e2e-long-running.log 2>&1 &
 long_running_pid=$!
 trap 'kill "$long_running_pid" 2>/dev/null || true' EXIT
-echo "== end-to-end (pytest)"
-AUTHPROXY_BIN="$PWD/.build/debug/authproxy" python3 -m pytest Tests/e2e -q -p no:cacheprovider -m "not long_running"
+# The end-to-end tests wait on servers, clients and timers more than they compute: they run on E2E_WORKERS pytest
+# processes (default 2), whole files to a process (--dist loadfile), so a file's module rigs start once. Every test
+# starts its own servers on ports it picks; a session rig (the Kerberos realm and Apache, Squid) starts once per
+# process.
+workers="${E2E_WORKERS:-2}"
+parallel=(-n "$workers" --dist loadfile)
+[ "$workers" -gt 1 ] || parallel=()
+echo "== end-to-end (pytest, $workers processes)"
+AUTHPROXY_BIN="$PWD/.build/debug/authproxy" python3 -m pytest Tests/e2e -q -p no:cacheprovider -m "not long_running" "${parallel[@]}"
 echo "== end-to-end, long-running tests (result)"
 long_running_rc=0
 wait "$long_running_pid" || long_running_rc=$?
@@ -74,18 +82,18 @@ if [ "$long_running_rc" -ne 0 ]; then echo "== long-running end-to-end tests fai
 # smuggling and interception suites, the retries and GET-as-POST forms (and the answers that come before an upload
 # ended) run once more that way.
 echo "== end-to-end, upstreams through libcurl transfers (http_client = \"libcurl\")"
-AUTHPROXY_TEST_HTTP_CLIENT=libcurl AUTHPROXY_BIN="$PWD/.build/debug/authproxy" python3 -m pytest -q -p no:cacheprovider \
+AUTHPROXY_TEST_HTTP_CLIENT=libcurl AUTHPROXY_BIN="$PWD/.build/debug/authproxy" python3 -m pytest -q -p no:cacheprovider "${parallel[@]}" \
   Tests/e2e/test_forwarding.py Tests/e2e/test_streaming.py Tests/e2e/test_smuggling_corpus.py Tests/e2e/test_faults.py \
   Tests/e2e/test_security_regressions.py Tests/e2e/test_security_request_path.py Tests/e2e/test_interception.py \
   Tests/e2e/test_retries.py Tests/e2e/test_get_as_post.py Tests/e2e/test_security_request_path_35.py \
-  Tests/e2e/test_security_findings_35_pac.py Tests/e2e/test_connector.py \
+  Tests/e2e/test_security_findings_35_pac.py Tests/e2e/test_connector.py Tests/e2e/test_tracing.py \
   Tests/e2e/test_http_client.py::test_libcurl_can_carry_https_instead \
   Tests/e2e/test_http_client.py::test_an_answer_before_the_upload_ended_closes_the_client_connection_cleanly \
   Tests/e2e/test_http_client.py::test_the_rest_of_an_upload_answered_early_is_read_while_it_keeps_coming
 # The release build is what users run; the suite above drives the debug build. A representative subset
 # (relaying, ArcGIS token lifecycles, HTTPS interception, WebSocket) runs once more against it (~2 min).
 echo "== end-to-end against the release build (forwarding, tokens, interception, WebSocket)"
-AUTHPROXY_BIN="$PWD/.build/release/authproxy" python3 -m pytest -q -p no:cacheprovider \
+AUTHPROXY_BIN="$PWD/.build/release/authproxy" python3 -m pytest -q -p no:cacheprovider "${parallel[@]}" \
   Tests/e2e/test_forwarding.py Tests/e2e/test_token_lifecycle.py Tests/e2e/test_interception.py Tests/e2e/test_websocket.py \
   Tests/e2e/test_websocket_tls.py
 fuzz_seconds="${FUZZ_SECONDS:-20}"

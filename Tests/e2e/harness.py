@@ -5,6 +5,7 @@ import json
 import os
 import re
 import signal
+import random
 import socket
 import ssl
 import subprocess
@@ -35,8 +36,35 @@ def clean_env(extra=None):
     return env
 
 
+def _ephemeral_range():
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(x) for x in f.read().split())
+            return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+_EPHEMERAL = _ephemeral_range()
+
+
 def free_port(host="127.0.0.1"):
+    """A port free on `host` now, for a server a test starts next (the proxy, from its config).
+
+    Taken at random below the kernel's ephemeral range, not with bind(0): a port from that range can be the source
+    port of some other test's outgoing connection a moment later, and a listener cannot then be made on it
+    (EADDRINUSE), which with the end-to-end files running in parallel happened in practice."""
     fam = socket.AF_INET6 if ":" in host else socket.AF_INET
+    low = 10000 if _EPHEMERAL[0] > 12000 else 1024
+    high = min(_EPHEMERAL[0] - 1, 32767) if _EPHEMERAL[0] > low + 1000 else None
+    for _ in range(200 if high else 0):
+        port = random.randint(low, high)
+        with socket.socket(fam, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
     with socket.socket(fam, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
