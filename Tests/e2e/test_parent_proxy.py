@@ -540,8 +540,11 @@ def _stop(proc):
         proc.kill()
 
 
+@pytest.mark.parametrize("schemes", [None, ["basic"]])
 def test_an_https_parent_carries_relayed_and_tunnelled_requests(proxy_factory, squid_basic, certs, origin_factory,
-                                                                 session, tmp_path):
+                                                                 session, tmp_path, schemes):
+    """A login answered from the parent's 407 (the default schemes) is libcurl's; a Basic-only one goes with the
+    own client, which makes TLS to the parent and keeps the connection for the next request."""
     import shutil
     if not shutil.which("stunnel4"):
         pytest.skip("stunnel4 not installed")
@@ -554,11 +557,24 @@ def test_an_https_parent_carries_relayed_and_tunnelled_requests(proxy_factory, s
     try:
         origin = origin_factory()
         tunnelled = origin_factory(tls=certs["b"])
+        login = corp(schemes=schemes) if schemes else corp()
+        logged_before = len(squid_basic.access_log_lines())
         p = proxy_factory(proxy=parent_settings("https://127.0.0.1:%d" % port, upstream_proxy_ca=cert,
-                                                connect_ports=[443, tunnelled.port]), extra_config=corp())
-        r = session.get(origin.url + "/echo?m=https-parent", proxies=p.proxies, timeout=T)
-        assert r.status_code == 200, r.text[:300]
-        assert any("squid" in e for e in via_elements(origin.request_log()[-1]))
+                                                connect_ports=[443, tunnelled.port]), extra_config=login)
+        for i in range(2):
+            r = session.get(origin.url + "/echo?m=https-parent-%d" % i, proxies=p.proxies, timeout=T)
+            assert r.status_code == 200, r.text[:300]
+            assert any("squid" in e for e in via_elements(origin.request_log()[-1]))
+        if schemes == ["basic"] and os.environ.get("AUTHPROXY_TEST_HTTP_CLIENT") != "libcurl":
+            # Both requests over one TLS connection to the parent (Squid's log shows the proxy's source port).
+            deadline = time.monotonic() + 10
+            lines = []
+            while len(lines) < 2 and time.monotonic() < deadline:
+                lines = [l for l in squid_basic.access_log_lines()[logged_before:] if "m=https-parent-" in l]
+                time.sleep(0.1)
+            peers = {l.split()[2] for l in lines}
+            # Sent with each request: no 407 either.
+            assert len(lines) == 2 and len(peers) == 1 and all("/200 " in l for l in lines), lines
         c = harness.curl("-x", p.url, "--cacert", certs["b"][0], "https://127.0.0.1:%d/echo?m=tls-in-tls" % tunnelled.port)
         assert c.returncode == 0, c.stderr
         assert tunnelled.request_log(), "the tunnel through the https parent reached nothing"

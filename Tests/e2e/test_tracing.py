@@ -362,6 +362,88 @@ def test_an_https_parents_407_is_counted_on_the_default_client(proxy_factory, re
         parent.stop()
 
 
+@pytest.mark.parametrize("login", ["basic", "none"])
+def test_an_https_parent_without_a_negotiated_login_is_carried_by_the_own_client(proxy_factory, receiver, origin,
+                                                                                tls_cert, tmp_path, login):
+    """Plain http to an `https` parent with no login or a Basic-only one: the own client makes TLS to the parent
+    (verified with `upstream_proxy_ca`) and writes the request in absolute form over it; the Basic login goes with
+    the request (no 407 round)."""
+    import shutil
+    from test_parent_proxy import _spawn, _stop
+    if not shutil.which("stunnel4"):
+        pytest.skip("stunnel4 not installed")
+    cert, key = tls_cert
+    parent = ForwardingProxy("parentA", basic="puser:parent-secret-pw" if login == "basic" else None).start()
+    port = harness.free_port()
+    conf = tmp_path / "stunnel.conf"
+    conf.write_text("foreground = yes\npid =\n[parent]\naccept = 127.0.0.1:%d\nconnect = 127.0.0.1:%d\ncert = %s\n"
+                    "key = %s\n" % (port, parent.port, cert, key))
+    tls = None
+    try:
+        tls = _spawn(["stunnel4", str(conf)], port, tmp_path, "stunnel")
+        settings = {"upstream_proxy": "https://127.0.0.1:%d" % port, "upstream_proxy_ca": cert}
+        creds = ""
+        if login == "basic":
+            settings["upstream_proxy_credential"] = "up"
+            creds = ('\n[[credential]]\nname = "up"\ntype = "password"\nusername = "puser"\n'
+                     'password = "parent-secret-pw"\nschemes = ["basic"]\n')
+        p = proxy_factory(proxy=settings, env=otel_env(receiver), extra_config=creds)
+        import requests
+        session = requests.Session()
+        session.trust_env = False
+        r = session.get(origin.url + "/echo?m=https-parent-0", proxies=p.proxies, timeout=20)
+        assert r.status_code == 200, r.text[:300]
+        assert parent.saw("GET")
+        spans, server, attempt, [connect] = parent_spans(receiver)
+        expected = "libcurl" if os.environ.get("AUTHPROXY_TEST_HTTP_CLIENT") == "libcurl" else "own"
+        assert attempt["attributes"]["authproxy.upstream.client"] == expected, attempt["attributes"]
+        a = connect["attributes"]
+        assert a["authproxy.parent_proxy.scheme"] == "https" and a["server.port"] == port, a
+        assert "error.type" not in a, a
+        assert_no_secret(spans, ["parent-secret-pw", "cHVzZXI6cGFyZW50LXNlY3JldC1wdw=="])
+        # The test parent closes each connection after one exchange (connection reuse through a real https parent:
+        # test_parent_proxy.py, Squid behind stunnel).
+        r = session.get(origin.url + "/echo?m=https-parent-1", proxies=p.proxies, timeout=20)
+        assert r.status_code == 200, r.text[:300]
+        if login == "basic":
+            # Sent with each request: the parent never had to ask.
+            assert len(parent.authorizations) == 2, parent.authorizations
+    finally:
+        if tls is not None:
+            _stop(tls)
+        parent.stop()
+
+
+def test_an_https_parent_whose_certificate_is_not_trusted_fails_over(proxy_factory, origin, tls_cert, tmp_path):
+    """The TLS to an https parent is verified: an untrusted one is the parent's failure, and the next parent
+    carries the request (the own client's TLS to the parent, or libcurl's)."""
+    import shutil
+    from test_parent_proxy import _spawn, _stop
+    if not shutil.which("stunnel4"):
+        pytest.skip("stunnel4 not installed")
+    cert, key = tls_cert
+    bad = ForwardingProxy("parentBad").start()
+    good = ForwardingProxy("parentGood").start()
+    port = harness.free_port()
+    conf = tmp_path / "stunnel.conf"
+    conf.write_text("foreground = yes\npid =\n[parent]\naccept = 127.0.0.1:%d\nconnect = 127.0.0.1:%d\ncert = %s\n"
+                    "key = %s\n" % (port, bad.port, cert, key))
+    tls = None
+    try:
+        tls = _spawn(["stunnel4", str(conf)], port, tmp_path, "stunnel")
+        # No upstream_proxy_ca: the https parent's self-signed certificate is not trusted.
+        p = proxy_factory(proxy={"upstream_proxy": ["https://127.0.0.1:%d" % port,
+                                                    "http://127.0.0.1:%d" % good.port]})
+        r, body = harness.fetch(p, "GET", origin.url + "/echo?m=untrusted")
+        assert r.status == 200, body[:300]
+        assert good.saw("GET") and not bad.saw("GET")
+    finally:
+        if tls is not None:
+            _stop(tls)
+        bad.stop()
+        good.stop()
+
+
 def test_a_parent_that_refuses_the_login_ends_its_span_with_the_failure(proxy_factory, receiver, origin):
     """A libcurl transfer that never gets past the parent (a wrong password: 407 again): the span ends with the
     parent's refusal and counts both 407s."""

@@ -63,6 +63,8 @@ final class Connector {
     /// CONNECT, a 407 and the authenticated retry, all inside libcurl's CONNECT_ONLY handle) gets a child span.
     var trace: ProxySpan? = nil
     private var parentSpan: ParentConnectSpan? = nil
+    /// The current attempt makes TLS to an https parent for a request in absolute form (no CONNECT).
+    private var forwardsOverTLS = false
 
     init(
         multi: CurlMulti, urlHost: String, port: Int, tls: Bool, trust: ServerTrustSettings?,
@@ -183,6 +185,17 @@ final class Connector {
             stopAttempt()
             finish(.success(Connected(channel: channel, parent: nil)))
         case .success(let channel)
+        where absoluteForm && p?.scheme == .https && p.map { route?.routing.ownClientForwards(through: $0) } == true:
+            // An https parent: TLS to the parent itself (libcurl's handshake and verification, as for any https
+            // connection), then the request in absolute form over it, as below.
+            timer?.cancel()
+            timer = nil
+            forwardsOverTLS = true
+            startCurl(
+                over: channel, urlHost: p.map { $0.host.contains(":") ? "[\($0.host)]" : $0.host } ?? urlHost,
+                port: p?.port ?? port, tls: true,
+                trust: route?.routing.parentTrust, certificate: nil, parent: nil, deadline: deadline)
+        case .success(let channel)
         where absoluteForm && p.map { route?.routing.ownClientForwards(through: $0) } == true:
             // The request itself talks to the parent: its answer to it (a 407) is read by the client, which hands
             // it back here (``parentRefused(status:_:)``).
@@ -195,22 +208,10 @@ final class Connector {
             // libcurl's part has its own connect timeout: what is left of the attempt's time.
             timer?.cancel()
             timer = nil
-            // The socket reaches libcurl once the channel's sources are gone (libcurl makes its own).
-            let c = CurlConnector(
-                multi: multi, urlHost: urlHost, port: port, tls: tls, trust: trust, certificate: certificate, parent: p,
-                routing: route?.routing,
-                timeoutSeconds: timeoutSeconds, deadline: deadline)
-            curl = c
-            let me = LoopBound(self, queue: multi.queue)
-            let host = p?.host ?? dialHost, port = p?.port ?? port
-            channel.relinquish { fd in
-                let connector = me.value
-                guard connector.done != nil, connector.curl === c else {
-                    Glibc.close(fd)
-                    return
-                }
-                c.start(over: fd, dialedHost: host, dialedPort: port) { result in connector.curlFinished(result) }
-            }
+            forwardsOverTLS = false
+            startCurl(
+                over: channel, urlHost: urlHost, port: port, tls: tls, trust: trust, certificate: certificate,
+                parent: p, deadline: deadline)
         case .failure(.outOfDescriptors(let e)):
             // The proxy's own shortage, not the parent's fault.
             stopAttempt()
@@ -228,17 +229,56 @@ final class Connector {
         }
     }
 
+    /// libcurl's part of the attempt over the dialed `channel` (``CurlConnector``): TLS to `urlHost` (the
+    /// destination, or an https parent the request is then written to), through `parent`'s CONNECT when there is
+    /// one.
+    private func startCurl(
+        over channel: SocketChannel, urlHost: String, port: Int, tls: Bool, trust: ServerTrustSettings?,
+        certificate: ClientCertificateSettings?, parent: ParentProxy?, deadline: UInt64
+    ) {
+        // The socket reaches libcurl once the channel's sources are gone (libcurl makes its own).
+        let c = CurlConnector(
+            multi: multi, urlHost: urlHost, port: port, tls: tls, trust: trust, certificate: certificate,
+            parent: parent, routing: parent == nil ? nil : route?.routing,
+            timeoutSeconds: timeoutSeconds, deadline: deadline)
+        curl = c
+        let me = LoopBound(self, queue: multi.queue)
+        let p = attempts.parent
+        let host = p?.host ?? dialHost, dialedPort = p?.port ?? self.port
+        channel.relinquish { fd in
+            let connector = me.value
+            guard connector.done != nil, connector.curl === c else {
+                Glibc.close(fd)
+                return
+            }
+            c.start(over: fd, dialedHost: host, dialedPort: dialedPort) { result in connector.curlFinished(result) }
+        }
+    }
+
     private func curlFinished(_ result: Result<CurlLink, CurlConnector.Failure>) {
         curl = nil
         stopAttempt()
         let p = attempts.parent
         switch result {
         case .success(let link):
+            let channel = SocketChannel(fd: link.fd, queue: multi.queue, secure: link)
+            if forwardsOverTLS {
+                // TLS to an https parent: the request in absolute form goes next, and its answer (a 407) is the
+                // client's to read, as over a plain connection to an http parent.
+                parentSpan?.end(status: 0, error: nil)
+                parentSpan = nil
+                finish(.success(Connected(channel: channel, parent: p, forwarding: true)))
+                return
+            }
             if let p { route?.routing.health.succeeded(p) }
             parentSpan?.end(status: 200, error: nil)
             parentSpan = nil
-            let channel = SocketChannel(fd: link.fd, queue: multi.queue, secure: link)
             finish(.success(Connected(channel: channel, parent: p)))
+        case .failure(let f) where forwardsOverTLS && p != nil:
+            // The TLS connection to the parent failed (its certificate, or the handshake): the parent's failure.
+            parentSpan?.end(status: 0, error: "tls_or_connect")
+            parentSpan = nil
+            parentFailed(.failed(.connect, status: 0), error: f.error)
         case .failure(let f):
             parentSpan?.end(status: f.connectStatus, error: f.parentCause.map { "\($0)" } ?? "tls_or_connect")
             parentSpan = nil

@@ -48,13 +48,20 @@ final class ParentRouting: Sendable, Equatable {
     /// a handshake libcurl carries out).
     let basicAuthorization: String?
 
-    /// Whether the own HTTP/1.1 client can carry a plain `http://` request to `parent` in absolute form: a plain
-    /// `http` parent with no login, or a Basic-only one sent with the request. Any other login (Digest, NTLM,
-    /// Negotiate, answered from the parent's 407) is libcurl's; an `https` parent or a SOCKS one tunnels instead.
+    /// Whether the own HTTP/1.1 client can carry a plain `http://` request to `parent` in absolute form: an `http`
+    /// or `https` parent (over TLS verified with ``parentTrust``) with no login, or a Basic-only one sent with the
+    /// request. Any other login (Digest, NTLM, Negotiate, answered from the parent's 407) is libcurl's; a SOCKS
+    /// parent tunnels instead.
     func ownClientForwards(through parent: ParentProxy) -> Bool {
-        guard parent.scheme == .http else { return false }
+        guard parent.scheme == .http || parent.scheme == .https else { return false }
         guard config.mayAuthenticate(parent), password != nil || kerberos != nil else { return true }
         return basicAuthorization != nil
+    }
+
+    /// How an `https` parent's certificate is verified: `upstream_proxy_ca` added to the system's CAs, as libcurl
+    /// does for a parent (`CURLOPT_PROXY_CAINFO` with the default CA path).
+    var parentTrust: ServerTrustSettings {
+        ServerTrustSettings(caFile: config.caFile, pinnedPublicKey: nil, insecure: false)
     }
 
     /// The `Proxy-Authorization` the own client sends `parent` with a request in absolute form (nil: none).

@@ -50,10 +50,18 @@ extension CurlEasyHandle {
     /// Whether a transfer or connection that ended with `code` failed at the parent, and how: it could not be
     /// reached, did not answer, refused the login (407) or refused the CONNECT. nil: the destination's failure
     /// (or none).
-    func parentFailure(code: CURLcode) -> ParentFailover.Cause? {
+    func parentFailure(code: CURLcode, parent: ParentProxy) -> ParentFailover.Cause? {
         var connectCode = 0
         ap_easy_getinfo_long(raw, CURLINFO_HTTP_CONNECTCODE, &connectCode)
         if code != CURLE_OK, connectCode >= 300 { return connectCode == 407 ? .auth : .refused }
+        if parent.scheme == .https, connectCode == 0,
+            code == CURLE_SSL_CONNECT_ERROR || code == CURLE_PEER_FAILED_VERIFICATION
+                || code == CURLE_SSL_CACERT_BADFILE
+        {
+            // TLS failed before any answer to CONNECT (or, in absolute form, where the parent's is the only TLS):
+            // the connection to the parent, not the destination's handshake inside the tunnel.
+            return .connect
+        }
         switch code {
         case CURLE_COULDNT_RESOLVE_PROXY, CURLE_COULDNT_CONNECT:
             return .connect

@@ -214,7 +214,9 @@ final class CurlTransfer {
             if let ip = destinationCheck.deniedAddress, !destinationCheck.openedAny {
                 // Every address of a PAC file's parent is denied: libcurl never connected to it.
                 outcome = .denied(ip)
-            } else if let cause = code == CURLE_OK && status == 407 ? .auth : h.parentFailure(code: code) {
+            } else if let cause = code == CURLE_OK && status == 407
+                ? .auth : h.parentFailure(code: code, parent: parent)
+            {
                 route.routing.health.failed(parent, cause: cause)
                 outcome = .failed(cause, status: h.parentConnectStatus)
             } else {

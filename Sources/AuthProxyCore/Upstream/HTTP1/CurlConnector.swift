@@ -24,7 +24,7 @@ import Dispatch
 /// Confined to the loop's queue. `done` is called once, unless ``cancel()`` came first.
 final class CurlConnector {
     /// How the attempt failed: the error for the client, and, through a parent, whether the parent is at fault
-    /// (``CurlEasyHandle/parentFailure(code:)``) with its answer to CONNECT.
+    /// (``CurlEasyHandle/parentFailure(code:parent:)``) with its answer to CONNECT.
     struct Failure: Error {
         var error: UpstreamError
         var parentCause: ParentFailover.Cause? = nil
@@ -152,8 +152,8 @@ final class CurlConnector {
                 error: UpstreamError(
                     cause: UpstreamFailure(curl: code), detail: String(cString: h.errorBuffer),
                     destination: destination, timeoutSeconds: timeoutSeconds))
-            if parent != nil {
-                f.parentCause = h.parentFailure(code: code)
+            if let parent {
+                f.parentCause = h.parentFailure(code: code, parent: parent)
                 f.connectStatus = h.parentConnectStatus
             }
             finish(.failure(f))
