@@ -8,8 +8,8 @@ enum UpstreamClient: Equatable {
     /// libcurl stays where it is the point: `http_client = "libcurl"`, a login answered from the server's challenge
     /// (a password with Digest or NTLM, or a Kerberos identity: libcurl picks the scheme from the 401, and NTLM and
     /// Negotiate bind to its connection; ``NetworkAuth/answersChallenges``), and plain http through a parent the
-    /// own client cannot carry in absolute form (``ParentRouting/ownClientForwards(through:)``: an `https` parent,
-    /// or one whose login is answered from its 407). A Basic-only password goes with the own client: it is one
+    /// own client cannot carry in absolute form (``ParentRouting/ownClientForwards(through:)``: one whose login is
+    /// answered from its 407; a SOCKS parent tunnels the request on the own client). A Basic-only password goes with the own client: it is one
     /// header sent before any challenge (``HTTP1Transfer``). A WebSocket handshake always goes over the own client,
     /// the one that hands its connection over after a `101` (``RequestPlanner/webSocketRefusal(network:)`` turns
     /// away those that would need libcurl), through a parent inside a CONNECT tunnel. A client certificate is
@@ -22,6 +22,9 @@ enum UpstreamClient: Equatable {
         if isUpgrade { return .own }
         if configured == .libcurl { return .libcurl }
         guard let route, upstreamScheme != "https" else { return .own }
-        return route.candidates.allSatisfy { route.routing.ownClientForwards(through: $0) } ? .own : .libcurl
+        // A SOCKS parent carries the request inside its tunnel, as for https (``HTTP1Transfer`` writes the head for
+        // the link the connector made).
+        return route.candidates.allSatisfy { $0.scheme == .socks5h || route.routing.ownClientForwards(through: $0) }
+            ? .own : .libcurl
     }
 }

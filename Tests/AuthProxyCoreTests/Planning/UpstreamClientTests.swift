@@ -63,12 +63,23 @@ import Testing
         Row(
             configured: .native, credential: nil, route: route(["http://p1:3128"], login: [.basic]),
             scheme: "http", upgrade: false, expected: .own),
-        // ... a login negotiated from the parent's 407, or an https parent (absolute form over TLS), is libcurl's.
+        // ... an https parent too (absolute form over the connector's TLS to the parent), and a SOCKS one (the
+        // request inside its tunnel) ...
+        Row(
+            configured: .native, credential: nil, route: route(["http://p1:3128", "https://p2:3129"]),
+            scheme: "http", upgrade: false, expected: .own),
+        Row(
+            configured: .native, credential: nil, route: route(["https://p2:3129"], login: [.basic]),
+            scheme: "http", upgrade: false, expected: .own),
+        Row(
+            configured: .native, credential: nil, route: route(["http://p1:3128", "socks5h://p3:1080"]),
+            scheme: "http", upgrade: false, expected: .own),
+        // ... but a login negotiated from the parent's 407 is libcurl's (NTLM and Negotiate bind to its connection).
         Row(
             configured: .native, credential: nil, route: route(["http://p1:3128"], login: [.basic, .ntlm]),
             scheme: "http", upgrade: false, expected: .libcurl),
         Row(
-            configured: .native, credential: nil, route: route(["http://p1:3128", "https://p2:3129"]),
+            configured: .native, credential: nil, route: route(["https://p2:3129"], login: [.ntlm]),
             scheme: "http", upgrade: false, expected: .libcurl),
         // https goes inside CONNECT, made by the connector, whatever the parent's login.
         Row(
