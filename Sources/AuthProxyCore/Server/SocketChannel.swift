@@ -1,3 +1,4 @@
+import CAuthProxyShims
 import Dispatch
 
 #if canImport(Glibc)
@@ -160,7 +161,7 @@ final class SocketChannel: @unchecked Sendable {
         if let s = secure {
             let r = s.read(into: buffer)
             switch r {
-            case .bytes: break
+            case .bytes: readiness.consumed()
             case .wouldBlock: readiness.drained()
             case .eof, .error: readiness.readEnded()
             }
@@ -169,8 +170,9 @@ final class SocketChannel: @unchecked Sendable {
         while true {
             let n = Glibc.read(fd, buffer.baseAddress, buffer.count)
             if n > 0 {
-                // A short read emptied the socket: a byte that arrives later raises a new edge.
-                if n < buffer.count { readiness.drained() }
+                // A short read emptied the socket (a byte that arrives later raises a new edge), unless the peer's
+                // FIN came with the bytes: then the EOF is still to be read and no edge will say so.
+                if n < buffer.count { readiness.shortRead() }
                 return .bytes(n)
             }
             if n == 0 {
@@ -340,7 +342,7 @@ final class SocketChannel: @unchecked Sendable {
     /// An event from the epoll set.
     func handle(events mask: UInt32) {
         let r = SocketReadiness.interpret(mask)
-        readiness.event(readable: r.readable, writable: r.writable)
+        readiness.event(readable: r.readable, writable: r.writable, hungUp: r.hungUp)
         serve()
     }
 
@@ -359,6 +361,10 @@ final class SocketChannel: @unchecked Sendable {
             case .read:
                 // Without an owner (a dialer let go of it) the input waits for the next one (see `owner`).
                 guard let o = owner else { return }
+                if let s = secure, !readiness.fresh, !s.hasBufferedInput, !socketHasInput() {
+                    readiness.drained()
+                    continue
+                }
                 reads += 1
                 o.channelReadable(self)
             case .nextTurn:
@@ -368,6 +374,13 @@ final class SocketChannel: @unchecked Sendable {
                 return
             }
         }
+    }
+
+    /// Whether the socket has bytes, an EOF or an error to read (one `poll`, for a layered channel whose owner
+    /// stopped after a record: the layer's reads do not say whether the socket is empty).
+    private func socketHasInput() -> Bool {
+        var p = pollfd(fd: fd, events: Int16(POLLIN) | Int16(truncatingIfNeeded: EPOLLRDHUP.rawValue), revents: 0)
+        return poll(&p, 1, 0) == 1 && p.revents != 0
     }
 
     private func writable() {

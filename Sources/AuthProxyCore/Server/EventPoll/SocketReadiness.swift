@@ -23,6 +23,13 @@ struct SocketReadiness: Equatable {
     /// A read returned EOF or an error: nothing new will make the socket readable, but an owner that resumes
     /// reading after a pause is told again (as a level-triggered source did), so it sees the end it left unread.
     private(set) var ended = false
+    /// An event came since the last read. A layer above the socket (TLS) returns one record per read and its
+    /// owner may stop there, so after such a read `readable` is only a guess: the channel looks at the socket
+    /// before delivering again (a plain socket needs no look: a short read is `drained()`).
+    private(set) var fresh = false
+    /// The peer shut its side down, or the socket failed (RDHUP/HUP/ERR seen): the end or the error waits
+    /// behind the bytes, and no new edge will announce it once they are read.
+    private(set) var hungUp = false
 
     /// Input deliveries one channel gets in a row within one wake-up of its loop before the others get their turn
     /// (it is then served again on the loop's next turn).
@@ -30,10 +37,13 @@ struct SocketReadiness: Equatable {
 
     /// What an epoll event mask says: a hang-up or an error is for the reader (its read reports it) and for the
     /// writer (its send reports it).
-    static func interpret(_ mask: UInt32) -> (readable: Bool, writable: Bool) {
+    static func interpret(_ mask: UInt32) -> (readable: Bool, writable: Bool, hungUp: Bool) {
         let input = EPOLLIN.rawValue | EPOLLPRI.rawValue | EPOLLRDHUP.rawValue
         let failure = EPOLLHUP.rawValue | EPOLLERR.rawValue
-        return (mask & (input | failure) != 0, mask & (EPOLLOUT.rawValue | failure) != 0)
+        return (
+            mask & (input | failure) != 0, mask & (EPOLLOUT.rawValue | failure) != 0,
+            mask & (EPOLLRDHUP.rawValue | failure) != 0
+        )
     }
 
     /// The events a socket is registered for, once, for as long as it is open.
@@ -43,18 +53,39 @@ struct SocketReadiness: Equatable {
     /// Input is pending and wanted.
     var inputDue: Bool { reading && readable }
 
-    mutating func event(readable r: Bool, writable w: Bool) {
-        if r { readable = true }
+    mutating func event(readable r: Bool, writable w: Bool, hungUp h: Bool = false) {
+        if h { hungUp = true }
+        if r {
+            readable = true
+            fresh = true
+        }
         if w { writable = true }
     }
 
     /// A read found the socket empty (EAGAIN, or a short read of a stream socket: any byte that arrives later is
     /// a new edge).
-    mutating func drained() { readable = false }
+    mutating func drained() {
+        readable = false
+        fresh = false
+    }
+
+    /// A read returned fewer bytes than asked: the socket is empty, unless the peer's end (or an error) waits
+    /// behind them, which only the next read returns.
+    mutating func shortRead() {
+        if hungUp {
+            fresh = false
+        } else {
+            drained()
+        }
+    }
+
+    /// A read returned bytes.
+    mutating func consumed() { fresh = false }
 
     /// A read returned EOF or an error: delivering again while reading stays on would only spin.
     mutating func readEnded() {
         readable = false
+        fresh = false
         ended = true
     }
 

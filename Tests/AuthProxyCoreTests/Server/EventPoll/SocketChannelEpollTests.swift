@@ -11,7 +11,7 @@ import Testing
 /// were written for (real sockets: a Unix stream pair).
 @Suite struct SocketChannelEpollTests {
     /// Reads at most `chunk` bytes per `channelReadable`, as an owner that stops early does.
-    private final class Owner: SocketChannelOwner, @unchecked Sendable {
+    final class Owner: SocketChannelOwner, @unchecked Sendable {
         let chunk: Int
         var received: [UInt8] = []
         var deliveries = 0
@@ -35,7 +35,7 @@ import Testing
         func channelWriteFailed(_ channel: SocketChannel, error: Int32) {}
     }
 
-    private func pair() -> (Int32, Int32) {
+    func pair() -> (Int32, Int32) {
         var fds: [Int32] = [-1, -1]
         let rc = socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0, &fds)
         precondition(rc == 0)
@@ -43,7 +43,7 @@ import Testing
     }
 
     /// Polls `condition` on `queue` every 10 ms for at most 10 s.
-    private func eventually(on queue: DispatchQueue, _ condition: @escaping @Sendable () -> Bool) async -> Bool {
+    func eventually(on queue: DispatchQueue, _ condition: @escaping @Sendable () -> Bool) async -> Bool {
         for _ in 0..<1000 {
             if queue.sync(execute: condition) { return true }
             try? await Task.sleep(nanoseconds: 10_000_000)
@@ -107,7 +107,8 @@ import Testing
             c.close()
         }
         var byte: UInt8 = 1
-        _ = Glibc.write(b, &byte, 1)
+        // MSG_NOSIGNAL: the descriptor may be closed already.
+        _ = Glibc.send(b, &byte, 1, Int32(MSG_NOSIGNAL))
         // The descriptor is closed on the queue's next turn: the peer sees the end.
         #expect(await eventually(on: queue) { fcntl(a, F_GETFD) == -1 })
         #expect(queue.sync { owner.deliveries } == 0)
@@ -137,6 +138,26 @@ import Testing
         }
         #expect(got == total)
         #expect(await eventually(on: queue) { channel.pendingCount == 0 && owner.drains >= 1 })
+        queue.sync { channel.close() }
+    }
+}
+
+extension SocketChannelEpollTests {
+    @Test func anEndThatArrivedWithTheLastBytesReachesAnOwnerThatStopsAtAShortRead() async {
+        let (a, b) = pair()
+        let queue = DispatchQueue(label: "epoll-test-fin")
+        let owner = Owner(chunk: 4096)
+        let bytes: [UInt8] = [1, 2, 3]
+        // Bytes and FIN are both queued before the socket is first watched: one edge for both.
+        #expect(bytes.withUnsafeBytes { Glibc.write(b, $0.baseAddress, $0.count) } == 3)
+        Glibc.close(b)
+        let channel = queue.sync {
+            let c = SocketChannel(fd: a, queue: queue, owner: owner)
+            c.resumeReading()
+            return c
+        }
+        #expect(await eventually(on: queue) { owner.eofs == 1 })
+        #expect(queue.sync { owner.received } == bytes)
         queue.sync { channel.close() }
     }
 }

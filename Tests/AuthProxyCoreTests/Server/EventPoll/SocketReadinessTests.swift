@@ -99,3 +99,41 @@ import Testing
         #expect(SocketReadiness.registration & EPOLLONESHOT.rawValue == 0)
     }
 }
+
+extension SocketReadinessTests {
+    @Test func aReadThatReturnedBytesLeavesOnlyAGuessForALayer() {
+        var r = SocketReadiness()
+        _ = r.resume(bufferedInput: false)
+        r.event(readable: true, writable: false)
+        #expect(r.fresh)
+        r.consumed()
+        // Still delivered (a plain socket's full read), but no longer known from an event.
+        #expect(!r.fresh)
+        #expect(r.next(readsDelivered: 1) == .read)
+        r.event(readable: true, writable: false)
+        #expect(r.fresh)
+        r.drained()
+        #expect(!r.fresh && !r.readable)
+    }
+}
+
+extension SocketReadinessTests {
+    @Test func anEndThatCameWithTheBytesIsStillDeliveredAfterAShortRead() {
+        var r = SocketReadiness()
+        _ = r.resume(bufferedInput: false)
+        let e = SocketReadiness.interpret(EPOLLIN.rawValue | EPOLLRDHUP.rawValue)
+        #expect(e.hungUp)
+        r.event(readable: e.readable, writable: e.writable, hungUp: e.hungUp)
+        r.shortRead()
+        // The bytes were read; the EOF behind them is not announced by another edge.
+        #expect(r.next(readsDelivered: 1) == .read)
+        r.readEnded()
+        #expect(r.next(readsDelivered: 2) == SocketReadiness.Delivery.none)
+        // Without a hang-up a short read empties the socket.
+        var plain = SocketReadiness()
+        _ = plain.resume(bufferedInput: false)
+        plain.event(readable: true, writable: false)
+        plain.shortRead()
+        #expect(plain.next(readsDelivered: 1) == SocketReadiness.Delivery.none)
+    }
+}
