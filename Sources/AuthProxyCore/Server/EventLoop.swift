@@ -5,12 +5,16 @@ import Logging
     import Glibc
 #endif
 
-/// One serial queue, run by a thread of its own (``ProxyQueue/ownThread(_:)``), with everything that runs on it: a libcurl multi handle, the client connections
+/// One serial queue, run by a thread of its own (``ProxyQueue/ownThread(_:)``), with everything that runs on it: the epoll
+/// set its sockets are registered in (``EventPoller``), a libcurl multi handle, the client connections
 /// assigned to this loop, a read scratch buffer and a once-a-second timer that enforces timeouts.
 ///
 /// All state is touched only on `queue` (`@unchecked Sendable` so other queues can hand it work).
 final class EventLoop: @unchecked Sendable {
     let queue: DispatchQueue
+    /// Watches every ``SocketChannel`` of this loop (client connections, the own client's upstream connections,
+    /// tunnels) with one epoll set and one Dispatch source.
+    let poller: EventPoller
     let multi: CurlMulti
     /// Kept-alive connections of the proxy's own HTTP/1.1 client (`http://` and `https://` upstreams).
     let http1: UpstreamConnectionPool
@@ -41,6 +45,8 @@ final class EventLoop: @unchecked Sendable {
 
     init(index: Int, context: ServerContext) {
         queue = ProxyQueue.ownThread("authproxy.loop.\(index)")
+        // The loop's epoll set, which every socket channel on this queue registers in.
+        poller = EventPoller.of(queue)
         multi = CurlMulti(queue: queue)
         http1 = UpstreamConnectionPool(queue: queue, multi: multi)
         self.context = context

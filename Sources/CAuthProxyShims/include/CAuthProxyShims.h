@@ -135,5 +135,6 @@ void ap_ssl_ignore_unexpected_eof(struct ssl_st *ssl);
 
 #include "CAuthProxyTLSProbe.h"
 #include "CAuthProxyDispatchThread.h"
+#include "CAuthProxyEpoll.h"
 
 #endif
