@@ -298,7 +298,8 @@ extension ClientConnection {
             if ProxyMetrics.active != nil { noteChallengeScheme(x) }
             // The argument first: evaluated between reading the head and calling it, it would make the compiler
             // copy the head assembler (the call could change the exchange) for every response.
-            let answersChallenges = x.networkAuth.answersChallenges
+            // The own client answers a Digest 401 itself and hands on only the final head.
+            let answersChallenges = x.client == .libcurl && x.networkAuth.answersChallenges
             if x.responseHead.isFinal(answersChallenges: answersChallenges) {
                 let asForm = sendsAsFormAfter414(x)
                 let cause = statusRetryCause(x)
