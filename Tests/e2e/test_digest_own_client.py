@@ -120,3 +120,18 @@ def test_a_stale_nonce_is_answered_again(proxy_factory, netauth_rig, session):
                        10) or []
     assert any(" 401 " in l and "stale=true" in l.lower() for l in lines), lines
     assert statuses(lines)[-1] == 200, lines
+
+
+def test_logins_are_counted_as_with_libcurl(proxy_factory, netauth_rig, session):
+    """authproxy_network_auth_total counts the own client's Digest logins (answered and from the session) and the
+    refused one, although the proxy hands no intermediate 401 on."""
+    from test_admin import samples, start_with_admin, value
+    rig = netauth_rig
+    p = start_with_admin(proxy_factory, digest_cred(rig.digest.url + "secret")
+                         + digest_cred(rig.digest.url + "other", password="WRONG-pw", name="bad"))
+    for i in range(3):
+        assert via(p, session, "GET", rig.digest.url + "secret?m=dg-metric&n=%d" % i).status_code == 200
+    assert via(p, session, "GET", rig.digest.url + "other?m=dg-metric-bad").status_code == 401
+    m = samples(p)
+    assert value(m, "authproxy_network_auth_total", credential="dg", scheme="digest", result="success") == 3
+    assert value(m, "authproxy_network_auth_total", credential="bad", scheme="digest", result="failure") == 1

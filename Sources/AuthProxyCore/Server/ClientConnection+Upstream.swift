@@ -400,6 +400,8 @@ extension ClientConnection {
     /// for every head line: inlined there, it made the compiler copy the head assembler for each response.
     @inline(never)
     private func noteChallengeScheme(_ x: ExchangeContext) {
+        // The own client answers a Digest 401 without handing it on: it names the scheme it logged in with.
+        if x.challengeScheme == nil, let answered = x.transfer?.answeredChallenge { x.challengeScheme = answered }
         guard x.challengeScheme == nil, x.responseHead.status == 401, x.networkAuth.logsIn else { return }
         x.challengeScheme = NetworkAuthScheme.answered(
             offered: x.responseHead.values(of: "www-authenticate"), auth: x.networkAuth)

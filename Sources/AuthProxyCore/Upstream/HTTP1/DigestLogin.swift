@@ -18,6 +18,8 @@ struct DigestLogin {
     private var pending: (DigestChallenge, DigestQop)? = nil
     /// The next request head answers a Basic-only 401.
     private var pendingBasic = false
+    /// The scheme of the login the last request head carried (`digest`, `basic`), for the metrics.
+    private(set) var loggedInWith: String? = nil
 
     private static let logger = Logger(label: "authproxy")
 
@@ -92,9 +94,13 @@ struct DigestLogin {
         method: String, uri: String, hasBody: Bool, overHTTPS: Bool, cache: inout DigestSessionCache
     ) -> String? {
         answering = false
-        if pendingBasic { return password.basicAuthorization(overHTTPS: overHTTPS) }
+        if pendingBasic {
+            loggedInWith = "basic"
+            return password.basicAuthorization(overHTTPS: overHTTPS)
+        }
         if let (c, qop) = pending {
             pending = nil
+            loggedInWith = "digest"
             let cnonce = DigestAuthorization.newCnonce()
             cache.start(key, challenge: c, qop: qop, cnonce: cnonce)
             return DigestAuthorization.value(
@@ -105,6 +111,7 @@ struct DigestLogin {
             !(hasBody && s.qop == .authIntEmptyBody)
         else { return nil }
         round.sendingPreemptive()
+        loggedInWith = "digest"
         return DigestAuthorization.value(
             challenge: s.challenge, qop: s.qop, username: password.curlUser, password: password.password,
             method: method, uri: uri, nc: nc, cnonce: cnonce)

@@ -53,6 +53,8 @@ final class HTTP1Transfer: UpstreamExchange {
     /// A `password` that allows Digest: the upstream's 401 is answered here (``DigestLogin``), not by the client.
     private var digest: DigestLogin?
 
+    var answeredChallenge: String? { digest?.loggedInWith }
+
     init(
         pool: UpstreamConnectionPool, request: UpstreamRequest, target: URLTarget,
         affinity: Affinity = .shared, delegate: any UpstreamExchangeDelegate
