@@ -14,7 +14,7 @@ import pytest
 
 from harness import cred
 from httpraw import wait_until
-from netauth.fixtures import netauth_rig  # noqa: F401  (fixture)
+from netauth.fixtures import netauth_big_file, netauth_rig  # noqa: F401  (fixtures)
 from test_basic_own_client import apache_lines, attempt_clients, otel_env, receiver, warnings  # noqa: F401
 from test_credentials import via
 
@@ -51,6 +51,39 @@ def test_get_and_post_answered_by_the_chosen_client(proxy_factory, netauth_rig, 
     assert attempt_clients(receiver, 2)[:2] == [expected] * 2
     assert PASSWORD not in p.log_text()
     assert p.wait_for_log(lambda l: "access" in l and "credential=dg " in l + " ", timeout=10)
+
+
+def test_20mb_streamed_post_is_sent_again(proxy_factory, netauth_rig, netauth_big_file, session):
+    """A chunked upload the 401 interrupts goes again whole (held up to max_replay_bytes) on the own client."""
+    rig = netauth_rig
+    p = proxy_factory(proxy={"http_client": "native"}, extra_config=digest_cred(rig.digest.url))
+    path, size, sha = netauth_big_file
+
+    def gen():
+        with open(path, "rb") as f:
+            while True:
+                b = f.read(1 << 20)
+                if not b:
+                    return
+                yield b
+
+    r = via(p, session, "POST", rig.digest.url + "upload?m=dg-big", data=gen(), timeout=120,
+            headers={"Content-Type": "application/octet-stream"})
+    assert r.status_code == 200, r.text[:300]
+    assert (int(r.headers["X-Body-Size"]), r.headers["X-Body-Sha256"]) == (size, sha)
+    lines = wait_until(lambda: (lambda ls: ls if 200 in statuses(ls) else None)(apache_lines(rig, "m=dg-big")), 10)
+    assert statuses(lines or []) == [401, 200], lines
+
+
+def test_a_body_over_max_replay_bytes_fails_clearly(proxy_factory, netauth_rig, session):
+    """A body larger than max_replay_bytes cannot be sent again: the answer and the log say so."""
+    rig = netauth_rig
+    p = proxy_factory(proxy={"http_client": "native", "max_replay_bytes": 1024},
+                      extra_config=digest_cred(rig.digest.url))
+    r = via(p, session, "POST", rig.digest.url + "upload?m=dg-over", data=iter([b"y" * 4096] * 4))
+    assert r.status_code == 502, r.status_code
+    assert "max_replay_bytes" in r.text
+    assert p.wait_for_log(lambda l: "max_replay_bytes" in l, timeout=10)
 
 
 def test_one_401_then_logins_from_the_session_on_one_connection(proxy_factory, netauth_rig, session):
