@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from harness import cred
+from harness import RawBackend, cred
 from httpraw import wait_until
 from netauth.fixtures import netauth_big_file, netauth_rig  # noqa: F401  (fixtures)
 from test_basic_own_client import apache_lines, attempt_clients, otel_env, receiver, warnings  # noqa: F401
@@ -168,3 +168,23 @@ def test_logins_are_counted_as_with_libcurl(proxy_factory, netauth_rig, session)
     m = samples(p)
     assert value(m, "authproxy_network_auth_total", credential="dg", scheme="digest", result="success") == 3
     assert value(m, "authproxy_network_auth_total", credential="bad", scheme="digest", result="failure") == 1
+
+
+def test_a_challenge_the_own_client_cannot_answer_is_explained(proxy_factory, session):
+    """A Digest algorithm the proxy does not compute: the client gets the 401, the log names the cause (not a wrong
+    password)."""
+    def respond(req):
+        body = b"login"
+        return (b'HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Digest realm="r", nonce="n1", '
+                b'algorithm=SHA-512-256, qop="auth"\r\nContent-Length: %d\r\n\r\n' % len(body) + body)
+    backend = RawBackend(respond=respond)
+    try:
+        p = proxy_factory(proxy={"http_client": "native"}, extra_config=digest_cred(backend.url))
+        r = via(p, session, "GET", backend.url + "/x")
+        assert (r.status_code, r.text) == (401, "login")
+        assert "SHA-512-256" in r.headers.get("WWW-Authenticate", "")
+        assert warnings(p) == [("the network credential cannot answer the upstream's challenge", "dg",
+                                "the server's Digest challenge asks for algorithm SHA-512-256; MD5, MD5-sess, "
+                                "SHA-256 and SHA-256-sess are supported")]
+    finally:
+        backend.stop()

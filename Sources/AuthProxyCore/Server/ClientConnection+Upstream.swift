@@ -690,8 +690,15 @@ extension ClientConnection {
     private func warnRefusedNetworkCredential() {
         guard let x = ex, x.responseHead.status == 401, x.networkAuth.logsIn, let url = x.upstreamURL
         else { return }
-        let offered = AuthChallenge.parse(fields: x.responseHead.values(of: "www-authenticate")).map(\.scheme)
-        if let cause = x.networkAuth.password?.unanswerable(offered: offered, overHTTPS: url.scheme == "https") {
+        let challenges = AuthChallenge.parse(fields: x.responseHead.values(of: "www-authenticate"))
+        let https = url.scheme == "https"
+        // The own client answers Digest itself, and says why it could not.
+        let hasBody = x.head.map { $0.framing != .none && $0.framing != .contentLength(0) } ?? false
+        let cause =
+            x.client == .own
+            ? x.networkAuth.password?.unanswerable(challenges: challenges, overHTTPS: https, hasBody: hasBody)
+            : x.networkAuth.password?.unanswerable(offered: challenges.map(\.scheme), overHTTPS: https)
+        if let cause {
             logger.warning(
                 "the network credential cannot answer the upstream's challenge",
                 metadata: [

@@ -1,5 +1,3 @@
-import Logging
-
 /// The Digest login of one ``HTTP1Transfer`` whose `password` allows Digest: the 401 head held back from the client
 /// while it is looked at (``DigestRound`` decides), the answer's `Authorization`, and the loop's session cache
 /// (``DigestSessionCache``) for the next request. A password that also allows Basic answers a Basic-only 401 with
@@ -20,8 +18,6 @@ struct DigestLogin {
     private var pendingBasic = false
     /// The scheme of the login the last request head carried (`digest`, `basic`), for the metrics.
     private(set) var loggedInWith: String? = nil
-
-    private static let logger = Logger(label: "authproxy")
 
     init?(network: NetworkAuth, fields: HTTPHeaders, target: URLTarget) {
         guard case .some(let pw) = network.password, pw.schemes.contains(.digest),
@@ -59,10 +55,8 @@ struct DigestLogin {
     }
 
     /// Decides on the held 401 head: true when the proxy answers it (its body is dropped), false when it goes to
-    /// the client (the log says why when Digest was offered and cannot be answered).
-    mutating func decide(
-        hasBody: Bool, overHTTPS: Bool, cache: inout DigestSessionCache, url: @autoclosure () -> String
-    ) -> Bool {
+    /// the client.
+    mutating func decide(hasBody: Bool, overHTTPS: Bool, cache: inout DigestSessionCache) -> Bool {
         let challenges = AuthChallenge.parse(fields: challengeValues)
         let sentBefore = round.sentLogin
         switch round.decide(status: 401, challenges: challenges, hasBody: hasBody) {
@@ -70,11 +64,9 @@ struct DigestLogin {
             pending = (c, qop)
             answering = true
             return true
-        case .refuse(let why):
-            Self.logger.warning(
-                "the network credential cannot answer the upstream's Digest challenge",
-                metadata: ["url": "\(url())", "credential": "\(key.credential)", "cause": "\(why)"])
-        case .relay:
+        case .refuse, .relay:
+            // A challenge Digest cannot answer goes to the client; the proxy's warning names the cause
+            // (``PasswordSettings/unanswerable(challenges:overHTTPS:hasBody:)``). Basic answers a Basic 401.
             if !sentBefore, !pendingBasic, round.answers == 0,
                 challenges.contains(where: { $0.is("basic") }),
                 password.basicAuthorization(overHTTPS: overHTTPS) != nil

@@ -605,11 +605,7 @@ final class HTTP1Transfer: UpstreamExchange {
     /// the delegate line by line. False when the delegate ended the exchange meanwhile.
     private func decideOnChallenge() -> Bool {
         guard digest != nil else { return true }
-        let target = self.target
-        if digest!.decide(
-            hasBody: request.bodyLength != nil, overHTTPS: tls, cache: &pool.digestSessions,
-            url: "\(target.origin)\(target.path)")
-        {
+        if digest!.decide(hasBody: request.bodyLength != nil, overHTTPS: tls, cache: &pool.digestSessions) {
             return true
         }
         for line in digest!.releaseHead() {

@@ -67,3 +67,30 @@ import Testing
         #expect(DigestChallenge.Refusal.authIntWithBody.description.contains("auth-int"))
     }
 }
+
+@Suite struct PasswordDigestUnanswerableTests {
+    private func pw(_ schemes: Set<PasswordScheme>) -> PasswordSettings {
+        PasswordSettings(username: "u", password: "p", domain: nil, schemes: schemes, allowBasicOverHTTP: false)
+    }
+
+    @Test func namesTheDigestCause() {
+        let sha512 = AuthChallenge.parse(#"Digest realm="r", nonce="n", algorithm=SHA-512-256"#)
+        #expect(
+            pw([.digest]).unanswerable(challenges: sha512, overHTTPS: false, hasBody: false)?.contains("SHA-512-256")
+                == true)
+        let authInt = AuthChallenge.parse(#"Digest realm="r", nonce="n", qop="auth-int""#)
+        #expect(pw([.digest]).unanswerable(challenges: authInt, overHTTPS: false, hasBody: false) == nil)
+        #expect(
+            pw([.digest]).unanswerable(challenges: authInt, overHTTPS: false, hasBody: true)?.contains("auth-int")
+                == true)
+        // A usable challenge refused: the password is wrong, not the settings.
+        let fine = AuthChallenge.parse(#"Digest realm="r", nonce="n", qop="auth""#)
+        #expect(pw([.digest]).unanswerable(challenges: fine, overHTTPS: false, hasBody: true) == nil)
+        // Basic could answer instead (over https).
+        let both = AuthChallenge.parse(#"Basic realm="b", Digest realm="r", nonce="n", algorithm=SHA-512-256"#)
+        #expect(pw([.basic, .digest]).unanswerable(challenges: both, overHTTPS: true, hasBody: false) == nil)
+        #expect(
+            pw([.basic]).unanswerable(challenges: fine, overHTTPS: true, hasBody: false)
+                == "the server offers digest; the credential's schemes are basic")
+    }
+}
