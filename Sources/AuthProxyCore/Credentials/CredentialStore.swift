@@ -177,7 +177,8 @@ public struct NetworkAuth: Sendable, Equatable {
         if trust == nil { trust = other.trust }
     }
 
-    /// Whether an upstream 401 may be answered by libcurl (so intermediate 401s are not the final answer). A
+    /// Whether an upstream 401 may be answered (Digest, NTLM, Negotiate): the body is held for a second send, and
+    /// with libcurl intermediate 401s are not the final answer (the own client hands on only the final one). A
     /// Basic-only password is sent before any challenge (``PasswordSettings/isBasicOnly``): its 401 is final.
     public var answersChallenges: Bool {
         // Matched, not compared with nil: `!= nil` copies each optional first (it is asked for every request).

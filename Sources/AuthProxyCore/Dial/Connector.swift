@@ -18,8 +18,8 @@ import Dispatch
 /// Each attempt is a ``Dialer`` connect; a plain connection to the destination is used as it is, anything else is
 /// finished by libcurl over the dialed socket (``CurlConnector``: TLS, a parent's CONNECT and authentication) and
 /// read and written through a ``CurlLink``. libcurl transfers that connect themselves (``CurlTransfer``) remain only
-/// where libcurl is the point: `http_client = "libcurl"`, and network logins (NTLM, Negotiate, Digest) that live on
-/// the connection; they use ``ConnectAttempts`` too.
+/// where libcurl is the point: `http_client = "libcurl"`, and network logins that live on the connection (NTLM,
+/// Negotiate: ``NetworkAuth/needsLibcurl``; Digest is answered by the own client); they use ``ConnectAttempts`` too.
 ///
 /// `timeoutSeconds` bounds each attempt (the dial, then libcurl's part in what is left of it). Confined to the
 /// loop's queue. `done` is called once, unless ``cancel()`` came first.

@@ -298,7 +298,8 @@ extension ClientConnection {
             if ProxyMetrics.active != nil { noteChallengeScheme(x) }
             // The argument first: evaluated between reading the head and calling it, it would make the compiler
             // copy the head assembler (the call could change the exchange) for every response.
-            let answersChallenges = x.networkAuth.answersChallenges
+            // The own client answers a Digest 401 itself and hands on only the final head.
+            let answersChallenges = x.client == .libcurl && x.networkAuth.answersChallenges
             if x.responseHead.isFinal(answersChallenges: answersChallenges) {
                 let asForm = sendsAsFormAfter414(x)
                 let cause = statusRetryCause(x)
@@ -399,6 +400,8 @@ extension ClientConnection {
     /// for every head line: inlined there, it made the compiler copy the head assembler for each response.
     @inline(never)
     private func noteChallengeScheme(_ x: ExchangeContext) {
+        // The own client answers a Digest 401 without handing it on: it names the scheme it logged in with.
+        if x.challengeScheme == nil, let answered = x.transfer?.answeredChallenge { x.challengeScheme = answered }
         guard x.challengeScheme == nil, x.responseHead.status == 401, x.networkAuth.logsIn else { return }
         x.challengeScheme = NetworkAuthScheme.answered(
             offered: x.responseHead.values(of: "www-authenticate"), auth: x.networkAuth)
@@ -687,8 +690,15 @@ extension ClientConnection {
     private func warnRefusedNetworkCredential() {
         guard let x = ex, x.responseHead.status == 401, x.networkAuth.logsIn, let url = x.upstreamURL
         else { return }
-        let offered = AuthChallenge.parse(fields: x.responseHead.values(of: "www-authenticate")).map(\.scheme)
-        if let cause = x.networkAuth.password?.unanswerable(offered: offered, overHTTPS: url.scheme == "https") {
+        let challenges = AuthChallenge.parse(fields: x.responseHead.values(of: "www-authenticate"))
+        let https = url.scheme == "https"
+        // The own client answers Digest itself, and says why it could not.
+        let hasBody = x.head.map { $0.framing != .none && $0.framing != .contentLength(0) } ?? false
+        let cause =
+            x.client == .own
+            ? x.networkAuth.password?.unanswerable(challenges: challenges, overHTTPS: https, hasBody: hasBody)
+            : x.networkAuth.password?.unanswerable(offered: challenges.map(\.scheme), overHTTPS: https)
+        if let cause {
             logger.warning(
                 "the network credential cannot answer the upstream's challenge",
                 metadata: [

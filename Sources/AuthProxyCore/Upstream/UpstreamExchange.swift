@@ -9,6 +9,13 @@ protocol UpstreamExchange: AnyObject {
     func resume()
     /// Stops the exchange; no delegate call follows.
     func cancel()
+    /// The scheme the exchange logged in with after a 401 it did not hand on (the own client's Digest round,
+    /// ``DigestLogin``), for the network-auth metrics; nil when the delegate saw every challenge.
+    var answeredChallenge: String? { get }
+}
+
+extension UpstreamExchange {
+    var answeredChallenge: String? { nil }
 }
 
 extension CurlTransfer: UpstreamExchange {}

@@ -39,13 +39,22 @@ import Testing
         Row(configured: .native, credential: nil, route: nil, scheme: "http", upgrade: false, expected: .own),
         Row(configured: .native, credential: nil, route: nil, scheme: "https", upgrade: false, expected: .own),
         Row(configured: .libcurl, credential: nil, route: nil, scheme: "https", upgrade: false, expected: .libcurl),
-        // A login answered from the server's challenge is libcurl's (NTLM binds to its connection, Digest needs the
-        // challenge round) ...
+        // A login that may be NTLM is libcurl's (its handshake binds to libcurl's connection); Digest, alone or with
+        // Basic, is answered by the own client ...
         Row(
             configured: .native, credential: [.basic, .digest, .ntlm], route: nil, scheme: "https", upgrade: false,
             expected: .libcurl),
+        Row(configured: .native, credential: [.digest], route: nil, scheme: "https", upgrade: false, expected: .own),
+        Row(configured: .native, credential: [.digest], route: nil, scheme: "http", upgrade: false, expected: .own),
         Row(
-            configured: .native, credential: [.digest], route: nil, scheme: "https", upgrade: false, expected: .libcurl),
+            configured: .native, credential: [.basic, .digest], route: nil, scheme: "http", upgrade: false,
+            expected: .own),
+        Row(
+            configured: .native, credential: [.digest, .ntlm], route: nil, scheme: "http", upgrade: false,
+            expected: .libcurl),
+        Row(
+            configured: .libcurl, credential: [.digest], route: nil, scheme: "http", upgrade: false,
+            expected: .libcurl),
         Row(configured: .native, credential: [.ntlm], route: nil, scheme: "http", upgrade: false, expected: .libcurl),
         Row(
             configured: .native, credential: [.basic, .ntlm], route: nil, scheme: "https", upgrade: false,
@@ -92,7 +101,8 @@ import Testing
         Row(configured: .libcurl, credential: [.basic], route: nil, scheme: "https", upgrade: true, expected: .own),
         Row(configured: .native, credential: [.basic], route: nil, scheme: "http", upgrade: true, expected: .own),
         // ... unless a network credential needs libcurl (the planner refuses that WebSocket before it goes).
-        Row(configured: .native, credential: [.digest], route: nil, scheme: "https", upgrade: true, expected: .libcurl),
+        // (A Digest host's WebSocket handshake is refused before the choice: ``RequestPlanner/webSocketRefusal``.)
+        Row(configured: .native, credential: [.digest], route: nil, scheme: "https", upgrade: true, expected: .own),
     ]
 
     @Test(arguments: rows)
@@ -141,6 +151,9 @@ import Testing
         pw.schemes = [.basic, .digest]
         #expect(!pw.isBasicOnly)
         #expect(NetworkAuth(password: pw).answersChallenges)
+        #expect(!NetworkAuth(password: pw).needsLibcurl)
+        pw.schemes = [.digest, .ntlm]
+        #expect(NetworkAuth(password: pw).needsLibcurl)
         pw.schemes = [.basic]
         #expect(!NetworkAuth(password: pw).answersChallenges)
         #expect(NetworkAuth(password: pw).logsIn)

@@ -200,4 +200,39 @@ private func onPooledConnection(body: Bool, sent: Bool = true) -> HTTP1TransferS
         let r27 = m.headWritten()
         #expect(!r27)
     }
+
+    @Test func aChallengeIsAnsweredOnTheSameConnectionWhenTheRequestWentOutWhole() {
+        var m = HTTP1TransferStateMachine(hasBody: true)
+        _ = m.start(pooledConnection: true)
+        m.sendingHead()
+        _ = m.headWritten()
+        m.bodyEnded()
+        let same = m.answeringChallenge(reuseConnection: true)
+        #expect(same && m.phase == .exchanging && m.request == .unsent)
+        m.sendingHead()
+        #expect(m.bodyFlows, "the body goes again")
+        // The connection answered: a loss on it now is no dead pooled connection, and nothing was resent.
+        m.bodyEnded()
+        let loss = m.inputEnded(responseStarted: false, writesPending: false, resendable: true)
+        #expect(loss == .endResponse)
+    }
+
+    @Test func aChallengeAnsweredBeforeTheBodyWentOutTakesANewConnection() {
+        var m = HTTP1TransferStateMachine(hasBody: true)
+        _ = m.start(pooledConnection: false)
+        m.connected()
+        m.sendingHead()
+        _ = m.headWritten()
+        let same = m.answeringChallenge(reuseConnection: true)
+        #expect(!same && m.phase == .connecting && !m.bodyFlows)
+        m.connected()
+        m.sendingHead()
+        let flows = m.headWritten()
+        #expect(flows)
+        let closed = m.answeringChallenge(reuseConnection: false)
+        #expect(!closed && m.phase == .connecting)
+        _ = m.end()
+        let after = m.answeringChallenge(reuseConnection: true)
+        #expect(!after && m.isEnded)
+    }
 }

@@ -50,6 +50,10 @@ final class HTTP1Transfer: UpstreamExchange {
     @exclusivity(unchecked) private var machine: HTTP1TransferStateMachine
     /// ``pumpBody()`` is running: a delegate call inside it that would start it again leaves it to the loop.
     private var pumping = false
+    /// A `password` that allows Digest: the upstream's 401 is answered here (``DigestLogin``), not by the client.
+    private var digest: DigestLogin?
+
+    var answeredChallenge: String? { digest?.loggedInWith }
 
     init(
         pool: UpstreamConnectionPool, request: UpstreamRequest, target: URLTarget,
@@ -65,6 +69,7 @@ final class HTTP1Transfer: UpstreamExchange {
         tls = target.scheme == "https"
         trust = tls ? request.network.trust : nil
         certificate = tls ? request.network.certificate : nil
+        digest = DigestLogin(network: request.network, fields: request.fields, target: target)
     }
 
     private static func reader(for request: UpstreamRequest, affinity: Affinity) -> ResponseReader {
@@ -260,12 +265,22 @@ final class HTTP1Transfer: UpstreamExchange {
             h.append(upgrade)
             h.append("\r\nConnection: Upgrade\r\n")
         }
-        // A Basic-only password, as libcurl sends it: at once, and not over a client's own Authorization.
+        // A Basic-only password, as libcurl sends it: at once, and not over a client's own Authorization. One that
+        // allows Digest answers the 401 (``DigestLogin``) below.
         if case .some(let pw) = request.network.password, pw.isBasicOnly, request.fields.first("authorization") == nil,
             let basic = pw.basicAuthorization(overHTTPS: tls)
         {
             h.append("Authorization: ")
             h.append(basic)
+            h.append("\r\n")
+        }
+        if digest != nil,
+            let login = digest?.authorization(
+                method: request.method, uri: target.pathAndQuery, hasBody: request.bodyLength != nil,
+                overHTTPS: tls, cache: &pool.digestSessions)
+        {
+            h.append("Authorization: ")
+            h.append(login)
             h.append("\r\n")
         }
         if case .forwardedBy(let parent) = route,
@@ -381,6 +396,8 @@ final class HTTP1Transfer: UpstreamExchange {
         case switched
         /// The `http` parent's own 407 to a request in absolute form (``parentRefused(_:)``).
         case parentRefused(ParentProxy)
+        /// A 401 the Digest login answers was read to its end (``answerChallenge(extraBytes:)``).
+        case answerChallenge
     }
 
     func connectionReadable() {
@@ -460,6 +477,10 @@ final class HTTP1Transfer: UpstreamExchange {
         case .parentRefused(let parent):
             parentRefused(parent)
             return false
+        case .answerChallenge:
+            if leftover > 0 { connection?.inbuf.removeAll() }
+            answerChallenge(extraBytes: leftover > 0)
+            return false
         }
     }
 
@@ -500,12 +521,24 @@ final class HTTP1Transfer: UpstreamExchange {
                 if reader.status == 407, case .forwardedBy(let parent) = route {
                     return (at, .parentRefused(parent))
                 }
+                if reader.status == 401, digest != nil {
+                    let line = UnsafeRawBufferPointer(rebasing: rest[0..<n])
+                    at += n
+                    if digest!.hold(line), !decideOnChallenge() { return (at, .cancelled) }
+                    continue
+                }
                 delegate?.transferDidReceiveHeaderLine(UnsafeRawBufferPointer(rebasing: rest[0..<n]))
                 if machine.isEnded { return (at, .cancelled) }
                 at += n
             case .framing(let n):
                 at += n
             case .body(let n):
+                if digest?.answering == true {
+                    // The body of a 401 being answered: nobody reads it.
+                    reader.bodyDelivered(n)
+                    at += n
+                    continue
+                }
                 switch delegate?.transferDidReceiveBody(UnsafeRawBufferPointer(rebasing: rest[0..<n])) ?? .abort {
                 case .accepted:
                     if machine.isEnded { return (at, .cancelled) }
@@ -519,7 +552,7 @@ final class HTTP1Transfer: UpstreamExchange {
                     return (at, .failed(.clientGone, "the client went away"))
                 }
             case .complete:
-                return (at, .complete)
+                return (at, digest?.answering == true ? .answerChallenge : .complete)
             case .needMore:
                 return (at, .needMore)
             case .switched:
@@ -552,6 +585,10 @@ final class HTTP1Transfer: UpstreamExchange {
         }
         do throws(ResponseReader.Failure) {
             try reader.endOfInput()
+            if digest?.answering == true {
+                answerChallenge(extraBytes: true)
+                return
+            }
             complete(extraBytes: true)
         } catch .nothing {
             fail(.nothing, "Empty reply from server")
@@ -561,6 +598,51 @@ final class HTTP1Transfer: UpstreamExchange {
     }
 
     private enum LossPoint { case writeFailure, endOfInput }
+
+    // MARK: Digest
+
+    /// The held 401 head ended: answered (its body is then dropped, ``answerChallenge(extraBytes:)``), or handed to
+    /// the delegate line by line. False when the delegate ended the exchange meanwhile.
+    private func decideOnChallenge() -> Bool {
+        guard digest != nil else { return true }
+        if digest!.decide(hasBody: request.bodyLength != nil, overHTTPS: tls, cache: &pool.digestSessions) {
+            return true
+        }
+        for line in digest!.releaseHead() {
+            line.withUnsafeBytes { delegate?.transferDidReceiveHeaderLine($0) }
+            if machine.isEnded { return false }
+        }
+        return true
+    }
+
+    /// Sends the request again with the answer to the 401 just read: on the same connection when it stays open
+    /// and the request went out whole, else on a new one; a body is rewound first (the client connection holds
+    /// it up to `max_replay_bytes`). A body that cannot be sent again fails the exchange, saying so.
+    private func answerChallenge(extraBytes: Bool) {
+        guard !machine.isEnded else { return }
+        let c = detach()
+        let reusable = c.map { reader.reusable && !extraBytes && $0.inbuf.isEmpty && !$0.channel.failed } ?? false
+        if request.bodyLength != nil, !(delegate?.transferRewindBody() ?? false) {
+            c?.close()
+            fail(
+                .other("login not sent"),
+                "the upstream asks for a Digest login and the request body cannot be sent again: it is larger than "
+                    + "max_replay_bytes")
+            return
+        }
+        if machine.isEnded {
+            c?.close()
+            return
+        }
+        reader = Self.reader(for: request, affinity: affinity)
+        if machine.answeringChallenge(reuseConnection: reusable), let c {
+            attach(c)
+            sendHead()
+        } else {
+            c?.close()
+            connectNew()
+        }
+    }
 
     /// Sends the request again on a new connection, as the machine decided after a kept-alive connection died
     /// before any byte of the answer; a body is rewound first. False when that cannot be done (the body cannot be

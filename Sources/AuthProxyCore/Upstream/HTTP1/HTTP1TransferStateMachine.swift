@@ -182,6 +182,22 @@ struct HTTP1TransferStateMachine: Equatable {
         bodyStarted = false
     }
 
+    /// A 401 was read to its end and is answered (``DigestRound``): the request goes again, on the same connection
+    /// when `reuseConnection` (the reader and the connection allow another request) and the request went out
+    /// whole, else on a new one. Returns whether the same connection carries it. The one resend after a dead
+    /// kept-alive connection stays unspent: the answer is not a resend of a lost request.
+    mutating func answeringChallenge(reuseConnection: Bool) -> Bool {
+        guard phase != .ended else { return false }
+        let reuse = reuseConnection && request == .sent
+        phase = reuse ? .exchanging : .connecting
+        // The connection just answered: it is alive, not a pooled one that may have died meanwhile.
+        reusedConnection = false
+        request = .unsent
+        bodyStarted = false
+        responsePaused = false
+        return reuse
+    }
+
     /// ``ResendPolicy`` for a kept-alive connection that died before any byte of the answer, once per exchange.
     private func resendAfterLoss(fullySent: Bool, responseStarted: Bool, resendable: () -> Bool) -> Loss? {
         guard reusedConnection, !resent, !responseStarted, !fullySent || resendable() else { return nil }

@@ -2,7 +2,8 @@
     import Glibc
 #endif
 
-/// `password` acts on connections: libcurl answers the upstream's 401 with Basic, Digest or NTLM (``NetworkAuth``).
+/// `password` acts on connections: the upstream's 401 is answered with Basic, Digest or NTLM (``NetworkAuth``): NTLM by
+/// libcurl, Basic and Digest by whichever client carries the request (``UpstreamClient``).
 extension PasswordSettings: CredentialKind, NetworkKind {
     public static let typeName = "password"
     public var role: CredentialRole { .network(.password) }

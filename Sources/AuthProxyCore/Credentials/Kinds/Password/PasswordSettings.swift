@@ -36,10 +36,13 @@ public struct PasswordSettings: Sendable, Equatable {
     /// The user name as libcurl should send it.
     public var curlUser: String { domain.map { "\($0)\\\(username)" } ?? username }
 
-    /// Basic alone: sent before any challenge, once per request, on any connection; the own HTTP/1.1 client carries
-    /// it (``basicAuthorization(overHTTPS:)``). Digest needs a challenge round and NTLM binds to a connection, so a
-    /// credential with either stays with libcurl.
+    /// Basic alone: sent before any challenge, once per request, on any connection (``basicAuthorization(overHTTPS:)``).
+    /// Digest takes a challenge round, answered by whichever client carries the request (the own HTTP/1.1 client's
+    /// ``DigestLogin``); only NTLM binds to a connection and keeps a credential with libcurl (``bindsToConnection``).
     public var isBasicOnly: Bool { schemes.count == 1 && schemes.contains(.basic) }
+
+    /// NTLM may answer: its handshake binds to libcurl's connection, so libcurl carries the request.
+    public var bindsToConnection: Bool { schemes.contains(.ntlm) }
 
     /// The `Authorization` value for Basic (`user:password` in UTF-8, the user as ``curlUser``), when Basic may be
     /// sent: over https, or over http with `allow_basic_over_http`; nil otherwise, as libcurl would send nothing.
