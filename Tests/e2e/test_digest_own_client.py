@@ -188,3 +188,93 @@ def test_a_challenge_the_own_client_cannot_answer_is_explained(proxy_factory, se
                                 "SHA-256 and SHA-256-sess are supported")]
     finally:
         backend.stop()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# WebSocket to a Digest host: the handshake's 401 answered by the own client, then the 101 relayed
+# ---------------------------------------------------------------------------------------------------------
+
+websockets = pytest.importorskip("websockets", minversion="15")
+from websockets.datastructures import Headers  # noqa: E402
+from websockets.http11 import Response  # noqa: E402
+from websockets.sync.client import connect as ws_connect  # noqa: E402
+
+from wsecho import EchoServer  # noqa: E402
+
+
+class DigestEchoServer(EchoServer):
+    """The WebSocket echo server behind Digest (RFC 7616, MD5, qop=auth), checked as a server does: the response
+    is recomputed from the user's password, the nonce must be the one this server issued, and `nc` must grow."""
+
+    REALM = "geo-ws"
+
+    def __init__(self, password=PASSWORD):
+        super().__init__()
+        self.password = password
+        self.nonce = hashlib.sha256(os.urandom(16)).hexdigest()
+        self.seen_nc = set()
+
+    @staticmethod
+    def _params(value):
+        return {k.lower(): v1 or v2 for k, v1, v2 in re.findall(r'(\w+)=(?:"([^"]*)"|([^\s,]+))', value)}
+
+    def _valid(self, auth):
+        if not auth or not auth.startswith("Digest "):
+            return False
+        d = self._params(auth[len("Digest "):])
+        md5 = lambda s: hashlib.md5(s.encode()).hexdigest()  # noqa: E731
+        if d.get("username") != "alice" or d.get("realm") != self.REALM or d.get("nonce") != self.nonce:
+            return False
+        if d.get("qop") != "auth" or not d.get("nc") or not d.get("cnonce") or d["nc"] in self.seen_nc:
+            return False
+        ha1 = md5("alice:%s:%s" % (self.REALM, self.password))
+        ha2 = md5("GET:%s" % d.get("uri", ""))
+        expected = md5("%s:%s:%s:%s:auth:%s" % (ha1, self.nonce, d["nc"], d["cnonce"], ha2))
+        if d.get("response") != expected:
+            return False
+        self.seen_nc.add(d["nc"])
+        return True
+
+    def _process_request(self, connection, request):
+        if "upgrade" in request.headers.get("Connection", "").lower():
+            auth = request.headers.get("Authorization")
+            with self.lock:
+                ok = self._valid(auth)
+            if not ok:
+                with self.lock:
+                    self.handshakes.append((request.path, dict(request.headers.raw_items()), "401"))
+                challenge = 'Digest realm="%s", nonce="%s", qop="auth", algorithm=MD5' % (self.REALM, self.nonce)
+                return Response(401, "Unauthorized", Headers([("WWW-Authenticate", challenge),
+                                                              ("Content-Length", "0")]), b"")
+        return super()._process_request(connection, request)
+
+    def outcomes(self):
+        with self.lock:
+            return [o for _, _, o in self.handshakes]
+
+
+@pytest.mark.parametrize("password", [PASSWORD, "wrong-pw"])
+def test_ws_handshake_to_a_digest_host_is_answered_by_the_own_client(proxy_factory, password):
+    s = DigestEchoServer().start()
+    try:
+        p = proxy_factory(extra_config=digest_cred("http://127.0.0.1:%d/" % s.port, password=password))
+        if password == PASSWORD:
+            for i in range(2):
+                try:
+                    with ws_connect(s.url("ws"), proxy=p.url, open_timeout=20) as ws:
+                        ws.send("hello %d" % i)
+                        assert ws.recv(timeout=20) == "hello %d" % i
+                except Exception:
+                    raise AssertionError([(o, h.get("Authorization")) for _, h, o in s.handshakes])
+            # The first handshake met the challenge; the second logged in at once from the session (nc 2).
+            assert s.outcomes() == ["401", "ok", "ok"], [(o, h.get("Authorization")) for _, h, o in s.handshakes]
+            assert p.wait_for_log(lambda l: "upgrade=websocket" in l and "status=101" in l, timeout=10)
+        else:
+            with pytest.raises(websockets.exceptions.InvalidStatus) as e:
+                with ws_connect(s.url("ws"), proxy=p.url, open_timeout=20):
+                    pass
+            assert e.value.response.status_code == 401
+            assert s.outcomes() == ["401", "401"], s.handshakes
+        assert password not in p.log_text()
+    finally:
+        s.stop()

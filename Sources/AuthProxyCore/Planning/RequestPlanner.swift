@@ -399,16 +399,18 @@ enum RequestPlanner {
     }
 
     /// Why a WebSocket handshake cannot be relayed, nil when it can: only the own HTTP/1.1 client hands its
-    /// connection over after a `101`, so no login that needs libcurl (Digest, NTLM, Negotiate). A Basic-only
-    /// `password` is sent by the own client and applies.
+    /// connection over after a `101`, so no login that needs libcurl (NTLM, Negotiate). Basic and Digest are the
+    /// own client's and apply.
     static func webSocketRefusal(network: NetworkAuth) -> ErrorResponse? {
-        if network.answersChallenges {
+        // NTLM and Negotiate bind to libcurl's connection, which cannot be handed over after a 101; Basic and Digest
+        // are answered by the own client, which can.
+        if network.needsLibcurl {
             return ErrorResponse(
                 status: 501,
                 message:
-                    "WebSocket to a host with a Digest, NTLM or Kerberos login is not supported",
+                    "WebSocket to a host with an NTLM or Kerberos login is not supported",
                 details: [
-                    "Token, API-key, client-certificate and Basic-only password credentials (schemes = [\"basic\"]) apply to WebSocket handshakes."
+                    "Token, API-key, client-certificate and password credentials whose schemes are Basic and/or Digest apply to WebSocket handshakes."
                 ])
         }
         return nil

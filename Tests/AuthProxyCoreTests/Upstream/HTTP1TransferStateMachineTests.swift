@@ -211,10 +211,12 @@ private func onPooledConnection(body: Bool, sent: Bool = true) -> HTTP1TransferS
         #expect(same && m.phase == .exchanging && m.request == .unsent)
         m.sendingHead()
         #expect(m.bodyFlows, "the body goes again")
-        // The connection answered: a loss on it now is no dead pooled connection, and nothing was resent.
+        _ = m.headWritten()
+        // A server may close the connection right after its 401 without saying so: the answer dies before any byte
+        // of the response, and goes again on a new connection, once.
         m.bodyEnded()
         let loss = m.inputEnded(responseStarted: false, writesPending: false, resendable: true)
-        #expect(loss == .endResponse)
+        #expect(loss == .resend(rewindBody: true))
     }
 
     @Test func aChallengeAnsweredBeforeTheBodyWentOutTakesANewConnection() {

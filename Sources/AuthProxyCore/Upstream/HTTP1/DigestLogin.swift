@@ -12,7 +12,7 @@ struct DigestLogin {
     private(set) var heldHead: [[UInt8]] = []
     /// The 401 being read is answered: its body is read and dropped, and the request goes again.
     var answering = false
-    /// The challenge to answer in the next request head, with `nc` 1.
+    /// The challenge to answer in the next request head (with `nc` 1, unless the session already counts this nonce).
     private var pending: (DigestChallenge, DigestQop)? = nil
     /// The next request head answers a Basic-only 401.
     private var pendingBasic = false
@@ -94,10 +94,10 @@ struct DigestLogin {
             pending = nil
             loggedInWith = "digest"
             let cnonce = DigestAuthorization.newCnonce()
-            cache.start(key, challenge: c, qop: qop, cnonce: cnonce)
+            let nc = cache.start(key, challenge: c, qop: qop, cnonce: cnonce)
             return DigestAuthorization.value(
                 challenge: c, qop: qop, username: password.curlUser, password: password.password, method: method,
-                uri: uri, nc: 1, cnonce: cnonce)
+                uri: uri, nc: nc, cnonce: cnonce)
         }
         guard let (s, nc, cnonce) = cache.use(key, newCnonce: DigestAuthorization.newCnonce),
             !(hasBody && s.qop == .authIntEmptyBody)

@@ -275,9 +275,11 @@ final class HTTP1Transfer: UpstreamExchange {
             h.append("\r\n")
         }
         if digest != nil,
-            let login = digest?.authorization(
-                method: request.method, uri: target.pathAndQuery, hasBody: request.bodyLength != nil,
-                overHTTPS: tls, cache: &pool.digestSessions)
+            let login = pool.digestSessions.with({ cache in
+                digest?.authorization(
+                    method: request.method, uri: target.pathAndQuery, hasBody: request.bodyLength != nil,
+                    overHTTPS: tls, cache: &cache)
+            })
         {
             h.append("Authorization: ")
             h.append(login)
@@ -605,7 +607,8 @@ final class HTTP1Transfer: UpstreamExchange {
     /// the delegate line by line. False when the delegate ended the exchange meanwhile.
     private func decideOnChallenge() -> Bool {
         guard digest != nil else { return true }
-        if digest!.decide(hasBody: request.bodyLength != nil, overHTTPS: tls, cache: &pool.digestSessions) {
+        let hasBody = request.bodyLength != nil
+        if pool.digestSessions.with({ cache in digest!.decide(hasBody: hasBody, overHTTPS: tls, cache: &cache) }) {
             return true
         }
         for line in digest!.releaseHead() {

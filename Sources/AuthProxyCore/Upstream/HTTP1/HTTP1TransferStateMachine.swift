@@ -190,8 +190,10 @@ struct HTTP1TransferStateMachine: Equatable {
         guard phase != .ended else { return false }
         let reuse = reuseConnection && request == .sent
         phase = reuse ? .exchanging : .connecting
-        // The connection just answered: it is alive, not a pooled one that may have died meanwhile.
-        reusedConnection = false
+        // Kept alive by its answer, yet a server may close it right after a 401 without saying so (a WebSocket
+        // server rejecting a handshake does): the answer on it goes again on a new connection if it dies before any
+        // byte of the response, as after a pooled connection.
+        reusedConnection = reuse
         request = .unsent
         bodyStarted = false
         responsePaused = false

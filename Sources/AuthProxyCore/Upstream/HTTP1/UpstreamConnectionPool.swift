@@ -72,8 +72,9 @@ final class UpstreamConnectionPool {
     let sendBuffer: UnsafeMutableRawBufferPointer
     /// Where request heads are written.
     var headBuffer = ByteBuffer()
-    /// The loop's Digest sessions (``DigestLogin``): the next request to a host logs in without a 401 first.
-    var digestSessions = DigestSessionCache()
+    /// The Digest sessions (``DigestLogin``), shared by every loop: the next request to a host logs in without a 401
+    /// first.
+    let digestSessions = DigestSessions.shared
     private var idle: [Key: [UpstreamConnection]] = [:]
     private(set) var idleCount = 0
     /// Before this moment (uptime nanoseconds) no idle connection has been idle for ``idleTimeout``, so the sweep

@@ -76,6 +76,19 @@ import Testing
         #expect(cache.use(key("a"), newCnonce: { "" })?.nc == nil && cache.count == 0)
     }
 
+    @Test func aChallengeWithTheSessionsNonceKeepsCounting() throws {
+        // Two requests met the same challenge (a server's nonce is the same for every connection): the second
+        // answer must not send an `nc` the first already used.
+        var cache = DigestSessionCache()
+        #expect(cache.start(key("a"), challenge: try challenge(), qop: .auth, cnonce: "x") == 1)
+        #expect(cache.use(key("a"), newCnonce: { "" })?.nc == 2)
+        #expect(cache.start(key("a"), challenge: try challenge(), qop: .auth, cnonce: "y") == 3)
+        // A new nonce starts again at 1.
+        let fresh = try DigestChallenge(
+            try #require(AuthChallenge.parse(#"Digest realm="r", nonce="other", qop="auth""#).first))
+        #expect(cache.start(key("a"), challenge: fresh, qop: .auth, cnonce: "z") == 1)
+    }
+
     @Test func sessionAlgorithmsKeepTheirCnonce() throws {
         var cache = DigestSessionCache()
         cache.start(key("a"), challenge: try challenge("MD5-sess"), qop: .auth, cnonce: "first")

@@ -1,9 +1,12 @@
-/// The Digest sessions of one event loop, so that the next request to a host answers its last challenge at once
+import Synchronization
+
+/// The Digest sessions of the process, so that the next request to a host answers its last challenge at once
 /// (preemptively) instead of taking a 401 first: per (credential, destination) the challenge (realm, nonce,
 /// opaque, algorithm, qop) and the next `nc`. At most ``capacity`` sessions; the least recently used goes first.
 /// A destination with several realms keeps the last one answered (a request to another realm takes its 401).
 ///
-/// Confined to its loop's queue (it lives in the loop's ``UpstreamConnectionPool``).
+/// One for all event loops (``DigestSessions``): a server's nonce is the same whichever loop a request runs on, and
+/// `nc` must grow across all of its uses (a server that checks it refuses a count it has seen).
 struct DigestSessionCache {
     struct Key: Hashable {
         /// The credential's name and user: a reload that changes the user starts a new session.
@@ -44,13 +47,18 @@ struct DigestSessionCache {
         return (s, nc, s.challenge.algorithm.isSession ? s.cnonce : newCnonce())
     }
 
-    /// A new session from a challenge just answered with `nc` 1: the next request sends 2.
-    mutating func start(_ key: Key, challenge: DigestChallenge, qop: DigestQop, cnonce: String) {
-        sessions[key] = Session(challenge: challenge, qop: qop, nextNC: 2, cnonce: cnonce)
+    /// A session from a challenge just answered; returns the `nc` the answer sends: 1 for a new nonce, the next
+    /// count when the session already had this nonce (another request met the same challenge meanwhile).
+    @discardableResult
+    mutating func start(_ key: Key, challenge: DigestChallenge, qop: DigestQop, cnonce: String) -> UInt32 {
+        var nc: UInt32 = 1
+        if let s = sessions[key], s.challenge.nonce == challenge.nonce { nc = s.nextNC }
+        sessions[key] = Session(challenge: challenge, qop: qop, nextNC: nc == UInt32.max ? 1 : nc + 1, cnonce: cnonce)
         touch(key)
         while sessions.count > capacity, !order.isEmpty {
             sessions[order.removeFirst()] = nil
         }
+        return nc
     }
 
     /// The server refused the session's login: the next request starts without it.
@@ -62,5 +70,16 @@ struct DigestSessionCache {
     private mutating func touch(_ key: Key) {
         if let i = order.lastIndex(of: key) { order.remove(at: i) }
         order.append(key)
+    }
+}
+
+/// The process's ``DigestSessionCache``, shared by the event loops under a lock (held for a dictionary look-up; a
+/// request with a Digest login takes it once for its head, and once more for a 401).
+final class DigestSessions: Sendable {
+    static let shared = DigestSessions()
+    private let cache = Mutex(DigestSessionCache())
+
+    func with<R: Sendable>(_ body: (inout DigestSessionCache) -> R) -> R {
+        cache.withLock { body(&$0) }
     }
 }
