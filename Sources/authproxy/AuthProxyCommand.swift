@@ -124,18 +124,6 @@ struct Serve: ParsableCommand {
 
         ProxyServer.initializeLibraries()
         let server = ProxyServer(config: config, logger: logger, source: source, inputs: inputs, logLevel: level)
-        do {
-            try server.start()
-        } catch {
-            logger.critical("\(error)")
-            // A state file the proxy must not touch (wrong state_key, unreadable) is a configuration error.
-            throw ExitCode(error.isConfigurationError ? 2 : 1)
-        }
-        logger.notice(
-            "authproxy started",
-            metadata: [
-                "version": "\(AuthProxyVersion.string)", "workers": "\(config.workers)", "cpus": "\(CPUBudget.current)",
-            ])
 
         let grace = config.shutdownGraceSeconds
         nonisolated(unsafe) var stopping = false
@@ -155,11 +143,23 @@ struct Serve: ParsableCommand {
             }
         }
         server.onShutdownRequest { trigger in DispatchQueue.main.async { stop(trigger, false) } }
+        // The signal sources are registered before the proxy listens: libdispatch registers a source after
+        // `resume()`, on its manager thread, and a signal that came before that met SIG_IGN and was lost — a SIGHUP
+        // or SIGTERM sent as soon as /healthz answered did nothing (seen in CI under load). Each source's
+        // registration handler is waited for. A SIGHUP that comes while the proxy starts waits for the start.
         var sources: [any DispatchSourceSignal] = []
+        let registered = DispatchGroup()
+        let started = DispatchGroup()
+        started.enter()
+        // SIGTERM/SIGINT are handled on the main queue; their sources are on a queue of their own so that their
+        // registration can be waited for before dispatchMain() runs the main queue.
+        let signalQueue = ProxyQueue.make("authproxy.signals")
         for sig in [SIGTERM, SIGINT] {
             signal(sig, SIG_IGN)
-            let s = DispatchSource.makeSignalSource(signal: sig, queue: .main)
-            s.setEventHandler { stop(sig == SIGTERM ? "SIGTERM" : "SIGINT", true) }
+            let s = DispatchSource.makeSignalSource(signal: sig, queue: signalQueue)
+            s.setEventHandler { DispatchQueue.main.async { stop(sig == SIGTERM ? "SIGTERM" : "SIGINT", true) } }
+            registered.enter()
+            s.setRegistrationHandler { registered.leave() }
             s.resume()
             sources.append(s)
         }
@@ -167,10 +167,27 @@ struct Serve: ParsableCommand {
         // the handling of SIGTERM.
         let hup = DispatchSource.makeSignalSource(signal: SIGHUP, queue: ProxyQueue.make("authproxy.sighup"))
         hup.setEventHandler {
+            started.wait()
             if !stopping { server.reload(trigger: .signal) }
         }
+        registered.enter()
+        hup.setRegistrationHandler { registered.leave() }
         hup.resume()
         sources.append(hup)
+        _ = registered.wait(timeout: .now() + 5)
+        do {
+            try server.start()
+        } catch {
+            logger.critical("\(error)")
+            // A state file the proxy must not touch (wrong state_key, unreadable) is a configuration error.
+            throw ExitCode(error.isConfigurationError ? 2 : 1)
+        }
+        started.leave()
+        logger.notice(
+            "authproxy started",
+            metadata: [
+                "version": "\(AuthProxyVersion.string)", "workers": "\(config.workers)", "cpus": "\(CPUBudget.current)",
+            ])
         withExtendedLifetime(sources) { dispatchMain() }
     }
 }
