@@ -102,6 +102,13 @@ import Testing
         let q = DigestAuthorization.value(
             challenge: c, qop: .auth, username: #"a"b\c"#, password: "p", method: "GET", uri: "/", nc: 1, cnonce: "c")
         #expect(q.contains(#"username="a\"b\\c""#))
+        // No control byte of a configured user name reaches the head, with or without the server's charset.
+        let plain = try challenge(#"Digest realm="r", nonce="n", qop="auth""#)
+        let evil = DigestAuthorization.value(
+            challenge: plain, qop: .auth, username: "u\r\nX-Injected: 1\u{0}", password: "p", method: "GET", uri: "/",
+            nc: 1, cnonce: "c")
+        #expect(!evil.utf8.contains(where: { $0 < 0x20 || $0 == 0x7F }))
+        #expect(evil.contains("username*=UTF-8''u%0D%0AX-Injected%3A%201%00"))
     }
 }
 

@@ -25,7 +25,10 @@ enum DigestAuthorization {
             ? h("\(ha1):\(c.nonce):\(ha2)")
             : h("\(ha1):\(c.nonce):\(ncText):\(cnonce):\(qopText):\(ha2)")
         var out = "Digest "
-        if c.utf8, !username.utf8.allSatisfy({ $0 >= 0x20 && $0 < 0x7F }) {
+        // Any byte outside printable ASCII goes percent-encoded (RFC 8187), with or without the server's charset:
+        // a user name from the configuration (or a file or variable it names) can never put a CR, LF, NUL or other
+        // control byte into the request head.
+        if !username.utf8.allSatisfy({ $0 >= 0x20 && $0 < 0x7F }) {
             out += "username*=UTF-8''\(percentEncoded(username))"
         } else {
             out += "username=\(quoted(username))"
